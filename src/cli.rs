@@ -1,0 +1,99 @@
+//! Command-line interface.
+//!
+//! This file depends only on `clap` and `humantime` because `build.rs` includes it
+//! to generate the man page from the same definition.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The longest `--timeout` accepted: a run must end well within a timer period
+/// that users may stretch to a few minutes.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
+/// textfile for node_exporter's textfile collector, then exits.
+///
+/// Run it every 15 seconds from the shipped systemd timer (or cron). Each run
+/// replaces the output file atomically. When NVML cannot be read (driver not
+/// loaded, library missing, a GPU lost, a hung driver call) the file still gets
+/// replaced, holding nvidia_gpu_collector_up 0 and an error metric naming the
+/// reason, so a failure never looks like fresh data.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nvidia-textfile-exporter",
+    version,
+    after_help = EXIT_STATUS_HELP,
+)]
+pub struct Cli {
+    /// Directory that node_exporter's textfile collector reads
+    /// (--collector.textfile.directory).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/prometheus/node-exporter"
+    )]
+    pub output_dir: PathBuf,
+
+    /// Name of the file written in the output directory; must end in .prom.
+    #[arg(long, value_name = "NAME", default_value = "nvidia_gpu.prom", value_parser = parse_output_file)]
+    pub output_file: String,
+
+    /// Print the metrics on standard output instead of writing the file.
+    #[arg(long)]
+    pub stdout: bool,
+
+    /// Give up on NVML after this long (e.g. 10s, 1500ms) and write a timeout
+    /// error instead. At most 5m.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+
+    /// NVML library to load: a file name searched like dlopen(3) does, or a path.
+    #[arg(long, value_name = "PATH", default_value = "libnvidia-ml.so.1")]
+    pub nvml_lib: PathBuf,
+}
+
+/// The exit statuses, as printed at the end of `--help` and in the man page.
+pub const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  all GPUs were read and the file was written
+  2  bad command line
+  3  NVML could not be used (library missing, driver not loaded, no permission, ...);
+     the file now says why
+  4  at least one GPU is down (lost, or failing every read); the file says which
+  5  NVML did not answer within --timeout; the file says so
+  6  another run still holds the lock of the output file; the file says so
+  7  the output file could not be written (nothing was changed)
+
+Logging goes to standard error and is quiet for a healthy run; set RUST_LOG=debug
+to see every unsupported field.";
+
+fn parse_output_file(name: &str) -> Result<String, String> {
+    if name.contains('/') {
+        return Err("must be a file name, not a path (use --output-dir for the directory)".into());
+    }
+    if name.starts_with('.') {
+        return Err("must not start with '.': node_exporter would not read it".into());
+    }
+    if name.len() <= ".prom".len() || !name.ends_with(".prom") {
+        return Err(
+            "must end in .prom: node_exporter's textfile collector reads only *.prom".into(),
+        );
+    }
+    Ok(name.to_owned())
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if timeout.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    if timeout > MAX_TIMEOUT {
+        return Err(format!(
+            "must be at most {}",
+            humantime::format_duration(MAX_TIMEOUT)
+        ));
+    }
+    Ok(timeout)
+}

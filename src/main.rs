@@ -1,0 +1,83 @@
+//! Command-line entry point: parse, run once, map the outcome to an exit status.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+
+use nvidia_textfile_exporter::cli::Cli;
+use nvidia_textfile_exporter::collector::{collect, RunClock};
+use nvidia_textfile_exporter::exit::Exit;
+use nvidia_textfile_exporter::publish::Target;
+use nvidia_textfile_exporter::render::render;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                Exit::Usage.into()
+            } else {
+                Exit::Success.into()
+            };
+        }
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format(|out, record| {
+            writeln!(
+                out,
+                "nvidia-textfile-exporter: {}: {}",
+                record.level().as_str().to_lowercase(),
+                record.args()
+            )
+        })
+        .init();
+    run(&cli).into()
+}
+
+fn run(cli: &Cli) -> Exit {
+    let clock = RunClock::start();
+    if cli.stdout {
+        let outcome = collect(&cli.nvml_lib, cli.timeout, clock);
+        print!("{}", render(&outcome.snapshot));
+        return outcome.exit;
+    }
+
+    let target = Target::new(&cli.output_dir, &cli.output_file);
+    let lock = match target.lock(Instant::now() + cli.timeout) {
+        Ok(lock) => lock,
+        Err(error) => {
+            log::error!("{error}");
+            return Exit::PublishFailed;
+        }
+    };
+    // `lock` stays bound until the end of this function, so the file is
+    // published under the lock.
+    let outcome = match &lock {
+        Some(_) => {
+            match target.remove_stale_temp_files() {
+                Ok(0) => {}
+                Ok(n) => log::info!("removed {n} temporary file(s) left by killed runs"),
+                Err(error) => log::warn!("{error}"),
+            }
+            collect(&cli.nvml_lib, cli.timeout, RunClock::start())
+        }
+        None => {
+            log::error!(
+                "another run still holds {} after {}; writing reason=\"busy\"",
+                target.path().display(),
+                humantime::format_duration(cli.timeout)
+            );
+            clock.failed("busy", Exit::Busy)
+        }
+    };
+    match target.publish(&render(&outcome.snapshot)) {
+        Ok(()) => outcome.exit,
+        Err(error) => {
+            log::error!("{error}");
+            Exit::PublishFailed
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The only code that touches NVML.
+//!
+//! [`read`] loads the library, initialises it, reads host-wide facts and then
+//! every GPU, each on its own thread, and returns plain [`snapshot`] data:
+//! values converted to base units, fields the GPU does not support left out.
+//!
+//! Error policy, applied by [`reader::DeviceReader`]:
+//! - "not supported" (and a symbol the driver lacks) leaves the field out, logged
+//!   at debug level only;
+//! - an error that means the GPU cannot be read at all ([`device_fatal`]) marks the
+//!   GPU down: its readings are dropped and it gets `nvidia_gpu_up 0` with a reason;
+//! - any other error leaves the field out, is logged as a warning and is counted
+//!   in `nvidia_gpu_collector_read_errors`.
+//!
+//! Every call is bracketed in [`InFlight`] so a watchdog can name a call that hangs.
+//!
+//! [`snapshot`]: crate::snapshot
+
+mod clocks;
+mod identity;
+mod power;
+mod reader;
+mod thermal;
+mod usage;
+
+use std::path::Path;
+use std::thread;
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+
+use crate::inflight::{InFlight, Scope};
+use crate::metrics;
+use crate::snapshot::{Device, Sample};
+
+/// What a successful read produced.
+#[derive(Debug)]
+pub struct Reading {
+    /// Host-wide samples (driver versions).
+    pub host: Vec<Sample>,
+    /// One entry per GPU, in index order.
+    pub devices: Vec<Device>,
+}
+
+/// NVML could not be used at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitError {
+    /// Stable, machine-readable reason: the `reason` label of
+    /// `nvidia_gpu_collector_error`.
+    pub reason: &'static str,
+    /// What NVML or the loader said.
+    pub detail: String,
+}
+
+impl InitError {
+    fn from_nvml(call: &str, error: &NvmlError) -> Self {
+        InitError {
+            reason: reason(error),
+            detail: format!("{call}: {error}"),
+        }
+    }
+
+    /// What an operator should check for this reason.
+    pub fn hint(&self) -> &'static str {
+        match self.reason {
+            "library_not_found" => {
+                "libnvidia-ml.so.1 could not be loaded: is the NVIDIA driver installed \
+                 (ldconfig -p | grep libnvidia-ml)? In a container, is the NVIDIA container \
+                 toolkit set up? Use --nvml-lib to point at the library."
+            }
+            "driver_not_loaded" => {
+                "the NVIDIA kernel module is not loaded: check `lsmod | grep nvidia`, \
+                 `sudo modprobe nvidia` and `dmesg | grep -i -e nvidia -e nouveau` \
+                 (nouveau loaded instead? Secure Boot refusing the module?)."
+            }
+            "no_permission" => {
+                "no permission to use the GPUs: check `ls -l /dev/nvidia*` and that the \
+                 service user may open them."
+            }
+            "driver_library_mismatch" => {
+                "the NVML library and the loaded kernel module are different versions, \
+                 usually after a driver upgrade without a reboot: reboot, or reload the \
+                 nvidia modules."
+            }
+            "missing_symbol" => {
+                "the NVML library lacks a function this exporter needs: the driver is too \
+                 old, or --nvml-lib points at the wrong library."
+            }
+            _ => "see the detail above; `nvidia-smi` usually reports the same failure.",
+        }
+    }
+}
+
+/// The stable reason label for an NVML error.
+pub fn reason(error: &NvmlError) -> &'static str {
+    match error {
+        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => "library_not_found",
+        NvmlError::DriverNotLoaded => "driver_not_loaded",
+        NvmlError::NoPermission => "no_permission",
+        NvmlError::LibRmVersionMismatch => "driver_library_mismatch",
+        NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => "missing_symbol",
+        NvmlError::GpuLost => "gpu_lost",
+        NvmlError::ResetRequired => "reset_required",
+        NvmlError::Uninitialized => "uninitialized",
+        NvmlError::Timeout => "driver_timeout",
+        NvmlError::IrqIssue => "irq_issue",
+        NvmlError::InsufficientPower => "insufficient_power",
+        NvmlError::CorruptedInfoROM => "corrupted_inforom",
+        NvmlError::InsufficientMemory => "out_of_memory",
+        NvmlError::OperatingSystem => "operating_system",
+        _ => "unknown",
+    }
+}
+
+/// Errors after which nothing more can be read from a GPU: it is reported down.
+pub fn device_fatal(error: &NvmlError) -> bool {
+    matches!(
+        error,
+        NvmlError::GpuLost
+            | NvmlError::ResetRequired
+            | NvmlError::DriverNotLoaded
+            | NvmlError::Uninitialized
+            | NvmlError::LibRmVersionMismatch
+    )
+}
+
+/// Errors that only mean "this GPU or driver does not have this field".
+fn unsupported(error: &NvmlError) -> bool {
+    matches!(
+        error,
+        NvmlError::NotSupported
+            | NvmlError::FailedToLoadSymbol(_)
+            | NvmlError::FunctionNotFound
+            | NvmlError::NoData
+    )
+}
+
+/// Loads NVML from `library`, reads every GPU and shuts NVML down.
+pub fn read(library: &Path, inflight: &InFlight) -> Result<Reading, InitError> {
+    inflight.enter(Scope::Host, "nvmlInit_v2");
+    let nvml = Nvml::builder()
+        .lib_path(library.as_os_str())
+        .init()
+        .map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+
+    inflight.enter(Scope::Host, "nvmlDeviceGetCount_v2");
+    let count = nvml
+        .device_count()
+        .map_err(|e| InitError::from_nvml("nvmlDeviceGetCount_v2", &e))?;
+    inflight.leave(Scope::Host);
+
+    let host = vec![driver_info(&nvml, inflight)];
+    let devices = thread::scope(|scope| {
+        let workers: Vec<_> = (0..count)
+            .map(|index| {
+                let nvml = &nvml;
+                thread::Builder::new()
+                    .name(format!("gpu{index}"))
+                    .spawn_scoped(scope, move || read_device(nvml, index, inflight))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .zip(0..count)
+            .map(|(worker, index)| match worker {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| reader::down(index, String::new(), "exporter_bug")),
+                Err(e) => {
+                    log::warn!("GPU {index}: cannot start a reading thread: {e}");
+                    reader::down(index, String::new(), "exporter_resources")
+                }
+            })
+            .collect()
+    });
+
+    inflight.enter(Scope::Host, "nvmlShutdown");
+    if let Err(e) = nvml.shutdown() {
+        log::debug!("nvmlShutdown: {e}");
+    }
+    inflight.leave(Scope::Host);
+    Ok(Reading { host, devices })
+}
+
+/// `nvidia_gpu_driver_info`, with the labels NVML could tell.
+fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
+    let mut sample = Sample::new(&metrics::DRIVER_INFO, 1.0);
+    let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
+        inflight.enter(Scope::Host, call);
+        let value = read();
+        inflight.leave(Scope::Host);
+        match value {
+            Ok(value) => Some(value),
+            Err(e) => {
+                log::debug!("{call}: {e}");
+                None
+            }
+        }
+    };
+    let driver = host_read("nvmlSystemGetDriverVersion", &|| nvml.sys_driver_version());
+    let cuda = host_read("nvmlSystemGetCudaDriverVersion_v2", &|| {
+        nvml.sys_cuda_driver_version()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+    });
+    let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
+    for (name, value) in [
+        ("driver_version", driver),
+        ("cuda_version", cuda),
+        ("nvml_version", nvml_version),
+    ] {
+        if let Some(value) = value {
+            sample = sample.with(name, value);
+        }
+    }
+    sample
+}
+
+/// Reads one GPU; never fails: a GPU that cannot be read is returned down.
+fn read_device(nvml: &Nvml, index: u32, inflight: &InFlight) -> Device {
+    inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
+    let handle = nvml.device_by_index(index);
+    inflight.leave(Scope::Gpu(index));
+    let device = match handle {
+        Ok(device) => device,
+        Err(e) => {
+            log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
+            return reader::down(index, String::new(), reason(&e));
+        }
+    };
+    let mut reader = reader::DeviceReader::new(device, index, inflight);
+    let Some(uuid) = reader.read("nvmlDeviceGetUUID", |d| d.uuid()) else {
+        return reader.finish(String::new());
+    };
+    identity::read(&mut reader);
+    usage::read(&mut reader);
+    thermal::read(&mut reader);
+    power::read(&mut reader);
+    clocks::read(&mut reader);
+    reader.finish(uuid)
+}

@@ -1,0 +1,162 @@
+//! Reading one GPU: the error policy of `nvml` in one place.
+
+use std::ffi::{c_char, c_uint, CStr};
+
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::Device as NvmlDevice;
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
+
+use super::{device_fatal, reason, unsupported};
+use crate::inflight::{InFlight, Scope};
+use crate::metrics::{self, Family};
+use crate::snapshot::{Device, Sample};
+
+/// Collects the samples of one GPU while applying the error policy.
+pub(super) struct DeviceReader<'n> {
+    device: NvmlDevice<'n>,
+    index: u32,
+    inflight: &'n InFlight,
+    samples: Vec<Sample>,
+    read_errors: u32,
+    /// Set by the first device-fatal error; from then on nothing is read.
+    fault: Option<&'static str>,
+}
+
+impl<'n> DeviceReader<'n> {
+    pub fn new(device: NvmlDevice<'n>, index: u32, inflight: &'n InFlight) -> Self {
+        DeviceReader {
+            device,
+            index,
+            inflight,
+            samples: Vec::with_capacity(64),
+            read_errors: 0,
+            fault: None,
+        }
+    }
+
+    /// Calls NVML function `call` through `read`. `None` when the field is not
+    /// supported, failed (counted) or the GPU is already down.
+    pub fn read<T>(
+        &mut self,
+        call: &'static str,
+        read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if self.fault.is_some() {
+            return None;
+        }
+        let scope = Scope::Gpu(self.index);
+        self.inflight.enter(scope, call);
+        let result = read(&self.device);
+        self.inflight.leave(scope);
+        match result {
+            Ok(value) => Some(value),
+            Err(error) => {
+                self.note(call, &error);
+                None
+            }
+        }
+    }
+
+    /// Applies the error policy to an error of `call` that was obtained some other
+    /// way (one entry of a batched call, say).
+    pub fn note(&mut self, call: &str, error: &NvmlError) {
+        let index = self.index;
+        if unsupported(error) {
+            log::debug!("GPU {index}: {call}: {error}");
+        } else if device_fatal(error) {
+            log::warn!("GPU {index}: {call}: {error}; reporting the GPU down");
+            self.fault = Some(reason(error));
+        } else {
+            log::warn!("GPU {index}: {call}: {error}");
+            self.read_errors += 1;
+        }
+    }
+
+    /// Adds a sample; a non-finite value (never valid NVML data) is dropped.
+    pub fn push(&mut self, sample: Sample) {
+        if sample.value.is_finite() {
+            self.samples.push(sample);
+        } else {
+            log::warn!(
+                "GPU {}: {} is not finite; dropped",
+                self.index,
+                sample.family.name
+            );
+            self.read_errors += 1;
+        }
+    }
+
+    /// Adds a sample without extra labels.
+    pub fn gauge(&mut self, family: &'static Family, value: f64) {
+        self.push(Sample::new(family, value));
+    }
+
+    /// The GPU's samples, or only its down state if a fatal error occurred.
+    pub fn finish(mut self, uuid: String) -> Device {
+        if let Some(fault) = self.fault {
+            return down(self.index, uuid, fault);
+        }
+        self.samples.push(Sample::new(&metrics::UP, 1.0));
+        self.samples.push(Sample::new(
+            &metrics::COLLECTOR_READ_ERRORS,
+            f64::from(self.read_errors),
+        ));
+        Device {
+            index: self.index,
+            uuid,
+            samples: self.samples,
+        }
+    }
+}
+
+/// A GPU reported down for `reason`, with no other readings.
+pub(super) fn down(index: u32, uuid: String, reason: &'static str) -> Device {
+    Device {
+        index,
+        uuid,
+        samples: vec![
+            Sample::new(&metrics::UP, 0.0),
+            Sample::new(&metrics::DOWN_REASON, 1.0).with("reason", reason),
+        ],
+    }
+}
+
+/// Raw access for the calls nvml-wrapper does not wrap, or wraps lossily.
+impl<'n> DeviceReader<'n> {
+    /// Like [`DeviceReader::read`], but hands `read` the raw library and handle.
+    pub fn read_raw<T>(
+        &mut self,
+        call: &'static str,
+        read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        // SAFETY: the handle stays valid while `self.device` (and so NVML) lives.
+        self.read(call, |device| unsafe {
+            read(device.nvml().lib(), device.handle())
+        })
+    }
+
+    /// Reads a string getter, decoding invalid UTF-8 lossily instead of failing,
+    /// so a hostile or corrupted string cannot hide a GPU.
+    pub fn read_string(
+        &mut self,
+        call: &'static str,
+        symbol: impl FnOnce(&NvmlLib) -> Result<&StringGetter, NvmlError>,
+    ) -> Option<String> {
+        self.read_raw(call, |lib, handle| {
+            let getter = symbol(lib)?;
+            let mut buffer = [0 as c_char; STRING_BUFFER];
+            // SAFETY: the buffer's length is passed; NVML NUL-terminates within it.
+            nvml_try(unsafe { getter(handle, buffer.as_mut_ptr(), STRING_BUFFER as c_uint) })?;
+            // SAFETY: NVML returned success, so the buffer holds a C string.
+            let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
+            Ok(text.to_string_lossy().into_owned())
+        })
+    }
+}
+
+/// Large enough for every NVML string (the longest documented buffer is 96 bytes).
+const STRING_BUFFER: usize = 256;
+
+/// The signature shared by NVML's string getters (name, UUID, serial, ...).
+pub(super) type StringGetter =
+    unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;

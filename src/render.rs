@@ -1,0 +1,281 @@
+//! Prometheus text exposition format 0.0.4, as a pure function of a [`Snapshot`].
+//!
+//! All escaping lives here and nowhere else:
+//! - label values escape `\`, `"` and line feed ([`escape_label_value`]);
+//! - HELP text escapes `\` and line feed ([`escape_help`]);
+//! - values are formatted by [`format_value`], which never prints Rust's `inf`/`NaN`.
+//!
+//! Output invariants:
+//! - families appear in [`crate::metrics::ALL`] order, each with exactly one
+//!   HELP and one TYPE line directly before its samples, and only if it has samples;
+//! - host samples precede device samples; devices keep snapshot order; samples keep
+//!   the order they were read in;
+//! - every device sample starts with `gpu="<index>",uuid="<uuid>"`;
+//! - no timestamps; the text ends with a line feed.
+//!
+//! ```
+//! use nvidia_textfile_exporter::{metrics, render::render, snapshot::*};
+//! let snapshot = Snapshot {
+//!     host: vec![Sample::new(&metrics::COLLECTOR_UP, 1.0)],
+//!     devices: vec![Device {
+//!         index: 0,
+//!         uuid: "GPU-0f1e".into(),
+//!         samples: vec![Sample::new(&metrics::TEMPERATURE, 41.0)],
+//!     }],
+//! };
+//! assert_eq!(
+//!     render(&snapshot),
+//!     concat!(
+//!         "# HELP nvidia_gpu_collector_up 1 if this run read NVML, 0 if it could not (see nvidia_gpu_collector_error).\n",
+//!         "# TYPE nvidia_gpu_collector_up gauge\n",
+//!         "nvidia_gpu_collector_up 1\n",
+//!         "# HELP nvidia_gpu_temperature_celsius GPU die temperature.\n",
+//!         "# TYPE nvidia_gpu_temperature_celsius gauge\n",
+//!         "nvidia_gpu_temperature_celsius{gpu=\"0\",uuid=\"GPU-0f1e\"} 41\n",
+//!     )
+//! );
+//! ```
+
+use std::fmt::Write as _;
+
+use crate::metrics::{Family, ALL};
+use crate::snapshot::{Sample, Snapshot};
+
+/// Renders the snapshot as exposition text.
+pub fn render(snapshot: &Snapshot) -> String {
+    // Identity labels are escaped once per device, not once per sample.
+    let identities: Vec<String> = snapshot
+        .devices
+        .iter()
+        .map(|device| {
+            let mut identity = String::with_capacity(16 + device.uuid.len());
+            let _ = write!(identity, "gpu=\"{}\",uuid=\"", device.index);
+            escape_label_value(&device.uuid, &mut identity);
+            identity.push('"');
+            identity
+        })
+        .collect();
+
+    let mut buckets: Vec<Vec<(Option<&str>, &Sample)>> = vec![Vec::new(); ALL.len()];
+    for sample in &snapshot.host {
+        buckets[sample.family.index].push((None, sample));
+    }
+    for (device, identity) in snapshot.devices.iter().zip(&identities) {
+        for sample in &device.samples {
+            buckets[sample.family.index].push((Some(identity.as_str()), sample));
+        }
+    }
+
+    let sample_count: usize = buckets.iter().map(Vec::len).sum();
+    let mut out = String::with_capacity(sample_count * 96 + 4096);
+    for (family, samples) in ALL.iter().zip(&buckets) {
+        if samples.is_empty() {
+            continue;
+        }
+        write_header(family, &mut out);
+        for (identity, sample) in samples {
+            write_sample(*identity, sample, &mut out);
+        }
+    }
+    out
+}
+
+fn write_header(family: &Family, out: &mut String) {
+    out.push_str("# HELP ");
+    out.push_str(family.name);
+    out.push(' ');
+    escape_help(family.help, out);
+    out.push_str("\n# TYPE ");
+    out.push_str(family.name);
+    out.push(' ');
+    out.push_str(family.kind.as_str());
+    out.push('\n');
+}
+
+fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String) {
+    out.push_str(sample.family.name);
+    if identity.is_some() || !sample.labels.is_empty() {
+        out.push('{');
+        let mut first = true;
+        if let Some(identity) = identity {
+            out.push_str(identity);
+            first = false;
+        }
+        for label in &sample.labels {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(label.name);
+            out.push_str("=\"");
+            escape_label_value(&label.value, out);
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    format_value(sample.value, out);
+    out.push('\n');
+}
+
+/// Appends `value` escaped for use inside a double-quoted label value.
+pub fn escape_label_value(value: &str, out: &mut String) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Appends `help` escaped for a `# HELP` line.
+pub fn escape_help(help: &str, out: &mut String) {
+    for c in help.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf` for the
+/// non-finite values, which the readers never produce).
+pub fn format_value(value: f64, out: &mut String) {
+    if value.is_nan() {
+        out.push_str("NaN");
+    } else if value.is_infinite() {
+        out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{value}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics;
+    use crate::snapshot::Device;
+
+    fn escaped(value: &str) -> String {
+        let mut out = String::new();
+        escape_label_value(value, &mut out);
+        out
+    }
+
+    #[test]
+    fn label_values_escape_backslash_quote_and_newline() {
+        assert_eq!(escaped(r"a\b"), r"a\\b");
+        assert_eq!(escaped("say \"hi\""), r#"say \"hi\""#);
+        assert_eq!(escaped("two\nlines"), r"two\nlines");
+        assert_eq!(escaped("\\\"\n"), r#"\\\"\n"#);
+    }
+
+    #[test]
+    fn label_values_keep_other_characters() {
+        assert_eq!(escaped("GPU-ü{}#=,\t"), "GPU-ü{}#=,\t");
+        assert_eq!(escaped("显卡"), "显卡");
+    }
+
+    #[test]
+    fn help_escapes_backslash_and_newline_but_not_quotes() {
+        let mut out = String::new();
+        escape_help("a \"b\" \\ c\nd", &mut out);
+        assert_eq!(out, "a \"b\" \\\\ c\\nd");
+    }
+
+    #[test]
+    fn values_never_use_rust_spellings() {
+        let format = |v: f64| {
+            let mut out = String::new();
+            format_value(v, &mut out);
+            out
+        };
+        assert_eq!(format(f64::NAN), "NaN");
+        assert_eq!(format(f64::INFINITY), "+Inf");
+        assert_eq!(format(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(format(0.87), "0.87");
+        assert_eq!(format(81559.0 * 1048576.0), "85520809984");
+        assert_eq!(format(-0.5), "-0.5");
+    }
+
+    fn device(index: u32, uuid: &str, samples: Vec<Sample>) -> Device {
+        Device {
+            index,
+            uuid: uuid.into(),
+            samples,
+        }
+    }
+
+    #[test]
+    fn families_are_grouped_in_declaration_order_with_one_header_each() {
+        let snapshot = Snapshot {
+            host: vec![Sample::new(&metrics::COLLECTOR_UP, 1.0)],
+            devices: vec![
+                device(
+                    0,
+                    "GPU-a",
+                    vec![
+                        Sample::new(&metrics::POWER, 100.0),
+                        Sample::new(&metrics::TEMPERATURE, 40.0),
+                    ],
+                ),
+                device(
+                    1,
+                    "GPU-b",
+                    vec![
+                        Sample::new(&metrics::TEMPERATURE, 50.0),
+                        Sample::new(&metrics::POWER, 200.0),
+                    ],
+                ),
+            ],
+        };
+        let text = render(&snapshot);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "nvidia_gpu_collector_up 1",
+                "nvidia_gpu_temperature_celsius{gpu=\"0\",uuid=\"GPU-a\"} 40",
+                "nvidia_gpu_temperature_celsius{gpu=\"1\",uuid=\"GPU-b\"} 50",
+                "nvidia_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 100",
+                "nvidia_gpu_power_watts{gpu=\"1\",uuid=\"GPU-b\"} 200",
+            ]
+        );
+        assert_eq!(
+            text.matches("# TYPE nvidia_gpu_power_watts gauge\n")
+                .count(),
+            1
+        );
+        assert_eq!(text.matches("# HELP nvidia_gpu_power_watts ").count(), 1);
+        assert!(
+            !text.contains("nvidia_gpu_utilization_ratio"),
+            "empty family rendered"
+        );
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn extra_labels_follow_identity_and_are_escaped() {
+        let snapshot = Snapshot {
+            host: vec![Sample::new(&metrics::DRIVER_INFO, 1.0).with("driver_version", "5\"5\n")],
+            devices: vec![device(
+                3,
+                "GPU-\"x\"",
+                vec![Sample::new(&metrics::CLOCK, 1.5e9).with("clock", "sm")],
+            )],
+        };
+        let text = render(&snapshot);
+        assert!(text.contains("nvidia_gpu_driver_info{driver_version=\"5\\\"5\\n\"} 1\n"));
+        assert!(text.contains(
+            "nvidia_gpu_clock_hertz{gpu=\"3\",uuid=\"GPU-\\\"x\\\"\",clock=\"sm\"} 1500000000\n"
+        ));
+    }
+
+    #[test]
+    fn empty_snapshot_renders_nothing() {
+        assert_eq!(render(&Snapshot::default()), "");
+    }
+}
