@@ -1,0 +1,33 @@
+# nvidia-textfile-exporter — see README.md.
+CARGO ?= cargo
+BIN := target/release/nvidia-textfile-exporter
+FAKE_NVML := target/debug/libfake_nvml.so
+SCENARIO ?= tests/scenarios/h100x8.toml
+
+.PHONY: build test demo run lint deb bench
+
+## build: the release binary and the fake NVML used by tests and the demo
+build:
+	$(CARGO) build --release --locked
+	$(CARGO) build --locked -p fake-nvml
+
+## test: everything CI runs
+test: build
+	$(CARGO) test --workspace --locked
+	tests/e2e/node-exporter.sh
+
+## demo: run the real binary against the fake 8x H100 scenario; writes demo/nvidia_gpu.prom
+demo: build
+	mkdir -p demo
+	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo
+	cat demo/nvidia_gpu.prom
+
+## run: one snapshot of this host's real GPUs, printed
+run:
+	$(CARGO) build --release --locked
+	$(BIN) --stdout
+
+## lint: formatting, clippy, shell scripts
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
