@@ -52,6 +52,82 @@ pub struct Cli {
     /// NVML library to load: a file name searched like dlopen(3) does, or a path.
     #[arg(long, value_name = "PATH", default_value = "libnvidia-ml.so.1")]
     pub nvml_lib: PathBuf,
+
+    /// Enable a collector that is off by default (repeatable). Default set:
+    /// utilization, memory, thermal, power, clocks, pcie, health, media, modes,
+    /// nvlink, mig.
+    #[arg(long = "collector", value_name = "NAME", value_enum)]
+    pub enable: Vec<Collector>,
+
+    /// Disable a collector that is on by default (repeatable).
+    #[arg(long = "no-collector", value_name = "NAME", value_enum)]
+    pub disable: Vec<Collector>,
+
+    /// Where to read process owners from when the processes collector is on.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub procfs: PathBuf,
+}
+
+/// Groups of metric families that can be switched on and off.
+/// `nvidia_gpu_up`, `nvidia_gpu_info` and the collector's own metrics are always written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Collector {
+    /// GPU and memory utilization ratios, count of compute processes.
+    Utilization,
+    /// Device memory used/free/total/reserved, BAR1 memory.
+    Memory,
+    /// GPU and HBM temperatures, temperature thresholds, fans.
+    Thermal,
+    /// Power draw, energy counter, power limits.
+    Power,
+    /// Clocks, max clocks, performance state, clock event reasons, violation counters.
+    Clocks,
+    /// PCIe link generation/width, replays, byte counters.
+    Pcie,
+    /// PCIe throughput sampled by NVML over 20 ms per direction (off by default: slow).
+    PcieThroughput,
+    /// ECC mode and errors, retired pages, remapped rows.
+    Health,
+    /// Video encoder/decoder utilization and encoder sessions.
+    Media,
+    /// Persistence, compute and MIG modes.
+    Modes,
+    /// NVLink state, error counters, data counters per link.
+    Nvlink,
+    /// MIG devices with their memory.
+    Mig,
+    /// Per-process GPU memory with owner attribution from /proc (off by default: pids churn series).
+    Processes,
+}
+
+impl Collector {
+    /// Collectors that are on unless disabled.
+    pub const DEFAULT: [Collector; 11] = [
+        Collector::Utilization,
+        Collector::Memory,
+        Collector::Thermal,
+        Collector::Power,
+        Collector::Clocks,
+        Collector::Pcie,
+        Collector::Health,
+        Collector::Media,
+        Collector::Modes,
+        Collector::Nvlink,
+        Collector::Mig,
+    ];
+}
+
+impl Cli {
+    /// The collectors this run uses: the default set, plus `--collector`, minus
+    /// `--no-collector` (which wins when both name one).
+    pub fn collectors(&self) -> Vec<Collector> {
+        let mut enabled: Vec<Collector> = Collector::DEFAULT.to_vec();
+        enabled.extend(&self.enable);
+        enabled.sort();
+        enabled.dedup();
+        enabled.retain(|c| !self.disable.contains(c));
+        enabled
+    }
 }
 
 /// The exit statuses, as printed at the end of `--help` and in the man page.

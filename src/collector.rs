@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cli::Collector;
 use crate::exit::Exit;
 use crate::inflight::InFlight;
 use crate::metrics;
@@ -82,14 +83,20 @@ impl RunClock {
 }
 
 /// Reads every GPU through the NVML library at `library`, giving up after `timeout`.
-pub fn collect(library: &Path, timeout: Duration, clock: RunClock) -> Outcome {
+pub fn collect(
+    library: &Path,
+    collectors: &[Collector],
+    timeout: Duration,
+    clock: RunClock,
+) -> Outcome {
     let inflight = Arc::new(InFlight::default());
     let (sender, receiver) = mpsc::channel();
     let worker = {
         let inflight = Arc::clone(&inflight);
         let library = library.to_path_buf();
+        let collectors = collectors.to_vec();
         thread::Builder::new().name("nvml".into()).spawn(move || {
-            let _ = sender.send(nvml::read(&library, &inflight));
+            let _ = sender.send(nvml::read(&library, &collectors, &inflight));
         })
     };
     if let Err(e) = worker {

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Exit {
     let clock = RunClock::start();
     if cli.stdout {
-        let outcome = collect(&cli.nvml_lib, cli.timeout, clock);
+        let outcome = collect(&cli.nvml_lib, &cli.collectors(), cli.timeout, clock);
         print!("{}", render(&outcome.snapshot));
         return outcome.exit;
     }
@@ -62,7 +62,12 @@ fn run(cli: &Cli) -> Exit {
                 Ok(n) => log::info!("removed {n} temporary file(s) left by killed runs"),
                 Err(error) => log::warn!("{error}"),
             }
-            collect(&cli.nvml_lib, cli.timeout, RunClock::start())
+            collect(
+                &cli.nvml_lib,
+                &cli.collectors(),
+                cli.timeout,
+                RunClock::start(),
+            )
         }
         None => {
             log::error!(

@@ -1,6 +1,10 @@
-//! Clock frequencies and the performance state.
+//! Clock frequencies, the performance state and what holds the clocks down:
+//! clock event reasons now, and violation time per policy as counters.
 
-use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState};
+use nvml_wrapper::enum_wrappers::device::{Clock, PerformancePolicy, PerformanceState};
+use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
+use std::ffi::c_ulonglong;
 
 use super::reader::DeviceReader;
 use crate::metrics;
@@ -16,6 +20,34 @@ const DOMAINS: [(Clock, &str); 4] = [
 
 const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 
+/// Clock event reason bits of nvml.h (`nvmlClocksEventReason*`), with their
+/// `reason` label values.
+const EVENT_REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// Violation policies, with their `policy` label values.
+const POLICIES: [(PerformancePolicy, &str); 8] = [
+    (PerformancePolicy::Power, "power"),
+    (PerformancePolicy::Thermal, "thermal"),
+    (PerformancePolicy::SyncBoost, "sync_boost"),
+    (PerformancePolicy::BoardLimit, "board_limit"),
+    (PerformancePolicy::LowUtilization, "low_utilization"),
+    (PerformancePolicy::Reliability, "reliability"),
+    (PerformancePolicy::TotalAppClocks, "app_clocks"),
+    (PerformancePolicy::TotalBaseClocks, "base_clocks"),
+];
+
+const SECONDS_PER_NANOSECOND: f64 = 1e-9;
+
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for (clock, label) in DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
@@ -25,11 +57,73 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             );
         }
     }
+    for (clock, label) in DOMAINS {
+        if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
+            reader.push(
+                Sample::new(&metrics::CLOCK_MAX, f64::from(mhz) * HERTZ_PER_MEGAHERTZ)
+                    .with("clock", label),
+            );
+        }
+    }
     if let Some(state) = reader.read("nvmlDeviceGetPerformanceState", |d| d.performance_state()) {
         if let Some(number) = pstate_number(state) {
             reader.gauge(&metrics::PERFORMANCE_STATE, f64::from(number));
         }
     }
+    read_event_reasons(reader);
+    for (policy, label) in POLICIES {
+        if let Some(time) = reader.read("nvmlDeviceGetViolationStatus", |d| {
+            d.violation_status(policy)
+        }) {
+            reader.push(
+                Sample::new(
+                    &metrics::VIOLATION,
+                    time.violation_time as f64 * SECONDS_PER_NANOSECOND,
+                )
+                .with("policy", label),
+            );
+        }
+    }
+}
+
+/// One 0/1 sample per reason the GPU supports (every known reason if it cannot
+/// say). Uses `nvmlDeviceGet*ClocksEventReasons`, falling back to the deprecated
+/// `*ClocksThrottleReasons` names on drivers older than R535.
+fn read_event_reasons(reader: &mut DeviceReader<'_>) {
+    let Some(active) = read_mask(reader, "nvmlDeviceGetCurrentClocksEventReasons", |lib| {
+        let symbol = lib.nvmlDeviceGetCurrentClocksEventReasons.as_ref();
+        nvml_sym(symbol.or(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref()))
+    }) else {
+        return;
+    };
+    let supported = read_mask(reader, "nvmlDeviceGetSupportedClocksEventReasons", |lib| {
+        let symbol = lib.nvmlDeviceGetSupportedClocksEventReasons.as_ref();
+        nvml_sym(symbol.or(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref()))
+    })
+    .unwrap_or(u64::MAX);
+    for (bit, label) in EVENT_REASONS {
+        if supported & bit != 0 {
+            let value = if active & bit != 0 { 1.0 } else { 0.0 };
+            reader.push(Sample::new(&metrics::CLOCKS_EVENT, value).with("reason", label));
+        }
+    }
+}
+
+/// The signature of the clock event reason getters.
+type MaskGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_ulonglong) -> nvmlReturn_t;
+
+fn read_mask(
+    reader: &mut DeviceReader<'_>,
+    call: &'static str,
+    symbol: impl FnOnce(&NvmlLib) -> Result<&MaskGetter, NvmlError>,
+) -> Option<u64> {
+    reader.read_raw(call, |lib, handle| {
+        let get = symbol(lib)?;
+        let mut mask = 0;
+        // SAFETY: NVML writes one u64 through the pointer.
+        nvml_try(unsafe { get(handle, &mut mask) })?;
+        Ok(mask)
+    })
 }
 
 /// P0..P15 as 0..15; NVML's "unknown" state is not a number and is left out.

@@ -17,11 +17,20 @@
 //! [`snapshot`]: crate::snapshot
 
 mod clocks;
+mod fields;
+mod health;
 mod identity;
+mod media;
+mod memory;
+mod mig;
+mod modes;
+mod nvlink;
+mod pcie;
 mod power;
+mod processes;
 mod reader;
 mod thermal;
-mod usage;
+mod utilization;
 
 use std::path::Path;
 use std::thread;
@@ -29,6 +38,7 @@ use std::thread;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
+use crate::cli::Collector;
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
 use crate::snapshot::{Device, Sample};
@@ -135,8 +145,13 @@ fn unsupported(error: &NvmlError) -> bool {
     )
 }
 
-/// Loads NVML from `library`, reads every GPU and shuts NVML down.
-pub fn read(library: &Path, inflight: &InFlight) -> Result<Reading, InitError> {
+/// Loads NVML from `library`, reads every GPU with the `collectors` given and
+/// shuts NVML down.
+pub fn read(
+    library: &Path,
+    collectors: &[Collector],
+    inflight: &InFlight,
+) -> Result<Reading, InitError> {
     inflight.enter(Scope::Host, "nvmlInit_v2");
     let nvml = Nvml::builder()
         .lib_path(library.as_os_str())
@@ -156,7 +171,9 @@ pub fn read(library: &Path, inflight: &InFlight) -> Result<Reading, InitError> {
                 let nvml = &nvml;
                 thread::Builder::new()
                     .name(format!("gpu{index}"))
-                    .spawn_scoped(scope, move || read_device(nvml, index, inflight))
+                    .spawn_scoped(scope, move || {
+                        read_device(nvml, index, collectors, inflight)
+                    })
             })
             .collect();
         workers
@@ -216,7 +233,7 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
 }
 
 /// Reads one GPU; never fails: a GPU that cannot be read is returned down.
-fn read_device(nvml: &Nvml, index: u32, inflight: &InFlight) -> Device {
+fn read_device(nvml: &Nvml, index: u32, collectors: &[Collector], inflight: &InFlight) -> Device {
     inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
     let handle = nvml.device_by_index(index);
     inflight.leave(Scope::Gpu(index));
@@ -232,9 +249,23 @@ fn read_device(nvml: &Nvml, index: u32, inflight: &InFlight) -> Device {
         return reader.finish(String::new());
     };
     identity::read(&mut reader);
-    usage::read(&mut reader);
-    thermal::read(&mut reader);
-    power::read(&mut reader);
-    clocks::read(&mut reader);
+    for collector in collectors {
+        let read = match collector {
+            Collector::Utilization => utilization::read,
+            Collector::Memory => memory::read,
+            Collector::Thermal => thermal::read,
+            Collector::Power => power::read,
+            Collector::Clocks => clocks::read,
+            Collector::Pcie => pcie::read,
+            Collector::PcieThroughput => pcie::read_throughput,
+            Collector::Health => health::read,
+            Collector::Media => media::read,
+            Collector::Modes => modes::read,
+            Collector::Nvlink => nvlink::read,
+            Collector::Mig => mig::read,
+            Collector::Processes => processes::read,
+        };
+        read(&mut reader);
+    }
     reader.finish(uuid)
 }

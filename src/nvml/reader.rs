@@ -41,14 +41,7 @@ impl<'n> DeviceReader<'n> {
         call: &'static str,
         read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if self.fault.is_some() {
-            return None;
-        }
-        let scope = Scope::Gpu(self.index);
-        self.inflight.enter(scope, call);
-        let result = read(&self.device);
-        self.inflight.leave(scope);
-        match result {
+        match self.try_read(call, read)? {
             Ok(value) => Some(value),
             Err(error) => {
                 self.note(call, &error);
@@ -160,3 +153,23 @@ const STRING_BUFFER: usize = 256;
 /// The signature shared by NVML's string getters (name, UUID, serial, ...).
 pub(super) type StringGetter =
     unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+
+impl<'n> DeviceReader<'n> {
+    /// Calls `read` without applying the error policy, for callers that treat some
+    /// errors as answers (an empty MIG slot, a link beyond the last). `None` when
+    /// the GPU is already down. Pass other errors to [`DeviceReader::note`].
+    pub fn try_read<T>(
+        &mut self,
+        call: &'static str,
+        read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
+    ) -> Option<Result<T, NvmlError>> {
+        if self.fault.is_some() {
+            return None;
+        }
+        let scope = Scope::Gpu(self.index);
+        self.inflight.enter(scope, call);
+        let result = read(&self.device);
+        self.inflight.leave(scope);
+        Some(result)
+    }
+}

@@ -1,16 +1,46 @@
-//! Temperatures and fans.
+//! Temperatures, temperature thresholds and fans.
 
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
+use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_MEMORY_TEMP;
 
+use super::fields::{self, Field};
 use super::reader::DeviceReader;
 use crate::metrics;
 use crate::snapshot::Sample;
+
+/// Thresholds read, with their `threshold` label values.
+const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
+    (TemperatureThreshold::Slowdown, "slowdown"),
+    (TemperatureThreshold::Shutdown, "shutdown"),
+    (TemperatureThreshold::GpuMax, "gpu_max"),
+    (TemperatureThreshold::MemoryMax, "memory_max"),
+];
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(celsius) = reader.read("nvmlDeviceGetTemperature", |d| {
         d.temperature(TemperatureSensor::Gpu)
     }) {
         reader.gauge(&metrics::TEMPERATURE, f64::from(celsius));
+    }
+    let memory = Field {
+        id: NVML_FI_DEV_MEMORY_TEMP,
+        scope: 0,
+    };
+    // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
+    if let [Some(celsius)] = fields::read(reader, &[memory])[..] {
+        if celsius > 0.0 {
+            reader.gauge(&metrics::MEMORY_TEMPERATURE, celsius);
+        }
+    }
+    for (threshold, label) in THRESHOLDS {
+        if let Some(celsius) = reader.read("nvmlDeviceGetTemperatureThreshold", |d| {
+            d.temperature_threshold(threshold)
+        }) {
+            reader.push(
+                Sample::new(&metrics::TEMPERATURE_THRESHOLD, f64::from(celsius))
+                    .with("threshold", label),
+            );
+        }
     }
     let fans = reader
         .read("nvmlDeviceGetNumFans", |d| d.num_fans())

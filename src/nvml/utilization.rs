@@ -1,11 +1,11 @@
-//! Utilization, device memory and the count of compute processes.
+//! Utilization ratios and the count of compute processes.
 
 use super::reader::DeviceReader;
 use crate::metrics;
 
 /// NVML reports utilization in percent of its sample period; a reading above 100
 /// is not a utilization and is dropped rather than exported.
-fn percent_to_ratio(percent: u32) -> Option<f64> {
+pub(super) fn percent_to_ratio(percent: u32) -> Option<f64> {
     (percent <= 100).then(|| f64::from(percent) / 100.0)
 }
 
@@ -20,11 +20,6 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
                 None => log::warn!("{}: bogus {percent}% dropped", family.name),
             }
         }
-    }
-    if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |d| d.memory_info()) {
-        reader.gauge(&metrics::MEMORY_USED, memory.used as f64);
-        reader.gauge(&metrics::MEMORY_FREE, memory.free as f64);
-        reader.gauge(&metrics::MEMORY_TOTAL, memory.total as f64);
     }
     if let Some(count) = reader.read("nvmlDeviceGetComputeRunningProcesses_v3", |d| {
         d.running_compute_processes_count()

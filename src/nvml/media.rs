@@ -1,0 +1,32 @@
+//! Video encoder and decoder.
+
+use super::reader::DeviceReader;
+use super::utilization::percent_to_ratio;
+use crate::metrics;
+
+const SECONDS_PER_MICROSECOND: f64 = 1e-6;
+
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    let encoder = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
+        d.encoder_utilization()
+    });
+    let decoder = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
+        d.decoder_utilization()
+    });
+    for (info, family) in [
+        (encoder, &metrics::ENCODER_UTILIZATION),
+        (decoder, &metrics::DECODER_UTILIZATION),
+    ] {
+        if let Some(ratio) = info.and_then(|info| percent_to_ratio(info.utilization)) {
+            reader.gauge(family, ratio);
+        }
+    }
+    if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {
+        reader.gauge(&metrics::ENCODER_SESSIONS, f64::from(stats.session_count));
+        reader.gauge(&metrics::ENCODER_FPS, f64::from(stats.average_fps));
+        reader.gauge(
+            &metrics::ENCODER_LATENCY,
+            f64::from(stats.average_latency) * SECONDS_PER_MICROSECOND,
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! PCIe link state, replays and traffic.
+
+use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_PCIE_COUNT_RX_BYTES, NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+};
+
+use super::fields::{self, Field};
+use super::reader::DeviceReader;
+use crate::metrics;
+
+/// NVML reports PCIe throughput in KiB/s.
+const BYTES_PER_KIB: f64 = 1024.0;
+
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    if let Some(generation) = reader.read("nvmlDeviceGetCurrPcieLinkGeneration", |d| {
+        d.current_pcie_link_gen()
+    }) {
+        reader.gauge(&metrics::PCIE_GENERATION, f64::from(generation));
+    }
+    if let Some(generation) = reader.read("nvmlDeviceGetMaxPcieLinkGeneration", |d| {
+        d.max_pcie_link_gen()
+    }) {
+        reader.gauge(&metrics::PCIE_MAX_GENERATION, f64::from(generation));
+    }
+    if let Some(width) = reader.read("nvmlDeviceGetCurrPcieLinkWidth", |d| {
+        d.current_pcie_link_width()
+    }) {
+        reader.gauge(&metrics::PCIE_WIDTH, f64::from(width));
+    }
+    if let Some(width) = reader.read("nvmlDeviceGetMaxPcieLinkWidth", |d| d.max_pcie_link_width()) {
+        reader.gauge(&metrics::PCIE_MAX_WIDTH, f64::from(width));
+    }
+    if let Some(replays) = reader.read("nvmlDeviceGetPcieReplayCounter", |d| {
+        d.pcie_replay_counter()
+    }) {
+        reader.gauge(&metrics::PCIE_REPLAYS, f64::from(replays));
+    }
+    let counters = [
+        Field {
+            id: NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+            scope: 0,
+        },
+        Field {
+            id: NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+            scope: 0,
+        },
+    ];
+    if let [transmit, receive] = fields::read(reader, &counters)[..] {
+        if let Some(bytes) = transmit {
+            reader.gauge(&metrics::PCIE_TRANSMIT, bytes);
+        }
+        if let Some(bytes) = receive {
+            reader.gauge(&metrics::PCIE_RECEIVE, bytes);
+        }
+    }
+}
+
+/// The sampled throughput: each direction blocks for NVML's 20 ms window.
+pub(super) fn read_throughput(reader: &mut DeviceReader<'_>) {
+    for (counter, family) in [
+        (PcieUtilCounter::Send, &metrics::PCIE_TRANSMIT_THROUGHPUT),
+        (PcieUtilCounter::Receive, &metrics::PCIE_RECEIVE_THROUGHPUT),
+    ] {
+        if let Some(kib) = reader.read("nvmlDeviceGetPcieThroughput", |d| {
+            d.pcie_throughput(counter)
+        }) {
+            reader.gauge(family, f64::from(kib) * BYTES_PER_KIB);
+        }
+    }
+}
