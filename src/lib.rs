@@ -5,7 +5,8 @@
 //! `nvml` (the only code that touches NVML) → `snapshot` (plain data) →
 //! `render` (pure function to text) → `publish` (the only code that touches the
 //! textfile directory). `collector` runs `nvml` under a watchdog and adds the
-//! collector's own metrics; `main` wires the stages together.
+//! collector's own metrics; `procfs` adds process owners; `main` wires the stages
+//! together.
 
 pub mod cli;
 pub mod collector;
@@ -13,6 +14,7 @@ pub mod exit;
 pub mod inflight;
 pub mod metrics;
 pub mod nvml;
+pub mod procfs;
 pub mod publish;
 pub mod render;
 pub mod snapshot;

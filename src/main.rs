@@ -6,9 +6,10 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use nvidia_textfile_exporter::cli::Cli;
-use nvidia_textfile_exporter::collector::{collect, RunClock};
+use nvidia_textfile_exporter::cli::{Cli, Collector};
+use nvidia_textfile_exporter::collector::{collect, Outcome, RunClock};
 use nvidia_textfile_exporter::exit::Exit;
+use nvidia_textfile_exporter::procfs::{self, Users};
 use nvidia_textfile_exporter::publish::Target;
 use nvidia_textfile_exporter::render::render;
 
@@ -37,10 +38,20 @@ fn main() -> ExitCode {
     run(&cli).into()
 }
 
+/// Reads the GPUs and, with the processes collector, who owns their processes.
+fn snapshot(cli: &Cli, clock: RunClock) -> Outcome {
+    let collectors = cli.collectors();
+    let mut outcome = collect(&cli.nvml_lib, &collectors, cli.timeout, clock);
+    if collectors.contains(&Collector::Processes) {
+        procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::load());
+    }
+    outcome
+}
+
 fn run(cli: &Cli) -> Exit {
     let clock = RunClock::start();
     if cli.stdout {
-        let outcome = collect(&cli.nvml_lib, &cli.collectors(), cli.timeout, clock);
+        let outcome = snapshot(cli, clock);
         print!("{}", render(&outcome.snapshot));
         return outcome.exit;
     }

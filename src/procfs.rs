@@ -1,0 +1,263 @@
+//! Who owns a GPU process: command, user, systemd unit, container and Slurm job,
+//! read from `/proc/<pid>` (or another procfs root, for tests).
+//!
+//! [`attribute`] adds owner labels to every `nvidia_gpu_process_memory_used_bytes`
+//! sample of a snapshot. Contract:
+//! - it never fails: a process that is gone, lives in another pid namespace, or
+//!   whose files cannot be read keeps only its `pid` label (and whatever could be
+//!   read);
+//! - every value comes from outside and is decoded lossily; `render` escapes it;
+//! - each pid is looked up once per run, however many GPUs it uses.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+use crate::metrics;
+use crate::snapshot::{LabelValue, Snapshot};
+
+/// What `/proc/<pid>` says about a process's owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub comm: Option<String>,
+    pub user: Option<String>,
+    pub systemd_unit: Option<String>,
+    pub container_id: Option<String>,
+    pub slurm_job_id: Option<String>,
+}
+
+impl Owner {
+    /// Reads the owner of `pid` below `procfs`; unreadable parts stay `None`.
+    pub fn read(procfs: &Path, pid: &str, users: &Users) -> Owner {
+        let dir = procfs.join(pid);
+        let text = |name: &str| {
+            fs::read(dir.join(name))
+                .ok()
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        };
+        let comm = text("comm").map(|c| c.trim_end_matches('\n').to_owned());
+        let user = text("status")
+            .as_deref()
+            .and_then(real_uid)
+            .map(|uid| users.name(uid));
+        let cgroup = text("cgroup").map(|c| parse_cgroup(&c)).unwrap_or_default();
+        Owner {
+            comm,
+            user,
+            ..cgroup
+        }
+    }
+
+    fn labels(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        [
+            ("comm", &self.comm),
+            ("user", &self.user),
+            ("systemd_unit", &self.systemd_unit),
+            ("container_id", &self.container_id),
+            ("slurm_job_id", &self.slurm_job_id),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.as_ref().map(|v| (name, v)))
+    }
+}
+
+/// User names by uid, from `/etc/passwd`.
+#[derive(Debug, Default)]
+pub struct Users {
+    names: HashMap<u32, String>,
+}
+
+impl Users {
+    /// The system's users; none if `/etc/passwd` cannot be read.
+    pub fn load() -> Users {
+        fs::read_to_string("/etc/passwd")
+            .map(|passwd| Users::parse(&passwd))
+            .unwrap_or_default()
+    }
+
+    /// Parses passwd(5) text; malformed lines are skipped.
+    pub fn parse(passwd: &str) -> Users {
+        let names = passwd
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                let uid = fields.nth(1)?.parse().ok()?;
+                Some((uid, name.to_owned()))
+            })
+            .collect();
+        Users { names }
+    }
+
+    /// The user's name, or the uid as text if it has none here.
+    pub fn name(&self, uid: u32) -> String {
+        self.names
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| uid.to_string())
+    }
+}
+
+/// The real uid from the `Uid:` line of `/proc/<pid>/status`.
+fn real_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|uid| uid.parse().ok())
+}
+
+/// Attribution from `/proc/<pid>/cgroup` (v2 `0::/path` or v1 `N:ctrl:/path`;
+/// the first line that yields something wins, v2 is listed first by the kernel).
+fn parse_cgroup(cgroup: &str) -> Owner {
+    let mut owner = Owner::default();
+    for line in cgroup.lines() {
+        let Some(path) = line.splitn(3, ':').nth(2) else {
+            continue;
+        };
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        if owner.slurm_job_id.is_none() {
+            owner.slurm_job_id = components
+                .iter()
+                .find_map(|c| c.strip_prefix("job_"))
+                .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+                .map(str::to_owned);
+        }
+        if owner.container_id.is_none() {
+            owner.container_id = components.iter().rev().find_map(|c| container_id(c));
+        }
+        if owner.systemd_unit.is_none() {
+            owner.systemd_unit = components
+                .iter()
+                .rev()
+                .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+                .map(|c| (*c).to_owned());
+        }
+    }
+    owner
+}
+
+/// A container id from one cgroup path component: `docker-<id>.scope`,
+/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope`, or a bare
+/// 64-hex-digit id (cgroup v1 `/docker/<id>`, kubepods).
+fn container_id(component: &str) -> Option<String> {
+    let id = component.strip_suffix(".scope").map_or(component, |stem| {
+        ["docker-", "cri-containerd-", "crio-", "libpod-"]
+            .iter()
+            .find_map(|prefix| stem.strip_prefix(prefix))
+            .unwrap_or("")
+    });
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
+}
+
+/// Adds owner labels to every per-process sample of `snapshot`.
+pub fn attribute(snapshot: &mut Snapshot, procfs: &Path, users: &Users) {
+    let mut owners: HashMap<String, Owner> = HashMap::new();
+    for device in &mut snapshot.devices {
+        for sample in &mut device.samples {
+            if sample.family != &metrics::PROCESS_MEMORY_USED {
+                continue;
+            }
+            let Some(pid) = sample.labels.iter().find(|l| l.name == "pid") else {
+                continue;
+            };
+            let pid = pid.value.to_string();
+            let owner = owners
+                .entry(pid)
+                .or_insert_with_key(|pid| Owner::read(procfs, pid, users));
+            for (name, value) in owner.labels() {
+                sample.labels.push(crate::snapshot::Label {
+                    name,
+                    value: LabelValue::Owned(value.clone()),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_scope_in_cgroup_v2() {
+        let id = "a".repeat(64);
+        let owner = parse_cgroup(&format!("0::/system.slice/docker-{id}.scope\n"));
+        assert_eq!(owner.container_id.as_deref(), Some(id.as_str()));
+        assert_eq!(owner.systemd_unit, Some(format!("docker-{id}.scope")));
+        assert_eq!(owner.slurm_job_id, None);
+    }
+
+    #[test]
+    fn containerd_crio_podman_and_v1_docker() {
+        let id = "0123456789abcdef".repeat(4);
+        for path in [
+            format!("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope"),
+            format!("0::/kubepods.slice/crio-{id}.scope"),
+            format!(
+                "0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{id}.scope"
+            ),
+            format!("12:memory:/docker/{id}"),
+        ] {
+            assert_eq!(
+                parse_cgroup(&path).container_id.as_deref(),
+                Some(id.as_str()),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn slurm_job_from_v2_and_v1_paths() {
+        let v2 = parse_cgroup("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n");
+        assert_eq!(v2.slurm_job_id.as_deref(), Some("4711"));
+        assert_eq!(v2.systemd_unit.as_deref(), Some("slurmstepd.scope"));
+        let v1 = parse_cgroup("4:devices:/slurm/uid_1000/job_99/step_batch\n");
+        assert_eq!(v1.slurm_job_id.as_deref(), Some("99"));
+        assert_eq!(parse_cgroup("0::/x/job_abc\n").slurm_job_id, None);
+    }
+
+    #[test]
+    fn plain_service_and_garbage() {
+        let owner = parse_cgroup("0::/system.slice/trainer.service\n");
+        assert_eq!(owner.systemd_unit.as_deref(), Some("trainer.service"));
+        assert_eq!(owner.container_id, None);
+        assert_eq!(parse_cgroup("garbage\n\n:::\n"), Owner::default());
+        assert_eq!(container_id("docker-xyz.scope"), None);
+    }
+
+    #[test]
+    fn users_and_uids() {
+        let users = Users::parse(
+            "root:x:0:0:root:/root:/bin/bash\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\n",
+        );
+        assert_eq!(users.name(0), "root");
+        assert_eq!(users.name(1000), "alice");
+        assert_eq!(users.name(4242), "4242");
+        assert_eq!(
+            real_uid("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\n"),
+            Some(1000)
+        );
+        assert_eq!(real_uid("Name:\tpython\n"), None);
+    }
+
+    #[test]
+    fn reads_a_fake_proc_and_tolerates_missing_pids() {
+        let root = tempfile::tempdir().unwrap();
+        let pid = root.path().join("77");
+        fs::create_dir(&pid).unwrap();
+        fs::write(pid.join("comm"), b"py\xfftorch\n").unwrap();
+        fs::write(pid.join("status"), "Uid:\t0\t0\t0\t0\n").unwrap();
+        fs::write(
+            pid.join("cgroup"),
+            "0::/system.slice/slurmstepd.scope/job_5/step_0\n",
+        )
+        .unwrap();
+        let users = Users::parse("root:x:0:0::/root:/bin/sh\n");
+        let owner = Owner::read(root.path(), "77", &users);
+        assert_eq!(owner.comm.as_deref(), Some("py\u{fffd}torch"));
+        assert_eq!(owner.user.as_deref(), Some("root"));
+        assert_eq!(owner.slurm_job_id.as_deref(), Some("5"));
+        assert_eq!(Owner::read(root.path(), "78", &users), Owner::default());
+    }
+}
