@@ -1,0 +1,300 @@
+//! C types and constants of the NVML API, as far as the fake needs them.
+//!
+//! The structs mirror `nvml.h` field for field; the crate's tests compare their
+//! size, alignment and field offsets with the generated bindings that
+//! `nvml-wrapper-sys` ships, so a layout drift is caught at `cargo test`.
+
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong, c_ushort, CStr};
+
+/// `nvmlReturn_t`: every NVML entry point returns one of these codes.
+pub type nvmlReturn_t = c_uint;
+/// `nvmlEnableState_t`
+pub type nvmlEnableState_t = c_uint;
+/// `nvmlBrandType_t`
+pub type nvmlBrandType_t = c_uint;
+/// `nvmlDeviceArchitecture_t`
+pub type nvmlDeviceArchitecture_t = c_uint;
+/// `nvmlPstates_t`
+pub type nvmlPstates_t = c_uint;
+/// `nvmlComputeMode_t`
+pub type nvmlComputeMode_t = c_uint;
+/// `nvmlTemperatureSensors_t`
+pub type nvmlTemperatureSensors_t = c_uint;
+/// `nvmlTemperatureThresholds_t`
+pub type nvmlTemperatureThresholds_t = c_uint;
+/// `nvmlClockType_t`
+pub type nvmlClockType_t = c_uint;
+/// `nvmlPerfPolicyType_t`
+pub type nvmlPerfPolicyType_t = c_uint;
+/// `nvmlPcieUtilCounter_t`
+pub type nvmlPcieUtilCounter_t = c_uint;
+/// `nvmlMemoryErrorType_t`
+pub type nvmlMemoryErrorType_t = c_uint;
+/// `nvmlEccCounterType_t`
+pub type nvmlEccCounterType_t = c_uint;
+/// `nvmlPageRetirementCause_t`
+pub type nvmlPageRetirementCause_t = c_uint;
+/// `nvmlNvLinkErrorCounter_t`
+pub type nvmlNvLinkErrorCounter_t = c_uint;
+/// `nvmlValueType_t`
+pub type nvmlValueType_t = c_uint;
+
+/// Opaque target of a device handle.
+#[repr(C)]
+pub struct nvmlDevice_st {
+    _unused: [u8; 0],
+}
+/// `nvmlDevice_t`: an opaque pointer.
+pub type nvmlDevice_t = *mut nvmlDevice_st;
+
+pub const NVML_SUCCESS: nvmlReturn_t = 0;
+pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
+pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
+pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
+pub const NVML_ERROR_NO_PERMISSION: nvmlReturn_t = 4;
+pub const NVML_ERROR_ALREADY_INITIALIZED: nvmlReturn_t = 5;
+pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
+pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+pub const NVML_ERROR_INSUFFICIENT_POWER: nvmlReturn_t = 8;
+pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
+pub const NVML_ERROR_TIMEOUT: nvmlReturn_t = 10;
+pub const NVML_ERROR_IRQ_ISSUE: nvmlReturn_t = 11;
+pub const NVML_ERROR_LIBRARY_NOT_FOUND: nvmlReturn_t = 12;
+pub const NVML_ERROR_FUNCTION_NOT_FOUND: nvmlReturn_t = 13;
+pub const NVML_ERROR_CORRUPTED_INFOROM: nvmlReturn_t = 14;
+pub const NVML_ERROR_GPU_IS_LOST: nvmlReturn_t = 15;
+pub const NVML_ERROR_RESET_REQUIRED: nvmlReturn_t = 16;
+pub const NVML_ERROR_OPERATING_SYSTEM: nvmlReturn_t = 17;
+pub const NVML_ERROR_LIB_RM_VERSION_MISMATCH: nvmlReturn_t = 18;
+pub const NVML_ERROR_IN_USE: nvmlReturn_t = 19;
+pub const NVML_ERROR_MEMORY: nvmlReturn_t = 20;
+pub const NVML_ERROR_NO_DATA: nvmlReturn_t = 21;
+pub const NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: nvmlReturn_t = 22;
+pub const NVML_ERROR_INSUFFICIENT_RESOURCES: nvmlReturn_t = 23;
+pub const NVML_ERROR_FREQ_NOT_SUPPORTED: nvmlReturn_t = 24;
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
+pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
+
+/// Every return code the fake knows: scenario name (NVML's name without the
+/// `NVML_ERROR_` prefix), numeric value, and the text `nvmlErrorString` gives.
+pub const RETURN_CODES: &[(&str, nvmlReturn_t, &CStr)] = &[
+    ("SUCCESS", NVML_SUCCESS, c"Success"),
+    ("UNINITIALIZED", NVML_ERROR_UNINITIALIZED, c"Uninitialized"),
+    (
+        "INVALID_ARGUMENT",
+        NVML_ERROR_INVALID_ARGUMENT,
+        c"Invalid Argument",
+    ),
+    ("NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED, c"Not Supported"),
+    (
+        "NO_PERMISSION",
+        NVML_ERROR_NO_PERMISSION,
+        c"Insufficient Permissions",
+    ),
+    (
+        "ALREADY_INITIALIZED",
+        NVML_ERROR_ALREADY_INITIALIZED,
+        c"Already Initialized",
+    ),
+    ("NOT_FOUND", NVML_ERROR_NOT_FOUND, c"Not Found"),
+    (
+        "INSUFFICIENT_SIZE",
+        NVML_ERROR_INSUFFICIENT_SIZE,
+        c"Insufficient Size",
+    ),
+    (
+        "INSUFFICIENT_POWER",
+        NVML_ERROR_INSUFFICIENT_POWER,
+        c"Insufficient External Power",
+    ),
+    (
+        "DRIVER_NOT_LOADED",
+        NVML_ERROR_DRIVER_NOT_LOADED,
+        c"Driver Not Loaded",
+    ),
+    ("TIMEOUT", NVML_ERROR_TIMEOUT, c"Timeout"),
+    (
+        "IRQ_ISSUE",
+        NVML_ERROR_IRQ_ISSUE,
+        c"Interrupt request issue",
+    ),
+    (
+        "LIBRARY_NOT_FOUND",
+        NVML_ERROR_LIBRARY_NOT_FOUND,
+        c"NVML Shared Library Not Found",
+    ),
+    (
+        "FUNCTION_NOT_FOUND",
+        NVML_ERROR_FUNCTION_NOT_FOUND,
+        c"Function Not Found",
+    ),
+    (
+        "CORRUPTED_INFOROM",
+        NVML_ERROR_CORRUPTED_INFOROM,
+        c"Corrupted infoROM",
+    ),
+    ("GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST, c"GPU is lost"),
+    (
+        "RESET_REQUIRED",
+        NVML_ERROR_RESET_REQUIRED,
+        c"GPU requires restart",
+    ),
+    (
+        "OPERATING_SYSTEM",
+        NVML_ERROR_OPERATING_SYSTEM,
+        c"The operating system has blocked the request.",
+    ),
+    (
+        "LIB_RM_VERSION_MISMATCH",
+        NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        c"RM has detected an NVML/RM version mismatch.",
+    ),
+    ("IN_USE", NVML_ERROR_IN_USE, c"In use by another client"),
+    ("MEMORY", NVML_ERROR_MEMORY, c"Insufficient Memory"),
+    ("NO_DATA", NVML_ERROR_NO_DATA, c"No data"),
+    (
+        "VGPU_ECC_NOT_SUPPORTED",
+        NVML_ERROR_VGPU_ECC_NOT_SUPPORTED,
+        c"The requested vgpu operation is not available on target device, because ECC is enabled",
+    ),
+    (
+        "INSUFFICIENT_RESOURCES",
+        NVML_ERROR_INSUFFICIENT_RESOURCES,
+        c"Ran out of critical resources, other than memory",
+    ),
+    (
+        "FREQ_NOT_SUPPORTED",
+        NVML_ERROR_FREQ_NOT_SUPPORTED,
+        c"Frequency not supported",
+    ),
+    (
+        "ARGUMENT_VERSION_MISMATCH",
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+        c"Argument version mismatch",
+    ),
+    ("UNKNOWN", NVML_ERROR_UNKNOWN, c"Unknown Error"),
+];
+
+pub const NVML_FEATURE_DISABLED: nvmlEnableState_t = 0;
+pub const NVML_FEATURE_ENABLED: nvmlEnableState_t = 1;
+
+pub const NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: nvmlValueType_t = 3;
+
+/// `NVML_VALUE_NOT_AVAILABLE` as an unsigned long long (used memory of a process
+/// that NVML cannot attribute).
+pub const NVML_VALUE_NOT_AVAILABLE_ULL: c_ulonglong = c_ulonglong::MAX;
+
+/// `nvmlPciInfo_t` (the v3 layout: legacy bus id first, 32-byte bus id last).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlPciInfo_t {
+    pub busIdLegacy: [c_char; 16],
+    pub domain: c_uint,
+    pub bus: c_uint,
+    pub device: c_uint,
+    pub pciDeviceId: c_uint,
+    pub pciSubSystemId: c_uint,
+    pub busId: [c_char; 32],
+}
+
+/// `nvmlMemory_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlMemory_t {
+    pub total: c_ulonglong,
+    pub free: c_ulonglong,
+    pub used: c_ulonglong,
+}
+
+/// `nvmlMemory_v2_t`: callers set `version` to [`NVML_MEMORY_V2`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlMemory_v2_t {
+    pub version: c_uint,
+    pub total: c_ulonglong,
+    pub reserved: c_ulonglong,
+    pub free: c_ulonglong,
+    pub used: c_ulonglong,
+}
+
+/// `NVML_STRUCT_VERSION(Memory, 2)`: the struct size with the version in the top byte.
+pub const NVML_MEMORY_V2: c_uint = (std::mem::size_of::<nvmlMemory_v2_t>() as c_uint) | (2 << 24);
+
+/// `nvmlBAR1Memory_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlBAR1Memory_t {
+    pub bar1Total: c_ulonglong,
+    pub bar1Free: c_ulonglong,
+    pub bar1Used: c_ulonglong,
+}
+
+/// `nvmlUtilization_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlUtilization_t {
+    pub gpu: c_uint,
+    pub memory: c_uint,
+}
+
+/// `nvmlViolationTime_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlViolationTime_t {
+    pub referenceTime: c_ulonglong,
+    pub violationTime: c_ulonglong,
+}
+
+/// `nvmlValue_t`
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union nvmlValue_t {
+    pub dVal: f64,
+    pub siVal: c_int,
+    pub uiVal: c_uint,
+    pub ulVal: c_ulong,
+    pub ullVal: c_ulonglong,
+    pub sllVal: i64,
+    pub usVal: c_ushort,
+}
+
+/// `nvmlFieldValue_t`
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlFieldValue_t {
+    pub fieldId: c_uint,
+    pub scopeId: c_uint,
+    pub timestamp: i64,
+    pub latencyUsec: i64,
+    pub valueType: nvmlValueType_t,
+    pub nvmlReturn: nvmlReturn_t,
+    pub value: nvmlValue_t,
+}
+
+/// `nvmlProcessInfo_t` (the v2 struct that `nvmlDeviceGetComputeRunningProcesses_v3` fills).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlProcessInfo_t {
+    pub pid: c_uint,
+    pub usedGpuMemory: c_ulonglong,
+    pub gpuInstanceId: c_uint,
+    pub computeInstanceId: c_uint,
+}
+
+/// Scenario name of a return code, e.g. `"GPU_IS_LOST"`.
+pub fn return_code_name(code: nvmlReturn_t) -> Option<&'static str> {
+    RETURN_CODES
+        .iter()
+        .find(|(_, c, _)| *c == code)
+        .map(|(n, _, _)| *n)
+}
+
+/// Return code for a scenario name such as `"DRIVER_NOT_LOADED"`.
+pub fn return_code_by_name(name: &str) -> Option<nvmlReturn_t> {
+    RETURN_CODES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, c, _)| *c)
+}

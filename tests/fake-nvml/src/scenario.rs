@@ -1,0 +1,569 @@
+//! The scenario file: what the fake reports, in NVML's raw units.
+//!
+//! A key that is absent means the GPU does not support that field, so its
+//! getter answers `NVML_ERROR_NOT_SUPPORTED`. Unknown keys are rejected, so a
+//! typo in a scenario fails loudly at `nvmlInit` instead of silently turning a
+//! field into "not supported". See the crate's README for the full schema.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use crate::ffi::{nvmlReturn_t, return_code_by_name, RETURN_CODES};
+
+/// Most GPUs one scenario may describe (handles live in a fixed table).
+pub const MAX_GPUS: usize = 64;
+/// MIG device slots per GPU (`slot` must be below this).
+pub const MAX_MIG_SLOTS: usize = 8;
+
+/// System symbols whose result the `[system] errors` map may override.
+pub const SYSTEM_ERROR_SYMBOLS: &[&str] = &[
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetNVMLVersion",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlSystemGetCudaDriverVersion_v2",
+    "nvmlDeviceGetCount_v2",
+];
+
+/// Symbols that take a device (or, for `nvmlDeviceGetHandleByIndex_v2`, select
+/// one by index): the keys of a GPU's `errors`, `delays_ms` and `hang`.
+pub const DEVICE_SYMBOLS: &[&str] = &[
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetSerial",
+    "nvmlDeviceGetVbiosVersion",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetBrand",
+    "nvmlDeviceGetArchitecture",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetMaxClockInfo",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetNumFans",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetFanSpeed_v2",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetSupportedClocksEventReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+    "nvmlDeviceGetViolationStatus",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieReplayCounter",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPages_v2",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetEncoderUtilization",
+    "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetEncoderStats",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetComputeMode",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+];
+
+/// Symbols that read no scenario value (no per-symbol errors or delays).
+pub const OTHER_SYMBOLS: &[&str] = &[
+    "nvmlInit_v2",
+    "nvmlInitWithFlags",
+    "nvmlShutdown",
+    "nvmlErrorString",
+];
+
+/// Every symbol the library exports.
+pub fn all_symbols() -> impl Iterator<Item = &'static str> {
+    OTHER_SYMBOLS
+        .iter()
+        .chain(SYSTEM_ERROR_SYMBOLS)
+        .chain(DEVICE_SYMBOLS)
+        .copied()
+}
+
+/// A whole scenario file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// What the scenario shows (every shipped scenario has one).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Read by the test harness, which loads a copy of the library with these
+    /// dynamic symbols renamed; the fake itself only checks the names.
+    #[serde(default)]
+    pub missing_symbols: Vec<String>,
+    #[serde(default)]
+    pub system: System,
+    /// Extra latency in microseconds for every call of a symbol, on all devices.
+    #[serde(default)]
+    pub delays_us: BTreeMap<String, u64>,
+    #[serde(default, rename = "gpu")]
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct System {
+    pub driver_version: Option<Text>,
+    pub nvml_version: Option<Text>,
+    pub cuda_driver_version: Option<i32>,
+    pub init_error: Option<ErrorCode>,
+    #[serde(default)]
+    pub init_delay_ms: u64,
+    #[serde(default)]
+    pub init_hang: bool,
+    pub device_count_error: Option<ErrorCode>,
+    #[serde(default)]
+    pub errors: BTreeMap<String, ErrorCode>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    pub uuid: Option<Text>,
+    pub name: Option<Text>,
+    pub serial: Option<Text>,
+    pub vbios_version: Option<Text>,
+    pub brand: Option<u32>,
+    pub architecture: Option<u32>,
+    pub minor_number: Option<u32>,
+    pub pci: Option<Pci>,
+    pub utilization: Option<Utilization>,
+    pub memory: Option<Memory>,
+    pub bar1: Option<Bar1>,
+    pub temperature: Option<u32>,
+    pub temperature_thresholds: Option<TemperatureThresholds>,
+    pub power_usage_mw: Option<u32>,
+    pub total_energy_mj: Option<u64>,
+    pub power_limit_mw: Option<u32>,
+    pub enforced_power_limit_mw: Option<u32>,
+    pub default_power_limit_mw: Option<u32>,
+    pub power_limit_constraints_mw: Option<PowerLimitConstraints>,
+    pub clocks_mhz: Option<Clocks>,
+    pub max_clocks_mhz: Option<Clocks>,
+    pub pstate: Option<u32>,
+    pub fan_speeds: Option<Vec<u32>>,
+    pub clocks_event_reasons: Option<u64>,
+    pub supported_clocks_event_reasons: Option<u64>,
+    pub violations_ns: Option<Violations>,
+    pub pcie: Option<Pcie>,
+    pub ecc_mode: Option<EccMode>,
+    pub ecc_errors: Option<EccErrors>,
+    pub retired_pages: Option<RetiredPages>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub encoder: Option<Encoder>,
+    pub decoder: Option<Decoder>,
+    pub persistence_mode: Option<bool>,
+    pub compute_mode: Option<u32>,
+    pub mig_mode: Option<MigMode>,
+    pub nvlinks: Option<Vec<NvLink>>,
+    #[serde(default)]
+    pub field_values: BTreeMap<String, u64>,
+    pub max_mig_device_count: Option<u32>,
+    pub mig_devices: Option<Vec<MigDevice>>,
+    pub processes: Option<Vec<Process>>,
+    #[serde(default)]
+    pub lost: bool,
+    #[serde(default)]
+    pub errors: BTreeMap<String, ErrorCode>,
+    #[serde(default)]
+    pub delays_ms: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub hang: Vec<String>,
+    /// `field_values` keyed by `(fieldId, scopeId)`; filled by validation.
+    #[serde(skip)]
+    pub fields: HashMap<(u32, Option<u32>), u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pci {
+    pub bus_id: Text,
+    pub domain: u32,
+    pub bus: u32,
+    pub device: u32,
+    pub pci_device_id: u32,
+    pub pci_subsystem_id: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Utilization {
+    pub gpu: u32,
+    pub memory: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    pub total: u64,
+    #[serde(default)]
+    pub reserved: u64,
+    pub used: u64,
+    pub free: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bar1 {
+    pub total: u64,
+    pub used: u64,
+    pub free: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemperatureThresholds {
+    pub shutdown: Option<u32>,
+    pub slowdown: Option<u32>,
+    pub mem_max: Option<u32>,
+    pub gpu_max: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerLimitConstraints {
+    pub min: u32,
+    pub max: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clocks {
+    pub graphics: Option<u32>,
+    pub sm: Option<u32>,
+    pub memory: Option<u32>,
+    pub video: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Violations {
+    pub power: Option<u64>,
+    pub thermal: Option<u64>,
+    pub sync_boost: Option<u64>,
+    pub board_limit: Option<u64>,
+    pub low_utilization: Option<u64>,
+    pub reliability: Option<u64>,
+    pub total_app_clocks: Option<u64>,
+    pub total_base_clocks: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pcie {
+    pub gen: Option<u32>,
+    pub max_gen: Option<u32>,
+    pub width: Option<u32>,
+    pub max_width: Option<u32>,
+    pub replay_counter: Option<u32>,
+    pub tx_kbps: Option<u32>,
+    pub rx_kbps: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EccMode {
+    pub current: bool,
+    pub pending: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EccErrors {
+    pub volatile_corrected: Option<u64>,
+    pub volatile_uncorrected: Option<u64>,
+    pub aggregate_corrected: Option<u64>,
+    pub aggregate_uncorrected: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetiredPages {
+    pub single_bit_ecc: Option<u32>,
+    pub double_bit_ecc: Option<u32>,
+    pub pending: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Encoder {
+    pub utilization: Option<u32>,
+    pub sampling_period_us: Option<u32>,
+    pub session_count: Option<u32>,
+    pub average_fps: Option<u32>,
+    pub average_latency_us: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decoder {
+    pub utilization: u32,
+    pub sampling_period_us: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigMode {
+    pub current: u32,
+    pub pending: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLink {
+    pub active: Option<bool>,
+    pub errors: Option<NvLinkErrors>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLinkErrors {
+    pub replay: Option<u64>,
+    pub recovery: Option<u64>,
+    pub crc_flit: Option<u64>,
+    pub crc_data: Option<u64>,
+    pub ecc_data: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigDevice {
+    pub slot: u32,
+    pub uuid: Text,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub memory: Option<Memory>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub pid: u32,
+    /// Bytes; absent means NVML could not attribute memory (`NVML_VALUE_NOT_AVAILABLE`).
+    pub used_memory: Option<u64>,
+    #[serde(default = "no_instance")]
+    pub gpu_instance_id: u32,
+    #[serde(default = "no_instance")]
+    pub compute_instance_id: u32,
+}
+
+fn no_instance() -> u32 {
+    u32::MAX
+}
+
+/// A string value: a TOML string, or an array of raw bytes (for invalid UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text(pub Vec<u8>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of byte values (0..=255)")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(v.as_bytes().to_vec()))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+                let mut bytes = Vec::new();
+                while let Some(b) = seq.next_element::<u8>()? {
+                    bytes.push(b);
+                }
+                Ok(Text(bytes))
+            }
+        }
+
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+/// An NVML error named without its `NVML_ERROR_` prefix, e.g. `"GPU_IS_LOST"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode(pub nvmlReturn_t);
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        match return_code_by_name(&name) {
+            Some(0) | None => {
+                let known: Vec<&str> = RETURN_CODES
+                    .iter()
+                    .filter(|(_, code, _)| *code != 0)
+                    .map(|(n, _, _)| *n)
+                    .collect();
+                Err(de::Error::custom(format!(
+                    "unknown NVML error `{name}`, expected one of {}",
+                    known.join(", ")
+                )))
+            }
+            Some(code) => Ok(ErrorCode(code)),
+        }
+    }
+}
+
+/// Parses and checks a scenario. The error is one line, ready for stderr.
+pub fn parse(text: &str) -> Result<Scenario, String> {
+    let mut scenario: Scenario = toml::from_str(text).map_err(|e| {
+        let message = e.message().replace('\n', " ");
+        match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("line {line}: {message}")
+            }
+            None => message,
+        }
+    })?;
+    scenario.validate()?;
+    Ok(scenario)
+}
+
+fn check_symbols<'a>(
+    what: &str,
+    names: impl IntoIterator<Item = &'a String>,
+    allowed: &[&[&str]],
+) -> Result<(), String> {
+    for name in names {
+        if !allowed.iter().any(|set| set.contains(&name.as_str())) {
+            return Err(format!(
+                "{what}: `{name}` is not a symbol that can be used here"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_text(what: &str, text: &Option<Text>, max_len: usize) -> Result<(), String> {
+    if let Some(Text(bytes)) = text {
+        if bytes.contains(&0) {
+            return Err(format!("{what}: NUL byte inside a string"));
+        }
+        if bytes.len() > max_len {
+            return Err(format!("{what}: longer than {max_len} bytes"));
+        }
+    }
+    Ok(())
+}
+
+/// Longest string the fake accepts (NVML's largest string buffers are 96 bytes).
+const MAX_TEXT: usize = 95;
+
+impl Scenario {
+    fn validate(&mut self) -> Result<(), String> {
+        let exported: Vec<&str> = all_symbols().collect();
+        check_symbols("missing_symbols", &self.missing_symbols, &[&exported])?;
+        check_symbols(
+            "delays_us",
+            self.delays_us.keys(),
+            &[SYSTEM_ERROR_SYMBOLS, DEVICE_SYMBOLS, &["nvmlShutdown"]],
+        )?;
+        check_symbols(
+            "system.errors",
+            self.system.errors.keys(),
+            &[SYSTEM_ERROR_SYMBOLS],
+        )?;
+        check_text(
+            "system.driver_version",
+            &self.system.driver_version,
+            MAX_TEXT,
+        )?;
+        check_text("system.nvml_version", &self.system.nvml_version, MAX_TEXT)?;
+        if self.gpus.len() > MAX_GPUS {
+            return Err(format!(
+                "{} [[gpu]] entries; the fake supports at most {MAX_GPUS}",
+                self.gpus.len()
+            ));
+        }
+        for (i, gpu) in self.gpus.iter_mut().enumerate() {
+            let at = |what: &str| format!("gpu[{i}].{what}");
+            check_symbols(&at("errors"), gpu.errors.keys(), &[DEVICE_SYMBOLS])?;
+            check_symbols(&at("delays_ms"), gpu.delays_ms.keys(), &[DEVICE_SYMBOLS])?;
+            check_symbols(&at("hang"), &gpu.hang, &[DEVICE_SYMBOLS])?;
+            check_text(&at("uuid"), &gpu.uuid, MAX_TEXT)?;
+            check_text(&at("name"), &gpu.name, MAX_TEXT)?;
+            check_text(&at("serial"), &gpu.serial, MAX_TEXT)?;
+            check_text(&at("vbios_version"), &gpu.vbios_version, MAX_TEXT)?;
+            if let Some(pci) = &gpu.pci {
+                check_text(&at("pci.bus_id"), &Some(pci.bus_id.clone()), 31)?;
+            }
+            let mut slots = [false; MAX_MIG_SLOTS];
+            for (m, mig) in gpu.mig_devices.iter().flatten().enumerate() {
+                let slot = mig.slot as usize;
+                if slot >= MAX_MIG_SLOTS {
+                    return Err(at(&format!(
+                        "mig_devices[{m}].slot: {slot} is not below {MAX_MIG_SLOTS}"
+                    )));
+                }
+                if std::mem::replace(&mut slots[slot], true) {
+                    return Err(at(&format!("mig_devices[{m}].slot: {slot} appears twice")));
+                }
+                check_text(
+                    &at(&format!("mig_devices[{m}].uuid")),
+                    &Some(mig.uuid.clone()),
+                    MAX_TEXT,
+                )?;
+            }
+            let mut fields = HashMap::new();
+            for (key, value) in &gpu.field_values {
+                let parsed = parse_field_key(key).ok_or_else(|| {
+                    at(&format!(
+                        "field_values: key `{key}` is neither \"fieldId\" nor \"fieldId:scopeId\""
+                    ))
+                })?;
+                fields.insert(parsed, *value);
+            }
+            gpu.fields = fields;
+        }
+        Ok(())
+    }
+}
+
+fn parse_field_key(key: &str) -> Option<(u32, Option<u32>)> {
+    match key.split_once(':') {
+        Some((id, scope)) => Some((id.trim().parse().ok()?, Some(scope.trim().parse().ok()?))),
+        None => Some((key.trim().parse().ok()?, None)),
+    }
+}
