@@ -63,6 +63,12 @@ pub struct Cli {
     #[arg(long = "no-collector", value_name = "NAME", value_enum)]
     pub disable: Vec<Collector>,
 
+    /// Read GPUs and collectors one after another on one thread instead of in
+    /// parallel: slower; for comparison, or for a driver that misbehaves under
+    /// concurrent calls.
+    #[arg(long)]
+    pub sequential: bool,
+
     /// Where to read process owners from when the processes collector is on.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,

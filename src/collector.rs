@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::cli::Collector;
 use crate::exit::Exit;
 use crate::inflight::InFlight;
 use crate::metrics;
@@ -85,7 +84,7 @@ impl RunClock {
 /// Reads every GPU through the NVML library at `library`, giving up after `timeout`.
 pub fn collect(
     library: &Path,
-    collectors: &[Collector],
+    options: &nvml::Options,
     timeout: Duration,
     clock: RunClock,
 ) -> Outcome {
@@ -94,9 +93,9 @@ pub fn collect(
     let worker = {
         let inflight = Arc::clone(&inflight);
         let library = library.to_path_buf();
-        let collectors = collectors.to_vec();
+        let options = options.clone();
         thread::Builder::new().name("nvml".into()).spawn(move || {
-            let _ = sender.send(nvml::read(&library, &collectors, &inflight));
+            let _ = sender.send(nvml::read(&library, &options, &inflight));
         })
     };
     if let Err(e) = worker {

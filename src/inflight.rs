@@ -3,10 +3,12 @@
 //!
 //! Readers bracket every NVML call with [`InFlight::enter`] and
 //! [`InFlight::leave`]; [`InFlight::describe`] lists the calls that were entered
-//! and not yet left. Plain data: no NVML types.
+//! and not yet left. Entries are kept per thread, so several threads may read the
+//! same GPU at once. Plain data: no NVML types.
 
 use std::fmt;
 use std::sync::Mutex;
+use std::thread::{self, ThreadId};
 
 /// Who is calling: the host-wide part of a run, or the thread of one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,31 +26,39 @@ impl fmt::Display for Scope {
     }
 }
 
-/// The calls in progress, one at most per scope.
+/// The calls in progress, one at most per thread.
 #[derive(Debug, Default)]
 pub struct InFlight {
-    calls: Mutex<Vec<(Scope, &'static str)>>,
+    calls: Mutex<Vec<(ThreadId, Scope, &'static str)>>,
 }
 
 impl InFlight {
-    /// Records that `scope` is entering `call`.
+    /// Records that the calling thread, working for `scope`, is entering `call`.
     pub fn enter(&self, scope: Scope, call: &'static str) {
+        let me = thread::current().id();
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        match calls.iter_mut().find(|(s, _)| *s == scope) {
-            Some(entry) => entry.1 = call,
-            None => calls.push((scope, call)),
+        match calls.iter_mut().find(|(thread, _, _)| *thread == me) {
+            Some(entry) => *entry = (me, scope, call),
+            None => calls.push((me, scope, call)),
         }
     }
 
-    /// Records that `scope` returned from its call.
-    pub fn leave(&self, scope: Scope) {
+    /// Records that the calling thread returned from its call.
+    pub fn leave(&self) {
+        let me = thread::current().id();
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        calls.retain(|(s, _)| *s != scope);
+        calls.retain(|(thread, _, _)| *thread != me);
     }
 
     /// The calls in progress, e.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
     pub fn describe(&self) -> String {
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut calls: Vec<(Scope, &str)> = self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|&(_, scope, call)| (scope, call))
+            .collect();
         if calls.is_empty() {
             return "no NVML call (the run was still starting or finishing)".into();
         }
@@ -66,19 +76,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn describes_calls_not_yet_left() {
+    fn describes_calls_not_yet_left_by_any_thread() {
         let inflight = InFlight::default();
-        inflight.enter(Scope::Gpu(1), "nvmlDeviceGetPowerUsage");
+        thread::scope(|s| {
+            s.spawn(|| inflight.enter(Scope::Gpu(1), "nvmlDeviceGetPowerUsage"));
+            s.spawn(|| inflight.enter(Scope::Gpu(1), "nvmlDeviceGetName"));
+        });
         inflight.enter(Scope::Host, "nvmlInit_v2");
-        inflight.enter(Scope::Gpu(0), "nvmlDeviceGetName");
-        inflight.leave(Scope::Host);
+        inflight.leave();
         inflight.enter(Scope::Gpu(0), "nvmlDeviceGetUUID");
         assert_eq!(
             inflight.describe(),
-            "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetPowerUsage (GPU 1)"
+            "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetName (GPU 1), nvmlDeviceGetPowerUsage (GPU 1)"
         );
-        inflight.leave(Scope::Gpu(0));
-        inflight.leave(Scope::Gpu(1));
-        assert!(inflight.describe().starts_with("no NVML call"));
+        inflight.leave();
+        assert!(!inflight.describe().contains("GPU 0"));
     }
 }

@@ -9,6 +9,7 @@ use clap::Parser;
 use nvidia_textfile_exporter::cli::{Cli, Collector};
 use nvidia_textfile_exporter::collector::{collect, Outcome, RunClock};
 use nvidia_textfile_exporter::exit::Exit;
+use nvidia_textfile_exporter::nvml;
 use nvidia_textfile_exporter::procfs::{self, Users};
 use nvidia_textfile_exporter::publish::Target;
 use nvidia_textfile_exporter::render::render;
@@ -40,9 +41,12 @@ fn main() -> ExitCode {
 
 /// Reads the GPUs and, with the processes collector, who owns their processes.
 fn snapshot(cli: &Cli, clock: RunClock) -> Outcome {
-    let collectors = cli.collectors();
-    let mut outcome = collect(&cli.nvml_lib, &collectors, cli.timeout, clock);
-    if collectors.contains(&Collector::Processes) {
+    let options = nvml::Options {
+        collectors: cli.collectors(),
+        parallel: !cli.sequential,
+    };
+    let mut outcome = collect(&cli.nvml_lib, &options, cli.timeout, clock);
+    if options.collectors.contains(&Collector::Processes) {
         procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::load());
     }
     outcome
@@ -73,12 +77,7 @@ fn run(cli: &Cli) -> Exit {
                 Ok(n) => log::info!("removed {n} temporary file(s) left by killed runs"),
                 Err(error) => log::warn!("{error}"),
             }
-            collect(
-                &cli.nvml_lib,
-                &cli.collectors(),
-                cli.timeout,
-                RunClock::start(),
-            )
+            snapshot(cli, RunClock::start())
         }
         None => {
             log::error!(

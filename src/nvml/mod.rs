@@ -35,7 +35,7 @@ mod utilization;
 use std::path::Path;
 use std::thread;
 
-use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Nvml;
 
 use crate::cli::Collector;
@@ -145,13 +145,17 @@ fn unsupported(error: &NvmlError) -> bool {
     )
 }
 
-/// Loads NVML from `library`, reads every GPU with the `collectors` given and
-/// shuts NVML down.
-pub fn read(
-    library: &Path,
-    collectors: &[Collector],
-    inflight: &InFlight,
-) -> Result<Reading, InitError> {
+/// What to read and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The collectors to run on every GPU, in output order.
+    pub collectors: Vec<Collector>,
+    /// Read GPUs, and the collectors of each GPU, on threads of their own.
+    pub parallel: bool,
+}
+
+/// Loads NVML from `library`, reads every GPU as `options` say and shuts NVML down.
+pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Reading, InitError> {
     inflight.enter(Scope::Host, "nvmlInit_v2");
     let nvml = Nvml::builder()
         .lib_path(library.as_os_str())
@@ -162,18 +166,22 @@ pub fn read(
     let count = nvml
         .device_count()
         .map_err(|e| InitError::from_nvml("nvmlDeviceGetCount_v2", &e))?;
-    inflight.leave(Scope::Host);
+    inflight.leave();
 
     let host = vec![driver_info(&nvml, inflight)];
+    if !options.parallel {
+        let devices = (0..count)
+            .map(|index| read_device(&nvml, index, options, inflight))
+            .collect();
+        return Ok(finish(nvml, host, devices, inflight));
+    }
     let devices = thread::scope(|scope| {
         let workers: Vec<_> = (0..count)
             .map(|index| {
                 let nvml = &nvml;
                 thread::Builder::new()
                     .name(format!("gpu{index}"))
-                    .spawn_scoped(scope, move || {
-                        read_device(nvml, index, collectors, inflight)
-                    })
+                    .spawn_scoped(scope, move || read_device(nvml, index, options, inflight))
             })
             .collect();
         workers
@@ -191,12 +199,17 @@ pub fn read(
             .collect()
     });
 
+    Ok(finish(nvml, host, devices, inflight))
+}
+
+/// Shuts NVML down and returns what was read.
+fn finish(nvml: Nvml, host: Vec<Sample>, devices: Vec<Device>, inflight: &InFlight) -> Reading {
     inflight.enter(Scope::Host, "nvmlShutdown");
     if let Err(e) = nvml.shutdown() {
         log::debug!("nvmlShutdown: {e}");
     }
-    inflight.leave(Scope::Host);
-    Ok(Reading { host, devices })
+    inflight.leave();
+    Reading { host, devices }
 }
 
 /// `nvidia_gpu_driver_info`, with the labels NVML could tell.
@@ -205,7 +218,7 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
     let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
         inflight.enter(Scope::Host, call);
         let value = read();
-        inflight.leave(Scope::Host);
+        inflight.leave();
         match value {
             Ok(value) => Some(value),
             Err(e) => {
@@ -233,10 +246,10 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
 }
 
 /// Reads one GPU; never fails: a GPU that cannot be read is returned down.
-fn read_device(nvml: &Nvml, index: u32, collectors: &[Collector], inflight: &InFlight) -> Device {
+fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) -> Device {
     inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
     let handle = nvml.device_by_index(index);
-    inflight.leave(Scope::Gpu(index));
+    inflight.leave();
     let device = match handle {
         Ok(device) => device,
         Err(e) => {
@@ -244,28 +257,69 @@ fn read_device(nvml: &Nvml, index: u32, collectors: &[Collector], inflight: &InF
             return reader::down(index, String::new(), reason(&e));
         }
     };
-    let mut reader = reader::DeviceReader::new(device, index, inflight);
-    let Some(uuid) = reader.read("nvmlDeviceGetUUID", |d| d.uuid()) else {
+    let mut reader = reader::DeviceReader::new(&device, index, inflight);
+    let Some(uuid) = reader.read_string("nvmlDeviceGetUUID", |lib| {
+        nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
+    }) else {
         return reader.finish(String::new());
     };
     identity::read(&mut reader);
-    for collector in collectors {
-        let read = match collector {
-            Collector::Utilization => utilization::read,
-            Collector::Memory => memory::read,
-            Collector::Thermal => thermal::read,
-            Collector::Power => power::read,
-            Collector::Clocks => clocks::read,
-            Collector::Pcie => pcie::read,
-            Collector::PcieThroughput => pcie::read_throughput,
-            Collector::Health => health::read,
-            Collector::Media => media::read,
-            Collector::Modes => modes::read,
-            Collector::Nvlink => nvlink::read,
-            Collector::Mig => mig::read,
-            Collector::Processes => processes::read,
-        };
-        read(&mut reader);
+    if !options.parallel {
+        for &collector in &options.collectors {
+            read_collector(collector)(&mut reader);
+        }
+        return reader.finish(uuid);
+    }
+    // Each collector on its own thread: NVML calls of one GPU overlap, so the
+    // GPU costs about its slowest collector rather than the sum of all.
+    let parts: Vec<_> = thread::scope(|scope| {
+        let workers: Vec<_> = options
+            .collectors
+            .iter()
+            .map(|&collector| {
+                let mut part = reader.sibling();
+                thread::Builder::new()
+                    .name(format!("gpu{index}-{collector:?}"))
+                    .spawn_scoped(scope, move || {
+                        read_collector(collector)(&mut part);
+                        part
+                    })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| {
+                worker
+                    .map_err(|_| "exporter_resources")?
+                    .join()
+                    .map_err(|_| "exporter_bug")
+            })
+            .collect()
+    });
+    for part in parts {
+        match part {
+            Ok(part) => reader.absorb(part),
+            Err(reason) => reader.fail(reason),
+        }
     }
     reader.finish(uuid)
+}
+
+/// The reader of one collector.
+fn read_collector(collector: Collector) -> fn(&mut reader::DeviceReader<'_>) {
+    match collector {
+        Collector::Utilization => utilization::read,
+        Collector::Memory => memory::read,
+        Collector::Thermal => thermal::read,
+        Collector::Power => power::read,
+        Collector::Clocks => clocks::read,
+        Collector::Pcie => pcie::read,
+        Collector::PcieThroughput => pcie::read_throughput,
+        Collector::Health => health::read,
+        Collector::Media => media::read,
+        Collector::Modes => modes::read,
+        Collector::Nvlink => nvlink::read,
+        Collector::Mig => mig::read,
+        Collector::Processes => processes::read,
+    }
 }

@@ -13,7 +13,7 @@ use crate::snapshot::{Device, Sample};
 
 /// Collects the samples of one GPU while applying the error policy.
 pub(super) struct DeviceReader<'n> {
-    device: NvmlDevice<'n>,
+    device: &'n NvmlDevice<'n>,
     index: u32,
     inflight: &'n InFlight,
     samples: Vec<Sample>,
@@ -23,7 +23,7 @@ pub(super) struct DeviceReader<'n> {
 }
 
 impl<'n> DeviceReader<'n> {
-    pub fn new(device: NvmlDevice<'n>, index: u32, inflight: &'n InFlight) -> Self {
+    pub fn new(device: &'n NvmlDevice<'n>, index: u32, inflight: &'n InFlight) -> Self {
         DeviceReader {
             device,
             index,
@@ -82,6 +82,23 @@ impl<'n> DeviceReader<'n> {
     /// Adds a sample without extra labels.
     pub fn gauge(&mut self, family: &'static Family, value: f64) {
         self.push(Sample::new(family, value));
+    }
+
+    /// Takes over what `other`, a reader of the same GPU, collected.
+    pub fn absorb(&mut self, other: DeviceReader<'_>) {
+        self.samples.extend(other.samples);
+        self.read_errors += other.read_errors;
+        self.fault = self.fault.or(other.fault);
+    }
+
+    /// Marks the GPU down for `reason` (a reading thread could not run, say).
+    pub fn fail(&mut self, reason: &'static str) {
+        self.fault = self.fault.or(Some(reason));
+    }
+
+    /// A new, empty reader of the same GPU, for another thread.
+    pub fn sibling(&self) -> DeviceReader<'n> {
+        DeviceReader::new(self.device, self.index, self.inflight)
     }
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
@@ -168,8 +185,8 @@ impl<'n> DeviceReader<'n> {
         }
         let scope = Scope::Gpu(self.index);
         self.inflight.enter(scope, call);
-        let result = read(&self.device);
-        self.inflight.leave(scope);
+        let result = read(self.device);
+        self.inflight.leave();
         Some(result)
     }
 }
