@@ -1,0 +1,486 @@
+//! The real binary against the fake NVML (`tests/fake-nvml`), one scenario each.
+//!
+//! Golden files in `tests/golden/<case>.prom` are the exact output with the two
+//! values that change every run (duration, timestamp) replaced by `<duration>`
+//! and `<timestamp>` after they were checked. `UPDATE_GOLDEN=1 cargo test`
+//! rewrites them; review the diff line by line before committing.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The fake NVML, built next to the binary by `cargo test --workspace`.
+fn fake_nvml() -> PathBuf {
+    let lib = Path::new(EXE).with_file_name("libfake_nvml.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: build it with `cargo build -p fake-nvml` (make test does)",
+        lib.display()
+    );
+    lib
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(ROOT)
+        .join("tests/scenarios")
+        .join(format!("{name}.toml"))
+}
+
+fn exporter(scenario_name: &str, args: &[&str]) -> Output {
+    Command::new(EXE)
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args(args)
+        .env("FAKE_NVML_SCENARIO", scenario(scenario_name))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run the exporter")
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Checks the per-run values and replaces them with placeholders.
+fn normalize(text: &str, started: f64, finished: f64) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        if let Some(value) = line.strip_prefix("nvidia_gpu_collector_duration_seconds ") {
+            let duration: f64 = value.parse().unwrap();
+            assert!(
+                (0.0..=finished - started + 0.001).contains(&duration),
+                "{line}"
+            );
+            out.push_str("nvidia_gpu_collector_duration_seconds <duration>\n");
+        } else if let Some(value) = line.strip_prefix("nvidia_gpu_collector_timestamp_seconds ") {
+            let timestamp: f64 = value.parse().unwrap();
+            assert!(
+                timestamp >= started - 0.001 && timestamp <= finished,
+                "{line}"
+            );
+            out.push_str("nvidia_gpu_collector_timestamp_seconds <timestamp>\n");
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn check_golden(case: &str, text: &str) {
+    let path = Path::new(ROOT)
+        .join("tests/golden")
+        .join(format!("{case}.prom"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, text).unwrap();
+        return;
+    }
+    let expected = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
+    if expected != text {
+        for (number, (want, got)) in expected.lines().zip(text.lines()).enumerate() {
+            assert_eq!(want, got, "{case}: first difference at line {}", number + 1);
+        }
+        assert_eq!(
+            expected.lines().count(),
+            text.lines().count(),
+            "{case}: line count"
+        );
+    }
+}
+
+/// `promtool check metrics` must print nothing and succeed.
+fn promtool_check(case: &str, text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) must be installed");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && said.is_empty(),
+        "{case}: promtool: {said}"
+    );
+}
+
+/// Runs `scenario` with `--stdout` and checks exit status, stderr, promtool and
+/// the golden file; returns the normalized text.
+fn golden_case(case: &str, scenario_name: &str, args: &[&str], status: i32) -> String {
+    let started = now();
+    let mut all_args = vec!["--stdout"];
+    all_args.extend_from_slice(args);
+    let output = exporter(scenario_name, &all_args);
+    let finished = now();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(status), "{case}: {stderr}");
+    if status == 0 {
+        assert!(stderr.is_empty(), "{case}: a healthy run printed {stderr}");
+    }
+    let text = String::from_utf8(output.stdout).unwrap();
+    promtool_check(case, &text);
+    let normalized = normalize(&text, started, finished);
+    check_golden(case, &normalized);
+    normalized
+}
+
+fn device_series(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains("gpu=\""))
+        .collect()
+}
+
+/// What each golden case shows.
+#[test]
+fn h100x8_healthy_every_gpu_complete() {
+    let text = golden_case("h100x8", "h100x8", &[], 0);
+    for gpu in 0..8 {
+        assert!(
+            text.contains(&format!("nvidia_gpu_up{{gpu=\"{gpu}\",")),
+            "gpu {gpu}"
+        );
+    }
+    assert!(text.contains("nvidia_gpu_collector_up 1\n"));
+    assert!(!text.contains("nvidia_gpu_collector_error{"));
+    assert_eq!(
+        text.matches("# TYPE nvidia_gpu_energy_joules_total counter\n")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn geforce_unsupported_fields_are_absent_not_zero() {
+    let text = golden_case("geforce", "geforce", &[], 0);
+    assert!(
+        !text.contains("nvidia_gpu_ecc_"),
+        "ECC on a card without ECC"
+    );
+    assert!(!text.contains("nvidia_gpu_nvlink_"));
+    assert!(!text.contains("serial="));
+    assert!(text.contains("nvidia_gpu_fan_speed_ratio{"));
+}
+
+#[test]
+fn lost_gpu_reported_down_others_complete() {
+    let text = golden_case("lost-gpu", "lost-gpu", &[], 4);
+    assert!(text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"\"} 0\n"));
+    assert!(text.contains("nvidia_gpu_down_reason{gpu=\"2\",uuid=\"\",reason=\"gpu_lost\"} 1\n"));
+    let gpu2: Vec<_> = device_series(&text)
+        .into_iter()
+        .filter(|l| l.contains("gpu=\"2\""))
+        .collect();
+    assert_eq!(
+        gpu2.len(),
+        2,
+        "only up and down_reason for the lost GPU: {gpu2:?}"
+    );
+    for gpu in [0, 1, 3] {
+        assert!(text.contains(&format!("nvidia_gpu_power_watts{{gpu=\"{gpu}\"")));
+    }
+    assert!(text.contains("nvidia_gpu_collector_up 1\n"));
+}
+
+#[test]
+fn mig_devices_listed_under_their_parent() {
+    let text = golden_case("h100-mig", "h100-mig", &[], 0);
+    assert_eq!(text.matches("nvidia_gpu_mig_info{").count(), 3);
+    assert!(text.contains("nvidia_gpu_mig_enabled{gpu=\"0\""));
+}
+
+#[test]
+fn init_failures_write_only_collector_metrics_with_reason() {
+    for (scenario_name, reason) in [
+        ("init-driver-not-loaded", "driver_not_loaded"),
+        ("init-no-permission", "no_permission"),
+        ("init-lib-rm-version-mismatch", "driver_library_mismatch"),
+        ("init-unknown", "unknown"),
+    ] {
+        let text = golden_case(scenario_name, scenario_name, &[], 3);
+        assert!(
+            text.contains("nvidia_gpu_collector_up 0\n"),
+            "{scenario_name}"
+        );
+        assert!(
+            text.contains(&format!(
+                "nvidia_gpu_collector_error{{reason=\"{reason}\"}} 1\n"
+            )),
+            "{scenario_name}: {text}"
+        );
+        assert!(device_series(&text).is_empty(), "{scenario_name}: {text}");
+        assert!(!text.contains("nvidia_gpu_driver_info"), "{scenario_name}");
+    }
+}
+
+#[test]
+fn init_failure_stderr_says_what_to_check() {
+    let output = exporter("init-driver-not-loaded", &["--stdout"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("driver_not_loaded"), "{stderr}");
+    assert!(stderr.contains("lsmod | grep nvidia"), "{stderr}");
+}
+
+#[test]
+fn missing_library_is_library_not_found() {
+    let started = now();
+    let output = Command::new(EXE)
+        .args(["--stdout", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let text = normalize(&String::from_utf8(output.stdout).unwrap(), started, now());
+    check_golden("library-not-found", &text);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("container toolkit"));
+}
+
+#[test]
+fn collectors_can_be_switched() {
+    let text = golden_case(
+        "h100x8-minimal",
+        "h100x8",
+        &[
+            "--no-collector",
+            "nvlink",
+            "--no-collector",
+            "clocks",
+            "--no-collector",
+            "health",
+        ],
+        0,
+    );
+    assert!(!text.contains("nvidia_gpu_nvlink_"));
+    assert!(!text.contains("nvidia_gpu_clock_hertz"));
+    assert!(!text.contains("nvidia_gpu_ecc_"));
+    assert!(text.contains("nvidia_gpu_power_watts"));
+}
+
+#[test]
+fn sequential_and_parallel_reads_render_the_same() {
+    let parallel = exporter("h100x8", &["--stdout"]);
+    let sequential = exporter("h100x8", &["--stdout", "--sequential"]);
+    let strip = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| {
+                !l.starts_with("nvidia_gpu_collector_duration")
+                    && !l.starts_with("nvidia_gpu_collector_timestamp")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&parallel), strip(&sequential));
+}
+
+#[test]
+fn processes_are_attributed_from_procfs() {
+    let procfs = tempfile::tempdir().unwrap();
+    let docker = "4f".repeat(32);
+    for (pid, comm, uid, cgroup) in [
+        (
+            "301122",
+            "python",
+            "0",
+            "0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n".to_string(),
+        ),
+        (
+            "301123",
+            "tricky\"comm\\",
+            "65534",
+            format!("0::/system.slice/docker-{docker}.scope\n"),
+        ),
+    ] {
+        let dir = procfs.path().join(pid);
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        fs::write(
+            dir.join("status"),
+            format!("Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+        )
+        .unwrap();
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+    }
+    let procfs_arg = procfs.path().to_str().unwrap();
+    let output = exporter(
+        "h100x8",
+        &[
+            "--stdout",
+            "--collector",
+            "processes",
+            "--procfs",
+            procfs_arg,
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8(output.stdout).unwrap();
+    promtool_check("processes", &text);
+    let line = |pid: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("nvidia_gpu_process_memory_used_bytes{")
+                    && l.contains(&format!("pid=\"{pid}\""))
+            })
+            .unwrap_or_else(|| panic!("no series for pid {pid}:\n{text}"))
+            .to_owned()
+    };
+    let slurm = line("301122");
+    assert!(
+        slurm.contains(
+            "comm=\"python\",user=\"root\",systemd_unit=\"slurmstepd.scope\",slurm_job_id=\"4711\""
+        ),
+        "{slurm}"
+    );
+    assert!(slurm.ends_with("} 77842087936"), "{slurm}");
+    let container = line("301123");
+    assert!(
+        container.contains("comm=\"tricky\\\"comm\\\\\""),
+        "{container}"
+    );
+    assert!(
+        container.contains(&format!("container_id=\"{docker}\"")),
+        "{container}"
+    );
+    // A pid with no /proc entry (another pid namespace, or gone) keeps only its pid.
+    let gone = line("77310");
+    assert!(gone.contains("pid=\"77310\"} "), "{gone}");
+}
+
+#[test]
+fn publishes_world_readable_file_and_no_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let output = exporter("h100x8", &["--output-dir", out]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.stderr.is_empty() && output.stdout.is_empty());
+    let file = dir.path().join("nvidia_gpu.prom");
+    assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o644);
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_up 1\n"));
+    let mut names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".nvidia_gpu.prom.lock", "nvidia_gpu.prom"]);
+}
+
+#[test]
+fn failure_replaces_a_good_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    assert_eq!(
+        exporter("h100x8", &["--output-dir", out]).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        exporter("init-driver-not-loaded", &["--output-dir", out])
+            .status
+            .code(),
+        Some(3)
+    );
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_error{reason=\"driver_not_loaded\"} 1"));
+    assert!(
+        device_series(&text).is_empty(),
+        "stale device series survived: {text}"
+    );
+}
+
+fn bad_input(args: &[&str], status: i32, message: &str) {
+    let output = Command::new(EXE).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(status), "{args:?}: {stderr}");
+    let first = stderr.lines().next().unwrap_or("");
+    assert!(first.contains(message), "{args:?}: first line {first:?}");
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn bad_command_lines_are_refused_clearly() {
+    bad_input(&["--frobnicate"], 2, "unexpected argument '--frobnicate'");
+    bad_input(
+        &["--timeout", "soon"],
+        2,
+        "invalid value 'soon' for '--timeout",
+    );
+    bad_input(&["--timeout", "0s"], 2, "must be longer than zero");
+    bad_input(&["--timeout", "1h"], 2, "must be at most 5m");
+    bad_input(&["--output-file", "gpu.txt"], 2, "must end in .prom");
+    bad_input(
+        &["--output-file", "../x.prom"],
+        2,
+        "must be a file name, not a path",
+    );
+    bad_input(
+        &["--output-file", ".hidden.prom"],
+        2,
+        "must not start with '.'",
+    );
+    bad_input(
+        &["--no-collector", "everything"],
+        2,
+        "invalid value 'everything'",
+    );
+}
+
+#[test]
+fn missing_or_unwritable_output_directory_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent");
+    let output = exporter("h100x8", &["--output-dir", missing.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(7));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(!missing.exists(), "the directory was created");
+    // procfs refuses new files even to root.
+    let output = exporter("h100x8", &["--output-dir", "/proc"]);
+    assert_eq!(output.status.code(), Some(7));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/proc"));
+}
+
+#[test]
+fn help_documents_exit_statuses_and_version_prints() {
+    let help = Command::new(EXE).arg("--help").output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8(help.stdout).unwrap();
+    for needle in [
+        "Exit status:",
+        "  5  NVML did not answer",
+        "--output-dir",
+        "--no-collector",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle}");
+    }
+    let version = Command::new(EXE).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8(version.stdout).unwrap(),
+        format!("nvidia-textfile-exporter {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
