@@ -2,6 +2,7 @@
 """Side-by-side cost of one exporter snapshot and the equivalent nvidia-smi query.
 
 Run on a host with NVIDIA GPUs:  python3 tests/gpu/bench.py [path/to/exporter] [pairs]
+Extra exporter flags (e.g. --sequential) can be given in EXPORTER_ARGS.
 Alternates the two commands (a warm-up pair first, then PAIRS pairs, default 20),
 measuring each child's wall time and peak RSS (wait4's ru_maxrss), and prints the
 medians and their ratios. Both programs write to /dev/null.
@@ -22,7 +23,7 @@ SMI_FIELDS = (
     "ecc.errors.uncorrected.volatile.total,persistence_mode,mig.mode.current"
 )
 COMMANDS = {
-    "exporter": [EXPORTER, "--stdout"],
+    "exporter": [EXPORTER, "--stdout", *os.environ.get("EXPORTER_ARGS", "").split()],
     "nvidia-smi": ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"],
 }
 
