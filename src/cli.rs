@@ -63,9 +63,9 @@ pub struct Cli {
     #[arg(long = "no-collector", value_name = "NAME", value_enum)]
     pub disable: Vec<Collector>,
 
-    /// Read GPUs and collectors one after another on one thread instead of in
-    /// parallel: slower; for comparison, or for a driver that misbehaves under
-    /// concurrent calls.
+    /// Read the GPUs one after another on one thread instead of each on its
+    /// own: slower with several GPUs; for comparison, or for a driver that
+    /// misbehaves under concurrent calls.
     #[arg(long)]
     pub sequential: bool,
 

@@ -150,7 +150,7 @@ fn unsupported(error: &NvmlError) -> bool {
 pub struct Options {
     /// The collectors to run on every GPU, in output order.
     pub collectors: Vec<Collector>,
-    /// Read GPUs, and the collectors of each GPU, on threads of their own.
+    /// Read each GPU on a thread of its own.
     pub parallel: bool,
 }
 
@@ -264,43 +264,11 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
         return reader.finish(String::new());
     };
     identity::read(&mut reader);
-    if !options.parallel {
-        for &collector in &options.collectors {
-            read_collector(collector)(&mut reader);
-        }
-        return reader.finish(uuid);
-    }
-    // Each collector on its own thread: NVML calls of one GPU overlap, so the
-    // GPU costs about its slowest collector rather than the sum of all.
-    let parts: Vec<_> = thread::scope(|scope| {
-        let workers: Vec<_> = options
-            .collectors
-            .iter()
-            .map(|&collector| {
-                let mut part = reader.sibling();
-                thread::Builder::new()
-                    .name(format!("gpu{index}-{collector:?}"))
-                    .spawn_scoped(scope, move || {
-                        read_collector(collector)(&mut part);
-                        part
-                    })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|worker| {
-                worker
-                    .map_err(|_| "exporter_resources")?
-                    .join()
-                    .map_err(|_| "exporter_bug")
-            })
-            .collect()
-    });
-    for part in parts {
-        match part {
-            Ok(part) => reader.absorb(part),
-            Err(reason) => reader.fail(reason),
-        }
+    // The collectors of one GPU run one after another: NVML serialises the
+    // calls of a device, and on an H200 reading them from several threads was
+    // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
+    for &collector in &options.collectors {
+        read_collector(collector)(&mut reader);
     }
     reader.finish(uuid)
 }

@@ -84,23 +84,6 @@ impl<'n> DeviceReader<'n> {
         self.push(Sample::new(family, value));
     }
 
-    /// Takes over what `other`, a reader of the same GPU, collected.
-    pub fn absorb(&mut self, other: DeviceReader<'_>) {
-        self.samples.extend(other.samples);
-        self.read_errors += other.read_errors;
-        self.fault = self.fault.or(other.fault);
-    }
-
-    /// Marks the GPU down for `reason` (a reading thread could not run, say).
-    pub fn fail(&mut self, reason: &'static str) {
-        self.fault = self.fault.or(Some(reason));
-    }
-
-    /// A new, empty reader of the same GPU, for another thread.
-    pub fn sibling(&self) -> DeviceReader<'n> {
-        DeviceReader::new(self.device, self.index, self.inflight)
-    }
-
     /// The GPU's samples, or only its down state if a fatal error occurred.
     pub fn finish(mut self, uuid: String) -> Device {
         if let Some(fault) = self.fault {
