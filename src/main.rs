@@ -70,7 +70,7 @@ fn run(cli: &Cli) -> Exit {
     };
     // `lock` stays bound until the end of this function, so the file is
     // published under the lock.
-    let outcome = match &lock {
+    let mut outcome = match &lock {
         Some(_) => {
             match target.remove_stale_temp_files() {
                 Ok(0) => {}
@@ -88,6 +88,9 @@ fn run(cli: &Cli) -> Exit {
             clock.failed("busy", Exit::Busy)
         }
     };
+    outcome
+        .snapshot
+        .fill_missing_uuids(&target.previous_uuids());
     match target.publish(&render(&outcome.snapshot)) {
         Ok(()) => outcome.exit,
         Err(error) => {

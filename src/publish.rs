@@ -198,6 +198,26 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The `gpu` index → `uuid` pairs of the GPUs the published file lists with a
+    /// UUID (from its `nvidia_gpu_up` series), so that a GPU whose UUID can no
+    /// longer be read keeps the identity it had. Empty if there is no file.
+    pub fn previous_uuids(&self) -> Vec<(u32, String)> {
+        let Ok(text) = fs::read_to_string(self.path()) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|line| {
+                let labels = line.strip_prefix("nvidia_gpu_up{gpu=\"")?;
+                let (index, rest) = labels.split_once("\",uuid=\"")?;
+                let (uuid, _) = rest.split_once('"')?;
+                let plain = !uuid.is_empty() && !uuid.contains('\\');
+                plain.then(|| Some((index.parse().ok()?, uuid.to_owned())))?
+            })
+            .collect()
+    }
+}
+
 /// The pid in a temporary file name `<prefix><pid>.<random>.tmp`, if `name` is one.
 fn temp_file_pid(name: &str, prefix: &str) -> Option<u32> {
     let rest = name.strip_prefix(prefix)?.strip_suffix(".tmp")?;
@@ -259,6 +279,25 @@ mod tests {
         assert_eq!(
             fs::read_to_string(dir.path().join("x.prom/keep")).unwrap(),
             "old"
+        );
+    }
+
+    #[test]
+    fn previous_uuids_come_from_the_published_up_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::new(dir.path(), "x.prom");
+        assert!(target.previous_uuids().is_empty());
+        target
+            .publish(concat!(
+                "nvidia_gpu_up{gpu=\"0\",uuid=\"GPU-a\"} 1\n",
+                "nvidia_gpu_up{gpu=\"1\",uuid=\"\"} 0\n",
+                "nvidia_gpu_info{gpu=\"2\",uuid=\"GPU-c\",name=\"x\"} 1\n",
+                "nvidia_gpu_up{gpu=\"3\",uuid=\"GPU-d\"} 0\n",
+            ))
+            .unwrap();
+        assert_eq!(
+            target.previous_uuids(),
+            [(0, "GPU-a".to_owned()), (3, "GPU-d".to_owned())]
         );
     }
 

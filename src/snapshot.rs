@@ -73,3 +73,36 @@ pub struct Snapshot {
     /// GPUs in index order.
     pub devices: Vec<Device>,
 }
+
+impl Snapshot {
+    /// Gives each GPU whose UUID could not be read the UUID `known` lists for its
+    /// index, so a GPU that fell off the bus keeps the series it had.
+    pub fn fill_missing_uuids(&mut self, known: &[(u32, String)]) {
+        for device in self.devices.iter_mut().filter(|d| d.uuid.is_empty()) {
+            if let Some((_, uuid)) = known.iter().find(|(index, _)| *index == device.index) {
+                device.uuid.clone_from(uuid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_missing_uuids_are_filled() {
+        let device = |index, uuid: &str| Device {
+            index,
+            uuid: uuid.into(),
+            samples: Vec::new(),
+        };
+        let mut snapshot = Snapshot {
+            host: Vec::new(),
+            devices: vec![device(0, "GPU-now"), device(1, ""), device(2, "")],
+        };
+        snapshot.fill_missing_uuids(&[(0, "GPU-old".into()), (1, "GPU-b".into())]);
+        let uuids: Vec<&str> = snapshot.devices.iter().map(|d| d.uuid.as_str()).collect();
+        assert_eq!(uuids, ["GPU-now", "GPU-b", ""]);
+    }
+}

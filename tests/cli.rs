@@ -484,3 +484,36 @@ fn help_documents_exit_statuses_and_version_prints() {
         format!("nvidia-textfile-exporter {}\n", env!("CARGO_PKG_VERSION"))
     );
 }
+
+#[test]
+fn lost_gpu_keeps_the_uuid_it_had() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    fs::write(
+        dir.path().join("nvidia_gpu.prom"),
+        "nvidia_gpu_up{gpu=\"2\",uuid=\"GPU-known-before\"} 1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        exporter("lost-gpu", &["--output-dir", out]).status.code(),
+        Some(4)
+    );
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(
+        text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"GPU-known-before\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains(
+        "nvidia_gpu_down_reason{gpu=\"2\",uuid=\"GPU-known-before\",reason=\"gpu_lost\"} 1\n"
+    ));
+    // And the next run still knows it.
+    assert_eq!(
+        exporter("lost-gpu", &["--output-dir", out]).status.code(),
+        Some(4)
+    );
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(
+        text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"GPU-known-before\"} 0\n"),
+        "{text}"
+    );
+}
