@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""Static checks of the alerting rules and the Grafana dashboard.
+
+  check.py static                 metric names against src/metrics.rs; dashboard structure
+  check.py output BIN FAKE_NVML   the same names, labels and label values against what the
+                                  exporter really writes for every tests/scenarios/*.toml
+  check.py short-for IN OUT DUR   a copy of the rules with every `for:` set to DUR
+  check.py dashboard-queries      the dashboard's queries with variables filled in, as JSON
+
+Each check prints one line per problem and exits 1 if there was any.
+"""
+
+import concurrent.futures
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+RULES = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-alerts.yml")
+DASHBOARD = os.path.join(ROOT, "packaging", "grafana", "nvidia-gpu.json")
+METRICS_RS = os.path.join(ROOT, "src", "metrics.rs")
+SCENARIOS = os.path.join(ROOT, "tests", "scenarios")
+
+# Series that do not come from the exporter, by who makes them.
+FOREIGN = {
+    "node_textfile_mtime_seconds": "node_exporter",
+    "node_textfile_scrape_error": "node_exporter",
+    "up": "Prometheus",
+    "ALERTS": "Prometheus",
+}
+# Labels that Prometheus adds to every scraped series, labels of node_exporter's
+# series, and labels of ALERTS.
+TARGET_LABELS = {"instance", "job"}
+FOREIGN_LABELS = {"file"}
+ALERT_LABELS = {"alertname", "alertstate", "severity"}
+# A target label the rules document for marking GPU hosts.
+DOCUMENTED_TARGET_LABELS = {"nvidia_gpu_host"}
+GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s",
+                    "__range_ms", "__from", "__to", "__dashboard", "__user", "__org", "__name",
+                    "timeFilter", "__timeFilter", "__all"}
+# Values that stand in for the dashboard's variables when a query is sent to Prometheus.
+VARIABLE_VALUES = {"job": ".*", "instance": ".*", "gpu": ".*", "__rate_interval": "15s",
+                   "__interval": "15s", "__range": "1h"}
+
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
+                "or", "unless", "offset", "inf", "nan", "atan2"}
+
+problems = []
+
+
+def problem(message):
+    problems.append(message)
+    print("  FAIL " + message)
+
+
+def finish(what):
+    if problems:
+        print(f"{what}: {len(problems)} problem(s)")
+        sys.exit(1)
+    print(f"{what}: ok")
+
+
+# ---- PromQL, just enough of it ---------------------------------------------
+
+STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
+MATCHER = re.compile(r'([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*("(?:\\.|[^"\\])*")')
+GROUPING = re.compile(r'\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)')
+
+
+def fill_variables(expr):
+    """Grafana's $var, ${var} and [[var]] replaced by VARIABLE_VALUES (unknown ones kept)."""
+    def value(match):
+        name = match.group(1) or match.group(2) or match.group(3)
+        name = name.split(":")[0]
+        return VARIABLE_VALUES.get(name, match.group(0))
+    return re.sub(r'\$\{(\w+(?::\w+)?)\}|\$(\w+)|\[\[(\w+)\]\]', value, expr)
+
+
+def metric_names(expr):
+    """Metric names in a PromQL expression."""
+    text = STRING.sub('""', expr)
+    text = re.sub(r'\{[^}]*\}', " ", text)
+    text = re.sub(r'\[[^\]]*\]', " ", text)
+    text = GROUPING.sub(" ", text)
+    names = set()
+    for match in re.finditer(r'(?<![\w.:$])([A-Za-z_:][\w:]*)(\s*\()?', text):
+        name, call = match.group(1), match.group(2)
+        if call or name.lower() in PROMQL_WORDS:
+            continue
+        names.add(name)
+    return names
+
+
+def selectors(expr):
+    """(metric name, [(label, op, value)]) for each `name{...}` in the expression."""
+    found = []
+    for match in re.finditer(r'(?<![\w.:])([A-Za-z_:][\w:]*)\s*\{((?:[^{}"]|"(?:\\.|[^"\\])*")*)\}', expr):
+        matchers = [(label, op, json.loads(value)) for label, op, value in MATCHER.findall(match.group(2))]
+        found.append((match.group(1), matchers))
+    return found
+
+
+def grouping_labels(expr):
+    labels = set()
+    for match in GROUPING.finditer(STRING.sub('""', expr)):
+        labels.update(label.strip() for label in match.group(2).split(",") if label.strip())
+    return labels
+
+
+# ---- sources ---------------------------------------------------------------
+
+def exported_families():
+    with open(METRICS_RS, encoding="utf-8") as f:
+        source = f.read()
+    body = source.split("families! {", 1)[1]
+    return set(re.findall(r'\b\w+:\s*(?:Gauge|Counter),\s*"(nvidia_gpu_\w+)"', body))
+
+
+def load_rules(path=RULES):
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def rule_items():
+    """(alert name, expr, labels, annotations) for each rule."""
+    for group in load_rules()["groups"]:
+        for rule in group["rules"]:
+            yield (rule.get("alert") or rule.get("record"), rule["expr"], rule.get("labels", {}),
+                   rule.get("annotations", {}))
+
+
+def load_dashboard():
+    with open(DASHBOARD, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def all_panels(dashboard):
+    for panel in dashboard.get("panels", []):
+        yield panel
+        for inner in panel.get("panels", []) or []:
+            yield inner
+
+
+def dashboard_queries(dashboard):
+    """(where, expr, legend) of every PromQL expression in the dashboard."""
+    for panel in all_panels(dashboard):
+        for target in panel.get("targets", []) or []:
+            if "expr" in target:
+                yield (f'panel {panel.get("id")} "{panel.get("title")}" {target.get("refId")}',
+                       target["expr"], target.get("legendFormat", ""))
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if annotation.get("expr"):
+            yield (f'annotation "{annotation.get("name")}"', annotation["expr"],
+                   annotation.get("titleFormat", "") + " " + annotation.get("textFormat", ""))
+
+
+def variable_selectors(dashboard):
+    """(variable, label, selector) of each label_values(selector, label) variable."""
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") != "query":
+            continue
+        query = variable.get("query")
+        if isinstance(query, dict):
+            query = query.get("query", "")
+        match = re.fullmatch(r'\s*label_values\((.*),\s*(\w+)\)\s*', query or "")
+        if not match:
+            problem(f'variable {variable.get("name")}: not a label_values(selector, label) query: {query!r}')
+            continue
+        yield variable["name"], match.group(2), match.group(1)
+
+
+def every_expression():
+    """(where, expr) of every expression in the rules and the dashboard, variables filled in."""
+    for name, expr, _, _ in rule_items():
+        yield f"rule {name}", expr
+    dashboard = load_dashboard()
+    for where, expr, _ in dashboard_queries(dashboard):
+        yield f"dashboard {where}", fill_variables(expr)
+    for name, _, selector in variable_selectors(dashboard):
+        yield f"dashboard variable {name}", fill_variables(selector)
+
+
+# ---- checks ----------------------------------------------------------------
+
+def check_names():
+    families = exported_families()
+    if len(families) < 20:
+        problem(f"found only {len(families)} families in src/metrics.rs: has its layout changed?")
+    used = set()
+    for where, expr in every_expression():
+        for name in sorted(metric_names(expr)):
+            used.add(name)
+            if name not in families and name not in FOREIGN:
+                problem(f"{where}: {name} is not a family in src/metrics.rs")
+    print(f"  {len(used)} metric names used in rules and dashboard; "
+          f"{len(families)} families in src/metrics.rs")
+
+
+def check_rules_shape():
+    names = set()
+    for name, expr, labels, annotations in rule_items():
+        if name in names:
+            problem(f"rule {name}: defined twice")
+        names.add(name)
+        if labels.get("severity") not in ("critical", "warning", "info"):
+            problem(f"rule {name}: severity label missing or not critical/warning/info")
+        for key in ("summary", "description"):
+            if not str(annotations.get(key, "")).strip():
+                problem(f"rule {name}: no {key} annotation")
+
+
+def check_dashboard():
+    dashboard = load_dashboard()
+    for key in ("uid", "title", "panels", "templating", "schemaVersion"):
+        if key not in dashboard:
+            problem(f"dashboard: no {key}")
+    if not 36 <= dashboard.get("schemaVersion", 0) <= 41:
+        problem(f"dashboard: schemaVersion {dashboard.get('schemaVersion')} is not a current one")
+    if dashboard.get("id") is not None:
+        problem("dashboard: id must be null so that importing creates a new dashboard")
+
+    variables = {v.get("name"): v for v in dashboard["templating"].get("list", [])}
+    datasource = variables.get("datasource")
+    if not datasource or datasource.get("type") != "datasource" or datasource.get("query") != "prometheus":
+        problem("dashboard: needs a variable `datasource` of type datasource for prometheus")
+    for wanted in ("instance", "gpu"):
+        if wanted not in variables:
+            problem(f"dashboard: no `{wanted}` variable")
+    variable_ds = {"type": "prometheus", "uid": "${datasource}"}
+    for name, variable in variables.items():
+        if variable.get("type") == "query" and variable.get("datasource") != variable_ds:
+            problem(f"variable {name}: datasource is not ${{datasource}}")
+    list(variable_selectors(dashboard))
+
+    seen_ids = {}
+    kinds = {"row", "timeseries", "stat", "table", "gauge", "bargauge", "state-timeline", "text"}
+    for panel in all_panels(dashboard):
+        pid, title = panel.get("id"), panel.get("title")
+        where = f'panel {pid} "{title}"'
+        if not isinstance(pid, int):
+            problem(f"{where}: id is not an integer")
+        elif pid in seen_ids:
+            problem(f'{where}: id also used by "{seen_ids[pid]}"')
+        seen_ids[pid] = title
+        if panel.get("type") not in kinds:
+            problem(f"{where}: unexpected type {panel.get('type')}")
+        grid = panel.get("gridPos", {})
+        if not all(isinstance(grid.get(k), int) for k in ("h", "w", "x", "y")):
+            problem(f"{where}: gridPos incomplete")
+        elif grid["x"] < 0 or grid["w"] < 1 or grid["x"] + grid["w"] > 24:
+            problem(f"{where}: gridPos outside the 24 columns")
+        if panel.get("type") in ("row", "text"):
+            continue
+        if panel.get("datasource") != variable_ds:
+            problem(f"{where}: datasource is not ${{datasource}}")
+        targets = panel.get("targets") or []
+        if not targets:
+            problem(f"{where}: no queries")
+        refs = [t.get("refId") for t in targets]
+        if len(set(refs)) != len(refs) or None in refs:
+            problem(f"{where}: refIds missing or repeated: {refs}")
+        for target in targets:
+            if target.get("datasource", variable_ds) != variable_ds:
+                problem(f"{where} {target.get('refId')}: datasource is not ${{datasource}}")
+            if not target.get("expr", "").strip():
+                problem(f"{where} {target.get('refId')}: empty expr")
+    check_overlaps(dashboard)
+
+    # Variables used anywhere must exist.
+    text = json.dumps(dashboard)
+    for match in re.finditer(r'\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]', text):
+        name = match.group(1) or match.group(2) or match.group(3)
+        if name not in variables and name not in GRAFANA_BUILTINS:
+            problem(f"dashboard: uses ${name}, which is not a variable")
+    # Every expression of a GPU panel narrows by the variables.
+    for where, expr, _ in dashboard_queries(dashboard):
+        for name, matchers in selectors(expr):
+            if name in FOREIGN and name != "node_textfile_mtime_seconds":
+                continue
+            labels = {label for label, _, _ in matchers}
+            if "instance" not in labels:
+                problem(f"{where}: {name} is not filtered by $instance")
+
+
+def check_overlaps(dashboard):
+    boxes = []
+    for panel in dashboard.get("panels", []):
+        grid = panel.get("gridPos", {})
+        try:
+            box = (grid["x"], grid["y"], grid["x"] + grid["w"], grid["y"] + grid["h"])
+        except (KeyError, TypeError):
+            continue
+        for other, title in boxes:
+            if box[0] < other[2] and other[0] < box[2] and box[1] < other[3] and other[1] < box[3]:
+                problem(f'panel "{panel.get("title")}" overlaps "{title}"')
+        boxes.append((box, panel.get("title")))
+
+
+# ---- against the exporter's real output ------------------------------------
+
+def parse_exposition(text, seen):
+    """Adds {family: {label: set(values)}} of the text to `seen`."""
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r'([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s', line)
+        if not match:
+            continue
+        labels = seen.setdefault(match.group(1), {})
+        for label, value in re.findall(r'(\w+)="((?:\\.|[^"\\])*)"', match.group(2) or ""):
+            labels.setdefault(label, set()).add(value)
+
+
+def exporter_output(binary, fake):
+    """Runs the exporter on every scenario (hanging ones give up after 2 s), in parallel."""
+    scenarios = sorted(glob.glob(os.path.join(SCENARIOS, "*.toml")))
+    runs = [(os.path.basename(s), [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *extra],
+             dict(os.environ, FAKE_NVML_SCENARIO=s))
+            for s in scenarios for extra in ([], ["--collector", "processes"])]
+    # and the reasons the collector writes when NVML cannot even be loaded
+    runs.append(("no library", [binary, "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--stdout"],
+                 dict(os.environ)))
+
+    def run(item):
+        name, argv, env = item
+        return name, subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+    seen = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for name, result in pool.map(run, runs):
+            if not result.stdout.strip():
+                problem(f"exporter wrote nothing for {name} (exit {result.returncode}): "
+                        f"{result.stderr.strip()[:200]}")
+            parse_exposition(result.stdout, seen)
+    print(f"  exporter output of {len(scenarios)} scenarios: {len(seen)} families")
+    return seen
+
+
+def source_literals():
+    literals = set()
+    for path in glob.glob(os.path.join(ROOT, "src", "**", "*.rs"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            literals.update(re.findall(r'"([a-z_0-9]+)"', f.read()))
+    return literals
+
+
+def check_output(binary, fake):
+    seen = exporter_output(binary, fake)
+    known_labels = TARGET_LABELS | FOREIGN_LABELS | ALERT_LABELS | DOCUMENTED_TARGET_LABELS
+    for labels in seen.values():
+        known_labels |= set(labels)
+    literals = source_literals()
+
+    def check_expression(where, expr, used_labels):
+        for name in metric_names(expr):
+            if name not in FOREIGN and name not in seen:
+                problem(f"{where}: {name} appears in no scenario's output")
+        for name, matchers in selectors(expr):
+            if name in FOREIGN:
+                continue
+            family = seen.get(name, {})
+            for label, op, value in matchers:
+                if label in TARGET_LABELS:
+                    continue
+                if label not in family:
+                    problem(f"{where}: {name} has no label {label!r} in the exporter's output")
+                    continue
+                values = [value] if op in ("=", "!=") else (
+                    value.split("|") if re.fullmatch(r"[\w|]+", value) else [])
+                for one in values:
+                    if one not in family[label]:
+                        problem(f"{where}: {name}{{{label}={one!r}}} never appears (seen: "
+                                f"{', '.join(sorted(family[label]))})")
+        for label in used_labels | grouping_labels(expr):
+            if label not in known_labels:
+                problem(f"{where}: label {label!r} is on no series")
+
+    for name, expr, _, annotations in rule_items():
+        text = " ".join(str(v) for v in annotations.values())
+        used = set(re.findall(r"\$labels\.(\w+)", text))
+        check_expression(f"rule {name}", expr, used)
+        for label, value in re.findall(r'eq \$labels\.(\w+) "(\w+)"', text):
+            if value not in literals:
+                problem(f'rule {name}: compares {label} with "{value}", which src/ never writes')
+    dashboard = load_dashboard()
+    for where, expr, legend in dashboard_queries(dashboard):
+        check_expression(f"dashboard {where}", fill_variables(expr),
+                         set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend)))
+    for name, label, selector in variable_selectors(dashboard):
+        check_expression(f"dashboard variable {name}", fill_variables(selector), {label})
+
+
+# ---- helpers for run.sh and e2e.py -----------------------------------------
+
+def short_for(source, target, duration):
+    rules = load_rules(source)
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = duration
+    with open(target, "w", encoding="utf-8") as f:
+        yaml.safe_dump(rules, f, allow_unicode=True, sort_keys=False)
+
+
+def main(argv):
+    command = argv[1] if len(argv) > 1 else ""
+    if command == "static":
+        check_names()
+        check_rules_shape()
+        check_dashboard()
+        finish("rules and dashboard, static")
+    elif command == "output" and len(argv) == 4:
+        check_output(argv[2], argv[3])
+        finish("rules and dashboard against exporter output")
+    elif command == "short-for" and len(argv) == 5:
+        short_for(argv[2], argv[3], argv[4])
+    elif command == "dashboard-queries":
+        dashboard = load_dashboard()
+        queries = [{"where": where, "expr": fill_variables(expr)}
+                   for where, expr, _ in dashboard_queries(dashboard)]
+        variables = [{"name": name, "label": label, "selector": fill_variables(selector)}
+                     for name, label, selector in variable_selectors(dashboard)]
+        json.dump({"queries": queries, "variables": variables}, sys.stdout, indent=1)
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
