@@ -1,6 +1,7 @@
 //! Reading one GPU: the error policy of `nvml` in one place.
 
 use std::ffi::{c_char, c_uint, CStr};
+use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
@@ -168,8 +169,10 @@ impl<'n> DeviceReader<'n> {
         }
         let scope = Scope::Gpu(self.index);
         self.inflight.enter(scope, call);
+        let started = Instant::now();
         let result = read(self.device);
         self.inflight.leave();
+        log::trace!("GPU {}: {call} took {:?}", self.index, started.elapsed());
         Some(result)
     }
 }
