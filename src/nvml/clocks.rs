@@ -46,7 +46,8 @@ const POLICIES: [(PerformancePolicy, &str); 8] = [
     (PerformancePolicy::TotalBaseClocks, "base_clocks"),
 ];
 
-const SECONDS_PER_NANOSECOND: f64 = 1e-9;
+/// Dividing (rather than multiplying by 1e-9) keeps values like 912.4 exact in print.
+const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for (clock, label) in DOMAINS {
@@ -78,7 +79,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             reader.push(
                 Sample::new(
                     &metrics::VIOLATION,
-                    time.violation_time as f64 * SECONDS_PER_NANOSECOND,
+                    time.violation_time as f64 / NANOSECONDS_PER_SECOND,
                 )
                 .with("policy", label),
             );

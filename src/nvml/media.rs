@@ -4,7 +4,7 @@ use super::reader::DeviceReader;
 use super::utilization::percent_to_ratio;
 use crate::metrics;
 
-const SECONDS_PER_MICROSECOND: f64 = 1e-6;
+const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let encoder = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
@@ -26,7 +26,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         reader.gauge(&metrics::ENCODER_FPS, f64::from(stats.average_fps));
         reader.gauge(
             &metrics::ENCODER_LATENCY,
-            f64::from(stats.average_latency) * SECONDS_PER_MICROSECOND,
+            f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
         );
     }
 }
