@@ -15,6 +15,7 @@ build:
 test: build
 	$(CARGO) test --workspace --locked
 	tests/e2e/node-exporter.sh
+	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 
 ## demo: run the real binary against the fake 8x H100 scenario; writes demo/nvidia_gpu.prom
 demo: build
