@@ -39,7 +39,7 @@ import time
 import tomllib
 import traceback
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,11 @@ VOLATILE = {"nvidia_gpu_collector_duration_seconds", "nvidia_gpu_collector_times
 
 
 class Failed(Exception):
-    """A row's expectation did not hold."""
+    """A row's expectation did not hold; `outcome` is what was seen, if known."""
+
+    def __init__(self, message, outcome=None):
+        super().__init__(message)
+        self.outcome = outcome
 
 
 class Skipped(Exception):
@@ -332,6 +336,8 @@ def compare(actual, expected, what):
 
 
 def fmt(series):
+    if not series.labels:
+        return series.name
     labels = ",".join(f'{k}="{v[:40]}"' for k, v in series.labels)
     return f"{series.name}{{{labels}}}"
 
@@ -822,7 +828,7 @@ def one_gpu_down(scenario_name, down_gpu, reason, run_args=()):
     kept = uuid_of(samples, down_gpu)
     expect(kept == uuid_of(before, down_gpu),
            f"GPU {down_gpu} is down with uuid={kept!r}, not the UUID of the previous file")
-    return (outcome(run, samples) + f", UUID kept, {len(expected_gpus) - 1} GPUs complete",
+    return (outcome(run, samples) + f", UUID kept; other GPUs complete: {len(expected_gpus) - 1}",
             secs(run.t_file))
 
 
@@ -859,8 +865,10 @@ def uuid_error():
         expect(run.rc == EXIT_OK, f"exit {run.rc}")
         want = dict(expected_gpus["1"])
         want[Series("nvidia_gpu_collector_read_errors", ())] = 1
-        expect(len(gpu1) > 2, f"GPU 1 is reported nvidia_gpu_up {up:g} with all {len(want) - 2} "
-               f"of its readings dropped (only {', '.join(sorted(s.name for s in gpu1))}), exit {run.rc}")
+        if len(gpu1) <= 2:
+            raise Failed(f"GPU 1 is reported nvidia_gpu_up {up:g} with all {len(want) - 2} of its "
+                         f"readings dropped (only {', '.join(sorted(s.name for s in gpu1))}), exit {run.rc}",
+                         outcome=outcome(run, samples) + f"; GPU 1 up={up:g} with 0 of {len(want) - 2} readings")
         compare(gpu1, want, "GPU 1")
     return outcome(run, samples), secs(run.t_file) if up == 0 else "-"
 
@@ -899,9 +907,23 @@ def output_dir_missing():
     d = WORK / "absent-dir"
     run = exporter(SCENARIOS / "geforce.toml", d)
     expect(run.rc == EXIT_WRITE, f"exit {run.rc}, expected {EXIT_WRITE}")
-    line = one_line_error(run, str(d), "does not exist")
+    one_line_error(run, str(d), "does not exist")
     expect(not d.exists(), "the directory was created")
-    return f"exit {run.rc}, stderr: {short(line)}", "-"
+    return f"exit {run.rc}, stderr: output directory ... does not exist", "-"
+
+
+@row("a directory in the output file's place")
+def output_is_directory():
+    d = seeded("target-is-dir", "geforce.toml")
+    (d / OUT_FILE).unlink()
+    (d / OUT_FILE).mkdir()
+    (d / OUT_FILE / "keep").write_text("old")
+    run = exporter(SCENARIOS / "geforce.toml", d)
+    expect(run.rc == EXIT_WRITE, f"exit {run.rc}, expected {EXIT_WRITE}")
+    line = one_line_error(run, "rename", str(d / OUT_FILE))
+    expect((d / OUT_FILE / "keep").read_text() == "old", "the directory's content changed")
+    expect(not temp_files(d), f"temporary files left: {temp_files(d)}")
+    return f"exit {run.rc}, stderr: cannot rename ...: {short(line)}", "-"
 
 
 def short(line):
@@ -1038,19 +1060,7 @@ def lock_held():
     if not shutil.which("flock"):
         raise Skipped("flock (util-linux) is not installed")
     d = seeded("lock-held", "fault-slow.toml")
-    lock = d / LOCK_FILE
-    holder = JANITOR.track(subprocess.Popen(["flock", "--no-fork", str(lock), "sleep", "120"]))
-    deadline = time.monotonic() + 10
-    while True:
-        expect(holder.poll() is None, "flock exited")
-        with open(lock, "a") as probe:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(probe, fcntl.LOCK_UN)
-            except BlockingIOError:
-                break
-        expect(time.monotonic() < deadline, "flock did not take the lock")
-        time.sleep(0.01)
+    holder = hold_lock(d / LOCK_FILE, 120)
     run = exporter(SCENARIOS / "fault-slow.toml", d, timeout="1s")
     samples = check_file(d / OUT_FILE, failure="busy")
     expect(run.rc == EXIT_BUSY, f"exit {run.rc}, expected {EXIT_BUSY}")
@@ -1073,12 +1083,59 @@ def lock_held():
 BUSY_KEYS = None
 
 
+def busy_keys():
+    """The series of a complete busy file (from the lock row, or made here)."""
+    global BUSY_KEYS
+    if BUSY_KEYS is None:
+        d = scratch("busy-file")
+        holder = hold_lock(d / LOCK_FILE, 60)
+        run = exporter(SCENARIOS / "fault-slow.toml", d, timeout="100ms")
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        expect(run.rc == EXIT_BUSY, f"exit {run.rc}, expected {EXIT_BUSY}")
+        BUSY_KEYS = keys(check_file(d / OUT_FILE, failure="busy"))
+    return BUSY_KEYS
+
+
+def hold_lock(lock, seconds):
+    """Starts `flock --no-fork LOCK sleep SECONDS` and waits until it holds the lock."""
+    holder = JANITOR.track(subprocess.Popen(["flock", "--no-fork", str(lock), "sleep", str(seconds)]))
+    deadline = time.monotonic() + 10
+    while True:
+        expect(holder.poll() is None, "flock exited")
+        with open(lock, "a") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(probe, fcntl.LOCK_UN)
+            except BlockingIOError:
+                return holder
+        expect(time.monotonic() < deadline, "flock did not take the lock")
+        time.sleep(0.01)
+
+
+@row("lock held 1.5 s, then a device call hangs (--timeout 2s)")
+def lock_then_hang():
+    if not shutil.which("flock"):
+        raise Skipped("flock (util-linux) is not installed")
+    d = seeded("lock-then-hang", "fault-slow.toml")
+    holder = hold_lock(d / LOCK_FILE, 1.5)
+    timeout = 2.0
+    run = exporter(SCENARIOS / "fault-device-hang.toml", d, timeout="2s", limit=3 * timeout + 10)
+    holder.wait(10)
+    samples = check_file(d / OUT_FILE, failure="timeout")
+    expect(run.rc == EXIT_TIMEOUT, f"exit {run.rc}, expected {EXIT_TIMEOUT}")
+    bound = 2 * timeout + 1
+    expect(run.t_file is not None and run.t_file <= bound,
+           f"file replaced after {secs(run.t_file)}, documented bound 2 x --timeout (+1 s)")
+    expect(run.elapsed <= bound, f"process exited after {run.elapsed:.2f} s > 2 x --timeout + 1 s")
+    return (outcome(run, samples) + f", exited at {run.elapsed:.2f} s (bound 2 x timeout)",
+            secs(run.t_file))
+
+
 @row("100 overlapping runs (20 at a time), reader")
 def overlapping():
     kinds = slow_kinds()
-    if BUSY_KEYS is None:
-        raise Failed("needs the busy file of the lock row")
-    kinds["busy"] = BUSY_KEYS
+    kinds["busy"] = busy_keys()
     d = seeded("overlap", "fault-slow.toml")
     reader = Reader(d / OUT_FILE, kinds)
     codes, running, started, problems = {}, [], 0, []
@@ -1167,7 +1224,8 @@ def hostile_node_exporter():
     binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if not binary:
         raise Failed("prometheus-node-exporter is not installed")
-    expect(HOSTILE_DIR is not None, "needs the file of the previous row")
+    if HOSTILE_DIR is None:
+        hostile_file()
     path, doc, want = hostile_expectations()
     # node_exporter runs as prometheus: the scratch directory must be searchable.
     WORK.chmod(0o711)
@@ -1238,7 +1296,7 @@ def run_rows():
         except Skipped as e:
             r.verdict, r.outcome = "SKIP", str(e)
         except Failed as e:
-            r.why = str(e)
+            r.why, r.outcome = str(e), e.outcome or ""
         except Exception as e:  # a broken harness is a failure too, with its trace
             r.why = f"harness error: {e!r}\n{traceback.format_exc()}"
         r.seconds = time.monotonic() - t0
@@ -1249,7 +1307,7 @@ def run_rows():
 
 def table(results):
     header = ("fault", "outcome (exit status, reason)", "time to error file", "verdict")
-    cells = [header] + [(r.fault, r.outcome or r.why.split("\n")[0][:90], r.t_error, r.verdict)
+    cells = [header] + [(r.fault, r.outcome or r.why.split("\n")[0][:80], r.t_error, r.verdict)
                         for r in results]
     widths = [max(len(c[i]) for c in cells) for i in range(4)]
     line = "+".join("-" * (w + 2) for w in widths)
@@ -1292,11 +1350,13 @@ def main():
     finally:
         JANITOR.cleanup()
     print(table(results))
-    failed = [r for r in results if r.verdict == "FAIL"]
+    strict = os.environ.get("CI") == "true" or os.environ.get("FAULT_MATRIX_STRICT") == "1"
+    failed = [r for r in results if r.verdict == "FAIL" or (strict and r.verdict == "SKIP")]
     for r in failed:
-        print(f"\nFAIL {r.fault}:\n  {r.why}")
+        print(f"\n{r.verdict} {r.fault}:\n  {r.why or r.outcome}"
+              + (" (a skip fails under CI=true or FAULT_MATRIX_STRICT=1)" if r.verdict == "SKIP" else ""))
     passed = sum(r.verdict == "PASS" for r in results)
-    skipped = sum(r.verdict == "SKIP" for r in results)
+    skipped = sum(r.verdict == "SKIP" for r in results) if not strict else 0
     print(f"\nfault-matrix: {len(results)} rows in {time.monotonic() - started:.1f} s"
           + (f" (kept {WORK})" if ARGS.keep else ""))
     print(f"fault-matrix: {passed} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
