@@ -850,7 +850,8 @@ def handle_error():
 @row("UNKNOWN on nvmlDeviceGetUUID of one GPU")
 def uuid_error():
     path, doc = scenario("fault-uuid-error.toml")
-    expected_gpus, _ = gpus(baseline(path.name))
+    before = baseline(path.name)
+    expected_gpus, _ = gpus(before)
     d = seeded_clean("uuid-error", path.name)
     run = exporter(path, d)
     samples = check_file(d / OUT_FILE)
@@ -870,6 +871,8 @@ def uuid_error():
                          f"readings dropped (only {', '.join(sorted(s.name for s in gpu1))}), exit {run.rc}",
                          outcome=outcome(run, samples) + f"; GPU 1 up={up:g} with 0 of {len(want) - 2} readings")
         compare(gpu1, want, "GPU 1")
+        expect(uuid_of(samples, 1) == uuid_of(before, 1),
+               f"GPU 1 has uuid={uuid_of(samples, 1)!r}, not the UUID of the previous file")
     return outcome(run, samples), secs(run.t_file) if up == 0 else "-"
 
 
