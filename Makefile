@@ -16,6 +16,7 @@ test: build
 	$(CARGO) test --workspace --locked
 	tests/e2e/node-exporter.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
+	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
 
 ## demo: run the real binary against the fake 8x H100 scenario; writes demo/nvidia_gpu.prom
 demo: build

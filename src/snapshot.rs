@@ -60,7 +60,7 @@ impl Sample {
 pub struct Device {
     /// NVML's index of the GPU (the `gpu` label).
     pub index: u32,
-    /// NVML's UUID (`GPU-…`); empty only when the GPU failed before it could be read.
+    /// NVML's UUID (`GPU-…`); empty when NVML could not tell it.
     pub uuid: String,
     pub samples: Vec<Sample>,
 }

@@ -258,11 +258,14 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
         }
     };
     let mut reader = reader::DeviceReader::new(&device, index, inflight);
-    let Some(uuid) = reader.read_string("nvmlDeviceGetUUID", |lib| {
-        nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
-    }) else {
-        return reader.finish(String::new());
-    };
+    // A UUID that cannot be read does not stop the reading: the GPU is still
+    // reported (and a previous file may supply the UUID); a fatal error marks
+    // it down through the reader as for any other call.
+    let uuid = reader
+        .read_string("nvmlDeviceGetUUID", |lib| {
+            nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
+        })
+        .unwrap_or_default();
     identity::read(&mut reader);
     // The collectors of one GPU run one after another: NVML serialises the
     // calls of a device, and on an H200 reading them from several threads was
