@@ -1,0 +1,326 @@
+#!/bin/bash
+# Package test under a real systemd: boots a minimal Debian 12 (debootstrap) with
+# systemd-nspawn, installs the .deb and checks, inside:
+#  - postinst creates a missing textfile directory, enables and starts the timer;
+#  - without a GPU: at least three runs, 15 s +- 1 s apart, seen in the journal
+#    (failures are logged), a fresh error file that node_exporter's user reads
+#    and Debian's node_exporter serves with node_textfile_scrape_error 0;
+#  - with the fake NVML configured through /etc/default: healthy runs leave
+#    nothing in the journal (and without LogLevelMax= systemd 252 would log);
+#  - StateDirectory= recreates a deleted textfile directory;
+#  - the cron example, installed by hand, runs the exporter 15 s apart;
+#  - dpkg -r stops the timer and deletes the output, dpkg -P leaves nothing.
+# Then it powers the container off.
+#
+# The root file system is cached as a tarball in $NTE_TEST_CACHE (default
+# /var/cache/nvidia-textfile-exporter-tests); without it debootstrap fetches it
+# (DEBOOTSTRAP_MIRROR overrides apt's default mirror).
+# Needs: root, debootstrap, systemd-container, util-linux (nsenter), curl,
+# dpkg-dev, cargo, python3. The host's PID 1 need not be systemd.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+need_root
+need_commands debootstrap systemd-nspawn nsenter curl python3 cargo tar
+
+SUITE=bookworm
+INCLUDE=systemd,systemd-sysv,dbus,cron,prometheus-node-exporter
+CACHE=${NTE_TEST_CACHE:-/var/cache/nvidia-textfile-exporter-tests}
+KEY=$(printf '%s %s\n' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
+TARBALL=$CACHE/rootfs-$SUITE-$KEY.tar
+MACHINE=nte-test-$$
+# Debian 12 hosts use the unified cgroup hierarchy; give the container one too.
+export SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=${SYSTEMD_NSPAWN_UNIFIED_HIERARCHY:-1}
+
+WORK=$(mktemp -d /var/tmp/nte-nspawn-test.XXXXXX)
+NSPAWN_PID=
+LEADER=
+cleanup() {
+    if [ -n "$NSPAWN_PID" ] && kill -0 "$NSPAWN_PID" 2>/dev/null; then
+        kill "$NSPAWN_PID" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$NSPAWN_PID" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$NSPAWN_PID" 2>/dev/null
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# ct COMMAND...: runs COMMAND inside the container (all its namespaces).
+ct() {
+    nsenter --target "$LEADER" --all -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive SYSTEMD_PAGER= "$@"
+}
+# ct_net COMMAND...: runs a host COMMAND in the container's network namespace.
+ct_net() { nsenter --target "$LEADER" --net -- "$@"; }
+cursor() { ct journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p'; }
+# since CURSOR [journalctl options]: the journal after CURSOR.
+since() {
+    local c=$1
+    shift
+    ct journalctl --no-pager -q --after-cursor="$c" "$@"
+}
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.5 s.
+wait_for() {
+    local deadline=$(($(date +%s) + $1))
+    shift
+    until "$@"; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.5
+    done
+}
+# spacing_ok T1 T2 ...: every gap between consecutive times (s) is 15 +- 1.
+spacing_ok() {
+    python3 - "$@" <<'EOF'
+import sys
+t = [float(x) for x in sys.argv[1:]]
+gaps = [b - a for a, b in zip(t, t[1:])]
+print("      gaps: " + ", ".join(f"{g:.2f} s" for g in gaps))
+sys.exit(0 if gaps and all(abs(g - 15) <= 1 for g in gaps) else 1)
+EOF
+}
+# journal_has CURSOR TEXT [journalctl options]: TEXT (fixed string) is in the
+# journal after CURSOR.
+journal_has() {
+    local c=$1 text=$2
+    shift 2
+    since "$c" "$@" | grep -qF -- "$text"
+}
+not() { ! "$@"; }
+quietly() { "$@" >/dev/null 2>&1; }
+scrape() { ct_net curl -fsS --max-time 5 http://127.0.0.1:9100/metrics -o "$1"; }
+OUT=$TEXTFILE_DIR/nvidia_gpu.prom
+
+# ---------------------------------------------------------------------------
+say "root file system ($SUITE minbase + ${INCLUDE})"
+t0=$(date +%s)
+if [ ! -f "$TARBALL" ]; then
+    note "no cached $TARBALL: debootstrap"
+    mkdir -p "$CACHE"
+    # shellcheck disable=SC2086 # an unset mirror is no argument
+    if ! debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$WORK/bootstrap" \
+        ${DEBOOTSTRAP_MIRROR:-} >"$WORK/debootstrap.log" 2>&1; then
+        tail -n 20 "$WORK/debootstrap.log"
+        die "debootstrap failed"
+    fi
+    # A machine id is made at each boot; apt's lists are not needed.
+    : >"$WORK/bootstrap/etc/machine-id"
+    rm -rf "$WORK/bootstrap/var/lib/apt/lists/"* "$WORK/bootstrap/var/cache/apt/archives/"*.deb
+    tar --numeric-owner --xattrs -C "$WORK/bootstrap" -cf "$TARBALL.tmp" . && mv "$TARBALL.tmp" "$TARBALL"
+    rm -rf "$WORK/bootstrap"
+    note "debootstrap and cache: $(($(date +%s) - t0)) s"
+else
+    note "cached: $TARBALL"
+fi
+mkdir "$WORK/root"
+tar --numeric-owner --xattrs -C "$WORK/root" -xf "$TARBALL" || die "cannot unpack $TARBALL"
+note "root file system ready: $(($(date +%s) - t0)) s"
+
+say "package and fake NVML"
+mkdir "$WORK/share"
+DEB=$(DEB_OUT_DIR=$WORK/deb "$ROOT/packaging/build-deb.sh" | tail -n 1)
+[ -f "$DEB" ] || die "package build failed"
+cp "$DEB" "$WORK/share/package.deb"
+fake_nvml
+if [ -n "$FAKE_NVML" ]; then
+    cp "$FAKE_NVML" "$WORK/share/libfake_nvml.so"
+    cp "$SCENARIO" "$WORK/share/scenario.toml"
+else
+    note "no fake NVML (tests/fake-nvml): the healthy-run checks are skipped"
+fi
+
+# ---------------------------------------------------------------------------
+say "boot"
+t0=$(date +%s)
+# --register=no --keep-unit: the host's PID 1 is not systemd (no machined, no
+# system bus to ask for a scope). --private-network: node_exporter's :9100
+# stays inside.
+systemd-nspawn --quiet --register=no --keep-unit --private-network \
+    --machine="$MACHINE" --directory="$WORK/root" --bind-ro="$WORK/share:/mnt/nte" \
+    --console=read-only --boot >"$WORK/console.log" 2>&1 &
+NSPAWN_PID=$!
+for _ in $(seq 100); do
+    LEADER=$(pgrep -P "$NSPAWN_PID" | head -n 1)
+    [ -n "$LEADER" ] && [ "$(cat "/proc/$LEADER/comm" 2>/dev/null)" = systemd ] && break
+    LEADER=
+    kill -0 "$NSPAWN_PID" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$LEADER" ]; then
+    cat "$WORK/console.log"
+    die "the container did not start"
+fi
+# Until PID 1 listens, systemctl cannot connect and prints no state.
+state=
+for _ in $(seq 100); do
+    state=$(timeout 60 nsenter --target "$LEADER" --all -- /bin/systemctl is-system-running --wait 2>/dev/null)
+    [ -n "$state" ] && break
+    sleep 0.2
+done
+note "system state: $state, $(($(date +%s) - t0)) s"
+check "booted (running or degraded)" test "$state" = running -o "$state" = degraded
+[ "$state" = degraded ] && ct systemctl --failed --no-legend
+check "systemd 252 inside" grep -q '^systemd 252 ' <<<"$(ct systemctl --version)"
+
+# ---------------------------------------------------------------------------
+say "install (textfile directory missing, as without prometheus-node-exporter)"
+ct rmdir "$TEXTFILE_DIR" || die "cannot remove the empty $TEXTFILE_DIR"
+c_install=$(cursor)
+check "dpkg -i" logged "$WORK/dpkg.log" ct dpkg -i /mnt/nte/package.deb
+check "postinst created $TEXTFILE_DIR root:root 0755" \
+    test "$(ct stat -c '%U:%G %a' "$TEXTFILE_DIR")" = "root:root 755"
+check "timer enabled" test "$(ct systemctl is-enabled nvidia-textfile-exporter.timer)" = enabled
+check "timer active" test "$(ct systemctl is-active nvidia-textfile-exporter.timer)" = active
+check "nothing installed in /etc/cron.d" test -z "$(ct find /etc/cron.d -name '*nvidia*')"
+score=$(ct systemd-analyze security nvidia-textfile-exporter.service 2>&1 | sed -n 's/.*Overall exposure level for [^:]*: //p')
+note "systemd-analyze security (running manager): $score"
+
+say "no GPU: the timer runs every 15 s, failures are logged, the error file is served"
+# A failed run ends with this manager message (notice, passes LogLevelMax=notice).
+runs() {
+    since "$c_install" -u nvidia-textfile-exporter.service -o json |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("MESSAGE", "").startswith("nvidia-textfile-exporter.service: Main process exited"):
+        print(int(m["__REALTIME_TIMESTAMP"]) / 1e6)'
+}
+three_runs() { [ "$(runs | wc -l)" -ge 3 ]; }
+t0=$(date +%s)
+check "three runs within 50 s" wait_for 50 three_runs
+note "waited $(($(date +%s) - t0)) s"
+# shellcheck disable=SC2046 # one argument per run time
+check "runs 15 s +- 1 s apart" spacing_ok $(runs)
+check "failure logged: status=3" \
+    journal_has "$c_install" 'status=3/' -u nvidia-textfile-exporter.service
+check "exporter's reason logged (at warning)" \
+    journal_has "$c_install" 'library_not_found' -u nvidia-textfile-exporter.service -p warning
+ct cat "$OUT" >"$WORK/error.prom" 2>/dev/null
+check "error file: nvidia_gpu_collector_up 0" test "$(metric "$WORK/error.prom" nvidia_gpu_collector_up)" = 0
+check "error file: reason library_not_found" \
+    test "$(metric "$WORK/error.prom" 'nvidia_gpu_collector_error{reason="library_not_found"}')" = 1
+age=$(python3 -c 'import sys, time; print(int(time.time() - float(sys.argv[1])))' \
+    "$(metric "$WORK/error.prom" nvidia_gpu_collector_timestamp_seconds)")
+check "error file is fresh (${age} s old)" test "$age" -le 16
+check "file root:root 0644" test "$(ct stat -c '%U:%G %a' "$OUT")" = "root:root 644"
+check "readable by node_exporter's user (prometheus)" quietly ct runuser -u prometheus -- cat "$OUT"
+check "node_exporter (Debian's service) scraped" scrape "$WORK/metrics"
+check "served: nvidia_gpu_collector_up 0" test "$(metric "$WORK/metrics" nvidia_gpu_collector_up)" = 0
+check "served: node_textfile_scrape_error 0" test "$(metric "$WORK/metrics" node_textfile_scrape_error)" = 0
+
+# ---------------------------------------------------------------------------
+if [ -n "$FAKE_NVML" ]; then
+    say "healthy runs (fake NVML set in /etc/default): nothing in the journal"
+    ct install -D -m 0644 /mnt/nte/libfake_nvml.so /usr/local/lib/nte-test/libfake_nvml.so
+    ct install -D -m 0644 /mnt/nte/scenario.toml /usr/local/lib/nte-test/scenario.toml
+    ct sh -c 'cat >/etc/default/nvidia-textfile-exporter' <<'EOF'
+ARGS="--timeout 5s --nvml-lib /usr/local/lib/nte-test/libfake_nvml.so"
+FAKE_NVML_SCENARIO=/usr/local/lib/nte-test/scenario.toml
+EOF
+    healthy() { ct grep -qx 'nvidia_gpu_collector_up 1' "$OUT"; }
+    check "next run reads the fake GPUs" wait_for 20 healthy
+    c_healthy=$(cursor)
+    starts=()
+    last=$(ct systemctl show -P InvocationID nvidia-textfile-exporter.service)
+    t0=$(date +%s)
+    while [ ${#starts[@]} -lt 2 ] && [ "$(($(date +%s) - t0))" -lt 40 ]; do
+        sleep 0.5
+        id=$(ct systemctl show -P InvocationID nvidia-textfile-exporter.service)
+        if [ "$id" != "$last" ] && [ "$(ct systemctl show -P ActiveState nvidia-textfile-exporter.service)" = inactive ]; then
+            last=$id
+            check "run $id: Result=success, status 0" test "$(ct systemctl show -P Result -P ExecMainStatus nvidia-textfile-exporter.service | tr '\n' ' ')" = "success 0 "
+            starts+=("$(ct systemctl show -P ExecMainStartTimestampMonotonic nvidia-textfile-exporter.service |
+                awk '{ printf "%.6f", $1 / 1e6 }')")
+        fi
+    done
+    check "two more healthy runs seen" test ${#starts[@]} -ge 2
+    check "healthy runs 15 s +- 1 s apart" spacing_ok "${starts[@]}"
+    no_output "journal: nothing about the unit during healthy runs" \
+        since "$c_healthy" -u nvidia-textfile-exporter.service -u nvidia-textfile-exporter.timer
+    check "journal: no line at all naming nvidia-textfile-exporter" \
+        not journal_has "$c_healthy" nvidia-textfile-exporter
+    check "node_exporter scraped" scrape "$WORK/metrics"
+    check "served: nvidia_gpu_collector_up 1" test "$(metric "$WORK/metrics" nvidia_gpu_collector_up)" = 1
+    check "served: 8 GPUs" test "$(grep -c '^nvidia_gpu_info{' "$WORK/metrics")" = 8
+    check "served: node_textfile_scrape_error 0" test "$(metric "$WORK/metrics" node_textfile_scrape_error)" = 0
+
+    # Control: the same healthy run without the filter is logged by systemd 252.
+    ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
+    ct sh -c 'printf "[Service]\nLogLevelMax=debug\n" >/run/systemd/system/nvidia-textfile-exporter.service.d/control.conf'
+    ct systemctl daemon-reload
+    c_control=$(cursor)
+    ct systemctl start nvidia-textfile-exporter.service
+    check "control: without LogLevelMax=notice a healthy run logs 'Deactivated successfully'" \
+        journal_has "$c_control" 'Deactivated successfully' -u nvidia-textfile-exporter.service
+    ct rm -r /run/systemd/system/nvidia-textfile-exporter.service.d
+    ct systemctl daemon-reload
+fi
+
+say "StateDirectory= recreates a deleted textfile directory"
+ct systemctl stop nvidia-textfile-exporter.timer
+ct rm -rf "$TEXTFILE_DIR"
+ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
+check "directory back, root:root 0755" test "$(ct stat -c '%U:%G %a' "$TEXTFILE_DIR" 2>&1)" = "root:root 755"
+check "file written" ct test -s "$OUT"
+
+# ---------------------------------------------------------------------------
+say "cron example instead of the timer"
+ct systemctl disable --now nvidia-textfile-exporter.timer 2>/dev/null
+ct cp /usr/share/doc/nvidia-textfile-exporter/examples/cron.d/nvidia-textfile-exporter /etc/cron.d/
+ct rm -f "$OUT"
+stamps=()
+t0=$(date +%s)
+while [ ${#stamps[@]} -lt 2 ] && [ "$(($(date +%s) - t0))" -lt 80 ]; do
+    sleep 0.5
+    stamp=$(ct cat "$OUT" 2>/dev/null | awk '$1 == "nvidia_gpu_collector_timestamp_seconds" { print $2 }')
+    if [ -n "$stamp" ] && { [ ${#stamps[@]} -eq 0 ] || [ "$stamp" != "${stamps[-1]}" ]; }; then
+        stamps+=("$stamp")
+    fi
+done
+note "waited $(($(date +%s) - t0)) s"
+check "cron ran the exporter twice" test ${#stamps[@]} -ge 2
+check "cron runs 15 s +- 1 s apart" spacing_ok "${stamps[@]}"
+check "cron's jobs are in the journal" \
+    journal_has "$c_install" 'CMD (sleep 15; [ -x /usr/bin/nvidia-textfile-exporter ]' -t CRON
+# End cron with its jobs (all in cron.service's cgroup) before removing.
+ct rm /etc/cron.d/nvidia-textfile-exporter
+ct systemctl kill --signal=KILL cron.service
+ct systemctl enable --now nvidia-textfile-exporter.timer 2>/dev/null
+
+# ---------------------------------------------------------------------------
+say "dpkg -r"
+check "timer active before" test "$(ct systemctl is-active nvidia-textfile-exporter.timer)" = active
+check "dpkg -r" logged "$WORK/dpkg.log" ct dpkg -r nvidia-textfile-exporter
+check "timer stopped" test "$(ct systemctl is-active nvidia-textfile-exporter.timer)" = inactive
+check "service not running" test "$(ct systemctl is-active nvidia-textfile-exporter.service)" = inactive
+# Removed but not purged, the timer is masked (as dh_installsystemd does it).
+check "timer masked (LoadState=masked)" \
+    test "$(ct systemctl show -P LoadState nvidia-textfile-exporter.timer)" = masked
+check "nvidia_gpu.prom gone" ct test ! -e "$OUT"
+check "lock file gone" ct test ! -e "$TEXTFILE_DIR/.nvidia_gpu.prom.lock"
+check "node_exporter scraped" scrape "$WORK/metrics"
+check "node_exporter no longer serves nvidia metrics" not grep -q '^nvidia_gpu' "$WORK/metrics"
+
+say "dpkg -P"
+check "dpkg -P" logged "$WORK/dpkg.log" ct dpkg -P nvidia-textfile-exporter
+check "dpkg -L fails" not quietly ct dpkg -L nvidia-textfile-exporter
+check "/etc/default/nvidia-textfile-exporter gone" ct test ! -e /etc/default/nvidia-textfile-exporter
+left=$(ct find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /mnt \) -prune \
+    -o -name '*nvidia-textfile-exporter*' -print 2>/dev/null)
+no_output "no file named *nvidia-textfile-exporter* left anywhere" printf '%s' "$left"
+check "no unit known to systemd" \
+    test -z "$(ct systemctl list-unit-files --no-legend 'nvidia-textfile-exporter*')"
+check "textfile directory of prometheus-node-exporter kept" ct test -d "$TEXTFILE_DIR"
+
+# ---------------------------------------------------------------------------
+say "shutdown"
+t0=$(date +%s)
+ct systemctl poweroff
+for _ in $(seq 150); do kill -0 "$NSPAWN_PID" 2>/dev/null || break; sleep 0.2; done
+check "container powered off" not kill -0 "$NSPAWN_PID" 2>/dev/null
+wait "$NSPAWN_PID" 2>/dev/null
+NSPAWN_PID=
+note "shutdown: $(($(date +%s) - t0)) s"
+
+finish "package systemd test"
