@@ -96,13 +96,11 @@ if [ -f README.md ]; then
 else
     log "warning: no README.md, none packaged"
 fi
-# Prometheus rules and Grafana dashboards, whichever exist.
+# Prometheus rules and Grafana dashboards, whichever exist, side by side in
+# /usr/share/nvidia-textfile-exporter/.
 shopt -s nullglob
-for file in packaging/prometheus/*.yml packaging/prometheus/*.yaml; do
-    install -D -m 0644 "$file" "$staging/usr/share/$package/prometheus/${file##*/}"
-done
-for file in packaging/grafana/*.json; do
-    install -D -m 0644 "$file" "$staging/usr/share/$package/grafana/${file##*/}"
+for file in packaging/prometheus/*.yml packaging/grafana/*.json; do
+    install -D -m 0644 "$file" "$staging/usr/share/$package/${file##*/}"
 done
 shopt -u nullglob
 if [ -f packaging/debian/lintian-overrides ]; then

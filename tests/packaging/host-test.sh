@@ -72,9 +72,8 @@ if [ -f "$ROOT/README.md" ]; then
 fi
 for file in "$ROOT"/packaging/prometheus/*.yml "$ROOT"/packaging/grafana/*.json; do
     [ -f "$file" ] || continue
-    sub=$(basename "$(dirname "$file")")
-    check "package holds $sub/$(basename "$file")" \
-        grep -qxF "/usr/share/$PACKAGE/$sub/$(basename "$file")" <<<"$contents"
+    check "package holds /usr/share/$PACKAGE/$(basename "$file")" \
+        grep -qxF "/usr/share/$PACKAGE/$(basename "$file")" <<<"$contents"
 done
 check "conffiles lists /etc/default/$PACKAGE" \
     test "$(dpkg-deb --ctrl-tarfile "$DEB_OLD" | tar -xOf - ./conffiles)" = "/etc/default/$PACKAGE"
