@@ -517,3 +517,22 @@ fn lost_gpu_keeps_the_uuid_it_had() {
         "{text}"
     );
 }
+
+#[test]
+fn batched_field_values_are_used_before_single_calls() {
+    let text = golden_case("fields-preferred", "fields-preferred", &[], 0);
+    for series in [
+        "nvidia_gpu_ecc_enabled{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 1",
+        "type=\"corrected\",scope=\"volatile\"} 12",
+        "type=\"uncorrected\",scope=\"aggregate\"} 2",
+        "policy=\"power\"} 1.5",
+        "policy=\"low_utilization\"} 9",
+        "nvidia_gpu_energy_joules_total{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 123456.789",
+        "nvidia_gpu_pcie_replays_total{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 7",
+        "nvidia_gpu_memory_temperature_celsius{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 64",
+    ] {
+        assert!(text.contains(series), "missing {series}");
+    }
+    // The failing single functions were never needed.
+    assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 0"));
+}

@@ -4,31 +4,40 @@ use std::ffi::c_uint;
 
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
 use nvml_wrapper::error::{nvml_sym, nvml_try};
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_ECC_CURRENT, NVML_FI_DEV_ECC_DBE_AGG_TOTAL, NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+    NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+};
 
 use super::reader::DeviceReader;
 use crate::metrics;
 use crate::snapshot::Sample;
 
-const ECC_COUNTERS: [(MemoryError, &str, EccCounter, &str); 4] = [
+/// ECC counters: field id, then the same counter as function arguments, with labels.
+const ECC_COUNTERS: [(u32, MemoryError, &str, EccCounter, &str); 4] = [
     (
+        NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
         MemoryError::Corrected,
         "corrected",
         EccCounter::Volatile,
         "volatile",
     ),
     (
+        NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
         MemoryError::Uncorrected,
         "uncorrected",
         EccCounter::Volatile,
         "volatile",
     ),
     (
+        NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
         MemoryError::Corrected,
         "corrected",
         EccCounter::Aggregate,
         "aggregate",
     ),
     (
+        NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
         MemoryError::Uncorrected,
         "uncorrected",
         EccCounter::Aggregate,
@@ -52,21 +61,46 @@ fn flag(on: bool) -> f64 {
     }
 }
 
+/// Field values this collector takes from the per-GPU batch: ECC mode and the
+/// ECC totals (single-bit = corrected, double-bit = uncorrected), the same
+/// numbers as `nvmlDeviceGetEccMode` and `nvmlDeviceGetTotalEccErrors`.
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_ECC_CURRENT,
+    NVML_FI_DEV_ECC_PENDING,
+    NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+    NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+    NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+    NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+];
+
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let ecc = reader.read("nvmlDeviceGetEccMode", |d| d.is_ecc_enabled());
-    if let Some(mode) = &ecc {
-        reader.gauge(&metrics::ECC_ENABLED, flag(mode.currently_enabled));
-        reader.gauge(&metrics::ECC_PENDING_ENABLED, flag(mode.pending_enabled));
+    let ecc = match (
+        reader.field(NVML_FI_DEV_ECC_CURRENT),
+        reader.field(NVML_FI_DEV_ECC_PENDING),
+    ) {
+        (Some(current), Some(pending)) => Some((current != 0.0, pending != 0.0)),
+        _ => reader
+            .read("nvmlDeviceGetEccMode", |d| d.is_ecc_enabled())
+            .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
+    };
+    if let Some((current, pending)) = ecc {
+        reader.gauge(&metrics::ECC_ENABLED, flag(current));
+        reader.gauge(&metrics::ECC_PENDING_ENABLED, flag(pending));
     }
     // Error counters only mean something while ECC is on; NVML answers "not
     // supported" otherwise anyway, so skip the calls.
-    if ecc.is_some_and(|mode| mode.currently_enabled) {
-        for (error, error_label, counter, counter_label) in ECC_COUNTERS {
-            if let Some(count) = reader.read("nvmlDeviceGetTotalEccErrors", |d| {
-                d.total_ecc_errors(error, counter)
-            }) {
+    if ecc.is_some_and(|(current, _)| current) {
+        for (field, error, error_label, counter, counter_label) in ECC_COUNTERS {
+            let count = reader.field(field).or_else(|| {
+                reader
+                    .read("nvmlDeviceGetTotalEccErrors", |d| {
+                        d.total_ecc_errors(error, counter)
+                    })
+                    .map(|count| count as f64)
+            });
+            if let Some(count) = count {
                 reader.push(
-                    Sample::new(&metrics::ECC_ERRORS, count as f64)
+                    Sample::new(&metrics::ECC_ERRORS, count)
                         .with("type", error_label)
                         .with("scope", counter_label),
                 );

@@ -3,9 +3,9 @@
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_COUNT_RX_BYTES, NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+    NVML_FI_DEV_PCIE_REPLAY_COUNTER,
 };
 
-use super::fields::{self, Field};
 use super::reader::DeviceReader;
 use crate::metrics;
 
@@ -31,30 +31,30 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(width) = reader.read("nvmlDeviceGetMaxPcieLinkWidth", |d| d.max_pcie_link_width()) {
         reader.gauge(&metrics::PCIE_MAX_WIDTH, f64::from(width));
     }
-    if let Some(replays) = reader.read("nvmlDeviceGetPcieReplayCounter", |d| {
-        d.pcie_replay_counter()
-    }) {
-        reader.gauge(&metrics::PCIE_REPLAYS, f64::from(replays));
+    let replays = reader.field(NVML_FI_DEV_PCIE_REPLAY_COUNTER).or_else(|| {
+        reader
+            .read("nvmlDeviceGetPcieReplayCounter", |d| {
+                d.pcie_replay_counter()
+            })
+            .map(f64::from)
+    });
+    if let Some(replays) = replays {
+        reader.gauge(&metrics::PCIE_REPLAYS, replays);
     }
-    let counters = [
-        Field {
-            id: NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-            scope: 0,
-        },
-        Field {
-            id: NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-            scope: 0,
-        },
-    ];
-    if let [transmit, receive] = fields::read(reader, &counters)[..] {
-        if let Some(bytes) = transmit {
-            reader.gauge(&metrics::PCIE_TRANSMIT, bytes);
-        }
-        if let Some(bytes) = receive {
-            reader.gauge(&metrics::PCIE_RECEIVE, bytes);
-        }
+    if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
+        reader.gauge(&metrics::PCIE_TRANSMIT, bytes);
+    }
+    if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
+        reader.gauge(&metrics::PCIE_RECEIVE, bytes);
     }
 }
+
+/// Field values this collector takes from the per-GPU batch.
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+    NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+    NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+];
 
 /// The sampled throughput: each direction blocks for NVML's 20 ms window.
 pub(super) fn read_throughput(reader: &mut DeviceReader<'_>) {

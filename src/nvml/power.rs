@@ -3,16 +3,29 @@
 use super::reader::DeviceReader;
 use crate::metrics;
 
+use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
+
 const PER_MILLI: f64 = 1000.0;
+
+/// Field values this collector takes from the per-GPU batch (same millijoules
+/// as `nvmlDeviceGetTotalEnergyConsumption`).
+pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
         reader.gauge(&metrics::POWER, f64::from(milliwatts) / PER_MILLI);
     }
-    if let Some(millijoules) = reader.read("nvmlDeviceGetTotalEnergyConsumption", |d| {
-        d.total_energy_consumption()
-    }) {
-        reader.gauge(&metrics::ENERGY, millijoules as f64 / PER_MILLI);
+    let energy = reader
+        .field(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+        .or_else(|| {
+            reader
+                .read("nvmlDeviceGetTotalEnergyConsumption", |d| {
+                    d.total_energy_consumption()
+                })
+                .map(|millijoules| millijoules as f64)
+        });
+    if let Some(millijoules) = energy {
+        reader.gauge(&metrics::ENERGY, millijoules / PER_MILLI);
     }
     if let Some(milliwatts) = reader.read("nvmlDeviceGetEnforcedPowerLimit", |d| {
         d.enforced_power_limit()

@@ -7,6 +7,7 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
+use super::fields::{self, Field};
 use super::{device_fatal, reason, unsupported};
 use crate::inflight::{InFlight, Scope};
 use crate::metrics::{self, Family};
@@ -21,6 +22,8 @@ pub(super) struct DeviceReader<'n> {
     read_errors: u32,
     /// Set by the first device-fatal error; from then on nothing is read.
     fault: Option<&'static str>,
+    /// Field values read in one batch before the collectors run (see [`Self::prefetch`]).
+    prefetched: Vec<(u32, Option<f64>)>,
 }
 
 impl<'n> DeviceReader<'n> {
@@ -32,6 +35,7 @@ impl<'n> DeviceReader<'n> {
             samples: Vec::with_capacity(64),
             read_errors: 0,
             fault: None,
+            prefetched: Vec::new(),
         }
     }
 
@@ -64,6 +68,24 @@ impl<'n> DeviceReader<'n> {
             log::warn!("GPU {index}: {call}: {error}");
             self.read_errors += 1;
         }
+    }
+
+    /// Reads the field values `ids` (scope 0) in one `nvmlDeviceGetFieldValues`
+    /// call, for the collectors to take with [`Self::field`]: one driver round
+    /// trip instead of one call per reading.
+    pub fn prefetch(&mut self, ids: &[u32]) {
+        let requests: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
+        let values = fields::read(self, &requests);
+        self.prefetched = ids.iter().copied().zip(values).collect();
+    }
+
+    /// A prefetched field value; `None` if it was not prefetched or NVML could
+    /// not give it (the caller then falls back to the function call).
+    pub fn field(&self, id: u32) -> Option<f64> {
+        self.prefetched
+            .iter()
+            .find(|(field, _)| *field == id)
+            .and_then(|(_, value)| *value)
     }
 
     /// Adds a sample; a non-finite value (never valid NVML data) is dropped.

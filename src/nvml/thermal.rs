@@ -3,7 +3,6 @@
 use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_MEMORY_TEMP;
 
-use super::fields::{self, Field};
 use super::reader::DeviceReader;
 use crate::metrics;
 use crate::snapshot::Sample;
@@ -16,18 +15,17 @@ const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
     (TemperatureThreshold::MemoryMax, "memory_max"),
 ];
 
+/// Field values this collector takes from the per-GPU batch.
+pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_MEMORY_TEMP];
+
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(celsius) = reader.read("nvmlDeviceGetTemperature", |d| {
         d.temperature(TemperatureSensor::Gpu)
     }) {
         reader.gauge(&metrics::TEMPERATURE, f64::from(celsius));
     }
-    let memory = Field {
-        id: NVML_FI_DEV_MEMORY_TEMP,
-        scope: 0,
-    };
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
-    if let [Some(celsius)] = fields::read(reader, &[memory])[..] {
+    if let Some(celsius) = reader.field(NVML_FI_DEV_MEMORY_TEMP) {
         if celsius > 0.0 {
             reader.gauge(&metrics::MEMORY_TEMPERATURE, celsius);
         }
