@@ -4,7 +4,7 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/h100x8.toml
 
-.PHONY: build test demo run lint deb bench
+.PHONY: build test demo run lint deb bench test-packaging
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
@@ -13,10 +13,13 @@ build:
 
 ## test: everything CI runs
 test: build
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked
 	tests/e2e/node-exporter.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
+	$(MAKE) test-packaging
 
 ## demo: run the real binary against the fake 8x H100 scenario; writes demo/nvidia_gpu.prom
 demo: build
@@ -33,3 +36,12 @@ run:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## deb: the Debian package, in target/deb/ (its path is printed last)
+deb:
+	CARGO="$(CARGO)" packaging/build-deb.sh
+
+## test-packaging: the .deb on this host, then under systemd in a booted Debian 12 container (root)
+test-packaging:
+	tests/packaging/host-test.sh
+	tests/packaging/nspawn-test.sh
