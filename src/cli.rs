@@ -145,7 +145,8 @@ Exit status:
      the file now says why
   4  at least one GPU is down (lost, or failing every read); the file says which
   5  NVML did not answer within --timeout; the file says so
-  6  another run still holds the lock of the output file; the file says so
+  6  another run held the lock of the output file for --timeout; the file says
+     so unless that run published meanwhile
   7  the output file could not be written (nothing was changed)
 
 Logging goes to standard error and is quiet for a healthy run; set RUST_LOG=debug

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use clap::Parser;
 
@@ -61,6 +61,7 @@ fn run(cli: &Cli) -> Exit {
     }
 
     let target = Target::new(&cli.output_dir, &cli.output_file);
+    let waiting_since = SystemTime::now();
     let lock = match target.lock(Instant::now() + cli.timeout) {
         Ok(lock) => lock,
         Err(error) => {
@@ -79,9 +80,20 @@ fn run(cli: &Cli) -> Exit {
             }
             snapshot(cli, RunClock::start())
         }
+        None if target.published_since(waiting_since) => {
+            // The other run is alive and published while this one waited: its
+            // file is fresh, and a busy error would only overwrite good data.
+            log::warn!(
+                "another run held {} for {} but published meanwhile; leaving its file",
+                target.path().display(),
+                humantime::format_duration(cli.timeout)
+            );
+            return Exit::Busy;
+        }
         None => {
             log::error!(
-                "another run still holds {} after {}; writing reason=\"busy\"",
+                "another run still holds {} after {} and published nothing meanwhile; \
+                 writing reason=\"busy\"",
                 target.path().display(),
                 humantime::format_duration(cli.timeout)
             );

@@ -20,7 +20,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Mode of the published file: node_exporter runs as another user and must read it.
 const FILE_MODE: u32 = 0o644;
@@ -199,6 +199,13 @@ impl Target {
 }
 
 impl Target {
+    /// Whether the published file was replaced at or after `since`.
+    pub fn published_since(&self, since: SystemTime) -> bool {
+        fs::metadata(self.path())
+            .and_then(|metadata| metadata.modified())
+            .is_ok_and(|modified| modified >= since)
+    }
+
     /// The `gpu` index → `uuid` pairs of the GPUs the published file lists with a
     /// UUID (from its `nvidia_gpu_up` series), so that a GPU whose UUID can no
     /// longer be read keeps the identity it had. Empty if there is no file.
@@ -280,6 +287,17 @@ mod tests {
             fs::read_to_string(dir.path().join("x.prom/keep")).unwrap(),
             "old"
         );
+    }
+
+    #[test]
+    fn published_since_compares_with_the_file_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::new(dir.path(), "x.prom");
+        let before = SystemTime::now();
+        assert!(!target.published_since(before), "no file yet");
+        target.publish("a 1\n").unwrap();
+        assert!(target.published_since(before));
+        assert!(!target.published_since(SystemTime::now() + Duration::from_secs(60)));
     }
 
     #[test]

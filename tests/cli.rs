@@ -536,3 +536,45 @@ fn batched_field_values_are_used_before_single_calls() {
     // The failing single functions were never needed.
     assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 0"));
 }
+
+#[test]
+fn busy_lock_writes_busy_unless_the_holder_published_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
+    lock.lock().unwrap();
+
+    // A holder that never publishes: the file must say busy.
+    let output = exporter("h100x8", &["--output-dir", out, "--timeout", "300ms"]);
+    assert_eq!(output.status.code(), Some(6));
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(
+        text.contains("nvidia_gpu_collector_error{reason=\"busy\"} 1\n"),
+        "{text}"
+    );
+    assert!(device_series(&text).is_empty());
+
+    // A holder that publishes while we wait: its fresh file stays.
+    let child = Command::new(EXE)
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args(["--output-dir", out, "--timeout", "2s"])
+        .env("FAKE_NVML_SCENARIO", scenario("h100x8"))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    fs::write(dir.path().join("nvidia_gpu.prom"), "fresh 1\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(6));
+    assert_eq!(
+        fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap(),
+        "fresh 1\n"
+    );
+    drop(lock);
+
+    // Once the lock is free, runs succeed again.
+    assert_eq!(
+        exporter("h100x8", &["--output-dir", out]).status.code(),
+        Some(0)
+    );
+}
