@@ -1,0 +1,855 @@
+//! Cost of rendering and publishing a large snapshot, and the allocations made.
+//!
+//! The snapshot is built by hand as the readers would build it for 8 H100 SXM
+//! GPUs in MIG mode: per GPU the default collectors' samples (18 NVLinks with
+//! their data counters), 7 MIG devices and 200 compute processes with the
+//! owner labels `procfs` adds. Labels the readers format from numbers or copy
+//! (link, ids, pid, owner) are owned strings here too, as there.
+//!
+//! A plain `fn main` (registered with `harness = false`):
+//!
+//! ```sh
+//! cargo bench --bench render_publish                  # 1000 iterations
+//! cargo bench --bench render_publish -- 300 /some/dir # iterations, publish directories
+//! ```
+//!
+//! Publishes go to a fresh directory on tmpfs (`/dev/shm`) and one in the
+//! system temporary directory unless directories are given. Times are medians
+//! of per-iteration times; compare them as ratios on the same machine.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::borrow::Cow;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use nvidia_textfile_exporter::metrics::{self, Family};
+use nvidia_textfile_exporter::publish::Target;
+use nvidia_textfile_exporter::render::render;
+use nvidia_textfile_exporter::snapshot::{Device, Sample, Snapshot};
+
+// ---------------------------------------------------------------------------
+// Counting allocator
+
+/// Counters per class: strings (alignment 1: label values, UUIDs, the output
+/// text) and everything else (vectors of samples, labels, buckets).
+struct Counters {
+    allocs: AtomicU64,
+    reallocs: AtomicU64,
+    bytes: AtomicU64,
+    realloc_copied: AtomicU64,
+}
+
+impl Counters {
+    const fn new() -> Self {
+        Counters {
+            allocs: AtomicU64::new(0),
+            reallocs: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            realloc_copied: AtomicU64::new(0),
+        }
+    }
+
+    fn of(layout: Layout) -> &'static Counters {
+        if layout.align() == 1 {
+            &STRINGS
+        } else {
+            &OTHERS
+        }
+    }
+
+    fn read(&self) -> Allocs {
+        Allocs {
+            allocs: self.allocs.load(Relaxed),
+            reallocs: self.reallocs.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            realloc_copied: self.realloc_copied.load(Relaxed),
+        }
+    }
+}
+
+static STRINGS: Counters = Counters::new();
+static OTHERS: Counters = Counters::new();
+
+struct Counting;
+
+// SAFETY: forwards every call unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let counters = Counters::of(layout);
+        counters.allocs.fetch_add(1, Relaxed);
+        counters.bytes.fetch_add(layout.size() as u64, Relaxed);
+        System.alloc(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let counters = Counters::of(layout);
+        counters.allocs.fetch_add(1, Relaxed);
+        counters.bytes.fetch_add(layout.size() as u64, Relaxed);
+        System.alloc_zeroed(layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let counters = Counters::of(layout);
+        counters.reallocs.fetch_add(1, Relaxed);
+        counters
+            .realloc_copied
+            .fetch_add(layout.size() as u64, Relaxed);
+        counters
+            .bytes
+            .fetch_add(new_size.saturating_sub(layout.size()) as u64, Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations of one class made while running `f`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Allocs {
+    allocs: u64,
+    reallocs: u64,
+    bytes: u64,
+    /// Bytes the reallocations had to move (an upper bound: some grow in place).
+    realloc_copied: u64,
+}
+
+impl Allocs {
+    fn since(self, before: Allocs) -> Allocs {
+        Allocs {
+            allocs: self.allocs - before.allocs,
+            reallocs: self.reallocs - before.reallocs,
+            bytes: self.bytes - before.bytes,
+            realloc_copied: self.realloc_copied - before.realloc_copied,
+        }
+    }
+}
+
+impl std::fmt::Display for Allocs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} + {} realloc ({} KB, {} KB moved)",
+            self.allocs,
+            self.reallocs,
+            self.bytes / 1000,
+            self.realloc_copied / 1000
+        )
+    }
+}
+
+/// String and other allocations made while running `f`.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, Allocs, Allocs) {
+    let (strings, others) = (STRINGS.read(), OTHERS.read());
+    let value = f();
+    (
+        value,
+        STRINGS.read().since(strings),
+        OTHERS.read().since(others),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// The snapshot
+
+const GPUS: u32 = 8;
+const MIG_DEVICES: u32 = 7;
+const PROCESSES_PER_GPU: u32 = 200;
+const NVLINKS: u32 = 18;
+
+/// What the readers would produce for one H100 SXM in MIG mode.
+fn device(index: u32, mig: u32, processes: u32) -> Device {
+    let mut samples = Vec::with_capacity(64);
+    let mut push = |sample: Sample| samples.push(sample);
+    let gauge = |family: &'static Family, value: f64| Sample::new(family, value);
+
+    push(
+        gauge(&metrics::INFO, 1.0)
+            .with("name", String::from("NVIDIA H100 80GB HBM3"))
+            .with(
+                "pci_bus_id",
+                format!("00000000:{:02X}:00.0", 0x18 + index * 0x11),
+            )
+            .with("serial", format!("16549230{:05}", 11871 + index * 37))
+            .with("vbios_version", String::from("96.00.99.00.01"))
+            .with("brand", String::from("nvidia"))
+            .with("architecture", String::from("hopper"))
+            .with("minor_number", index.to_string()),
+    );
+    push(gauge(&metrics::UTILIZATION, 0.97));
+    push(gauge(&metrics::MEMORY_UTILIZATION, 0.61));
+    push(gauge(&metrics::PROCESSES, f64::from(processes)));
+    for (family, value) in [
+        (&metrics::MEMORY_USED, 77844185088.0),
+        (&metrics::MEMORY_FREE, 7039090688.0),
+        (&metrics::MEMORY_TOTAL, 85520809984.0),
+        (&metrics::MEMORY_RESERVED, 637534208.0),
+        (&metrics::BAR1_USED, 41943040.0),
+        (&metrics::BAR1_TOTAL, 137438953472.0),
+        (&metrics::TEMPERATURE, 71.0),
+        (&metrics::MEMORY_TEMPERATURE, 78.0),
+    ] {
+        push(gauge(family, value));
+    }
+    for (threshold, value) in [
+        ("slowdown", 89.0),
+        ("shutdown", 92.0),
+        ("gpu_max", 87.0),
+        ("memory_max", 95.0),
+    ] {
+        push(gauge(&metrics::TEMPERATURE_THRESHOLD, value).with("threshold", threshold));
+    }
+    for (family, value) in [
+        (&metrics::POWER, 682.311),
+        (&metrics::ENERGY, 486214350.112),
+        (&metrics::POWER_LIMIT, 700.0),
+        (&metrics::POWER_DEFAULT_LIMIT, 700.0),
+        (&metrics::POWER_MIN_LIMIT, 200.0),
+        (&metrics::POWER_MAX_LIMIT, 700.0),
+    ] {
+        push(gauge(family, value));
+    }
+    for family in [&metrics::CLOCK, &metrics::CLOCK_MAX] {
+        for (clock, mhz) in [
+            ("graphics", 1980.0),
+            ("sm", 1980.0),
+            ("memory", 2619.0),
+            ("video", 1755.0),
+        ] {
+            push(gauge(family, mhz * 1e6).with("clock", clock));
+        }
+    }
+    push(gauge(&metrics::PERFORMANCE_STATE, 0.0));
+    for (bit, reason) in [
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+        "display_clock_setting",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        push(gauge(&metrics::CLOCKS_EVENT, f64::from(u8::from(bit == 2))).with("reason", reason));
+    }
+    for (policy, seconds) in [
+        ("power", 48.2),
+        ("thermal", 0.0),
+        ("sync_boost", 0.0),
+        ("board_limit", 0.0),
+        ("low_utilization", 0.0),
+        ("reliability", 0.0),
+        ("app_clocks", 0.0),
+        ("base_clocks", 0.0),
+    ] {
+        push(gauge(&metrics::VIOLATION, seconds).with("policy", policy));
+    }
+    for (family, value) in [
+        (&metrics::PCIE_GENERATION, 5.0),
+        (&metrics::PCIE_MAX_GENERATION, 5.0),
+        (&metrics::PCIE_WIDTH, 16.0),
+        (&metrics::PCIE_MAX_WIDTH, 16.0),
+        (&metrics::PCIE_REPLAYS, 0.0),
+        (&metrics::PCIE_TRANSMIT, 9183365120311.0),
+        (&metrics::PCIE_RECEIVE, 8873412093342.0),
+        (&metrics::ECC_ENABLED, 1.0),
+        (&metrics::ECC_PENDING_ENABLED, 1.0),
+    ] {
+        push(gauge(family, value));
+    }
+    for (kind, scope) in [
+        ("corrected", "volatile"),
+        ("uncorrected", "volatile"),
+        ("corrected", "aggregate"),
+        ("uncorrected", "aggregate"),
+    ] {
+        push(
+            gauge(&metrics::ECC_ERRORS, 0.0)
+                .with("type", kind)
+                .with("scope", scope),
+        );
+    }
+    for cause in ["correctable", "uncorrectable"] {
+        push(gauge(&metrics::REMAPPED_ROWS, 0.0).with("cause", cause));
+    }
+    for (family, value) in [
+        (&metrics::REMAPPED_ROWS_PENDING, 0.0),
+        (&metrics::REMAPPED_ROWS_FAILURE, 0.0),
+        (&metrics::DECODER_UTILIZATION, 0.0),
+        (&metrics::PERSISTENCE_MODE, 1.0),
+    ] {
+        push(gauge(family, value));
+    }
+    push(gauge(&metrics::COMPUTE_MODE, 1.0).with("mode", "default"));
+    push(gauge(&metrics::MIG_ENABLED, f64::from(u8::from(mig > 0))));
+    push(gauge(
+        &metrics::MIG_PENDING_ENABLED,
+        f64::from(u8::from(mig > 0)),
+    ));
+    for link in 0..NVLINKS {
+        let label = link.to_string();
+        push(gauge(&metrics::NVLINK_ACTIVE, 1.0).with("link", label.clone()));
+        for counter in ["replay", "recovery", "crc_flit", "crc_data"] {
+            push(
+                gauge(&metrics::NVLINK_ERRORS, 0.0)
+                    .with("link", label.clone())
+                    .with("counter", counter),
+            );
+        }
+    }
+    for link in 0..NVLINKS {
+        for family in [&metrics::NVLINK_TRANSMIT, &metrics::NVLINK_RECEIVE] {
+            let bytes = 1024.0 * f64::from(918336512 + link * 7919);
+            push(gauge(family, bytes).with("link", link.to_string()));
+        }
+    }
+    for slot in 0..mig {
+        let gi = (slot + 1).to_string();
+        let ci = String::from("0");
+        push(
+            gauge(&metrics::MIG_INFO, 1.0)
+                .with("gpu_instance_id", gi.clone())
+                .with("compute_instance_id", ci.clone())
+                .with(
+                    "mig_uuid",
+                    format!("MIG-4f1b8a2e-63c7-5d90-8e4a-b2c9d1{index:02x}{slot:04x}"),
+                ),
+        );
+        for (family, bytes) in [
+            (&metrics::MIG_MEMORY_USED, 9663676416.0),
+            (&metrics::MIG_MEMORY_TOTAL, 10200547328.0),
+        ] {
+            push(
+                gauge(family, bytes)
+                    .with("gpu_instance_id", gi.clone())
+                    .with("compute_instance_id", ci.clone()),
+            );
+        }
+    }
+    for process in 0..processes {
+        let pid = 300000 + index * 1000 + process;
+        let job = 4711000 + index * 100 + process % 50;
+        let mut sample = gauge(
+            &metrics::PROCESS_MEMORY_USED,
+            f64::from(1 + process % 9) * 1073741824.0,
+        )
+        .with("pid", pid.to_string());
+        if mig > 0 {
+            sample = sample
+                .with("gpu_instance_id", (1 + process % mig).to_string())
+                .with("compute_instance_id", 0.to_string());
+        }
+        sample = sample
+            .with("comm", format!("python3-rank{}", process % 16))
+            .with("user", format!("user{:03}", process % 40))
+            .with("systemd_unit", format!("slurmstepd-job{job}.scope"))
+            .with(
+                "container_id",
+                format!("{:064x}", u128::from(pid) * 0x9e37_79b9),
+            )
+            .with("slurm_job_id", job.to_string());
+        push(sample);
+    }
+    push(gauge(&metrics::UP, 1.0));
+    push(gauge(&metrics::COLLECTOR_READ_ERRORS, 0.0));
+    Device {
+        index,
+        uuid: format!("GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e{index:02x}"),
+        samples,
+    }
+}
+
+fn snapshot(gpus: u32, mig: u32, processes: u32) -> Snapshot {
+    Snapshot {
+        host: vec![
+            Sample::new(&metrics::COLLECTOR_UP, 1.0),
+            Sample::new(&metrics::COLLECTOR_DURATION, 0.062118933),
+            Sample::new(&metrics::COLLECTOR_TIMESTAMP, 1796045427.125),
+            Sample::new(&metrics::COLLECTOR_BUILD_INFO, 1.0).with("version", "0.1.0"),
+            Sample::new(&metrics::DRIVER_INFO, 1.0)
+                .with("driver_version", String::from("580.159.04"))
+                .with("cuda_version", String::from("13.0"))
+                .with("nvml_version", String::from("13.580.159.04")),
+        ],
+        devices: (0..gpus).map(|i| device(i, mig, processes)).collect(),
+    }
+}
+
+/// Samples, labels, and labels whose value is an owned string (one allocation each).
+fn census(snapshot: &Snapshot) -> (usize, usize, usize) {
+    let samples = || {
+        snapshot
+            .host
+            .iter()
+            .chain(snapshot.devices.iter().flat_map(|d| &d.samples))
+    };
+    let labels = samples().map(|s| s.labels.len()).sum();
+    let owned = samples()
+        .flat_map(|s| &s.labels)
+        .filter(|l| matches!(l.value, Cow::Owned(_)))
+        .count();
+    (samples().count(), labels, owned)
+}
+
+// ---------------------------------------------------------------------------
+// A candidate renderer: the changes suggested for src/render.rs, to measure
+// what they would save. `main` checks that its output is byte for byte the
+// same as `render`'s before timing it.
+
+mod candidate {
+    use std::fmt::Write as _;
+
+    use nvidia_textfile_exporter::metrics::ALL;
+    use nvidia_textfile_exporter::render::escape_help;
+    use nvidia_textfile_exporter::snapshot::{Sample, Snapshot};
+
+    /// Which of the suggested changes to apply.
+    #[derive(Clone, Copy)]
+    pub struct Changes {
+        /// Escape label values by copying runs between special bytes.
+        pub escape_runs: bool,
+        /// Format integral values as integers, without the float formatter.
+        pub integer_values: bool,
+        /// Size the output from the samples' actual lengths.
+        pub exact_capacity: bool,
+        /// Group samples by family in one vector (a counting sort) instead of a
+        /// growing vector per family.
+        pub one_vector: bool,
+    }
+
+    pub fn render(snapshot: &Snapshot, changes: Changes) -> String {
+        let identities: Vec<String> = snapshot
+            .devices
+            .iter()
+            .map(|device| {
+                let mut identity = String::with_capacity(16 + device.uuid.len());
+                let _ = write!(identity, "gpu=\"{}\",uuid=\"", device.index);
+                escape(&device.uuid, &mut identity, changes);
+                identity.push('"');
+                identity
+            })
+            .collect();
+        let samples = || {
+            let host = snapshot.host.iter().map(|s| (None, s));
+            let devices = snapshot
+                .devices
+                .iter()
+                .zip(&identities)
+                .flat_map(|(d, id)| d.samples.iter().map(move |s| (Some(id.as_str()), s)));
+            host.chain(devices)
+        };
+        if changes.one_vector {
+            // Start of each family's run, then fill in place: stable, O(n).
+            let mut start = [0usize; ALL.len() + 1];
+            for (_, sample) in samples() {
+                start[sample.family.index + 1] += 1;
+            }
+            for i in 1..start.len() {
+                start[i] += start[i - 1];
+            }
+            let Some((_, any)) = samples().next() else {
+                return String::new();
+            };
+            let mut ordered = vec![(None, any); start[ALL.len()]];
+            for (identity, sample) in samples() {
+                let at = &mut start[sample.family.index];
+                ordered[*at] = (identity, sample);
+                *at += 1;
+            }
+            emit(ordered.iter(), changes)
+        } else {
+            let mut buckets: Vec<Vec<(Option<&str>, &Sample)>> = vec![Vec::new(); ALL.len()];
+            for (identity, sample) in samples() {
+                buckets[sample.family.index].push((identity, sample));
+            }
+            emit(buckets.iter().flatten(), changes)
+        }
+    }
+
+    /// Writes samples already in output order.
+    fn emit<'a>(
+        ordered: impl Iterator<Item = &'a (Option<&'a str>, &'a Sample)> + Clone,
+        changes: Changes,
+    ) -> String {
+        let capacity = if changes.exact_capacity {
+            let mut size = 0;
+            let mut previous = None;
+            for (identity, sample) in ordered.clone() {
+                let family = sample.family;
+                if previous != Some(family.index) {
+                    previous = Some(family.index);
+                    size += 2 * family.name.len() + family.help.len() + 24;
+                }
+                // Name, braces, identity, labels, a value of up to 24 characters.
+                size += family.name.len() + identity.map_or(0, str::len) + 28;
+                size += sample
+                    .labels
+                    .iter()
+                    .map(|l| l.name.len() + l.value.len() + 4)
+                    .sum::<usize>();
+            }
+            size
+        } else {
+            ordered.clone().count() * 96 + 4096
+        };
+        let mut out = String::with_capacity(capacity);
+        let mut previous = None;
+        for &(identity, sample) in ordered {
+            if previous != Some(sample.family.index) {
+                previous = Some(sample.family.index);
+                header(sample.family, &mut out);
+            }
+            write_sample(identity, sample, &mut out, changes);
+        }
+        out
+    }
+
+    fn header(family: &nvidia_textfile_exporter::metrics::Family, out: &mut String) {
+        out.push_str("# HELP ");
+        out.push_str(family.name);
+        out.push(' ');
+        escape_help(family.help, out);
+        out.push_str("\n# TYPE ");
+        out.push_str(family.name);
+        out.push(' ');
+        out.push_str(family.kind.as_str());
+        out.push('\n');
+    }
+
+    fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String, changes: Changes) {
+        out.push_str(sample.family.name);
+        if identity.is_some() || !sample.labels.is_empty() {
+            out.push('{');
+            let mut first = true;
+            if let Some(identity) = identity {
+                out.push_str(identity);
+                first = false;
+            }
+            for label in &sample.labels {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                out.push_str(label.name);
+                out.push_str("=\"");
+                escape(&label.value, out, changes);
+                out.push('"');
+            }
+            out.push('}');
+        }
+        out.push(' ');
+        value(sample.value, out, changes);
+        out.push('\n');
+    }
+
+    fn escape(value: &str, out: &mut String, changes: Changes) {
+        if !changes.escape_runs {
+            return nvidia_textfile_exporter::render::escape_label_value(value, out);
+        }
+        let mut start = 0;
+        for (i, byte) in value.bytes().enumerate() {
+            let escaped = match byte {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                b'\n' => "\\n",
+                _ => continue,
+            };
+            // The three bytes are ASCII, so `i` is a character boundary.
+            out.push_str(&value[start..i]);
+            out.push_str(escaped);
+            start = i + 1;
+        }
+        out.push_str(&value[start..]);
+    }
+
+    /// Largest integer below which every integral f64 prints as itself.
+    const EXACT: f64 = 9007199254740992.0; // 2^53
+
+    fn value(value: f64, out: &mut String, changes: Changes) {
+        let integral = value.fract() == 0.0 && value.abs() < EXACT;
+        if !changes.integer_values || !integral || (value == 0.0 && value.is_sign_negative()) {
+            return nvidia_textfile_exporter::render::format_value(value, out);
+        }
+        let mut digits = [0u8; 20];
+        let mut n = value.abs() as u64;
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if value < 0.0 {
+            out.push('-');
+        }
+        // Only ASCII digits were written.
+        out.push_str(std::str::from_utf8(&digits[at..]).unwrap());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Measuring
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Median and fastest time of `f` over `iterations` calls, after a few warm-up calls.
+fn time<T>(iterations: usize, mut f: impl FnMut() -> T) -> (Duration, Duration) {
+    for _ in 0..iterations.clamp(1, 10) {
+        black_box(f());
+    }
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let start = Instant::now();
+        black_box(f());
+        times.push(start.elapsed());
+    }
+    let fastest = *times.iter().min().unwrap();
+    (median(&mut times), fastest)
+}
+
+/// Median over `iterations` pairs of the time of `b` divided by that of `a`,
+/// the two run back to back in alternating order, so that load from other
+/// processes hits both alike.
+fn paired<T, U>(iterations: usize, mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -> f64 {
+    let mut ratios = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations.clamp(1, 10) {
+        let (mut time_a, mut time_b) = (Duration::ZERO, Duration::ZERO);
+        for first in [i % 2 == 0, i % 2 != 0] {
+            let start = Instant::now();
+            if first {
+                black_box(a());
+                time_a = start.elapsed();
+            } else {
+                black_box(b());
+                time_b = start.elapsed();
+            }
+        }
+        if i >= iterations.clamp(1, 10) {
+            ratios.push(time_b.as_secs_f64() / time_a.as_secs_f64());
+        }
+    }
+    ratios.sort_unstable_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+fn publish_dirs(args: &[String]) -> Vec<PathBuf> {
+    if !args.is_empty() {
+        return args.iter().map(PathBuf::from).collect();
+    }
+    let mut dirs = Vec::new();
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        dirs.push(shm.to_path_buf());
+    }
+    dirs.push(std::env::temp_dir());
+    dirs
+}
+
+const fn changes(
+    escape_runs: bool,
+    integer_values: bool,
+    exact_capacity: bool,
+    one_vector: bool,
+) -> candidate::Changes {
+    candidate::Changes {
+        escape_runs,
+        integer_values,
+        exact_capacity,
+        one_vector,
+    }
+}
+
+/// The same code with no change, to compare the others against.
+const BASELINE: candidate::Changes = changes(false, false, false, false);
+
+const CANDIDATES: [(&str, candidate::Changes); 5] = [
+    ("escape runs", changes(true, false, false, false)),
+    ("integer values", changes(false, true, false, false)),
+    ("exact capacity", changes(false, false, true, false)),
+    ("one vector", changes(false, false, false, true)),
+    ("all four", changes(true, true, true, true)),
+];
+
+/// Renders `snapshot` with `render` and each candidate; returns the text and
+/// the median time of `render`.
+fn report_render(name: &str, snapshot: &Snapshot, iterations: usize) -> (String, Duration) {
+    let (samples, labels, owned) = census(snapshot);
+    let (text, strings, others) = counted(|| render(snapshot));
+    println!(
+        "{name}: {samples} samples, {labels} extra labels ({owned} owned values), \
+         {} bytes, {} lines",
+        text.len(),
+        text.lines().count()
+    );
+    println!("  allocations per render call: strings {strings}; vectors {others}");
+    let (median, fastest) = time(iterations, || render(snapshot));
+    println!(
+        "  render: median {:.1} us (fastest {:.1}), {:.0} ns per sample",
+        micros(median),
+        micros(fastest),
+        median.as_secs_f64() * 1e9 / samples as f64,
+    );
+    let baseline = paired(
+        iterations,
+        || render(snapshot),
+        || candidate::render(snapshot, BASELINE),
+    );
+    println!("  candidate code with no change: {baseline:.2}x the time of render");
+    for (change, changes) in CANDIDATES {
+        let (candidate_text, strings, others) = counted(|| candidate::render(snapshot, changes));
+        assert!(
+            candidate_text == text,
+            "candidate '{change}' renders differently"
+        );
+        let ratio = paired(
+            iterations,
+            || candidate::render(snapshot, BASELINE),
+            || candidate::render(snapshot, changes),
+        );
+        println!(
+            "  with {change:<14}: {ratio:.2}x the time without; allocations: \
+             strings {strings}; vectors {others}"
+        );
+    }
+    (text, median)
+}
+
+/// Values that need escaping or unusual number formats, to check the candidate.
+fn awkward() -> Snapshot {
+    let mut device = device(3, 1, 2);
+    device.uuid = String::from("GPU-\"quoted\"\\back\nline-ü");
+    for (i, value) in [
+        0.0,
+        -0.0,
+        -1.0,
+        1e21,
+        -1e21,
+        9007199254740992.0,
+        9007199254740993.0,
+        123456789012345.0,
+        0.1,
+        -2.5e-7,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        f64::MIN_POSITIVE,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        device.samples.push(
+            Sample::new(&metrics::PROCESS_MEMORY_USED, value)
+                .with("pid", i.to_string())
+                .with("comm", String::from("a\\b\"c\nd显卡"))
+                .with("user", "\\\\\"\"\n\n"),
+        );
+    }
+    Snapshot {
+        host: Vec::new(),
+        devices: vec![device],
+    }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; the other arguments are ours.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let (iterations, dirs) = match args.first().map(|a| a.parse::<usize>()) {
+        Some(Ok(n)) if n > 0 => (n, publish_dirs(&args[1..])),
+        Some(_) => {
+            eprintln!("usage: render_publish [ITERATIONS [PUBLISH_DIR...]]");
+            std::process::exit(2);
+        }
+        None => (1000, publish_dirs(&[])),
+    };
+
+    let awkward = awkward();
+    let expected = render(&awkward);
+    for (change, changes) in [("no change", BASELINE)].into_iter().chain(CANDIDATES) {
+        assert!(
+            candidate::render(&awkward, changes) == expected,
+            "candidate '{change}' renders awkward values differently"
+        );
+    }
+
+    let (small, strings, others) = counted(|| snapshot(1, 0, 0));
+    println!(
+        "Building the snapshot, as readers and procfs allocate: 1 GPU, no MIG or \
+         processes: strings {strings}; vectors {others}"
+    );
+    let (large, strings, others) = counted(|| snapshot(GPUS, MIG_DEVICES, PROCESSES_PER_GPU));
+    println!(
+        "  {GPUS} GPUs x {MIG_DEVICES} MIG x {PROCESSES_PER_GPU} processes: strings {strings}; \
+         vectors {others}"
+    );
+    println!(
+        "Render ({iterations} iterations each; candidates are checked to render the same text):"
+    );
+    let (_, small_render) = report_render("1 GPU, no MIG or processes", &small, iterations);
+    let (text, large_render) = report_render(
+        &format!("{GPUS} GPUs x {MIG_DEVICES} MIG devices x {PROCESSES_PER_GPU} processes"),
+        &large,
+        iterations,
+    );
+    println!(
+        "  render time, large / small: {:.1}",
+        large_render.as_secs_f64() / small_render.as_secs_f64()
+    );
+
+    println!(
+        "Publish of the large text ({} bytes), {} iterations:",
+        text.len(),
+        iterations.div_ceil(4)
+    );
+    for dir in dirs {
+        let scratch = match tempfile::Builder::new()
+            .prefix("render-publish-bench.")
+            .tempdir_in(&dir)
+        {
+            Ok(scratch) => scratch,
+            Err(e) => {
+                println!("  {}: skipped ({e})", dir.display());
+                continue;
+            }
+        };
+        let target = Target::new(scratch.path(), "nvidia_gpu.prom");
+        let (result, strings, others) = counted(|| target.publish(&text));
+        if let Err(e) = result {
+            println!("  {}: skipped ({e})", dir.display());
+            continue;
+        }
+        let (median, fastest) = time(iterations.div_ceil(4), || {
+            target.publish(&text).expect("publish");
+        });
+        println!(
+            "  into {}: median {:.1} us (fastest {:.1}), {:.2}x the large render; \
+             allocations per call: strings {strings}; others {others}",
+            dir.display(),
+            micros(median),
+            micros(fastest),
+            median.as_secs_f64() / large_render.as_secs_f64(),
+        );
+    }
+}
