@@ -298,6 +298,7 @@ fn batched_fields(collector: Collector) -> &'static [u32] {
         Collector::Clocks => clocks::FIELDS,
         Collector::Pcie => pcie::FIELDS,
         Collector::Health => health::FIELDS,
+        Collector::Nvlink => nvlink::FIELDS,
         _ => &[],
     }
 }
