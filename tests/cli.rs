@@ -590,8 +590,10 @@ fn nvlink_counters_come_from_one_batched_read() {
     let id = "gpu=\"0\",uuid=\"GPU-0c7e5a91-2b3d-4f60-8e14-a9d2c6b07f35\"";
     for series in [
         format!("nvidia_gpu_nvlink_active{{{id},link=\"2\"}} 0"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"0\",counter=\"crc\"}} 17"),
+        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"0\",counter=\"crc_data\"}} 20"),
+        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"3\",counter=\"crc_flit\"}} 2"),
         format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"3\",counter=\"replay\"}} 5"),
+        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"1\",counter=\"recovery\"}} 1"),
         format!("nvidia_gpu_nvlink_transmit_bytes_total{{{id},link=\"0\"}} 1024000"),
         format!("nvidia_gpu_nvlink_receive_bytes_total{{{id},link=\"3\"}} 9216"),
         format!("nvidia_gpu_collector_read_errors{{{id}}} 0"),
@@ -599,4 +601,5 @@ fn nvlink_counters_come_from_one_batched_read() {
         assert!(text.contains(&series), "missing {series}");
     }
     assert!(!text.contains("link=\"4\""), "probed past the link count");
+    assert!(!text.contains("} 999\n"), "replay/recovery read by function, not field");
 }

@@ -3,9 +3,9 @@
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::sys_exports::field_id::{
-    NVML_FI_DEV_NVLINK_ERROR_DL_CRC, NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
-    NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, NVML_FI_DEV_NVLINK_LINK_COUNT,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    NVML_FI_DEV_NVLINK_LINK_COUNT, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
 use super::fields::{self, Field};
@@ -19,6 +19,8 @@ const MAX_LINKS: u32 = 18;
 /// NVML counts NVLink data in KiB.
 const BYTES_PER_KIB: f64 = 1024.0;
 
+/// The counters of `nvmlDeviceGetNvLinkErrorCounter`; the two CRC counters come
+/// last, since [`LINK_FIELDS`] can replace the first two.
 const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlReplay, "replay"),
     (ErrorCounter::DlRecovery, "recovery"),
@@ -30,13 +32,16 @@ const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
 /// bounds the per-link probing.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
 
-/// Per-link fields read in one batch: the data-link error counters (same
+/// Per-link fields read in one batch: the replay and recovery counters (same
 /// counts as `nvmlDeviceGetNvLinkErrorCounter`) and the data counters. On an
-/// H200 with 18 links the 72 single error-counter calls took 79 ms per GPU.
-const LINK_FIELDS: [u32; 5] = [
+/// H200 with 18 links each single error-counter call took about 1.1 ms.
+///
+/// CRC errors are not taken from `NVML_FI_DEV_NVLINK_ERROR_DL_CRC`: on H200s
+/// (driver 580) it read 0 on every link while the function reported 4 to 36
+/// CRC data errors per link, so flit and data CRC counts come from the function.
+const LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
-    NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
@@ -70,21 +75,23 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             Sample::new(&metrics::NVLINK_ACTIVE, if active { 1.0 } else { 0.0 })
                 .with("link", label.clone()),
         );
-        let [replay, recovery, crc, transmit, receive] = values else {
+        let [replay, recovery, transmit, receive] = values else {
             continue;
         };
-        match (replay, recovery, crc) {
-            (Some(replay), Some(recovery), Some(crc)) => {
-                for (count, counter) in [(replay, "replay"), (recovery, "recovery"), (crc, "crc")] {
+        let counters = match (replay, recovery) {
+            (Some(replay), Some(recovery)) => {
+                for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
                     reader.push(
                         Sample::new(&metrics::NVLINK_ERRORS, *count)
                             .with("link", label.clone())
                             .with("counter", counter),
                     );
                 }
+                &ERROR_COUNTERS[2..]
             }
-            _ => read_error_counters(reader, link, &label),
-        }
+            _ => &ERROR_COUNTERS[..],
+        };
+        read_error_counters(reader, link, &label, counters);
         for (value, family) in [
             (transmit, &metrics::NVLINK_TRANSMIT),
             (receive, &metrics::NVLINK_RECEIVE),
@@ -96,10 +103,15 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// The error counters of one link, one call each: for drivers without the
-/// per-link error fields (before R520). CRC errors then come as flit and data.
-fn read_error_counters(reader: &mut DeviceReader<'_>, link: u32, label: &str) {
-    for (counter, counter_label) in ERROR_COUNTERS {
+/// Error counters of one link, one call each (all four on drivers without the
+/// per-link error fields).
+fn read_error_counters(
+    reader: &mut DeviceReader<'_>,
+    link: u32,
+    label: &str,
+    counters: &[(ErrorCounter, &'static str)],
+) {
+    for &(counter, counter_label) in counters {
         if let Some(count) = reader.read("nvmlDeviceGetNvLinkErrorCounter", |d| {
             d.link_wrapper_for(link).error_counter(counter)
         }) {
