@@ -223,10 +223,11 @@ def experiments(links):
          [("nvmlDeviceGetNvLinkErrorCounter", [l, c, *refs(buffers(ULL))])
           for l in range(links) for c in range(4)],
          [(52, 0), (59, 0), (38, 0), (45, 0)] if links else []),
-        ("energy, PCIe replays, HBM temperature, PCIe bytes",
-         [("nvmlDeviceGetTotalEnergyConsumption", refs(buffers(ULL))),
+        ("energy and PCIe replays: getters and a 3-field batch against one 5-field batch",
+         [("nvmlDeviceGetFieldValues", fields_args([(82, 0), (197, 0), (198, 0)])),
+          ("nvmlDeviceGetTotalEnergyConsumption", refs(buffers(ULL))),
           ("nvmlDeviceGetPcieReplayCounter", refs(buffers(U)))],
-         [(83, 0), (94, 0), (82, 0), (197, 0), (198, 0)]),
+         [(82, 0), (197, 0), (198, 0), (83, 0), (94, 0)]),
     ]
 
 
