@@ -45,3 +45,10 @@ deb:
 test-packaging:
 	tests/packaging/host-test.sh
 	tests/packaging/nspawn-test.sh
+
+## bench: snapshot cost against the fake NVML with real call latencies, and the
+## render/publish micro-benchmark (ratios measured side by side; not part of test)
+bench: build
+	$(CARGO) build --release --locked -p fake-nvml
+	python3 benches/snapshot.py --fake target/release/libfake_nvml.so
+	$(CARGO) bench --locked --bench render_publish

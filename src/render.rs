@@ -120,14 +120,18 @@ fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String) {
 
 /// Appends `value` escaped for use inside a double-quoted label value.
 pub fn escape_label_value(value: &str, out: &mut String) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+    // Copy the runs between special characters whole: most values have none.
+    let mut rest = value;
+    while let Some(at) = rest.find(['\\', '"', '\n']) {
+        out.push_str(&rest[..at]);
+        out.push_str(match rest.as_bytes()[at] {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            _ => "\\n",
+        });
+        rest = &rest[at + 1..];
     }
+    out.push_str(rest);
 }
 
 /// Appends `help` escaped for a `# HELP` line.
@@ -144,10 +148,15 @@ pub fn escape_help(help: &str, out: &mut String) {
 /// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf` for the
 /// non-finite values, which the readers never produce).
 pub fn format_value(value: f64, out: &mut String) {
+    /// Integers up to 2^53 are exact in an f64; printing them as integers is
+    /// cheaper and gives the same text.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
     if value.is_nan() {
         out.push_str("NaN");
     } else if value.is_infinite() {
         out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
+    } else if value.fract() == 0.0 && value.abs() <= EXACT && value != 0.0 {
+        let _ = write!(out, "{}", value as i64);
     } else {
         let _ = write!(out, "{value}");
     }
@@ -199,6 +208,11 @@ mod tests {
         assert_eq!(format(0.87), "0.87");
         assert_eq!(format(81559.0 * 1048576.0), "85520809984");
         assert_eq!(format(-0.5), "-0.5");
+        assert_eq!(format(0.0), "0");
+        assert_eq!(format(-0.0), "-0");
+        assert_eq!(format(-3.0), "-3");
+        assert_eq!(format(1e20), "100000000000000000000");
+        assert_eq!(format(9_007_199_254_740_993.0), "9007199254740992");
     }
 
     fn device(index: u32, uuid: &str, samples: Vec<Sample>) -> Device {

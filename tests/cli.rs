@@ -601,5 +601,8 @@ fn nvlink_counters_come_from_one_batched_read() {
         assert!(text.contains(&series), "missing {series}");
     }
     assert!(!text.contains("link=\"4\""), "probed past the link count");
-    assert!(!text.contains("} 999\n"), "replay/recovery read by function, not field");
+    assert!(
+        !text.contains("} 999\n"),
+        "replay/recovery read by function, not field"
+    );
 }

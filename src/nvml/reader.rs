@@ -32,7 +32,7 @@ impl<'n> DeviceReader<'n> {
             device,
             index,
             inflight,
-            samples: Vec::with_capacity(64),
+            samples: Vec::with_capacity(256),
             read_errors: 0,
             fault: None,
             prefetched: Vec::new(),
