@@ -402,204 +402,6 @@ fn census(snapshot: &Snapshot) -> (usize, usize, usize) {
 }
 
 // ---------------------------------------------------------------------------
-// A candidate renderer: the changes suggested for src/render.rs, to measure
-// what they would save. `main` checks that its output is byte for byte the
-// same as `render`'s before timing it.
-
-mod candidate {
-    use std::fmt::Write as _;
-
-    use nvidia_textfile_exporter::metrics::ALL;
-    use nvidia_textfile_exporter::render::escape_help;
-    use nvidia_textfile_exporter::snapshot::{Sample, Snapshot};
-
-    /// Which of the suggested changes to apply.
-    #[derive(Clone, Copy)]
-    pub struct Changes {
-        /// Escape label values by copying runs between special bytes.
-        pub escape_runs: bool,
-        /// Format integral values as integers, without the float formatter.
-        pub integer_values: bool,
-        /// Size the output from the samples' actual lengths.
-        pub exact_capacity: bool,
-        /// Group samples by family in one vector (a counting sort) instead of a
-        /// growing vector per family.
-        pub one_vector: bool,
-    }
-
-    pub fn render(snapshot: &Snapshot, changes: Changes) -> String {
-        let identities: Vec<String> = snapshot
-            .devices
-            .iter()
-            .map(|device| {
-                let mut identity = String::with_capacity(16 + device.uuid.len());
-                let _ = write!(identity, "gpu=\"{}\",uuid=\"", device.index);
-                escape(&device.uuid, &mut identity, changes);
-                identity.push('"');
-                identity
-            })
-            .collect();
-        let samples = || {
-            let host = snapshot.host.iter().map(|s| (None, s));
-            let devices = snapshot
-                .devices
-                .iter()
-                .zip(&identities)
-                .flat_map(|(d, id)| d.samples.iter().map(move |s| (Some(id.as_str()), s)));
-            host.chain(devices)
-        };
-        if changes.one_vector {
-            // Start of each family's run, then fill in place: stable, O(n).
-            let mut start = [0usize; ALL.len() + 1];
-            for (_, sample) in samples() {
-                start[sample.family.index + 1] += 1;
-            }
-            for i in 1..start.len() {
-                start[i] += start[i - 1];
-            }
-            let Some((_, any)) = samples().next() else {
-                return String::new();
-            };
-            let mut ordered = vec![(None, any); start[ALL.len()]];
-            for (identity, sample) in samples() {
-                let at = &mut start[sample.family.index];
-                ordered[*at] = (identity, sample);
-                *at += 1;
-            }
-            emit(ordered.iter(), changes)
-        } else {
-            let mut buckets: Vec<Vec<(Option<&str>, &Sample)>> = vec![Vec::new(); ALL.len()];
-            for (identity, sample) in samples() {
-                buckets[sample.family.index].push((identity, sample));
-            }
-            emit(buckets.iter().flatten(), changes)
-        }
-    }
-
-    /// Writes samples already in output order.
-    fn emit<'a>(
-        ordered: impl Iterator<Item = &'a (Option<&'a str>, &'a Sample)> + Clone,
-        changes: Changes,
-    ) -> String {
-        let capacity = if changes.exact_capacity {
-            let mut size = 0;
-            let mut previous = None;
-            for (identity, sample) in ordered.clone() {
-                let family = sample.family;
-                if previous != Some(family.index) {
-                    previous = Some(family.index);
-                    size += 2 * family.name.len() + family.help.len() + 24;
-                }
-                // Name, braces, identity, labels, a value of up to 24 characters.
-                size += family.name.len() + identity.map_or(0, str::len) + 28;
-                size += sample
-                    .labels
-                    .iter()
-                    .map(|l| l.name.len() + l.value.len() + 4)
-                    .sum::<usize>();
-            }
-            size
-        } else {
-            ordered.clone().count() * 96 + 4096
-        };
-        let mut out = String::with_capacity(capacity);
-        let mut previous = None;
-        for &(identity, sample) in ordered {
-            if previous != Some(sample.family.index) {
-                previous = Some(sample.family.index);
-                header(sample.family, &mut out);
-            }
-            write_sample(identity, sample, &mut out, changes);
-        }
-        out
-    }
-
-    fn header(family: &nvidia_textfile_exporter::metrics::Family, out: &mut String) {
-        out.push_str("# HELP ");
-        out.push_str(family.name);
-        out.push(' ');
-        escape_help(family.help, out);
-        out.push_str("\n# TYPE ");
-        out.push_str(family.name);
-        out.push(' ');
-        out.push_str(family.kind.as_str());
-        out.push('\n');
-    }
-
-    fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String, changes: Changes) {
-        out.push_str(sample.family.name);
-        if identity.is_some() || !sample.labels.is_empty() {
-            out.push('{');
-            let mut first = true;
-            if let Some(identity) = identity {
-                out.push_str(identity);
-                first = false;
-            }
-            for label in &sample.labels {
-                if !first {
-                    out.push(',');
-                }
-                first = false;
-                out.push_str(label.name);
-                out.push_str("=\"");
-                escape(&label.value, out, changes);
-                out.push('"');
-            }
-            out.push('}');
-        }
-        out.push(' ');
-        value(sample.value, out, changes);
-        out.push('\n');
-    }
-
-    fn escape(value: &str, out: &mut String, changes: Changes) {
-        if !changes.escape_runs {
-            return nvidia_textfile_exporter::render::escape_label_value(value, out);
-        }
-        let mut start = 0;
-        for (i, byte) in value.bytes().enumerate() {
-            let escaped = match byte {
-                b'\\' => "\\\\",
-                b'"' => "\\\"",
-                b'\n' => "\\n",
-                _ => continue,
-            };
-            // The three bytes are ASCII, so `i` is a character boundary.
-            out.push_str(&value[start..i]);
-            out.push_str(escaped);
-            start = i + 1;
-        }
-        out.push_str(&value[start..]);
-    }
-
-    /// Largest integer below which every integral f64 prints as itself.
-    const EXACT: f64 = 9007199254740992.0; // 2^53
-
-    fn value(value: f64, out: &mut String, changes: Changes) {
-        let integral = value.fract() == 0.0 && value.abs() < EXACT;
-        if !changes.integer_values || !integral || (value == 0.0 && value.is_sign_negative()) {
-            return nvidia_textfile_exporter::render::format_value(value, out);
-        }
-        let mut digits = [0u8; 20];
-        let mut n = value.abs() as u64;
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        if value < 0.0 {
-            out.push('-');
-        }
-        // Only ASCII digits were written.
-        out.push_str(std::str::from_utf8(&digits[at..]).unwrap());
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Measuring
 
 fn median(times: &mut [Duration]) -> Duration {
@@ -626,31 +428,6 @@ fn time<T>(iterations: usize, mut f: impl FnMut() -> T) -> (Duration, Duration) 
     (median(&mut times), fastest)
 }
 
-/// Median over `iterations` pairs of the time of `b` divided by that of `a`,
-/// the two run back to back in alternating order, so that load from other
-/// processes hits both alike.
-fn paired<T, U>(iterations: usize, mut a: impl FnMut() -> T, mut b: impl FnMut() -> U) -> f64 {
-    let mut ratios = Vec::with_capacity(iterations);
-    for i in 0..iterations + iterations.clamp(1, 10) {
-        let (mut time_a, mut time_b) = (Duration::ZERO, Duration::ZERO);
-        for first in [i % 2 == 0, i % 2 != 0] {
-            let start = Instant::now();
-            if first {
-                black_box(a());
-                time_a = start.elapsed();
-            } else {
-                black_box(b());
-                time_b = start.elapsed();
-            }
-        }
-        if i >= iterations.clamp(1, 10) {
-            ratios.push(time_b.as_secs_f64() / time_a.as_secs_f64());
-        }
-    }
-    ratios.sort_unstable_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
-}
-
 fn publish_dirs(args: &[String]) -> Vec<PathBuf> {
     if !args.is_empty() {
         return args.iter().map(PathBuf::from).collect();
@@ -664,33 +441,8 @@ fn publish_dirs(args: &[String]) -> Vec<PathBuf> {
     dirs
 }
 
-const fn changes(
-    escape_runs: bool,
-    integer_values: bool,
-    exact_capacity: bool,
-    one_vector: bool,
-) -> candidate::Changes {
-    candidate::Changes {
-        escape_runs,
-        integer_values,
-        exact_capacity,
-        one_vector,
-    }
-}
-
-/// The same code with no change, to compare the others against.
-const BASELINE: candidate::Changes = changes(false, false, false, false);
-
-const CANDIDATES: [(&str, candidate::Changes); 5] = [
-    ("escape runs", changes(true, false, false, false)),
-    ("integer values", changes(false, true, false, false)),
-    ("exact capacity", changes(false, false, true, false)),
-    ("one vector", changes(false, false, false, true)),
-    ("all four", changes(true, true, true, true)),
-];
-
-/// Renders `snapshot` with `render` and each candidate; returns the text and
-/// the median time of `render`.
+/// Renders `snapshot`, reports size, allocations and time; returns the text and
+/// the median time.
 fn report_render(name: &str, snapshot: &Snapshot, iterations: usize) -> (String, Duration) {
     let (samples, labels, owned) = census(snapshot);
     let (text, strings, others) = counted(|| render(snapshot));
@@ -708,66 +460,7 @@ fn report_render(name: &str, snapshot: &Snapshot, iterations: usize) -> (String,
         micros(fastest),
         median.as_secs_f64() * 1e9 / samples as f64,
     );
-    let baseline = paired(
-        iterations,
-        || render(snapshot),
-        || candidate::render(snapshot, BASELINE),
-    );
-    println!("  candidate code with no change: {baseline:.2}x the time of render");
-    for (change, changes) in CANDIDATES {
-        let (candidate_text, strings, others) = counted(|| candidate::render(snapshot, changes));
-        assert!(
-            candidate_text == text,
-            "candidate '{change}' renders differently"
-        );
-        let ratio = paired(
-            iterations,
-            || candidate::render(snapshot, BASELINE),
-            || candidate::render(snapshot, changes),
-        );
-        println!(
-            "  with {change:<14}: {ratio:.2}x the time without; allocations: \
-             strings {strings}; vectors {others}"
-        );
-    }
     (text, median)
-}
-
-/// Values that need escaping or unusual number formats, to check the candidate.
-fn awkward() -> Snapshot {
-    let mut device = device(3, 1, 2);
-    device.uuid = String::from("GPU-\"quoted\"\\back\nline-ü");
-    for (i, value) in [
-        0.0,
-        -0.0,
-        -1.0,
-        1e21,
-        -1e21,
-        9007199254740992.0,
-        9007199254740993.0,
-        123456789012345.0,
-        0.1,
-        -2.5e-7,
-        f64::NAN,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        f64::MAX,
-        f64::MIN_POSITIVE,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        device.samples.push(
-            Sample::new(&metrics::PROCESS_MEMORY_USED, value)
-                .with("pid", i.to_string())
-                .with("comm", String::from("a\\b\"c\nd显卡"))
-                .with("user", "\\\\\"\"\n\n"),
-        );
-    }
-    Snapshot {
-        host: Vec::new(),
-        devices: vec![device],
-    }
 }
 
 fn main() {
@@ -785,15 +478,6 @@ fn main() {
         None => (1000, publish_dirs(&[])),
     };
 
-    let awkward = awkward();
-    let expected = render(&awkward);
-    for (change, changes) in [("no change", BASELINE)].into_iter().chain(CANDIDATES) {
-        assert!(
-            candidate::render(&awkward, changes) == expected,
-            "candidate '{change}' renders awkward values differently"
-        );
-    }
-
     let (small, strings, others) = counted(|| snapshot(1, 0, 0));
     println!(
         "Building the snapshot, as readers and procfs allocate: 1 GPU, no MIG or \
@@ -805,7 +489,7 @@ fn main() {
          vectors {others}"
     );
     println!(
-        "Render ({iterations} iterations each; candidates are checked to render the same text):"
+        "Render ({iterations} iterations each):"
     );
     let (_, small_render) = report_render("1 GPU, no MIG or processes", &small, iterations);
     let (text, large_render) = report_render(
