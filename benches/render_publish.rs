@@ -488,9 +488,7 @@ fn main() {
         "  {GPUS} GPUs x {MIG_DEVICES} MIG x {PROCESSES_PER_GPU} processes: strings {strings}; \
          vectors {others}"
     );
-    println!(
-        "Render ({iterations} iterations each):"
-    );
+    println!("Render ({iterations} iterations each):");
     let (_, small_render) = report_render("1 GPU, no MIG or processes", &small, iterations);
     let (text, large_render) = report_render(
         &format!("{GPUS} GPUs x {MIG_DEVICES} MIG devices x {PROCESSES_PER_GPU} processes"),
