@@ -64,11 +64,11 @@ macro_rules! families {
 families! {
     // Collector health. These are the only series written when NVML is unusable.
     COLLECTOR_UP: Gauge, "nvidia_gpu_collector_up",
-        "1 if this run read NVML, 0 if it could not (see nvidia_gpu_collector_error).";
+        "1 if this run read NVML, 0 if it did not (the reason is in nvidia_gpu_collector_error).";
     COLLECTOR_ERROR: Gauge, "nvidia_gpu_collector_error",
-        "1 with the reason this run could not read NVML; absent when the run succeeded.";
+        "1 with the reason this run did not read NVML (including busy: another run held the lock); absent when it did.";
     COLLECTOR_DURATION: Gauge, "nvidia_gpu_collector_duration_seconds",
-        "Wall time this run spent reading NVML.";
+        "Wall time of this run up to rendering: waiting for the lock (busy runs) or reading NVML.";
     COLLECTOR_TIMESTAMP: Gauge, "nvidia_gpu_collector_timestamp_seconds",
         "Unix time at which this run took its snapshot.";
     COLLECTOR_BUILD_INFO: Gauge, "nvidia_gpu_collector_build_info",
@@ -106,7 +106,7 @@ families! {
 
     // Memory.
     MEMORY_USED: Gauge, "nvidia_gpu_memory_used_bytes",
-        "Device memory allocated by processes and the driver.";
+        "Device memory allocated (NVML memory info v2: excluding reserved memory).";
     MEMORY_FREE: Gauge, "nvidia_gpu_memory_free_bytes",
         "Device memory not allocated.";
     MEMORY_TOTAL: Gauge, "nvidia_gpu_memory_total_bytes",
@@ -172,9 +172,9 @@ families! {
     PCIE_RECEIVE: Counter, "nvidia_gpu_pcie_receive_bytes_total",
         "Bytes the GPU received over PCIe.";
     PCIE_TRANSMIT_THROUGHPUT: Gauge, "nvidia_gpu_pcie_transmit_throughput_bytes_per_second",
-        "PCIe send throughput over a 20 ms sample (only with --pcie-throughput).";
+        "PCIe send throughput over a 20 ms sample (only with --collector pcie-throughput).";
     PCIE_RECEIVE_THROUGHPUT: Gauge, "nvidia_gpu_pcie_receive_throughput_bytes_per_second",
-        "PCIe receive throughput over a 20 ms sample (only with --pcie-throughput).";
+        "PCIe receive throughput over a 20 ms sample (only with --collector pcie-throughput).";
 
     // Memory health.
     ECC_ENABLED: Gauge, "nvidia_gpu_ecc_enabled",
@@ -198,7 +198,7 @@ families! {
     PERSISTENCE_MODE: Gauge, "nvidia_gpu_persistence_mode",
         "1 if persistence mode is on.";
     COMPUTE_MODE: Gauge, "nvidia_gpu_compute_mode",
-        "The compute mode as a label (default, exclusive_process, prohibited); always 1.";
+        "The compute mode as a label (default, exclusive_thread, exclusive_process, prohibited); always 1.";
     MIG_ENABLED: Gauge, "nvidia_gpu_mig_enabled",
         "1 if MIG mode is enabled now.";
     MIG_PENDING_ENABLED: Gauge, "nvidia_gpu_mig_pending_enabled",
@@ -226,7 +226,7 @@ families! {
     PROCESSES: Gauge, "nvidia_gpu_processes",
         "Compute processes running on the GPU.";
     PROCESS_MEMORY_USED: Gauge, "nvidia_gpu_process_memory_used_bytes",
-        "Device memory used by a compute process, with its owner (only with --processes).";
+        "Device memory used by a compute process, with its owner (only with --collector processes).";
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //! assert_eq!(
 //!     render(&snapshot),
 //!     concat!(
-//!         "# HELP nvidia_gpu_collector_up 1 if this run read NVML, 0 if it could not (see nvidia_gpu_collector_error).\n",
+//!         "# HELP nvidia_gpu_collector_up 1 if this run read NVML, 0 if it did not (the reason is in nvidia_gpu_collector_error).\n",
 //!         "# TYPE nvidia_gpu_collector_up gauge\n",
 //!         "nvidia_gpu_collector_up 1\n",
 //!         "# HELP nvidia_gpu_temperature_celsius GPU die temperature.\n",

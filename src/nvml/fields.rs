@@ -55,7 +55,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Optio
                 return None;
             }
             // SAFETY: `valueType` says which union member NVML wrote.
-            unsafe {
+            let number = unsafe {
                 match value.valueType {
                     DOUBLE => Some(value.value.dVal),
                     UNSIGNED_INT => Some(f64::from(value.value.uiVal)),
@@ -65,7 +65,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Optio
                     SIGNED_INT => Some(f64::from(value.value.siVal)),
                     _ => None,
                 }
+            };
+            if number.is_none() {
+                let error = NvmlError::UnexpectedVariant(value.valueType);
+                reader.note("nvmlDeviceGetFieldValues", &error);
             }
+            number
         })
         .collect()
 }

@@ -17,8 +17,10 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         (encoder, &metrics::ENCODER_UTILIZATION),
         (decoder, &metrics::DECODER_UTILIZATION),
     ] {
-        if let Some(ratio) = info.and_then(|info| percent_to_ratio(info.utilization)) {
-            reader.gauge(family, ratio);
+        let Some(info) = info else { continue };
+        match percent_to_ratio(info.utilization) {
+            Some(ratio) => reader.gauge(family, ratio),
+            None => reader.reject(family, f64::from(info.utilization)),
         }
     }
     if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {

@@ -135,7 +135,8 @@ pub fn device_fatal(error: &NvmlError) -> bool {
     )
 }
 
-/// Errors that only mean "this GPU or driver does not have this field".
+/// Errors that only mean "this GPU or driver does not have this field" (or has
+/// a value newer than this exporter knows, such as a future architecture).
 fn unsupported(error: &NvmlError) -> bool {
     matches!(
         error,
@@ -143,6 +144,7 @@ fn unsupported(error: &NvmlError) -> bool {
             | NvmlError::FailedToLoadSymbol(_)
             | NvmlError::FunctionNotFound
             | NvmlError::NoData
+            | NvmlError::UnexpectedVariant(_)
     )
 }
 

@@ -93,13 +93,19 @@ impl<'n> DeviceReader<'n> {
         if sample.value.is_finite() {
             self.samples.push(sample);
         } else {
-            log::warn!(
-                "GPU {}: {} is not finite; dropped",
-                self.index,
-                sample.family.name
-            );
-            self.read_errors += 1;
+            self.reject(sample.family, sample.value);
         }
+    }
+
+    /// Drops an impossible reading of `family` (a sentinel, a utilization above
+    /// 100 %), logged and counted like a failed read.
+    pub fn reject(&mut self, family: &Family, value: f64) {
+        log::warn!(
+            "GPU {}: {} read {value}, which is impossible; dropped",
+            self.index,
+            family.name
+        );
+        self.read_errors += 1;
     }
 
     /// Adds a sample without extra labels.

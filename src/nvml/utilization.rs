@@ -17,7 +17,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         ] {
             match percent_to_ratio(percent) {
                 Some(ratio) => reader.gauge(family, ratio),
-                None => log::warn!("{}: bogus {percent}% dropped", family.name),
+                None => reader.reject(family, f64::from(percent)),
             }
         }
     }
