@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use clap::Parser;
 
@@ -36,7 +36,25 @@ fn main() -> ExitCode {
             )
         })
         .init();
-    run(&cli).into()
+    match run(&cli) {
+        Exit::Timeout => exit_without_cleanup(Exit::Timeout),
+        exit => exit.into(),
+    }
+}
+
+/// Ends the process at once, without exit handlers or library destructors.
+///
+/// After a timeout the NVML thread is still inside a driver call; returning from
+/// `main` would run libnvidia-ml's destructors, which can wait for locks that
+/// the stuck call holds. The file is already written, so nothing is lost.
+fn exit_without_cleanup(exit: Exit) -> ! {
+    extern "C" {
+        fn _exit(status: i32) -> !;
+    }
+    let _ = std::io::stdout().flush();
+    // SAFETY: _exit(2) only ends the process; every output is flushed above
+    // (stderr is unbuffered).
+    unsafe { _exit(i32::from(exit.code())) }
 }
 
 /// Reads the GPUs and, with the processes collector, who owns their processes.
@@ -61,7 +79,7 @@ fn run(cli: &Cli) -> Exit {
     }
 
     let target = Target::new(&cli.output_dir, &cli.output_file);
-    let waiting_since = SystemTime::now();
+    let published_before = target.published_file();
     let lock = match target.lock(Instant::now() + cli.timeout) {
         Ok(lock) => lock,
         Err(error) => {
@@ -80,7 +98,7 @@ fn run(cli: &Cli) -> Exit {
             }
             snapshot(cli, RunClock::start())
         }
-        None if target.published_since(waiting_since) => {
+        None if target.published_file() != published_before => {
             // The other run is alive and published while this one waited: its
             // file is fresh, and a busy error would only overwrite good data.
             log::warn!(
@@ -103,6 +121,10 @@ fn run(cli: &Cli) -> Exit {
     outcome
         .snapshot
         .fill_missing_uuids(&target.previous_uuids());
+    if lock.is_none() && target.published_file() != published_before {
+        // The holder published after all, while this run prepared its busy file.
+        return Exit::Busy;
+    }
     match target.publish(&render(&outcome.snapshot)) {
         Ok(()) => outcome.exit,
         Err(error) => {

@@ -17,10 +17,10 @@
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Mode of the published file: node_exporter runs as another user and must read it.
 const FILE_MODE: u32 = 0o644;
@@ -199,11 +199,13 @@ impl Target {
 }
 
 impl Target {
-    /// Whether the published file was replaced at or after `since`.
-    pub fn published_since(&self, since: SystemTime) -> bool {
+    /// Which file is published now: device and inode, `None` if there is none.
+    /// Every publish renames a new file into place, so a change means another
+    /// run published.
+    pub fn published_file(&self) -> Option<(u64, u64)> {
         fs::metadata(self.path())
-            .and_then(|metadata| metadata.modified())
-            .is_ok_and(|modified| modified >= since)
+            .ok()
+            .map(|metadata| (metadata.dev(), metadata.ino()))
     }
 
     /// The `gpu` index → `uuid` pairs of the GPUs the published file lists with a
@@ -238,7 +240,6 @@ fn temp_file_pid(name: &str, prefix: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
 
     fn entries(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(dir)
@@ -290,14 +291,14 @@ mod tests {
     }
 
     #[test]
-    fn published_since_compares_with_the_file_time() {
+    fn every_publish_is_a_new_file() {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "x.prom");
-        let before = SystemTime::now();
-        assert!(!target.published_since(before), "no file yet");
+        assert_eq!(target.published_file(), None);
         target.publish("a 1\n").unwrap();
-        assert!(target.published_since(before));
-        assert!(!target.published_since(SystemTime::now() + Duration::from_secs(60)));
+        let first = target.published_file().expect("published");
+        target.publish("a 1\n").unwrap();
+        assert_ne!(target.published_file(), Some(first));
     }
 
     #[test]

@@ -554,7 +554,13 @@ fn busy_lock_writes_busy_unless_the_holder_published_meanwhile() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    fs::write(dir.path().join("nvidia_gpu.prom"), "fresh 1\n").unwrap();
+    // Published as every run publishes: a new file renamed into place.
+    fs::write(dir.path().join("fresh.tmp"), "fresh 1\n").unwrap();
+    fs::rename(
+        dir.path().join("fresh.tmp"),
+        dir.path().join("nvidia_gpu.prom"),
+    )
+    .unwrap();
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(6));
     assert_eq!(
