@@ -32,7 +32,7 @@ run:
 	$(CARGO) build --release --locked
 	$(BIN) --stdout
 
-## lint: formatting, clippy, shell scripts
+## lint: formatting and clippy (make test runs both too)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings

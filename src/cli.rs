@@ -17,9 +17,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 ///
 /// Run it every 15 seconds from the shipped systemd timer (or cron). Each run
 /// replaces the output file atomically. When NVML cannot be read (driver not
-/// loaded, library missing, a GPU lost, a hung driver call) the file still gets
-/// replaced, holding nvidia_gpu_collector_up 0 and an error metric naming the
-/// reason, so a failure never looks like fresh data.
+/// loaded, library missing, a hung driver call) the file still gets replaced,
+/// holding nvidia_gpu_collector_up 0 and an error metric naming the reason, so a
+/// failure never looks like fresh data; a lost GPU gets nvidia_gpu_up 0 with its
+/// reason while the other GPUs are reported in full.
 #[derive(Debug, Parser)]
 #[command(
     name = "nvidia-textfile-exporter",
@@ -45,7 +46,7 @@ pub struct Cli {
     pub stdout: bool,
 
     /// Give up on NVML after this long (e.g. 10s, 1500ms) and write a timeout
-    /// error instead. At most 5m.
+    /// error instead; also how long to wait for another run's lock. At most 5m.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
 

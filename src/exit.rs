@@ -1,5 +1,6 @@
-//! The process exit statuses, in one place. `cli::EXIT_STATUS_HELP`, the README
-//! and the man page document the same numbers; a test keeps them in step.
+//! The process exit statuses, in one place. `cli::EXIT_STATUS_HELP` (and so
+//! `--help` and the man page) and the README document the same numbers; a test
+//! checks that every status appears in `EXIT_STATUS_HELP`.
 
 use std::process::ExitCode;
 

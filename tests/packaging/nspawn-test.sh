@@ -7,7 +7,8 @@
 #    and Debian's node_exporter serves with node_textfile_scrape_error 0;
 #  - with the fake NVML configured through /etc/default: healthy runs leave
 #    nothing in the journal (and without LogLevelMax= systemd 252 would log);
-#  - StateDirectory= recreates a deleted textfile directory;
+#  - a shared textfile directory keeps its owner and mode; a deleted one fails
+#    the run with exit status 7 and a message, not the unit with 226/NAMESPACE;
 #  - the cron example, installed by hand, runs the exporter 15 s apart;
 #  - dpkg -r stops the timer and deletes the output, dpkg -P leaves nothing.
 # Then it powers the container off.
@@ -257,12 +258,27 @@ EOF
     ct systemctl daemon-reload
 fi
 
-say "StateDirectory= recreates a deleted textfile directory"
+say "the textfile directory: shared mode kept, a deleted one reported"
 ct systemctl stop nvidia-textfile-exporter.timer
+ct chgrp prometheus "$TEXTFILE_DIR"
+ct chmod 0775 "$TEXTFILE_DIR"
+ct rm -f "$OUT"
+ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
+check "owner and mode kept (root:prometheus 775)" \
+    test "$(ct stat -c '%U:%G %a' "$TEXTFILE_DIR" 2>&1)" = "root:prometheus 775"
+check "file written" ct test -s "$OUT"
+ct chgrp root "$TEXTFILE_DIR"
+ct chmod 0755 "$TEXTFILE_DIR"
+c_missing=$(cursor)
 ct rm -rf "$TEXTFILE_DIR"
 ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
-check "directory back, root:root 0755" test "$(ct stat -c '%U:%G %a' "$TEXTFILE_DIR" 2>&1)" = "root:root 755"
-check "file written" ct test -s "$OUT"
+check "run failed with exit status 7, not 226/NAMESPACE" \
+    test "$(ct systemctl show -p ExecMainStatus --value nvidia-textfile-exporter.service)" = 7
+check "journal says the directory does not exist" \
+    journal_has "$c_missing" 'does not exist' -u nvidia-textfile-exporter.service
+ct mkdir -m 0755 "$TEXTFILE_DIR"
+ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
+check "file written once the directory is back" ct test -s "$OUT"
 
 # ---------------------------------------------------------------------------
 say "cron example instead of the timer"
