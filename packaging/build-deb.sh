@@ -61,23 +61,19 @@ mkdir -p "$work" "$staging"
 # shellcheck disable=SC2086 # CARGO_BUILD_FLAGS is a list of flags
 $cargo build --release ${CARGO_BUILD_FLAGS---locked} -p "$package" --bin "$package" \
     --message-format=json-render-diagnostics >"$work/cargo.json"
-# The binary is the bin target's artifact; the man page lies in the OUT_DIR of the
-# same package's build script ("build-script-executed" message).
-read -r binary man_page < <(python3 - "$work/cargo.json" "$package" <<'EOF'
-import json, os, sys
+# The binary is the bin target's artifact; it renders its own man page.
+binary=$(python3 - "$work/cargo.json" "$package" <<'EOF'
+import json, sys
 path, package = sys.argv[1], sys.argv[2]
 messages = [json.loads(line) for line in open(path) if line.startswith("{")]
-artifact = next(m for m in messages
-                if m.get("reason") == "compiler-artifact"
-                and m["target"]["name"] == package and "bin" in m["target"]["kind"])
-out_dir = next(m["out_dir"] for m in messages
-               if m.get("reason") == "build-script-executed"
-               and m["package_id"] == artifact["package_id"])
-print(artifact["executable"], os.path.join(out_dir, package + ".1"))
+print(next(m["executable"] for m in messages
+           if m.get("reason") == "compiler-artifact"
+           and m["target"]["name"] == package and "bin" in m["target"]["kind"]))
 EOF
 )
 [ -x "$binary" ] || { log "no binary at $binary"; exit 1; }
-[ -f "$man_page" ] || { log "no man page at $man_page"; exit 1; }
+man_page=$work/$package.1
+"$binary" --generate man >"$man_page"
 
 # ---- staging tree -------------------------------------------------------------
 doc=$staging/usr/share/doc/$package

@@ -1,16 +1,23 @@
-//! Command-line interface.
-//!
-//! This file depends only on `clap` and `humantime` because `build.rs` includes it
-//! to generate the man page from the same definition.
+//! Command-line interface: clap types stop here. [`Cli::collectors`] resolves
+//! the collector switches against the registry; every option's help, default
+//! and value list is defined once, below, and `--generate man` renders the man
+//! page from the same definition.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
+
+use crate::exit::Exit;
+use crate::nvml::registry::{self, Collector};
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
 /// that users may stretch to a few minutes.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The `--timeout` of the binary and of the package (which sets none).
+pub const DEFAULT_TIMEOUT: &str = "10s";
 
 /// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
 /// textfile for node_exporter's textfile collector, then exits.
@@ -25,7 +32,8 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 #[command(
     name = "nvidia-textfile-exporter",
     version,
-    after_help = EXIT_STATUS_HELP,
+    about = "write NVIDIA GPU metrics for node_exporter's textfile collector",
+    after_help = Exit::help(),
 )]
 pub struct Cli {
     /// Directory that node_exporter's textfile collector reads
@@ -45,24 +53,24 @@ pub struct Cli {
     #[arg(long)]
     pub stdout: bool,
 
-    /// Give up on NVML after this long (e.g. 10s, 1500ms) and write a timeout
-    /// error instead; also how long to wait for another run's lock. At most 5m.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
+    /// The whole run's deadline (e.g. 10s, 1500ms; at most 5m): waiting for
+    /// another run's lock, reading NVML and writing the file. A run that cannot
+    /// read in time writes a timeout (or busy) error file before it.
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TIMEOUT, value_parser = parse_timeout)]
     pub timeout: Duration,
 
     /// NVML library to load: a file name searched like dlopen(3) does, or a path.
     #[arg(long, value_name = "PATH", default_value = "libnvidia-ml.so.1")]
     pub nvml_lib: PathBuf,
 
-    /// Enable a collector that is off by default (repeatable). Default set:
-    /// utilization, memory, thermal, power, clocks, pcie, health, media, modes,
-    /// nvlink, mig.
-    #[arg(long = "collector", value_name = "NAME", value_enum)]
-    pub enable: Vec<Collector>,
+    /// Enable a collector (repeatable).
+    #[arg(long = "collector", value_name = "NAME", value_parser = collector_parser(),
+          long_help = collector_long_help())]
+    pub enable: Vec<&'static Collector>,
 
     /// Disable a collector that is on by default (repeatable).
-    #[arg(long = "no-collector", value_name = "NAME", value_enum)]
-    pub disable: Vec<Collector>,
+    #[arg(long = "no-collector", value_name = "NAME", value_parser = collector_parser())]
+    pub disable: Vec<&'static Collector>,
 
     /// Read the GPUs one after another on one thread instead of each on its
     /// own: slower with several GPUs; for comparison, or for a driver that
@@ -73,85 +81,66 @@ pub struct Cli {
     /// Where to read process owners from when the processes collector is on.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,
+
+    /// Print generated documentation or data and exit: the man page, the metric
+    /// families, the collectors or the exit statuses (tab-separated).
+    #[arg(long, value_name = "WHAT", hide = true)]
+    pub generate: Option<Generate>,
 }
 
-/// Groups of metric families that can be switched on and off.
-/// `nvidia_gpu_up`, `nvidia_gpu_info` and the collector's own metrics are always written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Collector {
-    /// GPU and memory utilization ratios, count of compute processes.
-    Utilization,
-    /// Device memory used/free/total/reserved, BAR1 memory.
-    Memory,
-    /// GPU and HBM temperatures, temperature thresholds, fans.
-    Thermal,
-    /// Power draw, energy counter, power limits.
-    Power,
-    /// Clocks, max clocks, performance state, clock event reasons, violation counters.
-    Clocks,
-    /// PCIe link generation/width, replays, byte counters.
-    Pcie,
-    /// PCIe throughput sampled by NVML over 20 ms per direction (off by default: slow).
-    PcieThroughput,
-    /// ECC mode and errors, retired pages, remapped rows.
-    Health,
-    /// Video encoder/decoder utilization and encoder sessions.
-    Media,
-    /// Persistence, compute and MIG modes.
-    Modes,
-    /// NVLink state, error counters, data counters per link.
-    Nvlink,
-    /// MIG devices with their memory.
-    Mig,
-    /// Per-process GPU memory with owner attribution from /proc (off by default: pids churn series).
-    Processes,
+/// What `--generate` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generate {
+    /// The man page, in roff.
+    Man,
+    /// `name\ttype\tlabels\thelp` per metric family.
+    Families,
+    /// `name\tdefault\tfamilies\thelp` per collector.
+    Collectors,
+    /// `code\tname\tmeaning` per exit status.
+    ExitCodes,
 }
 
-impl Collector {
-    /// Collectors that are on unless disabled.
-    pub const DEFAULT: [Collector; 11] = [
-        Collector::Utilization,
-        Collector::Memory,
-        Collector::Thermal,
-        Collector::Power,
-        Collector::Clocks,
-        Collector::Pcie,
-        Collector::Health,
-        Collector::Media,
-        Collector::Modes,
-        Collector::Nvlink,
-        Collector::Mig,
-    ];
+/// Accepts the name of any registered collector.
+fn collector_parser() -> impl TypedValueParser<Value = &'static Collector> {
+    PossibleValuesParser::new(
+        registry::ALL
+            .iter()
+            .map(|c| PossibleValue::new(c.name).help(c.help)),
+    )
+    .map(|name| registry::by_name(&name).expect("the parser accepts only registered names"))
+}
+
+/// `--collector`'s long help, with the default set taken from the registry.
+fn collector_long_help() -> String {
+    let names = |default: bool| {
+        registry::ALL
+            .iter()
+            .filter(|c| c.default == default)
+            .map(|c| c.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "Enable a collector (repeatable). On by default: {}. Off by default: {}. \
+         nvidia_gpu_up, nvidia_gpu_info, nvidia_gpu_driver_info and the \
+         nvidia_gpu_collector_* series are always written.",
+        names(true),
+        names(false)
+    )
 }
 
 impl Cli {
-    /// The collectors this run uses: the default set, plus `--collector`, minus
-    /// `--no-collector` (which wins when both name one).
-    pub fn collectors(&self) -> Vec<Collector> {
-        let mut enabled: Vec<Collector> = Collector::DEFAULT.to_vec();
-        enabled.extend(&self.enable);
-        enabled.sort();
-        enabled.dedup();
-        enabled.retain(|c| !self.disable.contains(c));
-        enabled
+    /// The collectors this run uses, in registry order: the default set, plus
+    /// `--collector`, minus `--no-collector` (which wins when both name one).
+    pub fn collectors(&self) -> Vec<&'static Collector> {
+        registry::ALL
+            .iter()
+            .filter(|c| c.default || self.enable.contains(c))
+            .filter(|c| !self.disable.contains(c))
+            .collect()
     }
 }
-
-/// The exit statuses, as printed at the end of `--help` and in the man page.
-pub const EXIT_STATUS_HELP: &str = "\
-Exit status:
-  0  all GPUs were read and the file was written
-  2  bad command line
-  3  NVML could not be used (library missing, driver not loaded, no permission, ...);
-     the file now says why
-  4  at least one GPU is down (lost, or failing every read); the file says which
-  5  NVML did not answer within --timeout; the file says so
-  6  another run held the lock of the output file for --timeout; the file says
-     so unless that run published meanwhile
-  7  the output file could not be written (nothing was changed)
-
-Logging goes to standard error and is quiet for a healthy run; set RUST_LOG=debug
-to see every unsupported field.";
 
 fn parse_output_file(name: &str) -> Result<String, String> {
     if name.contains('/') {
@@ -180,4 +169,33 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn collector_switches_resolve_against_the_registry() {
+        let names = |cli: &Cli| cli.collectors().iter().map(|c| c.name).collect::<Vec<_>>();
+        let defaults: Vec<&str> = registry::defaults().map(|c| c.name).collect();
+        assert_eq!(names(&parse(&[])), defaults);
+        let with = names(&parse(&[
+            "--collector",
+            "processes",
+            "--no-collector",
+            "nvlink",
+        ]));
+        assert!(with.contains(&"processes") && !with.contains(&"nvlink"));
+        assert!(
+            names(&parse(&["--collector", "mig", "--no-collector", "mig"]))
+                .iter()
+                .all(|n| *n != "mig")
+        );
+        assert!(Cli::try_parse_from(["x", "--collector", "bogus"]).is_err());
+    }
 }

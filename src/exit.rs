@@ -1,6 +1,6 @@
-//! The process exit statuses, in one place. `cli::EXIT_STATUS_HELP` (and so
-//! `--help` and the man page) and the README document the same numbers; a test
-//! checks that every status appears in `EXIT_STATUS_HELP`.
+//! The process exit statuses, defined once: `--help`, the man page
+//! (`--generate man`), `--generate exit-codes` and the README all come from or
+//! are checked against [`Exit::ALL`].
 
 use std::process::ExitCode;
 
@@ -15,7 +15,7 @@ pub enum Exit {
     NvmlUnavailable = 3,
     /// At least one GPU is down; the file says which.
     DeviceDown = 4,
-    /// NVML did not answer within `--timeout`; the file says so.
+    /// The run did not finish within `--timeout`; the file says so.
     Timeout = 5,
     /// Another run holds the output's lock; the file says so.
     Busy = 6,
@@ -24,8 +24,70 @@ pub enum Exit {
 }
 
 impl Exit {
+    /// Every status, in numeric order.
+    pub const ALL: [Exit; 7] = [
+        Exit::Success,
+        Exit::Usage,
+        Exit::NvmlUnavailable,
+        Exit::DeviceDown,
+        Exit::Timeout,
+        Exit::Busy,
+        Exit::PublishFailed,
+    ];
+
+    /// The numeric status.
     pub fn code(self) -> u8 {
         self as u8
+    }
+
+    /// A stable name, for scripts (`--generate exit-codes`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Usage => "usage",
+            Exit::NvmlUnavailable => "nvml_unavailable",
+            Exit::DeviceDown => "device_down",
+            Exit::Timeout => "timeout",
+            Exit::Busy => "busy",
+            Exit::PublishFailed => "publish_failed",
+        }
+    }
+
+    /// What the status means, in one sentence.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Success => "all GPUs were read and the file was written",
+            Exit::Usage => "bad command line; nothing was changed",
+            Exit::NvmlUnavailable => {
+                "NVML could not be used (library missing, driver not loaded, no permission, \
+                 ...); the file says why"
+            }
+            Exit::DeviceDown => {
+                "at least one GPU is down (lost, or failing every read); the file says which"
+            }
+            Exit::Timeout => {
+                "the run did not finish within --timeout (a hung driver call); the file says \
+                 so, unless even writing it could not finish in time"
+            }
+            Exit::Busy => {
+                "another run held the lock of the output file until the deadline; the file \
+                 says so unless that run published meanwhile"
+            }
+            Exit::PublishFailed => "the output file could not be written (nothing was changed)",
+        }
+    }
+
+    /// The exit statuses as `--help` and the man page print them.
+    pub fn help() -> String {
+        let mut text = String::from("Exit status:\n");
+        for exit in Exit::ALL {
+            text.push_str(&format!("  {}  {}\n", exit.code(), exit.meaning()));
+        }
+        text.push_str(
+            "\nLogging goes to standard error and is quiet for a healthy run; set \
+             RUST_LOG=debug to see every unsupported field.",
+        );
+        text
     }
 }
 
@@ -38,21 +100,22 @@ impl From<Exit> for ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::EXIT_STATUS_HELP;
 
     #[test]
-    fn every_status_is_documented_in_help() {
-        for exit in [
-            Exit::Success,
-            Exit::Usage,
-            Exit::NvmlUnavailable,
-            Exit::DeviceDown,
-            Exit::Timeout,
-            Exit::Busy,
-            Exit::PublishFailed,
-        ] {
-            let line = format!("\n  {}  ", exit.code());
-            assert!(EXIT_STATUS_HELP.contains(&line), "{exit:?} undocumented");
+    fn codes_are_distinct_and_in_order() {
+        let codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
+        let mut sorted = codes.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(codes, sorted);
+    }
+
+    #[test]
+    fn readme_lists_every_status() {
+        let readme = include_str!("../README.md");
+        for exit in Exit::ALL {
+            let row = format!("\n| {} | ", exit.code());
+            assert!(readme.contains(&row), "README lacks a row for {exit:?}");
         }
     }
 }

@@ -2,19 +2,22 @@
 //! a Prometheus textfile for node_exporter.
 //!
 //! The pipeline, one module per stage:
-//! `nvml` (the only code that touches NVML) → `snapshot` (plain data) →
-//! `render` (pure function to text) → `publish` (the only code that touches the
-//! textfile directory). `collector` runs `nvml` under a watchdog and adds the
-//! collector's own metrics; `procfs` adds process owners; `main` wires the stages
-//! together.
+//! `nvml` (the only code that touches NVML; its `registry` defines the
+//! collectors) → `snapshot` (plain data) → `render` (pure function to text) →
+//! `publish` (the only code that touches the textfile directory). `watchdog`
+//! keeps the run's one deadline and runs `nvml` under it; `procfs` adds process
+//! owners; `reason` and `exit` are the failure reasons and exit statuses;
+//! `generate` prints the man page and the tables; `main` wires the stages.
 
 pub mod cli;
-pub mod collector;
 pub mod exit;
+pub mod generate;
 pub mod inflight;
 pub mod metrics;
 pub mod nvml;
 pub mod procfs;
 pub mod publish;
+pub mod reason;
 pub mod render;
 pub mod snapshot;
+pub mod watchdog;

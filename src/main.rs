@@ -1,18 +1,22 @@
 //! Command-line entry point: parse, run once, map the outcome to an exit status.
+//!
+//! The pipeline in one screen: take the deadline, open a publish session (lock,
+//! or busy), read NVML under the watchdog, render, publish.
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use clap::Parser;
 
-use nvidia_textfile_exporter::cli::{Cli, Collector};
-use nvidia_textfile_exporter::collector::{collect, Outcome, RunClock};
+use nvidia_textfile_exporter::cli::Cli;
 use nvidia_textfile_exporter::exit::Exit;
-use nvidia_textfile_exporter::nvml;
+use nvidia_textfile_exporter::generate::generate;
+use nvidia_textfile_exporter::nvml::{self, registry};
 use nvidia_textfile_exporter::procfs::{self, Users};
-use nvidia_textfile_exporter::publish::Target;
+use nvidia_textfile_exporter::publish::{Published, Session, Target};
+use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
+use nvidia_textfile_exporter::watchdog::{collect, exit_now, Deadline, Outcome};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -36,100 +40,94 @@ fn main() -> ExitCode {
             )
         })
         .init();
-    match run(&cli) {
-        Exit::Timeout => exit_without_cleanup(Exit::Timeout),
+    if let Some(what) = cli.generate {
+        return match generate(what, &mut std::io::stdout().lock()) {
+            Ok(()) => Exit::Success.into(),
+            Err(error) => {
+                log::error!("cannot write to standard output: {error}");
+                Exit::PublishFailed.into()
+            }
+        };
+    }
+    let deadline = Deadline::start(cli.timeout);
+    deadline.arm();
+    match run(&cli, &deadline) {
+        Exit::Timeout => exit_now(Exit::Timeout),
         exit => exit.into(),
     }
 }
 
-/// Ends the process at once, without exit handlers or library destructors.
-///
-/// After a timeout the NVML thread is still inside a driver call; returning from
-/// `main` would run libnvidia-ml's destructors, which can wait for locks that
-/// the stuck call holds. The file is already written, so nothing is lost.
-fn exit_without_cleanup(exit: Exit) -> ! {
-    extern "C" {
-        fn _exit(status: i32) -> !;
-    }
-    let _ = std::io::stdout().flush();
-    // SAFETY: _exit(2) only ends the process; every output is flushed above
-    // (stderr is unbuffered).
-    unsafe { _exit(i32::from(exit.code())) }
-}
-
-/// Reads the GPUs and, with the processes collector, who owns their processes.
-fn snapshot(cli: &Cli, clock: RunClock) -> Outcome {
-    let options = nvml::Options {
-        collectors: cli.collectors(),
-        parallel: !cli.sequential,
-    };
-    let mut outcome = collect(&cli.nvml_lib, &options, cli.timeout, clock);
-    if options.collectors.contains(&Collector::Processes) {
-        procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::load());
-    }
-    outcome
-}
-
-fn run(cli: &Cli) -> Exit {
-    let clock = RunClock::start();
+fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
-        let outcome = snapshot(cli, clock);
-        print!("{}", render(&outcome.snapshot));
-        return outcome.exit;
+        let outcome = snapshot(cli, deadline);
+        deadline.enter("writing to standard output");
+        return match std::io::stdout()
+            .lock()
+            .write_all(render(&outcome.snapshot).as_bytes())
+        {
+            Ok(()) => outcome.exit,
+            Err(error) => {
+                log::error!("cannot write to standard output: {error}");
+                Exit::PublishFailed
+            }
+        };
     }
 
     let target = Target::new(&cli.output_dir, &cli.output_file);
-    let published_before = target.published_file();
-    let lock = match target.lock(Instant::now() + cli.timeout) {
-        Ok(lock) => lock,
+    deadline.enter("waiting for the lock of the output file");
+    let session = match Session::begin(&target, deadline.reading_ends()) {
+        Ok(session) => session,
         Err(error) => {
             log::error!("{error}");
             return Exit::PublishFailed;
         }
     };
-    // `lock` stays bound until the end of this function, so the file is
-    // published under the lock.
-    let mut outcome = match &lock {
-        Some(_) => {
-            match target.remove_stale_temp_files() {
-                Ok(0) => {}
-                Ok(n) => log::info!("removed {n} temporary file(s) left by killed runs"),
-                Err(error) => log::warn!("{error}"),
-            }
-            snapshot(cli, RunClock::start())
-        }
-        None if target.published_file() != published_before => {
-            // The other run is alive and published while this one waited: its
-            // file is fresh, and a busy error would only overwrite good data.
-            log::warn!(
-                "another run held {} for {} but published meanwhile; leaving its file",
-                target.path().display(),
-                humantime::format_duration(cli.timeout)
-            );
-            return Exit::Busy;
-        }
-        None => {
-            log::error!(
-                "another run still holds {} after {} and published nothing meanwhile; \
-                 writing reason=\"busy\"",
-                target.path().display(),
-                humantime::format_duration(cli.timeout)
-            );
-            clock.failed("busy", Exit::Busy)
-        }
+    let mut outcome = if session.holds_lock() {
+        snapshot(cli, deadline)
+    } else if session.superseded() {
+        log::warn!(
+            "another run held {} but published while this one waited; leaving its file",
+            target.path().display()
+        );
+        return Exit::Busy;
+    } else {
+        log::error!(
+            "another run still holds {} at this run's deadline and published nothing \
+             meanwhile; writing reason=\"busy\"\nhint: {}",
+            target.path().display(),
+            Reason::Busy.hint()
+        );
+        deadline.failed(Reason::Busy, Exit::Busy)
     };
+    deadline.enter("reading the previous file");
     outcome
         .snapshot
-        .fill_missing_uuids(&target.previous_uuids());
-    if lock.is_none() && target.published_file() != published_before {
-        // The holder published after all, while this run prepared its busy file.
-        return Exit::Busy;
-    }
-    match target.publish(&render(&outcome.snapshot)) {
-        Ok(()) => outcome.exit,
+        .fill_missing_uuids(&session.previous_identities());
+    deadline.enter("writing the output file");
+    match session.publish(&render(&outcome.snapshot)) {
+        Ok(Published::Written) => outcome.exit,
+        Ok(Published::LeftHoldersFile) => Exit::Busy,
         Err(error) => {
             log::error!("{error}");
             Exit::PublishFailed
         }
     }
+}
+
+/// Reads the GPUs and, with the processes collector, who owns their processes.
+fn snapshot(cli: &Cli, deadline: &Deadline) -> Outcome {
+    let options = nvml::Options {
+        collectors: cli.collectors(),
+        parallel: !cli.sequential,
+    };
+    deadline.enter("reading NVML");
+    let mut outcome = collect(&cli.nvml_lib, &options, deadline);
+    if options
+        .collectors
+        .contains(&registry::by_name("processes").expect("registered"))
+    {
+        deadline.enter("reading process owners from procfs");
+        procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::load());
+    }
+    outcome
 }

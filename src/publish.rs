@@ -11,13 +11,18 @@
 //! - temporary files left by runs that were killed are removed by the next run
 //!   ([`Target::remove_stale_temp_files`]), recognised by a pid that no longer exists.
 //!
-//! [`Target::lock`] serialises runs that share a target: the lock is an advisory
+//! [`Session`] serialises runs that share a target: the lock is an advisory
 //! `flock` on `.<file>.lock`, released by the kernel when its holder dies, so a
-//! crashed run never blocks the next one.
+//! crashed run never blocks the next one. A run that cannot get the lock by its
+//! deadline publishes a `busy` file, unless the holder published meanwhile.
+//!
+//! Only regular files are opened, without following symlinks and without
+//! blocking: a FIFO or device in the place of the lock or of the published file
+//! is refused with a message instead of hanging the run.
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -37,6 +42,9 @@ pub struct Target {
 pub enum PublishError {
     /// The output directory does not exist or is not a directory.
     MissingDirectory(PathBuf),
+    /// A path the exporter must open is not a regular file (a FIFO, a device,
+    /// a symlink, a directory).
+    NotRegularFile(PathBuf),
     /// Creating, writing, syncing or renaming failed.
     Io {
         action: &'static str,
@@ -51,6 +59,12 @@ impl std::fmt::Display for PublishError {
             PublishError::MissingDirectory(dir) => {
                 write!(f, "output directory {} does not exist", dir.display())
             }
+            PublishError::NotRegularFile(path) => write!(
+                f,
+                "{} is not a regular file (a FIFO, device, symlink or directory?); \
+                 remove it so the exporter can use the name",
+                path.display()
+            ),
             PublishError::Io {
                 action,
                 path,
@@ -63,7 +77,7 @@ impl std::fmt::Display for PublishError {
 impl std::error::Error for PublishError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PublishError::MissingDirectory(_) => None,
+            PublishError::MissingDirectory(_) | PublishError::NotRegularFile(_) => None,
             PublishError::Io { source, .. } => Some(source),
         }
     }
@@ -109,15 +123,23 @@ impl Target {
 
     /// Takes the run lock, waiting until `deadline`. `Ok(None)` means another run
     /// still held it at the deadline.
-    pub fn lock(&self, deadline: Instant) -> Result<Option<RunLock>, PublishError> {
+    fn lock(&self, deadline: Instant) -> Result<Option<RunLock>, PublishError> {
         self.check_dir()?;
         let path = self.dir.join(format!(".{}.lock", self.file_name));
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(NO_BLOCK_NO_FOLLOW)
             .open(&path)
-            .map_err(Self::io_error("open lock file", &path))?;
+            .map_err(|source| refused_or(&path, "open lock file", source))?;
+        if !file
+            .metadata()
+            .map_err(Self::io_error("inspect lock file", &path))?
+            .is_file()
+        {
+            return Err(PublishError::NotRegularFile(path));
+        }
         loop {
             match file.try_lock() {
                 Ok(()) => return Ok(Some(RunLock { _file: file })),
@@ -142,7 +164,7 @@ impl Target {
 
     /// Removes temporary files whose writer process no longer exists. Returns how
     /// many were removed. Call it while holding the run lock.
-    pub fn remove_stale_temp_files(&self) -> Result<usize, PublishError> {
+    fn remove_stale_temp_files(&self) -> Result<usize, PublishError> {
         let prefix = self.temp_prefix();
         let entries = fs::read_dir(&self.dir).map_err(Self::io_error("list", &self.dir))?;
         let mut removed = 0;
@@ -170,6 +192,7 @@ impl Target {
     }
 
     /// Atomically replaces the target file with `text` (see the module contract).
+    /// Sessions call it under the run lock; the benchmark calls it directly.
     pub fn publish(&self, text: &str) -> Result<(), PublishError> {
         self.check_dir()?;
         let mut temp = tempfile::Builder::new()
@@ -208,22 +231,123 @@ impl Target {
             .map(|metadata| (metadata.dev(), metadata.ino()))
     }
 
-    /// The `gpu` index → `uuid` pairs of the GPUs the published file lists with a
-    /// UUID (from its `nvidia_gpu_up` series), so that a GPU whose UUID can no
-    /// longer be read keeps the identity it had. Empty if there is no file.
-    pub fn previous_uuids(&self) -> Vec<(u32, String)> {
-        let Ok(text) = fs::read_to_string(self.path()) else {
-            return Vec::new();
+    /// The text of the published file, if there is a regular file to read.
+    fn published_text(&self) -> Option<String> {
+        let path = self.path();
+        let mut file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(NO_BLOCK_NO_FOLLOW)
+            .open(&path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                log::warn!("{}", refused_or(&path, "read the previous", e));
+                return None;
+            }
         };
-        text.lines()
-            .filter_map(|line| {
-                let labels = line.strip_prefix("nvidia_gpu_up{gpu=\"")?;
-                let (index, rest) = labels.split_once("\",uuid=\"")?;
-                let (uuid, _) = rest.split_once('"')?;
-                let plain = !uuid.is_empty() && !uuid.contains('\\');
-                plain.then(|| Some((index.parse().ok()?, uuid.to_owned())))?
-            })
-            .collect()
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            log::warn!("{}", PublishError::NotRegularFile(path));
+            return None;
+        }
+        let mut text = String::new();
+        match io::Read::read_to_string(&mut file, &mut text) {
+            Ok(_) => Some(text),
+            Err(e) => {
+                log::warn!("cannot read the previous {}: {e}", path.display());
+                None
+            }
+        }
+    }
+}
+
+/// `open(2)` flags for every file the exporter opens by name in the shared
+/// directory: never block on a FIFO, never follow a symlink.
+const NO_BLOCK_NO_FOLLOW: i32 = libc::O_NONBLOCK | libc::O_NOFOLLOW;
+
+/// The error for a failed open: a symlink refused by `O_NOFOLLOW` (`ELOOP`) and
+/// a FIFO without a reader opened for writing with `O_NONBLOCK` (`ENXIO`) are
+/// not regular files; anything else is an I/O error.
+fn refused_or(path: &Path, action: &'static str, source: io::Error) -> PublishError {
+    if matches!(source.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) {
+        PublishError::NotRegularFile(path.to_path_buf())
+    } else {
+        PublishError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// How a session ended when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// This run's file is in place.
+    Written,
+    /// This run did not get the lock, and the holder published while it waited:
+    /// the holder's fresh file is left in place.
+    LeftHoldersFile,
+}
+
+/// One run's use of a target: lock, busy or superseded, previous identities,
+/// publish. Dropping it releases the lock.
+#[derive(Debug)]
+pub struct Session<'t> {
+    target: &'t Target,
+    lock: Option<RunLock>,
+    published_before: Option<(u64, u64)>,
+}
+
+impl<'t> Session<'t> {
+    /// Waits for the run lock until `until`. Without the lock by then the
+    /// session is busy ([`Self::holds_lock`] is false). With it, temporary files
+    /// left by killed runs are removed.
+    pub fn begin(target: &'t Target, until: Instant) -> Result<Self, PublishError> {
+        let published_before = target.published_file();
+        let lock = target.lock(until)?;
+        if lock.is_some() {
+            match target.remove_stale_temp_files() {
+                Ok(0) => {}
+                Ok(n) => log::info!("removed {n} temporary file(s) left by killed runs"),
+                Err(error) => log::warn!("{error}"),
+            }
+        }
+        Ok(Session {
+            target,
+            lock,
+            published_before,
+        })
+    }
+
+    /// Whether this run holds the lock (and so may read NVML and publish).
+    pub fn holds_lock(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// Whether another run published since this session began. Every publish
+    /// renames a new file into place, so a new inode means another run wrote.
+    pub fn superseded(&self) -> bool {
+        self.target.published_file() != self.published_before
+    }
+
+    /// The `gpu` index → `uuid` pairs of the published file (see
+    /// [`crate::render::identities`]).
+    pub fn previous_identities(&self) -> Vec<(u32, String)> {
+        self.target
+            .published_text()
+            .map(|text| crate::render::identities(&text))
+            .unwrap_or_default()
+    }
+
+    /// Publishes `text`, unless this run is busy and the holder published
+    /// meanwhile (checked again just before writing).
+    pub fn publish(self, text: &str) -> Result<Published, PublishError> {
+        if !self.holds_lock() && self.superseded() {
+            return Ok(Published::LeftHoldersFile);
+        }
+        self.target.publish(text)?;
+        Ok(Published::Written)
     }
 }
 
@@ -302,22 +426,57 @@ mod tests {
     }
 
     #[test]
-    fn previous_uuids_come_from_the_published_up_series() {
+    fn previous_identities_come_from_the_published_file() {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "x.prom");
-        assert!(target.previous_uuids().is_empty());
+        let session = Session::begin(&target, Instant::now()).unwrap();
+        assert!(session.previous_identities().is_empty());
         target
-            .publish(concat!(
-                "nvidia_gpu_up{gpu=\"0\",uuid=\"GPU-a\"} 1\n",
-                "nvidia_gpu_up{gpu=\"1\",uuid=\"\"} 0\n",
-                "nvidia_gpu_info{gpu=\"2\",uuid=\"GPU-c\",name=\"x\"} 1\n",
-                "nvidia_gpu_up{gpu=\"3\",uuid=\"GPU-d\"} 0\n",
-            ))
+            .publish("nvidia_gpu_up{gpu=\"0\",uuid=\"GPU-a\"} 1\n")
             .unwrap();
+        assert_eq!(session.previous_identities(), [(0, "GPU-a".to_owned())]);
+    }
+
+    #[test]
+    fn special_files_are_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::new(dir.path(), "x.prom");
+        let fifo = |name: &str| {
+            let path =
+                std::ffi::CString::new(dir.path().join(name).into_os_string().into_encoded_bytes())
+                    .unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        };
+        fifo("x.prom");
+        let session = Session::begin(&target, Instant::now()).unwrap();
+        assert!(session.previous_identities().is_empty());
+        drop(session);
+        fs::remove_file(dir.path().join(".x.prom.lock")).unwrap();
+        fifo(".x.prom.lock");
+        let err = Session::begin(&target, Instant::now()).unwrap_err();
+        assert!(matches!(err, PublishError::NotRegularFile(_)), "{err}");
+        fs::remove_file(dir.path().join(".x.prom.lock")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join(".x.prom.lock")).unwrap();
+        let err = Session::begin(&target, Instant::now()).unwrap_err();
+        assert!(matches!(err, PublishError::NotRegularFile(_)), "{err}");
+    }
+
+    #[test]
+    fn a_busy_session_leaves_a_file_the_holder_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::new(dir.path(), "x.prom");
+        let holder = Session::begin(&target, Instant::now()).unwrap();
+        assert!(holder.holds_lock());
+        let waiter = Session::begin(&target, Instant::now()).unwrap();
+        assert!(!waiter.holds_lock() && !waiter.superseded());
+        assert_eq!(holder.publish("a 1\n").unwrap(), Published::Written);
+        assert!(waiter.superseded());
         assert_eq!(
-            target.previous_uuids(),
-            [(0, "GPU-a".to_owned()), (3, "GPU-d".to_owned())]
+            waiter.publish("busy\n").unwrap(),
+            Published::LeftHoldersFile
         );
+        assert_eq!(fs::read_to_string(target.path()).unwrap(), "a 1\n");
     }
 
     #[test]

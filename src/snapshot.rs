@@ -45,8 +45,14 @@ impl Sample {
         }
     }
 
-    /// Adds a label; labels render in the order they were added.
+    /// Adds a label; labels render in the order they were added. `name` must be
+    /// one of the family's declared labels.
     pub fn with(mut self, name: &'static str, value: impl Into<LabelValue>) -> Self {
+        debug_assert!(
+            self.family.labels.contains(&name),
+            "{} does not declare the label {name}",
+            self.family.name
+        );
         self.labels.push(Label {
             name,
             value: value.into(),

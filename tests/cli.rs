@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -472,7 +472,7 @@ fn help_documents_exit_statuses_and_version_prints() {
     let text = String::from_utf8(help.stdout).unwrap();
     for needle in [
         "Exit status:",
-        "  5  NVML did not answer",
+        "  5  the run did not finish within --timeout",
         "--output-dir",
         "--no-collector",
     ] {
@@ -602,4 +602,187 @@ fn nvlink_counters_come_from_one_batched_read() {
         !text.contains("} 999\n"),
         "replay/recovery read by function, not field"
     );
+}
+
+/// The whole run keeps one deadline: a lock held for part of it and then a hung
+/// NVML still give an error file before `--timeout` (plus a small margin), and
+/// the process is gone by then.
+#[test]
+fn one_deadline_bounds_lock_wait_and_nvml_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
+    lock.lock().unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1000));
+        drop(lock);
+    });
+    let started = Instant::now();
+    let output = exporter(
+        "fault-init-hang",
+        &["--output-dir", out, "--timeout", "2500ms"],
+    );
+    let elapsed = started.elapsed();
+    releaser.join().unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert!(
+        elapsed < Duration::from_millis(2500 + 150),
+        "the run took {elapsed:?}"
+    );
+    let path = dir.path().join("nvidia_gpu.prom");
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("nvidia_gpu_collector_error{reason=\"timeout\"} 1\n"),
+        "{text}"
+    );
+    let written = fs::metadata(&path).unwrap().modified().unwrap();
+    let written = written.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(written < now() + 0.001, "written after the run ended");
+}
+
+/// The unit's start timeout is longer than any `--timeout` the command line
+/// accepts plus the hard stop's grace, so systemd never kills a run before it
+/// has written its file.
+#[test]
+fn unit_start_timeout_outlasts_every_allowed_timeout() {
+    let unit = fs::read_to_string(Path::new(ROOT).join("systemd/nvidia-textfile-exporter.service"))
+        .unwrap();
+    let value = unit
+        .lines()
+        .find_map(|line| line.strip_prefix("TimeoutStartSec="))
+        .expect("TimeoutStartSec= in the unit");
+    let start_timeout = humantime::parse_duration(value.trim()).unwrap();
+    let longest = nvidia_textfile_exporter::cli::MAX_TIMEOUT
+        + nvidia_textfile_exporter::watchdog::HARD_STOP_GRACE;
+    assert!(start_timeout > longest + Duration::from_secs(5), "{value}");
+    let refused = Command::new(EXE)
+        .args(["--timeout", "301s", "--stdout"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+/// The labels of every sample of every golden file, beyond `gpu` and `uuid`,
+/// are ones its family declares (`--generate families`).
+#[test]
+fn golden_samples_carry_only_declared_labels() {
+    let table = Command::new(EXE)
+        .args(["--generate", "families"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    let declared: std::collections::HashMap<&str, Vec<&str>> = table
+        .lines()
+        .map(|line| {
+            let mut cells = line.split('\t');
+            let name = cells.next().unwrap();
+            let labels = cells.nth(1).unwrap();
+            (name, labels.split(',').filter(|l| !l.is_empty()).collect())
+        })
+        .collect();
+    let mut checked = 0;
+    for entry in fs::read_dir(Path::new(ROOT).join("tests/golden")).unwrap() {
+        let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let labels = declared
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} undeclared"));
+            for label in label_names(line) {
+                assert!(
+                    label == "gpu" || label == "uuid" || labels.contains(&label),
+                    "{name} carries undeclared label {label}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000, "only {checked} labels checked");
+}
+
+/// The label names of one sample line of our own (well-formed) output.
+fn label_names(line: &str) -> Vec<&str> {
+    let Some((_, rest)) = line.split_once('{') else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    let mut rest = rest;
+    while let Some((name, value)) = rest.split_once("=\"") {
+        names.push(name.trim_start_matches(','));
+        // Skip the escaped value up to its closing quote.
+        let mut escaped = false;
+        let end = value
+            .char_indices()
+            .find(|&(_, c)| {
+                let close = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                close
+            })
+            .map(|(at, _)| at)
+            .unwrap();
+        rest = &value[end + 1..];
+        if rest.starts_with('}') {
+            break;
+        }
+    }
+    names
+}
+
+/// Each collector, run alone on every product scenario, emits only the families
+/// its registry row lists (plus the always-written ones).
+#[test]
+fn collectors_emit_only_their_registered_families() {
+    let table = Command::new(EXE)
+        .args(["--generate", "collectors"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    let rows: Vec<(&str, Vec<&str>)> = table
+        .lines()
+        .map(|line| {
+            let cells: Vec<&str> = line.split('\t').collect();
+            (cells[0], cells[2].split(',').collect())
+        })
+        .collect();
+    let always = [
+        "nvidia_gpu_collector_up",
+        "nvidia_gpu_collector_duration_seconds",
+        "nvidia_gpu_collector_timestamp_seconds",
+        "nvidia_gpu_collector_build_info",
+        "nvidia_gpu_collector_read_errors",
+        "nvidia_gpu_driver_info",
+        "nvidia_gpu_up",
+        "nvidia_gpu_info",
+    ];
+    let procfs = tempfile::tempdir().unwrap();
+    for scenario_name in [
+        "h100x8",
+        "geforce",
+        "h100-mig",
+        "nvlink-fields",
+        "fields-preferred",
+    ] {
+        for (collector, families) in &rows {
+            let mut args = vec!["--stdout", "--procfs", procfs.path().to_str().unwrap()];
+            for (other, _) in &rows {
+                args.extend([
+                    if other == collector {
+                        "--collector"
+                    } else {
+                        "--no-collector"
+                    },
+                    other,
+                ]);
+            }
+            let output = exporter(scenario_name, &args);
+            let text = String::from_utf8(output.stdout).unwrap();
+            for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+                let name = line.split(' ').nth(2).unwrap();
+                assert!(
+                    always.contains(&name) || families.contains(&name),
+                    "{scenario_name}: collector {collector} emitted {name}"
+                );
+            }
+        }
+    }
 }

@@ -29,6 +29,7 @@ mod pcie;
 mod power;
 mod processes;
 mod reader;
+pub mod registry;
 mod thermal;
 mod utilization;
 
@@ -36,13 +37,16 @@ use std::path::Path;
 use std::thread;
 use std::time::Instant;
 
-use nvml_wrapper::error::{nvml_sym, NvmlError};
+use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper_sys::bindings::NvmlLib;
 use nvml_wrapper::Nvml;
 
-use crate::cli::Collector;
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
+use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
+
+pub use registry::Collector;
 
 /// What a successful read produced.
 #[derive(Debug)]
@@ -56,9 +60,8 @@ pub struct Reading {
 /// NVML could not be used at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitError {
-    /// Stable, machine-readable reason: the `reason` label of
-    /// `nvidia_gpu_collector_error`.
-    pub reason: &'static str,
+    /// Why: the `reason` label of `nvidia_gpu_collector_error`.
+    pub reason: Reason,
     /// What NVML or the loader said.
     pub detail: String,
 }
@@ -70,56 +73,26 @@ impl InitError {
             detail: format!("{call}: {error}"),
         }
     }
-
-    /// What an operator should check for this reason.
-    pub fn hint(&self) -> &'static str {
-        match self.reason {
-            "library_not_found" => {
-                "libnvidia-ml.so.1 could not be loaded: is the NVIDIA driver installed \
-                 (ldconfig -p | grep libnvidia-ml)? In a container, is the NVIDIA container \
-                 toolkit set up? Use --nvml-lib to point at the library."
-            }
-            "driver_not_loaded" => {
-                "the NVIDIA kernel module is not loaded: check `lsmod | grep nvidia`, \
-                 `sudo modprobe nvidia` and `dmesg | grep -i -e nvidia -e nouveau` \
-                 (nouveau loaded instead? Secure Boot refusing the module?)."
-            }
-            "no_permission" => {
-                "no permission to use the GPUs: check `ls -l /dev/nvidia*` and that the \
-                 service user may open them."
-            }
-            "driver_library_mismatch" => {
-                "the NVML library and the loaded kernel module are different versions, \
-                 usually after a driver upgrade without a reboot: reboot, or reload the \
-                 nvidia modules."
-            }
-            "missing_symbol" => {
-                "the NVML library lacks a function this exporter needs: the driver is too \
-                 old, or --nvml-lib points at the wrong library."
-            }
-            _ => "see the detail above; `nvidia-smi` usually reports the same failure.",
-        }
-    }
 }
 
-/// The stable reason label for an NVML error.
-pub fn reason(error: &NvmlError) -> &'static str {
+/// The failure reason for an NVML error.
+pub fn reason(error: &NvmlError) -> Reason {
     match error {
-        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => "library_not_found",
-        NvmlError::DriverNotLoaded => "driver_not_loaded",
-        NvmlError::NoPermission => "no_permission",
-        NvmlError::LibRmVersionMismatch => "driver_library_mismatch",
-        NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => "missing_symbol",
-        NvmlError::GpuLost => "gpu_lost",
-        NvmlError::ResetRequired => "reset_required",
-        NvmlError::Uninitialized => "uninitialized",
-        NvmlError::Timeout => "driver_timeout",
-        NvmlError::IrqIssue => "irq_issue",
-        NvmlError::InsufficientPower => "insufficient_power",
-        NvmlError::CorruptedInfoROM => "corrupted_inforom",
-        NvmlError::InsufficientMemory => "out_of_memory",
-        NvmlError::OperatingSystem => "operating_system",
-        _ => "unknown",
+        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => Reason::LibraryNotFound,
+        NvmlError::DriverNotLoaded => Reason::DriverNotLoaded,
+        NvmlError::NoPermission => Reason::NoPermission,
+        NvmlError::LibRmVersionMismatch => Reason::DriverLibraryMismatch,
+        NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => Reason::MissingSymbol,
+        NvmlError::GpuLost => Reason::GpuLost,
+        NvmlError::ResetRequired => Reason::ResetRequired,
+        NvmlError::Uninitialized => Reason::Uninitialized,
+        NvmlError::Timeout => Reason::DriverTimeout,
+        NvmlError::IrqIssue => Reason::IrqIssue,
+        NvmlError::InsufficientPower => Reason::InsufficientPower,
+        NvmlError::CorruptedInfoROM => Reason::CorruptedInforom,
+        NvmlError::InsufficientMemory => Reason::OutOfMemory,
+        NvmlError::OperatingSystem => Reason::OperatingSystem,
+        _ => Reason::Unknown,
     }
 }
 
@@ -152,19 +125,15 @@ fn unsupported(error: &NvmlError) -> bool {
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The collectors to run on every GPU, in output order.
-    pub collectors: Vec<Collector>,
+    pub collectors: Vec<&'static Collector>,
     /// Read each GPU on a thread of its own.
     pub parallel: bool,
 }
 
-/// Loads NVML from `library`, reads every GPU as `options` say and shuts NVML down.
+/// Loads NVML from `library` and reads every GPU as `options` say.
 pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Reading, InitError> {
     let started = Instant::now();
-    inflight.enter(Scope::Host, "nvmlInit_v2");
-    let nvml = Nvml::builder()
-        .lib_path(library.as_os_str())
-        .init()
-        .map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+    let nvml = init(library, inflight)?;
     log::trace!("loading and initialising NVML took {:?}", started.elapsed());
 
     inflight.enter(Scope::Host, "nvmlDeviceGetCount_v2");
@@ -196,16 +165,44 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
             .map(|(worker, index)| match worker {
                 Ok(handle) => handle
                     .join()
-                    .unwrap_or_else(|_| reader::down(index, String::new(), "exporter_bug")),
+                    .unwrap_or_else(|_| reader::down(index, String::new(), Reason::ExporterBug)),
                 Err(e) => {
                     log::warn!("GPU {index}: cannot start a reading thread: {e}");
-                    reader::down(index, String::new(), "exporter_resources")
+                    reader::down(index, String::new(), Reason::ExporterResources)
                 }
             })
             .collect()
     });
 
     Ok(finish(nvml, host, devices))
+}
+
+/// Loads and initialises NVML, naming each step for the watchdog.
+///
+/// nvml-wrapper's initialisation calls `nvmlInit_v2` and then
+/// `nvmlSystemGetDriverVersion`, and either may hang. So `nvmlInit_v2` is called
+/// first on a handle of our own (NVML counts initialisations, so the wrapper's
+/// second call only raises the count), and a hang is then named exactly.
+fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
+    inflight.enter(Scope::Host, "nvmlInit_v2");
+    // SAFETY: loading a library runs its initialisers; this is the library the
+    // user named as NVML, which the wrapper loads the same way below.
+    let lib = unsafe { NvmlLib::new(library.as_os_str()) }
+        .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
+    let init = nvml_sym(lib.nvmlInit_v2.as_ref())
+        .map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+    // SAFETY: nvmlInit_v2 takes no arguments.
+    nvml_try(unsafe { init() }).map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+    // The library stays loaded and initialised until the process ends (see
+    // `finish`); dropping the handle would only dlclose our reference.
+    std::mem::forget(lib);
+    inflight.enter(Scope::Host, "nvmlSystemGetDriverVersion");
+    let nvml = Nvml::builder()
+        .lib_path(library.as_os_str())
+        .init()
+        .map_err(|e| InitError::from_nvml("nvmlSystemGetDriverVersion", &e))?;
+    inflight.leave();
+    Ok(nvml)
 }
 
 /// Returns what was read, deliberately without `nvmlShutdown`.
@@ -277,7 +274,7 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
     let fields: Vec<u32> = options
         .collectors
         .iter()
-        .flat_map(|&collector| batched_fields(collector))
+        .flat_map(|collector| collector.fields)
         .copied()
         .collect();
     if !fields.is_empty() {
@@ -286,40 +283,8 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
     // The collectors of one GPU run one after another: NVML serialises the
     // calls of a device, and on an H200 reading them from several threads was
     // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
-    for &collector in &options.collectors {
-        read_collector(collector)(&mut reader);
+    for collector in &options.collectors {
+        (collector.read)(&mut reader);
     }
     reader.finish(uuid)
-}
-
-/// The field values a collector takes from the per-GPU batch.
-fn batched_fields(collector: Collector) -> &'static [u32] {
-    match collector {
-        Collector::Thermal => thermal::FIELDS,
-        Collector::Power => power::FIELDS,
-        Collector::Clocks => clocks::FIELDS,
-        Collector::Pcie => pcie::FIELDS,
-        Collector::Health => health::FIELDS,
-        Collector::Nvlink => nvlink::FIELDS,
-        _ => &[],
-    }
-}
-
-/// The reader of one collector.
-fn read_collector(collector: Collector) -> fn(&mut reader::DeviceReader<'_>) {
-    match collector {
-        Collector::Utilization => utilization::read,
-        Collector::Memory => memory::read,
-        Collector::Thermal => thermal::read,
-        Collector::Power => power::read,
-        Collector::Clocks => clocks::read,
-        Collector::Pcie => pcie::read,
-        Collector::PcieThroughput => pcie::read_throughput,
-        Collector::Health => health::read,
-        Collector::Media => media::read,
-        Collector::Modes => modes::read,
-        Collector::Nvlink => nvlink::read,
-        Collector::Mig => mig::read,
-        Collector::Processes => processes::read,
-    }
 }

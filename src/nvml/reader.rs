@@ -11,6 +11,7 @@ use super::fields::{self, Field};
 use super::{device_fatal, reason, unsupported};
 use crate::inflight::{InFlight, Scope};
 use crate::metrics::{self, Family};
+use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
 /// Collects the samples of one GPU while applying the error policy.
@@ -21,7 +22,7 @@ pub(super) struct DeviceReader<'n> {
     samples: Vec<Sample>,
     read_errors: u32,
     /// Set by the first device-fatal error; from then on nothing is read.
-    fault: Option<&'static str>,
+    fault: Option<Reason>,
     /// Field values read in one batch before the collectors run (see [`Self::prefetch`]).
     prefetched: Vec<(u32, Option<f64>)>,
 }
@@ -132,13 +133,13 @@ impl<'n> DeviceReader<'n> {
 }
 
 /// A GPU reported down for `reason`, with no other readings.
-pub(super) fn down(index: u32, uuid: String, reason: &'static str) -> Device {
+pub(super) fn down(index: u32, uuid: String, reason: Reason) -> Device {
     Device {
         index,
         uuid,
         samples: vec![
             Sample::new(&metrics::UP, 0.0),
-            Sample::new(&metrics::DOWN_REASON, 1.0).with("reason", reason),
+            Sample::new(&metrics::DOWN_REASON, 1.0).with("reason", reason.label()),
         ],
     }
 }

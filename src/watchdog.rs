@@ -1,0 +1,251 @@
+//! One deadline per run, and the watchdogs that keep it.
+//!
+//! `--timeout` bounds the whole run, from start to the published file. A
+//! [`Deadline`] splits it in two: the lock wait and the NVML reading must end by
+//! [`Deadline::reading_ends`], which leaves a reserve (a fifth of the timeout, at
+//! most one second) for rendering and publishing the file, error file included.
+//!
+//! Invariants:
+//! - [`collect`] returns by `reading_ends` plus a few milliseconds, whatever NVML
+//!   does: a worker stuck in a driver call is abandoned, never joined;
+//! - the snapshot it returns always holds `nvidia_gpu_collector_up`, the build
+//!   info, the run's timestamp and duration; on failure also
+//!   `nvidia_gpu_collector_error{reason}` and no device series at all;
+//! - [`Deadline::arm`] ends the process with [`Exit::Timeout`] shortly after the
+//!   deadline if anything else blocks (a file system that hangs, `/proc` reads),
+//!   naming the phase it was in, so no run outlives its timeout.
+
+use std::path::Path;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::exit::Exit;
+use crate::inflight::InFlight;
+use crate::metrics;
+use crate::nvml;
+use crate::reason::Reason;
+use crate::snapshot::{Sample, Snapshot};
+
+/// The snapshot to publish and how the run should exit.
+#[derive(Debug)]
+pub struct Outcome {
+    pub snapshot: Snapshot,
+    pub exit: Exit,
+}
+
+/// How long after the deadline the hard stop ends a run that is still blocked.
+pub const HARD_STOP_GRACE: Duration = Duration::from_millis(250);
+
+/// The most a run keeps back from its timeout for rendering and publishing.
+const MAX_PUBLISH_RESERVE: Duration = Duration::from_secs(1);
+
+/// When a run started and when it must be done.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    started: Instant,
+    wall: SystemTime,
+    timeout: Duration,
+    phase: Arc<Mutex<&'static str>>,
+}
+
+impl Deadline {
+    /// A deadline `timeout` from now.
+    pub fn start(timeout: Duration) -> Self {
+        Deadline {
+            started: Instant::now(),
+            wall: SystemTime::now(),
+            timeout,
+            phase: Arc::new(Mutex::new("starting")),
+        }
+    }
+
+    /// The `--timeout` this deadline was made from.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// When the whole run must be done, its file published.
+    pub fn end(&self) -> Instant {
+        self.started + self.timeout
+    }
+
+    /// When waiting and reading must give up, so that the file (an error file if
+    /// need be) is still published by [`Self::end`].
+    pub fn reading_ends(&self) -> Instant {
+        self.end() - (self.timeout / 5).min(MAX_PUBLISH_RESERVE)
+    }
+
+    /// Records what the run is doing, for the hard stop's message.
+    pub fn enter(&self, phase: &'static str) {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
+    }
+
+    /// Starts the hard stop: a thread that, [`HARD_STOP_GRACE`] after the
+    /// deadline, logs the phase the run is stuck in and ends the process with
+    /// [`Exit::Timeout`] without running destructors.
+    pub fn arm(&self) {
+        let deadline = self.clone();
+        let spawned = thread::Builder::new()
+            .name("hard-stop".into())
+            .spawn(move || {
+                let stop = deadline.end() + HARD_STOP_GRACE;
+                loop {
+                    let now = Instant::now();
+                    if now >= stop {
+                        break;
+                    }
+                    thread::sleep(stop - now);
+                }
+                let phase = *deadline.phase.lock().unwrap_or_else(|e| e.into_inner());
+                log::error!(
+                    "the run did not finish within --timeout {} (stuck {phase}); \
+                     exiting without publishing",
+                    humantime::format_duration(deadline.timeout)
+                );
+                exit_now(Exit::Timeout)
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start the hard-stop thread: {e}");
+        }
+    }
+
+    /// The collector samples every published file carries; `error` is the
+    /// reason the run failed, if it did.
+    fn samples(&self, error: Option<Reason>) -> Vec<Sample> {
+        let timestamp = self
+            .wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
+        let mut samples = vec![
+            Sample::new(
+                &metrics::COLLECTOR_UP,
+                if error.is_some() { 0.0 } else { 1.0 },
+            ),
+            Sample::new(
+                &metrics::COLLECTOR_DURATION,
+                self.started.elapsed().as_secs_f64(),
+            ),
+            Sample::new(&metrics::COLLECTOR_TIMESTAMP, timestamp),
+            Sample::new(&metrics::COLLECTOR_BUILD_INFO, 1.0)
+                .with("version", env!("CARGO_PKG_VERSION")),
+        ];
+        if let Some(reason) = error {
+            samples
+                .push(Sample::new(&metrics::COLLECTOR_ERROR, 1.0).with("reason", reason.label()));
+        }
+        samples
+    }
+
+    /// A snapshot that says only that the run failed for `reason`.
+    pub fn failed(&self, reason: Reason, exit: Exit) -> Outcome {
+        Outcome {
+            snapshot: Snapshot {
+                host: self.samples(Some(reason)),
+                devices: Vec::new(),
+            },
+            exit,
+        }
+    }
+}
+
+/// Ends the process at once, without exit handlers or library destructors.
+///
+/// After a timeout a thread may still be inside a driver call; returning from
+/// `main` would run libnvidia-ml's destructors, which can wait for locks that
+/// the stuck call holds.
+pub fn exit_now(exit: Exit) -> ! {
+    extern "C" {
+        fn _exit(status: i32) -> !;
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: _exit(2) only ends the process; stdout is flushed above and
+    // stderr is unbuffered.
+    unsafe { _exit(i32::from(exit.code())) }
+}
+
+/// Reads every GPU through the NVML library at `library`, giving up at
+/// `deadline.reading_ends()`.
+pub fn collect(library: &Path, options: &nvml::Options, deadline: &Deadline) -> Outcome {
+    let inflight = Arc::new(InFlight::default());
+    let (sender, receiver) = mpsc::channel();
+    let worker = {
+        let inflight = Arc::clone(&inflight);
+        let library = library.to_path_buf();
+        let options = options.clone();
+        thread::Builder::new().name("nvml".into()).spawn(move || {
+            let _ = sender.send(nvml::read(&library, &options, &inflight));
+        })
+    };
+    if let Err(e) = worker {
+        log::error!("cannot start the NVML thread: {e}");
+        return deadline.failed(Reason::ExporterResources, Exit::NvmlUnavailable);
+    }
+    let remaining = deadline
+        .reading_ends()
+        .saturating_duration_since(Instant::now());
+    match receiver.recv_timeout(remaining) {
+        Ok(Ok(reading)) => {
+            let any_down = reading
+                .devices
+                .iter()
+                .any(|d| d.samples.iter().any(|s| s.family == &metrics::DOWN_REASON));
+            let mut host = deadline.samples(None);
+            host.extend(reading.host);
+            Outcome {
+                snapshot: Snapshot {
+                    host,
+                    devices: reading.devices,
+                },
+                exit: if any_down {
+                    Exit::DeviceDown
+                } else {
+                    Exit::Success
+                },
+            }
+        }
+        Ok(Err(error)) => {
+            log::error!(
+                "cannot use NVML ({}): {}\nhint: {}",
+                error.reason,
+                error.detail,
+                error.reason.hint()
+            );
+            deadline.failed(error.reason, Exit::NvmlUnavailable)
+        }
+        Err(RecvTimeoutError::Timeout) => {
+            log::error!(
+                "NVML did not answer within the run's --timeout {}; stuck in {}. The driver \
+                 may be hung: check `dmesg` for Xid errors and whether `nvidia-smi` also hangs.",
+                humantime::format_duration(deadline.timeout),
+                inflight.describe()
+            );
+            deadline.failed(Reason::Timeout, Exit::Timeout)
+        }
+        Err(RecvTimeoutError::Disconnected) => {
+            log::error!("the NVML thread ended without a result (see the panic above)");
+            deadline.failed(Reason::ExporterBug, Exit::NvmlUnavailable)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_leaves_a_fifth_of_the_timeout_at_most_a_second_to_publish() {
+        let deadline = Deadline::start(Duration::from_secs(2));
+        assert_eq!(
+            deadline.end() - deadline.reading_ends(),
+            Duration::from_millis(400)
+        );
+        let deadline = Deadline::start(Duration::from_secs(30));
+        assert_eq!(
+            deadline.end() - deadline.reading_ends(),
+            MAX_PUBLISH_RESERVE
+        );
+    }
+}
