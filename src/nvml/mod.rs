@@ -38,8 +38,8 @@ use std::thread;
 use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper_sys::bindings::NvmlLib;
 use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::NvmlLib;
 
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
@@ -189,8 +189,8 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     // user named as NVML, which the wrapper loads the same way below.
     let lib = unsafe { NvmlLib::new(library.as_os_str()) }
         .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
-    let init = nvml_sym(lib.nvmlInit_v2.as_ref())
-        .map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+    let init =
+        nvml_sym(lib.nvmlInit_v2.as_ref()).map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
     // SAFETY: nvmlInit_v2 takes no arguments.
     nvml_try(unsafe { init() }).map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
     // The library stays loaded and initialised until the process ends (see

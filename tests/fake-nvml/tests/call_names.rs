@@ -44,5 +44,8 @@ fn every_call_name_in_the_exporter_is_a_symbol_the_fake_knows() {
             checked += 1;
         }
     }
-    assert!(checked > 50, "only {checked} call names found: has the layout changed?");
+    assert!(
+        checked > 50,
+        "only {checked} call names found: has the layout changed?"
+    );
 }
