@@ -104,7 +104,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             );
         }
     }
-    if let Some(state) = reader.read("nvmlDeviceGetPerformanceState", |d| d.performance_state()) {
+    if let Some(Ok(state)) = reader.read_enum("nvmlDeviceGetPerformanceState", |lib| {
+        nvml_sym(lib.nvmlDeviceGetPerformanceState.as_ref())
+    }) {
         if let Some(number) = pstate_number(state) {
             reader.gauge(&metrics::PERFORMANCE_STATE, f64::from(number));
         }

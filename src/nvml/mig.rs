@@ -10,6 +10,10 @@ use super::reader::DeviceReader;
 use crate::metrics;
 use crate::snapshot::Sample;
 
+/// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
+/// limit is 8 GPU instances).
+const MAX_MIG_DEVICES: u32 = 8;
+
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let enabled = reader
         .read("nvmlDeviceGetMigMode", |d| d.mig_mode())
@@ -19,6 +23,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
     let slots = reader
         .read("nvmlDeviceGetMaxMigDeviceCount", |d| d.mig_device_count())
+        .and_then(|count| reader.bounded("nvmlDeviceGetMaxMigDeviceCount", count, MAX_MIG_DEVICES))
         .unwrap_or(0);
     for slot in 0..slots {
         match reader.try_read("nvmlDeviceGetMigDeviceHandleByIndex", |d| {

@@ -108,8 +108,13 @@ pub fn device_fatal(error: &NvmlError) -> bool {
     )
 }
 
-/// Errors that only mean "this GPU or driver does not have this field" (or has
-/// a value newer than this exporter knows, such as a future architecture).
+/// Errors that only mean "this GPU or driver does not have this field": NVML's
+/// NOT_SUPPORTED, a function the library lacks (an older driver), and NO_DATA
+/// (nothing to report yet). Every other code, including return codes newer than
+/// nvml-wrapper knows (`UnexpectedVariant`: ARGUMENT_VERSION_MISMATCH from a
+/// newer driver, INSUFFICIENT_RESOURCES, ...), is a counted, logged read error.
+/// Enum values newer than nvml-wrapper knows are not errors at all: see
+/// `DeviceReader::read_enum`.
 fn unsupported(error: &NvmlError) -> bool {
     matches!(
         error,
@@ -117,9 +122,12 @@ fn unsupported(error: &NvmlError) -> bool {
             | NvmlError::FailedToLoadSymbol(_)
             | NvmlError::FunctionNotFound
             | NvmlError::NoData
-            | NvmlError::UnexpectedVariant(_)
     )
 }
+
+/// More GPUs than one host can hold (HGX systems have 8 or 16): a larger count
+/// from NVML is a sentinel, not hardware.
+const MAX_GPUS: u32 = 64;
 
 /// What to read and how.
 #[derive(Debug, Clone)]
@@ -141,6 +149,15 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
         .device_count()
         .map_err(|e| InitError::from_nvml("nvmlDeviceGetCount_v2", &e))?;
     inflight.leave();
+    if count > MAX_GPUS {
+        return Err(InitError {
+            reason: Reason::Unknown,
+            detail: format!(
+                "nvmlDeviceGetCount_v2 returned {count}, more GPUs than any host has \
+                 ({MAX_GPUS}); NVML is not answering sensibly"
+            ),
+        });
+    }
 
     let host = vec![driver_info(&nvml, inflight)];
     log::trace!("count and driver info done at {:?}", started.elapsed());
@@ -242,9 +259,8 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
         ("cuda_version", cuda),
         ("nvml_version", nvml_version),
     ] {
-        if let Some(value) = value {
-            sample = sample.with(name, value);
-        }
+        // Always written, empty when unreadable: the series keeps its labels.
+        sample = sample.with(name, value.unwrap_or_default());
     }
     sample
 }
@@ -270,7 +286,7 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
             nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
         })
         .unwrap_or_default();
-    identity::read(&mut reader);
+    let _identity = identity::read(&mut reader);
     let fields: Vec<u32> = options
         .collectors
         .iter()

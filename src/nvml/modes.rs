@@ -1,6 +1,7 @@
 //! Persistence, compute and MIG modes.
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
+use nvml_wrapper::error::nvml_sym;
 
 use super::reader::DeviceReader;
 use crate::metrics;
@@ -12,12 +13,15 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }) {
         reader.gauge(&metrics::PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
     }
-    if let Some(mode) = reader.read("nvmlDeviceGetComputeMode", |d| d.compute_mode()) {
+    if let Some(mode) = reader.read_enum::<ComputeMode>("nvmlDeviceGetComputeMode", |lib| {
+        nvml_sym(lib.nvmlDeviceGetComputeMode.as_ref())
+    }) {
         let label = match mode {
-            ComputeMode::Default => "default",
-            ComputeMode::ExclusiveThread => "exclusive_thread",
-            ComputeMode::Prohibited => "prohibited",
-            ComputeMode::ExclusiveProcess => "exclusive_process",
+            Ok(ComputeMode::Default) => "default",
+            Ok(ComputeMode::ExclusiveThread) => "exclusive_thread",
+            Ok(ComputeMode::Prohibited) => "prohibited",
+            Ok(ComputeMode::ExclusiveProcess) => "exclusive_process",
+            Err(_) => "unknown",
         };
         reader.push(Sample::new(&metrics::COMPUTE_MODE, 1.0).with("mode", label));
     }

@@ -25,6 +25,9 @@ pub(super) struct DeviceReader<'n> {
     fault: Option<Reason>,
     /// Field values read in one batch before the collectors run (see [`Self::prefetch`]).
     prefetched: Vec<(u32, Option<f64>)>,
+    /// How often each (call, error) was seen: the first is logged, the repeats
+    /// are summed up once in [`Self::finish`], so a loop cannot flood the log.
+    seen: Vec<(String, u32)>,
 }
 
 impl<'n> DeviceReader<'n> {
@@ -37,6 +40,7 @@ impl<'n> DeviceReader<'n> {
             read_errors: 0,
             fault: None,
             prefetched: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -66,9 +70,37 @@ impl<'n> DeviceReader<'n> {
             log::warn!("GPU {index}: {call}: {error}; reporting the GPU down");
             self.fault = Some(reason(error));
         } else {
-            log::warn!("GPU {index}: {call}: {error}");
             self.read_errors += 1;
+            let message = format!("GPU {index}: {call}: {error}");
+            self.warn_once(message);
         }
+    }
+
+    /// Logs `message` as a warning the first time this run sees it.
+    fn warn_once(&mut self, message: String) {
+        match self.seen.iter_mut().find(|(seen, _)| *seen == message) {
+            Some((_, count)) => *count += 1,
+            None => {
+                log::warn!("{message}");
+                self.seen.push((message, 1));
+            }
+        }
+    }
+
+    /// `count` as NVML returned it from `call`, if no hardware can exceed it
+    /// (`max`); an impossible count (a sentinel such as 4294967295) is dropped,
+    /// logged and counted, so that no loop runs over it.
+    pub fn bounded(&mut self, call: &str, count: u32, max: u32) -> Option<u32> {
+        if count <= max {
+            return Some(count);
+        }
+        self.read_errors += 1;
+        let message = format!(
+            "GPU {}: {call} returned {count}, more than any GPU has ({max}); ignored",
+            self.index
+        );
+        self.warn_once(message);
+        None
     }
 
     /// Reads the field values `ids` (scope 0) in one `nvmlDeviceGetFieldValues`
@@ -101,11 +133,11 @@ impl<'n> DeviceReader<'n> {
     /// Drops an impossible reading of `family` (a sentinel, a utilization above
     /// 100 %), logged and counted like a failed read.
     pub fn reject(&mut self, family: &Family, value: f64) {
-        log::warn!(
+        let message = format!(
             "GPU {}: {} read {value}, which is impossible; dropped",
-            self.index,
-            family.name
+            self.index, family.name
         );
+        self.warn_once(message);
         self.read_errors += 1;
     }
 
@@ -116,6 +148,11 @@ impl<'n> DeviceReader<'n> {
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
     pub fn finish(mut self, uuid: String) -> Device {
+        for (message, count) in &self.seen {
+            if *count > 1 {
+                log::warn!("{message} (seen {count} times in this run)");
+            }
+        }
         if let Some(fault) = self.fault {
             return down(self.index, uuid, fault);
         }
@@ -176,6 +213,37 @@ impl<'n> DeviceReader<'n> {
         })
     }
 }
+
+impl<'n> DeviceReader<'n> {
+    /// Reads a getter that writes one C enum and converts the value with
+    /// nvml-wrapper's `TryFrom`. Only the return code goes through the error
+    /// policy (so a return code newer than nvml-wrapper is a counted error); a
+    /// value newer than nvml-wrapper knows is `Some(Err(raw))`, for the caller
+    /// to label as unknown.
+    pub fn read_enum<E: TryFrom<c_uint, Error = NvmlError>>(
+        &mut self,
+        call: &'static str,
+        symbol: impl FnOnce(&NvmlLib) -> Result<&EnumGetter, NvmlError>,
+    ) -> Option<Result<E, c_uint>> {
+        let raw = self.read_raw(call, |lib, handle| {
+            let getter = symbol(lib)?;
+            let mut value: c_uint = 0;
+            // SAFETY: the getter writes one C enum (an unsigned int) through the pointer.
+            nvml_try(unsafe { getter(handle, &mut value) })?;
+            Ok(value)
+        })?;
+        Some(E::try_from(raw).map_err(|_| {
+            log::debug!(
+                "GPU {}: {call}: value {raw} is newer than this exporter",
+                self.index
+            );
+            raw
+        }))
+    }
+}
+
+/// The signature shared by NVML's getters of one enum value.
+pub(super) type EnumGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
 
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
 const STRING_BUFFER: usize = 256;

@@ -18,6 +18,9 @@ const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
 /// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_MEMORY_TEMP];
 
+/// More fans than any board has (boards have one to four).
+const MAX_FANS: u32 = 16;
+
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(celsius) = reader.read("nvmlDeviceGetTemperature", |d| {
         d.temperature(TemperatureSensor::Gpu)
@@ -42,6 +45,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
     let fans = reader
         .read("nvmlDeviceGetNumFans", |d| d.num_fans())
+        .and_then(|count| reader.bounded("nvmlDeviceGetNumFans", count, MAX_FANS))
         .unwrap_or(0);
     for fan in 0..fans {
         if let Some(percent) = reader.read("nvmlDeviceGetFanSpeed_v2", |d| d.fan_speed(fan)) {
