@@ -4,15 +4,20 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/h100x8.toml
 
-.PHONY: build test demo run lint deb bench test-packaging
+.PHONY: build deps test demo run lint deb bench test-packaging copyright
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
 	$(CARGO) build --release --locked
 	$(CARGO) build --locked -p fake-nvml
 
-## test: everything CI runs
-test: build
+## deps: install the Debian packages the tests need and are missing (as root)
+deps:
+	tests/install-deps.sh
+
+## test: everything CI runs; installs what is missing first (as root)
+test: deps
+	$(MAKE) build
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked
