@@ -21,6 +21,7 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked
+	python3 packaging/copyright.py --check
 	tests/e2e/node-exporter.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
@@ -45,6 +46,10 @@ lint:
 ## deb: the Debian package, in target/deb/ (its path is printed last)
 deb:
 	CARGO="$(CARGO)" packaging/build-deb.sh
+
+## copyright: regenerate packaging/debian/copyright from Cargo.lock (make test checks it)
+copyright:
+	python3 packaging/copyright.py
 
 ## test-packaging: the .deb on this host, then under systemd in a booted Debian 12 container (root)
 test-packaging:
