@@ -4,18 +4,24 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/h100x8.toml
 
-.PHONY: build test demo run lint deb bench test-packaging
+.PHONY: build deps test demo run lint deb bench test-packaging copyright
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
 	$(CARGO) build --release --locked
 	$(CARGO) build --locked -p fake-nvml
 
-## test: everything CI runs
-test: build
+## deps: install the Debian packages the tests need and are missing (as root)
+deps:
+	tests/install-deps.sh
+
+## test: everything CI runs; installs what is missing first (as root)
+test: deps
+	$(MAKE) build
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked
+	python3 packaging/copyright.py --check
 	tests/e2e/node-exporter.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
@@ -40,6 +46,10 @@ lint:
 ## deb: the Debian package, in target/deb/ (its path is printed last)
 deb:
 	CARGO="$(CARGO)" packaging/build-deb.sh
+
+## copyright: regenerate packaging/debian/copyright from Cargo.lock (make test checks it)
+copyright:
+	python3 packaging/copyright.py
 
 ## test-packaging: the .deb on this host, then under systemd in a booted Debian 12 container (root)
 test-packaging:

@@ -26,13 +26,13 @@ across machines: absolute times on a busy two-core machine are noise.
 Peak RSS: a child forked from this script inherits the script's own RSS as the
 starting point of ru_maxrss (Linux records the parent's high-water mark when
 the child execs), which would floor every reading at Python's ~15 MB. So the
-exporter is started by a ten-line C launcher (compiled with `cc`) that forks
+exporter is started by a small C launcher (benches/launcher.c, compiled with `cc`) that forks
 it, waits with wait4 and reports wall time and ru_maxrss; without `cc` the
 script falls back to its own wait4 and says that RSS is floored.
 
 Unless --no-count is given, a second pass counts the NVML calls of one snapshot
 per symbol and per GPU thread: a small forwarding library is compiled with `cc`
-(x86-64 only) and passed as --nvml-lib; it counts each call and forwards it to
+(benches/count_shim.c, x86-64 only) and passed as --nvml-lib; it counts each call and forwards it to
 the fake. With the scenario's latencies this gives the NVML time each GPU's
 thread must spend, the lower bound of a run. It also counts one 1-GPU snapshot
 with --collector processes, to show what that collector adds.
@@ -61,7 +61,7 @@ SCENARIOS = {
     "1gpu": os.path.join(ROOT, "tests/scenarios/bench-1gpu.toml"),
     "8gpu": os.path.join(ROOT, "tests/scenarios/bench-8gpu.toml"),
 }
-# (name, scenario, extra arguments); "-fast" scenarios are copies without latencies.
+# (name, scenario, extra arguments); "-fast": the scenario under FAKE_NVML_FAULTS=off.
 CONFIGS = [
     ("1 GPU, parallel", "1gpu", []),
     ("1 GPU, sequential", "1gpu", ["--sequential"]),
@@ -85,92 +85,7 @@ REAL_RATIOS = [
 ]
 DURATION = "nvidia_gpu_collector_duration_seconds "
 
-LAUNCHER_C = r"""
-#include <fcntl.h>
-#include <stdio.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-/* launcher PROGRAM ARGS...: runs PROGRAM with stderr discarded, then prints
-   "<wall ns> <ru_maxrss KiB> <wait status>" on its own stderr. */
-int main(int argc, char **argv) {
-    struct timespec start, end;
-    struct rusage usage;
-    int status;
-    if (argc < 2)
-        return 2;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 2);
-        execv(argv[1], argv + 1);
-        _exit(127);
-    }
-    if (pid < 0 || wait4(pid, &status, 0, &usage) < 0)
-        return 1;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    fprintf(stderr, "%lld %ld %d\n",
-            (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec),
-            usage.ru_maxrss, status);
-    return 0;
-}
-"""
-
-# The counting library: one stub per symbol the fake exports. Each stub saves the
-# argument registers, counts the call for the calling thread (threads named
-# gpuN count for GPU N, all others for the host) and jumps to the fake's symbol,
-# so no signature has to be known. Counts are written when the library is
-# unloaded (nvml-wrapper unloads it after nvmlShutdown) or at exit.
-SHIM_C = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define NSYM @NSYM@
-#define NSLOT 65
-static const char *const names[NSYM] = { @NAMES@ };
-__attribute__((visibility("hidden"))) void *shim_real[NSYM];
-static unsigned long counts[NSLOT][NSYM];
-static __thread int slot = -1;
-
-__attribute__((visibility("hidden"))) void shim_count(long symbol) {
-    if (slot < 0) {
-        char name[16] = "";
-        int gpu;
-        pthread_getname_np(pthread_self(), name, sizeof name);
-        slot = sscanf(name, "gpu%d", &gpu) == 1 && gpu >= 0 && gpu < NSLOT - 1 ? gpu + 1 : 0;
-    }
-    __atomic_fetch_add(&counts[slot][symbol], 1, __ATOMIC_RELAXED);
-}
-
-__attribute__((constructor)) static void shim_load(void) {
-    const char *target = getenv("NVML_COUNT_TARGET");
-    void *lib = target ? dlopen(target, RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!lib) {
-        fprintf(stderr, "count shim: cannot load NVML_COUNT_TARGET: %s\n", target ? dlerror() : "unset");
-        abort();
-    }
-    for (int i = 0; i < NSYM; i++)
-        shim_real[i] = dlsym(lib, names[i]);
-}
-
-__attribute__((destructor)) static void shim_report(void) {
-    const char *path = getenv("NVML_COUNT_OUT");
-    FILE *out = path ? fopen(path, "w") : NULL;
-    if (!out)
-        return;
-    for (int s = 0; s < NSLOT; s++)
-        for (int i = 0; i < NSYM; i++)
-            if (counts[s][i])
-                fprintf(out, "%d %s %lu\n", s - 1, names[i], counts[s][i]);
-    fclose(out);
-}
-"""
+BENCHES = os.path.dirname(os.path.abspath(__file__))
 
 SHIM_STUB = """
     .globl {name}
@@ -208,11 +123,8 @@ def build_launcher(work):
     cc = shutil.which("cc")
     if not cc:
         return None
-    source = os.path.join(work, "launcher.c")
     binary = os.path.join(work, "launcher")
-    with open(source, "w", encoding="utf-8") as f:
-        f.write(LAUNCHER_C)
-    subprocess.run([cc, "-O2", "-o", binary, source], check=True)
+    subprocess.run([cc, "-O2", "-o", binary, os.path.join(BENCHES, "launcher.c")], check=True)
     return binary
 
 
@@ -227,39 +139,18 @@ def build_shim(fake, work):
                              capture_output=True, text=True).stdout
     symbols = sorted({parts[2] for parts in map(str.split, listing.splitlines())
                       if len(parts) == 3 and parts[1] == "T" and parts[2].startswith("nvml")})
-    c_path = os.path.join(work, "count_shim.c")
     s_path = os.path.join(work, "count_shim.S")
     so_path = os.path.join(work, "libnvml_count_shim.so")
-    with open(c_path, "w", encoding="utf-8") as c:
-        c.write(SHIM_C.replace("@NSYM@", str(len(symbols)))
-                .replace("@NAMES@", ", ".join(f'"{s}"' for s in symbols)))
     with open(s_path, "w", encoding="utf-8") as s:
         s.write("    .text\n")
         for index, name in enumerate(symbols):
             s.write(SHIM_STUB.format(name=name, index=index, offset=8 * index))
         s.write('    .section .note.GNU-stack,"",@progbits\n')
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", so_path, c_path, s_path, "-ldl",
+    names = "-DNAMES=" + ", ".join(f'"{s}"' for s in symbols)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", names, "-o", so_path,
+                    os.path.join(BENCHES, "count_shim.c"), s_path, "-ldl",
                     "-lpthread"], check=True)
     return so_path, None
-
-
-def without_latencies(source, target):
-    """Copies a scenario without its [delays_us] table and init_delay_ms."""
-    kept, skipping = [], False
-    with open(source, encoding="utf-8") as f:
-        for line in f:
-            stripped = line.strip()
-            if stripped.startswith("["):
-                skipping = stripped == "[delays_us]"
-            if skipping or stripped.startswith("init_delay_ms"):
-                continue
-            kept.append(line)
-    text = "".join(kept)
-    parsed = tomllib.loads(text)
-    assert "delays_us" not in parsed and "init_delay_ms" not in parsed.get("system", {})
-    assert not any("delays_ms" in gpu for gpu in parsed.get("gpu", [])), source
-    with open(target, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 class Runner:
@@ -270,17 +161,15 @@ class Runner:
         self.launcher = build_launcher(work)
         self.lib = args.real or args.fake
         self.scenarios = dict(SCENARIOS)
-        for name, path in SCENARIOS.items():
-            fast = os.path.join(work, f"{name}-fast.toml")
-            without_latencies(path, fast)
-            self.scenarios[f"{name}-fast"] = fast
 
     def env(self, scenario, **more):
         env = dict(os.environ, **more)
         env.pop("RUST_LOG", None)
         env.pop("FAKE_NVML_SCENARIO", None)
         if scenario:
-            env["FAKE_NVML_SCENARIO"] = self.scenarios[scenario]
+            # "-fast": the same scenario with its latencies dropped by the fake.
+            env["FAKE_NVML_SCENARIO"] = self.scenarios[scenario.removesuffix("-fast")]
+            env["FAKE_NVML_FAULTS"] = "off" if scenario.endswith("-fast") else "on"
         return env
 
     def run(self, scenario, extra, lib=None, **env):

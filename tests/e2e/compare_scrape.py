@@ -3,44 +3,27 @@
 
 usage: compare_scrape.py PORT FILE CASE EXIT_STATUS
 Series are compared as (name, sorted labels, value): node_exporter sorts labels
-and may print numbers differently, so both sides are parsed, not diffed as text.
+and may print numbers differently, so both sides are parsed (strictly), not
+diffed as text.
 """
-import re
 import sys
 import urllib.request
+from pathlib import Path
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
-
-
-def parse(text):
-    series = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = SAMPLE.match(line)
-        if not match:
-            raise ValueError(f"unparsable line: {line!r}")
-        name, labels, value = match.groups()
-        pairs = tuple(sorted(LABEL.findall(labels or "")))
-        key = (name, pairs)
-        if key in series:
-            raise ValueError(f"duplicate series: {line!r}")
-        series[key] = float(value)
-    return series
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from exposition import Series, load, parse  # noqa: E402
 
 
 def main():
-    port, path, case, status = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-    ours = parse(open(path, encoding="utf-8").read())
-    scraped_text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    scraped = parse(scraped_text)
+    port, path, case, status = sys.argv[1:5]
+    ours = load(path)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        scraped = parse(response.read().decode())
     problems = []
-    error = [v for (n, _), v in scraped.items() if n == "node_textfile_scrape_error"]
-    if error != [0.0]:
-        problems.append(f"node_textfile_scrape_error = {error}")
-    missing = [k for k in ours if k not in scraped]
-    changed = [k for k in ours if k in scraped and scraped[k] != ours[k]]
+    if scraped.get(Series("node_textfile_scrape_error")) != 0:
+        problems.append(f"node_textfile_scrape_error = {scraped.get(Series('node_textfile_scrape_error'))}")
+    missing = [s for s in ours if s not in scraped]
+    changed = [s for s in ours if s in scraped and scraped[s] != ours[s]]
     if missing:
         problems.append(f"{len(missing)} series not served, e.g. {missing[0]}")
     if changed:

@@ -42,6 +42,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+import generated  # noqa: E402
+from exposition import ParseError, Series, load, parse  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("FAULT_MATRIX_BIN", ROOT / "target/release/nvidia-textfile-exporter"))
 LIB = Path(os.environ.get("FAULT_MATRIX_NVML", ROOT / "target/debug/libfake_nvml.so"))
@@ -50,7 +54,8 @@ OUT_FILE = "nvidia_gpu.prom"
 LOCK_FILE = f".{OUT_FILE}.lock"
 TEMP_RE = re.compile(r"^\." + re.escape(OUT_FILE) + r"\.(\d+)\.[^.]+\.tmp$")
 
-EXIT_OK, EXIT_USAGE, EXIT_NVML, EXIT_DOWN, EXIT_TIMEOUT, EXIT_BUSY, EXIT_WRITE = 0, 2, 3, 4, 5, 6, 7
+# Exit statuses, from `--generate exit-codes` in main().
+EXIT_OK = EXIT_NVML = EXIT_DOWN = EXIT_TIMEOUT = EXIT_BUSY = EXIT_WRITE = None
 
 # Values that differ from run to run; compared by presence only.
 VOLATILE = {"nvidia_gpu_collector_duration_seconds", "nvidia_gpu_collector_timestamp_seconds"}
@@ -133,115 +138,7 @@ def scratch(name):
 
 
 # ---------------------------------------------------------------------------
-# The exposition format, parsed strictly.
-
-
-class ParseError(Exception):
-    pass
-
-
-METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-TYPES = {"counter", "gauge", "histogram", "summary", "untyped"}
-
-
-@dataclass(frozen=True)
-class Series:
-    name: str
-    labels: tuple  # sorted (name, value) pairs
-
-    def label(self, name, default=None):
-        return dict(self.labels).get(name, default)
-
-    def without(self, *names):
-        return Series(self.name, tuple((k, v) for k, v in self.labels if k not in names))
-
-
-def parse_sample(line):
-    m = METRIC_NAME.match(line)
-    if not m:
-        raise ParseError("no metric name")
-    name, i = m.group(), m.end()
-    labels = {}
-    if i < len(line) and line[i] == "{":
-        i += 1
-        while True:
-            if line[i:i + 1] == "}":
-                i += 1
-                break
-            lm = LABEL_NAME.match(line, i)
-            if not lm:
-                raise ParseError(f"bad label name at column {i + 1}")
-            lname, i = lm.group(), lm.end()
-            if line[i:i + 2] != '="':
-                raise ParseError(f"expected =\" after label {lname}")
-            i += 2
-            value = []
-            while True:
-                if i >= len(line):
-                    raise ParseError(f"unterminated value of label {lname}")
-                c = line[i]
-                if c == "\\":
-                    nxt = line[i + 1:i + 2]
-                    if nxt not in ("\\", '"', "n"):
-                        raise ParseError(f"bad escape \\{nxt} in label {lname}")
-                    value.append("\n" if nxt == "n" else nxt)
-                    i += 2
-                elif c == '"':
-                    i += 1
-                    break
-                else:
-                    value.append(c)
-                    i += 1
-            if lname in labels:
-                raise ParseError(f"label {lname} twice")
-            labels[lname] = "".join(value)
-            if line[i:i + 1] == ",":
-                i += 1
-            elif line[i:i + 1] != "}":
-                raise ParseError(f"expected , or }} after label {lname}")
-    if line[i:i + 1] != " ":
-        raise ParseError("expected one space before the value")
-    text = line[i + 1:]
-    if text in ("NaN", "+Inf", "-Inf"):
-        value = float(text.replace("Inf", "inf").replace("NaN", "nan"))
-    else:
-        if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text):
-            raise ParseError(f"bad value {text!r} (or a timestamp)")
-        value = float(text)
-    return Series(name, tuple(sorted(labels.items()))), value
-
-
-def parse(text):
-    """{Series: value} of a complete exposition text; raises ParseError."""
-    if not text:
-        raise ParseError("empty")
-    if not text.endswith("\n"):
-        raise ParseError("does not end with a line feed (truncated?)")
-    samples = {}
-    typed = {}
-    for number, line in enumerate(text[:-1].split("\n"), 1):
-        try:
-            if line.startswith("#"):
-                m = re.fullmatch(r"# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.*)", line)
-                if not m:
-                    raise ParseError("comment is not HELP or TYPE")
-                if m.group(1) == "TYPE":
-                    if m.group(3) not in TYPES:
-                        raise ParseError(f"unknown type {m.group(3)}")
-                    typed[m.group(2)] = m.group(3)
-                continue
-            series, value = parse_sample(line)
-            if series in samples:
-                raise ParseError("duplicate series")
-            samples[series] = value
-        except ParseError as e:
-            raise ParseError(f"line {number}: {e}: {line[:160]!r}") from None
-    return samples
-
-
-def load(path):
-    return parse(Path(path).read_bytes().decode("utf-8"))
+# What a file says.
 
 
 def promtool(path):
@@ -252,10 +149,6 @@ def promtool(path):
     if r.returncode != 0 and not out:
         out = f"promtool exit {r.returncode}"
     return out
-
-
-# ---------------------------------------------------------------------------
-# What a file says.
 
 
 def gpus(samples):
@@ -327,29 +220,17 @@ def compare(actual, expected, what):
     missing = sorted(set(expected) - set(actual), key=str)
     extra = sorted(set(actual) - set(expected), key=str)
     if missing:
-        raise Failed(f"{what}: missing {len(missing)} series, e.g. {fmt(missing[0])}")
+        raise Failed(f"{what}: missing {len(missing)} series, e.g. {missing[0]}")
     if extra:
-        raise Failed(f"{what}: {len(extra)} unexpected series, e.g. {fmt(extra[0])}")
+        raise Failed(f"{what}: {len(extra)} unexpected series, e.g. {extra[0]}")
     for s, v in expected.items():
         if s.name not in VOLATILE:
-            expect(actual[s] == v, f"{what}: {fmt(s)} is {actual[s]}, expected {v}")
-
-
-def fmt(series):
-    if not series.labels:
-        return series.name
-    labels = ",".join(f'{k}="{v[:40]}"' for k, v in series.labels)
-    return f"{series.name}{{{labels}}}"
+            expect(actual[s] == v, f"{what}: {s} is {actual[s]}, expected {v}")
 
 
 # ---------------------------------------------------------------------------
-# Scenarios: loading, and the same scenario with its faults removed (the
-# baseline a faulty run is compared with).
-
-FAULT_KEYS_TOP = {"missing_symbols", "delays_us"}
-FAULT_KEYS_SYSTEM = {"init_error", "init_delay_ms", "init_hang", "device_count_error", "errors"}
-FAULT_KEYS_GPU = {"lost", "errors", "delays_ms", "hang"}
-
+# Scenarios, and the same scenario with its faults removed by the fake
+# (FAKE_NVML_FAULTS=off): the baseline a faulty run is compared with.
 
 def scenario(name):
     path = SCENARIOS / name
@@ -357,73 +238,9 @@ def scenario(name):
         return path, tomllib.load(f)
 
 
-def toml_string(s):
-    out = []
-    for c in s:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif c == "\n":
-            out.append("\\n")
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return toml_string(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{toml_string(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(v)
-
-
-def toml_dump(doc):
-    lines, sections, arrays = [], [], []
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            sections.append((k, v))
-        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            arrays.append((k, v))
-        else:
-            lines.append(f"{toml_string(k)} = {toml_value(v)}")
-    for k, table in sections:
-        lines.append(f"\n[{toml_string(k)}]")
-        lines += [f"{toml_string(key)} = {toml_value(x)}" for key, x in table.items()]
-    for k, tables in arrays:
-        for table in tables:
-            lines.append(f"\n[[{toml_string(k)}]]")
-            lines += [f"{toml_string(key)} = {toml_value(x)}" for key, x in table.items()]
-    return "\n".join(lines) + "\n"
-
-
-def without_faults(doc):
-    doc = {k: v for k, v in doc.items() if k not in FAULT_KEYS_TOP}
-    if "system" in doc:
-        doc["system"] = {k: v for k, v in doc["system"].items() if k not in FAULT_KEYS_SYSTEM}
-    doc["gpu"] = [{k: v for k, v in g.items() if k not in FAULT_KEYS_GPU} for g in doc.get("gpu", [])]
-    return doc
-
-
-def clean_scenario(name):
-    """Scenario `name` with all its faults removed, as a file."""
-    _, doc = scenario(name)
-    path = WORK / "baselines" / name
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(toml_dump(without_faults(doc)), encoding="utf-8")
-    return path
-
-
 def baseline(name):
     """What the exporter prints for scenario `name` with all its faults removed."""
-    run = exporter(clean_scenario(name), stdout=True)
+    run = exporter(SCENARIOS / name, stdout=True, faults_off=True)
     expect(run.rc == 0, f"baseline of {name} exited {run.rc}: {run.err.strip()[:200]}")
     return parse(run.out)
 
@@ -448,9 +265,10 @@ class Run:
     t_file: float = None  # until the output file was replaced, if it was
 
 
-def exporter_env(scenario_path):
+def exporter_env(scenario_path, faults_off=False):
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     env["FAKE_NVML_SCENARIO"] = str(scenario_path)
+    env["FAKE_NVML_FAULTS"] = "off" if faults_off else "on"
     return env
 
 
@@ -460,7 +278,8 @@ def exporter_argv(outdir=None, *extra, lib=None, timeout="10s", stdout=False):
     return argv + list(extra)
 
 
-def start(scenario_path, outdir=None, *extra, lib=None, timeout="10s", stdout=False, tag="run"):
+def start(scenario_path, outdir=None, *extra, lib=None, timeout="10s", stdout=False, tag="run",
+          faults_off=False):
     """Starts the exporter with its output going to files; returns (Popen, out, err)."""
     logs = WORK / "logs"
     logs.mkdir(exist_ok=True)
@@ -468,7 +287,7 @@ def start(scenario_path, outdir=None, *extra, lib=None, timeout="10s", stdout=Fa
     os.close(fd)
     out, err = open(base + ".out", "wb+"), open(base + ".err", "wb+")
     proc = subprocess.Popen(exporter_argv(outdir, *extra, lib=lib, timeout=timeout, stdout=stdout),
-                            env=exporter_env(scenario_path), stdin=subprocess.DEVNULL,
+                            env=exporter_env(scenario_path, faults_off), stdin=subprocess.DEVNULL,
                             stdout=out, stderr=err)
     JANITOR.track(proc)
     return proc, out, err
@@ -491,12 +310,14 @@ def file_id(path):
         return None
 
 
-def exporter(scenario_path, outdir=None, *extra, lib=None, timeout="10s", stdout=False, limit=30):
+def exporter(scenario_path, outdir=None, *extra, lib=None, timeout="10s", stdout=False, limit=30,
+             faults_off=False):
     """Runs the exporter to the end, noting when the output file was replaced."""
     target = Path(outdir) / OUT_FILE if outdir else None
     before = file_id(target) if target else None
     t0 = time.monotonic()
-    proc, out, err = start(scenario_path, outdir, *extra, lib=lib, timeout=timeout, stdout=stdout)
+    proc, out, err = start(scenario_path, outdir, *extra, lib=lib, timeout=timeout, stdout=stdout,
+                           faults_off=faults_off)
     t_file = None
     while True:
         rc = proc.poll()
@@ -533,32 +354,23 @@ def one_line_error(run, *needles):
 
 
 # ---------------------------------------------------------------------------
-# A library copy that lacks some exports.
+# A build of the fake that lacks some exports (FAKE_NVML_HIDE, see
+# tests/fake-nvml/README.md), in its own target directory.
 
 
 def library_without(symbols):
-    data = LIB.read_bytes()
-    for name in symbols:
-        needle = b"\0" + name.encode() + b"\0"
-        renamed = b"\0X" + name.encode()[1:] + b"\0"
-        expect(needle in data, f"{name} is not in {LIB.name}")
-        data = data.replace(needle, renamed)
+    if not shutil.which("cargo"):
+        raise Skipped("cargo is needed to build the fake without some symbols")
+    target = ROOT / "target" / "fake-nvml-hidden"
+    subprocess.run(["cargo", "build", "--quiet", "--locked", "-p", "fake-nvml", "--target-dir", str(target)],
+                   cwd=ROOT, env=dict(os.environ, FAKE_NVML_HIDE=",".join(symbols)), check=True)
     path = WORK / f"libfake_nvml-without-{len(symbols)}-{abs(hash(tuple(symbols))) % 10**8}.so"
-    path.write_bytes(data)
-    path.chmod(0o755)
-    exported = dynamic_symbols(path)
+    shutil.copy(target / "debug" / "libfake_nvml.so", path)
+    lib = ctypes.CDLL(str(path))
     for name in symbols:
-        expect(name not in exported, f"{name} is still exported by the patched copy")
-        expect("X" + name[1:] in exported, f"X{name[1:]} not found in the patched copy")
+        expect(not hasattr(lib, name), f"{name} is still exported by {path.name}")
+    expect(hasattr(lib, "nvmlShutdown"), f"{path.name} lacks nvmlShutdown")
     return path
-
-
-def dynamic_symbols(path):
-    for argv in (["nm", "-D", "--defined-only", str(path)], ["readelf", "--dyn-syms", "-W", str(path)]):
-        if shutil.which(argv[0]):
-            r = subprocess.run(argv, capture_output=True, text=True, check=True)
-            return {line.split()[-1] for line in r.stdout.splitlines() if line.split()}
-    raise Skipped("neither nm nor readelf is installed")
 
 
 # ---------------------------------------------------------------------------
@@ -588,7 +400,7 @@ def reader_main(path, kinds, stop, conn):
         if kind is None:
             if len(bad) < 5:
                 bad.append(f"read {reads}: a parseable file with {len(got)} series that is no "
-                           f"complete render (e.g. {[fmt(s) for s in list(got)[:2]]})")
+                           f"complete render (e.g. {[str(s) for s in list(got)[:2]]})")
             continue
         seen[kind] = seen.get(kind, 0) + 1
         first.setdefault(kind, data)
@@ -797,7 +609,7 @@ def seeded_clean(name, scenario_name):
     """A fresh directory holding the file of the scenario without its faults: the
     state before the fault struck."""
     d = scratch(name)
-    run = exporter(clean_scenario(scenario_name), d)
+    run = exporter(SCENARIOS / scenario_name, d, faults_off=True)
     expect(run.rc == 0, f"seeding run exited {run.rc}: {run.err.strip()[:200]}")
     return d
 
@@ -1174,7 +986,7 @@ def overlapping():
         raise Failed(f"{len(problems)} runs misbehaved, e.g. {problems[0]}")
     samples = check_file(d / OUT_FILE, failure="busy" if keys(load(d / OUT_FILE)) == BUSY_KEYS else None)
     seen = ", ".join(f"{n} {k}" for k, n in sorted(stats["seen"].items()))
-    return (f"{codes.get(0, 0)} exit 0, {codes.get(6, 0)} exit 6 (busy); {stats['reads']} reads: {seen}",
+    return (f"{codes.get(EXIT_OK, 0)} exit {EXIT_OK}, {codes.get(EXIT_BUSY, 0)} exit {EXIT_BUSY} (busy); {stats['reads']} reads: {seen}",
             "-")
 
 
@@ -1188,7 +1000,7 @@ def hostile_expectations():
 
 
 def check_hostile(samples, doc, want, where):
-    forged = [fmt(s) for s in samples
+    forged = [str(s) for s in samples
               if s.label("uuid") == "forged" or s.label("gpu") == "9" or "forged" in s.name]
     expect(not forged, f"{where}: smuggled series: {forged[:3]}")
     names = {s.name for s in samples}
@@ -1276,7 +1088,7 @@ def hostile_node_exporter():
     expect(scrape_error == 0, f"node_textfile_scrape_error is {scrape_error}")
     mtime = [s for s in samples if s.name == "node_textfile_mtime_seconds"]
     expect(len(mtime) == 1 and mtime[0].label("file", "").endswith(OUT_FILE),
-           f"node_exporter did not read the file: {[fmt(s) for s in mtime]}")
+           f"node_exporter did not read the file: {[str(s) for s in mtime]}")
     check_hostile(samples, doc, want, "node_exporter")
     served = WORK / "node_exporter-metrics.prom"
     served.write_text("\n".join(line for line in text.split("\n")
@@ -1341,6 +1153,10 @@ def main():
     for path in (BIN, LIB):
         if not path.exists():
             sys.exit(f"fault-matrix: {path} not found; build first (make build)")
+    global EXIT_OK, EXIT_NVML, EXIT_DOWN, EXIT_TIMEOUT, EXIT_BUSY, EXIT_WRITE
+    codes = generated.exit_codes(BIN)
+    EXIT_OK, EXIT_NVML, EXIT_DOWN = codes["Success"], codes["NvmlUnavailable"], codes["DeviceDown"]
+    EXIT_TIMEOUT, EXIT_BUSY, EXIT_WRITE = codes["Timeout"], codes["Busy"], codes["PublishFailed"]
     for tool in ("promtool",):
         if not shutil.which(tool):
             sys.exit(f"fault-matrix: {tool} not found (apt-get install prometheus)")

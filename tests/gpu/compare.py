@@ -2,14 +2,16 @@
 """Compare one exporter snapshot with nvidia-smi on the same GPUs.
 
 Run on a host with NVIDIA GPUs:  python3 tests/gpu/compare.py [path/to/exporter]
-Needs nvidia-smi and Python's prometheus_client. Prints one row per compared
+Needs nvidia-smi; parses with tests/lib/exposition.py. Prints one row per compared
 value and exits 1 if any differs beyond its tolerance. Values that change
 between the two reads (power, clocks, temperature) get a tolerance.
 """
 import subprocess
 import sys
+from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from exposition import parse_all  # noqa: E402
 
 EXPORTER = sys.argv[1] if len(sys.argv) > 1 else "target/release/nvidia-textfile-exporter"
 MIB = 1024 * 1024
@@ -73,19 +75,18 @@ def main():
     run = subprocess.run([EXPORTER, "--stdout"], capture_output=True, text=True)
     print(f"exporter exit status {run.returncode}; stderr: {run.stderr.strip() or '(empty)'}")
     samples = {}
-    families = list(text_string_to_metric_families(run.stdout))
-    for family in families:
-        for s in family.samples:
-            samples.setdefault(s.name, []).append(s)
-    print(f"parsed {len(families)} families, {sum(len(v) for v in samples.values())} samples with prometheus_client")
+    parsed, families = parse_all(run.stdout)
+    for series, value in parsed.items():
+        samples.setdefault(series.name, []).append((dict(series.labels), value))
+    print(f"parsed {len(families)} families, {len(parsed)} samples")
     smi_rows = smi([f for f, *_ in FIELDS] + [f for f, _ in STRINGS] + ["driver_version"])
     failures = 0
     print(f"{'gpu':>3} {'nvidia-smi field':<42} {'nvidia-smi':>16} {'exporter':>16}  verdict")
     for gpu, row in sorted(smi_rows.items()):
         def ours(name, labels):
-            for s in samples.get(name, []):
-                if s.labels.get("gpu") == gpu and all(s.labels.get(k) == v for k, v in labels.items()):
-                    return s.value
+            for found, value in samples.get(name, []):
+                if found.get("gpu") == gpu and all(found.get(k) == v for k, v in labels.items()):
+                    return value
             return None
         for field, (metric, labels), convert, tolerance in FIELDS:
             raw = row[field]
@@ -105,16 +106,13 @@ def main():
                 verdict = "DIFFERS"
                 failures += 1
             print(f"{gpu:>3} {field:<42} {expected:>16g} {str(mine):>16}  {verdict}")
-        info = next((s.labels for s in samples.get("nvidia_gpu_info", []) if s.labels.get("gpu") == gpu), {})
+        info = next((found for found, _ in samples.get("nvidia_gpu_info", []) if found.get("gpu") == gpu), {})
         for field, label in STRINGS:
             raw, mine = row[field], info.get(label)
-            if label == "pci_bus_id" and mine:
-                # nvidia-smi prints the 8-digit domain; NVML's bus id string matches it.
-                pass
             same = (raw == mine) or (raw in ("[N/A]", "N/A") and mine is None)
             failures += not same
             print(f"{gpu:>3} {field:<42} {raw:>16} {str(mine):>16}  {'ok' if same else 'DIFFERS'}")
-        driver = next((s.labels.get("driver_version") for s in samples.get("nvidia_gpu_driver_info", [])), None)
+        driver = next((found.get("driver_version") for found, _ in samples.get("nvidia_gpu_driver_info", [])), None)
         same = driver == row["driver_version"]
         failures += not same
         print(f"{gpu:>3} {'driver_version':<42} {row['driver_version']:>16} {str(driver):>16}  {'ok' if same else 'DIFFERS'}")

@@ -93,7 +93,8 @@ OUT=$TEXTFILE_DIR/nvidia_gpu.prom
 say "installed binary without NVML: the error file"
 "/usr/bin/$PACKAGE" --timeout 5s --nvml-lib "$WORK/no-such-libnvidia-ml.so.1" 2>"$WORK/stderr"
 status=$?
-check "exit status 3 (NVML unusable), got $status" test "$status" = 3
+want=$(exit_code NvmlUnavailable) || die "no NvmlUnavailable in --generate exit-codes"
+check "exit status $want (NVML unusable), got $status" test "$status" = "$want"
 check "nvidia_gpu_collector_up 0" test "$(metric "$OUT" nvidia_gpu_collector_up)" = 0
 check "nvidia_gpu_collector_error{reason=\"library_not_found\"} 1" \
     test "$(metric "$OUT" 'nvidia_gpu_collector_error{reason="library_not_found"}')" = 1

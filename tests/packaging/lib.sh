@@ -31,6 +31,15 @@ finish() {
     [ "$FAILED" -eq 0 ]
 }
 
+# exit_code NAME: the exit status the binary documents for NAME (e.g.
+# NvmlUnavailable; case, `_` and `-` ignored), from `--generate exit-codes`.
+exit_code() {
+    "${EXPORTER:-$ROOT/target/release/$PACKAGE}" --generate exit-codes | awk -F '\t' -v want="$1" '
+        function key(s) { s = tolower(s); gsub(/[^a-z0-9]/, "", s); return s }
+        key($2) == key(want) { print $1; found = 1 }
+        END { exit !found }'
+}
+
 need_root() { [ "$(id -u)" -eq 0 ] || die "run as root: the test installs and removes the package"; }
 
 need_commands() {

@@ -272,10 +272,11 @@ ct chmod 0755 "$TEXTFILE_DIR"
 c_missing=$(cursor)
 ct rm -rf "$TEXTFILE_DIR"
 ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
-check "run failed with exit status 7, not 226/NAMESPACE" \
-    test "$(ct systemctl show -p ExecMainStatus --value nvidia-textfile-exporter.service)" = 7
-check "failure logged: status=7" \
-    wait_for 10 journal_has "$c_missing" 'status=7/' -u nvidia-textfile-exporter.service
+publish_failed=$(exit_code PublishFailed) || die "no PublishFailed in --generate exit-codes"
+check "run failed with exit status $publish_failed, not 226/NAMESPACE" \
+    test "$(ct systemctl show -p ExecMainStatus --value nvidia-textfile-exporter.service)" = "$publish_failed"
+check "failure logged: status=$publish_failed" \
+    wait_for 10 journal_has "$c_missing" "status=$publish_failed/" -u nvidia-textfile-exporter.service
 ct mkdir -m 0755 "$TEXTFILE_DIR"
 ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
 check "file written once the directory is back" ct test -s "$OUT"

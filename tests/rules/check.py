@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Static checks of the alerting rules and the Grafana dashboard.
 
-  check.py static                 metric names against src/metrics.rs; dashboard structure
+  check.py static BIN             metric names against `BIN --generate families`; dashboard
+                                  structure
   check.py output BIN FAKE_NVML   the same names, labels and label values against what the
-                                  exporter really writes for every tests/scenarios/*.toml
+                                  exporter really writes for every tests/scenarios/*.toml;
+                                  every family's type, HELP and label names as generated
   check.py short-for IN OUT DUR   a copy of the rules with every `for:` set to DUR
   check.py dashboard-queries      the dashboard's queries with variables filled in, as JSON
 
@@ -17,13 +19,17 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+import exposition  # noqa: E402
+import generated  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 RULES = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-alerts.yml")
 DASHBOARD = os.path.join(ROOT, "packaging", "grafana", "nvidia-gpu.json")
-METRICS_RS = os.path.join(ROOT, "src", "metrics.rs")
 SCENARIOS = os.path.join(ROOT, "tests", "scenarios")
 
 # Series that do not come from the exporter, by who makes them.
@@ -114,13 +120,6 @@ def grouping_labels(expr):
 
 # ---- sources ---------------------------------------------------------------
 
-def exported_families():
-    with open(METRICS_RS, encoding="utf-8") as f:
-        source = f.read()
-    body = source.split("families! {", 1)[1]
-    return set(re.findall(r'\b\w+:\s*(?:Gauge|Counter),\s*"(nvidia_gpu_\w+)"', body))
-
-
 def load_rules(path=RULES):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
@@ -187,18 +186,16 @@ def every_expression():
 
 # ---- checks ----------------------------------------------------------------
 
-def check_names():
-    families = exported_families()
-    if len(families) < 20:
-        problem(f"found only {len(families)} families in src/metrics.rs: has its layout changed?")
+def check_names(binary):
+    families = generated.families(binary)
     used = set()
     for where, expr in every_expression():
         for name in sorted(metric_names(expr)):
             used.add(name)
             if name not in families and name not in FOREIGN:
-                problem(f"{where}: {name} is not a family in src/metrics.rs")
+                problem(f"{where}: {name} is not a family the exporter generates")
     print(f"  {len(used)} metric names used in rules and dashboard; "
-          f"{len(families)} families in src/metrics.rs")
+          f"{len(families)} families generated")
 
 
 def check_rules_shape():
@@ -303,16 +300,27 @@ def check_overlaps(dashboard):
 
 # ---- against the exporter's real output ------------------------------------
 
-def parse_exposition(text, seen):
-    """Adds {family: {label: set(values)}} of the text to `seen`."""
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = re.match(r'([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s', line)
-        if not match:
-            continue
-        labels = seen.setdefault(match.group(1), {})
-        for label, value in re.findall(r'(\w+)="((?:\\.|[^"\\])*)"', match.group(2) or ""):
+def parse_exposition(name, text, seen, families):
+    """Adds {family: {label: set(values)}} of the text to `seen`; checks each
+    family's type, HELP and label names against `--generate families`."""
+    try:
+        samples, meta = exposition.parse_all(text)
+    except exposition.ParseError as e:
+        problem(f"{name}: {e}")
+        return
+    for family, (kind, text) in meta.items():
+        want = families.get(family)
+        if want is None:
+            problem(f"{name}: {family} is not a generated family")
+        elif (kind, text) != (want.type, want.help):
+            problem(f"{name}: {family} has TYPE {kind}, HELP {text!r}; generated: {want.type}, {want.help!r}")
+    for series in samples:
+        labels = seen.setdefault(series.name, {})
+        want = families.get(series.name)
+        extra = {k for k, _ in series.labels} - {"gpu", "uuid"} - set(want.labels if want else ())
+        if want and extra:
+            problem(f"{name}: {series} has labels {sorted(extra)} its family does not declare")
+        for label, value in series.labels:
             labels.setdefault(label, set()).add(value)
 
 
@@ -334,13 +342,13 @@ def exporter_output(binary, fake):
         name, argv, env = item
         return name, subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
-    seen = {}
+    seen, families = {}, generated.families(binary)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         for name, result in pool.map(run, runs):
             if not result.stdout.strip():
                 problem(f"exporter wrote nothing for {name} (exit {result.returncode}): "
                         f"{result.stderr.strip()[:200]}")
-            parse_exposition(result.stdout, seen)
+            parse_exposition(name, result.stdout, seen, families)
     print(f"  exporter output of {len(scenarios)} scenarios: {len(seen)} families")
     return seen
 
@@ -413,8 +421,8 @@ def short_for(source, target, duration):
 
 def main(argv):
     command = argv[1] if len(argv) > 1 else ""
-    if command == "static":
-        check_names()
+    if command == "static" and len(argv) == 3:
+        check_names(argv[2])
         check_rules_shape()
         check_dashboard()
         finish("rules and dashboard, static")

@@ -116,8 +116,9 @@ pub struct Scenario {
     /// What the scenario shows (every shipped scenario has one).
     #[serde(default)]
     pub description: Option<String>,
-    /// Read by the test harness, which loads a copy of the library with these
-    /// dynamic symbols renamed; the fake itself only checks the names.
+    /// Read by the test harness, which loads a build of the library made
+    /// without these exports (`FAKE_NVML_HIDE`, see build.rs); the fake itself
+    /// only checks the names.
     #[serde(default)]
     pub missing_symbols: Vec<String>,
     #[serde(default)]
@@ -492,6 +493,27 @@ fn check_text(what: &str, text: &Option<Text>, max_len: usize) -> Result<(), Str
 const MAX_TEXT: usize = 95;
 
 impl Scenario {
+    /// The same scenario with every fault removed (`FAKE_NVML_FAULTS=off`):
+    /// no missing symbols, init or call errors, delays, hangs or lost GPUs.
+    /// What the GPUs report then is the baseline a faulty run is compared with.
+    pub fn without_faults(mut self) -> Scenario {
+        self.missing_symbols.clear();
+        self.delays_us.clear();
+        let system = &mut self.system;
+        system.init_error = None;
+        system.init_delay_ms = 0;
+        system.init_hang = false;
+        system.device_count_error = None;
+        system.errors.clear();
+        for gpu in &mut self.gpus {
+            gpu.lost = false;
+            gpu.errors.clear();
+            gpu.delays_ms.clear();
+            gpu.hang.clear();
+        }
+        self
+    }
+
     fn validate(&mut self) -> Result<(), String> {
         let exported: Vec<&str> = all_symbols().collect();
         check_symbols("missing_symbols", &self.missing_symbols, &[&exported])?;

@@ -12,6 +12,10 @@ use crate::scenario::{self, Gpu, MigDevice, Scenario, MAX_GPUS, MAX_MIG_SLOTS};
 /// Environment variable naming the scenario file read by `nvmlInit`.
 pub const SCENARIO_ENV: &str = "FAKE_NVML_SCENARIO";
 
+/// Environment variable: `off` loads the scenario without its faults
+/// ([`Scenario::without_faults`]).
+pub const FAULTS_ENV: &str = "FAKE_NVML_FAULTS";
+
 /// What an export's body returns: `Ok` becomes `NVML_SUCCESS`.
 pub type Ret = Result<(), nvmlReturn_t>;
 
@@ -88,7 +92,12 @@ fn load_scenario() -> Result<Scenario, String> {
         .ok_or_else(|| format!("{SCENARIO_ENV} is not set"))?;
     let shown = path.to_string_lossy().into_owned();
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    scenario::parse(&text).map_err(|e| format!("{shown}: {e}"))
+    let scenario = scenario::parse(&text).map_err(|e| format!("{shown}: {e}"))?;
+    match std::env::var(FAULTS_ENV).as_deref() {
+        Err(_) | Ok("" | "on") => Ok(scenario),
+        Ok("off") => Ok(scenario.without_faults()),
+        Ok(other) => Err(format!("{FAULTS_ENV}={other}: expected on or off")),
+    }
 }
 
 /// `nvmlShutdown`: the last matching call forgets the scenario.

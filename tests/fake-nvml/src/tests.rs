@@ -297,6 +297,25 @@ fn symbol_names_and_error_names_are_checked() {
     assert_eq!(s.gpus[0].fields.get(&(82, None)), Some(&45));
 }
 
+#[test]
+fn without_faults_keeps_only_the_values() {
+    let text = "missing_symbols = [\"nvmlInit_v2\"]\ndelays_us = { nvmlShutdown = 2 }\n\
+                [system]\ndriver_version = \"550\"\ninit_error = \"UNKNOWN\"\ninit_delay_ms = 3\n\
+                init_hang = true\ndevice_count_error = \"UNKNOWN\"\n\
+                errors = { nvmlSystemGetDriverVersion = \"UNKNOWN\" }\n\
+                [[gpu]]\ntemperature = 40\nlost = true\nerrors = { nvmlDeviceGetName = \"UNKNOWN\" }\n\
+                delays_ms = { nvmlDeviceGetName = 1 }\nhang = [\"nvmlDeviceGetName\"]\n";
+    let s = scenario::parse(text).unwrap().without_faults();
+    assert!(s.missing_symbols.is_empty() && s.delays_us.is_empty());
+    let sys = &s.system;
+    assert!(sys.init_error.is_none() && sys.init_delay_ms == 0 && !sys.init_hang);
+    assert!(sys.device_count_error.is_none() && sys.errors.is_empty());
+    assert_eq!(sys.driver_version.as_ref().unwrap().0, b"550");
+    let g = &s.gpus[0];
+    assert!(!g.lost && g.errors.is_empty() && g.delays_ms.is_empty() && g.hang.is_empty());
+    assert_eq!(g.temperature, Some(40));
+}
+
 // ---------------------------------------------------------------------------
 // Calls through the exports
 
