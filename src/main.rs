@@ -82,14 +82,17 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             return Exit::PublishFailed;
         }
     };
-    let mut outcome = if session.holds_lock() {
-        snapshot(cli, deadline)
-    } else if session.superseded() {
+    let mut outcome = if session.superseded() {
+        // Another run published while this one waited (with the lock now or
+        // not): its file is fresh, and this run's would only repeat it later or,
+        // with what is left of the deadline, replace it with an error.
         log::warn!(
-            "another run held {} but published while this one waited; leaving its file",
+            "another run held {} and published meanwhile; leaving its file",
             target.path().display()
         );
         return Exit::Busy;
+    } else if session.holds_lock() {
+        snapshot(cli, deadline)
     } else {
         log::error!(
             "another run still holds {} at this run's deadline and published nothing \

@@ -246,9 +246,14 @@ impl Target {
                 return None;
             }
         };
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            log::warn!("{}", PublishError::NotRegularFile(path));
-            return None;
+        match file.metadata() {
+            Ok(metadata) if metadata.is_file() => {}
+            // Publishing will fail on it and say so.
+            Ok(metadata) if metadata.is_dir() => return None,
+            _ => {
+                log::warn!("{}", PublishError::NotRegularFile(path));
+                return None;
+            }
         }
         let mut text = String::new();
         match io::Read::read_to_string(&mut file, &mut text) {

@@ -596,7 +596,9 @@ def read_error():
     expect(power1 in expected, "baseline lacks the power of GPU 1")
     del expected[power1]
     info2 = next(s for s in expected if s.name == "nvidia_gpu_info" and s.label("gpu") == "2")
-    expected[info2.without("name")] = expected.pop(info2)
+    # The info series keeps its label set; the unreadable name is empty.
+    emptied = Series(info2.name, tuple((k, "" if k == "name" else v) for k, v in info2.labels))
+    expected[emptied] = expected.pop(info2)
     for gpu, uuid in (("1", uuid1), ("2", uuid2)):
         expected[Series("nvidia_gpu_collector_read_errors", (("gpu", gpu), ("uuid", uuid)))] = 1
     compare(samples, expected, "file vs. baseline less the failed fields")
@@ -879,7 +881,9 @@ def lock_held():
     run = exporter(SCENARIOS / "fault-slow.toml", d, timeout="1s")
     samples = check_file(d / OUT_FILE, failure="busy")
     expect(run.rc == EXIT_BUSY, f"exit {run.rc}, expected {EXIT_BUSY}")
-    expect(1.0 <= run.elapsed <= 2.0, f"gave up after {run.elapsed:.2f} s, expected about 1 s")
+    # One deadline: the lock wait ends when reading would have to (0.8 x timeout),
+    # so the busy file is in place before --timeout.
+    expect(0.75 <= run.elapsed <= 1.05, f"gave up after {run.elapsed:.2f} s, expected 0.8-1 s")
     expect('reason="busy"' in run.err, f"stderr: {run.err.strip()[:200]!r}")
     global BUSY_KEYS
     BUSY_KEYS = keys(samples)
@@ -939,11 +943,12 @@ def lock_then_hang():
     holder.wait(10)
     samples = check_file(d / OUT_FILE, failure="timeout")
     expect(run.rc == EXIT_TIMEOUT, f"exit {run.rc}, expected {EXIT_TIMEOUT}")
-    bound = 2 * timeout + 1
-    expect(run.t_file is not None and run.t_file <= bound,
-           f"file replaced after {secs(run.t_file)}, documented bound 2 x --timeout (+1 s)")
-    expect(run.elapsed <= bound, f"process exited after {run.elapsed:.2f} s > 2 x --timeout + 1 s")
-    return (outcome(run, samples) + f", exited at {run.elapsed:.2f} s (bound 2 x timeout)",
+    # One deadline for the whole run: the error file is in place by --timeout
+    # (0.1 s of slack for a loaded machine), the process gone right after.
+    expect(run.t_file is not None and run.t_file <= timeout + 0.1,
+           f"file replaced after {secs(run.t_file)}, bound --timeout")
+    expect(run.elapsed <= timeout + 0.3, f"process exited after {run.elapsed:.2f} s > --timeout + 0.3 s")
+    return (outcome(run, samples) + f", exited at {run.elapsed:.2f} s (bound --timeout)",
             secs(run.t_file))
 
 
