@@ -366,6 +366,7 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         index,
         uuid: format!("GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e{index:02x}"),
         samples,
+        ..Device::default()
     }
 }
 

@@ -78,6 +78,21 @@ pub struct Cli {
     #[arg(long)]
     pub sequential: bool,
 
+    /// Directory where a run leaves what the next one needs (sample
+    /// timestamps, running totals, GPU identities). Its own directory, never
+    /// the textfile directory; created if missing. A missing or broken state
+    /// never costs a snapshot (see nvidia_gpu_collector_state_ok).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/nvidia-textfile-exporter"
+    )]
+    pub state_dir: PathBuf,
+
+    /// With --stdout: also store the state (by default --stdout only reads it).
+    #[arg(long, requires = "stdout")]
+    pub write_state: bool,
+
     /// Where to read process owners from when the processes collector is on.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,

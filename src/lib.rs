@@ -6,7 +6,7 @@
 //! collectors) → `snapshot` (plain data) → `render` (pure function to text) →
 //! `publish` (the only code that touches the textfile directory). `watchdog`
 //! keeps the run's one deadline and runs `nvml` under it; `procfs` adds process
-//! owners; `reason` and `exit` are the failure reasons and exit statuses;
+//! owners; `state` is what one run remembers for the next (its own directory); `reason` and `exit` are the failure reasons and exit statuses;
 //! `generate` prints the man page and the tables; `main` wires the stages.
 
 pub mod cli;
@@ -20,4 +20,5 @@ pub mod publish;
 pub mod reason;
 pub mod render;
 pub mod snapshot;
+pub mod state;
 pub mod watchdog;

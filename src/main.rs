@@ -1,7 +1,8 @@
 //! Command-line entry point: parse, run once, map the outcome to an exit status.
 //!
 //! The pipeline in one screen: take the deadline, open a publish session (lock,
-//! or busy), read NVML under the watchdog, render, publish.
+//! or busy), load the state, read NVML under the watchdog, store the state,
+//! render, publish.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,11 +12,14 @@ use clap::Parser;
 use nvidia_textfile_exporter::cli::Cli;
 use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
+use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::nvml::{self, registry};
 use nvidia_textfile_exporter::procfs::{self, Users};
 use nvidia_textfile_exporter::publish::{Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
+use nvidia_textfile_exporter::snapshot::Sample;
+use nvidia_textfile_exporter::state::{Memory, StateDir};
 use nvidia_textfile_exporter::watchdog::{collect, exit_now, Deadline, Outcome};
 
 fn main() -> ExitCode {
@@ -59,13 +63,13 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
-        let outcome = snapshot(cli, deadline);
+        let mut memory = Memory::load(StateDir::new(&cli.state_dir));
+        let outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
         deadline.enter("writing to standard output");
-        return match std::io::stdout()
-            .lock()
-            .write_all(render(&outcome.snapshot).as_bytes())
-        {
+        let text = render(&outcome.snapshot);
+        return match std::io::stdout().lock().write_all(text.as_bytes()) {
             Ok(()) => outcome.exit,
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => outcome.exit,
             Err(error) => {
                 log::error!("cannot write to standard output: {error}");
                 Exit::PublishFailed
@@ -82,7 +86,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             return Exit::PublishFailed;
         }
     };
-    let mut outcome = if session.superseded() {
+    let outcome = if session.superseded() {
         // Another run published while this one waited (with the lock now or
         // not): its file is fresh, and this run's would only repeat it later or,
         // with what is left of the deadline, replace it with an error.
@@ -92,7 +96,9 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         );
         return Exit::Busy;
     } else if session.holds_lock() {
-        snapshot(cli, deadline)
+        deadline.enter("loading the state");
+        let mut memory = Memory::load(StateDir::new(&cli.state_dir));
+        remembered_snapshot(cli, deadline, &mut memory, true)
     } else {
         log::error!(
             "another run still holds {} at this run's deadline and published nothing \
@@ -102,10 +108,6 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         );
         deadline.failed(Reason::Busy, Exit::Busy)
     };
-    deadline.enter("reading the previous file");
-    outcome
-        .snapshot
-        .fill_missing_uuids(&session.previous_identities());
     deadline.enter("writing the output file");
     match session.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
@@ -117,11 +119,37 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     }
 }
 
+/// A snapshot read with the previous run's memory: GPUs whose UUID cannot be
+/// read get the one this boot confirmed for them, and (with `store`) what this
+/// run leaves is stored for the next. The state's health is in the snapshot.
+fn remembered_snapshot(
+    cli: &Cli,
+    deadline: &Deadline,
+    memory: &mut Memory,
+    store: bool,
+) -> Outcome {
+    let mut outcome = snapshot(cli, deadline, memory);
+    outcome.snapshot.fill_missing_uuids(&memory.known_gpus());
+    if let (true, Some(driver)) = (store, &outcome.driver_version) {
+        deadline.enter("storing the state");
+        memory.store(&outcome.snapshot.devices, driver);
+    }
+    let ok = if memory.ok() { 1.0 } else { 0.0 };
+    outcome
+        .snapshot
+        .host
+        .push(Sample::new(&metrics::COLLECTOR_STATE_OK, ok));
+    outcome
+}
+
 /// Reads the GPUs and, with the processes collector, who owns their processes.
-fn snapshot(cli: &Cli, deadline: &Deadline) -> Outcome {
+fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
+    let (entries, driver) = memory.entries();
     let options = nvml::Options {
         collectors: cli.collectors(),
         parallel: !cli.sequential,
+        memory: entries,
+        memory_driver: driver,
     };
     deadline.enter("reading NVML");
     let mut outcome = collect(&cli.nvml_lib, &options, deadline);

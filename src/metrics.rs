@@ -69,169 +69,171 @@ macro_rules! families {
 
 families! {
     // Collector health. These are the only series written when NVML is unusable.
-COLLECTOR_UP: Gauge, "nvidia_gpu_collector_up", [],
+    COLLECTOR_UP: Gauge, "nvidia_gpu_collector_up", [],
         "1 if this run read NVML, 0 if it did not (the reason is in nvidia_gpu_collector_error).";
-COLLECTOR_ERROR: Gauge, "nvidia_gpu_collector_error", ["reason"],
+    COLLECTOR_ERROR: Gauge, "nvidia_gpu_collector_error", ["reason"],
         "1 with the reason this run did not read NVML (including busy: another run held the lock); absent when it did.";
-COLLECTOR_DURATION: Gauge, "nvidia_gpu_collector_duration_seconds", [],
+    COLLECTOR_DURATION: Gauge, "nvidia_gpu_collector_duration_seconds", [],
         "Wall time of this run up to rendering: waiting for the lock (busy runs) or reading NVML.";
-COLLECTOR_TIMESTAMP: Gauge, "nvidia_gpu_collector_timestamp_seconds", [],
+    COLLECTOR_TIMESTAMP: Gauge, "nvidia_gpu_collector_timestamp_seconds", [],
         "Unix time at which this run took its snapshot.";
-COLLECTOR_BUILD_INFO: Gauge, "nvidia_gpu_collector_build_info", ["version"],
+    COLLECTOR_BUILD_INFO: Gauge, "nvidia_gpu_collector_build_info", ["version"],
         "Version of the exporter that wrote this file; always 1.";
-COLLECTOR_READ_ERRORS: Gauge, "nvidia_gpu_collector_read_errors", [],
+    COLLECTOR_STATE_OK: Gauge, "nvidia_gpu_collector_state_ok", [],
+        "1 if this run used the previous run's state and stored its own; 0 if it started afresh (first run, other boot, damaged or unwritable state directory).";
+    COLLECTOR_READ_ERRORS: Gauge, "nvidia_gpu_collector_read_errors", [],
         "NVML reads of this GPU that failed in this run for a reason other than not supported.";
 
     // Host-wide facts.
-DRIVER_INFO: Gauge, "nvidia_gpu_driver_info", ["driver_version", "cuda_version", "nvml_version"],
+    DRIVER_INFO: Gauge, "nvidia_gpu_driver_info", ["driver_version", "cuda_version", "nvml_version"],
         "NVIDIA driver, CUDA driver API and NVML versions; always 1.";
 
     // Identity and liveness.
-UP: Gauge, "nvidia_gpu_up", [],
+    UP: Gauge, "nvidia_gpu_up", [],
         "1 if the GPU answered NVML in this run, 0 if it is lost or failing (see nvidia_gpu_down_reason).";
-DOWN_REASON: Gauge, "nvidia_gpu_down_reason", ["reason"],
+    DOWN_REASON: Gauge, "nvidia_gpu_down_reason", ["reason"],
         "1 with the reason a GPU is down; absent for healthy GPUs.";
-INFO: Gauge, "nvidia_gpu_info", ["name", "pci_bus_id", "serial", "vbios_version", "brand", "architecture", "minor_number"],
+    INFO: Gauge, "nvidia_gpu_info", ["name", "pci_bus_id", "serial", "vbios_version", "brand", "architecture", "minor_number"],
         "Static facts about the GPU as labels; always 1.";
 
     // Utilization.
-UTILIZATION: Gauge, "nvidia_gpu_utilization_ratio", [],
+    UTILIZATION: Gauge, "nvidia_gpu_utilization_ratio", [],
         "Fraction of the last sample period during which a kernel ran on the GPU (0-1).";
-MEMORY_UTILIZATION: Gauge, "nvidia_gpu_memory_utilization_ratio", [],
+    MEMORY_UTILIZATION: Gauge, "nvidia_gpu_memory_utilization_ratio", [],
         "Fraction of the last sample period during which device memory was read or written (0-1).";
-ENCODER_UTILIZATION: Gauge, "nvidia_gpu_encoder_utilization_ratio", [],
+    ENCODER_UTILIZATION: Gauge, "nvidia_gpu_encoder_utilization_ratio", [],
         "Fraction of the last sample period during which the video encoder was busy (0-1).";
-DECODER_UTILIZATION: Gauge, "nvidia_gpu_decoder_utilization_ratio", [],
+    DECODER_UTILIZATION: Gauge, "nvidia_gpu_decoder_utilization_ratio", [],
         "Fraction of the last sample period during which the video decoder was busy (0-1).";
-ENCODER_SESSIONS: Gauge, "nvidia_gpu_encoder_sessions", [],
+    ENCODER_SESSIONS: Gauge, "nvidia_gpu_encoder_sessions", [],
         "Active video encoder sessions.";
-ENCODER_FPS: Gauge, "nvidia_gpu_encoder_average_fps", [],
+    ENCODER_FPS: Gauge, "nvidia_gpu_encoder_average_fps", [],
         "Average frames per second over the active encoder sessions.";
-ENCODER_LATENCY: Gauge, "nvidia_gpu_encoder_average_latency_seconds", [],
+    ENCODER_LATENCY: Gauge, "nvidia_gpu_encoder_average_latency_seconds", [],
         "Average encode latency over the active encoder sessions.";
 
     // Memory.
-MEMORY_USED: Gauge, "nvidia_gpu_memory_used_bytes", [],
+    MEMORY_USED: Gauge, "nvidia_gpu_memory_used_bytes", [],
         "Device memory allocated (NVML memory info v2: excluding reserved memory).";
-MEMORY_FREE: Gauge, "nvidia_gpu_memory_free_bytes", [],
+    MEMORY_FREE: Gauge, "nvidia_gpu_memory_free_bytes", [],
         "Device memory not allocated.";
-MEMORY_TOTAL: Gauge, "nvidia_gpu_memory_total_bytes", [],
+    MEMORY_TOTAL: Gauge, "nvidia_gpu_memory_total_bytes", [],
         "Device memory in total.";
-MEMORY_RESERVED: Gauge, "nvidia_gpu_memory_reserved_bytes", [],
+    MEMORY_RESERVED: Gauge, "nvidia_gpu_memory_reserved_bytes", [],
         "Device memory reserved by the driver and firmware.";
-BAR1_USED: Gauge, "nvidia_gpu_bar1_memory_used_bytes", [],
+    BAR1_USED: Gauge, "nvidia_gpu_bar1_memory_used_bytes", [],
         "BAR1 (CPU-mappable) memory in use.";
-BAR1_TOTAL: Gauge, "nvidia_gpu_bar1_memory_total_bytes", [],
+    BAR1_TOTAL: Gauge, "nvidia_gpu_bar1_memory_total_bytes", [],
         "BAR1 (CPU-mappable) memory in total.";
 
     // Thermal.
-TEMPERATURE: Gauge, "nvidia_gpu_temperature_celsius", [],
+    TEMPERATURE: Gauge, "nvidia_gpu_temperature_celsius", [],
         "GPU die temperature.";
-MEMORY_TEMPERATURE: Gauge, "nvidia_gpu_memory_temperature_celsius", [],
+    MEMORY_TEMPERATURE: Gauge, "nvidia_gpu_memory_temperature_celsius", [],
         "Memory (HBM) temperature.";
-TEMPERATURE_THRESHOLD: Gauge, "nvidia_gpu_temperature_threshold_celsius", ["threshold"],
+    TEMPERATURE_THRESHOLD: Gauge, "nvidia_gpu_temperature_threshold_celsius", ["threshold"],
         "Temperature at which the GPU acts, by threshold: slowdown, shutdown, gpu_max, memory_max.";
 
     // Power.
-POWER: Gauge, "nvidia_gpu_power_watts", [],
+    POWER: Gauge, "nvidia_gpu_power_watts", [],
         "Power drawn by the GPU and its memory.";
-ENERGY: Counter, "nvidia_gpu_energy_joules_total", [],
+    ENERGY: Counter, "nvidia_gpu_energy_joules_total", [],
         "Energy consumed by the GPU since the driver was last loaded.";
-POWER_LIMIT: Gauge, "nvidia_gpu_power_limit_watts", [],
+    POWER_LIMIT: Gauge, "nvidia_gpu_power_limit_watts", [],
         "Power limit the GPU enforces now (the lowest of all limiters).";
-POWER_DEFAULT_LIMIT: Gauge, "nvidia_gpu_power_default_limit_watts", [],
+    POWER_DEFAULT_LIMIT: Gauge, "nvidia_gpu_power_default_limit_watts", [],
         "Power limit the GPU has by default.";
-POWER_MIN_LIMIT: Gauge, "nvidia_gpu_power_min_limit_watts", [],
+    POWER_MIN_LIMIT: Gauge, "nvidia_gpu_power_min_limit_watts", [],
         "Lowest power limit that can be set.";
-POWER_MAX_LIMIT: Gauge, "nvidia_gpu_power_max_limit_watts", [],
+    POWER_MAX_LIMIT: Gauge, "nvidia_gpu_power_max_limit_watts", [],
         "Highest power limit that can be set.";
 
     // Clocks, performance state and throttling.
-CLOCK: Gauge, "nvidia_gpu_clock_hertz", ["clock"],
+    CLOCK: Gauge, "nvidia_gpu_clock_hertz", ["clock"],
         "Current clock frequency by clock domain.";
-CLOCK_MAX: Gauge, "nvidia_gpu_clock_max_hertz", ["clock"],
+    CLOCK_MAX: Gauge, "nvidia_gpu_clock_max_hertz", ["clock"],
         "Maximum clock frequency by clock domain.";
-PERFORMANCE_STATE: Gauge, "nvidia_gpu_performance_state", [],
+    PERFORMANCE_STATE: Gauge, "nvidia_gpu_performance_state", [],
         "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).";
-CLOCKS_EVENT: Gauge, "nvidia_gpu_clocks_event_active", ["reason"],
+    CLOCKS_EVENT: Gauge, "nvidia_gpu_clocks_event_active", ["reason"],
         "1 if this reason is holding the clocks down now, 0 if not, by reason.";
-VIOLATION: Counter, "nvidia_gpu_violation_seconds_total", ["policy"],
+    VIOLATION: Counter, "nvidia_gpu_violation_seconds_total", ["policy"],
         "Time the clocks were held below their target by this policy, by policy.";
 
     // Cooling.
-FAN_SPEED: Gauge, "nvidia_gpu_fan_speed_ratio", ["fan"],
+    FAN_SPEED: Gauge, "nvidia_gpu_fan_speed_ratio", ["fan"],
         "Intended fan speed as a fraction of its maximum, by fan (may exceed 1 on some boards).";
 
     // PCIe.
-PCIE_GENERATION: Gauge, "nvidia_gpu_pcie_link_generation", [],
+    PCIE_GENERATION: Gauge, "nvidia_gpu_pcie_link_generation", [],
         "Current PCIe link generation.";
-PCIE_MAX_GENERATION: Gauge, "nvidia_gpu_pcie_link_max_generation", [],
+    PCIE_MAX_GENERATION: Gauge, "nvidia_gpu_pcie_link_max_generation", [],
         "Highest PCIe link generation the GPU and system support.";
-PCIE_WIDTH: Gauge, "nvidia_gpu_pcie_link_width", [],
+    PCIE_WIDTH: Gauge, "nvidia_gpu_pcie_link_width", [],
         "Current PCIe link width in lanes.";
-PCIE_MAX_WIDTH: Gauge, "nvidia_gpu_pcie_link_max_width", [],
+    PCIE_MAX_WIDTH: Gauge, "nvidia_gpu_pcie_link_max_width", [],
         "Widest PCIe link the GPU and system support, in lanes.";
-PCIE_REPLAYS: Counter, "nvidia_gpu_pcie_replays_total", [],
+    PCIE_REPLAYS: Counter, "nvidia_gpu_pcie_replays_total", [],
         "PCIe replays (retransmitted packets) since the driver was loaded.";
-PCIE_TRANSMIT: Counter, "nvidia_gpu_pcie_transmit_bytes_total", [],
+    PCIE_TRANSMIT: Counter, "nvidia_gpu_pcie_transmit_bytes_total", [],
         "Bytes the GPU sent over PCIe.";
-PCIE_RECEIVE: Counter, "nvidia_gpu_pcie_receive_bytes_total", [],
+    PCIE_RECEIVE: Counter, "nvidia_gpu_pcie_receive_bytes_total", [],
         "Bytes the GPU received over PCIe.";
-PCIE_TRANSMIT_THROUGHPUT: Gauge, "nvidia_gpu_pcie_transmit_throughput_bytes_per_second", [],
+    PCIE_TRANSMIT_THROUGHPUT: Gauge, "nvidia_gpu_pcie_transmit_throughput_bytes_per_second", [],
         "PCIe send throughput over a 20 ms sample (only with --collector pcie-throughput).";
-PCIE_RECEIVE_THROUGHPUT: Gauge, "nvidia_gpu_pcie_receive_throughput_bytes_per_second", [],
+    PCIE_RECEIVE_THROUGHPUT: Gauge, "nvidia_gpu_pcie_receive_throughput_bytes_per_second", [],
         "PCIe receive throughput over a 20 ms sample (only with --collector pcie-throughput).";
 
     // Memory health.
-ECC_ENABLED: Gauge, "nvidia_gpu_ecc_enabled", [],
+    ECC_ENABLED: Gauge, "nvidia_gpu_ecc_enabled", [],
         "1 if ECC is enabled now.";
-ECC_PENDING_ENABLED: Gauge, "nvidia_gpu_ecc_pending_enabled", [],
+    ECC_PENDING_ENABLED: Gauge, "nvidia_gpu_ecc_pending_enabled", [],
         "1 if ECC will be enabled after the next reboot.";
-ECC_ERRORS: Counter, "nvidia_gpu_ecc_errors_total", ["type", "scope"],
+    ECC_ERRORS: Counter, "nvidia_gpu_ecc_errors_total", ["type", "scope"],
         "ECC errors by type (corrected, uncorrected) and scope (volatile: since the driver loaded; aggregate: lifetime).";
-RETIRED_PAGES: Gauge, "nvidia_gpu_retired_pages", ["cause"],
+    RETIRED_PAGES: Gauge, "nvidia_gpu_retired_pages", ["cause"],
         "Memory pages retired, by cause (single_bit_ecc, double_bit_ecc).";
-RETIRED_PAGES_PENDING: Gauge, "nvidia_gpu_retired_pages_pending", [],
+    RETIRED_PAGES_PENDING: Gauge, "nvidia_gpu_retired_pages_pending", [],
         "1 if pages are waiting to be retired at the next reboot.";
-REMAPPED_ROWS: Gauge, "nvidia_gpu_remapped_rows", ["cause"],
+    REMAPPED_ROWS: Gauge, "nvidia_gpu_remapped_rows", ["cause"],
         "Memory rows remapped, by cause (correctable, uncorrectable).";
-REMAPPED_ROWS_PENDING: Gauge, "nvidia_gpu_remapped_rows_pending", [],
+    REMAPPED_ROWS_PENDING: Gauge, "nvidia_gpu_remapped_rows_pending", [],
         "1 if a row remap is waiting for a GPU reset.";
-REMAPPED_ROWS_FAILURE: Gauge, "nvidia_gpu_remapped_rows_failure", [],
+    REMAPPED_ROWS_FAILURE: Gauge, "nvidia_gpu_remapped_rows_failure", [],
         "1 if a row remap failed: the GPU needs service.";
 
     // Modes.
-PERSISTENCE_MODE: Gauge, "nvidia_gpu_persistence_mode", [],
+    PERSISTENCE_MODE: Gauge, "nvidia_gpu_persistence_mode", [],
         "1 if persistence mode is on.";
-COMPUTE_MODE: Gauge, "nvidia_gpu_compute_mode", ["mode"],
+    COMPUTE_MODE: Gauge, "nvidia_gpu_compute_mode", ["mode"],
         "The compute mode as a label (default, exclusive_thread, exclusive_process, prohibited); always 1.";
-MIG_ENABLED: Gauge, "nvidia_gpu_mig_enabled", [],
+    MIG_ENABLED: Gauge, "nvidia_gpu_mig_enabled", [],
         "1 if MIG mode is enabled now.";
-MIG_PENDING_ENABLED: Gauge, "nvidia_gpu_mig_pending_enabled", [],
+    MIG_PENDING_ENABLED: Gauge, "nvidia_gpu_mig_pending_enabled", [],
         "1 if MIG mode will be enabled after the next GPU reset.";
 
     // NVLink.
-NVLINK_ACTIVE: Gauge, "nvidia_gpu_nvlink_active", ["link"],
+    NVLINK_ACTIVE: Gauge, "nvidia_gpu_nvlink_active", ["link"],
         "1 if the NVLink link is active, by link.";
-NVLINK_ERRORS: Counter, "nvidia_gpu_nvlink_errors_total", ["link", "counter"],
+    NVLINK_ERRORS: Counter, "nvidia_gpu_nvlink_errors_total", ["link", "counter"],
         "NVLink errors by link and counter (replay, recovery, crc_flit, crc_data).";
-NVLINK_TRANSMIT: Counter, "nvidia_gpu_nvlink_transmit_bytes_total", ["link"],
+    NVLINK_TRANSMIT: Counter, "nvidia_gpu_nvlink_transmit_bytes_total", ["link"],
         "Data bytes sent over the NVLink link, by link.";
-NVLINK_RECEIVE: Counter, "nvidia_gpu_nvlink_receive_bytes_total", ["link"],
+    NVLINK_RECEIVE: Counter, "nvidia_gpu_nvlink_receive_bytes_total", ["link"],
         "Data bytes received over the NVLink link, by link.";
 
     // MIG devices.
-MIG_INFO: Gauge, "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid"],
+    MIG_INFO: Gauge, "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid"],
         "A MIG device of this GPU, with its ids as labels; always 1.";
-MIG_MEMORY_USED: Gauge, "nvidia_gpu_mig_memory_used_bytes", ["gpu_instance_id", "compute_instance_id"],
+    MIG_MEMORY_USED: Gauge, "nvidia_gpu_mig_memory_used_bytes", ["gpu_instance_id", "compute_instance_id"],
         "Device memory allocated on the MIG device.";
-MIG_MEMORY_TOTAL: Gauge, "nvidia_gpu_mig_memory_total_bytes", ["gpu_instance_id", "compute_instance_id"],
+    MIG_MEMORY_TOTAL: Gauge, "nvidia_gpu_mig_memory_total_bytes", ["gpu_instance_id", "compute_instance_id"],
         "Device memory of the MIG device in total.";
 
     // Processes.
-PROCESSES: Gauge, "nvidia_gpu_processes", [],
+    PROCESSES: Gauge, "nvidia_gpu_processes", [],
         "Compute processes running on the GPU.";
-PROCESS_MEMORY_USED: Gauge, "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
+    PROCESS_MEMORY_USED: Gauge, "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
         "Device memory used by a compute process, with its owner (only with --collector processes).";
 }
 

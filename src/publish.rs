@@ -230,40 +230,6 @@ impl Target {
             .ok()
             .map(|metadata| (metadata.dev(), metadata.ino()))
     }
-
-    /// The text of the published file, if there is a regular file to read.
-    fn published_text(&self) -> Option<String> {
-        let path = self.path();
-        let mut file = match OpenOptions::new()
-            .read(true)
-            .custom_flags(NO_BLOCK_NO_FOLLOW)
-            .open(&path)
-        {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                log::warn!("{}", refused_or(&path, "read the previous", e));
-                return None;
-            }
-        };
-        match file.metadata() {
-            Ok(metadata) if metadata.is_file() => {}
-            // Publishing will fail on it and say so.
-            Ok(metadata) if metadata.is_dir() => return None,
-            _ => {
-                log::warn!("{}", PublishError::NotRegularFile(path));
-                return None;
-            }
-        }
-        let mut text = String::new();
-        match io::Read::read_to_string(&mut file, &mut text) {
-            Ok(_) => Some(text),
-            Err(e) => {
-                log::warn!("cannot read the previous {}: {e}", path.display());
-                None
-            }
-        }
-    }
 }
 
 /// `open(2)` flags for every file the exporter opens by name in the shared
@@ -334,15 +300,6 @@ impl<'t> Session<'t> {
     /// renames a new file into place, so a new inode means another run wrote.
     pub fn superseded(&self) -> bool {
         self.target.published_file() != self.published_before
-    }
-
-    /// The `gpu` index → `uuid` pairs of the published file (see
-    /// [`crate::render::identities`]).
-    pub fn previous_identities(&self) -> Vec<(u32, String)> {
-        self.target
-            .published_text()
-            .map(|text| crate::render::identities(&text))
-            .unwrap_or_default()
     }
 
     /// Publishes `text`, unless this run is busy and the holder published
@@ -431,18 +388,6 @@ mod tests {
     }
 
     #[test]
-    fn previous_identities_come_from_the_published_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = Target::new(dir.path(), "x.prom");
-        let session = Session::begin(&target, Instant::now()).unwrap();
-        assert!(session.previous_identities().is_empty());
-        target
-            .publish("nvidia_gpu_up{gpu=\"0\",uuid=\"GPU-a\"} 1\n")
-            .unwrap();
-        assert_eq!(session.previous_identities(), [(0, "GPU-a".to_owned())]);
-    }
-
-    #[test]
     fn special_files_are_refused_not_waited_on() {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "x.prom");
@@ -453,11 +398,6 @@ mod tests {
             // SAFETY: a valid NUL-terminated path.
             assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
         };
-        fifo("x.prom");
-        let session = Session::begin(&target, Instant::now()).unwrap();
-        assert!(session.previous_identities().is_empty());
-        drop(session);
-        fs::remove_file(dir.path().join(".x.prom.lock")).unwrap();
         fifo(".x.prom.lock");
         let err = Session::begin(&target, Instant::now()).unwrap_err();
         assert!(matches!(err, PublishError::NotRegularFile(_)), "{err}");

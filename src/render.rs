@@ -21,6 +21,7 @@
 //!         index: 0,
 //!         uuid: "GPU-0f1e".into(),
 //!         samples: vec![Sample::new(&metrics::TEMPERATURE, 41.0)],
+//!         ..Device::default()
 //!     }],
 //! };
 //! assert_eq!(
@@ -38,7 +39,7 @@
 
 use std::fmt::Write as _;
 
-use crate::metrics::{self, Family, ALL};
+use crate::metrics::{Family, ALL};
 use crate::snapshot::{Sample, Snapshot};
 
 /// Renders the snapshot as exposition text.
@@ -118,41 +119,6 @@ fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String) {
     out.push('\n');
 }
 
-/// The `gpu` index → `uuid` pairs that a text written by [`render`] gives its
-/// GPUs, read back from its `nvidia_gpu_up` series: the inverse of the identity
-/// labels written above. GPUs listed without a UUID are skipped.
-pub fn identities(text: &str) -> Vec<(u32, String)> {
-    let prefix = format!("{}{{gpu=\"", metrics::UP.name);
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(&prefix)?;
-            let (index, rest) = rest.split_once("\",uuid=\"")?;
-            let (uuid, _) = unescape_label_value(rest)?;
-            (!uuid.is_empty()).then(|| Some((index.parse().ok()?, uuid)))?
-        })
-        .collect()
-}
-
-/// Reads an escaped label value up to its closing quote: the value and the
-/// text after the quote. `None` if the quote is missing or an escape is bad.
-fn unescape_label_value(text: &str) -> Option<(String, &str)> {
-    let mut value = String::new();
-    let mut chars = text.char_indices();
-    while let Some((at, c)) = chars.next() {
-        match c {
-            '"' => return Some((value, &text[at + 1..])),
-            '\\' => value.push(match chars.next()?.1 {
-                '\\' => '\\',
-                '"' => '"',
-                'n' => '\n',
-                _ => return None,
-            }),
-            c => value.push(c),
-        }
-    }
-    None
-}
-
 /// Appends `value` escaped for use inside a double-quoted label value.
 pub fn escape_label_value(value: &str, out: &mut String) {
     // Copy the runs between special characters whole: most values have none.
@@ -200,23 +166,7 @@ pub fn format_value(value: f64, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn identities_read_back_what_render_writes() {
-        let device = |index, uuid: &str| Device {
-            index,
-            uuid: uuid.into(),
-            samples: vec![Sample::new(&metrics::UP, 1.0)],
-        };
-        let snapshot = Snapshot {
-            host: Vec::new(),
-            devices: vec![device(0, "GPU-a"), device(1, ""), device(3, "GPU-\"x\\\n")],
-        };
-        assert_eq!(
-            identities(&render(&snapshot)),
-            [(0, "GPU-a".to_owned()), (3, "GPU-\"x\\\n".to_owned())]
-        );
-    }
+    use crate::metrics;
     use crate::snapshot::Device;
 
     fn escaped(value: &str) -> String {
@@ -271,6 +221,7 @@ mod tests {
             index,
             uuid: uuid.into(),
             samples,
+            ..Device::default()
         }
     }
 

@@ -33,6 +33,9 @@ use crate::snapshot::{Sample, Snapshot};
 pub struct Outcome {
     pub snapshot: Snapshot,
     pub exit: Exit,
+    /// The driver version NVML was read under; `None` when NVML was not read
+    /// (then nothing of this run may be remembered).
+    pub driver_version: Option<String>,
 }
 
 /// How long after the deadline the hard stop ends a run that is still blocked.
@@ -146,6 +149,7 @@ impl Deadline {
                 devices: Vec::new(),
             },
             exit,
+            driver_version: None,
         }
     }
 }
@@ -204,6 +208,7 @@ pub fn collect(library: &Path, options: &nvml::Options, deadline: &Deadline) -> 
                 } else {
                     Exit::Success
                 },
+                driver_version: Some(reading.driver_version),
             }
         }
         Ok(Err(error)) => {

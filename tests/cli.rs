@@ -32,11 +32,26 @@ fn scenario(name: &str) -> PathBuf {
 }
 
 fn exporter(scenario_name: &str, args: &[&str]) -> Output {
+    let state = tempfile::tempdir().unwrap();
+    exporter_with_state(scenario_name, state.path(), args, &[])
+}
+
+/// Runs the exporter with the state directory `state` (each test its own, so
+/// that no run sees another test's state), and extra environment `env`.
+fn exporter_with_state(
+    scenario_name: &str,
+    state: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     Command::new(EXE)
         .arg("--nvml-lib")
         .arg(fake_nvml())
+        .arg("--state-dir")
+        .arg(state)
         .args(args)
         .env("FAKE_NVML_SCENARIO", scenario(scenario_name))
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .output()
         .expect("run the exporter")
@@ -490,24 +505,57 @@ fn help_documents_exit_statuses_and_version_prints() {
 fn lost_gpu_keeps_the_uuid_it_had() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    fs::write(
-        dir.path().join("nvidia_gpu.prom"),
-        "nvidia_gpu_up{gpu=\"2\",uuid=\"GPU-known-before\"} 1\n",
-    )
-    .unwrap();
-    // The first run takes the UUID from the healthy file, the second from the
-    // file the first one wrote.
+    let state = dir.path().join("state");
+    // A healthy run (the same scenario without its faults) lets the state
+    // learn every GPU's identity.
+    let healthy = exporter_with_state(
+        "lost-gpu",
+        &state,
+        &["--output-dir", out],
+        &[("FAKE_NVML_FAULTS", "off")],
+    );
+    assert_eq!(healthy.status.code(), Some(0), "{healthy:?}");
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    let uuid = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nvidia_gpu_up{gpu=\"2\",uuid=\""))
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("nvidia_gpu_collector_state_ok 0\n"),
+        "first run: {text}"
+    );
+    // Then GPU 2 is lost, twice in a row: it keeps its UUID both times.
     for run in 1..=2 {
-        let status = exporter("lost-gpu", &["--output-dir", out]).status.code();
-        assert_eq!(status, Some(4), "run {run}");
+        let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
+        assert_eq!(output.status.code(), Some(4), "run {run}");
         let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
         for series in [
-            "nvidia_gpu_up{gpu=\"2\",uuid=\"GPU-known-before\"} 0\n",
-            "nvidia_gpu_down_reason{gpu=\"2\",uuid=\"GPU-known-before\",reason=\"gpu_lost\"} 1\n",
+            format!("nvidia_gpu_up{{gpu=\"2\",uuid=\"{uuid}\"}} 0\n"),
+            format!("nvidia_gpu_down_reason{{gpu=\"2\",uuid=\"{uuid}\",reason=\"gpu_lost\"}} 1\n"),
+            "nvidia_gpu_collector_state_ok 1\n".to_owned(),
         ] {
-            assert!(text.contains(series), "run {run}: {text}");
+            assert!(text.contains(&series), "run {run}: {text}");
         }
     }
+    // A damaged state costs nothing but the memory: the run publishes in full
+    // and says so.
+    fs::write(
+        state.join("state"),
+        "nvidia-textfile-exporter-state 1\nboot x\n",
+    )
+    .unwrap();
+    let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
+    assert_eq!(output.status.code(), Some(4));
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"), "{text}");
+    assert!(
+        text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"\"} 0\n"),
+        "{text}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("state file"), "{stderr}");
 }
 
 #[test]
@@ -751,6 +799,7 @@ fn collectors_emit_only_their_registered_families() {
         "nvidia_gpu_collector_timestamp_seconds",
         "nvidia_gpu_collector_build_info",
         "nvidia_gpu_collector_read_errors",
+        "nvidia_gpu_collector_state_ok",
         "nvidia_gpu_driver_info",
         "nvidia_gpu_up",
         "nvidia_gpu_info",

@@ -13,7 +13,8 @@ use crate::metrics;
 use crate::snapshot::Sample;
 
 /// The PCI bus id (`00000000:17:00.0`) and serial as read for the info sample,
-/// for the caller to confirm identities with.
+/// for the caller to confirm identities with; empty when unreadable.
+#[derive(Debug, Default)]
 pub(super) struct Identity {
     pub pci_bus_id: String,
     pub serial: String,

@@ -33,6 +33,7 @@ pub mod registry;
 mod thermal;
 mod utilization;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::thread;
 use std::time::Instant;
@@ -53,6 +54,8 @@ pub use registry::Collector;
 pub struct Reading {
     /// Host-wide samples (driver versions).
     pub host: Vec<Sample>,
+    /// The driver version, empty if it could not be read.
+    pub driver_version: String,
     /// One entry per GPU, in index order.
     pub devices: Vec<Device>,
 }
@@ -136,6 +139,11 @@ pub struct Options {
     pub collectors: Vec<&'static Collector>,
     /// Read each GPU on a thread of its own.
     pub parallel: bool,
+    /// What the previous run remembered, per GPU UUID (see `state`).
+    pub memory: BTreeMap<String, BTreeMap<String, String>>,
+    /// The driver version the memory was written under: memory from another
+    /// driver is not used.
+    pub memory_driver: String,
 }
 
 /// Loads NVML from `library` and reads every GPU as `options` say.
@@ -159,13 +167,28 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
         });
     }
 
-    let host = vec![driver_info(&nvml, inflight)];
+    let (info, driver_version) = driver_info(&nvml, inflight);
+    let host = vec![info];
+    let options = &if driver_version == options.memory_driver {
+        options.clone()
+    } else {
+        if !options.memory.is_empty() {
+            log::info!(
+                "the driver changed ({} -> {driver_version}): not using the previous run's memory",
+                options.memory_driver
+            );
+        }
+        Options {
+            memory: BTreeMap::new(),
+            ..options.clone()
+        }
+    };
     log::trace!("count and driver info done at {:?}", started.elapsed());
     if !options.parallel {
         let devices = (0..count)
             .map(|index| read_device(&nvml, index, options, inflight))
             .collect();
-        return Ok(finish(nvml, host, devices));
+        return Ok(finish(nvml, host, driver_version, devices));
     }
     let devices: Vec<Device> = thread::scope(|scope| {
         let workers: Vec<_> = (0..count)
@@ -191,7 +214,7 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
             .collect()
     });
 
-    Ok(finish(nvml, host, devices))
+    Ok(finish(nvml, host, driver_version, devices))
 }
 
 /// Loads and initialises NVML, naming each step for the watchdog.
@@ -228,13 +251,18 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
 /// driver handles with its file descriptors; `nvmlShutdown` only repeats that
 /// work, and measured 4-9 ms of a 60 ms run on an H200. So the library is left
 /// initialised (and loaded) until the process ends.
-fn finish(nvml: Nvml, host: Vec<Sample>, devices: Vec<Device>) -> Reading {
+fn finish(nvml: Nvml, host: Vec<Sample>, driver_version: String, devices: Vec<Device>) -> Reading {
     std::mem::forget(nvml);
-    Reading { host, devices }
+    Reading {
+        host,
+        driver_version,
+        devices,
+    }
 }
 
-/// `nvidia_gpu_driver_info`, with the labels NVML could tell.
-fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
+/// `nvidia_gpu_driver_info`, with the labels NVML could tell, and the driver
+/// version alone.
+fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
     let mut sample = Sample::new(&metrics::DRIVER_INFO, 1.0);
     let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
         inflight.enter(Scope::Host, call);
@@ -254,6 +282,7 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
     });
     let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
+    let driver_version = driver.clone().unwrap_or_default();
     for (name, value) in [
         ("driver_version", driver),
         ("cuda_version", cuda),
@@ -262,7 +291,7 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> Sample {
         // Always written, empty when unreadable: the series keeps its labels.
         sample = sample.with(name, value.unwrap_or_default());
     }
-    sample
+    (sample, driver_version)
 }
 
 /// Reads one GPU; never fails: a GPU that cannot be read is returned down.
@@ -286,7 +315,10 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
             nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
         })
         .unwrap_or_default();
-    let _identity = identity::read(&mut reader);
+    if let Some(memory) = options.memory.get(&uuid) {
+        reader.recall_from(memory.clone());
+    }
+    let identity = identity::read(&mut reader);
     let fields: Vec<u32> = options
         .collectors
         .iter()
@@ -302,5 +334,5 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
     for collector in &options.collectors {
         (collector.read)(&mut reader);
     }
-    reader.finish(uuid)
+    reader.finish(uuid, identity)
 }

@@ -7,7 +7,10 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
+use std::collections::BTreeMap;
+
 use super::fields::{self, Field};
+use super::identity::Identity;
 use super::{device_fatal, reason, unsupported};
 use crate::inflight::{InFlight, Scope};
 use crate::metrics::{self, Family};
@@ -25,6 +28,10 @@ pub(super) struct DeviceReader<'n> {
     fault: Option<Reason>,
     /// Field values read in one batch before the collectors run (see [`Self::prefetch`]).
     prefetched: Vec<(u32, Option<f64>)>,
+    /// What the previous run remembered of this GPU.
+    recalled: BTreeMap<String, String>,
+    /// What this run leaves for the next.
+    remembered: BTreeMap<String, String>,
     /// How often each (call, error) was seen: the first is logged, the repeats
     /// are summed up once in [`Self::finish`], so a loop cannot flood the log.
     seen: Vec<(String, u32)>,
@@ -41,6 +48,8 @@ impl<'n> DeviceReader<'n> {
             fault: None,
             prefetched: Vec::new(),
             seen: Vec::new(),
+            recalled: BTreeMap::new(),
+            remembered: BTreeMap::new(),
         }
     }
 
@@ -121,6 +130,24 @@ impl<'n> DeviceReader<'n> {
             .and_then(|(_, value)| *value)
     }
 
+    /// Hands the reader what the previous run remembered of this GPU.
+    pub fn recall_from(&mut self, memory: BTreeMap<String, String>) {
+        self.recalled = memory;
+    }
+
+    /// What the previous run remembered under `key`, if anything.
+    #[allow(dead_code)] // used by the sample-window readers
+    pub fn recall(&self, key: &str) -> Option<&str> {
+        self.recalled.get(key).map(String::as_str)
+    }
+
+    /// Leaves `value` under `key` for the next run (a one-word key; the value
+    /// must hold no line break).
+    #[allow(dead_code)] // used by the sample-window readers
+    pub fn remember(&mut self, key: &str, value: String) {
+        self.remembered.insert(key.to_owned(), value);
+    }
+
     /// Adds a sample; a non-finite value (never valid NVML data) is dropped.
     pub fn push(&mut self, sample: Sample) {
         if sample.value.is_finite() {
@@ -147,14 +174,17 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
-    pub fn finish(mut self, uuid: String) -> Device {
+    pub fn finish(mut self, uuid: String, identity: Identity) -> Device {
         for (message, count) in &self.seen {
             if *count > 1 {
                 log::warn!("{message} (seen {count} times in this run)");
             }
         }
         if let Some(fault) = self.fault {
-            return down(self.index, uuid, fault);
+            let mut device = down(self.index, uuid, fault);
+            device.pci_bus_id = identity.pci_bus_id;
+            device.serial = identity.serial;
+            return device;
         }
         self.samples.push(Sample::new(&metrics::UP, 1.0));
         self.samples.push(Sample::new(
@@ -164,7 +194,10 @@ impl<'n> DeviceReader<'n> {
         Device {
             index: self.index,
             uuid,
+            pci_bus_id: identity.pci_bus_id,
+            serial: identity.serial,
             samples: self.samples,
+            remembered: self.remembered,
         }
     }
 }
@@ -178,6 +211,7 @@ pub(super) fn down(index: u32, uuid: String, reason: Reason) -> Device {
             Sample::new(&metrics::UP, 0.0),
             Sample::new(&metrics::DOWN_REASON, 1.0).with("reason", reason.label()),
         ],
+        ..Device::default()
     }
 }
 

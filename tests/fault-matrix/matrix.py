@@ -58,7 +58,9 @@ TEMP_RE = re.compile(r"^\." + re.escape(OUT_FILE) + r"\.(\d+)\.[^.]+\.tmp$")
 EXIT_OK = EXIT_NVML = EXIT_DOWN = EXIT_TIMEOUT = EXIT_BUSY = EXIT_WRITE = None
 
 # Values that differ from run to run; compared by presence only.
-VOLATILE = {"nvidia_gpu_collector_duration_seconds", "nvidia_gpu_collector_timestamp_seconds"}
+# Whether a run had the previous run's state depends on the row's history.
+VOLATILE = {"nvidia_gpu_collector_duration_seconds", "nvidia_gpu_collector_timestamp_seconds",
+            "nvidia_gpu_collector_state_ok"}
 
 
 class Failed(Exception):
@@ -275,6 +277,10 @@ def exporter_env(scenario_path, faults_off=False):
 def exporter_argv(outdir=None, *extra, lib=None, timeout="10s", stdout=False):
     argv = [str(BIN), "--nvml-lib", str(lib or LIB), "--timeout", timeout]
     argv += ["--stdout"] if stdout else ["--output-dir", str(outdir)]
+    # Each output directory has its own state directory beside it, so rows never
+    # share what a run remembers; --stdout runs read an empty one.
+    state = Path(tempfile.gettempdir()) / "fault-matrix-no-state" if stdout else Path(f"{outdir}.state")
+    argv += ["--state-dir", str(state)]
     return argv + list(extra)
 
 
