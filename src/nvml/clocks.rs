@@ -121,7 +121,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 /// eight fields took 1.1 ms in a batch against 3.6 ms for the eight calls.
 fn read_violations(reader: &mut DeviceReader<'_>) {
     for (policy, field, label) in POLICIES {
-        let nanoseconds = reader.field(field).or_else(|| {
+        let nanoseconds = reader.field_or(field, |reader| {
             reader
                 .read("nvmlDeviceGetViolationStatus", |d| {
                     d.violation_status(policy)

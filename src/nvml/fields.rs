@@ -25,10 +25,32 @@ pub(super) struct Field {
 /// Reads `fields` in one call. Each entry is `None` where that field is not
 /// supported or failed (errors other than "not supported" are counted).
 pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Option<f64>> {
+    read_each(reader, fields)
+        .into_iter()
+        .map(|value| match value? {
+            Ok(number) => Some(number),
+            Err(error) => {
+                reader.note(CALL, &error);
+                None
+            }
+        })
+        .collect()
+}
+
+/// The NVML function behind every field read.
+pub(super) const CALL: &str = "nvmlDeviceGetFieldValues";
+
+/// Reads `fields` in one call and leaves each entry's error to the caller:
+/// `None` for every entry when the call itself failed (that failure is already
+/// handled by the reader's error policy).
+pub(super) fn read_each(
+    reader: &mut DeviceReader<'_>,
+    fields: &[Field],
+) -> Vec<Option<Result<f64, NvmlError>>> {
     if fields.is_empty() {
         return Vec::new();
     }
-    let raw = reader.read_raw("nvmlDeviceGetFieldValues", |lib, handle| {
+    let raw = reader.read_raw(CALL, |lib, handle| {
         let get = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref())?;
         let mut values: Vec<nvmlFieldValue_t> = fields
             .iter()
@@ -46,13 +68,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Optio
         Ok(values)
     });
     let Some(raw) = raw else {
-        return vec![None; fields.len()];
+        return fields.iter().map(|_| None).collect();
     };
     raw.iter()
         .map(|value| {
             if let Err(error) = nvml_try(value.nvmlReturn) {
-                reader.note("nvmlDeviceGetFieldValues", &error);
-                return None;
+                return Some(Err(error));
             }
             // SAFETY: `valueType` says which union member NVML wrote.
             let number = unsafe {
@@ -66,11 +87,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Optio
                     _ => None,
                 }
             };
-            if number.is_none() {
-                let error = NvmlError::UnexpectedVariant(value.valueType);
-                reader.note("nvmlDeviceGetFieldValues", &error);
-            }
-            number
+            Some(number.ok_or(NvmlError::UnexpectedVariant(value.valueType)))
         })
         .collect()
 }

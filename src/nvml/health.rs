@@ -74,10 +74,11 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let ecc = match (
-        reader.field(NVML_FI_DEV_ECC_CURRENT),
-        reader.field(NVML_FI_DEV_ECC_PENDING),
-    ) {
+    // The function is the fallback for both fields: a failing batch entry is
+    // counted only through it.
+    let current = reader.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
+    let pending = reader.field_or(NVML_FI_DEV_ECC_PENDING, |_| None);
+    let ecc = match (current, pending) {
         (Some(current), Some(pending)) => Some((current != 0.0, pending != 0.0)),
         _ => reader
             .read("nvmlDeviceGetEccMode", |d| d.is_ecc_enabled())
@@ -91,7 +92,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     // supported" otherwise anyway, so skip the calls.
     if ecc.is_some_and(|(current, _)| current) {
         for (field, error, error_label, counter, counter_label) in ECC_COUNTERS {
-            let count = reader.field(field).or_else(|| {
+            let count = reader.field_or(field, |reader| {
                 reader
                     .read("nvmlDeviceGetTotalEccErrors", |d| {
                         d.total_ecc_errors(error, counter)

@@ -31,7 +31,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(width) = reader.read("nvmlDeviceGetMaxPcieLinkWidth", |d| d.max_pcie_link_width()) {
         reader.gauge(&metrics::PCIE_MAX_WIDTH, f64::from(width));
     }
-    let replays = reader.field(NVML_FI_DEV_PCIE_REPLAY_COUNTER).or_else(|| {
+    let replays = reader.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |reader| {
         reader
             .read("nvmlDeviceGetPcieReplayCounter", |d| {
                 d.pcie_replay_counter()

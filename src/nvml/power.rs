@@ -15,9 +15,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
         reader.gauge(&metrics::POWER, f64::from(milliwatts) / PER_MILLI);
     }
-    let energy = reader
-        .field(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
-        .or_else(|| {
+    let energy = reader.field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |reader| {
             reader
                 .read("nvmlDeviceGetTotalEnergyConsumption", |d| {
                     d.total_energy_consumption()

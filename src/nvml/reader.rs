@@ -26,8 +26,9 @@ pub(super) struct DeviceReader<'n> {
     read_errors: u32,
     /// Set by the first device-fatal error; from then on nothing is read.
     fault: Option<Reason>,
-    /// Field values read in one batch before the collectors run (see [`Self::prefetch`]).
-    prefetched: Vec<(u32, Option<f64>)>,
+    /// Field values read in one batch before the collectors run (see
+    /// [`Self::prefetch`]); an entry's error is handled when it is taken.
+    prefetched: Vec<(u32, Option<Result<f64, NvmlError>>)>,
     /// What the previous run remembered of this GPU.
     recalled: BTreeMap<String, String>,
     /// What this run leaves for the next.
@@ -117,17 +118,53 @@ impl<'n> DeviceReader<'n> {
     /// trip instead of one call per reading.
     pub fn prefetch(&mut self, ids: &[u32]) {
         let requests: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
-        let values = fields::read(self, &requests);
+        let values = fields::read_each(self, &requests);
         self.prefetched = ids.iter().copied().zip(values).collect();
     }
 
-    /// A prefetched field value; `None` if it was not prefetched or NVML could
-    /// not give it (the caller then falls back to the function call).
-    pub fn field(&self, id: u32) -> Option<f64> {
+    /// Takes the prefetched entry of field `id`, once.
+    fn take_field(&mut self, id: u32) -> Option<Result<f64, NvmlError>> {
         self.prefetched
-            .iter()
+            .iter_mut()
             .find(|(field, _)| *field == id)
-            .and_then(|(_, value)| *value)
+            .and_then(|(_, value)| value.take())
+    }
+
+    /// A prefetched field value that has no other source: `None` if it was not
+    /// prefetched or NVML could not give it (a failure is handled by the error
+    /// policy here).
+    pub fn field(&mut self, id: u32) -> Option<f64> {
+        match self.take_field(id)? {
+            Ok(value) => Some(value),
+            Err(error) => {
+                self.note(fields::CALL, &error);
+                None
+            }
+        }
+    }
+
+    /// A prefetched field value, or else what `fallback` reads through the
+    /// function that gives the same reading. A batch entry that failed is not
+    /// counted itself (logged at debug level): the fallback's own read is, so
+    /// one reading that fails both ways counts as one error.
+    pub fn field_or(
+        &mut self,
+        id: u32,
+        fallback: impl FnOnce(&mut Self) -> Option<f64>,
+    ) -> Option<f64> {
+        match self.take_field(id) {
+            Some(Ok(value)) => return Some(value),
+            Some(Err(error)) if !unsupported(&error) && !device_fatal(&error) => {
+                log::debug!(
+                    "GPU {}: {} field {id}: {error}; trying the function",
+                    self.index,
+                    fields::CALL
+                );
+            }
+            Some(Err(error)) => self.note(fields::CALL, &error),
+            None => {}
+        }
+        fallback(self)
     }
 
     /// Hands the reader what the previous run remembered of this GPU.
