@@ -54,7 +54,7 @@ awk '/^[[:space:]]*(#|$)/ || /^[A-Za-z_]+=/ { print; next }
        $6 = ""; print }' "$cron_example" >"$WORK/crontab" &&
     check "cron example: crontab -n accepts it" crontab -n "$WORK/crontab"
 check "cron example: four jobs per minute, 15 s apart, guarded by [ -x ]" \
-    test "$(grep -cE '^\* \* \* \* \* root (sleep (15|30|45); )?\[ -x /usr/bin/nvidia-textfile-exporter \] && /usr/bin/nvidia-textfile-exporter ' "$cron_example")" = 4
+    test "$(grep -cE '^\* \* \* \* \* root (sleep (15|30|45); )?\[ -x /usr/bin/nvidia-textfile-exporter \] && /usr/bin/nvidia-textfile-exporter( |$)' "$cron_example")" = 4
 
 say "build the package (two versions)"
 build_debs "$WORK/deb"
@@ -111,6 +111,10 @@ if [ -n "$FAKE_NVML" ]; then
     check "nvidia_gpu_collector_up 1" test "$(metric "$OUT" nvidia_gpu_collector_up)" = 1
     GPUS=$(grep -c '^nvidia_gpu_info{' "$OUT")
     check "nvidia_gpu_info for 8 GPUs, got $GPUS" test "$GPUS" = 8
+    check "state stored in /var/lib/$PACKAGE/state" test -f "/var/lib/$PACKAGE/state"
+    FAKE_NVML_SCENARIO=$SCENARIO "/usr/bin/$PACKAGE" --timeout 5s --nvml-lib "$FAKE_NVML" 2>/dev/null
+    check "the second run used the state (nvidia_gpu_collector_state_ok 1)" \
+        test "$(metric "$OUT" nvidia_gpu_collector_state_ok)" = 1
 else
     note "no fake NVML (tests/fake-nvml): node_exporter reads the error file"
 fi
@@ -185,6 +189,7 @@ check "no deb-systemd-helper state left" \
 check "no file of the package left" \
     test -z "$(find /usr/bin /lib/systemd /etc /usr/share/doc /usr/share/man /usr/share/lintian -name "$PACKAGE*" 2>/dev/null)"
 check "no /usr/share/$PACKAGE left" test ! -e "/usr/share/$PACKAGE"
+check "state directory /var/lib/$PACKAGE gone" test ! -e "/var/lib/$PACKAGE"
 check "textfile directory of prometheus-node-exporter kept" test -d "$TEXTFILE_DIR"
 
 finish "package host test"
