@@ -237,6 +237,35 @@ families! {
         "Device memory used by a compute process, with its owner (only with --collector processes).";
 }
 
+/// The values a reading of `family` can take on any GPU. A reading outside is a
+/// sentinel or garbage (4294967295 °C, 1.8e19 J) and is dropped and counted
+/// by the reader, never exported. Bounds follow the unit in the name; the
+/// README lists them.
+pub fn plausible(family: &Family) -> std::ops::RangeInclusive<f64> {
+    let name = family.name;
+    if name == FAN_SPEED.name {
+        // NVML's fan speed is a percent of the maximum that may exceed 100.
+        return 0.0..=2.55;
+    }
+    let by_suffix: [(&str, std::ops::RangeInclusive<f64>); 11] = [
+        ("_celsius", -40.0..=200.0),
+        ("_watts", 0.0..=5_000.0),
+        ("_joules_total", 0.0..=1e14),
+        ("_hertz", 0.0..=1e11),
+        ("_ratio", 0.0..=1.0),
+        ("_bytes_total", 0.0..=1e19),
+        ("_bytes_per_second", 0.0..=1e13),
+        ("_bytes", 0.0..=1.2e15),
+        ("_seconds_total", 0.0..=1e10),
+        ("_seconds", 0.0..=3600.0),
+        ("_total", 0.0..=1e15),
+    ];
+    by_suffix
+        .into_iter()
+        .find(|(suffix, _)| name.ends_with(suffix))
+        .map_or(f64::MIN..=f64::MAX, |(_, range)| range)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +297,32 @@ mod tests {
                 "{}",
                 family.name
             );
+        }
+    }
+
+    #[test]
+    fn sentinels_are_implausible_and_real_readings_plausible() {
+        for (family, sentinel) in [
+            (&TEMPERATURE, 4_294_967_295.0),
+            (&MEMORY_TEMPERATURE, 1.8e19),
+            (&POWER, 4_294_967.295),
+            (&ENERGY, 1.8e19),
+            (&ECC_ERRORS, 1.8e19),
+            (&UTILIZATION, 1.01),
+            (&MEMORY_USED, 1.8e19),
+        ] {
+            assert!(!plausible(family).contains(&sentinel), "{}", family.name);
+        }
+        for (family, real) in [
+            (&TEMPERATURE, 44.0),
+            (&POWER, 700.0),
+            (&ENERGY, 91_234_567.0),
+            (&MEMORY_TOTAL, 150_754_820_096.0),
+            (&CLOCK, 1.98e9),
+            (&FAN_SPEED, 1.1),
+            (&PCIE_TRANSMIT, 9.2e16),
+        ] {
+            assert!(plausible(family).contains(&real), "{}", family.name);
         }
     }
 

@@ -836,3 +836,173 @@ fn collectors_emit_only_their_registered_families() {
         }
     }
 }
+
+/// Every series of a file, as `name{labels}`, with how often it appears.
+fn series_counts(text: &str) -> std::collections::HashMap<&str, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let series = line.rsplit_once(' ').unwrap().0;
+        *counts.entry(series).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// No scenario, with every collector on, writes a series twice; the scenario
+/// whose NVML lists a pid twice and two MIG devices with the same ids is
+/// merged (process memory summed).
+#[test]
+fn no_series_is_ever_written_twice() {
+    let procfs = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for entry in fs::read_dir(Path::new(ROOT).join("tests/scenarios")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let name = name.strip_suffix(".toml").unwrap();
+        if name.contains("hang") || name.starts_with("bench") {
+            continue;
+        }
+        let mut args = vec!["--stdout", "--timeout", "5s", "--procfs"];
+        args.push(procfs.path().to_str().unwrap());
+        let table = Command::new(EXE)
+            .args(["--generate", "collectors"])
+            .output()
+            .unwrap();
+        let table = String::from_utf8(table.stdout).unwrap();
+        let names: Vec<String> = table
+            .lines()
+            .map(|l| l.split('\t').next().unwrap().to_owned())
+            .collect();
+        for collector in &names {
+            args.extend(["--collector", collector.as_str()]);
+        }
+        let output = exporter(name, &args);
+        let text = String::from_utf8(output.stdout).unwrap();
+        for (series, count) in series_counts(&text) {
+            assert_eq!(count, 1, "{name}: {series} written {count} times");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 15, "only {checked} scenarios");
+    let text = String::from_utf8(
+        exporter(
+            "fault-duplicates",
+            &[
+                "--stdout",
+                "--collector",
+                "processes",
+                "--procfs",
+                procfs.path().to_str().unwrap(),
+            ],
+        )
+        .stdout,
+    )
+    .unwrap();
+    let pid = text
+        .lines()
+        .find(|l| {
+            l.starts_with("nvidia_gpu_process_memory_used_bytes{") && l.contains("pid=\"61377\"")
+        })
+        .unwrap();
+    assert!(pid.ends_with(" 7516193768"), "{pid}");
+}
+
+/// Sentinels where readings belong are never exported: each is counted and
+/// logged, and an absurd MIG device count does not make the run loop.
+#[test]
+fn sentinels_are_dropped_and_counted() {
+    let started = Instant::now();
+    let output = exporter("fault-sentinels", &["--stdout"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8(output.stdout).unwrap();
+    for family in [
+        "nvidia_gpu_temperature_celsius{",
+        "nvidia_gpu_memory_temperature_celsius{",
+        "nvidia_gpu_power_watts{",
+        "nvidia_gpu_energy_joules_total{",
+        "nvidia_gpu_mig_info{",
+    ] {
+        assert!(!text.contains(family), "{family} exported: {text}");
+    }
+    assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\"} 5\n"), "{text}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 5, "{stderr}");
+}
+
+/// A hang inside nvml-wrapper's init (in nvmlSystemGetDriverVersion) is named
+/// as that call.
+#[test]
+fn a_hang_is_named_by_the_call_that_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = exporter(
+        "fault-system-hang",
+        &[
+            "--output-dir",
+            dir.path().to_str().unwrap(),
+            "--timeout",
+            "1s",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(5));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("stuck in nvmlSystemGetDriverVersion (host)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nvmlInit_v2"), "{stderr}");
+}
+
+/// A FIFO where the lock or the output file belongs is refused at once with a
+/// message (the lock) or replaced (the output), never waited on.
+#[test]
+fn special_files_never_hang_a_run() {
+    let mkfifo = |path: &Path| {
+        let status = Command::new("mkfifo").arg(path).status().unwrap();
+        assert!(status.success());
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    mkfifo(&dir.path().join(".nvidia_gpu.prom.lock"));
+    let started = Instant::now();
+    let output = exporter("h100x8", &["--output-dir", out, "--timeout", "3s"]);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(output.status.code(), Some(7));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("is not a regular file"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    mkfifo(&dir.path().join("nvidia_gpu.prom"));
+    let started = Instant::now();
+    let output = exporter("h100x8", &["--output-dir", out, "--timeout", "3s"]);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(fs::metadata(dir.path().join("nvidia_gpu.prom"))
+        .unwrap()
+        .is_file());
+}
+
+/// `--stdout` into a pipe closed early ends quietly with the run's status.
+#[test]
+fn stdout_into_a_closed_pipe_exits_quietly() {
+    let mut child = Command::new(EXE)
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args(["--stdout", "--state-dir", "/nonexistent/state"])
+        .env("FAKE_NVML_SCENARIO", scenario("h100x8"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

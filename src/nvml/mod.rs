@@ -167,6 +167,13 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
         });
     }
 
+    // Without this function no GPU can be read at all: a library that lacks it
+    // is unusable (a collector error), not a host whose GPUs are all down.
+    if count > 0 {
+        if let Err(e) = nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref()) {
+            return Err(InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e));
+        }
+    }
     let (info, driver_version) = driver_info(&nvml, inflight);
     let host = vec![info];
     let options = &if driver_version == options.memory_driver {

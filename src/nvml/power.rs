@@ -16,12 +16,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         reader.gauge(&metrics::POWER, f64::from(milliwatts) / PER_MILLI);
     }
     let energy = reader.field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |reader| {
-            reader
-                .read("nvmlDeviceGetTotalEnergyConsumption", |d| {
-                    d.total_energy_consumption()
-                })
-                .map(|millijoules| millijoules as f64)
-        });
+        reader
+            .read("nvmlDeviceGetTotalEnergyConsumption", |d| {
+                d.total_energy_consumption()
+            })
+            .map(|millijoules| millijoules as f64)
+    });
     if let Some(millijoules) = energy {
         reader.gauge(&metrics::ENERGY, millijoules / PER_MILLI);
     }

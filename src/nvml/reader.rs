@@ -7,13 +7,14 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use super::fields::{self, Field};
 use super::identity::Identity;
 use super::{device_fatal, reason, unsupported};
 use crate::inflight::{InFlight, Scope};
-use crate::metrics::{self, Family};
+use crate::metrics::{self, Family, Kind};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
@@ -185,9 +186,10 @@ impl<'n> DeviceReader<'n> {
         self.remembered.insert(key.to_owned(), value);
     }
 
-    /// Adds a sample; a non-finite value (never valid NVML data) is dropped.
+    /// Adds a sample; a value no GPU can produce (non-finite, or outside
+    /// [`metrics::plausible`]: a sentinel) is dropped, logged and counted.
     pub fn push(&mut self, sample: Sample) {
-        if sample.value.is_finite() {
+        if sample.value.is_finite() && metrics::plausible(sample.family).contains(&sample.value) {
             self.samples.push(sample);
         } else {
             self.reject(sample.family, sample.value);
@@ -223,6 +225,13 @@ impl<'n> DeviceReader<'n> {
             device.serial = identity.serial;
             return device;
         }
+        let merged = merge_duplicates(&mut self.samples);
+        if merged > 0 {
+            log::warn!(
+                "GPU {}: NVML listed {merged} reading(s) twice (the same pid or MIG instance); merged",
+                self.index
+            );
+        }
         self.samples.push(Sample::new(&metrics::UP, 1.0));
         self.samples.push(Sample::new(
             &metrics::COLLECTOR_READ_ERRORS,
@@ -237,6 +246,47 @@ impl<'n> DeviceReader<'n> {
             remembered: self.remembered,
         }
     }
+}
+
+/// Merges samples of the same family and labels, so that no series is ever
+/// written twice (node_exporter would drop the file's later duplicates on every
+/// scrape): byte and counter values are summed (one pid listed twice holds both
+/// amounts), other values keep the largest (a state or `_info` stays 1). The
+/// first sample's position is kept. Returns how many samples were merged away.
+fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
+    let key = |sample: &Sample| {
+        let mut key = sample.family.index.to_string();
+        for label in &sample.labels {
+            key.push('\0');
+            key.push_str(label.name);
+            key.push('\0');
+            key.push_str(&label.value);
+        }
+        key
+    };
+    let mut first: HashMap<String, usize> = HashMap::with_capacity(samples.len());
+    let mut kept: Vec<Sample> = Vec::with_capacity(samples.len());
+    let total = samples.len();
+    for sample in samples.drain(..) {
+        match first.entry(key(&sample)) {
+            Entry::Vacant(slot) => {
+                slot.insert(kept.len());
+                kept.push(sample);
+            }
+            Entry::Occupied(slot) => {
+                let earlier = &mut kept[*slot.get()];
+                let family = earlier.family;
+                earlier.value = if family.name.ends_with("_bytes") || family.kind == Kind::Counter {
+                    earlier.value + sample.value
+                } else {
+                    earlier.value.max(sample.value)
+                };
+            }
+        }
+    }
+    let merged = total - kept.len();
+    *samples = kept;
+    merged
 }
 
 /// A GPU reported down for `reason`, with no other readings.
@@ -342,5 +392,34 @@ impl<'n> DeviceReader<'n> {
         self.inflight.leave();
         log::trace!("GPU {}: {call} took {:?}", self.index, started.elapsed());
         Some(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicates_merge_bytes_summed_states_kept() {
+        let process = |pid: &'static str, bytes: f64| {
+            Sample::new(&metrics::PROCESS_MEMORY_USED, bytes).with("pid", pid)
+        };
+        let mig = |used: f64| {
+            Sample::new(&metrics::MIG_INFO, used)
+                .with("gpu_instance_id", "1")
+                .with("compute_instance_id", "0")
+                .with("mig_uuid", "MIG-x")
+        };
+        let mut samples = vec![
+            process("7", 100.0),
+            mig(1.0),
+            process("8", 5.0),
+            process("7", 20.0),
+            mig(1.0),
+        ];
+        assert_eq!(merge_duplicates(&mut samples), 2);
+        let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+        assert_eq!(values, [120.0, 1.0, 5.0]);
+        assert_eq!(merge_duplicates(&mut samples), 0);
     }
 }

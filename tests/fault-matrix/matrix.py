@@ -570,6 +570,13 @@ def missing_init_symbol():
     return nvml_unusable(path.name, "missing_symbol", lib=library_without(doc["missing_symbols"]))
 
 
+@row("symbol nvmlDeviceGetHandleByIndex_v2 missing")
+def missing_handle_symbol():
+    # No GPU can be read without it: a collector error, not every GPU down.
+    return nvml_unusable("h100x8.toml", "missing_symbol",
+                         lib=library_without(["nvmlDeviceGetHandleByIndex_v2"]))
+
+
 @row("optional symbols missing (energy, ClocksEventReasons)")
 def missing_optional_symbols():
     path, doc = scenario("fault-missing-optional.toml")

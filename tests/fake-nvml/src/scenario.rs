@@ -144,6 +144,9 @@ pub struct System {
     pub device_count_error: Option<ErrorCode>,
     #[serde(default)]
     pub errors: BTreeMap<String, ErrorCode>,
+    /// System calls that never return (as a driver stuck in a reset).
+    #[serde(default)]
+    pub hang: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -505,6 +508,7 @@ impl Scenario {
         system.init_hang = false;
         system.device_count_error = None;
         system.errors.clear();
+        system.hang.clear();
         for gpu in &mut self.gpus {
             gpu.lost = false;
             gpu.errors.clear();
@@ -527,6 +531,7 @@ impl Scenario {
             self.system.errors.keys(),
             &[SYSTEM_ERROR_SYMBOLS],
         )?;
+        check_symbols("system.hang", &self.system.hang, &[SYSTEM_ERROR_SYMBOLS])?;
         check_text(
             "system.driver_version",
             &self.system.driver_version,

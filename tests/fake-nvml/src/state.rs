@@ -143,6 +143,9 @@ pub fn system_call(sym: &str, outs_ok: bool) -> Result<Arc<Scenario>, nvmlReturn
     if !outs_ok {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
+    if scenario.system.hang.iter().any(|hung| hung == sym) {
+        hang_forever();
+    }
     delay(global_delay(&scenario, sym));
     if let Some(code) = scenario.system.errors.get(sym) {
         return Err(code.0);
