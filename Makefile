@@ -23,6 +23,7 @@ test: deps
 	$(CARGO) test --workspace --locked
 	python3 packaging/copyright.py --check
 	tests/e2e/node-exporter.sh
+	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/e2e/nss-users.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
 	$(MAKE) test-packaging

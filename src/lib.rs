@@ -13,6 +13,7 @@ pub mod cli;
 pub mod exit;
 pub mod generate;
 pub mod inflight;
+pub mod logging;
 pub mod metrics;
 pub mod nvml;
 pub mod procfs;

@@ -12,6 +12,7 @@ use clap::Parser;
 use nvidia_textfile_exporter::cli::Cli;
 use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
+use nvidia_textfile_exporter::logging;
 use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::nvml::{self, registry};
 use nvidia_textfile_exporter::procfs::{self, Users};
@@ -34,16 +35,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format(|out, record| {
-            writeln!(
-                out,
-                "nvidia-textfile-exporter: {}: {}",
-                record.level().as_str().to_lowercase(),
-                record.args()
-            )
-        })
-        .init();
+    logging::init();
     if let Some(what) = cli.generate {
         return match generate(what, &mut std::io::stdout().lock()) {
             Ok(()) => Exit::Success.into(),
@@ -158,7 +150,7 @@ fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
         .contains(&registry::by_name("processes").expect("registered"))
     {
         deadline.enter("reading process owners from procfs");
-        procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::load());
+        procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::new());
     }
     outcome
 }

@@ -9,6 +9,7 @@
 //! - every value comes from outside and is decoded lossily; `render` escapes it;
 //! - each pid is looked up once per run, however many GPUs it uses.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
@@ -61,40 +62,58 @@ impl Owner {
     }
 }
 
-/// User names by uid, from `/etc/passwd`.
+/// User names by uid, through the C library's user database (NSS: files, and
+/// LDAP, SSSD or whatever `/etc/nsswitch.conf` names), looked up once per uid
+/// per run.
 #[derive(Debug, Default)]
 pub struct Users {
-    names: HashMap<u32, String>,
+    names: RefCell<HashMap<u32, String>>,
 }
 
 impl Users {
-    /// The system's users; none if `/etc/passwd` cannot be read.
-    pub fn load() -> Users {
-        fs::read_to_string("/etc/passwd")
-            .map(|passwd| Users::parse(&passwd))
-            .unwrap_or_default()
+    /// An empty cache.
+    pub fn new() -> Users {
+        Users::default()
     }
 
-    /// Parses passwd(5) text; malformed lines are skipped.
-    pub fn parse(passwd: &str) -> Users {
-        let names = passwd
-            .lines()
-            .filter_map(|line| {
-                let mut fields = line.split(':');
-                let name = fields.next()?;
-                let uid = fields.nth(1)?.parse().ok()?;
-                Some((uid, name.to_owned()))
-            })
-            .collect();
-        Users { names }
-    }
-
-    /// The user's name, or the uid as text if it has none here.
+    /// The user's name, or the uid as text if the user database has none.
     pub fn name(&self, uid: u32) -> String {
         self.names
-            .get(&uid)
-            .cloned()
-            .unwrap_or_else(|| uid.to_string())
+            .borrow_mut()
+            .entry(uid)
+            .or_insert_with(|| lookup(uid).unwrap_or_else(|| uid.to_string()))
+            .clone()
+    }
+}
+
+/// `getpwuid_r(3)`: the name of `uid`, `None` if there is none or the lookup
+/// failed. The buffer grows on `ERANGE` up to a bound.
+fn lookup(uid: u32) -> Option<String> {
+    let mut buffer: Vec<libc::c_char> = vec![0; 1024];
+    loop {
+        // SAFETY: passwd is plain old data; getpwuid_r fills it, pointing into
+        // `buffer`, which outlives every use of the result below.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let code = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut entry,
+                buffer.as_mut_ptr(),
+                buffer.len(),
+                &mut result,
+            )
+        };
+        if code == libc::ERANGE && buffer.len() < 1 << 20 {
+            buffer.resize(buffer.len() * 4, 0);
+            continue;
+        }
+        if code != 0 || result.is_null() || entry.pw_name.is_null() {
+            return None;
+        }
+        // SAFETY: on success pw_name is a NUL-terminated string in `buffer`.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+        return Some(name.to_string_lossy().into_owned());
     }
 }
 
@@ -228,12 +247,10 @@ mod tests {
 
     #[test]
     fn users_and_uids() {
-        let users = Users::parse(
-            "root:x:0:0:root:/root:/bin/bash\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\n",
-        );
+        let users = Users::new();
         assert_eq!(users.name(0), "root");
-        assert_eq!(users.name(1000), "alice");
-        assert_eq!(users.name(4242), "4242");
+        // No system has a user with the largest uid below the invalid one.
+        assert_eq!(users.name(4_294_967_294), "4294967294");
         assert_eq!(
             real_uid("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\n"),
             Some(1000)
@@ -253,7 +270,7 @@ mod tests {
             "0::/system.slice/slurmstepd.scope/job_5/step_0\n",
         )
         .unwrap();
-        let users = Users::parse("root:x:0:0::/root:/bin/sh\n");
+        let users = Users::new();
         let owner = Owner::read(root.path(), "77", &users);
         assert_eq!(owner.comm.as_deref(), Some("py\u{fffd}torch"));
         assert_eq!(owner.user.as_deref(), Some("root"));

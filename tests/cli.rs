@@ -1006,3 +1006,49 @@ fn stdout_into_a_closed_pipe_exits_quietly() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// When stderr is the journal stream systemd announced, every line carries its
+/// syslog priority and not the program name; otherwise lines name the program.
+#[test]
+fn journal_lines_carry_their_priority() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    let file = fs::File::create(&log).unwrap();
+    let stream = format!(
+        "{}:{}",
+        file.metadata().unwrap().dev(),
+        file.metadata().unwrap().ino()
+    );
+    let state = dir.path().join("state");
+    let status = Command::new(EXE)
+        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--stdout"])
+        .arg("--state-dir")
+        .arg(&state)
+        .env("JOURNAL_STREAM", &stream)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.starts_with("<3>cannot use NVML (library_not_found)"),
+        "{text}"
+    );
+    assert!(text.lines().all(|l| l.starts_with("<3>")), "{text}");
+    assert!(!text.contains("nvidia-textfile-exporter:"), "{text}");
+    // Another stream (stderr redirected elsewhere): plain lines.
+    let output = Command::new(EXE)
+        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--stdout"])
+        .arg("--state-dir")
+        .arg(&state)
+        .env("JOURNAL_STREAM", &stream)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        text.starts_with("nvidia-textfile-exporter: error: cannot use NVML"),
+        "{text}"
+    );
+}

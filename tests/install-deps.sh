@@ -32,6 +32,9 @@ for ((i = 0; i < ${#needs[@]}; i += 2)); do
     command -v "${needs[i]}" >/dev/null || add "${needs[i + 1]}"
 done
 python3 -c 'import yaml' 2>/dev/null || add python3-yaml
+# An NSS module other than files, for the user-name test (tests/e2e/nss-users.sh).
+dpkg-query -W -f '${Status}' libnss-extrausers 2>/dev/null | grep -q ' installed$' ||
+    add libnss-extrausers
 
 if ! command -v cargo >/dev/null; then
     echo "install-deps: cargo is missing; install Rust (rust-version in Cargo.toml) with rustup" >&2

@@ -195,8 +195,12 @@ note "waited $(($(date +%s) - t0)) s"
 check "runs 15 s +- 1 s apart" spacing_ok $(runs)
 check "failure logged: status=3" \
     journal_has "$c_install" 'status=3/' -u nvidia-textfile-exporter.service
-check "exporter's reason logged (at warning)" \
-    journal_has "$c_install" 'library_not_found' -u nvidia-textfile-exporter.service -p warning
+check "exporter's error logged at error priority (journalctl -p err)" \
+    journal_has "$c_install" 'cannot use NVML (library_not_found)' -u nvidia-textfile-exporter.service -p err
+check "its hint line logged at error priority too" \
+    journal_has "$c_install" 'hint: libnvidia-ml.so.1 could not be loaded' -u nvidia-textfile-exporter.service -p err
+check "journal lines do not repeat the program name" \
+    not journal_has "$c_install" 'nvidia-textfile-exporter: error:' -u nvidia-textfile-exporter.service
 ct cat "$OUT" >"$WORK/error.prom" 2>/dev/null
 check "error file: nvidia_gpu_collector_up 0" test "$(metric "$WORK/error.prom" nvidia_gpu_collector_up)" = 0
 check "error file: reason library_not_found" \
