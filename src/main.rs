@@ -39,6 +39,8 @@ fn main() -> ExitCode {
     if let Some(what) = cli.generate {
         return match generate(what, &mut std::io::stdout().lock()) {
             Ok(()) => Exit::Success.into(),
+            // `--generate man | head`: the reader has all it wanted.
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Exit::Success.into(),
             Err(error) => {
                 log::error!("cannot write to standard output: {error}");
                 Exit::PublishFailed.into()
