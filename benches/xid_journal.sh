@@ -43,7 +43,7 @@ ms() { local s e; s=$(date +%s%N); "$@" >/dev/null; e=$(date +%s%N); echo $(((e 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 first=() common=() none=() jc=()
-for i in $(seq 10); do
+for _ in $(seq 10); do
     rm -rf "$work/state"
     first+=("$(ms run --state-dir "$work/state")")
     count=$(run --state-dir "$work/state" | grep '^nvidia_gpu_xid_errors_total{gpu="0"' | awk '{print $2}')
