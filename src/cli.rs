@@ -93,6 +93,12 @@ pub struct Cli {
     #[arg(long, requires = "stdout")]
     pub write_state: bool,
 
+    /// Read XID errors from the journal files in DIR (journalctl --directory)
+    /// instead of the system journal or /dev/kmsg: for tests, or a journal
+    /// kept elsewhere.
+    #[arg(long, value_name = "DIR")]
+    pub journal_dir: Option<PathBuf>,
+
     /// Where to read process owners from when the processes collector is on.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,

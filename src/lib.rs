@@ -7,7 +7,8 @@
 //! `publish` (the only code that touches the textfile directory). `watchdog`
 //! keeps the run's one deadline and runs `nvml` under it; `procfs` adds process
 //! owners; `state` is what one run remembers for the next (its own directory); `reason` and `exit` are the failure reasons and exit statuses;
-//! `generate` prints the man page and the tables; `main` wires the stages.
+//! `generate` prints the man page and the tables; `xid` counts XID errors
+//! from the kernel log; `main` wires the stages.
 
 pub mod cli;
 pub mod exit;
@@ -23,3 +24,4 @@ pub mod render;
 pub mod snapshot;
 pub mod state;
 pub mod watchdog;
+pub mod xid;

@@ -22,6 +22,7 @@ use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::snapshot::Sample;
 use nvidia_textfile_exporter::state::{Memory, StateDir};
 use nvidia_textfile_exporter::watchdog::{collect, exit_now, Deadline, Outcome};
+use nvidia_textfile_exporter::xid;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -124,6 +125,9 @@ fn remembered_snapshot(
 ) -> Outcome {
     let mut outcome = snapshot(cli, deadline, memory);
     outcome.snapshot.fill_missing_uuids(&memory.known_gpus());
+    if outcome.driver_version.is_some() {
+        count_xids(cli, deadline, memory, &mut outcome);
+    }
     if let (true, Some(driver)) = (store, &outcome.driver_version) {
         deadline.enter("storing the state");
         memory.store(&outcome.snapshot.devices, driver);
@@ -134,6 +138,44 @@ fn remembered_snapshot(
         .host
         .push(Sample::new(&metrics::COLLECTOR_STATE_OK, ok));
     outcome
+}
+
+/// With the xid collector: counts the XID errors logged since the previous run
+/// into the running totals and adds them to the snapshot. Only after NVML was
+/// read: the GPUs' bus ids attribute the XIDs, so a run without them leaves the
+/// kernel log for the next.
+fn count_xids(cli: &Cli, deadline: &Deadline, memory: &mut Memory, outcome: &mut Outcome) {
+    let collector = registry::by_name("xid").expect("registered");
+    if !cli.collectors().contains(&collector) {
+        return;
+    }
+    deadline.enter("reading XID errors from the kernel log");
+    let mut counts = xid::Counts::from_state(memory.host());
+    let Some(source) = xid::choose(cli.journal_dir.as_deref()) else {
+        if counts.source != "none" {
+            log::warn!(
+                "no kernel log to count XID errors from (no journal files, /dev/kmsg not                  readable); the XID families are left out"
+            );
+        }
+        counts.source = "none".into();
+        memory.replace_host(xid::STATE_PREFIX, counts.to_state());
+        return;
+    };
+    let gpus = xid::gpus_of(&outcome.snapshot);
+    let boot_id = nvidia_textfile_exporter::state::boot_id();
+    match xid::read(
+        &source,
+        &mut counts,
+        &gpus,
+        &boot_id,
+        deadline.reading_ends(),
+    ) {
+        Ok(()) => {
+            xid::add_samples(&counts, &mut outcome.snapshot);
+            memory.replace_host(xid::STATE_PREFIX, counts.to_state());
+        }
+        Err(error) => log::warn!("cannot count XID errors: {error}; the XID families are left out"),
+    }
 }
 
 /// Reads the GPUs and, with the processes collector, who owns their processes.

@@ -222,6 +222,17 @@ families! {
     NVLINK_RECEIVE: Counter, "nvidia_gpu_nvlink_receive_bytes_total", ["link"],
         "Data bytes received over the NVLink link, by link.";
 
+    // XID errors, counted from the kernel log (the xid collector), and the
+    // recovery action the driver asks for (health collector).
+    XID_ERRORS: Counter, "nvidia_gpu_xid_errors_total", [],
+        "XID errors the NVIDIA driver logged for this GPU in the kernel log during this boot; 0 until the first.";
+    XID_ERRORS_BY_CODE: Counter, "nvidia_gpu_xid_errors_by_code_total", ["code"],
+        "XID errors logged for this GPU during this boot, by XID code; a code appears when it is first logged.";
+    XID_UNATTRIBUTED: Counter, "nvidia_gpu_xid_unattributed_errors_total", ["pci_bus_id", "code"],
+        "XID errors logged during this boot for a PCI bus id that matches no GPU NVML reports, by bus id (domain:bus:device) and code.";
+    RECOVERY_ACTION: Gauge, "nvidia_gpu_recovery_action", ["action"],
+        "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
+
     // MIG devices.
     MIG_INFO: Gauge, "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid"],
         "A MIG device of this GPU, with its ids as labels; always 1.";

@@ -164,6 +164,8 @@ pub struct Memory {
     dir: StateDir,
     previous: State,
     problem: Option<Problem>,
+    /// Host entries this run replaces, by key prefix (see [`Self::replace_host`]).
+    host_next: Vec<(String, BTreeMap<String, String>)>,
 }
 
 impl Memory {
@@ -191,7 +193,22 @@ impl Memory {
             dir,
             previous,
             problem,
+            host_next: Vec::new(),
         }
+    }
+
+    /// The host-wide entries the previous run left.
+    pub fn host(&self) -> &BTreeMap<String, String> {
+        &self.previous.host
+    }
+
+    /// Makes [`Self::store`] replace every host entry whose key starts with
+    /// `prefix` by `entries` (whose keys all start with it); entries of other
+    /// prefixes are kept. Host entries survive a driver change: they do not
+    /// come from the driver.
+    pub fn replace_host(&mut self, prefix: &str, entries: BTreeMap<String, String>) {
+        debug_assert!(entries.keys().all(|key| key.starts_with(prefix)));
+        self.host_next.push((prefix.to_owned(), entries));
     }
 
     /// Whether the previous state was used and this run's was stored.
@@ -235,6 +252,10 @@ impl Memory {
                 gpu.entries.clear();
             }
             next.driver_version = driver_version.to_owned();
+        }
+        for (prefix, entries) in &self.host_next {
+            next.host.retain(|key, _| !key.starts_with(prefix.as_str()));
+            next.host.extend(entries.clone());
         }
         for device in devices.iter().filter(|d| !d.uuid.is_empty()) {
             let gpu = next.gpus.entry(device.uuid.clone()).or_default();

@@ -44,11 +44,20 @@ fn exporter_with_state(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Output {
+    // XID errors are read from an empty journal directory unless the test
+    // names one: the host's own kernel log must not change the output.
+    let empty_journal = tempfile::tempdir().unwrap();
+    let journal: &[&str] = if args.contains(&"--journal-dir") {
+        &[]
+    } else {
+        &["--journal-dir", empty_journal.path().to_str().unwrap()]
+    };
     Command::new(EXE)
         .arg("--nvml-lib")
         .arg(fake_nvml())
         .arg("--state-dir")
         .arg(state)
+        .args(journal)
         .args(args)
         .env("FAKE_NVML_SCENARIO", scenario(scenario_name))
         .envs(env.iter().copied())
@@ -261,8 +270,11 @@ fn init_failure_stderr_says_what_to_check() {
 #[test]
 fn missing_library_is_library_not_found() {
     let started = now();
+    let state = tempfile::tempdir().unwrap();
     let output = Command::new(EXE)
         .args(["--stdout", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .arg("--state-dir")
+        .arg(state.path())
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(3));
@@ -599,6 +611,8 @@ fn busy_lock_writes_busy_unless_the_holder_published_meanwhile() {
         .arg("--nvml-lib")
         .arg(fake_nvml())
         .args(["--output-dir", out, "--timeout", "2s"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
         .env("FAKE_NVML_SCENARIO", scenario("h100x8"))
         .spawn()
         .unwrap();
@@ -1051,4 +1065,250 @@ fn journal_lines_carry_their_priority() {
         text.starts_with("nvidia-textfile-exporter: error: cannot use NVML"),
         "{text}"
     );
+}
+
+// ---- XID errors from a real journal ------------------------------------------
+
+/// systemd-journal-remote, which turns journal export text into journal files
+/// the way journald writes them (package systemd-journal-remote).
+const JOURNAL_REMOTE: &str = "/lib/systemd/systemd-journal-remote";
+
+/// This boot's id as the journal writes it.
+fn journal_boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .replace('-', "")
+}
+
+/// One journal entry in export format: kernel lines have the kernel transport
+/// and facility 0; `logger` gives transport syslog, facility 1 (user).
+fn journal_entry(monotonic: u64, transport: &str, message: &str) -> String {
+    let facility = if transport == "kernel" { 0 } else { 1 };
+    format!(
+        "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={monotonic}\n_BOOT_ID={}\n\
+         _TRANSPORT={transport}\nSYSLOG_FACILITY={facility}\nPRIORITY=4\n_HOSTNAME=gpu1\n\
+         MESSAGE={message}\n\n",
+        1_700_000_000_000_000 + monotonic,
+        journal_boot_id()
+    )
+}
+
+/// Writes `export` as the journal file `dir/name`.
+fn write_journal(dir: &Path, name: &str, export: &str) {
+    use std::io::Write;
+    let mut child = Command::new(JOURNAL_REMOTE)
+        .arg(format!("--output={}", dir.join(name).display()))
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("systemd-journal-remote (apt-get install systemd-journal-remote)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(export.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// The XID series of one run: (name{labels}, value) of every xid family.
+fn xid_run(state: &Path, journal: &Path) -> Vec<(String, f64)> {
+    let output = exporter_with_state(
+        "h100x8",
+        state,
+        &[
+            "--stdout",
+            "--write-state",
+            "--journal-dir",
+            journal.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("nvidia_gpu_xid_"))
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+fn value(run: &[(String, f64)], prefix: &str) -> Option<f64> {
+    let matching: Vec<f64> = run
+        .iter()
+        .filter(|(s, _)| s.starts_with(prefix))
+        .map(|(_, v)| *v)
+        .collect();
+    assert!(matching.len() <= 1, "{prefix} is not one series");
+    matching.first().copied()
+}
+
+/// GPU 0 of h100x8 is at 00000000:18:00.0, GPU 1 at 00000000:2A:00.0.
+const GPU0: &str = r#"nvidia_gpu_xid_errors_total{gpu="0","#;
+const GPU1: &str = r#"nvidia_gpu_xid_errors_total{gpu="1","#;
+const GPU0_79: &str = r#"nvidia_gpu_xid_errors_by_code_total{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10",code="79"}"#;
+const XID79: &str =
+    "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
+
+#[test]
+fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    // Every GPU starts at 0, before any XID.
+    write_journal(
+        journal.path(),
+        "system@1.journal",
+        &journal_entry(
+            1000,
+            "kernel",
+            "nvidia-nvlink: Nvlink Core is being initialized",
+        ),
+    );
+    let run = xid_run(state.path(), journal.path());
+    assert_eq!(
+        run.iter()
+            .filter(|(s, _)| s.starts_with("nvidia_gpu_xid_errors_total"))
+            .count(),
+        8
+    );
+    assert_eq!(value(&run, GPU0), Some(0.0));
+    assert_eq!(value(&run, GPU0_79), None);
+
+    // The first XID; a spoofed one from user space (logger) and an older
+    // driver's line for GPU 1 without pid; a bus id that matches no GPU.
+    let mut export = journal_entry(2000, "kernel", XID79);
+    export += &journal_entry(2001, "syslog", XID79);
+    export += &journal_entry(
+        2002,
+        "kernel",
+        "NVRM: Xid (PCI:0000:2a:00): 13, Graphics Exception: ESR 0x405840=0x0",
+    );
+    export += &journal_entry(
+        2003,
+        "kernel",
+        "NVRM: Xid (PCI:0000:ee:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    );
+    write_journal(journal.path(), "system@2.journal", &export);
+    let run = xid_run(state.path(), journal.path());
+    assert_eq!(
+        value(&run, GPU0),
+        Some(1.0),
+        "the logger line must not count: {run:?}"
+    );
+    assert_eq!(value(&run, GPU0_79), Some(1.0));
+    assert_eq!(value(&run, GPU1), Some(1.0));
+    assert_eq!(
+        value(
+            &run,
+            r#"nvidia_gpu_xid_unattributed_errors_total{pci_bus_id="00000000:EE:00",code="79"}"#
+        ),
+        Some(1.0)
+    );
+    // Nothing new: nothing counted twice.
+    assert_eq!(xid_run(state.path(), journal.path()), run);
+
+    // Rotation: the active file is archived and a new one written; then the
+    // archived files are vacuumed. The cursor's file is gone: no double count.
+    write_journal(
+        journal.path(),
+        "system@3.journal",
+        &journal_entry(3000, "kernel", XID79),
+    );
+    let run = xid_run(state.path(), journal.path());
+    assert_eq!(value(&run, GPU0), Some(2.0));
+    fs::remove_file(journal.path().join("system@1.journal")).unwrap();
+    fs::remove_file(journal.path().join("system@2.journal")).unwrap();
+    write_journal(
+        journal.path(),
+        "system@4.journal",
+        &journal_entry(4000, "kernel", XID79),
+    );
+    let run = xid_run(state.path(), journal.path());
+    assert_eq!(value(&run, GPU0), Some(3.0), "{run:?}");
+    assert_eq!(
+        value(&run, GPU1),
+        Some(1.0),
+        "totals outlive the journal files"
+    );
+}
+
+#[test]
+fn an_invalid_cursor_restarts_from_the_last_entrys_time_without_double_counting() {
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let export = journal_entry(1000, "kernel", XID79)
+        + &journal_entry(1000, "kernel", "a line at the same time");
+    write_journal(journal.path(), "a.journal", &export);
+    assert_eq!(
+        value(&xid_run(state.path(), journal.path()), GPU0),
+        Some(1.0)
+    );
+    // A damaged cursor (its monotonic time is kept): journalctl refuses it.
+    let path = state.path().join("state");
+    let text = fs::read_to_string(&path).unwrap();
+    let damaged: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("host xid.cursor ") {
+                "host xid.cursor garbage".to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .map(|l| l + "\n")
+        .collect();
+    assert_ne!(damaged, text);
+    fs::write(&path, damaged).unwrap();
+    write_journal(
+        journal.path(),
+        "b.journal",
+        &journal_entry(2000, "kernel", XID79),
+    );
+    let run = xid_run(state.path(), journal.path());
+    assert_eq!(value(&run, GPU0), Some(2.0), "{run:?}");
+    assert_eq!(
+        value(&xid_run(state.path(), journal.path()), GPU0),
+        Some(2.0)
+    );
+}
+
+#[test]
+fn ten_thousand_xids_in_one_window_count_exactly() {
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let mut export = String::new();
+    for i in 0..10_000u64 {
+        export += &journal_entry(1000 + 2 * i, "kernel", XID79);
+        export += &journal_entry(
+            1001 + 2 * i,
+            "kernel",
+            "NVRM: GPU at PCI:0000:18:00: GPU-5a8f0c3e",
+        );
+    }
+    write_journal(journal.path(), "a.journal", &export);
+    let run = xid_run(state.path(), journal.path());
+    assert_eq!(value(&run, GPU0), Some(10_000.0));
+    assert_eq!(value(&run, GPU0_79), Some(10_000.0));
+    assert_eq!(
+        value(&xid_run(state.path(), journal.path()), GPU0),
+        Some(10_000.0)
+    );
+}
+
+#[test]
+fn no_collector_xid_leaves_the_families_out() {
+    let output = exporter("h100x8", &["--stdout", "--no-collector", "xid"]);
+    assert!(output.status.success());
+    assert!(!String::from_utf8(output.stdout)
+        .unwrap()
+        .contains("nvidia_gpu_xid_"));
 }

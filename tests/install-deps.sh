@@ -24,6 +24,7 @@ needs=(
     strip binutils
     cc gcc
     python3 python3
+    /lib/systemd/systemd-journal-remote systemd-journal-remote
 )
 
 missing=()

@@ -53,6 +53,21 @@ const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
     (RetirementCause::DoubleBitEccError, "double_bit_ecc"),
 ];
 
+/// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (nvml.h, driver 570 and later; newer
+/// than nvml-wrapper's bindings): the action the driver asks for to recover the
+/// GPU, an `nvmlDeviceGpuRecoveryAction_t`.
+pub(super) const FI_GPU_RECOVERY_ACTION: u32 = 230;
+
+/// `nvmlDeviceGpuRecoveryAction_t` values 0..=4 (NVML_GPU_RECOVERY_ACTION_NONE,
+/// _GPU_RESET, _NODE_REBOOT, _DRAIN_P2P, _DRAIN_AND_RESET), as labels.
+const RECOVERY_ACTIONS: [&str; 5] = [
+    "none",
+    "gpu_reset",
+    "node_reboot",
+    "drain_p2p",
+    "drain_and_reset",
+];
+
 fn flag(on: bool) -> f64 {
     if on {
         1.0
@@ -71,9 +86,11 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
     NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
     NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+    FI_GPU_RECOVERY_ACTION,
 ];
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    recovery_action(reader);
     // The function is the fallback for both fields: a failing batch entry is
     // counted only through it.
     let current = reader.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
@@ -140,5 +157,30 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         }
         reader.gauge(&metrics::REMAPPED_ROWS_PENDING, flag(pending != 0));
         reader.gauge(&metrics::REMAPPED_ROWS_FAILURE, flag(failure != 0));
+    }
+}
+
+/// `nvidia_gpu_recovery_action` as a state set: every known action, 1 for the
+/// current one. Only a field value (there is no function); left out where the
+/// driver does not support it. A value newer than this exporter knows sets all
+/// known actions to 0 and adds `action="unknown"` 1, so it is never hidden.
+fn recovery_action(reader: &mut DeviceReader<'_>) {
+    let Some(value) = reader.field(FI_GPU_RECOVERY_ACTION) else {
+        return;
+    };
+    let known = value >= 0.0 && value.fract() == 0.0 && value < RECOVERY_ACTIONS.len() as f64;
+    let current = known.then_some(value as usize);
+    for (index, action) in RECOVERY_ACTIONS.iter().enumerate() {
+        reader.push(
+            Sample::new(&metrics::RECOVERY_ACTION, flag(current == Some(index)))
+                .with("action", *action),
+        );
+    }
+    if current.is_none() {
+        log::debug!(
+            "{}: recovery action {value} is newer than this exporter",
+            metrics::RECOVERY_ACTION.name
+        );
+        reader.push(Sample::new(&metrics::RECOVERY_ACTION, 1.0).with("action", "unknown"));
     }
 }

@@ -339,7 +339,9 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
     // calls of a device, and on an H200 reading them from several threads was
     // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
     for collector in &options.collectors {
-        (collector.read)(&mut reader);
+        if let registry::Read::Device(read) = collector.read {
+            read(&mut reader);
+        }
     }
     reader.finish(uuid, identity)
 }

@@ -28,13 +28,31 @@ pub struct Collector {
     pub families: &'static [&'static Family],
     /// Field ids its reader takes from the GPU's batched field read.
     pub(super) fields: &'static [u32],
-    /// Reads this collector's families from one GPU.
-    pub(super) read: fn(&mut DeviceReader<'_>),
+    /// How its families are read.
+    pub(super) read: Read,
+}
+
+/// The two kinds of collector.
+#[derive(Clone, Copy)]
+pub(super) enum Read {
+    /// Reads this collector's families from one GPU, through NVML.
+    Device(fn(&mut DeviceReader<'_>)),
+    /// Host-level: read outside NVML, after it, by `main` (the kernel log for
+    /// XID errors, `crate::xid`); its per-GPU samples are attributed to the GPUs
+    /// NVML reported. Its `fields` are empty.
+    Host,
 }
 
 impl std::fmt::Debug for Collector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name)
+    }
+}
+
+impl Collector {
+    /// Whether it is read at host level, outside NVML (see [`Read::Host`]).
+    pub fn host_level(&self) -> bool {
+        matches!(self.read, Read::Host)
     }
 }
 
@@ -58,7 +76,7 @@ pub static ALL: &[Collector] = &[
             &metrics::PROCESSES,
         ],
         fields: &[],
-        read: utilization::read,
+        read: Read::Device(utilization::read),
     },
     Collector {
         name: "memory",
@@ -73,7 +91,7 @@ pub static ALL: &[Collector] = &[
             &metrics::BAR1_TOTAL,
         ],
         fields: &[],
-        read: memory::read,
+        read: Read::Device(memory::read),
     },
     Collector {
         name: "thermal",
@@ -86,7 +104,7 @@ pub static ALL: &[Collector] = &[
             &metrics::FAN_SPEED,
         ],
         fields: thermal::FIELDS,
-        read: thermal::read,
+        read: Read::Device(thermal::read),
     },
     Collector {
         name: "power",
@@ -101,7 +119,7 @@ pub static ALL: &[Collector] = &[
             &metrics::POWER_MAX_LIMIT,
         ],
         fields: power::FIELDS,
-        read: power::read,
+        read: Read::Device(power::read),
     },
     Collector {
         name: "clocks",
@@ -115,7 +133,7 @@ pub static ALL: &[Collector] = &[
             &metrics::VIOLATION,
         ],
         fields: clocks::FIELDS,
-        read: clocks::read,
+        read: Read::Device(clocks::read),
     },
     Collector {
         name: "pcie",
@@ -131,7 +149,7 @@ pub static ALL: &[Collector] = &[
             &metrics::PCIE_RECEIVE,
         ],
         fields: pcie::FIELDS,
-        read: pcie::read,
+        read: Read::Device(pcie::read),
     },
     Collector {
         name: "pcie-throughput",
@@ -142,12 +160,12 @@ pub static ALL: &[Collector] = &[
             &metrics::PCIE_RECEIVE_THROUGHPUT,
         ],
         fields: &[],
-        read: pcie::read_throughput,
+        read: Read::Device(pcie::read_throughput),
     },
     Collector {
         name: "health",
         default: true,
-        help: "ECC mode and errors, retired pages, remapped rows.",
+        help: "ECC mode and errors, retired pages, remapped rows, the recovery action the driver asks for.",
         families: &[
             &metrics::ECC_ENABLED,
             &metrics::ECC_PENDING_ENABLED,
@@ -157,9 +175,10 @@ pub static ALL: &[Collector] = &[
             &metrics::REMAPPED_ROWS,
             &metrics::REMAPPED_ROWS_PENDING,
             &metrics::REMAPPED_ROWS_FAILURE,
+            &metrics::RECOVERY_ACTION,
         ],
         fields: health::FIELDS,
-        read: health::read,
+        read: Read::Device(health::read),
     },
     Collector {
         name: "media",
@@ -173,7 +192,7 @@ pub static ALL: &[Collector] = &[
             &metrics::ENCODER_LATENCY,
         ],
         fields: &[],
-        read: media::read,
+        read: Read::Device(media::read),
     },
     Collector {
         name: "modes",
@@ -186,7 +205,7 @@ pub static ALL: &[Collector] = &[
             &metrics::MIG_PENDING_ENABLED,
         ],
         fields: &[],
-        read: modes::read,
+        read: Read::Device(modes::read),
     },
     Collector {
         name: "nvlink",
@@ -199,7 +218,7 @@ pub static ALL: &[Collector] = &[
             &metrics::NVLINK_RECEIVE,
         ],
         fields: nvlink::FIELDS,
-        read: nvlink::read,
+        read: Read::Device(nvlink::read),
     },
     Collector {
         name: "mig",
@@ -211,7 +230,7 @@ pub static ALL: &[Collector] = &[
             &metrics::MIG_MEMORY_TOTAL,
         ],
         fields: &[],
-        read: mig::read,
+        read: Read::Device(mig::read),
     },
     Collector {
         name: "processes",
@@ -219,7 +238,19 @@ pub static ALL: &[Collector] = &[
         help: "Per-process GPU memory with owner attribution from /proc (pids churn series).",
         families: &[&metrics::PROCESS_MEMORY_USED],
         fields: &[],
-        read: processes::read,
+        read: Read::Device(processes::read),
+    },
+    Collector {
+        name: "xid",
+        default: true,
+        help: "XID errors counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
+        families: &[
+            &metrics::XID_ERRORS,
+            &metrics::XID_ERRORS_BY_CODE,
+            &metrics::XID_UNATTRIBUTED,
+        ],
+        fields: &[],
+        read: Read::Host,
     },
 ];
 

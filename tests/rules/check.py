@@ -12,13 +12,16 @@
 Each check prints one line per problem and exits 1 if there was any.
 """
 
+import atexit
 import concurrent.futures
 import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -324,6 +327,28 @@ def parse_exposition(name, text, seen, families):
             labels.setdefault(label, set()).add(value)
 
 
+def temporary_directory(prefix):
+    directory = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
+
+
+def xid_journal():
+    """A directory with one journal file of this boot's kernel lines: XID 79 for
+    00000000:18:00 (GPU 0 of h100x8) and XID 79 for 00000000:EE:00 (no GPU)."""
+    directory = temporary_directory("xid-journal.")
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip().replace("-", "")
+    export = "".join(
+        f"__REALTIME_TIMESTAMP={1700000000000000 + i}\n__MONOTONIC_TIMESTAMP={1000 + i}\n"
+        f"_BOOT_ID={boot}\n_TRANSPORT=kernel\nSYSLOG_FACILITY=0\n_HOSTNAME=gpu1\n"
+        f"MESSAGE=NVRM: Xid (PCI:0000:{bus}:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\n"
+        for i, bus in enumerate(["18", "ee"]))
+    subprocess.run(["/lib/systemd/systemd-journal-remote", f"--output={directory}/system.journal", "-"],
+                   input=export, text=True, check=True, capture_output=True)
+    return directory
+
+
 def exporter_output(binary, fake):
     """Runs the exporter on every scenario (hanging ones give up after 2 s), in parallel."""
     # fault-* (hangs, hostile strings) and bench-* scenarios have their own harnesses.
@@ -331,11 +356,20 @@ def exporter_output(binary, fake):
         s for s in glob.glob(os.path.join(SCENARIOS, "*.toml"))
         if not os.path.basename(s).startswith(("fault-", "bench-"))
     )
-    runs = [(os.path.basename(s), [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *extra],
+    # --stdout runs only read the state; an absent directory keeps them independent
+    # of whatever the host's default state directory holds.
+    no_state = ["--state-dir", "/nonexistent/nvidia-textfile-exporter-state"]
+    runs = [(os.path.basename(s), [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *no_state, *extra],
              dict(os.environ, FAKE_NVML_SCENARIO=s))
             for s in scenarios for extra in ([], ["--collector", "processes"])]
+    # XID series: a journal with an XID for GPU 0 of h100x8 and one for a bus id
+    # that no GPU has, written as journald would (systemd-journal-remote)
+    runs.append(("h100x8.toml with XIDs in the journal",
+                 [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", "--journal-dir", xid_journal(),
+                  "--state-dir", temporary_directory("xid-state.")],
+                 dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "h100x8.toml"))))
     # and the reasons the collector writes when NVML cannot even be loaded
-    runs.append(("no library", [binary, "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--stdout"],
+    runs.append(("no library", [binary, "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--stdout", *no_state],
                  dict(os.environ)))
 
     def run(item):

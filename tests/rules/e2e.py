@@ -136,7 +136,7 @@ scrape_configs:
                 continue
             result = subprocess.run(
                 [self.exporter, "--nvml-lib", self.fake, "--output-dir", self.dirs[host],
-                 "--timeout", "5s", *extra],
+                 "--state-dir", self.dirs[host] + ".state", "--timeout", "5s", *extra],
                 env=dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, scenario)),
                 capture_output=True, text=True, timeout=30)
             if not os.path.exists(os.path.join(self.dirs[host], "nvidia_gpu.prom")):

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Cost of the xid collector per run, against real journal files written by
+# systemd-journal-remote (not part of make test; a measurement, not a test).
+#
+#   benches/xid_journal.sh [EXPORTER] [FAKE_NVML]
+#
+# Builds a journal of 100,000 kernel lines of this boot, 10,000 of them XIDs
+# (GPU 0 of tests/scenarios/h100x8.toml), and times, as medians of 10 runs:
+#   - the first run, which reads the whole window (exact count checked);
+#   - the common case, a run with no new kernel line (cursor at the end);
+#   - the same two with --no-collector xid, for the difference;
+#   - journalctl alone for the common case.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exe=${1:-target/release/nvidia-textfile-exporter}
+fake=${2:-target/debug/libfake_nvml.so}
+remote=/lib/systemd/systemd-journal-remote
+[ -x "$remote" ] || { echo "needs systemd-journal-remote (apt-get install systemd-journal-remote)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+boot=$(tr -d - </proc/sys/kernel/random/boot_id)
+python3 - "$boot" >"$work/export" <<'PY'
+import sys
+boot = sys.argv[1]
+out = sys.stdout
+for i in range(100_000):
+    mono = 1_000_000 + i * 10
+    if i % 10 == 0:
+        msg = "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
+    else:
+        msg = f"nvme nvme0: I/O {i} QID 3 timeout, completion polled"
+    out.write(f"__REALTIME_TIMESTAMP={1_700_000_000_000_000 + mono}\n__MONOTONIC_TIMESTAMP={mono}\n"
+              f"_BOOT_ID={boot}\n_TRANSPORT=kernel\nSYSLOG_FACILITY=0\nPRIORITY=4\n_HOSTNAME=gpu1\n"
+              f"MESSAGE={msg}\n\n")
+PY
+mkdir "$work/journal"
+"$remote" --output="$work/journal/system.journal" "$work/export" 2>/dev/null
+echo "journal: $(du -sh "$work/journal" | cut -f1), $(journalctl --directory="$work/journal" -q _TRANSPORT=kernel | wc -l) kernel lines"
+
+export FAKE_NVML_SCENARIO=tests/scenarios/h100x8.toml
+run() { "$exe" --nvml-lib "$fake" --stdout --write-state --journal-dir "$work/journal" "$@"; }
+ms() { local s e; s=$(date +%s%N); "$@" >/dev/null; e=$(date +%s%N); echo $(((e - s) / 1000000)); }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+first=() common=() none=() jc=()
+for _ in $(seq 10); do
+    rm -rf "$work/state"
+    first+=("$(ms run --state-dir "$work/state")")
+    count=$(run --state-dir "$work/state" | grep '^nvidia_gpu_xid_errors_total{gpu="0"' | awk '{print $2}')
+    [ "$count" = 10000 ] || { echo "counted $count XIDs, not 10000" >&2; exit 1; }
+    common+=("$(ms run --state-dir "$work/state")")
+    none+=("$(ms run --state-dir "$work/state" --no-collector xid)")
+    cursor=$(sed -n 's/^host xid.cursor //p' "$work/state/state")
+    jc+=("$(ms journalctl --directory="$work/journal" -q -o export --output-fields=MESSAGE,SYSLOG_FACILITY \
+        --after-cursor="$cursor" _TRANSPORT=kernel _BOOT_ID="$boot")")
+done
+printf 'first run, 100,000 kernel lines with 10,000 XIDs: %s ms (counted 10000)\n' "$(printf '%s\n' "${first[@]}" | median)"
+printf 'no new kernel line:                               %s ms\n' "$(printf '%s\n' "${common[@]}" | median)"
+printf 'without the xid collector:                        %s ms\n' "$(printf '%s\n' "${none[@]}" | median)"
+printf 'journalctl alone, no new line:                    %s ms\n' "$(printf '%s\n' "${jc[@]}" | median)"
