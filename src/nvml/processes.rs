@@ -83,11 +83,14 @@ type Entry = (u32, u64, u64);
 /// runs from `last_us` (on a first run, one period before the oldest entry) to
 /// the newest entry. Returns the utilization and the next `last_us period_us`.
 fn integrate(entries: &[Entry], last_us: u64, period_us: u64) -> Option<(Utilization, u64, u64)> {
-    let fresh: Vec<Entry> = entries
+    let mut fresh: Vec<Entry> = entries
         .iter()
         .copied()
         .filter(|&(_, ts, sm)| ts > last_us && sm <= 100)
         .collect();
+    // A process's entry repeated for one timestamp covers that period once.
+    fresh.sort_unstable_by_key(|&(pid, ts, _)| (ts, pid));
+    fresh.dedup_by_key(|&mut (pid, ts, _)| (ts, pid));
     let newest = fresh.iter().map(|&(_, ts, _)| ts).max()?;
     let mut stamps: Vec<u64> = fresh.iter().map(|&(_, ts, _)| ts).collect();
     stamps.sort_unstable();

@@ -386,6 +386,8 @@ fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
                 }
             }
             1 => u64::from(sample.sampleValue.uiVal),
+            // `unsigned long` is 64 bits on the Linux targets NVML supports.
+            #[allow(clippy::unnecessary_cast)]
             2 => sample.sampleValue.ulVal as u64,
             3 => sample.sampleValue.ullVal,
             4 => u64::try_from(sample.sampleValue.sllVal).unwrap_or(IMPOSSIBLE),
