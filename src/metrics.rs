@@ -98,19 +98,27 @@ families! {
 
     // Utilization.
     UTILIZATION: Gauge, "nvidia_gpu_utilization_ratio", [],
-        "Fraction of the last sample period during which a kernel ran on the GPU (0-1).";
+        "Mean fraction of time a kernel ran on the GPU, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples (MIG mode), the point reading of its last sample period.";
     MEMORY_UTILIZATION: Gauge, "nvidia_gpu_memory_utilization_ratio", [],
-        "Fraction of the last sample period during which device memory was read or written (0-1).";
+        "Mean fraction of time device memory was read or written, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples (MIG mode), the point reading of its last sample period.";
     ENCODER_UTILIZATION: Gauge, "nvidia_gpu_encoder_utilization_ratio", [],
-        "Fraction of the last sample period during which the video encoder was busy (0-1).";
+        "Mean fraction of time the video encoder was busy, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples, the point reading of its last sample period.";
     DECODER_UTILIZATION: Gauge, "nvidia_gpu_decoder_utilization_ratio", [],
-        "Fraction of the last sample period during which the video decoder was busy (0-1).";
+        "Mean fraction of time the video decoder was busy, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples, the point reading of its last sample period.";
     ENCODER_SESSIONS: Gauge, "nvidia_gpu_encoder_sessions", [],
         "Active video encoder sessions.";
     ENCODER_FPS: Gauge, "nvidia_gpu_encoder_average_fps", [],
         "Average frames per second over the active encoder sessions.";
     ENCODER_LATENCY: Gauge, "nvidia_gpu_encoder_average_latency_seconds", [],
         "Average encode latency over the active encoder sessions.";
+
+    // Window-complete utilization: NVML's samples integrated over time. The
+    // engine values are split between collectors: gpu and memory (utilization),
+    // encoder and decoder (media).
+    BUSY: Counter, "nvidia_gpu_busy_seconds_total", ["engine"],
+        "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples; rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
+    SAMPLED: Counter, "nvidia_gpu_sampled_seconds_total", ["engine"],
+        "Time covered by the NVML samples integrated into nvidia_gpu_busy_seconds_total, by engine; grows slower than wall time where samples were missed (a timer period longer than NVML's buffer, missed runs).";
 
     // Memory.
     MEMORY_USED: Gauge, "nvidia_gpu_memory_used_bytes", [],
@@ -246,6 +254,8 @@ families! {
         "Compute processes running on the GPU.";
     PROCESS_MEMORY_USED: Gauge, "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
         "Device memory used by a compute process, with its owner (only with --collector processes).";
+    PROCESS_UTILIZATION: Gauge, "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
+        "Mean fraction of time the SMs ran a compute process's kernels, over NVML's per-process samples since the previous run (0-1), with its owner (only with --collector processes).";
 }
 
 /// The values a reading of `family` can take on any GPU. A reading outside is a

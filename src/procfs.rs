@@ -1,8 +1,8 @@
 //! Who owns a GPU process: command, user, systemd unit, container and Slurm job,
 //! read from `/proc/<pid>` (or another procfs root, for tests).
 //!
-//! [`attribute`] adds owner labels to every `nvidia_gpu_process_memory_used_bytes`
-//! sample of a snapshot. Contract:
+//! [`attribute`] adds owner labels to every per-process sample of a snapshot
+//! (`nvidia_gpu_process_memory_used_bytes`, `nvidia_gpu_process_utilization_ratio`). Contract:
 //! - it never fails: a process that is gone, lives in another pid namespace, or
 //!   whose files cannot be read keeps only its `pid` label (and whatever could be
 //!   read);
@@ -169,12 +169,16 @@ fn container_id(component: &str) -> Option<String> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
+/// The families whose samples carry a `pid` and get owner labels.
+const PER_PROCESS: &[&metrics::Family] =
+    &[&metrics::PROCESS_MEMORY_USED, &metrics::PROCESS_UTILIZATION];
+
 /// Adds owner labels to every per-process sample of `snapshot`.
 pub fn attribute(snapshot: &mut Snapshot, procfs: &Path, users: &Users) {
     let mut owners: HashMap<String, Owner> = HashMap::new();
     for device in &mut snapshot.devices {
         for sample in &mut device.samples {
-            if sample.family != &metrics::PROCESS_MEMORY_USED {
+            if !PER_PROCESS.contains(&sample.family) {
                 continue;
             }
             let Some(pid) = sample.labels.iter().find(|l| l.name == "pid") else {

@@ -41,6 +41,12 @@ const FILE_NAME: &str = "state";
 /// A state file larger than this is not ours (a few hundred bytes per GPU).
 const MAX_SIZE: u64 = 4 << 20;
 
+/// Entries under keys starting with this belong to the boot, not to the
+/// driver: they are kept when the driver changes (running totals the exporter
+/// integrates itself from wall-clock-stamped samples, which a driver reload
+/// does not invalidate; see `nvml::window`).
+pub const BOOT_PREFIX: &str = "boot.";
+
 /// What the previous run left for one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuState {
@@ -242,14 +248,15 @@ impl Memory {
     }
 
     /// Stores what `devices` leave for the next run, read under
-    /// `driver_version`. A GPU that is down this run keeps the entries it had,
+    /// `driver_version` (a driver change drops all but the [`BOOT_PREFIX`]
+    /// entries). A GPU that is down this run keeps the entries it had,
     /// so its running totals continue when it comes back; GPUs not seen this
     /// run are kept (by UUID) for as long as this boot lasts.
     pub fn store(&mut self, devices: &[Device], driver_version: &str) {
         let mut next = self.previous.clone();
         if next.driver_version != driver_version {
             for gpu in next.gpus.values_mut() {
-                gpu.entries.clear();
+                gpu.entries.retain(|key, _| key.starts_with(BOOT_PREFIX));
             }
             next.driver_version = driver_version.to_owned();
         }

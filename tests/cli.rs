@@ -1312,3 +1312,247 @@ fn no_collector_xid_leaves_the_families_out() {
         .unwrap()
         .contains("nvidia_gpu_xid_"));
 }
+
+/// One run of `scenario_name` at the fake NVML clock `clock_us` with the state
+/// directory `state` (read and stored); checks it succeeded and returns its text.
+fn run_at(scenario_name: &str, state: &Path, clock_us: u64, args: &[&str]) -> String {
+    let clock = clock_us.to_string();
+    let mut all_args = vec!["--stdout", "--write-state"];
+    all_args.extend_from_slice(args);
+    let output = exporter_with_state(
+        scenario_name,
+        state,
+        &all_args,
+        &[("FAKE_NVML_CLOCK_US", &clock)],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    promtool_check(scenario_name, &text);
+    text
+}
+
+/// The value of the sample of `name` whose labels contain `labels`.
+fn value_of(text: &str, name: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+/// Busy and sampled seconds of the GPU engine, and its utilization ratio.
+fn window_of(text: &str) -> (f64, f64, Option<f64>) {
+    let engine = "engine=\"gpu\"";
+    (
+        value_of(text, "nvidia_gpu_busy_seconds_total", engine).expect("busy"),
+        value_of(text, "nvidia_gpu_sampled_seconds_total", engine).expect("sampled"),
+        value_of(text, "nvidia_gpu_utilization_ratio", "gpu=\"0\""),
+    )
+}
+
+/// A time (µs) at a 2 s boundary, so that a busy second starts there.
+const T0: u64 = 1_750_000_000_000_000;
+const SECOND: u64 = 1_000_000;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// A 50 % duty cycle (1 s busy, 1 s idle) read every 10 s gives 0.5 every run
+/// and busy/sampled grow by exactly 5 s/10 s; the first run takes NVML's whole
+/// buffer (71 samples, 14.2 s; the duplicated newest sample covers nothing).
+#[test]
+fn duty_cycle_is_read_completely_every_window() {
+    let state = tempfile::tempdir().unwrap();
+    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    let (busy, sampled, ratio) = window_of(&first);
+    assert!(close(sampled, 14.2), "{first}");
+    // Samples k-70..=k with k at a busy start: 36 busy of 71.
+    assert!(close(busy, 7.2), "{first}");
+    assert!(close(ratio.unwrap(), 36.0 / 71.0));
+    assert!(close(
+        value_of(&first, "nvidia_gpu_memory_utilization_ratio", "gpu=\"0\"").unwrap(),
+        0.8 * 36.0 / 71.0
+    ));
+    let (mut busy, mut sampled) = (busy, sampled);
+    for run in 1..=4 {
+        let text = run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &[]);
+        let (now_busy, now_sampled, ratio) = window_of(&text);
+        assert_eq!(ratio, Some(0.5), "run {run}");
+        assert!(
+            close(now_busy - busy, 5.0),
+            "run {run}: {now_busy} after {busy}"
+        );
+        assert!(close(now_sampled - sampled, 10.0), "run {run}");
+        (busy, sampled) = (now_busy, now_sampled);
+    }
+    // Encoder and decoder keep no samples here: point readings, no counters.
+    let text = run_at("duty-cycle", state.path(), T0 + 50 * SECOND, &[]);
+    assert_eq!(
+        value_of(&text, "nvidia_gpu_decoder_utilization_ratio", "gpu=\"0\""),
+        Some(0.03)
+    );
+    assert!(!text.contains("engine=\"decoder\""), "{text}");
+    assert!(text.contains("nvidia_gpu_collector_state_ok 1\n"));
+}
+
+/// A timer period longer than NVML's buffer: the missing time is not invented,
+/// it shows as sampled time growing slower than wall time.
+#[test]
+fn a_gap_longer_than_the_buffer_shows_in_sampled_time() {
+    let state = tempfile::tempdir().unwrap();
+    let (_, before, _) = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
+    let (_, after, ratio) = window_of(&run_at("duty-cycle", state.path(), T0 + 30 * SECOND, &[]));
+    assert!(close(after - before, 14.2), "{before} -> {after}");
+    assert!(ratio.is_some());
+}
+
+/// Two runs with no sample in between: the ratio is left out (nothing new to
+/// average), the counters stay as they were.
+#[test]
+fn no_new_samples_leave_the_ratio_out_and_the_counters_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let first = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
+    let second = window_of(&run_at("duty-cycle", state.path(), T0 + 100_000, &[]));
+    assert_eq!((second.0, second.1), (first.0, first.1));
+    assert_eq!(second.2, None);
+}
+
+/// The clock stepped back: nothing is counted twice and the counters never go
+/// back; a small step costs the time until the clock passes the last sample
+/// again, a large one (the system clock behind the last sample) re-reads the
+/// buffer.
+#[test]
+fn a_clock_stepped_back_counts_nothing_twice() {
+    let state = tempfile::tempdir().unwrap();
+    let first = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
+    let stepped = window_of(&run_at("duty-cycle", state.path(), T0 - 5 * SECOND, &[]));
+    assert_eq!((stepped.0, stepped.1, stepped.2), (first.0, first.1, None));
+    let later = window_of(&run_at("duty-cycle", state.path(), T0 + 10 * SECOND, &[]));
+    assert!(close(later.1 - first.1, 10.0));
+    assert_eq!(later.2, Some(0.5));
+
+    // Samples stamped a day ahead of the system clock, then the clock put right.
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let aligned = now_us / (2 * SECOND) * (2 * SECOND);
+    let ahead = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        aligned + 86_400 * SECOND,
+        &[],
+    ));
+    let back = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        aligned - 3_600 * SECOND,
+        &[],
+    ));
+    assert!(ahead.1 >= later.1 && ahead.0 >= later.0);
+    assert!(close(back.1 - ahead.1, 14.2), "{ahead:?} -> {back:?}");
+    assert!(back.2.is_some());
+    let after = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        aligned - 3_590 * SECOND,
+        &[],
+    ));
+    assert!(close(after.1 - back.1, 10.0));
+    assert_eq!(after.2, Some(0.5));
+}
+
+/// A GPU reset empties NVML's buffer: the counters continue from the state and
+/// cover only the samples taken since.
+#[test]
+fn a_gpu_reset_continues_the_counters() {
+    let reset = 1_800_000_000_000_000;
+    let state = tempfile::tempdir().unwrap();
+    let before = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        reset - 10 * SECOND,
+        &[],
+    ));
+    let after = window_of(&run_at("duty-cycle", state.path(), reset + 4 * SECOND, &[]));
+    assert!(close(after.1 - before.1, 4.0), "{before:?} -> {after:?}");
+    assert!(after.0 >= before.0);
+}
+
+/// Lost or damaged state: the run still publishes, from the whole buffer,
+/// and says so in nvidia_gpu_collector_state_ok.
+#[test]
+fn missing_or_corrupt_state_still_publishes() {
+    let state = tempfile::tempdir().unwrap();
+    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    assert!(first.contains("nvidia_gpu_collector_state_ok 0\n"));
+    fs::write(state.path().join("state"), "garbage\n").unwrap();
+    let output = exporter_with_state(
+        "duty-cycle",
+        state.path(),
+        &["--stdout"],
+        &[("FAKE_NVML_CLOCK_US", &(T0 + 10 * SECOND).to_string())],
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"));
+    let (_, sampled, ratio) = window_of(&text);
+    assert!(close(sampled, 14.2));
+    assert!(ratio.is_some());
+}
+
+/// Where NVML keeps no samples (MIG mode), the point reading, said in HELP;
+/// no counters are invented.
+#[test]
+fn mig_mode_falls_back_to_the_point_reading() {
+    let state = tempfile::tempdir().unwrap();
+    let text = run_at("mig-point-reading", state.path(), T0, &[]);
+    assert_eq!(
+        value_of(&text, "nvidia_gpu_utilization_ratio", "gpu=\"0\""),
+        Some(0.42)
+    );
+    assert_eq!(
+        value_of(&text, "nvidia_gpu_memory_utilization_ratio", "gpu=\"0\""),
+        Some(0.07)
+    );
+    assert!(!text.contains("nvidia_gpu_busy_seconds_total{"));
+    assert!(
+        text.contains("# HELP nvidia_gpu_utilization_ratio ")
+            && text.contains("(MIG mode), the point reading")
+    );
+}
+
+/// Per process: the mean SM utilization since the previous run, with the same
+/// owner labels as its memory series.
+#[test]
+fn process_utilization_is_the_mean_since_the_previous_run() {
+    let state = tempfile::tempdir().unwrap();
+    let procfs = tempfile::tempdir().unwrap();
+    let dir = procfs.path().join("4242");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("comm"), "train\n").unwrap();
+    fs::write(dir.join("cgroup"), "0::/system.slice/train.service\n").unwrap();
+    let args = [
+        "--collector",
+        "processes",
+        "--procfs",
+        procfs.path().to_str().unwrap(),
+    ];
+    let owner = "pid=\"4242\",comm=\"train\",systemd_unit=\"train.service\"";
+    let first = run_at("duty-cycle", state.path(), T0, &args);
+    assert!(
+        close(
+            value_of(&first, "nvidia_gpu_process_utilization_ratio", owner).unwrap(),
+            36.0 / 71.0
+        ),
+        "{first}"
+    );
+    assert!(value_of(&first, "nvidia_gpu_process_memory_used_bytes", owner).is_some());
+    for run in 1..=2 {
+        let text = run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &args);
+        assert_eq!(
+            value_of(&text, "nvidia_gpu_process_utilization_ratio", owner),
+            Some(0.5)
+        );
+    }
+}

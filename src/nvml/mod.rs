@@ -32,6 +32,7 @@ mod reader;
 pub mod registry;
 mod thermal;
 mod utilization;
+mod window;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -181,12 +182,25 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
     } else {
         if !options.memory.is_empty() {
             log::info!(
-                "the driver changed ({} -> {driver_version}): not using the previous run's memory",
+                "the driver changed ({} -> {driver_version}): using only the boot's \
+                 running totals of the previous run's memory",
                 options.memory_driver
             );
         }
+        let boot_only = options
+            .memory
+            .iter()
+            .map(|(uuid, entries)| {
+                let kept = entries
+                    .iter()
+                    .filter(|(key, _)| key.starts_with(crate::state::BOOT_PREFIX))
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect();
+                (uuid.clone(), kept)
+            })
+            .collect();
         Options {
-            memory: BTreeMap::new(),
+            memory: boot_only,
             ..options.clone()
         }
     };

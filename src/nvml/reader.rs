@@ -174,14 +174,12 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// What the previous run remembered under `key`, if anything.
-    #[allow(dead_code)] // used by the sample-window readers
     pub fn recall(&self, key: &str) -> Option<&str> {
         self.recalled.get(key).map(String::as_str)
     }
 
     /// Leaves `value` under `key` for the next run (a one-word key; the value
     /// must hold no line break).
-    #[allow(dead_code)] // used by the sample-window readers
     pub fn remember(&mut self, key: &str, value: String) {
         self.remembered.insert(key.to_owned(), value);
     }
@@ -314,6 +312,25 @@ impl<'n> DeviceReader<'n> {
         self.read(call, |device| unsafe {
             read(device.nvml().lib(), device.handle())
         })
+    }
+
+    /// Like [`DeviceReader::try_read`], but hands `read` the raw library and
+    /// handle: for calls whose errors are partly answers (NOT_FOUND meaning
+    /// "no new samples").
+    pub fn try_read_raw<T>(
+        &mut self,
+        call: &'static str,
+        read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
+    ) -> Option<Result<T, NvmlError>> {
+        // SAFETY: the handle stays valid while `self.device` (and so NVML) lives.
+        self.try_read(call, |device| unsafe {
+            read(device.nvml().lib(), device.handle())
+        })
+    }
+
+    /// NVML's index of this GPU, for log lines.
+    pub fn index(&self) -> u32 {
+        self.index
     }
 
     /// Reads a string getter, decoding invalid UTF-8 lossily instead of failing,

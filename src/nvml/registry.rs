@@ -8,7 +8,8 @@
 //! one row here and one reader file.
 //!
 //! Invariants (checked by tests): names are unique kebab-case; every family is
-//! emitted by at most one collector; a collector's reader emits only its
+//! emitted by at most one collector, except those in [`SHARED`], whose label
+//! values are split between collectors; a collector's reader emits only its
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
 use super::reader::DeviceReader;
@@ -69,11 +70,13 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "utilization",
         default: true,
-        help: "GPU and memory utilization ratios, count of compute processes.",
+        help: "GPU and memory utilization over the samples since the previous run, busy and sampled time, count of compute processes.",
         families: &[
             &metrics::UTILIZATION,
             &metrics::MEMORY_UTILIZATION,
             &metrics::PROCESSES,
+            &metrics::BUSY,
+            &metrics::SAMPLED,
         ],
         fields: &[],
         read: Read::Device(utilization::read),
@@ -183,13 +186,15 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "media",
         default: true,
-        help: "Video encoder/decoder utilization and encoder sessions.",
+        help: "Video encoder/decoder utilization over the samples since the previous run, their busy and sampled time, encoder sessions.",
         families: &[
             &metrics::ENCODER_UTILIZATION,
             &metrics::DECODER_UTILIZATION,
             &metrics::ENCODER_SESSIONS,
             &metrics::ENCODER_FPS,
             &metrics::ENCODER_LATENCY,
+            &metrics::BUSY,
+            &metrics::SAMPLED,
         ],
         fields: &[],
         read: Read::Device(media::read),
@@ -235,8 +240,8 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "processes",
         default: false,
-        help: "Per-process GPU memory with owner attribution from /proc (pids churn series).",
-        families: &[&metrics::PROCESS_MEMORY_USED],
+        help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
+        families: &[&metrics::PROCESS_MEMORY_USED, &metrics::PROCESS_UTILIZATION],
         fields: &[],
         read: Read::Device(processes::read),
     },
@@ -254,6 +259,11 @@ pub static ALL: &[Collector] = &[
     },
 ];
 
+/// Families that more than one collector emits, each with its own values of
+/// the `engine` label: gpu and memory from `utilization`, encoder and decoder
+/// from `media` (each reads the sample buffers of its own engines).
+pub static SHARED: &[&Family] = &[&metrics::BUSY, &metrics::SAMPLED];
+
 /// The collector called `name`.
 pub fn by_name(name: &str) -> Option<&'static Collector> {
     ALL.iter().find(|collector| collector.name == name)
@@ -265,7 +275,7 @@ pub fn defaults() -> impl Iterator<Item = &'static Collector> {
 }
 
 /// The collector that may emit `family`, if one does (the always-written
-/// families belong to none).
+/// families belong to none; for a [`SHARED`] family, the first that emits it).
 pub fn owner(family: &Family) -> Option<&'static Collector> {
     ALL.iter()
         .find(|collector| collector.families.iter().any(|f| f.index == family.index))
@@ -294,6 +304,9 @@ mod tests {
         let mut seen = HashSet::new();
         for collector in ALL {
             for family in collector.families {
+                if SHARED.iter().any(|shared| shared.index == family.index) {
+                    continue;
+                }
                 assert!(seen.insert(family.name), "{} listed twice", family.name);
             }
         }

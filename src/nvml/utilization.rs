@@ -1,6 +1,8 @@
-//! Utilization ratios and the count of compute processes.
+//! Utilization ratios of the GPU and its memory (from NVML's sample buffers,
+//! see `window`), and the count of compute processes.
 
 use super::reader::DeviceReader;
+use super::window::{self, Engine, Outcome};
 use crate::metrics;
 
 /// NVML reports utilization in percent of its sample period; a reading above 100
@@ -10,14 +12,31 @@ pub(super) fn percent_to_ratio(percent: u32) -> Option<f64> {
 }
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    if let Some(rates) = reader.read("nvmlDeviceGetUtilizationRates", |d| d.utilization_rates()) {
-        for (family, percent) in [
-            (&metrics::UTILIZATION, rates.gpu),
-            (&metrics::MEMORY_UTILIZATION, rates.memory),
-        ] {
-            match percent_to_ratio(percent) {
-                Some(ratio) => reader.gauge(family, ratio),
-                None => reader.reject(family, f64::from(percent)),
+    let gpu = window::read(reader, Engine::Gpu);
+    let memory = window::read(reader, Engine::Memory);
+    // Where NVML keeps no samples (MIG mode), its point reading of the last
+    // sample period is all there is; the HELP says so.
+    let fallback: Vec<Engine> = [(Engine::Gpu, gpu), (Engine::Memory, memory)]
+        .into_iter()
+        .filter(|(_, outcome)| matches!(outcome, Outcome::Unsupported))
+        .map(|(engine, _)| engine)
+        .collect();
+    if !fallback.is_empty() {
+        log::debug!(
+            "GPU {}: no utilization samples; using nvmlDeviceGetUtilizationRates",
+            reader.index()
+        );
+        if let Some(rates) = reader.read("nvmlDeviceGetUtilizationRates", |d| d.utilization_rates())
+        {
+            for engine in fallback {
+                let percent = match engine {
+                    Engine::Gpu => rates.gpu,
+                    _ => rates.memory,
+                };
+                match percent_to_ratio(percent) {
+                    Some(ratio) => reader.gauge(engine.family(), ratio),
+                    None => reader.reject(engine.family(), f64::from(percent)),
+                }
             }
         }
     }

@@ -9,7 +9,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::ffi::*;
-use crate::scenario::{Gpu, Memory, Text, MAX_MIG_SLOTS};
+use crate::scenario::{
+    pattern_value, Gpu, Memory, Text, CLOCK_ENV, DEFAULT_CLOCK_US, MAX_MIG_SLOTS,
+};
 use crate::state::{
     device_call, gpu_handle, guard, handle_by_index, init, mig_handle, shutdown, system_call,
     OnMig, Ret,
@@ -769,6 +771,118 @@ export! {
             });
         }
         *infoCount = n;
+        Ok(())
+    }
+}
+
+// Sample buffers
+
+/// "Now" for the sample buffers: `FAKE_NVML_CLOCK_US`, or a fixed default.
+/// An unparsable value answers `NVML_ERROR_UNKNOWN`.
+fn clock_us() -> Result<u64, nvmlReturn_t> {
+    match std::env::var(CLOCK_ENV) {
+        Ok(text) => text.trim().parse().map_err(|_| {
+            eprintln!("fake-nvml: {CLOCK_ENV}={text:?} is not a number of µs");
+            NVML_ERROR_UNKNOWN
+        }),
+        Err(_) => Ok(DEFAULT_CLOCK_US),
+    }
+}
+
+/// `NVML_VALUE_TYPE_UNSIGNED_INT`, the type of utilization samples.
+const NVML_VALUE_TYPE_UNSIGNED_INT: nvmlValueType_t = 1;
+
+export! {
+    fn nvmlDeviceGetSamples(
+        device: nvmlDevice_t,
+        kind: c_uint,
+        lastSeenTimeStamp: c_ulonglong,
+        sampleValType: *mut nvmlValueType_t,
+        sampleCount: *mut c_uint,
+        samples: *mut nvmlSample_t,
+    ) {
+        let outs_ok = !sampleValType.is_null() && !sampleCount.is_null();
+        let d = device_call(SYM, device, outs_ok, OnMig::NotSupported)?;
+        if kind > 6 {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let buffers = d.gpu().samples.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let pattern = buffers.pattern(kind).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let stamps: Vec<u64> = buffers
+            .timestamps(clock_us()?)
+            .into_iter()
+            .filter(|&ts| ts > lastSeenTimeStamp)
+            .collect();
+        if stamps.is_empty() {
+            return Err(NVML_ERROR_NOT_FOUND);
+        }
+        let n = stamps.len() as c_uint;
+        *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        if samples.is_null() {
+            *sampleCount = n;
+            return Ok(());
+        }
+        if *sampleCount < n {
+            *sampleCount = n;
+            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+        }
+        for (i, &ts) in stamps.iter().enumerate() {
+            samples.add(i).write(nvmlSample_t {
+                timeStamp: ts,
+                sampleValue: nvmlValue_t {
+                    uiVal: pattern_value(pattern, ts, buffers.period_us),
+                },
+            });
+        }
+        *sampleCount = n;
+        Ok(())
+    }
+
+    fn nvmlDeviceGetProcessUtilization(
+        device: nvmlDevice_t,
+        utilization: *mut nvmlProcessUtilizationSample_t,
+        processSamplesCount: *mut c_uint,
+        lastSeenTimeStamp: c_ulonglong,
+    ) {
+        let d = device_call(SYM, device, !processSamplesCount.is_null(), OnMig::NotSupported)?;
+        let buffers = d.gpu().samples.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let mut entries = Vec::new();
+        for ts in buffers.timestamps(clock_us()?) {
+            if ts <= lastSeenTimeStamp {
+                continue;
+            }
+            for process in d.gpu().processes.iter().flatten() {
+                let Some(pattern) = &process.sm else { continue };
+                let sm = pattern_value(pattern, ts, buffers.period_us);
+                // NVML lists a process only for sample periods it used the GPU in.
+                if sm > 0 {
+                    entries.push(nvmlProcessUtilizationSample_t {
+                        pid: process.pid,
+                        timeStamp: ts,
+                        smUtil: sm,
+                        memUtil: 0,
+                        encUtil: 0,
+                        decUtil: 0,
+                    });
+                }
+            }
+        }
+        if entries.is_empty() {
+            return Err(NVML_ERROR_NOT_FOUND);
+        }
+        let n = entries.len() as c_uint;
+        if utilization.is_null() {
+            *processSamplesCount = n;
+            return Ok(());
+        }
+        if *processSamplesCount < n {
+            *processSamplesCount = n;
+            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+        }
+        for (i, entry) in entries.into_iter().enumerate() {
+            utilization.add(i).write(entry);
+        }
+        *processSamplesCount = n;
         Ok(())
     }
 }

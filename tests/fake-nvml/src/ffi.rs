@@ -298,3 +298,23 @@ pub fn return_code_by_name(name: &str) -> Option<nvmlReturn_t> {
         .find(|(n, _, _)| *n == name)
         .map(|(_, c, _)| *c)
 }
+
+/// `nvmlSample_t`
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlSample_t {
+    pub timeStamp: c_ulonglong,
+    pub sampleValue: nvmlValue_t,
+}
+
+/// `nvmlProcessUtilizationSample_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlProcessUtilizationSample_t {
+    pub pid: c_uint,
+    pub timeStamp: c_ulonglong,
+    pub smUtil: c_uint,
+    pub memUtil: c_uint,
+    pub encUtil: c_uint,
+    pub decUtil: c_uint,
+}

@@ -90,6 +90,8 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetComputeInstanceId",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
     "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetSamples",
+    "nvmlDeviceGetProcessUtilization",
 ];
 
 /// Symbols that read no scenario value (no per-symbol errors or delays).
@@ -194,6 +196,9 @@ pub struct Gpu {
     pub max_mig_device_count: Option<u32>,
     pub mig_devices: Option<Vec<MigDevice>>,
     pub processes: Option<Vec<Process>>,
+    /// NVML's utilization sample buffers (`nvmlDeviceGetSamples`,
+    /// `nvmlDeviceGetProcessUtilization`); absent: not supported.
+    pub samples: Option<Samples>,
     #[serde(default)]
     pub lost: bool,
     #[serde(default)]
@@ -387,6 +392,113 @@ pub struct Process {
     pub gpu_instance_id: u32,
     #[serde(default = "no_instance")]
     pub compute_instance_id: u32,
+    /// SM utilization pattern (percent) over the GPU's sample clock, for
+    /// `nvmlDeviceGetProcessUtilization`; absent: the process never appears there.
+    pub sm: Option<Vec<u32>>,
+}
+
+/// A GPU's sample buffers: every `period_us` (timestamps are multiples of
+/// it) one sample per engine, the newest `buffer` kept, generated from the
+/// clock `FAKE_NVML_CLOCK_US`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Samples {
+    pub period_us: u64,
+    #[serde(default = "default_buffer")]
+    pub buffer: u32,
+    /// Percent patterns per engine: sample k (timestamp k × period_us) has
+    /// `pattern[k % len]`; an engine left out answers NOT_SUPPORTED.
+    pub gpu: Option<Vec<u32>>,
+    pub memory: Option<Vec<u32>>,
+    pub encoder: Option<Vec<u32>>,
+    pub decoder: Option<Vec<u32>>,
+    /// Spans `[from_us, to_us)` in which no sample was taken.
+    #[serde(default)]
+    pub gaps: Vec<Gap>,
+    /// Times at which the buffer was emptied (a GPU reset, a driver reload):
+    /// samples at or before the latest one not after now are gone.
+    #[serde(default)]
+    pub resets_us: Vec<u64>,
+    /// The newest sample is returned twice (same timestamp).
+    #[serde(default)]
+    pub duplicate_last: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gap {
+    pub from_us: u64,
+    pub to_us: u64,
+}
+
+/// The H200's buffer: 71 samples (14 s at 200 ms).
+fn default_buffer() -> u32 {
+    71
+}
+
+/// The clock the sample buffers are generated from, when
+/// `FAKE_NVML_CLOCK_US` is unset (so that output is the same every run).
+pub const DEFAULT_CLOCK_US: u64 = 1_717_200_000_000_000;
+
+/// Environment variable giving the fake's "now" in µs of wall time.
+pub const CLOCK_ENV: &str = "FAKE_NVML_CLOCK_US";
+
+impl Samples {
+    /// The timestamps in the buffer at `now_us`, oldest first.
+    pub fn timestamps(&self, now_us: u64) -> Vec<u64> {
+        let period = self.period_us;
+        let cutoff = self
+            .resets_us
+            .iter()
+            .copied()
+            .filter(|&r| r <= now_us)
+            .max();
+        let mut stamps = Vec::new();
+        let mut k = now_us / period;
+        while stamps.len() < self.buffer as usize {
+            let ts = k * period;
+            if cutoff.is_some_and(|c| ts <= c) {
+                break;
+            }
+            match self.gaps.iter().find(|g| g.from_us <= ts && ts < g.to_us) {
+                // Jump to the last sample before the gap.
+                Some(gap) => match gap.from_us.checked_sub(1) {
+                    Some(before) => k = before / period,
+                    None => break,
+                },
+                None => {
+                    stamps.push(ts);
+                    match k.checked_sub(1) {
+                        Some(next) => k = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+        stamps.reverse();
+        if self.duplicate_last {
+            if let Some(&last) = stamps.last() {
+                stamps.push(last);
+            }
+        }
+        stamps
+    }
+
+    /// The pattern of sampling type `kind` (1 GPU, 2 memory, 3 encoder, 4 decoder).
+    pub fn pattern(&self, kind: u32) -> Option<&[u32]> {
+        match kind {
+            1 => self.gpu.as_deref(),
+            2 => self.memory.as_deref(),
+            3 => self.encoder.as_deref(),
+            4 => self.decoder.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Sample k's value in `pattern`.
+pub fn pattern_value(pattern: &[u32], ts: u64, period_us: u64) -> u32 {
+    pattern[((ts / period_us) % pattern.len() as u64) as usize]
 }
 
 fn no_instance() -> u32 {
@@ -572,6 +684,21 @@ impl Scenario {
                     &Some(mig.uuid.clone()),
                     MAX_TEXT,
                 )?;
+            }
+            if let Some(samples) = &gpu.samples {
+                if samples.period_us == 0 || samples.buffer == 0 {
+                    return Err(at("samples: period_us and buffer must be positive"));
+                }
+                for kind in 1..=4 {
+                    if samples.pattern(kind).is_some_and(<[u32]>::is_empty) {
+                        return Err(at("samples: an engine pattern is empty"));
+                    }
+                }
+            }
+            for (p, process) in gpu.processes.iter().flatten().enumerate() {
+                if process.sm.as_ref().is_some_and(Vec::is_empty) {
+                    return Err(at(&format!("processes[{p}].sm is empty")));
+                }
             }
             let mut fields = HashMap::new();
             for (key, value) in &gpu.field_values {

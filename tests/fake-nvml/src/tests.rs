@@ -38,6 +38,12 @@ macro_rules! same_layout {
 
 #[test]
 fn layouts_match_nvml_bindings() {
+    same_layout!(nvmlSample_t, sys::nvmlSample_t, [timeStamp, sampleValue]);
+    same_layout!(
+        nvmlProcessUtilizationSample_t,
+        sys::nvmlProcessUtilizationSample_t,
+        [pid, timeStamp, smUtil, memUtil, encUtil, decUtil]
+    );
     same_layout!(
         nvmlPciInfo_t,
         sys::nvmlPciInfo_t,
@@ -208,7 +214,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 69);
+    assert_eq!(n, 71);
 }
 
 #[test]
@@ -1299,4 +1305,92 @@ fn concurrent_calls_from_many_threads() {
             });
         }
     });
+}
+
+const SAMPLED: &str = r#"
+description = "unit test: sample buffers"
+[[gpu]]
+samples = { period_us = 100, buffer = 5, gpu = [100, 0], gaps = [ { from_us = 250, to_us = 450 } ], resets_us = [50], duplicate_last = true }
+processes = [ { pid = 7, sm = [0, 30] }, { pid = 8 } ]
+"#;
+
+#[test]
+fn sample_buffers_follow_the_clock_gaps_resets_and_lastseen() {
+    let buffers = scenario::parse(SAMPLED)
+        .unwrap()
+        .gpus
+        .remove(0)
+        .samples
+        .unwrap();
+    // Sample times are multiples of the period; none in the gap; none at or
+    // before the reset; the newest five, the last one twice.
+    assert_eq!(buffers.timestamps(1000), [600, 700, 800, 900, 1000, 1000]);
+    assert_eq!(buffers.timestamps(520), [100, 200, 500, 500]);
+    assert_eq!(buffers.timestamps(40), [0, 0]);
+
+    let _s = start(SAMPLED);
+    let h = handle(0);
+    std::env::set_var(scenario::CLOCK_ENV, "520");
+    unsafe {
+        let mut kind: nvmlValueType_t = 9;
+        let mut count: c_uint = 0;
+        let none = std::ptr::null_mut();
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 1, 0, &mut kind, &mut count, none),
+            NVML_SUCCESS
+        );
+        assert_eq!((kind, count), (1, 4));
+        let mut buf = [nvmlSample_t {
+            timeStamp: 0,
+            sampleValue: nvmlValue_t { ullVal: 0 },
+        }; 8];
+        count = 2;
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 1, 0, &mut kind, &mut count, buf.as_mut_ptr()),
+            NVML_ERROR_INSUFFICIENT_SIZE
+        );
+        assert_eq!(count, 4);
+        count = 8;
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 1, 150, &mut kind, &mut count, buf.as_mut_ptr()),
+            NVML_SUCCESS
+        );
+        assert_eq!(count, 3);
+        let got: Vec<(u64, u32)> = buf[..3]
+            .iter()
+            .map(|s| (s.timeStamp, s.sampleValue.uiVal))
+            .collect();
+        assert_eq!(got, [(200, 100), (500, 0), (500, 0)]);
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 1, 500, &mut kind, &mut count, buf.as_mut_ptr()),
+            NVML_ERROR_NOT_FOUND
+        );
+        // An engine without a pattern, and other sampling types: not supported.
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 2, 0, &mut kind, &mut count, none),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 0, 0, &mut kind, &mut count, none),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+
+        // Per process: an entry only for a period the process used the GPU in.
+        let mut entries = [nvmlProcessUtilizationSample_t::default(); 8];
+        count = 8;
+        assert_eq!(
+            nvmlDeviceGetProcessUtilization(h, entries.as_mut_ptr(), &mut count, 0),
+            NVML_SUCCESS
+        );
+        let got: Vec<(u32, u64, u32)> = entries[..count as usize]
+            .iter()
+            .map(|e| (e.pid, e.timeStamp, e.smUtil))
+            .collect();
+        assert_eq!(got, [(7, 100, 30), (7, 500, 30), (7, 500, 30)]);
+        assert_eq!(
+            nvmlDeviceGetProcessUtilization(h, entries.as_mut_ptr(), &mut count, 500),
+            NVML_ERROR_NOT_FOUND
+        );
+    }
+    std::env::remove_var(scenario::CLOCK_ENV);
 }

@@ -1,0 +1,526 @@
+//! Window-complete utilization: NVML's own sample buffers, read since the
+//! previous run and integrated into busy and sampled time.
+//!
+//! `nvmlDeviceGetUtilizationRates` is a point reading of NVML's last sample
+//! period, so a 15 s timer sees one sample in 75 and aliases any periodic load.
+//! NVML also keeps a ring buffer of samples per engine (on an H200 with driver
+//! 580: 71 samples 200 ms apart, 14 s); `nvmlDeviceGetSamples` with
+//! `lastSeenTimeStamp` returns those newer than it, in the order they were
+//! taken, or `NVML_ERROR_NOT_FOUND` when there are none. Each run reads the
+//! samples since the last one the previous run consumed (the whole buffer on a
+//! first run) in one call per engine, and keeps per engine, in the state entry
+//! `boot.util.<engine>` ([`Carry`]): that timestamp, the observed sample
+//! period, and running totals of busy and sampled time.
+//!
+//! How each sample's interval is decided (a sample is the average over the
+//! period that ends at its timestamp):
+//! - the difference to the previous sample's timestamp, capped by the observed
+//!   sample period (the smallest positive difference between consecutive
+//!   samples, or the last one observed): a gap (a timer period longer than the
+//!   buffer, missed runs, a GPU reset that emptied the buffer) is not filled in,
+//!   so `sampled` grows slower than wall time there;
+//! - the first sample of a run takes the previous run's last timestamp as its
+//!   predecessor; with none (first run, or after a clock step), one period;
+//! - a duplicate timestamp covers nothing;
+//! - timestamps are CPU wall-clock µs: where they go backwards within one
+//!   answer, the clock was stepped back, and only the samples after the last
+//!   step are consumed (those before it were taken on the old clock and may
+//!   have been counted already); after a step back NVML has nothing newer than
+//!   our last timestamp, so when the system clock is behind it, the whole
+//!   buffer is read again and its samples after the last step are taken
+//!   ([`ClockStep`]).
+//!
+//! The totals only grow: within a boot the state keeps them across GPU resets
+//! and driver reloads (`boot.` entries outlive a driver change, see `state`);
+//! a lost or damaged state starts them at 0, which Prometheus sees as a reset.
+
+use std::ffi::c_uint;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper_sys::bindings::{
+    nvmlSample_t, nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
+    nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
+    nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
+    nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES, nvmlSamplingType_t, nvmlValueType_t,
+};
+
+use super::reader::DeviceReader;
+use super::unsupported;
+use crate::metrics::{self, Family};
+use crate::snapshot::Sample;
+
+/// One NVML sampling engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Engine {
+    Gpu,
+    Memory,
+    Encoder,
+    Decoder,
+}
+
+impl Engine {
+    /// The `engine` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Gpu => "gpu",
+            Engine::Memory => "memory",
+            Engine::Encoder => "encoder",
+            Engine::Decoder => "decoder",
+        }
+    }
+
+    /// The ratio family it feeds.
+    pub fn family(self) -> &'static Family {
+        match self {
+            Engine::Gpu => &metrics::UTILIZATION,
+            Engine::Memory => &metrics::MEMORY_UTILIZATION,
+            Engine::Encoder => &metrics::ENCODER_UTILIZATION,
+            Engine::Decoder => &metrics::DECODER_UTILIZATION,
+        }
+    }
+
+    fn sampling_type(self) -> nvmlSamplingType_t {
+        match self {
+            Engine::Gpu => nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
+            Engine::Memory => nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES,
+            Engine::Encoder => nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
+            Engine::Decoder => nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
+        }
+    }
+
+    /// The state key of its [`Carry`].
+    fn key(self) -> String {
+        format!("boot.util.{}", self.label())
+    }
+}
+
+/// What one engine carries from run to run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Carry {
+    /// Timestamp (µs of CPU wall clock) of the last sample consumed; 0: none.
+    pub last_us: u64,
+    /// The sample period observed last; 0: not known yet.
+    pub period_us: u64,
+    /// Busy time so far: the sum of percent × µs.
+    pub busy_percent_us: u64,
+    /// Time the consumed samples covered so far, µs.
+    pub sampled_us: u64,
+}
+
+impl Carry {
+    /// Parses `last period busy sampled`; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Carry> {
+        let numbers: Vec<u64> = text
+            .split(' ')
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let [last_us, period_us, busy_percent_us, sampled_us] = numbers[..] else {
+            return None;
+        };
+        (busy_percent_us <= sampled_us.saturating_mul(100)).then_some(Carry {
+            last_us,
+            period_us,
+            busy_percent_us,
+            sampled_us,
+        })
+    }
+
+    pub fn render(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.last_us, self.period_us, self.busy_percent_us, self.sampled_us
+        )
+    }
+
+    pub fn busy_seconds(&self) -> f64 {
+        self.busy_percent_us as f64 / 1e8
+    }
+
+    pub fn sampled_seconds(&self) -> f64 {
+        self.sampled_us as f64 / 1e6
+    }
+}
+
+/// What one run's samples gave.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Window {
+    /// The carry for the next run, totals included.
+    pub carry: Carry,
+    /// Time-weighted mean of the consumed samples (0-1); the plain mean where
+    /// they cover no time (a single sample with no period known yet); `None`
+    /// when nothing was consumed.
+    pub ratio: Option<f64>,
+    /// Sample values above 100 %, which were dropped.
+    pub rejected: Vec<u64>,
+}
+
+/// One sample as NVML returned it: timestamp (µs) and percent.
+pub(super) type Point = (u64, u64);
+
+/// Integrates `samples` (in NVML's order) into `carry`. `anchored`: NVML
+/// returned only samples newer than `carry.last_us`, so the first one follows
+/// it; false when the whole buffer was read again after a clock step.
+pub(super) fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
+    // Samples before the last backward step belong to the old clock.
+    let start = (1..samples.len())
+        .rev()
+        .find(|&i| samples[i].0 < samples[i - 1].0)
+        .unwrap_or(0);
+    let stepped = start > 0;
+    let mut rejected = Vec::new();
+    let used: Vec<Point> = samples[start..]
+        .iter()
+        .copied()
+        .filter(|&(ts, _)| stepped || !anchored || ts > carry.last_us)
+        .filter(|&(_, value)| {
+            let fine = value <= 100;
+            if !fine {
+                rejected.push(value);
+            }
+            fine
+        })
+        .collect();
+    let observed = used
+        .windows(2)
+        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
+        .filter(|&gap| gap > 0)
+        .min();
+    let period = observed.unwrap_or(carry.period_us);
+    let mut previous = (anchored && !stepped && carry.last_us > 0).then_some(carry.last_us);
+    let (mut busy, mut sampled) = (0u64, 0u64);
+    for &(ts, value) in &used {
+        let interval = match previous {
+            Some(before) if ts >= before => (ts - before).min(period),
+            _ => period,
+        };
+        busy += value * interval;
+        sampled += interval;
+        previous = Some(ts);
+    }
+    let ratio = if sampled > 0 {
+        Some(busy as f64 / sampled as f64 / 100.0)
+    } else if used.is_empty() {
+        None
+    } else {
+        let sum: u64 = used.iter().map(|&(_, value)| value).sum();
+        Some(sum as f64 / used.len() as f64 / 100.0)
+    };
+    Window {
+        carry: Carry {
+            last_us: used.last().map_or(carry.last_us, |&(ts, _)| ts),
+            period_us: period,
+            busy_percent_us: carry.busy_percent_us.saturating_add(busy),
+            sampled_us: carry.sampled_us.saturating_add(sampled),
+        },
+        ratio,
+        rejected,
+    }
+}
+
+/// How far behind our last timestamp the system clock must be before the
+/// buffer is read again as after a clock step (NVML stamps samples shortly
+/// before we read them; a second covers any skew between the two).
+const CLOCK_STEP_SLACK_US: u64 = 1_000_000;
+
+/// Whether the system clock (µs) is behind the last consumed timestamp: the
+/// clock was stepped back, and NVML will have nothing newer than it until the
+/// clock catches up.
+pub(super) fn clock_step(last_us: u64, now_us: u64) -> bool {
+    last_us > 0 && now_us.saturating_add(CLOCK_STEP_SLACK_US) < last_us
+}
+
+/// The system clock in µs, as NVML stamps samples.
+pub(super) fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// What reading an engine's samples found.
+pub(super) enum Outcome {
+    /// NVML keeps no samples for this engine (MIG mode, older GPUs): the
+    /// caller falls back to the point reading.
+    Unsupported,
+    /// Read (or failed with a counted error, then the previous totals stand).
+    Read,
+}
+
+/// Room for more samples than NVML keeps (71 on an H200); a larger buffer is
+/// asked for by size if NVML says it has more.
+const SAMPLE_BUFFER: usize = 256;
+/// More samples than any driver keeps: a larger count is not believed.
+const MAX_SAMPLES: u32 = 1 << 16;
+
+/// Reads `engine`'s samples since the previous run and pushes its ratio (if
+/// any sample is new) and its busy and sampled totals.
+pub(super) fn read(reader: &mut DeviceReader<'_>, engine: Engine) -> Outcome {
+    let key = engine.key();
+    let recalled = reader.recall(&key).map(str::to_owned);
+    let carry = recalled
+        .as_deref()
+        .and_then(Carry::parse)
+        .unwrap_or_default();
+    if recalled.is_some() && carry == Carry::default() {
+        log::debug!("state entry {key} unusable; starting its totals afresh");
+    }
+    let window = match fetch(reader, engine, carry.last_us) {
+        None => None,
+        Some(Err(error)) if unsupported(&error) => {
+            reader.note("nvmlDeviceGetSamples", &error);
+            return Outcome::Unsupported;
+        }
+        Some(Err(error)) => {
+            reader.note("nvmlDeviceGetSamples", &error);
+            None
+        }
+        Some(Ok(samples)) if samples.is_empty() && clock_step(carry.last_us, now_us()) => {
+            log::info!(
+                "GPU {}: the clock is behind the last {} sample taken ({} µs); \
+                 reading NVML's whole buffer again",
+                reader.index(),
+                engine.label(),
+                carry.last_us
+            );
+            match fetch(reader, engine, 0) {
+                Some(Ok(samples)) => {
+                    let now = now_us();
+                    let taken: Vec<Point> =
+                        samples.into_iter().filter(|&(ts, _)| ts <= now).collect();
+                    Some(integrate(carry, &taken, false))
+                }
+                Some(Err(error)) => {
+                    reader.note("nvmlDeviceGetSamples", &error);
+                    None
+                }
+                None => None,
+            }
+        }
+        Some(Ok(samples)) => Some(integrate(carry, &samples, true)),
+    };
+    let (carry, ratio) = match window {
+        Some(window) => {
+            for value in window.rejected {
+                reader.reject(engine.family(), value as f64 / 100.0);
+            }
+            (window.carry, window.ratio)
+        }
+        None => (carry, None),
+    };
+    if let Some(ratio) = ratio {
+        reader.gauge(engine.family(), ratio);
+    }
+    if carry != Carry::default() {
+        reader.remember(&key, carry.render());
+    }
+    for (family, value) in [
+        (&metrics::BUSY, carry.busy_seconds()),
+        (&metrics::SAMPLED, carry.sampled_seconds()),
+    ] {
+        reader.push(Sample::new(family, value).with("engine", engine.label()));
+    }
+    Outcome::Read
+}
+
+/// One `nvmlDeviceGetSamples` call: the samples newer than `last_seen` in
+/// NVML's order, empty for NOT_FOUND (nothing new). `None` when the GPU is
+/// already down.
+fn fetch(
+    reader: &mut DeviceReader<'_>,
+    engine: Engine,
+    last_seen: u64,
+) -> Option<Result<Vec<Point>, NvmlError>> {
+    reader.try_read_raw("nvmlDeviceGetSamples", |lib, handle| {
+        let call = nvml_sym(lib.nvmlDeviceGetSamples.as_ref())?;
+        let mut capacity = SAMPLE_BUFFER as c_uint;
+        loop {
+            // SAFETY: nvmlSample_t is plain data; zero is a valid value.
+            let mut buffer: Vec<nvmlSample_t> =
+                vec![unsafe { std::mem::zeroed() }; capacity as usize];
+            let mut count = capacity;
+            let mut value_type: nvmlValueType_t = 0;
+            // SAFETY: `count` is the buffer's length; NVML writes at most that many.
+            let code = unsafe {
+                call(
+                    handle,
+                    engine.sampling_type(),
+                    last_seen,
+                    &mut value_type,
+                    &mut count,
+                    buffer.as_mut_ptr(),
+                )
+            };
+            match nvml_try(code) {
+                Ok(()) => {
+                    buffer.truncate(count.min(capacity) as usize);
+                    return Ok(buffer
+                        .iter()
+                        .map(|sample| (sample.timeStamp, percent(value_type, sample)))
+                        .collect());
+                }
+                Err(NvmlError::NotFound) => return Ok(Vec::new()),
+                Err(NvmlError::InsufficientSize(_)) if count > capacity && count <= MAX_SAMPLES => {
+                    capacity = count;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    })
+}
+
+/// A sample's value in percent, whatever type NVML gave it (utilization
+/// samples are unsigned ints; the others are converted, a negative or
+/// non-finite value becomes an impossible one that is then rejected).
+fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
+    const IMPOSSIBLE: u64 = u64::MAX;
+    // SAFETY: NVML says which member of the union it wrote.
+    unsafe {
+        match value_type {
+            0 => {
+                let value = sample.sampleValue.dVal;
+                if value.is_finite() && value >= 0.0 {
+                    value.round() as u64
+                } else {
+                    IMPOSSIBLE
+                }
+            }
+            1 => u64::from(sample.sampleValue.uiVal),
+            // `unsigned long` is 64 bits on the Linux targets NVML supports.
+            #[allow(clippy::unnecessary_cast)]
+            2 => sample.sampleValue.ulVal as u64,
+            3 => sample.sampleValue.ullVal,
+            4 => u64::try_from(sample.sampleValue.sllVal).unwrap_or(IMPOSSIBLE),
+            _ => IMPOSSIBLE,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1000;
+
+    /// `n` samples 200 ms apart ending at `end`, alternating 5 busy / 5 idle.
+    fn duty(end: u64, n: u64) -> Vec<Point> {
+        (0..n)
+            .map(|i| {
+                let ts = end - (n - 1 - i) * 200 * MS;
+                let k = ts / (200 * MS);
+                (ts, if k % 10 < 5 { 100 } else { 0 })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn first_run_takes_the_whole_buffer_one_period_for_the_first_sample() {
+        let window = integrate(Carry::default(), &duty(20_000 * MS, 70), true);
+        assert_eq!(window.ratio, Some(0.5));
+        assert_eq!(window.carry.sampled_us, 70 * 200 * MS);
+        assert_eq!(window.carry.busy_percent_us, 35 * 200 * MS * 100);
+        assert_eq!(window.carry.period_us, 200 * MS);
+        assert_eq!(window.carry.last_us, 20_000 * MS);
+    }
+
+    #[test]
+    fn later_runs_continue_from_the_last_timestamp() {
+        let first = integrate(Carry::default(), &duty(20_000 * MS, 70), true);
+        let next = integrate(first.carry, &duty(30_000 * MS, 50), true);
+        assert_eq!(next.ratio, Some(0.5));
+        assert_eq!(next.carry.sampled_us, 120 * 200 * MS);
+        assert_eq!(next.carry.busy_percent_us * 2, next.carry.sampled_us * 100);
+    }
+
+    #[test]
+    fn a_gap_is_not_filled_in() {
+        let first = integrate(Carry::default(), &duty(20_000 * MS, 70), true);
+        // 30 s later, but the buffer holds only 71 samples (14.2 s).
+        let next = integrate(first.carry, &duty(50_000 * MS, 71), true);
+        assert_eq!(
+            next.carry.sampled_us - first.carry.sampled_us,
+            71 * 200 * MS
+        );
+    }
+
+    #[test]
+    fn duplicates_cover_nothing_and_old_samples_are_not_counted_twice() {
+        let carry = Carry {
+            last_us: 1_000 * MS,
+            period_us: 200 * MS,
+            ..Carry::default()
+        };
+        let samples = [
+            (1_000 * MS, 100), // already consumed
+            (1_200 * MS, 100),
+            (1_200 * MS, 100),
+            (1_400 * MS, 0),
+        ];
+        let window = integrate(carry, &samples, true);
+        assert_eq!(window.carry.sampled_us, 400 * MS);
+        assert_eq!(window.ratio, Some(0.5));
+    }
+
+    #[test]
+    fn only_samples_after_a_backward_step_are_taken() {
+        let carry = Carry {
+            last_us: 9_000 * MS,
+            period_us: 200 * MS,
+            ..Carry::default()
+        };
+        // Old clock up to 10 s, then stepped back to 5 s.
+        let samples = [
+            (9_800 * MS, 0),
+            (10_000 * MS, 0),
+            (5_000 * MS, 100),
+            (5_200 * MS, 100),
+        ];
+        let window = integrate(carry, &samples, true);
+        assert_eq!(window.carry.sampled_us, 400 * MS);
+        assert_eq!(window.ratio, Some(1.0));
+        assert_eq!(window.carry.last_us, 5_200 * MS);
+    }
+
+    #[test]
+    fn nothing_new_keeps_the_totals_and_gives_no_ratio() {
+        let carry = Carry {
+            last_us: 5,
+            period_us: 2,
+            busy_percent_us: 300,
+            sampled_us: 6,
+        };
+        let window = integrate(carry, &[], true);
+        assert_eq!(window.carry, carry);
+        assert_eq!(window.ratio, None);
+    }
+
+    #[test]
+    fn one_sample_without_a_period_is_a_plain_mean_and_impossible_values_are_dropped() {
+        let window = integrate(Carry::default(), &[(7, 40), (8, 250)], true);
+        assert_eq!(window.rejected, vec![250]);
+        assert_eq!(window.ratio, Some(0.4));
+        assert_eq!(window.carry.sampled_us, 0);
+    }
+
+    #[test]
+    fn carry_round_trips_and_refuses_nonsense() {
+        let carry = Carry {
+            last_us: 1_717_200_000_000_000,
+            period_us: 200_000,
+            busy_percent_us: 100,
+            sampled_us: 1,
+        };
+        assert_eq!(Carry::parse(&carry.render()), Some(carry));
+        assert_eq!(Carry::parse("1 2 3"), None);
+        assert_eq!(Carry::parse("1 2 301 3"), None);
+        assert_eq!(Carry::parse("a b c d"), None);
+    }
+
+    #[test]
+    fn a_clock_behind_the_last_timestamp_is_a_step() {
+        assert!(!clock_step(0, 5));
+        assert!(!clock_step(10_000_000, 10_000_000));
+        assert!(!clock_step(10_500_000, 10_000_000));
+        assert!(clock_step(12_000_000, 10_000_000));
+    }
+}
