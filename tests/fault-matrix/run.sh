@@ -4,12 +4,15 @@
 #   tests/fault-matrix/run.sh [--seed N] [--only SUBSTRING]... [--keep]
 # Uses target/release/nvidia-textfile-exporter and target/debug/libfake_nvml.so
 # (override with FAULT_MATRIX_BIN / FAULT_MATRIX_NVML); builds them first unless
-# FAULT_MATRIX_NO_BUILD=1. Run as root: the mount and node_exporter rows need it.
+# FAULT_MATRIX_NO_BUILD=1. The matrix itself (a binary of the workspace crate
+# tests/fault-matrix) is always built. Run as root: the mount and node_exporter
+# rows need it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [[ "${FAULT_MATRIX_NO_BUILD:-0}" != 1 && -z "${FAULT_MATRIX_BIN:-}" ]] && command -v cargo >/dev/null; then
+if [[ "${FAULT_MATRIX_NO_BUILD:-0}" != 1 && -z "${FAULT_MATRIX_BIN:-}" ]]; then
     cargo build --quiet --release --locked
     cargo build --quiet --locked -p fake-nvml
 fi
-exec python3 tests/fault-matrix/matrix.py "$@"
+cargo build --quiet --locked -p fault-matrix
+exec target/debug/fault-matrix "$@"

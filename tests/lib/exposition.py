@@ -1,6 +1,6 @@
 """The Prometheus text exposition format 0.0.4, parsed strictly: the one parser
-the Python tests share (fault matrix, node_exporter and rules checks, GPU host
-comparison). Standard library only.
+the Python tests share (node_exporter and rules checks, GPU host comparison;
+the fault matrix, in Rust, has its own). Standard library only.
 
 parse(text) -> {Series: value}; raises ParseError naming the line when:
 - the text is empty or does not end with a line feed (a truncated file);
@@ -11,7 +11,7 @@ parse(text) -> {Series: value}; raises ParseError naming the line when:
   `\\\\`, `\\"`, `\\n`, or is unterminated;
 - a value is not a float, `NaN`, `+Inf` or `-Inf`, or a timestamp follows it;
 - a family's lines are not contiguous, or a series repeats.
-families(text) -> {name: (type, help)} of the same text.
+parse_all(text) -> ({Series: value}, {name: (type, help)}).
 """
 
 import re
@@ -144,10 +144,6 @@ def parse_all(text):
 
 def parse(text):
     return parse_all(text)[0]
-
-
-def families(text):
-    return parse_all(text)[1]
 
 
 def load(path):

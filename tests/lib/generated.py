@@ -3,13 +3,8 @@ families and exit statuses from the binary instead of restating them.
 
   families(binary)    {name: Family} from `--generate families`
                       (name TAB type TAB labels beyond gpu,uuid TAB help)
-  exit_codes(binary)  {name: code} from `--generate exit-codes`
-                      (code TAB name TAB meaning); names are matched ignoring
-                      case, `_` and `-`: exit_codes(b)["PublishFailed"] works
-                      whether the binary prints publish_failed or PublishFailed.
 """
 
-import re
 import subprocess
 from dataclasses import dataclass
 
@@ -37,18 +32,3 @@ def families(binary):
         found[name] = Family(name, kind, tuple(label for label in labels.split(",") if label), text)
     return found
 
-
-def key(name):
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
-class ExitCodes(dict):
-    def __getitem__(self, name):
-        try:
-            return super().__getitem__(key(name))
-        except KeyError:
-            raise KeyError(f"exit status {name!r} not in --generate exit-codes: {sorted(self)}") from None
-
-
-def exit_codes(binary):
-    return ExitCodes({key(row[1]): int(row[0]) for row in generate(binary, "exit-codes")})

@@ -1,0 +1,516 @@
+//! Fault matrix: runs the real exporter under every fault that the fake NVML and
+//! the file system can produce and checks what a reader of the textfile sees.
+//! See tests/fault-matrix/README.md; run through tests/fault-matrix/run.sh.
+//!
+//! For every row:
+//! - the file a reader finds is always complete (never a partial write) and
+//!   passes `promtool check metrics` with empty output;
+//! - a failure leaves no device series behind: when NVML is unusable the file
+//!   holds only nvidia_gpu_collector_* series, a GPU that is down has only
+//!   nvidia_gpu_up 0 and nvidia_gpu_down_reason;
+//! - every failure is named, in nvidia_gpu_collector_error{reason},
+//!   nvidia_gpu_down_reason{reason} or, when nothing can be written, in one line
+//!   on stderr, with the documented exit status;
+//! - no temporary file is left in the output directory.
+
+mod exposition;
+#[macro_use]
+mod harness;
+mod rows;
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use exposition::Samples;
+use harness::{fail, file_id, short, Fail, Proc, R};
+
+const USAGE: &str = "usage: fault-matrix [--seed N] [--only SUBSTRING]... [--keep]
+  --seed N     seed of the random kill moments (default 1, or $FAULT_MATRIX_SEED)
+  --only S     run only rows whose name contains S (repeatable, any case)
+  --keep       keep the scratch directory";
+
+/// What every row needs: the binary, the fake, the scratch directory, the exit
+/// statuses (from the binary's `--generate exit-codes`).
+pub struct Ctx {
+    pub root: PathBuf,
+    pub bin: PathBuf,
+    pub lib: PathBuf,
+    pub work: PathBuf,
+    pub seed: u64,
+    codes: HashMap<String, i32>,
+    /// The series of a complete busy file, once a row has made one.
+    pub busy_keys: std::cell::RefCell<Option<harness::Keys>>,
+    /// The directory of the hostile-strings file, for the node_exporter row.
+    pub hostile_dir: std::cell::RefCell<Option<PathBuf>>,
+}
+
+/// How to run the exporter; `Opts::default()` writes to the directory with `--timeout 10s`.
+pub struct Opts<'a> {
+    pub extra: &'a [&'a str],
+    pub lib: Option<&'a Path>,
+    pub timeout: &'a str,
+    pub stdout: bool,
+    pub faults_off: bool,
+    pub limit: f64,
+    pub tag: &'a str,
+}
+
+impl Default for Opts<'_> {
+    fn default() -> Self {
+        Opts {
+            extra: &[],
+            lib: None,
+            timeout: "10s",
+            stdout: false,
+            faults_off: false,
+            limit: 30.0,
+            tag: "run",
+        }
+    }
+}
+
+/// A finished run of the exporter.
+pub struct Run {
+    pub rc: i32,
+    pub out: String,
+    pub err: String,
+    /// Seconds until the process had exited.
+    pub elapsed: f64,
+    /// Seconds until the output file was replaced, if it was.
+    pub t_file: Option<f64>,
+}
+
+/// A started run whose output goes to files under logs/.
+pub struct Started {
+    pub proc: Proc,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Started {
+    /// Stdout and stderr, once the process has ended.
+    pub fn collect(&self) -> (String, String) {
+        let read =
+            |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
+        (read(&self.out), read(&self.err))
+    }
+}
+
+fn normalize(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_lowercase()
+}
+
+impl Ctx {
+    /// An exit status by its name in `--generate exit-codes` (case, `_`, `-` ignored).
+    pub fn code(&self, name: &str) -> i32 {
+        self.codes[&normalize(name)]
+    }
+
+    pub fn scenario_path(&self, name: &str) -> PathBuf {
+        self.root.join("tests/scenarios").join(name)
+    }
+
+    /// A fresh directory under the scratch directory.
+    pub fn scratch(&self, name: &str) -> R<PathBuf> {
+        let path = self.work.join(name);
+        fs::create_dir_all(&path)?;
+        Ok(path)
+    }
+
+    pub fn scenario(&self, name: &str) -> R<(PathBuf, toml::Table)> {
+        let path = self.scenario_path(name);
+        let table = fs::read_to_string(&path)?
+            .parse()
+            .map_err(|e| Fail::Failed(format!("{name}: {e}"), None))?;
+        Ok((path, table))
+    }
+
+    pub fn start(&self, scenario: &Path, dir: Option<&Path>, o: &Opts) -> R<Started> {
+        let logs = self.work.join("logs");
+        fs::create_dir_all(&logs)?;
+        let n = harness::LOGS.fetch_add(1, Ordering::Relaxed);
+        let (out, err) = (
+            logs.join(format!("{}.{n}.out", o.tag)),
+            logs.join(format!("{}.{n}.err", o.tag)),
+        );
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--nvml-lib")
+            .arg(o.lib.unwrap_or(&self.lib))
+            .args(["--timeout", o.timeout]);
+        // Each output directory has its own state directory beside it, so rows
+        // never share what a run remembers; --stdout runs read an empty one.
+        let state = match dir {
+            Some(d) if !o.stdout => {
+                cmd.arg("--output-dir").arg(d);
+                PathBuf::from(format!("{}.state", d.display()))
+            }
+            _ => {
+                cmd.arg("--stdout");
+                std::env::temp_dir().join("fault-matrix-no-state")
+            }
+        };
+        cmd.arg("--state-dir").arg(state).args(o.extra);
+        cmd.env_remove("RUST_LOG")
+            .env("FAKE_NVML_SCENARIO", scenario);
+        cmd.env("FAKE_NVML_FAULTS", if o.faults_off { "off" } else { "on" });
+        cmd.stdin(Stdio::null())
+            .stdout(File::create(&out)?)
+            .stderr(File::create(&err)?);
+        Ok(Started {
+            proc: Proc::spawn(&mut cmd, false)?,
+            out,
+            err,
+        })
+    }
+
+    /// Runs the exporter to the end, noting when the output file was replaced.
+    pub fn exporter(&self, scenario: &Path, dir: Option<&Path>, o: Opts) -> R<Run> {
+        let target = dir.filter(|_| !o.stdout).map(|d| d.join(harness::OUT_FILE));
+        let before = target.as_deref().and_then(file_id);
+        let t0 = Instant::now();
+        let mut run = self.start(scenario, dir, &o)?;
+        let mut t_file = None;
+        let rc = loop {
+            let rc = run.proc.poll();
+            let now = t0.elapsed().as_secs_f64();
+            if t_file.is_none() && target.as_deref().is_some_and(|t| file_id(t) != before) {
+                t_file = Some(now);
+            }
+            if let Some(rc) = rc {
+                break rc;
+            }
+            if now > o.limit {
+                run.proc.signal(libc::SIGKILL);
+                return fail(format!(
+                    "the exporter was still running after {} s (killed)",
+                    o.limit
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let elapsed = t0.elapsed().as_secs_f64();
+        let (out, err) = run.collect();
+        Ok(Run {
+            rc,
+            out,
+            err,
+            elapsed,
+            t_file,
+        })
+    }
+
+    /// What the exporter prints for a scenario with all its faults removed.
+    pub fn baseline(&self, name: &str) -> R<Samples> {
+        let o = Opts {
+            stdout: true,
+            faults_off: true,
+            ..Opts::default()
+        };
+        let run = self.exporter(&self.scenario_path(name), None, o)?;
+        expect!(
+            run.rc == 0,
+            "baseline of {name} exited {}: {}",
+            run.rc,
+            short(&run.err, 200)
+        );
+        exposition::parse(&run.out).or_else(|e| fail(format!("baseline of {name}: {e}")))
+    }
+
+    /// A fresh output directory holding a complete file from a successful run
+    /// (of the scenario without its faults when `clean`).
+    pub fn seeded(&self, name: &str, scenario: &str, clean: bool) -> R<PathBuf> {
+        let d = self.scratch(name)?;
+        let run = self.exporter(
+            &self.scenario_path(scenario),
+            Some(&d),
+            Opts {
+                faults_off: clean,
+                ..Opts::default()
+            },
+        )?;
+        expect!(
+            run.rc == 0,
+            "seeding run exited {}: {}",
+            run.rc,
+            short(&run.err, 200)
+        );
+        Ok(d)
+    }
+}
+
+pub fn secs(t: Option<f64>) -> String {
+    t.map_or("-".into(), |t| format!("{t:.2} s"))
+}
+
+struct Row {
+    fault: String,
+    outcome: String,
+    t_error: String,
+    verdict: &'static str,
+    why: String,
+}
+
+fn table(results: &[Row]) -> String {
+    let header = [
+        "fault",
+        "outcome (exit status, reason)",
+        "time to error file",
+        "verdict",
+    ]
+    .map(String::from);
+    let mut cells = vec![header];
+    for r in results {
+        let outcome = if r.outcome.is_empty() {
+            r.why
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(80)
+                .collect()
+        } else {
+            r.outcome.clone()
+        };
+        cells.push([
+            r.fault.clone(),
+            outcome,
+            r.t_error.clone(),
+            r.verdict.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (n, c) in cells.iter().enumerate() {
+        let padded: Vec<String> = c
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect();
+        out.push(format!("| {} |", padded.join(" | ")));
+        if n == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(w + 2)).collect();
+            out.push(format!("|{}|", rule.join("|")));
+        }
+    }
+    out.join("\n")
+}
+
+fn exit_codes(bin: &Path) -> Result<HashMap<String, i32>, String> {
+    let out = Command::new(bin)
+        .args(["--generate", "exit-codes"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let mut codes = HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        let mut fields = line.split('\t');
+        let (Some(code), Some(name)) = (fields.next(), fields.next()) else {
+            return Err(format!("bad line {line:?}"));
+        };
+        codes.insert(
+            normalize(name),
+            code.parse().map_err(|_| format!("bad code in {line:?}"))?,
+        );
+    }
+    for name in [
+        "Success",
+        "NvmlUnavailable",
+        "DeviceDown",
+        "Timeout",
+        "Busy",
+        "PublishFailed",
+    ] {
+        if !codes.contains_key(&normalize(name)) {
+            return Err(format!(
+                "exit status {name} not in --generate exit-codes: {codes:?}"
+            ));
+        }
+    }
+    Ok(codes)
+}
+
+fn main() -> ExitCode {
+    let (mut seed, mut only, mut keep) = (
+        std::env::var("FAULT_MATRIX_SEED").unwrap_or("1".into()),
+        vec![],
+        false,
+    );
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seed" => seed = args.next().unwrap_or_default(),
+            "--only" => only.push(args.next().unwrap_or_default().to_lowercase()),
+            "--keep" => keep = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            _ => {
+                eprintln!("fault-matrix: unknown argument {arg:?}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Ok(seed) = seed.parse() else {
+        eprintln!("fault-matrix: --seed takes a number\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap_or(root);
+    let path_or =
+        |var: &str, default: &str| std::env::var_os(var).map_or(root.join(default), PathBuf::from);
+    let bin = path_or(
+        "FAULT_MATRIX_BIN",
+        "target/release/nvidia-textfile-exporter",
+    );
+    let lib = path_or("FAULT_MATRIX_NVML", "target/debug/libfake_nvml.so");
+    for path in [&bin, &lib] {
+        if !path.exists() {
+            eprintln!(
+                "fault-matrix: {} not found; build first (make build)",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    if harness::which("promtool").is_none() {
+        eprintln!("fault-matrix: promtool not found (apt-get install prometheus)");
+        return ExitCode::from(2);
+    }
+    let codes = match exit_codes(&bin) {
+        Ok(codes) => codes,
+        Err(e) => {
+            eprintln!("fault-matrix: {}: {e}", bin.display());
+            return ExitCode::from(2);
+        }
+    };
+    harness::clean_up_on_signals();
+    let started = Instant::now();
+    let work = match tempfile::Builder::new().prefix("fault-matrix.").tempdir() {
+        Ok(dir) => dir.keep(),
+        Err(e) => {
+            eprintln!("fault-matrix: scratch directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !keep {
+        harness::remove_at_exit(&work);
+    }
+    let shown = bin
+        .strip_prefix(&root)
+        .unwrap_or(&bin)
+        .display()
+        .to_string();
+    let lib_name = lib
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    eprintln!("fault-matrix: {shown} against {lib_name}, seed {seed}");
+    let ctx = Ctx {
+        root,
+        bin,
+        lib,
+        work,
+        seed,
+        codes,
+        busy_keys: Default::default(),
+        hostile_dir: Default::default(),
+    };
+
+    let mut results = Vec::new();
+    for (fault, row) in rows::all() {
+        if !only.is_empty() && !only.iter().any(|o| fault.to_lowercase().contains(o)) {
+            continue;
+        }
+        let t0 = Instant::now();
+        let mut r = Row {
+            fault,
+            outcome: String::new(),
+            t_error: "-".into(),
+            verdict: "FAIL",
+            why: String::new(),
+        };
+        match row(&ctx) {
+            Ok((outcome, t_error)) => {
+                (r.outcome, r.t_error, r.verdict) = (outcome, t_error, "PASS")
+            }
+            Err(Fail::Skipped(why)) => (r.verdict, r.outcome) = ("SKIP", why),
+            Err(Fail::Failed(why, outcome)) => {
+                (r.why, r.outcome) = (why, outcome.unwrap_or_default())
+            }
+        }
+        eprintln!(
+            "  {:4}  {}  ({:.1} s)",
+            r.verdict,
+            r.fault,
+            t0.elapsed().as_secs_f64()
+        );
+        results.push(r);
+    }
+    harness::cleanup();
+
+    println!("{}", table(&results));
+    let strict = std::env::var("CI").as_deref() == Ok("true")
+        || std::env::var("FAULT_MATRIX_STRICT").as_deref() == Ok("1");
+    let failed: Vec<&Row> = results
+        .iter()
+        .filter(|r| r.verdict == "FAIL" || (strict && r.verdict == "SKIP"))
+        .collect();
+    for r in &failed {
+        let why = if r.why.is_empty() { &r.outcome } else { &r.why };
+        let note = if r.verdict == "SKIP" {
+            " (a skip fails under CI=true or FAULT_MATRIX_STRICT=1)"
+        } else {
+            ""
+        };
+        println!("\n{} {}:\n  {why}{note}", r.verdict, r.fault);
+    }
+    let passed = results.iter().filter(|r| r.verdict == "PASS").count();
+    let skipped = if strict {
+        0
+    } else {
+        results.iter().filter(|r| r.verdict == "SKIP").count()
+    };
+    let kept = if keep {
+        format!(" (kept {})", ctx.work.display())
+    } else {
+        String::new()
+    };
+    println!(
+        "\nfault-matrix: {} rows in {:.1} s{kept}",
+        results.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let skipped = if skipped > 0 {
+        format!(", {skipped} skipped")
+    } else {
+        String::new()
+    };
+    println!(
+        "fault-matrix: {passed} passed, {} failed{skipped}",
+        failed.len()
+    );
+    if failed.is_empty() && !results.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
