@@ -64,6 +64,11 @@ fn layouts_match_nvml_bindings() {
     );
     same_layout!(nvmlUtilization_t, sys::nvmlUtilization_t, [gpu, memory]);
     same_layout!(
+        nvmlMarginTemperature_t,
+        sys::nvmlMarginTemperature_t,
+        [version, marginTemperature]
+    );
+    same_layout!(
         nvmlViolationTime_t,
         sys::nvmlViolationTime_t,
         [referenceTime, violationTime]
