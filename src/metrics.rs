@@ -220,7 +220,7 @@ families! {
     TEMPERATURE_MARGIN: Gauge, "nvidia_gpu_temperature_margin_celsius", [],
         "Degrees the GPU is below its nearest slowdown threshold (nvidia-smi: GPU T.Limit Temp); negative once past it.";
     POWER_AVERAGE: Gauge, "nvidia_gpu_power_average_watts", [],
-        "Power drawn by the GPU and its memory, averaged by the driver over the last second.";
+        "Power drawn by the GPU, averaged by the driver over the last second (nvidia-smi: Average Power Draw).";
 
     // NVLink, per GPU (summed over its links).
     NVLINK_LINKS: Gauge, "nvidia_gpu_nvlink_links", [],

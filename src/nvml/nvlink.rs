@@ -47,27 +47,39 @@ const ACTIVE: f64 = 1.0;
 
 /// The per-GPU collector: links, active links and totals, from the batch and
 /// one more `nvmlDeviceGetFieldValues` call with the per-link fields (their
-/// scope is the link, so the link count must be known first).
+/// scope is the link, so the link count must be known first). Where the driver
+/// offers no link count field, the links are found with
+/// `nvmlDeviceGetNvLinkState` as the per-link collector does, so that a link
+/// that goes down is still seen.
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let count = reader
         .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
         .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS));
-    let links = match count {
-        Some(0) => return,
-        Some(count) => read_link_fields(reader, count),
-        None => Vec::new(),
-    };
-    if let Some(count) = count {
-        reader.gauge(&metrics::NVLINK_LINKS, f64::from(count));
-        let active: Option<u32> = links
-            .iter()
-            .enumerate()
-            .map(|(link, values)| link_active(reader, link as u32, values.state))
-            .map(|active| active.map(u32::from))
-            .sum();
-        if let Some(active) = active {
-            reader.gauge(&metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
+    let (count, probed) = match count {
+        Some(count) => (count, Vec::new()),
+        None => {
+            let Some(probed) = probe_links(reader, MAX_LINKS) else {
+                return;
+            };
+            (probed.len() as u32, probed)
         }
+    };
+    if count == 0 {
+        return;
+    }
+    let links = read_link_fields(reader, count);
+    reader.gauge(&metrics::NVLINK_LINKS, f64::from(count));
+    let active: Option<u32> = links
+        .iter()
+        .enumerate()
+        .map(|(link, values)| match probed.get(link) {
+            Some(state) => *state,
+            None => link_active(reader, link as u32, values.state),
+        })
+        .map(|active| active.map(u32::from))
+        .sum();
+    if let Some(active) = active {
+        reader.gauge(&metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
     }
     // A total is written only when every link answered, so that a link that
     // stops answering cannot make the counter go down (a false reset).
@@ -177,25 +189,41 @@ const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
+/// The state of each link below `last` by `nvmlDeviceGetNvLinkState`, up to
+/// the first link NVML does not know (`None` for a link whose state failed);
+/// `None` if the GPU has no NVLink or went down.
+fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bool>>> {
+    let mut links = Vec::new();
+    for link in 0..last {
+        match reader.try_read("nvmlDeviceGetNvLinkState", |d| {
+            d.link_wrapper_for(link).is_active()
+        })? {
+            Ok(active) => links.push(Some(active)),
+            // A GPU without NVLink says so for link 0; past the last link NVML
+            // answers "invalid argument".
+            Err(NvmlError::NotSupported) if link == 0 => return None,
+            Err(NvmlError::InvalidArg) => break,
+            Err(error) => {
+                reader.note("nvmlDeviceGetNvLinkState", &error);
+                links.push(None);
+            }
+        }
+    }
+    Some(links)
+}
+
 /// The per-link collector (`nvlink-links`).
 pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
     let last = reader
         .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
         .map_or(MAX_LINKS, |count| (count as u32).min(MAX_LINKS));
-    let mut links = Vec::new();
-    for link in 0..last {
-        match reader.try_read("nvmlDeviceGetNvLinkState", |d| {
-            d.link_wrapper_for(link).is_active()
-        }) {
-            None => return,
-            Some(Ok(active)) => links.push((link, active)),
-            // A GPU without NVLink says so for link 0; past the last link NVML
-            // answers "invalid argument".
-            Some(Err(NvmlError::NotSupported)) if link == 0 => return,
-            Some(Err(NvmlError::InvalidArg)) => break,
-            Some(Err(error)) => reader.note("nvmlDeviceGetNvLinkState", &error),
-        }
-    }
+    let Some(probed) = probe_links(reader, last) else {
+        return;
+    };
+    let links: Vec<(u32, bool)> = (0..)
+        .zip(probed)
+        .filter_map(|(link, active)| Some((link, active?)))
+        .collect();
     let requests: Vec<Field> = links
         .iter()
         .flat_map(|&(link, _)| PER_LINK_FIELDS.map(|id| Field { id, scope: link }))
