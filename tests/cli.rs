@@ -234,10 +234,17 @@ fn mig_devices_listed_under_their_parent() {
     let text = golden_case("h100-mig", "h100-mig", &[], 0);
     assert_eq!(text.matches("nvidia_gpu_mig_info{").count(), 3);
     for profile in ["3g.40gb", "2g.20gb", "1g.10gb"] {
-        assert!(text.contains(&format!(",profile=\"{profile}\"}} 1\n")), "{profile}");
+        assert!(
+            text.contains(&format!(",profile=\"{profile}\"}} 1\n")),
+            "{profile}"
+        );
     }
     assert_eq!(text.matches("nvidia_gpu_mig_memory_free_bytes{").count(), 3);
-    assert_eq!(text.matches("nvidia_gpu_mig_memory_reserved_bytes{").count(), 3);
+    assert_eq!(
+        text.matches("nvidia_gpu_mig_memory_reserved_bytes{")
+            .count(),
+        3
+    );
     assert!(text.contains("nvidia_gpu_mig_enabled{gpu=\"0\""));
 }
 
@@ -716,7 +723,10 @@ fn parse(text: &str) -> Vec<Parsed<'_>> {
 
 impl Parsed<'_> {
     fn label(&self, name: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
     }
 }
 
@@ -748,7 +758,10 @@ fn default_set_stays_within_100_series_per_nvlink_gpu() {
                 "{scenario_name}: GPU {gpu} lacks its NVLink totals"
             );
         }
-        assert!(!text.contains("link=\""), "{scenario_name}: per-link series by default");
+        assert!(
+            !text.contains("link=\""),
+            "{scenario_name}: per-link series by default"
+        );
         assert!(!text.contains("nvidia_gpu_nvlink_link_"), "{scenario_name}");
     }
 }
@@ -759,7 +772,10 @@ fn default_set_stays_within_100_series_per_nvlink_gpu() {
 #[test]
 fn nvlink_totals_equal_the_sum_of_the_links() {
     for (scenario_name, counters) in [
-        ("h100x8", &["replay", "recovery", "crc_flit", "crc_data"][..]),
+        (
+            "h100x8",
+            &["replay", "recovery", "crc_flit", "crc_data"][..],
+        ),
         ("nvlink-fields", &["replay", "recovery"][..]),
     ] {
         let output = exporter(scenario_name, &["--stdout", "--collector", "nvlink-links"]);
@@ -800,8 +816,14 @@ fn nvlink_totals_equal_the_sum_of_the_links() {
                 assert_eq!(total, [per_link.iter().sum::<f64>()], "{at}: {counter}");
             }
             for (total, per_link) in [
-                ("nvidia_gpu_nvlink_transmit_bytes_total", "nvidia_gpu_nvlink_link_transmit_bytes_total"),
-                ("nvidia_gpu_nvlink_receive_bytes_total", "nvidia_gpu_nvlink_link_receive_bytes_total"),
+                (
+                    "nvidia_gpu_nvlink_transmit_bytes_total",
+                    "nvidia_gpu_nvlink_link_transmit_bytes_total",
+                ),
+                (
+                    "nvidia_gpu_nvlink_receive_bytes_total",
+                    "nvidia_gpu_nvlink_link_receive_bytes_total",
+                ),
             ] {
                 let per_link = of(per_link);
                 assert_eq!(per_link.len(), links.len(), "{at}: {total}");
@@ -821,7 +843,13 @@ fn per_link_families_only_with_the_opt_in_collector() {
     let links_only = String::from_utf8(
         exporter(
             "h100x8",
-            &["--stdout", "--no-collector", "nvlink", "--collector", "nvlink-links"],
+            &[
+                "--stdout",
+                "--no-collector",
+                "nvlink",
+                "--collector",
+                "nvlink-links",
+            ],
         )
         .stdout,
     )
@@ -834,7 +862,10 @@ fn per_link_families_only_with_the_opt_in_collector() {
     ] {
         let type_line = format!("# TYPE {family} ");
         assert!(!default.contains(&type_line), "{family} by default");
-        assert!(links_only.contains(&type_line), "{family} missing when asked for");
+        assert!(
+            links_only.contains(&type_line),
+            "{family} missing when asked for"
+        );
     }
     // 18 links x (state, 4 error counters, 2 data counters) on each of 8 GPUs.
     assert_eq!(links_only.matches("link=\"").count(), 8 * 18 * 7);

@@ -73,7 +73,10 @@ mod engines {
 
     /// Percent busy over the engine's last sampling period (the period is not
     /// exported, as for the encoder and decoder).
-    fn engine_utilization(get: &EngineUtilizationGetter, handle: nvmlDevice_t) -> Result<u32, NvmlError> {
+    fn engine_utilization(
+        get: &EngineUtilizationGetter,
+        handle: nvmlDevice_t,
+    ) -> Result<u32, NvmlError> {
         let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
         // SAFETY: two valid out-pointers.
         nvml_try(unsafe { get(handle, &mut percent, &mut period_us) })?;

@@ -21,7 +21,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"; [ -n "${load_pid:-}" ] && kill "$load_pid" 2>/dev/null' EXIT
 
 snapshot() { # NAME: the exporter (default set and with per-link NVLink) and nvidia-smi, back to back
-    "$exporter" --stdout --collector nvlink-links >"$work/$1.prom" 2>"$work/$1.err" ||
+    "$exporter" --stdout --state-dir "$work/state" --collector nvlink-links >"$work/$1.prom" 2>"$work/$1.err" ||
         echo "exporter exit status $? ($1): $(cat "$work/$1.err")"
     nvidia-smi -q -d TEMPERATURE,POWER,UTILIZATION >"$work/$1.smi"
     nvidia-smi -L >"$work/$1.list"
@@ -218,9 +218,11 @@ for args in ([], ["--collector", "nvlink-links"]):
     times = []
     for _ in range(7):
         start = time.perf_counter()
-        subprocess.run([exporter, "--stdout", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([exporter, "--stdout", "--state-dir", f"{work}/state", *args],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append((time.perf_counter() - start) * 1000)
-    series = subprocess.run([exporter, "--stdout", *args], capture_output=True, text=True).stdout
+    series = subprocess.run([exporter, "--stdout", "--state-dir", f"{work}/state", *args],
+                            capture_output=True, text=True).stdout
     per_gpu = {}
     for line in series.splitlines():
         m = re.search(r'gpu="(\d+)"', line)

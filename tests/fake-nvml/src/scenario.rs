@@ -615,6 +615,9 @@ pub mod nvlink_field {
     pub const GET_STATE: u32 = 165;
 }
 
+/// Picks one counter of a link's errors.
+type Pick = fn(&NvLinkErrors) -> Option<u64>;
+
 /// The field values `nvlink_fields = true` derives from `nvlinks`: the link
 /// count; per link (scoped) the state, DL replay and recovery counters and the
 /// data counters; per GPU the CRC flit/data, replay and recovery totals, each
@@ -623,7 +626,7 @@ fn nvlink_fields(links: &[NvLink]) -> HashMap<(u32, Option<u32>), u64> {
     use nvlink_field::*;
     let mut fields = HashMap::new();
     fields.insert((LINK_COUNT, None), links.len() as u64);
-    let errors = |l: &NvLink, pick: fn(&NvLinkErrors) -> Option<u64>| l.errors.as_ref().and_then(pick);
+    let errors = |l: &NvLink, pick: Pick| l.errors.as_ref().and_then(pick);
     for (i, l) in links.iter().enumerate() {
         let scope = Some(i as u32);
         let per_link = [
@@ -639,7 +642,7 @@ fn nvlink_fields(links: &[NvLink]) -> HashMap<(u32, Option<u32>), u64> {
             }
         }
     }
-    let totals: [(u32, fn(&NvLinkErrors) -> Option<u64>); 4] = [
+    let totals: [(u32, Pick); 4] = [
         (CRC_FLIT_TOTAL, |e| e.crc_flit),
         (CRC_DATA_TOTAL, |e| e.crc_data),
         (REPLAY_TOTAL, |e| e.replay),
