@@ -298,17 +298,20 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
     ));
     for link in 0..NVLINKS {
         let label = link.to_string();
-        push(gauge(&metrics::NVLINK_ACTIVE, 1.0).with("link", label.clone()));
+        push(gauge(&metrics::NVLINK_LINK_ACTIVE, 1.0).with("link", label.clone()));
         for counter in ["replay", "recovery", "crc_flit", "crc_data"] {
             push(
-                gauge(&metrics::NVLINK_ERRORS, 0.0)
+                gauge(&metrics::NVLINK_LINK_ERRORS, 0.0)
                     .with("link", label.clone())
                     .with("counter", counter),
             );
         }
     }
     for link in 0..NVLINKS {
-        for family in [&metrics::NVLINK_TRANSMIT, &metrics::NVLINK_RECEIVE] {
+        for family in [
+            &metrics::NVLINK_LINK_TRANSMIT,
+            &metrics::NVLINK_LINK_RECEIVE,
+        ] {
             let bytes = 1024.0 * f64::from(918336512 + link * 7919);
             push(gauge(family, bytes).with("link", link.to_string()));
         }
@@ -323,7 +326,8 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
                 .with(
                     "mig_uuid",
                     format!("MIG-4f1b8a2e-63c7-5d90-8e4a-b2c9d1{index:02x}{slot:04x}"),
-                ),
+                )
+                .with("profile", "1g.10gb"),
         );
         for (family, bytes) in [
             (&metrics::MIG_MEMORY_USED, 9663676416.0),

@@ -220,15 +220,37 @@ families! {
     MIG_PENDING_ENABLED: Gauge, "nvidia_gpu_mig_pending_enabled", [],
         "1 if MIG mode will be enabled after the next GPU reset.";
 
-    // NVLink.
-    NVLINK_ACTIVE: Gauge, "nvidia_gpu_nvlink_active", ["link"],
-        "1 if the NVLink link is active, by link.";
-    NVLINK_ERRORS: Counter, "nvidia_gpu_nvlink_errors_total", ["link", "counter"],
-        "NVLink errors by link and counter (replay, recovery, crc_flit, crc_data).";
-    NVLINK_TRANSMIT: Counter, "nvidia_gpu_nvlink_transmit_bytes_total", ["link"],
-        "Data bytes sent over the NVLink link, by link.";
-    NVLINK_RECEIVE: Counter, "nvidia_gpu_nvlink_receive_bytes_total", ["link"],
-        "Data bytes received over the NVLink link, by link.";
+    // Media engines, thermal margin and the driver's averaged power.
+    JPEG_UTILIZATION: Gauge, "nvidia_gpu_jpeg_utilization_ratio", [],
+        "Fraction of the last sample period during which the JPEG decoders (NVJPG) were busy (0-1).";
+    OFA_UTILIZATION: Gauge, "nvidia_gpu_ofa_utilization_ratio", [],
+        "Fraction of the last sample period during which the optical flow accelerator (OFA) was busy (0-1).";
+    TEMPERATURE_MARGIN: Gauge, "nvidia_gpu_temperature_margin_celsius", [],
+        "Degrees the GPU is below its nearest slowdown threshold (nvidia-smi: GPU T.Limit Temp); negative once past it.";
+    POWER_AVERAGE: Gauge, "nvidia_gpu_power_average_watts", [],
+        "Power drawn by the GPU, averaged by the driver over the last second (nvidia-smi: Average Power Draw).";
+
+    // NVLink, per GPU (summed over its links).
+    NVLINK_LINKS: Gauge, "nvidia_gpu_nvlink_links", [],
+        "NVLink links the GPU has.";
+    NVLINK_LINKS_ACTIVE: Gauge, "nvidia_gpu_nvlink_links_active", [],
+        "NVLink links that are active.";
+    NVLINK_ERRORS: Counter, "nvidia_gpu_nvlink_errors_total", ["counter"],
+        "NVLink errors summed over the GPU's links, by counter (replay, recovery, crc_flit, crc_data).";
+    NVLINK_TRANSMIT: Counter, "nvidia_gpu_nvlink_transmit_bytes_total", [],
+        "Data bytes sent over NVLink, summed over the GPU's links.";
+    NVLINK_RECEIVE: Counter, "nvidia_gpu_nvlink_receive_bytes_total", [],
+        "Data bytes received over NVLink, summed over the GPU's links.";
+
+    // NVLink, per link (only with --collector nvlink-links).
+    NVLINK_LINK_ACTIVE: Gauge, "nvidia_gpu_nvlink_link_active", ["link"],
+        "1 if the NVLink link is active, by link (only with --collector nvlink-links).";
+    NVLINK_LINK_ERRORS: Counter, "nvidia_gpu_nvlink_link_errors_total", ["link", "counter"],
+        "NVLink errors by link and counter: replay, recovery, crc_flit, crc_data (only with --collector nvlink-links).";
+    NVLINK_LINK_TRANSMIT: Counter, "nvidia_gpu_nvlink_link_transmit_bytes_total", ["link"],
+        "Data bytes sent over the NVLink link, by link (only with --collector nvlink-links).";
+    NVLINK_LINK_RECEIVE: Counter, "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],
+        "Data bytes received over the NVLink link, by link (only with --collector nvlink-links).";
 
     // XID errors, counted from the kernel log (the xid collector), and the
     // recovery action the driver asks for (health collector).
@@ -242,12 +264,16 @@ families! {
         "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
 
     // MIG devices.
-    MIG_INFO: Gauge, "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid"],
-        "A MIG device of this GPU, with its ids as labels; always 1.";
+    MIG_INFO: Gauge, "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid", "profile"],
+        "A MIG device of this GPU, with its ids and profile (e.g. 1g.10gb) as labels; always 1.";
     MIG_MEMORY_USED: Gauge, "nvidia_gpu_mig_memory_used_bytes", ["gpu_instance_id", "compute_instance_id"],
         "Device memory allocated on the MIG device.";
     MIG_MEMORY_TOTAL: Gauge, "nvidia_gpu_mig_memory_total_bytes", ["gpu_instance_id", "compute_instance_id"],
         "Device memory of the MIG device in total.";
+    MIG_MEMORY_FREE: Gauge, "nvidia_gpu_mig_memory_free_bytes", ["gpu_instance_id", "compute_instance_id"],
+        "Device memory not allocated on the MIG device.";
+    MIG_MEMORY_RESERVED: Gauge, "nvidia_gpu_mig_memory_reserved_bytes", ["gpu_instance_id", "compute_instance_id"],
+        "Device memory of the MIG device reserved by the driver and firmware.";
 
     // Processes.
     PROCESSES: Gauge, "nvidia_gpu_processes", [],

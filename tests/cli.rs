@@ -193,6 +193,16 @@ fn h100x8_healthy_every_gpu_complete() {
             .count(),
         1
     );
+    // The small families, with the scenario's raw values in base units.
+    let id = "gpu=\"7\",uuid=\"GPU-94f06ad3-7b1c-4e3f-85a2-1d8e4c9b0f67\"";
+    for series in [
+        format!("nvidia_gpu_jpeg_utilization_ratio{{{id}}} 0.31\n"),
+        format!("nvidia_gpu_ofa_utilization_ratio{{{id}}} 0\n"),
+        format!("nvidia_gpu_temperature_margin_celsius{{{id}}} 26\n"),
+        format!("nvidia_gpu_power_average_watts{{{id}}} 451.342\n"),
+    ] {
+        assert!(text.contains(&series), "missing {series}");
+    }
 }
 
 #[test]
@@ -232,6 +242,18 @@ fn lost_gpu_reported_down_others_complete() {
 fn mig_devices_listed_under_their_parent() {
     let text = golden_case("h100-mig", "h100-mig", &[], 0);
     assert_eq!(text.matches("nvidia_gpu_mig_info{").count(), 3);
+    for profile in ["3g.40gb", "2g.20gb", "1g.10gb"] {
+        assert!(
+            text.contains(&format!(",profile=\"{profile}\"}} 1\n")),
+            "{profile}"
+        );
+    }
+    assert_eq!(text.matches("nvidia_gpu_mig_memory_free_bytes{").count(), 3);
+    assert_eq!(
+        text.matches("nvidia_gpu_mig_memory_reserved_bytes{")
+            .count(),
+        3
+    );
     assert!(text.contains("nvidia_gpu_mig_enabled{gpu=\"0\""));
 }
 
@@ -644,18 +666,26 @@ fn nvlink_counters_come_from_one_batched_read() {
     let text = golden_case(
         "nvlink-fields",
         "nvlink-fields",
-        &["--no-collector", "mig"],
+        &["--no-collector", "mig", "--collector", "nvlink-links"],
         0,
     );
     let id = "gpu=\"0\",uuid=\"GPU-0c7e5a91-2b3d-4f60-8e14-a9d2c6b07f35\"";
     for series in [
-        format!("nvidia_gpu_nvlink_active{{{id},link=\"2\"}} 0"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"0\",counter=\"crc_data\"}} 20"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"3\",counter=\"crc_flit\"}} 2"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"3\",counter=\"replay\"}} 5"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},link=\"1\",counter=\"recovery\"}} 1"),
-        format!("nvidia_gpu_nvlink_transmit_bytes_total{{{id},link=\"0\"}} 1024000"),
-        format!("nvidia_gpu_nvlink_receive_bytes_total{{{id},link=\"3\"}} 9216"),
+        format!("nvidia_gpu_nvlink_link_active{{{id},link=\"2\"}} 0"),
+        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"0\",counter=\"crc_data\"}} 20"),
+        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"3\",counter=\"crc_flit\"}} 2"),
+        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"3\",counter=\"replay\"}} 5"),
+        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"1\",counter=\"recovery\"}} 1"),
+        format!("nvidia_gpu_nvlink_link_transmit_bytes_total{{{id},link=\"0\"}} 1024000"),
+        format!("nvidia_gpu_nvlink_link_receive_bytes_total{{{id},link=\"3\"}} 9216"),
+        // The per-GPU totals: link state by function where the state field is
+        // not offered; replay/recovery/data summed over the per-link fields.
+        format!("nvidia_gpu_nvlink_links{{{id}}} 4"),
+        format!("nvidia_gpu_nvlink_links_active{{{id}}} 3"),
+        format!("nvidia_gpu_nvlink_errors_total{{{id},counter=\"replay\"}} 8"),
+        format!("nvidia_gpu_nvlink_errors_total{{{id},counter=\"recovery\"}} 1"),
+        format!("nvidia_gpu_nvlink_transmit_bytes_total{{{id}}} 1041408"),
+        format!("nvidia_gpu_nvlink_receive_bytes_total{{{id}}} 2077696"),
         format!("nvidia_gpu_collector_read_errors{{{id}}} 0"),
     ] {
         assert!(text.contains(&series), "missing {series}");
@@ -665,6 +695,196 @@ fn nvlink_counters_come_from_one_batched_read() {
         !text.contains("} 999\n"),
         "replay/recovery read by function, not field"
     );
+    // No cheap CRC source (the per-GPU CRC fields are not offered, as on an
+    // H200): the totals leave the CRC counters out rather than call per link.
+    assert!(!text.contains(",counter=\"crc_flit\"} 3\n"));
+    assert!(!text.contains("uuid=\"GPU-0c7e5a91-2b3d-4f60-8e14-a9d2c6b07f35\",counter=\"crc_"));
+}
+
+/// One sample of an exposition: name, labels in order, value.
+struct Parsed<'t> {
+    name: &'t str,
+    labels: Vec<(&'t str, &'t str)>,
+    value: f64,
+}
+
+/// The samples of `text` (label values hold no `"` or `,` in these scenarios).
+fn parse(text: &str) -> Vec<Parsed<'_>> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    let (k, v) = l.split_once('=').unwrap();
+                    (k, v.trim_matches('"'))
+                })
+                .collect();
+            Parsed {
+                name,
+                labels,
+                value: value.parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+impl Parsed<'_> {
+    fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// The NVLink scenarios: the default set stays within 100 series a GPU (it was
+/// 162 on the demo H100 with per-link series) and holds no per-link series.
+#[test]
+fn default_set_stays_within_100_series_per_nvlink_gpu() {
+    for scenario_name in ["h100x8", "nvlink-fields"] {
+        let output = exporter(scenario_name, &["--stdout"]);
+        assert_eq!(output.status.code(), Some(0), "{scenario_name}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        let samples = parse(&text);
+        let gpus: std::collections::BTreeSet<&str> =
+            samples.iter().filter_map(|s| s.label("gpu")).collect();
+        assert!(!gpus.is_empty());
+        for gpu in gpus {
+            let series = samples
+                .iter()
+                .filter(|s| s.label("gpu") == Some(gpu))
+                .count();
+            assert!(
+                series <= 100,
+                "{scenario_name}: GPU {gpu} has {series} series"
+            );
+            assert!(
+                samples
+                    .iter()
+                    .any(|s| s.label("gpu") == Some(gpu) && s.name == "nvidia_gpu_nvlink_links"),
+                "{scenario_name}: GPU {gpu} lacks its NVLink totals"
+            );
+        }
+        assert!(
+            !text.contains("link=\""),
+            "{scenario_name}: per-link series by default"
+        );
+        assert!(!text.contains("nvidia_gpu_nvlink_link_"), "{scenario_name}");
+    }
+}
+
+/// With both NVLink collectors on, each per-GPU total equals the sum of the
+/// per-link values (the per-link CRC counters come from the single function,
+/// the totals from NVML's per-GPU fields), and the link counts agree.
+#[test]
+fn nvlink_totals_equal_the_sum_of_the_links() {
+    for (scenario_name, counters) in [
+        (
+            "h100x8",
+            &["replay", "recovery", "crc_flit", "crc_data"][..],
+        ),
+        ("nvlink-fields", &["replay", "recovery"][..]),
+    ] {
+        let output = exporter(scenario_name, &["--stdout", "--collector", "nvlink-links"]);
+        assert_eq!(output.status.code(), Some(0), "{scenario_name}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        let samples = parse(&text);
+        let gpus: std::collections::BTreeSet<&str> =
+            samples.iter().filter_map(|s| s.label("gpu")).collect();
+        for gpu in gpus {
+            let of = |name: &str| -> Vec<&Parsed<'_>> {
+                samples
+                    .iter()
+                    .filter(|s| s.label("gpu") == Some(gpu) && s.name == name)
+                    .collect()
+            };
+            let one = |name: &str| -> f64 {
+                let found = of(name);
+                assert_eq!(found.len(), 1, "{scenario_name} GPU {gpu}: {name}");
+                found[0].value
+            };
+            let at = format!("{scenario_name} GPU {gpu}");
+            let links = of("nvidia_gpu_nvlink_link_active");
+            assert_eq!(one("nvidia_gpu_nvlink_links"), links.len() as f64, "{at}");
+            let active: f64 = links.iter().map(|s| s.value).sum();
+            assert_eq!(one("nvidia_gpu_nvlink_links_active"), active, "{at}");
+            for counter in counters {
+                let per_link: Vec<f64> = of("nvidia_gpu_nvlink_link_errors_total")
+                    .iter()
+                    .filter(|s| s.label("counter") == Some(counter))
+                    .map(|s| s.value)
+                    .collect();
+                assert_eq!(per_link.len(), links.len(), "{at}: {counter}");
+                let total: Vec<f64> = of("nvidia_gpu_nvlink_errors_total")
+                    .iter()
+                    .filter(|s| s.label("counter") == Some(counter))
+                    .map(|s| s.value)
+                    .collect();
+                assert_eq!(total, [per_link.iter().sum::<f64>()], "{at}: {counter}");
+            }
+            for (total, per_link) in [
+                (
+                    "nvidia_gpu_nvlink_transmit_bytes_total",
+                    "nvidia_gpu_nvlink_link_transmit_bytes_total",
+                ),
+                (
+                    "nvidia_gpu_nvlink_receive_bytes_total",
+                    "nvidia_gpu_nvlink_link_receive_bytes_total",
+                ),
+            ] {
+                let per_link = of(per_link);
+                assert_eq!(per_link.len(), links.len(), "{at}: {total}");
+                let sum: f64 = per_link.iter().map(|s| s.value).sum();
+                assert!(sum > 0.0, "{at}: {total}");
+                assert_eq!(one(total), sum, "{at}: {total}");
+            }
+        }
+    }
+}
+
+/// The per-link families appear only with `--collector nvlink-links`, and that
+/// collector alone writes no totals.
+#[test]
+fn per_link_families_only_with_the_opt_in_collector() {
+    let default = String::from_utf8(exporter("h100x8", &["--stdout"]).stdout).unwrap();
+    let links_only = String::from_utf8(
+        exporter(
+            "h100x8",
+            &[
+                "--stdout",
+                "--no-collector",
+                "nvlink",
+                "--collector",
+                "nvlink-links",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap();
+    for family in [
+        "nvidia_gpu_nvlink_link_active",
+        "nvidia_gpu_nvlink_link_errors_total",
+        "nvidia_gpu_nvlink_link_transmit_bytes_total",
+        "nvidia_gpu_nvlink_link_receive_bytes_total",
+    ] {
+        let type_line = format!("# TYPE {family} ");
+        assert!(!default.contains(&type_line), "{family} by default");
+        assert!(
+            links_only.contains(&type_line),
+            "{family} missing when asked for"
+        );
+    }
+    // 18 links x (state, 4 error counters, 2 data counters) on each of 8 GPUs.
+    assert_eq!(links_only.matches("link=\"").count(), 8 * 18 * 7);
+    assert!(!links_only.contains("nvidia_gpu_nvlink_links"));
+    assert!(!links_only.contains("# TYPE nvidia_gpu_nvlink_errors_total "));
 }
 
 /// The whole run keeps one deadline: a lock held for part of it and then a hung

@@ -1,5 +1,5 @@
 //! Video encoder and decoder: utilization from NVML's sample buffers (see
-//! `window`), sessions.
+//! `window`), sessions; JPEG decoders and optical flow accelerator.
 
 use super::reader::DeviceReader;
 use super::utilization::percent_to_ratio;
@@ -31,6 +31,57 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             &metrics::ENCODER_LATENCY,
             f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
         );
+    }
+    engines::read(reader);
+}
+
+/// JPEG decoders and optical flow accelerator (nvml-wrapper wraps neither call).
+mod engines {
+    use std::ffi::c_uint;
+
+    use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+    use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
+
+    use super::super::reader::DeviceReader;
+    use super::super::utilization::percent_to_ratio;
+    use crate::metrics;
+
+    /// JPEG decoder (NVJPG) and optical flow accelerator (OFA) utilization, on
+    /// GPUs that have them (A100, H100/H200 and later; driver 535+): each a raw
+    /// call that NVML answers like the decoder's, percent over a sampling period.
+    pub(super) fn read(reader: &mut DeviceReader<'_>) {
+        let jpeg = reader.read_raw("nvmlDeviceGetJpgUtilization", |lib, handle| {
+            engine_utilization(nvml_sym(lib.nvmlDeviceGetJpgUtilization.as_ref())?, handle)
+        });
+        let ofa = reader.read_raw("nvmlDeviceGetOfaUtilization", |lib, handle| {
+            engine_utilization(nvml_sym(lib.nvmlDeviceGetOfaUtilization.as_ref())?, handle)
+        });
+        for (percent, family) in [
+            (jpeg, &metrics::JPEG_UTILIZATION),
+            (ofa, &metrics::OFA_UTILIZATION),
+        ] {
+            let Some(percent) = percent else { continue };
+            match percent_to_ratio(percent) {
+                Some(ratio) => reader.gauge(family, ratio),
+                None => reader.reject(family, f64::from(percent)),
+            }
+        }
+    }
+
+    /// The signature of `nvmlDeviceGetJpgUtilization` and `…OfaUtilization`.
+    type EngineUtilizationGetter =
+        unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
+
+    /// Percent busy over the engine's last sampling period (the period is not
+    /// exported, as for the encoder and decoder).
+    fn engine_utilization(
+        get: &EngineUtilizationGetter,
+        handle: nvmlDevice_t,
+    ) -> Result<u32, NvmlError> {
+        let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
+        // SAFETY: two valid out-pointers.
+        nvml_try(unsafe { get(handle, &mut percent, &mut period_us) })?;
+        Ok(percent)
     }
 }
 

@@ -1,7 +1,7 @@
 //! MIG devices: one `nvidia_gpu_mig_info` and memory readings per populated
 //! slot, under the parent GPU's `gpu`/`uuid` labels.
 
-use std::ffi::c_uint;
+use std::ffi::{c_char, c_uint, CStr};
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
@@ -52,18 +52,30 @@ fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &NvmlDevice<'_>) {
     ) else {
         return;
     };
+    // The profile is the end of the MIG device's name ("NVIDIA H100 80GB HBM3
+    // MIG 1g.10gb"): one unprivileged call, where nvmlGpuInstanceGetInfo and
+    // nvmlDeviceGetGpuInstanceProfileInfo take three and name only the GPU
+    // instance's profile, not a smaller compute instance's ("1c.2g.20gb").
+    // Kept empty when unreadable, so the series keeps its labels.
+    let profile = reader
+        .read("nvmlDeviceGetName", |_| name(mig))
+        .map(|name| profile(&name).to_owned())
+        .unwrap_or_default();
     let gi = gpu_instance_id.to_string();
     let ci = compute_instance_id.to_string();
     reader.push(
         Sample::new(&metrics::MIG_INFO, 1.0)
             .with("gpu_instance_id", gi.clone())
             .with("compute_instance_id", ci.clone())
-            .with("mig_uuid", mig_uuid),
+            .with("mig_uuid", mig_uuid)
+            .with("profile", profile),
     );
     if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |_| mig.memory_info()) {
         for (family, bytes) in [
             (&metrics::MIG_MEMORY_USED, memory.used),
             (&metrics::MIG_MEMORY_TOTAL, memory.total),
+            (&metrics::MIG_MEMORY_FREE, memory.free),
+            (&metrics::MIG_MEMORY_RESERVED, memory.reserved),
         ] {
             reader.push(
                 Sample::new(family, bytes as f64)
@@ -72,6 +84,29 @@ fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &NvmlDevice<'_>) {
             );
         }
     }
+}
+
+/// The MIG profile at the end of a MIG device's name, or "" if the name holds
+/// none.
+fn profile(name: &str) -> &str {
+    name.rsplit_once("MIG ")
+        .map_or("", |(_, profile)| profile.trim())
+}
+
+/// The name of a MIG device, decoded lossily (nvml-wrapper's `name()` fails
+/// on invalid UTF-8).
+fn name(mig: &NvmlDevice<'_>) -> Result<String, NvmlError> {
+    /// `NVML_DEVICE_NAME_V2_BUFFER_SIZE`.
+    const BUFFER: usize = 96;
+    // SAFETY: `mig` is a live MIG handle of the NVML instance in use.
+    let (lib, handle) = unsafe { (mig.nvml().lib(), mig.handle()) };
+    let get = nvml_sym(lib.nvmlDeviceGetName.as_ref())?;
+    let mut buffer = [0 as c_char; BUFFER];
+    // SAFETY: the buffer's length is passed; NVML NUL-terminates within it.
+    nvml_try(unsafe { get(handle, buffer.as_mut_ptr(), BUFFER as c_uint) })?;
+    // SAFETY: NVML returned success, so the buffer holds a C string.
+    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
+    Ok(text.to_string_lossy().into_owned())
 }
 
 enum Instance {
@@ -91,4 +126,16 @@ fn instance_id(mig: &NvmlDevice<'_>, instance: Instance) -> Result<u32, NvmlErro
     // SAFETY: one valid out-pointer.
     nvml_try(unsafe { get(handle, &mut id) })?;
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile;
+
+    #[test]
+    fn profile_is_the_end_of_the_mig_device_name() {
+        assert_eq!(profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), "1g.10gb");
+        assert_eq!(profile("NVIDIA H200 MIG 1c.2g.36gb"), "1c.2g.36gb");
+        assert_eq!(profile("NVIDIA H100 80GB HBM3"), "");
+    }
 }

@@ -340,12 +340,15 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
         reader.recall_from(memory.clone());
     }
     let identity = identity::read(&mut reader);
-    let fields: Vec<u32> = options
+    let mut fields: Vec<u32> = options
         .collectors
         .iter()
         .flat_map(|collector| collector.fields)
         .copied()
         .collect();
+    // Collectors may share a field (the NVLink link count): ask for it once.
+    fields.sort_unstable();
+    fields.dedup();
     if !fields.is_empty() {
         reader.prefetch(&fields);
     }

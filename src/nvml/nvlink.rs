@@ -1,11 +1,18 @@
-//! NVLink links: state, error counters and data counters.
+//! NVLink. By default (`nvlink`) a few series per GPU: how many links it has
+//! and how many are active, and the error and data counters summed over its
+//! links, all from batched field reads. Per-link detail (`nvlink-links`, off by
+//! default) costs up to seven series a link (126 on an 18-link H100) and, for
+//! the CRC counters, one `nvmlDeviceGetNvLinkErrorCounter` call per link and
+//! counter (about 0.9 ms each on an H200: 32 ms a GPU).
 
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
-    NVML_FI_DEV_NVLINK_LINK_COUNT, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_NVLINK_GET_STATE, NVML_FI_DEV_NVLINK_LINK_COUNT,
+    NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
 use super::fields::{self, Field};
@@ -19,8 +26,147 @@ const MAX_LINKS: u32 = 18;
 /// NVML counts NVLink data in KiB.
 const BYTES_PER_KIB: f64 = 1024.0;
 
+/// Field values the per-GPU collector takes from the GPU's batch: the link
+/// count, and the per-GPU totals NVML keeps itself (the CRC totals are the
+/// only cheap CRC source; on H200s with driver 580 they are not supported and
+/// the CRC counters are then left out of the totals).
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_NVLINK_LINK_COUNT,
+    NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+];
+
+/// Field values the per-link collector takes from the GPU's batch: the link
+/// count bounds the per-link probing.
+pub(super) const LINKS_FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
+
+/// `nvmlEnableState_t`: an active link's state.
+const ACTIVE: f64 = 1.0;
+
+/// The per-GPU collector: links, active links and totals, from the batch and
+/// one more `nvmlDeviceGetFieldValues` call with the per-link fields (their
+/// scope is the link, so the link count must be known first). Where the driver
+/// offers no link count field, the links are found with
+/// `nvmlDeviceGetNvLinkState` as the per-link collector does, so that a link
+/// that goes down is still seen.
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    let count = reader
+        .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
+        .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS));
+    let (count, probed) = match count {
+        Some(count) => (count, Vec::new()),
+        None => {
+            let Some(probed) = probe_links(reader, MAX_LINKS) else {
+                return;
+            };
+            (probed.len() as u32, probed)
+        }
+    };
+    if count == 0 {
+        return;
+    }
+    let links = read_link_fields(reader, count);
+    reader.gauge(&metrics::NVLINK_LINKS, f64::from(count));
+    let active: Option<u32> = links
+        .iter()
+        .enumerate()
+        .map(|(link, values)| match probed.get(link) {
+            Some(state) => *state,
+            None => link_active(reader, link as u32, values.state),
+        })
+        .map(|active| active.map(u32::from))
+        .sum();
+    if let Some(active) = active {
+        reader.gauge(&metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
+    }
+    // A total is written only when every link answered, so that a link that
+    // stops answering cannot make the counter go down (a false reset).
+    let sum = |pick: fn(&LinkFields) -> Option<f64>| -> Option<f64> {
+        if links.is_empty() {
+            return None;
+        }
+        links.iter().map(pick).sum()
+    };
+    let replay = sum(|l| l.replay).or(reader.field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL));
+    let recovery =
+        sum(|l| l.recovery).or(reader.field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL));
+    let crc_flit = reader.field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
+    let crc_data = reader.field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    for (count, counter) in [
+        (replay, "replay"),
+        (recovery, "recovery"),
+        (crc_flit, "crc_flit"),
+        (crc_data, "crc_data"),
+    ] {
+        if let Some(count) = count {
+            reader.push(Sample::new(&metrics::NVLINK_ERRORS, count).with("counter", counter));
+        }
+    }
+    for (kib, family) in [
+        (sum(|l| l.transmit), &metrics::NVLINK_TRANSMIT),
+        (sum(|l| l.receive), &metrics::NVLINK_RECEIVE),
+    ] {
+        if let Some(kib) = kib {
+            reader.gauge(family, kib * BYTES_PER_KIB);
+        }
+    }
+}
+
+/// One link's fields of the per-GPU collector's batch.
+struct LinkFields {
+    state: Option<f64>,
+    replay: Option<f64>,
+    recovery: Option<f64>,
+    transmit: Option<f64>,
+    receive: Option<f64>,
+}
+
+/// Per-link fields of the per-GPU collector, in [`LinkFields`] order.
+const TOTALS_LINK_FIELDS: [u32; 5] = [
+    NVML_FI_DEV_NVLINK_GET_STATE,
+    NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+];
+
+/// Reads the per-link fields of links `0..count` in one call.
+fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32) -> Vec<LinkFields> {
+    let requests: Vec<Field> = (0..count)
+        .flat_map(|link| TOTALS_LINK_FIELDS.map(|id| Field { id, scope: link }))
+        .collect();
+    let values = fields::read(reader, &requests);
+    values
+        .chunks(TOTALS_LINK_FIELDS.len())
+        .map(|values| LinkFields {
+            state: values[0],
+            replay: values[1],
+            recovery: values[2],
+            transmit: values[3],
+            receive: values[4],
+        })
+        .collect()
+}
+
+/// Whether `link` is active: from its state field, or where the driver does not
+/// offer that field, from `nvmlDeviceGetNvLinkState`. `None` if unknown.
+fn link_active(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<bool> {
+    match state {
+        Some(state) if state == ACTIVE || state == 0.0 => Some(state == ACTIVE),
+        Some(state) => {
+            reader.reject(&metrics::NVLINK_LINKS_ACTIVE, state);
+            None
+        }
+        None => reader.read("nvmlDeviceGetNvLinkState", |d| {
+            d.link_wrapper_for(link).is_active()
+        }),
+    }
+}
+
 /// The counters of `nvmlDeviceGetNvLinkErrorCounter`; the two CRC counters come
-/// last, since [`LINK_FIELDS`] can replace the first two.
+/// last, since [`PER_LINK_FIELDS`] can replace the first two.
 const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlReplay, "replay"),
     (ErrorCounter::DlRecovery, "recovery"),
@@ -28,51 +174,65 @@ const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlCrcData, "crc_data"),
 ];
 
-/// Field values this collector takes from the per-GPU batch: the link count
-/// bounds the per-link probing.
-pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
-
-/// Per-link fields read in one batch: the replay and recovery counters (same
-/// counts as `nvmlDeviceGetNvLinkErrorCounter`) and the data counters. On an
-/// H200 with 18 links each single error-counter call took about 1.1 ms.
+/// Per-link fields of the per-link collector, read in one batch: the replay and
+/// recovery counters (same counts as `nvmlDeviceGetNvLinkErrorCounter`) and the
+/// data counters. On an H200 with 18 links each single error-counter call took
+/// about 1 ms.
 ///
 /// CRC errors are not taken from `NVML_FI_DEV_NVLINK_ERROR_DL_CRC`: on H200s
 /// (driver 580) it read 0 on every link while the function reported 4 to 36
 /// CRC data errors per link, so flit and data CRC counts come from the function.
-const LINK_FIELDS: [u32; 4] = [
+const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let last = reader
-        .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
-        .map_or(MAX_LINKS, |count| (count as u32).min(MAX_LINKS));
+/// The state of each link below `last` by `nvmlDeviceGetNvLinkState`, up to
+/// the first link NVML does not know (`None` for a link whose state failed);
+/// `None` if the GPU has no NVLink or went down.
+fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
         match reader.try_read("nvmlDeviceGetNvLinkState", |d| {
             d.link_wrapper_for(link).is_active()
-        }) {
-            None => return,
-            Some(Ok(active)) => links.push((link, active)),
+        })? {
+            Ok(active) => links.push(Some(active)),
             // A GPU without NVLink says so for link 0; past the last link NVML
             // answers "invalid argument".
-            Some(Err(NvmlError::NotSupported)) if link == 0 => return,
-            Some(Err(NvmlError::InvalidArg)) => break,
-            Some(Err(error)) => reader.note("nvmlDeviceGetNvLinkState", &error),
+            Err(NvmlError::NotSupported) if link == 0 => return None,
+            Err(NvmlError::InvalidArg) => break,
+            Err(error) => {
+                reader.note("nvmlDeviceGetNvLinkState", &error);
+                links.push(None);
+            }
         }
     }
+    Some(links)
+}
+
+/// The per-link collector (`nvlink-links`).
+pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
+    let last = reader
+        .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
+        .map_or(MAX_LINKS, |count| (count as u32).min(MAX_LINKS));
+    let Some(probed) = probe_links(reader, last) else {
+        return;
+    };
+    let links: Vec<(u32, bool)> = (0..)
+        .zip(probed)
+        .filter_map(|(link, active)| Some((link, active?)))
+        .collect();
     let requests: Vec<Field> = links
         .iter()
-        .flat_map(|&(link, _)| LINK_FIELDS.map(|id| Field { id, scope: link }))
+        .flat_map(|&(link, _)| PER_LINK_FIELDS.map(|id| Field { id, scope: link }))
         .collect();
     let values = fields::read(reader, &requests);
-    for (&(link, active), values) in links.iter().zip(values.chunks(LINK_FIELDS.len())) {
+    for (&(link, active), values) in links.iter().zip(values.chunks(PER_LINK_FIELDS.len())) {
         let label = link.to_string();
         reader.push(
-            Sample::new(&metrics::NVLINK_ACTIVE, if active { 1.0 } else { 0.0 })
+            Sample::new(&metrics::NVLINK_LINK_ACTIVE, if active { 1.0 } else { 0.0 })
                 .with("link", label.clone()),
         );
         let [replay, recovery, transmit, receive] = values else {
@@ -82,7 +242,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             (Some(replay), Some(recovery)) => {
                 for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
                     reader.push(
-                        Sample::new(&metrics::NVLINK_ERRORS, *count)
+                        Sample::new(&metrics::NVLINK_LINK_ERRORS, *count)
                             .with("link", label.clone())
                             .with("counter", counter),
                     );
@@ -93,8 +253,8 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         };
         read_error_counters(reader, link, &label, counters);
         for (value, family) in [
-            (transmit, &metrics::NVLINK_TRANSMIT),
-            (receive, &metrics::NVLINK_RECEIVE),
+            (transmit, &metrics::NVLINK_LINK_TRANSMIT),
+            (receive, &metrics::NVLINK_LINK_RECEIVE),
         ] {
             if let Some(kib) = value {
                 reader.push(Sample::new(family, kib * BYTES_PER_KIB).with("link", label.clone()));
@@ -116,7 +276,7 @@ fn read_error_counters(
             d.link_wrapper_for(link).error_counter(counter)
         }) {
             reader.push(
-                Sample::new(&metrics::NVLINK_ERRORS, count as f64)
+                Sample::new(&metrics::NVLINK_LINK_ERRORS, count as f64)
                     .with("link", label.to_owned())
                     .with("counter", counter_label),
             );

@@ -3,13 +3,20 @@
 use super::reader::DeviceReader;
 use crate::metrics;
 
-use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+};
 
 const PER_MILLI: f64 = 1000.0;
 
-/// Field values this collector takes from the per-GPU batch (same millijoules
-/// as `nvmlDeviceGetTotalEnergyConsumption`).
-pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
+/// Field values this collector takes from the per-GPU batch: the energy (same
+/// millijoules as `nvmlDeviceGetTotalEnergyConsumption`) and the power the
+/// driver averaged over one second (milliwatts; Ampere and later, driver 535+;
+/// no function offers it).
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    NVML_FI_DEV_POWER_AVERAGE,
+];
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
@@ -49,5 +56,8 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             &metrics::POWER_MAX_LIMIT,
             f64::from(limits.max_limit) / PER_MILLI,
         );
+    }
+    if let Some(milliwatts) = reader.field(NVML_FI_DEV_POWER_AVERAGE) {
+        reader.gauge(&metrics::POWER_AVERAGE, milliwatts / PER_MILLI);
     }
 }

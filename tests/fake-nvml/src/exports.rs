@@ -234,8 +234,11 @@ export! {
     }
 
     fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) {
-        let d = device_call(SYM, device, !name.is_null(), OnMig::NotSupported)?;
-        put_str(name, length, d.gpu().name.as_ref())
+        let d = device_call(SYM, device, !name.is_null(), OnMig::Answers)?;
+        match d.mig() {
+            Some(mig) => put_str(name, length, mig.name.as_ref()),
+            None => put_str(name, length, d.gpu().name.as_ref()),
+        }
     }
 
     fn nvmlDeviceGetSerial(device: nvmlDevice_t, serial: *mut c_char, length: c_uint) {
@@ -288,6 +291,23 @@ export! {
             memory: u.memory,
         });
         put(utilization, u)
+    }
+
+    fn nvmlDeviceGetMarginTemperature(
+        device: nvmlDevice_t,
+        marginTempInfo: *mut nvmlMarginTemperature_t,
+    ) {
+        let d = device_call(SYM, device, !marginTempInfo.is_null(), OnMig::NotSupported)?;
+        if (*marginTempInfo).version != NVML_MARGIN_TEMPERATURE_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        put(
+            marginTempInfo,
+            d.gpu().margin_temperature.map(|margin| nvmlMarginTemperature_t {
+                version: NVML_MARGIN_TEMPERATURE_V1,
+                marginTemperature: margin,
+            }),
+        )
     }
 
     fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) {
@@ -630,6 +650,30 @@ export! {
         put(sessionCount, Some(s))?;
         put(averageFps, Some(f))?;
         put(averageLatency, Some(l))
+    }
+
+    fn nvmlDeviceGetJpgUtilization(
+        device: nvmlDevice_t,
+        utilization: *mut c_uint,
+        samplingPeriodUs: *mut c_uint,
+    ) {
+        let outs_ok = !utilization.is_null() && !samplingPeriodUs.is_null();
+        let d = device_call(SYM, device, outs_ok, OnMig::NotSupported)?;
+        let jpeg = d.gpu().jpeg.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        put(utilization, Some(jpeg.utilization))?;
+        put(samplingPeriodUs, Some(jpeg.sampling_period_us))
+    }
+
+    fn nvmlDeviceGetOfaUtilization(
+        device: nvmlDevice_t,
+        utilization: *mut c_uint,
+        samplingPeriodUs: *mut c_uint,
+    ) {
+        let outs_ok = !utilization.is_null() && !samplingPeriodUs.is_null();
+        let d = device_call(SYM, device, outs_ok, OnMig::NotSupported)?;
+        let ofa = d.gpu().ofa.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        put(utilization, Some(ofa.utilization))?;
+        put(samplingPeriodUs, Some(ofa.sampling_period_us))
     }
 
     fn nvmlDeviceGetMigMode(

@@ -222,6 +222,18 @@ pub struct nvmlMemory_v2_t {
 /// `NVML_STRUCT_VERSION(Memory, 2)`: the struct size with the version in the top byte.
 pub const NVML_MEMORY_V2: c_uint = (std::mem::size_of::<nvmlMemory_v2_t>() as c_uint) | (2 << 24);
 
+/// `nvmlMarginTemperature_v1_t`: callers set `version` to [`NVML_MARGIN_TEMPERATURE_V1`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlMarginTemperature_t {
+    pub version: c_uint,
+    pub marginTemperature: c_int,
+}
+
+/// `NVML_STRUCT_VERSION(MarginTemperature, 1)`.
+pub const NVML_MARGIN_TEMPERATURE_V1: c_uint =
+    (std::mem::size_of::<nvmlMarginTemperature_t>() as c_uint) | (1 << 24);
+
 /// `nvmlBAR1Memory_t`
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

@@ -45,6 +45,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetBAR1MemoryInfo",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetMarginTemperature",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetEnforcedPowerLimit",
@@ -78,6 +79,8 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetEncoderUtilization",
     "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetEncoderStats",
+    "nvmlDeviceGetJpgUtilization",
+    "nvmlDeviceGetOfaUtilization",
     "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetComputeMode",
     "nvmlDeviceGetMigMode",
@@ -167,6 +170,7 @@ pub struct Gpu {
     pub bar1: Option<Bar1>,
     pub temperature: Option<u32>,
     pub temperature_thresholds: Option<TemperatureThresholds>,
+    pub margin_temperature: Option<i32>,
     pub power_usage_mw: Option<u32>,
     pub total_energy_mj: Option<u64>,
     pub power_limit_mw: Option<u32>,
@@ -187,10 +191,15 @@ pub struct Gpu {
     pub remapped_rows: Option<RemappedRows>,
     pub encoder: Option<Encoder>,
     pub decoder: Option<Decoder>,
+    pub jpeg: Option<Decoder>,
+    pub ofa: Option<Decoder>,
     pub persistence_mode: Option<bool>,
     pub compute_mode: Option<u32>,
     pub mig_mode: Option<MigMode>,
     pub nvlinks: Option<Vec<NvLink>>,
+    /// Answer the NVLink field values from `nvlinks` (see [`nvlink_fields`]).
+    #[serde(default)]
+    pub nvlink_fields: bool,
     #[serde(default)]
     pub field_values: BTreeMap<String, u64>,
     pub max_mig_device_count: Option<u32>,
@@ -360,6 +369,9 @@ pub struct MigMode {
 pub struct NvLink {
     pub active: Option<bool>,
     pub errors: Option<NvLinkErrors>,
+    /// Data sent and received (KiB), answered only as field values.
+    pub tx_kib: Option<u64>,
+    pub rx_kib: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -377,6 +389,7 @@ pub struct NvLinkErrors {
 pub struct MigDevice {
     pub slot: u32,
     pub uuid: Text,
+    pub name: Option<Text>,
     pub gpu_instance_id: u32,
     pub compute_instance_id: u32,
     pub memory: Option<Memory>,
@@ -684,6 +697,7 @@ impl Scenario {
                     &Some(mig.uuid.clone()),
                     MAX_TEXT,
                 )?;
+                check_text(&at(&format!("mig_devices[{m}].name")), &mig.name, MAX_TEXT)?;
             }
             if let Some(samples) = &gpu.samples {
                 if samples.period_us == 0 || samples.buffer == 0 {
@@ -700,7 +714,11 @@ impl Scenario {
                     return Err(at(&format!("processes[{p}].sm is empty")));
                 }
             }
-            let mut fields = HashMap::new();
+            let mut fields = if gpu.nvlink_fields {
+                nvlink_fields(gpu.nvlinks.as_deref().unwrap_or_default())
+            } else {
+                HashMap::new()
+            };
             for (key, value) in &gpu.field_values {
                 let parsed = parse_field_key(key).ok_or_else(|| {
                     at(&format!(
@@ -713,6 +731,62 @@ impl Scenario {
         }
         Ok(())
     }
+}
+
+/// NVLink field ids (nvml.h `NVML_FI_DEV_NVLINK_*`).
+pub mod nvlink_field {
+    pub const CRC_FLIT_TOTAL: u32 = 38;
+    pub const CRC_DATA_TOTAL: u32 = 45;
+    pub const REPLAY_TOTAL: u32 = 52;
+    pub const RECOVERY_TOTAL: u32 = 59;
+    pub const LINK_COUNT: u32 = 91;
+    pub const DATA_TX: u32 = 138;
+    pub const DATA_RX: u32 = 139;
+    pub const DL_REPLAY: u32 = 161;
+    pub const DL_RECOVERY: u32 = 162;
+    pub const GET_STATE: u32 = 165;
+}
+
+/// Picks one counter of a link's errors.
+type Pick = fn(&NvLinkErrors) -> Option<u64>;
+
+/// The field values `nvlink_fields = true` derives from `nvlinks`: the link
+/// count; per link (scoped) the state, DL replay and recovery counters and the
+/// data counters; per GPU the CRC flit/data, replay and recovery totals, each
+/// only where every link has that value (so totals equal the per-link sums).
+fn nvlink_fields(links: &[NvLink]) -> HashMap<(u32, Option<u32>), u64> {
+    use nvlink_field::*;
+    let mut fields = HashMap::new();
+    fields.insert((LINK_COUNT, None), links.len() as u64);
+    let errors = |l: &NvLink, pick: Pick| l.errors.as_ref().and_then(pick);
+    for (i, l) in links.iter().enumerate() {
+        let scope = Some(i as u32);
+        let per_link = [
+            (GET_STATE, l.active.map(u64::from)),
+            (DL_REPLAY, errors(l, |e| e.replay)),
+            (DL_RECOVERY, errors(l, |e| e.recovery)),
+            (DATA_TX, l.tx_kib),
+            (DATA_RX, l.rx_kib),
+        ];
+        for (id, value) in per_link {
+            if let Some(value) = value {
+                fields.insert((id, scope), value);
+            }
+        }
+    }
+    let totals: [(u32, Pick); 4] = [
+        (CRC_FLIT_TOTAL, |e| e.crc_flit),
+        (CRC_DATA_TOTAL, |e| e.crc_data),
+        (REPLAY_TOTAL, |e| e.replay),
+        (RECOVERY_TOTAL, |e| e.recovery),
+    ];
+    for (id, pick) in totals {
+        let sum: Option<u64> = links.iter().map(|l| errors(l, pick)).sum();
+        if let Some(sum) = sum {
+            fields.insert((id, None), sum);
+        }
+    }
+    fields
 }
 
 fn parse_field_key(key: &str) -> Option<(u32, Option<u32>)> {

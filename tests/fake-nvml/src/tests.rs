@@ -70,6 +70,11 @@ fn layouts_match_nvml_bindings() {
     );
     same_layout!(nvmlUtilization_t, sys::nvmlUtilization_t, [gpu, memory]);
     same_layout!(
+        nvmlMarginTemperature_t,
+        sys::nvmlMarginTemperature_t,
+        [version, marginTemperature]
+    );
+    same_layout!(
         nvmlViolationTime_t,
         sys::nvmlViolationTime_t,
         [referenceTime, violationTime]
@@ -214,7 +219,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 71);
+    assert_eq!(n, 74);
 }
 
 #[test]
@@ -1393,4 +1398,110 @@ fn sample_buffers_follow_the_clock_gaps_resets_and_lastseen() {
         );
     }
     std::env::remove_var(scenario::CLOCK_ENV);
+}
+
+#[test]
+fn margin_jpeg_ofa_mig_name_and_derived_nvlink_fields() {
+    let _s = start(
+        r#"
+description = "small families"
+[[gpu]]
+margin_temperature = -3
+jpeg = { utilization = 23, sampling_period_us = 167000 }
+ofa = { utilization = 4, sampling_period_us = 167000 }
+mig_mode = { current = 1, pending = 1 }
+mig_devices = [ { slot = 0, uuid = "MIG-a", name = "NVIDIA H100 80GB HBM3 MIG 1g.10gb", gpu_instance_id = 9, compute_instance_id = 0 } ]
+nvlink_fields = true
+nvlinks = [
+  { active = true, errors = { replay = 1, recovery = 2, crc_flit = 3, crc_data = 4 }, tx_kib = 10, rx_kib = 20 },
+  { active = false, errors = { replay = 10, recovery = 20, crc_flit = 30 }, tx_kib = 1 },
+]
+field_values = { "91" = 7 }
+[[gpu]]
+"#,
+    );
+    let (h0, h1) = (handle(0), handle(1));
+    unsafe {
+        let mut margin = nvmlMarginTemperature_t {
+            version: NVML_MARGIN_TEMPERATURE_V1,
+            marginTemperature: 0,
+        };
+        assert_eq!(
+            nvmlDeviceGetMarginTemperature(h0, &mut margin),
+            NVML_SUCCESS
+        );
+        assert_eq!(margin.marginTemperature, -3);
+        margin.version = 1;
+        assert_eq!(
+            nvmlDeviceGetMarginTemperature(h0, &mut margin),
+            NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        );
+        margin.version = NVML_MARGIN_TEMPERATURE_V1;
+        assert_eq!(
+            nvmlDeviceGetMarginTemperature(h1, &mut margin),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        let (mut percent, mut period) = (0, 0);
+        assert_eq!(
+            nvmlDeviceGetJpgUtilization(h0, &mut percent, &mut period),
+            NVML_SUCCESS
+        );
+        assert_eq!((percent, period), (23, 167000));
+        assert_eq!(
+            nvmlDeviceGetOfaUtilization(h0, &mut percent, &mut period),
+            NVML_SUCCESS
+        );
+        assert_eq!(percent, 4);
+        assert_eq!(
+            nvmlDeviceGetOfaUtilization(h1, &mut percent, &mut period),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        let mut mig: nvmlDevice_t = std::ptr::null_mut();
+        assert_eq!(
+            nvmlDeviceGetMigDeviceHandleByIndex(h0, 0, &mut mig),
+            NVML_SUCCESS
+        );
+        assert_eq!(
+            get_str(|buf, len| nvmlDeviceGetName(mig, buf, len), 96).unwrap(),
+            b"NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+        );
+
+        // Derived from `nvlinks`; an explicit field value wins; a total only
+        // where every link has the counter.
+        let requests = [
+            (91, 0, Some(7)),
+            (165, 0, Some(1)),
+            (165, 1, Some(0)),
+            (161, 1, Some(10)),
+            (162, 0, Some(2)),
+            (138, 0, Some(10)),
+            (139, 1, None),
+            (52, 0, Some(11)),
+            (59, 0, Some(22)),
+            (38, 0, Some(33)),
+            (45, 0, None),
+        ];
+        let mut values: Vec<nvmlFieldValue_t> = requests
+            .iter()
+            .map(|&(id, scope, _)| {
+                let mut v = std::mem::zeroed::<nvmlFieldValue_t>();
+                v.fieldId = id;
+                v.scopeId = scope;
+                v
+            })
+            .collect();
+        assert_eq!(
+            nvmlDeviceGetFieldValues(h0, values.len() as i32, values.as_mut_ptr()),
+            NVML_SUCCESS
+        );
+        for (value, &(id, scope, expected)) in values.iter().zip(&requests) {
+            match expected {
+                Some(expected) => {
+                    assert_eq!(value.nvmlReturn, NVML_SUCCESS, "{id}:{scope}");
+                    assert_eq!(value.value.ullVal, expected, "{id}:{scope}");
+                }
+                None => assert_eq!(value.nvmlReturn, NVML_ERROR_NOT_SUPPORTED, "{id}:{scope}"),
+            }
+        }
+    }
 }
