@@ -11,6 +11,8 @@ use clap::Parser;
 
 use crate::exit::Exit;
 use crate::nvml::registry::{self, Collector};
+use crate::nvml;
+use crate::watchdog;
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
 /// that users may stretch to a few minutes.
@@ -18,6 +20,9 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The `--timeout` of the binary and of the package (which sets none).
 pub const DEFAULT_TIMEOUT: &str = "10s";
+
+/// The `--gpm-window` of the binary and of the package.
+pub const DEFAULT_GPM_WINDOW: &str = "1s";
 
 /// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
 /// textfile for node_exporter's textfile collector, then exits.
@@ -93,6 +98,24 @@ pub struct Cli {
     #[arg(long, requires = "stdout")]
     pub write_state: bool,
 
+    /// GPM window (Hopper and newer): the time between the two samples of the
+    /// performance counters that SM activity and occupancy, pipe and DRAM
+    /// activity are computed from (e.g. 1s, 500ms; at least 100ms; 0 turns GPM
+    /// off). The other readings are taken inside the window, so a run on a GPU
+    /// with GPM lasts about this long; it must fit in --timeout.
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_GPM_WINDOW, value_parser = parse_gpm_window)]
+    pub gpm_window: Duration,
+
+    /// While this file exists, no GPM sample is taken (the GPUs report
+    /// nvidia_gpu_gpm_unavailable{reason="paused"}), leaving the performance
+    /// counters to a profiler; like `dcgmi profile --pause`.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/nvidia-textfile-exporter/gpm-paused"
+    )]
+    pub gpm_pause_file: PathBuf,
+
     /// Where to read process owners from when the processes collector is on.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,
@@ -146,6 +169,28 @@ fn collector_long_help() -> String {
 }
 
 impl Cli {
+    /// Checks what the parser cannot check option by option: the GPM window,
+    /// with the time its second sample needs, must end before reading must.
+    pub fn check(&self) -> Result<(), String> {
+        let gpm_on = self.collectors().iter().any(|c| c.name == "gpm");
+        if !gpm_on || self.gpm_window.is_zero() {
+            return Ok(());
+        }
+        let reading = self.timeout - watchdog::publish_reserve(self.timeout);
+        if self.gpm_window + nvml::AFTER_GPM_WINDOW > reading {
+            return Err(format!(
+                "--gpm-window {} does not fit in --timeout {}: reading must end by {} \
+                 (the rest is kept for writing the file) and the second GPM sample needs \
+                 {} after the window; use a longer --timeout or a shorter --gpm-window",
+                humantime::format_duration(self.gpm_window),
+                humantime::format_duration(self.timeout),
+                humantime::format_duration(reading),
+                humantime::format_duration(nvml::AFTER_GPM_WINDOW),
+            ));
+        }
+        Ok(())
+    }
+
     /// The collectors this run uses, in registry order: the default set, plus
     /// `--collector`, minus `--no-collector` (which wins when both name one).
     pub fn collectors(&self) -> Vec<&'static Collector> {
@@ -170,6 +215,17 @@ fn parse_output_file(name: &str) -> Result<String, String> {
         );
     }
     Ok(name.to_owned())
+}
+
+fn parse_gpm_window(text: &str) -> Result<Duration, String> {
+    let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if !window.is_zero() && window < nvml::MIN_GPM_WINDOW {
+        return Err(format!(
+            "must be 0 (off) or at least {}: shorter windows read zeros",
+            humantime::format_duration(nvml::MIN_GPM_WINDOW)
+        ));
+    }
+    Ok(window)
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use nvidia_textfile_exporter::cli::Cli;
 use nvidia_textfile_exporter::exit::Exit;
@@ -34,6 +34,12 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Err(message) = cli.check() {
+        let _ = Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, message)
+            .print();
+        return Exit::Usage.into();
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(|out, record| {
             writeln!(
@@ -150,6 +156,11 @@ fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
         parallel: !cli.sequential,
         memory: entries,
         memory_driver: driver,
+        gpm: nvml::GpmOptions {
+            window: cli.gpm_window,
+            paused: cli.gpm_pause_file.exists(),
+            latest_end: None,
+        },
     };
     deadline.enter("reading NVML");
     let mut outcome = collect(&cli.nvml_lib, &options, deadline);

@@ -18,6 +18,7 @@
 
 mod clocks;
 mod fields;
+mod gpm;
 mod health;
 mod identity;
 mod media;
@@ -47,6 +48,7 @@ use crate::metrics;
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
+pub use gpm::{GpmOptions, MIN_WINDOW as MIN_GPM_WINDOW, AFTER_WINDOW as AFTER_GPM_WINDOW};
 pub use registry::Collector;
 
 /// What a successful read produced.
@@ -144,6 +146,8 @@ pub struct Options {
     /// The driver version the memory was written under: memory from another
     /// driver is not used.
     pub memory_driver: String,
+    /// The GPM window (with the gpm collector).
+    pub gpm: GpmOptions,
 }
 
 /// Loads NVML from `library` and reads every GPU as `options` say.
@@ -185,9 +189,10 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
     };
     log::trace!("count and driver info done at {:?}", started.elapsed());
     if !options.parallel {
-        let devices = (0..count)
+        let devices: Vec<Device> = (0..count)
             .map(|index| read_device(&nvml, index, options, inflight))
             .collect();
+        log_gpm_changes(&devices, options);
         return Ok(finish(nvml, host, driver_version, devices));
     }
     let devices: Vec<Device> = thread::scope(|scope| {
@@ -213,8 +218,39 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
             })
             .collect()
     });
-
+    log_gpm_changes(&devices, options);
     Ok(finish(nvml, host, driver_version, devices))
+}
+
+/// Logs, once per reason, the GPUs whose GPM metrics became unavailable in this
+/// run: a host without permission for the counters says so when it starts,
+/// not every 15 s (`nvidia_gpu_gpm_unavailable` says it every run).
+fn log_gpm_changes(devices: &[Device], options: &Options) {
+    for why in gpm::Unavailable::ALL {
+        let gpus: Vec<String> = devices
+            .iter()
+            .filter(|d| gpm::remembered(d.remembered.get(gpm::MEMORY_KEY)) == Some(why))
+            .filter(|d| {
+                let before = options.memory.get(&d.uuid);
+                gpm::remembered(before.and_then(|m| m.get(gpm::MEMORY_KEY))) != Some(why)
+            })
+            .map(|d| d.index.to_string())
+            .collect();
+        if gpus.is_empty() {
+            continue;
+        }
+        let message = format!(
+            "GPM metrics ({}) left out on GPU {}: {}",
+            why.label(),
+            gpus.join(", "),
+            why.hint()
+        );
+        if why == gpm::Unavailable::Paused {
+            log::info!("{message}");
+        } else {
+            log::warn!("{message}");
+        }
+    }
 }
 
 /// Loads and initialises NVML, naming each step for the watchdog.
@@ -319,6 +355,13 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
         reader.recall_from(memory.clone());
     }
     let identity = identity::read(&mut reader);
+    // GPM measures over a window: its first sample is taken now, before the
+    // batched field read, and its collector runs last, so that every other
+    // read of the GPU happens inside the window.
+    let windowed = |c: &&&Collector| c.name == gpm::COLLECTOR;
+    if options.collectors.iter().any(|c| windowed(&c)) {
+        gpm::open(&mut reader, &options.gpm);
+    }
     let fields: Vec<u32> = options
         .collectors
         .iter()
@@ -331,7 +374,8 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
     // The collectors of one GPU run one after another: NVML serialises the
     // calls of a device, and on an H200 reading them from several threads was
     // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
-    for collector in &options.collectors {
+    let (last, first): (Vec<&&Collector>, Vec<_>) = options.collectors.iter().partition(windowed);
+    for collector in first.into_iter().chain(last) {
         (collector.read)(&mut reader);
     }
     reader.finish(uuid, identity)

@@ -35,6 +35,8 @@ pub(super) struct DeviceReader<'n> {
     /// How often each (call, error) was seen: the first is logged, the repeats
     /// are summed up once in [`Self::finish`], so a loop cannot flood the log.
     seen: Vec<(String, u32)>,
+    /// The GPM window opened before the other collectors ran (see `gpm`).
+    pub(super) window: Option<super::gpm::Window<'n>>,
 }
 
 impl<'n> DeviceReader<'n> {
@@ -50,7 +52,13 @@ impl<'n> DeviceReader<'n> {
             seen: Vec::new(),
             recalled: BTreeMap::new(),
             remembered: BTreeMap::new(),
+            window: None,
         }
+    }
+
+    /// The NVML library, for buffers that outlive one call (GPM samples).
+    pub fn lib(&self) -> &'n NvmlLib {
+        self.device.nvml().lib()
     }
 
     /// Calls NVML function `call` through `read`. `None` when the field is not
@@ -143,7 +151,6 @@ impl<'n> DeviceReader<'n> {
 
     /// Leaves `value` under `key` for the next run (a one-word key; the value
     /// must hold no line break).
-    #[allow(dead_code)] // used by the sample-window readers
     pub fn remember(&mut self, key: &str, value: String) {
         self.remembered.insert(key.to_owned(), value);
     }

@@ -13,7 +13,7 @@
 
 use super::reader::DeviceReader;
 use super::{clocks, health, media, memory, mig, modes, nvlink, pcie, power, processes};
-use super::{thermal, utilization};
+use super::{gpm, thermal, utilization};
 use crate::metrics::{self, Family};
 
 /// A group of metric families that can be switched on and off.
@@ -212,6 +212,29 @@ pub static ALL: &[Collector] = &[
         ],
         fields: &[],
         read: mig::read,
+    },
+    Collector {
+        name: gpm::COLLECTOR,
+        default: true,
+        help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
+        families: &[
+            &metrics::SM_ACTIVE,
+            &metrics::SM_OCCUPANCY,
+            &metrics::GRAPHICS_ENGINE_ACTIVE,
+            &metrics::DRAM_ACTIVE,
+            &metrics::PIPE_ACTIVE,
+            &metrics::GPM_WINDOW,
+            &metrics::GPM_UNAVAILABLE,
+            &metrics::MIG_SM_ACTIVE,
+            &metrics::MIG_SM_OCCUPANCY,
+            &metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
+            &metrics::MIG_DRAM_ACTIVE,
+            &metrics::MIG_PIPE_ACTIVE,
+        ],
+        fields: &[],
+        // Closes the window `gpm::open` opened before the other collectors
+        // ran; `read_device` runs it last.
+        read: gpm::read,
     },
     Collector {
         name: "processes",
