@@ -157,7 +157,7 @@ fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
         memory: entries,
         memory_driver: driver,
         gpm: nvml::GpmOptions {
-            window: cli.gpm_window,
+            window: cli.gpm_window(),
             paused: cli.gpm_pause_file.exists(),
             latest_end: None,
         },

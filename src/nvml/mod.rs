@@ -40,7 +40,7 @@ use std::thread;
 use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device as NvmlDevice, Nvml};
 use nvml_wrapper_sys::bindings::NvmlLib;
 
 use crate::inflight::{InFlight, Scope};
@@ -189,9 +189,7 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
     };
     log::trace!("count and driver info done at {:?}", started.elapsed());
     if !options.parallel {
-        let devices: Vec<Device> = (0..count)
-            .map(|index| read_device(&nvml, index, options, inflight))
-            .collect();
+        let devices = read_devices_sequentially(&nvml, count, options, inflight);
         log_gpm_changes(&devices, options);
         return Ok(finish(nvml, host, driver_version, devices));
     }
@@ -332,17 +330,73 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
 
 /// Reads one GPU; never fails: a GPU that cannot be read is returned down.
 fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) -> Device {
+    let device = match handle(nvml, index, inflight) {
+        Ok(device) => device,
+        Err(down) => return down,
+    };
+    let mut started = start_device(&device, index, options, inflight);
+    started.read_in_window(options);
+    started.finish()
+}
+
+/// Reads the GPUs one after another, but with their GPM windows open together:
+/// every GPU's first GPM sample, then every GPU's other reads, then every
+/// window's end, so that N GPUs cost one window, not N.
+fn read_devices_sequentially(
+    nvml: &Nvml,
+    count: u32,
+    options: &Options,
+    inflight: &InFlight,
+) -> Vec<Device> {
+    let handles: Vec<Result<_, Device>> = (0..count)
+        .map(|index| handle(nvml, index, inflight))
+        .collect();
+    let mut started: Vec<Result<Started<'_>, Device>> = handles
+        .iter()
+        .zip(0..count)
+        .map(|(handle, index)| match handle {
+            Ok(device) => Ok(start_device(device, index, options, inflight)),
+            Err(down) => Err(down.clone()),
+        })
+        .collect();
+    for device in started.iter_mut().flatten() {
+        device.read_in_window(options);
+    }
+    started
+        .into_iter()
+        .map(|device| device.map_or_else(|down| down, Started::finish))
+        .collect()
+}
+
+/// The handle of GPU `index`, or the GPU reported down.
+fn handle<'n>(nvml: &'n Nvml, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'n>, Device> {
     inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
     let handle = nvml.device_by_index(index);
     inflight.leave();
-    let device = match handle {
-        Ok(device) => device,
-        Err(e) => {
-            log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
-            return reader::down(index, String::new(), reason(&e));
-        }
-    };
-    let mut reader = reader::DeviceReader::new(&device, index, inflight);
+    handle.map_err(|e| {
+        log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
+        reader::down(index, String::new(), reason(&e))
+    })
+}
+
+/// A GPU whose identity is read and whose GPM window is open.
+struct Started<'n> {
+    reader: reader::DeviceReader<'n>,
+    uuid: String,
+    identity: identity::Identity,
+    /// The windowed collector, if it is on: run by [`Started::finish`].
+    windowed: Option<&'static Collector>,
+}
+
+/// Reads the identity of a GPU and opens its GPM window (with the gpm
+/// collector): its first sample is taken before any other reading.
+fn start_device<'n>(
+    device: &'n NvmlDevice<'n>,
+    index: u32,
+    options: &Options,
+    inflight: &'n InFlight,
+) -> Started<'n> {
+    let mut reader = reader::DeviceReader::new(device, index, inflight);
     // A UUID that cannot be read does not stop the reading: the GPU is still
     // reported (and a previous file may supply the UUID); a fatal error marks
     // it down through the reader as for any other call.
@@ -355,28 +409,50 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
         reader.recall_from(memory.clone());
     }
     let identity = identity::read(&mut reader);
-    // GPM measures over a window: its first sample is taken now, before the
-    // batched field read, and its collector runs last, so that every other
-    // read of the GPU happens inside the window.
-    let windowed = |c: &&&Collector| c.name == gpm::COLLECTOR;
-    if options.collectors.iter().any(|c| windowed(&c)) {
+    if options.collectors.iter().any(|c| windowed(c)) {
         gpm::open(&mut reader, &options.gpm);
     }
-    let fields: Vec<u32> = options
-        .collectors
-        .iter()
-        .flat_map(|collector| collector.fields)
-        .copied()
-        .collect();
-    if !fields.is_empty() {
-        reader.prefetch(&fields);
+    Started {
+        reader,
+        uuid,
+        identity,
+        windowed: None,
     }
-    // The collectors of one GPU run one after another: NVML serialises the
-    // calls of a device, and on an H200 reading them from several threads was
-    // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
-    let (last, first): (Vec<&&Collector>, Vec<_>) = options.collectors.iter().partition(windowed);
-    for collector in first.into_iter().chain(last) {
-        (collector.read)(&mut reader);
+}
+
+/// The collector whose reader closes a window opened in [`start_device`].
+fn windowed(collector: &Collector) -> bool {
+    collector.name == gpm::COLLECTOR
+}
+
+impl Started<'_> {
+    /// Runs every collector but the windowed one.
+    fn read_in_window(&mut self, options: &Options) {
+        let reader = &mut self.reader;
+        let fields: Vec<u32> = options
+            .collectors
+            .iter()
+            .flat_map(|collector| collector.fields)
+            .copied()
+            .collect();
+        if !fields.is_empty() {
+            reader.prefetch(&fields);
+        }
+        // The collectors of one GPU run one after another: NVML serialises the
+        // calls of a device, and on an H200 reading them from several threads was
+        // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
+        for collector in options.collectors.iter().filter(|c| !windowed(c)) {
+            (collector.read)(reader);
+        }
+        self.windowed = options.collectors.iter().copied().find(|c| windowed(c));
     }
-    reader.finish(uuid, identity)
+
+    /// Runs the windowed collector (it waits for the window's end) and returns
+    /// the GPU's readings.
+    fn finish(mut self) -> Device {
+        if let Some(collector) = self.windowed {
+            (collector.read)(&mut self.reader);
+        }
+        self.reader.finish(self.uuid, self.identity)
+    }
 }
