@@ -10,8 +10,8 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
 use crate::exit::Exit;
-use crate::nvml::registry::{self, Collector};
 use crate::nvml;
+use crate::nvml::registry::{self, Collector};
 use crate::watchdog;
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
@@ -300,8 +300,12 @@ mod tests {
         let given = parse(&["--timeout", "1s", "--gpm-window", "1s"]);
         assert_eq!(given.gpm_window(), ms(1000));
         assert!(given.check().unwrap_err().contains("does not fit"));
-        assert!(parse(&["--timeout", "2s", "--gpm-window", "1400ms"]).check().is_ok());
-        assert!(parse(&["--timeout", "2s", "--gpm-window", "1401ms"]).check().is_err());
+        assert!(parse(&["--timeout", "2s", "--gpm-window", "1400ms"])
+            .check()
+            .is_ok());
+        assert!(parse(&["--timeout", "2s", "--gpm-window", "1401ms"])
+            .check()
+            .is_err());
         assert_eq!(parse(&["--gpm-window", "0"]).gpm_window(), Duration::ZERO);
     }
 }

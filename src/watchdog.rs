@@ -186,9 +186,7 @@ pub fn collect(library: &Path, options: &nvml::Options, deadline: &Deadline) -> 
         let library = library.to_path_buf();
         let mut options = options.clone();
         // The GPM window closes in time for its second sample before reading ends.
-        options.gpm.latest_end = deadline
-            .reading_ends()
-            .checked_sub(nvml::AFTER_GPM_WINDOW);
+        options.gpm.latest_end = deadline.reading_ends().checked_sub(nvml::AFTER_GPM_WINDOW);
         thread::Builder::new().name("nvml".into()).spawn(move || {
             let _ = sender.send(nvml::read(&library, &options, &inflight));
         })

@@ -255,7 +255,10 @@ fn mig_devices_listed_under_their_parent() {
             "GPU instance {gi}"
         );
     }
-    assert_eq!(text.matches("nvidia_gpu_mig_pipe_active_ratio{").count(), 3 * 8);
+    assert_eq!(
+        text.matches("nvidia_gpu_mig_pipe_active_ratio{").count(),
+        3 * 8
+    );
     // The whole GPU answers no GPM metric in MIG mode (in this scenario).
     assert!(!text.contains("nvidia_gpu_sm_active_ratio{"));
 }
@@ -332,7 +335,11 @@ fn sequential_and_parallel_reads_render_the_same() {
     let started = Instant::now();
     let sequential = exporter("h100x8", &["--stdout", "--sequential"]);
     // The GPM windows of all GPUs are open together: one window, not eight.
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     let strip = |o: &Output| {
         String::from_utf8_lossy(&o.stdout)
             .lines()
@@ -897,10 +904,16 @@ fn gpm_faults_leave_out_only_what_failed() {
         gpu_lines(&text, "nvidia_gpu_pipe_active_ratio", 0),
         ["nvidia_gpu_pipe_active_ratio{gpu=\"0\",uuid=\"GPU-0a000000-0000-4000-8000-000000000000\",pipe=\"fp32\"} 0.005"]
     );
-    assert_eq!(gpu_lines(&text, "nvidia_gpu_sm_occupancy_ratio", 0).len(), 1);
+    assert_eq!(
+        gpu_lines(&text, "nvidia_gpu_sm_occupancy_ratio", 0).len(),
+        1
+    );
     assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", 0)[0].ends_with("} 3"));
     for impossible in ["NaN", "130", "-1"] {
-        assert!(stderr.contains(&format!("read {impossible}, which is impossible")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("read {impossible}, which is impossible")),
+            "{stderr}"
+        );
     }
     // GPU 1: a profiler holds the counters; GPU 2: no permission. Left out with
     // their reason, not counted as read errors, one line each.
@@ -925,13 +938,18 @@ fn gpm_faults_leave_out_only_what_failed() {
             "{stderr}"
         );
     }
-    assert!(stderr.contains("NVreg_RestrictProfilingToAdminUsers"), "{stderr}");
+    assert!(
+        stderr.contains("NVreg_RestrictProfilingToAdminUsers"),
+        "{stderr}"
+    );
     // GPU 3: nvmlGpmMetricsGet fails: a counted read error.
     assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", 3)[0].ends_with("} 1"));
     assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 3).is_empty());
     // GPU 4 has no GPM: nothing at all.
     assert!(!text.contains("{gpu=\"4\",uuid=\"GPU-0e000000-0000-4000-8000-000000000000\",reason"));
-    assert!(device_series(&text).iter().all(|l| !(l.contains("gpu=\"4\"") && (l.contains("_active_ratio") || l.contains("gpm")))));
+    assert!(device_series(&text)
+        .iter()
+        .all(|l| !(l.contains("gpu=\"4\"") && (l.contains("_active_ratio") || l.contains("gpm")))));
 
     // The next run says nothing more about what has not changed.
     let again = exporter_with_state("gpm-faults", state.path(), &args, &[]);
@@ -949,7 +967,10 @@ fn gpm_window_holds_the_other_reads() {
     let wall = started.elapsed();
     assert_eq!(output.status.code(), Some(0));
     assert!(wall >= Duration::from_millis(500), "{wall:?}");
-    assert!(wall < Duration::from_millis(800), "{wall:?}: reads outside the window?");
+    assert!(
+        wall < Duration::from_millis(800),
+        "{wall:?}: reads outside the window?"
+    );
     let text = String::from_utf8(output.stdout).unwrap();
     let window: f64 = gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", 0)[0]
         .rsplit(' ')
@@ -976,7 +997,10 @@ fn gpm_window_is_honoured_and_zero_turns_it_off() {
     }
     let output = exporter("h100x8", &["--stdout", "--gpm-window", "0"]);
     let text = String::from_utf8(output.stdout).unwrap();
-    assert!(!text.contains("_active_ratio") && !text.contains("nvidia_gpu_gpm_"), "{text}");
+    assert!(
+        !text.contains("_active_ratio") && !text.contains("nvidia_gpu_gpm_"),
+        "{text}"
+    );
     // As does switching the collector off.
     let output = exporter("h100x8", &["--stdout", "--no-collector", "gpm"]);
     let text = String::from_utf8(output.stdout).unwrap();
@@ -993,9 +1017,16 @@ fn gpm_pause_file_pauses_sampling() {
         "h100x8",
         &["--stdout", "--gpm-pause-file", pause.to_str().unwrap()],
     );
-    assert!(started.elapsed() < Duration::from_millis(900), "paused runs do not wait");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "paused runs do not wait"
+    );
     assert_eq!(output.status.code(), Some(0));
-    assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let text = String::from_utf8(output.stdout).unwrap();
     assert_eq!(text.matches("reason=\"paused\"} 1\n").count(), 8);
     assert!(!text.contains("nvidia_gpu_sm_active_ratio{"));
@@ -1003,17 +1034,31 @@ fn gpm_pause_file_pauses_sampling() {
 
 #[test]
 fn gpm_window_must_fit_in_the_timeout() {
-    let output = exporter("h100x8", &["--stdout", "--timeout", "1s", "--gpm-window", "1s"]);
+    let output = exporter(
+        "h100x8",
+        &["--stdout", "--timeout", "1s", "--gpm-window", "1s"],
+    );
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--gpm-window 1s does not fit in --timeout 1s"), "{stderr}");
+    assert!(
+        stderr.contains("--gpm-window 1s does not fit in --timeout 1s"),
+        "{stderr}"
+    );
     assert!(output.stdout.is_empty());
     let output = exporter("h100x8", &["--stdout", "--gpm-window", "50ms"]);
     assert_eq!(output.status.code(), Some(2));
     // Without GPM the window does not matter.
     let output = exporter(
         "h100x8",
-        &["--stdout", "--timeout", "1s", "--gpm-window", "1s", "--no-collector", "gpm"],
+        &[
+            "--stdout",
+            "--timeout",
+            "1s",
+            "--gpm-window",
+            "1s",
+            "--no-collector",
+            "gpm",
+        ],
     );
     assert_eq!(output.status.code(), Some(0));
 }

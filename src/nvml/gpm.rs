@@ -99,7 +99,9 @@ impl Unavailable {
                 "another tool holds the performance counters (Nsight Compute, DCGM \
                  profiling); GPM metrics return when it releases them"
             }
-            Unavailable::Paused => "the GPM pause file exists (--gpm-pause-file); remove it to resume",
+            Unavailable::Paused => {
+                "the GPM pause file exists (--gpm-pause-file); remove it to resume"
+            }
         }
     }
 
@@ -108,9 +110,7 @@ impl Unavailable {
             NvmlError::NoPermission => Some(Unavailable::NoPermission),
             // NVML_ERROR_IN_USE, and INSUFFICIENT_RESOURCES (23), which newer
             // drivers may return while a profiler holds the counters.
-            NvmlError::InUse | NvmlError::UnexpectedVariant(23) => {
-                Some(Unavailable::CountersInUse)
-            }
+            NvmlError::InUse | NvmlError::UnexpectedVariant(23) => Some(Unavailable::CountersInUse),
             _ => None,
         }
     }
@@ -128,18 +128,63 @@ pub(super) fn remembered(label: Option<&String>) -> Option<Unavailable> {
 /// What GPM measures, by NVML metric id (`nvmlGpmMetricId_t`, nvml.h), the
 /// family of the whole GPU, the family of a MIG GPU instance, and the `pipe`.
 const METRICS: &[(c_uint, &Family, &Family, Option<&str>)] = &[
-    (1, &metrics::GRAPHICS_ENGINE_ACTIVE, &metrics::MIG_GRAPHICS_ENGINE_ACTIVE, None), // GRAPHICS_UTIL
+    (
+        1,
+        &metrics::GRAPHICS_ENGINE_ACTIVE,
+        &metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
+        None,
+    ), // GRAPHICS_UTIL
     (2, &metrics::SM_ACTIVE, &metrics::MIG_SM_ACTIVE, None), // SM_UTIL
     (3, &metrics::SM_OCCUPANCY, &metrics::MIG_SM_OCCUPANCY, None), // SM_OCCUPANCY
     (10, &metrics::DRAM_ACTIVE, &metrics::MIG_DRAM_ACTIVE, None), // DRAM_BW_UTIL
-    (5, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("tensor")), // ANY_TENSOR_UTIL
-    (7, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("tensor_hmma")), // HMMA_TENSOR_UTIL
-    (9, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("tensor_imma")), // IMMA_TENSOR_UTIL
-    (6, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("tensor_dfma")), // DFMA_TENSOR_UTIL
-    (11, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("fp64")), // FP64_UTIL
-    (12, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("fp32")), // FP32_UTIL
-    (13, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("fp16")), // FP16_UTIL
-    (4, &metrics::PIPE_ACTIVE, &metrics::MIG_PIPE_ACTIVE, Some("integer")), // INTEGER_UTIL
+    (
+        5,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("tensor"),
+    ), // ANY_TENSOR_UTIL
+    (
+        7,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("tensor_hmma"),
+    ), // HMMA_TENSOR_UTIL
+    (
+        9,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("tensor_imma"),
+    ), // IMMA_TENSOR_UTIL
+    (
+        6,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("tensor_dfma"),
+    ), // DFMA_TENSOR_UTIL
+    (
+        11,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("fp64"),
+    ), // FP64_UTIL
+    (
+        12,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("fp32"),
+    ), // FP32_UTIL
+    (
+        13,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("fp16"),
+    ), // FP16_UTIL
+    (
+        4,
+        &metrics::PIPE_ACTIVE,
+        &metrics::MIG_PIPE_ACTIVE,
+        Some("integer"),
+    ), // INTEGER_UTIL
 ];
 
 /// The most GPU instances one GPU has (7 on H100/H200).

@@ -48,7 +48,7 @@ use crate::metrics;
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
-pub use gpm::{GpmOptions, MIN_WINDOW as MIN_GPM_WINDOW, AFTER_WINDOW as AFTER_GPM_WINDOW};
+pub use gpm::{GpmOptions, AFTER_WINDOW as AFTER_GPM_WINDOW, MIN_WINDOW as MIN_GPM_WINDOW};
 pub use registry::Collector;
 
 /// What a successful read produced.
@@ -332,7 +332,7 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
 fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) -> Device {
     let device = match handle(nvml, index, inflight) {
         Ok(device) => device,
-        Err(down) => return down,
+        Err(why) => return reader::down(index, String::new(), why),
     };
     let mut started = start_device(&device, index, options, inflight);
     started.read_in_window(options);
@@ -348,15 +348,15 @@ fn read_devices_sequentially(
     options: &Options,
     inflight: &InFlight,
 ) -> Vec<Device> {
-    let handles: Vec<Result<_, Device>> = (0..count)
+    let handles: Vec<Result<_, Reason>> = (0..count)
         .map(|index| handle(nvml, index, inflight))
         .collect();
-    let mut started: Vec<Result<Started<'_>, Device>> = handles
+    let mut started: Vec<Result<Started<'_>, Reason>> = handles
         .iter()
         .zip(0..count)
         .map(|(handle, index)| match handle {
             Ok(device) => Ok(start_device(device, index, options, inflight)),
-            Err(down) => Err(down.clone()),
+            Err(why) => Err(*why),
         })
         .collect();
     for device in started.iter_mut().flatten() {
@@ -364,18 +364,22 @@ fn read_devices_sequentially(
     }
     started
         .into_iter()
-        .map(|device| device.map_or_else(|down| down, Started::finish))
+        .zip(0..count)
+        .map(|(device, index)| match device {
+            Ok(device) => device.finish(),
+            Err(why) => reader::down(index, String::new(), why),
+        })
         .collect()
 }
 
-/// The handle of GPU `index`, or the GPU reported down.
-fn handle<'n>(nvml: &'n Nvml, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'n>, Device> {
+/// The handle of GPU `index`, or why the GPU is down.
+fn handle<'n>(nvml: &'n Nvml, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'n>, Reason> {
     inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
     let handle = nvml.device_by_index(index);
     inflight.leave();
     handle.map_err(|e| {
         log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
-        reader::down(index, String::new(), reason(&e))
+        reason(&e)
     })
 }
 

@@ -2,8 +2,8 @@
 //! reference count, device handles, and the per-call precedence
 //! (hang → delays → errors → lost → value).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 

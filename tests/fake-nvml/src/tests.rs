@@ -112,8 +112,14 @@ fn layouts_match_nvml_bindings() {
         sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_MAX as usize
     );
     assert_eq!(NVML_GPM_SUPPORT_VERSION, sys::NVML_GPM_SUPPORT_VERSION);
-    assert_eq!(NVML_GPM_METRICS_GET_VERSION, sys::NVML_GPM_METRICS_GET_VERSION);
-    assert_eq!(size_of::<nvmlGpmSample_t>(), size_of::<sys::nvmlGpmSample_t>());
+    assert_eq!(
+        NVML_GPM_METRICS_GET_VERSION,
+        sys::NVML_GPM_METRICS_GET_VERSION
+    );
+    assert_eq!(
+        size_of::<nvmlGpmSample_t>(),
+        size_of::<sys::nvmlGpmSample_t>()
+    );
     assert_eq!(size_of::<nvmlDevice_t>(), size_of::<sys::nvmlDevice_t>());
     assert_eq!(size_of::<nvmlReturn_t>(), size_of::<sys::nvmlReturn_t>());
 }
@@ -1381,19 +1387,31 @@ errors = { nvmlGpmSampleGet = "IN_USE" }
     };
     // Samples not taken yet are invalid.
     let mut r = request(a, b);
-    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_ERROR_INVALID_ARGUMENT);
+    assert_eq!(
+        unsafe { nvmlGpmMetricsGet(&mut *r) },
+        NVML_ERROR_INVALID_ARGUMENT
+    );
     unsafe {
         assert_eq!(nvmlGpmSampleGet(handle(0), a), NVML_SUCCESS);
         assert_eq!(nvmlGpmMigSampleGet(handle(0), 3, c), NVML_SUCCESS);
         assert_eq!(nvmlGpmSampleGet(handle(0), b), NVML_SUCCESS);
         assert_eq!(nvmlGpmMigSampleGet(handle(0), 3, d), NVML_SUCCESS);
-        assert_eq!(nvmlGpmMigSampleGet(handle(0), 5, d), NVML_ERROR_NOT_SUPPORTED);
-        assert_eq!(nvmlGpmMigSampleGet(handle(0), 9, d), NVML_ERROR_INVALID_ARGUMENT);
+        assert_eq!(
+            nvmlGpmMigSampleGet(handle(0), 5, d),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlGpmMigSampleGet(handle(0), 9, d),
+            NVML_ERROR_INVALID_ARGUMENT
+        );
         assert_eq!(nvmlGpmSampleGet(handle(1), a), NVML_ERROR_IN_USE);
     }
     let mut r = request(a, b);
     assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_SUCCESS);
-    let got: Vec<_> = r.metrics[..4].iter().map(|m| (m.nvmlReturn, m.value)).collect();
+    let got: Vec<_> = r.metrics[..4]
+        .iter()
+        .map(|m| (m.nvmlReturn, m.value))
+        .collect();
     assert_eq!(got[0], (NVML_SUCCESS, 42.5));
     assert!(got[1].0 == NVML_SUCCESS && got[1].1.is_nan());
     assert_eq!(got[2], (NVML_SUCCESS, 130.0));
@@ -1401,12 +1419,21 @@ errors = { nvmlGpmSampleGet = "IN_USE" }
     // Per GPU instance.
     let mut r = request(c, d);
     assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_SUCCESS);
-    assert_eq!((r.metrics[0].nvmlReturn, r.metrics[0].value), (NVML_SUCCESS, 12.0));
+    assert_eq!(
+        (r.metrics[0].nvmlReturn, r.metrics[0].value),
+        (NVML_SUCCESS, 12.0)
+    );
     // Samples of different targets, or in the wrong order, do not make a window.
     let mut r = request(a, d);
-    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_ERROR_INVALID_ARGUMENT);
+    assert_eq!(
+        unsafe { nvmlGpmMetricsGet(&mut *r) },
+        NVML_ERROR_INVALID_ARGUMENT
+    );
     let mut r = request(b, a);
-    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_ERROR_INVALID_ARGUMENT);
+    assert_eq!(
+        unsafe { nvmlGpmMetricsGet(&mut *r) },
+        NVML_ERROR_INVALID_ARGUMENT
+    );
     for sample in [a, b, c, d] {
         assert_eq!(unsafe { nvmlGpmSampleFree(sample) }, NVML_SUCCESS);
     }
