@@ -1062,3 +1062,32 @@ fn gpm_window_must_fit_in_the_timeout() {
     );
     assert_eq!(output.status.code(), Some(0));
 }
+
+#[test]
+fn gpm_window_cut_short_by_the_deadline_is_left_out() {
+    // NVML init takes 1.35 s of a 2 s timeout: reading ends at 1.6 s, the
+    // window at 1.4 s, so it is cut to about 50 ms, which would read zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slow-init.toml");
+    let text = fs::read_to_string(scenario("h100x8"))
+        .unwrap()
+        .replace("[system]\n", "[system]\ninit_delay_ms = 1350\n");
+    fs::write(&path, text).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let output = exporter_with_state(
+        "h100x8",
+        state.path(),
+        &["--stdout", "--timeout", "2s"],
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stderr.contains("GPU 0: the GPM window was cut to"),
+        "{stderr}"
+    );
+    assert!(gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", 0).is_empty());
+    assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 0).is_empty());
+    assert!(gpu_lines(&text, "nvidia_gpu_utilization_ratio", 0)[0].ends_with("} 0.97"));
+}

@@ -292,6 +292,16 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
     let mut window_seconds = None;
     for (measurement, second_at) in results {
+        // A window cut short by the deadline (a slow start) reads zeros, not
+        // the GPU's activity: nothing is better than a false idle.
+        let measured = second_at - measurement.first_at;
+        if measured < MIN_WINDOW {
+            log::warn!(
+                "GPU {}: the GPM window was cut to {measured:?} by --timeout; GPM left out",
+                reader.index()
+            );
+            continue;
+        }
         let Some(values) = metrics_get(reader, measurement) else {
             continue;
         };

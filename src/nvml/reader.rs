@@ -56,6 +56,11 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
+    /// NVML's index of the GPU.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
     /// The NVML library, for buffers that outlive one call (GPM samples).
     pub fn lib(&self) -> &'n NvmlLib {
         self.device.nvml().lib()
