@@ -10,7 +10,9 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
 use crate::exit::Exit;
+use crate::nvml;
 use crate::nvml::registry::{self, Collector};
+use crate::watchdog;
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
 /// that users may stretch to a few minutes.
@@ -18,6 +20,9 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The `--timeout` of the binary and of the package (which sets none).
 pub const DEFAULT_TIMEOUT: &str = "10s";
+
+/// The `--gpm-window` of the binary and of the package.
+pub const DEFAULT_GPM_WINDOW: &str = "1s";
 
 /// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
 /// textfile for node_exporter's textfile collector, then exits.
@@ -99,6 +104,26 @@ pub struct Cli {
     #[arg(long, value_name = "DIR")]
     pub journal_dir: Option<PathBuf>,
 
+    /// GPM window (Hopper and newer): the time between the two samples of the
+    /// performance counters that SM activity and occupancy, pipe and DRAM
+    /// activity are computed from (e.g. 1s, 500ms; at least 100ms; 0 turns GPM
+    /// off). The other readings are taken inside the window, so a run on a GPU
+    /// with GPM lasts about this long. A window given here must fit in
+    /// --timeout; the default, 1s, is shortened to fit a short --timeout (and
+    /// GPM is off when not even 100ms fit).
+    #[arg(long, value_name = "DURATION", value_parser = parse_gpm_window)]
+    pub gpm_window: Option<Duration>,
+
+    /// While this file exists, no GPM sample is taken (the GPUs report
+    /// nvidia_gpu_gpm_unavailable{reason="paused"}), leaving the performance
+    /// counters to a profiler; like `dcgmi profile --pause`.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/nvidia-textfile-exporter/gpm-paused"
+    )]
+    pub gpm_pause_file: PathBuf,
+
     /// Where to read process owners from when the processes collector is on.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,
@@ -152,6 +177,44 @@ fn collector_long_help() -> String {
 }
 
 impl Cli {
+    /// Checks what the parser cannot check option by option: the GPM window,
+    /// with the time its second sample needs, must end before reading must.
+    pub fn check(&self) -> Result<(), String> {
+        let gpm_on = self.collectors().iter().any(|c| c.name == "gpm");
+        let Some(window) = self.gpm_window.filter(|w| gpm_on && !w.is_zero()) else {
+            return Ok(());
+        };
+        let reading = self.timeout - watchdog::publish_reserve(self.timeout);
+        if window + nvml::AFTER_GPM_WINDOW > reading {
+            return Err(format!(
+                "--gpm-window {} does not fit in --timeout {}: reading must end by {} \
+                 (the rest is kept for writing the file) and the second GPM sample needs \
+                 {} after the window; use a longer --timeout or a shorter --gpm-window",
+                humantime::format_duration(window),
+                humantime::format_duration(self.timeout),
+                humantime::format_duration(reading),
+                humantime::format_duration(nvml::AFTER_GPM_WINDOW),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The GPM window this run uses: the one given, or the default shortened to
+    /// what the timeout leaves (zero, GPM off, when that is under the minimum).
+    pub fn gpm_window(&self) -> Duration {
+        if let Some(window) = self.gpm_window {
+            return window;
+        }
+        let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
+        let reading = self.timeout - watchdog::publish_reserve(self.timeout);
+        let fits = reading.saturating_sub(nvml::AFTER_GPM_WINDOW).min(default);
+        if fits < nvml::MIN_GPM_WINDOW {
+            Duration::ZERO
+        } else {
+            fits
+        }
+    }
+
     /// The collectors this run uses, in registry order: the default set, plus
     /// `--collector`, minus `--no-collector` (which wins when both name one).
     pub fn collectors(&self) -> Vec<&'static Collector> {
@@ -176,6 +239,17 @@ fn parse_output_file(name: &str) -> Result<String, String> {
         );
     }
     Ok(name.to_owned())
+}
+
+fn parse_gpm_window(text: &str) -> Result<Duration, String> {
+    let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if !window.is_zero() && window < nvml::MIN_GPM_WINDOW {
+        return Err(format!(
+            "must be 0 (off) or at least {}: shorter windows read zeros",
+            humantime::format_duration(nvml::MIN_GPM_WINDOW)
+        ));
+    }
+    Ok(window)
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -218,5 +292,26 @@ mod tests {
                 .all(|n| *n != "mig")
         );
         assert!(Cli::try_parse_from(["x", "--collector", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn the_default_gpm_window_fits_the_timeout_a_given_one_must() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse(&[]).gpm_window(), ms(1000));
+        // 2s: reading ends at 1.6s, the window at 1.4s.
+        assert_eq!(parse(&["--timeout", "2s"]).gpm_window(), ms(1000));
+        assert_eq!(parse(&["--timeout", "1s"]).gpm_window(), ms(600));
+        assert_eq!(parse(&["--timeout", "300ms"]).gpm_window(), Duration::ZERO);
+        assert!(parse(&["--timeout", "300ms"]).check().is_ok());
+        let given = parse(&["--timeout", "1s", "--gpm-window", "1s"]);
+        assert_eq!(given.gpm_window(), ms(1000));
+        assert!(given.check().unwrap_err().contains("does not fit"));
+        assert!(parse(&["--timeout", "2s", "--gpm-window", "1400ms"])
+            .check()
+            .is_ok());
+        assert!(parse(&["--timeout", "2s", "--gpm-window", "1401ms"])
+            .check()
+            .is_err());
+        assert_eq!(parse(&["--gpm-window", "0"]).gpm_window(), Duration::ZERO);
     }
 }

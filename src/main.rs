@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use nvidia_textfile_exporter::cli::Cli;
 use nvidia_textfile_exporter::exit::Exit;
@@ -36,6 +36,12 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Err(message) = cli.check() {
+        let _ = Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, message)
+            .print();
+        return Exit::Usage.into();
+    }
     logging::init();
     if let Some(what) = cli.generate {
         return match generate(what, &mut std::io::stdout().lock()) {
@@ -186,6 +192,11 @@ fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
         parallel: !cli.sequential,
         memory: entries,
         memory_driver: driver,
+        gpm: nvml::GpmOptions {
+            window: cli.gpm_window(),
+            paused: cli.gpm_pause_file.exists(),
+            latest_end: None,
+        },
     };
     deadline.enter("reading NVML");
     let mut outcome = collect(&cli.nvml_lib, &options, deadline);

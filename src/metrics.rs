@@ -275,6 +275,32 @@ families! {
     MIG_MEMORY_RESERVED: Gauge, "nvidia_gpu_mig_memory_reserved_bytes", ["gpu_instance_id", "compute_instance_id"],
         "Device memory of the MIG device reserved by the driver and firmware.";
 
+    // GPM (GPU Performance Monitoring, Hopper and newer): activity over the run's window.
+    SM_ACTIVE: Gauge, "nvidia_gpu_sm_active_ratio", [],
+        "Fraction of the GPM window during which an SM had at least one warp resident, averaged over all SMs (0-1).";
+    SM_OCCUPANCY: Gauge, "nvidia_gpu_sm_occupancy_ratio", [],
+        "Warps resident on the SMs as a fraction of the most they can hold, averaged over the GPM window (0-1).";
+    GRAPHICS_ENGINE_ACTIVE: Gauge, "nvidia_gpu_graphics_engine_active_ratio", [],
+        "Fraction of the GPM window during which the graphics or compute engine was busy (0-1).";
+    DRAM_ACTIVE: Gauge, "nvidia_gpu_dram_active_ratio", [],
+        "Device memory bandwidth used as a fraction of its peak, over the GPM window (0-1).";
+    PIPE_ACTIVE: Gauge, "nvidia_gpu_pipe_active_ratio", ["pipe"],
+        "Fraction of the GPM window during which a pipe was active, by pipe (tensor: any tensor pipe; tensor_hmma, tensor_imma, tensor_dfma, fp64, fp32, fp16, integer) (0-1).";
+    GPM_WINDOW: Gauge, "nvidia_gpu_gpm_window_seconds", [],
+        "Time between the two GPM samples the GPM metrics of this GPU were computed from.";
+    GPM_UNAVAILABLE: Gauge, "nvidia_gpu_gpm_unavailable", ["reason"],
+        "1 with the reason the GPM metrics of a GPU that supports GPM are missing from this run (no_permission, counters_in_use, paused); absent when they were read.";
+    MIG_SM_ACTIVE: Gauge, "nvidia_gpu_mig_sm_active_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_sm_active_ratio of one MIG GPU instance, over its SMs (0-1).";
+    MIG_SM_OCCUPANCY: Gauge, "nvidia_gpu_mig_sm_occupancy_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_sm_occupancy_ratio of one MIG GPU instance (0-1).";
+    MIG_GRAPHICS_ENGINE_ACTIVE: Gauge, "nvidia_gpu_mig_graphics_engine_active_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_graphics_engine_active_ratio of one MIG GPU instance (0-1).";
+    MIG_DRAM_ACTIVE: Gauge, "nvidia_gpu_mig_dram_active_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_dram_active_ratio of one MIG GPU instance (0-1).";
+    MIG_PIPE_ACTIVE: Gauge, "nvidia_gpu_mig_pipe_active_ratio", ["gpu_instance_id", "pipe"],
+        "nvidia_gpu_pipe_active_ratio of one MIG GPU instance, by pipe (0-1).";
+
     // Processes.
     PROCESSES: Gauge, "nvidia_gpu_processes", [],
         "Compute processes running on the GPU.";

@@ -44,6 +44,12 @@ pub const HARD_STOP_GRACE: Duration = Duration::from_millis(250);
 /// The most a run keeps back from its timeout for rendering and publishing.
 const MAX_PUBLISH_RESERVE: Duration = Duration::from_secs(1);
 
+/// What a run with `timeout` keeps back for rendering and publishing: a fifth
+/// of it, at most [`MAX_PUBLISH_RESERVE`].
+pub fn publish_reserve(timeout: Duration) -> Duration {
+    (timeout / 5).min(MAX_PUBLISH_RESERVE)
+}
+
 /// When a run started and when it must be done.
 #[derive(Debug, Clone)]
 pub struct Deadline {
@@ -77,7 +83,7 @@ impl Deadline {
     /// When waiting and reading must give up, so that the file (an error file if
     /// need be) is still published by [`Self::end`].
     pub fn reading_ends(&self) -> Instant {
-        self.end() - (self.timeout / 5).min(MAX_PUBLISH_RESERVE)
+        self.end() - publish_reserve(self.timeout)
     }
 
     /// Records what the run is doing, for the hard stop's message.
@@ -178,7 +184,9 @@ pub fn collect(library: &Path, options: &nvml::Options, deadline: &Deadline) -> 
     let worker = {
         let inflight = Arc::clone(&inflight);
         let library = library.to_path_buf();
-        let options = options.clone();
+        let mut options = options.clone();
+        // The GPM window closes in time for its second sample before reading ends.
+        options.gpm.latest_end = deadline.reading_ends().checked_sub(nvml::AFTER_GPM_WINDOW);
         thread::Builder::new().name("nvml".into()).spawn(move || {
             let _ = sender.send(nvml::read(&library, &options, &inflight));
         })

@@ -91,6 +91,20 @@ fn normalize(text: &str, started: f64, finished: f64) -> String {
                 "{line}"
             );
             out.push_str("nvidia_gpu_collector_timestamp_seconds <timestamp>\n");
+        } else if let Some((series, value)) = line
+            .strip_prefix("nvidia_gpu_gpm_window_seconds{")
+            .and_then(|rest| rest.split_once("} "))
+        {
+            // The window actually measured: at least the shortest --gpm-window,
+            // within the run.
+            let window: f64 = value.parse().unwrap();
+            assert!(
+                (0.1..=finished - started + 0.001).contains(&window),
+                "{line}"
+            );
+            out.push_str(&format!(
+                "nvidia_gpu_gpm_window_seconds{{{series}}} <window>\n"
+            ));
         } else {
             out.push_str(line);
             out.push('\n');
@@ -203,6 +217,12 @@ fn h100x8_healthy_every_gpu_complete() {
     ] {
         assert!(text.contains(&series), "missing {series}");
     }
+    // GPM on every GPU: percentages as ratios, eight pipes, the window.
+    assert_eq!(text.matches("nvidia_gpu_sm_active_ratio{").count(), 8);
+    assert_eq!(text.matches("nvidia_gpu_pipe_active_ratio{").count(), 8 * 8);
+    assert_eq!(text.matches("nvidia_gpu_gpm_window_seconds{").count(), 8);
+    assert!(text.contains("nvidia_gpu_sm_active_ratio{gpu=\"7\",uuid=\"GPU-94f06ad3-7b1c-4e3f-85a2-1d8e4c9b0f67\"} 0.008\n"));
+    assert!(text.contains(",pipe=\"tensor\"} 0.643\n"));
 }
 
 #[test]
@@ -216,6 +236,8 @@ fn geforce_unsupported_fields_are_absent_not_zero() {
     // The info series keeps one label set: an unsupported serial is empty.
     assert!(text.contains(",serial=\"\","));
     assert!(text.contains("nvidia_gpu_fan_speed_ratio{"));
+    // No GPM before Hopper, and nothing says it is missing.
+    assert!(!text.contains("_active_ratio") && !text.contains("nvidia_gpu_gpm_"));
 }
 
 #[test]
@@ -255,6 +277,21 @@ fn mig_devices_listed_under_their_parent() {
         3
     );
     assert!(text.contains("nvidia_gpu_mig_enabled{gpu=\"0\""));
+    // GPM per GPU instance, labelled like the other MIG series.
+    for (gi, sm_active) in [("2", "0.855"), ("3", "0.27399999999999997"), ("9", "0")] {
+        assert!(
+            text.contains(&format!(
+                "nvidia_gpu_mig_sm_active_ratio{{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\",gpu_instance_id=\"{gi}\"}} {sm_active}\n"
+            )),
+            "GPU instance {gi}"
+        );
+    }
+    assert_eq!(
+        text.matches("nvidia_gpu_mig_pipe_active_ratio{").count(),
+        3 * 8
+    );
+    // The whole GPU answers no GPM metric in MIG mode (in this scenario).
+    assert!(!text.contains("nvidia_gpu_sm_active_ratio{"));
 }
 
 #[test]
@@ -329,13 +366,21 @@ fn collectors_can_be_switched() {
 #[test]
 fn sequential_and_parallel_reads_render_the_same() {
     let parallel = exporter("h100x8", &["--stdout"]);
+    let started = Instant::now();
     let sequential = exporter("h100x8", &["--stdout", "--sequential"]);
+    // The GPM windows of all GPUs are open together: one window, not eight.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     let strip = |o: &Output| {
         String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter(|l| {
                 !l.starts_with("nvidia_gpu_collector_duration")
                     && !l.starts_with("nvidia_gpu_collector_timestamp")
+                    && !l.starts_with("nvidia_gpu_gpm_window_seconds{")
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -1204,7 +1249,10 @@ fn special_files_never_hang_a_run() {
     let out = dir.path().to_str().unwrap();
     mkfifo(&dir.path().join(".nvidia_gpu.prom.lock"));
     let started = Instant::now();
-    let output = exporter("h100x8", &["--output-dir", out, "--timeout", "3s"]);
+    let output = exporter(
+        "h100x8",
+        &["--output-dir", out, "--timeout", "3s", "--gpm-window", "0"],
+    );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(output.status.code(), Some(7));
     let stderr = String::from_utf8(output.stderr).unwrap();
@@ -1214,7 +1262,10 @@ fn special_files_never_hang_a_run() {
     let out = dir.path().to_str().unwrap();
     mkfifo(&dir.path().join("nvidia_gpu.prom"));
     let started = Instant::now();
-    let output = exporter("h100x8", &["--output-dir", out, "--timeout", "3s"]);
+    let output = exporter(
+        "h100x8",
+        &["--output-dir", out, "--timeout", "3s", "--gpm-window", "0"],
+    );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert!(fs::metadata(dir.path().join("nvidia_gpu.prom"))
@@ -1775,4 +1826,214 @@ fn process_utilization_is_the_mean_since_the_previous_run() {
             Some(0.5)
         );
     }
+}
+
+/// The lines of `family` (with its `{`), of GPU `gpu`.
+fn gpu_lines<'t>(text: &'t str, family: &str, gpu: u32) -> Vec<&'t str> {
+    let prefix = format!("{family}{{gpu=\"{gpu}\",");
+    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
+#[test]
+fn gpm_faults_leave_out_only_what_failed() {
+    let state = tempfile::tempdir().unwrap();
+    let args = ["--stdout", "--write-state", "--gpm-window", "200ms"];
+    let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    promtool_check("gpm-faults", &text);
+    // GPU 0: NaN, 130 % and -1 % are dropped and counted; the rest is kept.
+    assert!(gpu_lines(&text, "nvidia_gpu_sm_active_ratio", 0).is_empty());
+    assert!(gpu_lines(&text, "nvidia_gpu_dram_active_ratio", 0).is_empty());
+    assert_eq!(
+        gpu_lines(&text, "nvidia_gpu_pipe_active_ratio", 0),
+        ["nvidia_gpu_pipe_active_ratio{gpu=\"0\",uuid=\"GPU-0a000000-0000-4000-8000-000000000000\",pipe=\"fp32\"} 0.005"]
+    );
+    assert_eq!(
+        gpu_lines(&text, "nvidia_gpu_sm_occupancy_ratio", 0).len(),
+        1
+    );
+    assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", 0)[0].ends_with("} 3"));
+    for impossible in ["NaN", "130", "-1"] {
+        assert!(
+            stderr.contains(&format!("read {impossible}, which is impossible")),
+            "{stderr}"
+        );
+    }
+    // GPU 1: a profiler holds the counters; GPU 2: no permission. Left out with
+    // their reason, not counted as read errors, one line each.
+    for (gpu, reason) in [(1, "counters_in_use"), (2, "no_permission")] {
+        assert_eq!(
+            gpu_lines(&text, "nvidia_gpu_gpm_unavailable", gpu),
+            [format!(
+                "nvidia_gpu_gpm_unavailable{{gpu=\"{gpu}\",uuid=\"GPU-0{}000000-0000-4000-8000-000000000000\",reason=\"{reason}\"}} 1",
+                ["a", "b", "c"][gpu as usize]
+            )]
+        );
+        assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", gpu).is_empty());
+        assert!(gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", gpu).is_empty());
+        assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", gpu)[0].ends_with("} 0"));
+        assert!(gpu_lines(&text, "nvidia_gpu_utilization_ratio", gpu)[0].ends_with("} 0.8"));
+        assert_eq!(
+            stderr
+                .lines()
+                .filter(|l| l.contains(&format!("GPM metrics ({reason}) left out on GPU {gpu}:")))
+                .count(),
+            1,
+            "{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("NVreg_RestrictProfilingToAdminUsers"),
+        "{stderr}"
+    );
+    // GPU 3: nvmlGpmMetricsGet fails: a counted read error.
+    assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", 3)[0].ends_with("} 1"));
+    assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 3).is_empty());
+    // GPU 4 has no GPM: nothing at all.
+    assert!(!text.contains("{gpu=\"4\",uuid=\"GPU-0e000000-0000-4000-8000-000000000000\",reason"));
+    assert!(device_series(&text)
+        .iter()
+        .all(|l| !(l.contains("gpu=\"4\"") && (l.contains("_active_ratio") || l.contains("gpm")))));
+
+    // The next run says nothing more about what has not changed.
+    let again = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!stderr.contains("left out on GPU"), "{stderr}");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("reason=\"no_permission\"} 1"));
+}
+
+#[test]
+fn gpm_window_holds_the_other_reads() {
+    // GPU 0's temperature read takes 400 ms: inside a 500 ms window the run
+    // lasts about the window, not window + reads.
+    let started = Instant::now();
+    let output = exporter("gpm-faults", &["--stdout", "--gpm-window", "500ms"]);
+    let wall = started.elapsed();
+    assert_eq!(output.status.code(), Some(0));
+    assert!(wall >= Duration::from_millis(500), "{wall:?}");
+    assert!(
+        wall < Duration::from_millis(800),
+        "{wall:?}: reads outside the window?"
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let window: f64 = gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", 0)[0]
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((0.5..0.6).contains(&window), "{window}");
+    assert!(text.contains("nvidia_gpu_temperature_celsius{gpu=\"0\""));
+}
+
+#[test]
+fn gpm_window_is_honoured_and_zero_turns_it_off() {
+    let started = Instant::now();
+    let output = exporter("h100x8", &["--stdout", "--gpm-window", "200ms"]);
+    let wall = started.elapsed();
+    assert_eq!(output.status.code(), Some(0));
+    assert!(wall >= Duration::from_millis(200), "{wall:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    for gpu in 0..8 {
+        let line = gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", gpu);
+        let window: f64 = line[0].rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((0.2..0.5).contains(&window), "{line:?}");
+    }
+    let output = exporter("h100x8", &["--stdout", "--gpm-window", "0"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        !text.contains("_active_ratio") && !text.contains("nvidia_gpu_gpm_"),
+        "{text}"
+    );
+    // As does switching the collector off.
+    let output = exporter("h100x8", &["--stdout", "--no-collector", "gpm"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(!text.contains("nvidia_gpu_sm_") && !text.contains("nvidia_gpu_gpm_"));
+}
+
+#[test]
+fn gpm_pause_file_pauses_sampling() {
+    let dir = tempfile::tempdir().unwrap();
+    let pause = dir.path().join("gpm-paused");
+    fs::write(&pause, "").unwrap();
+    let started = Instant::now();
+    let output = exporter(
+        "h100x8",
+        &["--stdout", "--gpm-pause-file", pause.to_str().unwrap()],
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "paused runs do not wait"
+    );
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(text.matches("reason=\"paused\"} 1\n").count(), 8);
+    assert!(!text.contains("nvidia_gpu_sm_active_ratio{"));
+}
+
+#[test]
+fn gpm_window_must_fit_in_the_timeout() {
+    let output = exporter(
+        "h100x8",
+        &["--stdout", "--timeout", "1s", "--gpm-window", "1s"],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--gpm-window 1s does not fit in --timeout 1s"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+    let output = exporter("h100x8", &["--stdout", "--gpm-window", "50ms"]);
+    assert_eq!(output.status.code(), Some(2));
+    // Without GPM the window does not matter.
+    let output = exporter(
+        "h100x8",
+        &[
+            "--stdout",
+            "--timeout",
+            "1s",
+            "--gpm-window",
+            "1s",
+            "--no-collector",
+            "gpm",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0));
+}
+
+#[test]
+fn gpm_window_cut_short_by_the_deadline_is_left_out() {
+    // NVML init takes 1.35 s of a 2 s timeout: reading ends at 1.6 s, the
+    // window at 1.4 s, so it is cut to about 50 ms, which would read zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slow-init.toml");
+    let text = fs::read_to_string(scenario("h100x8"))
+        .unwrap()
+        .replace("[system]\n", "[system]\ninit_delay_ms = 1350\n");
+    fs::write(&path, text).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let output = exporter_with_state(
+        "h100x8",
+        state.path(),
+        &["--stdout", "--timeout", "2s"],
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stderr.contains("GPU 0: the GPM window was cut to"),
+        "{stderr}"
+    );
+    assert!(gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", 0).is_empty());
+    assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 0).is_empty());
+    assert!(gpu_lines(&text, "nvidia_gpu_utilization_ratio", 0)[0].contains("} 0.97"));
 }

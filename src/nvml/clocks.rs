@@ -17,14 +17,14 @@ use crate::metrics;
 use crate::snapshot::Sample;
 
 /// The clock domains read, with their `clock` label values.
-const DOMAINS: [(Clock, &str); 4] = [
+pub(super) const DOMAINS: [(Clock, &str); 4] = [
     (Clock::Graphics, "graphics"),
     (Clock::SM, "sm"),
     (Clock::Memory, "memory"),
     (Clock::Video, "video"),
 ];
 
-const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
+pub(super) const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 
 /// Clock event reason bits of nvml.h (`nvmlClocksEventReason*`), with their
 /// `reason` label values.
@@ -92,14 +92,6 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
             reader.push(
                 Sample::new(&metrics::CLOCK, f64::from(mhz) * HERTZ_PER_MEGAHERTZ)
-                    .with("clock", label),
-            );
-        }
-    }
-    for (clock, label) in DOMAINS {
-        if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
-            reader.push(
-                Sample::new(&metrics::CLOCK_MAX, f64::from(mhz) * HERTZ_PER_MEGAHERTZ)
                     .with("clock", label),
             );
         }

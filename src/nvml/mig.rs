@@ -12,7 +12,7 @@ use crate::snapshot::Sample;
 
 /// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
 /// limit is 8 GPU instances).
-const MAX_MIG_DEVICES: u32 = 8;
+pub(super) const MAX_MIG_DEVICES: u32 = 8;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let enabled = reader
@@ -109,13 +109,13 @@ fn name(mig: &NvmlDevice<'_>) -> Result<String, NvmlError> {
     Ok(text.to_string_lossy().into_owned())
 }
 
-enum Instance {
+pub(super) enum Instance {
     Gpu,
     Compute,
 }
 
 /// The GPU or compute instance id of a MIG device (not wrapped by nvml-wrapper).
-fn instance_id(mig: &NvmlDevice<'_>, instance: Instance) -> Result<u32, NvmlError> {
+pub(super) fn instance_id(mig: &NvmlDevice<'_>, instance: Instance) -> Result<u32, NvmlError> {
     // SAFETY: `mig` is a live MIG handle of the NVML instance in use.
     let (lib, handle) = unsafe { (mig.nvml().lib(), mig.handle()) };
     let get = match instance {

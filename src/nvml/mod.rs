@@ -18,8 +18,10 @@
 
 mod clocks;
 mod fields;
+mod gpm;
 mod health;
 mod identity;
+mod limits;
 mod media;
 mod memory;
 mod mig;
@@ -40,7 +42,7 @@ use std::thread;
 use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device as NvmlDevice, Nvml};
 use nvml_wrapper_sys::bindings::NvmlLib;
 
 use crate::inflight::{InFlight, Scope};
@@ -48,6 +50,7 @@ use crate::metrics;
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
+pub use gpm::{GpmOptions, AFTER_WINDOW as AFTER_GPM_WINDOW, MIN_WINDOW as MIN_GPM_WINDOW};
 pub use registry::Collector;
 
 /// What a successful read produced.
@@ -145,6 +148,8 @@ pub struct Options {
     /// The driver version the memory was written under: memory from another
     /// driver is not used.
     pub memory_driver: String,
+    /// The GPM window (with the gpm collector).
+    pub gpm: GpmOptions,
 }
 
 /// Loads NVML from `library` and reads every GPU as `options` say.
@@ -206,9 +211,8 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
     };
     log::trace!("count and driver info done at {:?}", started.elapsed());
     if !options.parallel {
-        let devices = (0..count)
-            .map(|index| read_device(&nvml, index, options, inflight))
-            .collect();
+        let devices = read_devices_sequentially(&nvml, count, options, inflight);
+        log_gpm_changes(&devices, options);
         return Ok(finish(nvml, host, driver_version, devices));
     }
     let devices: Vec<Device> = thread::scope(|scope| {
@@ -234,8 +238,39 @@ pub fn read(library: &Path, options: &Options, inflight: &InFlight) -> Result<Re
             })
             .collect()
     });
-
+    log_gpm_changes(&devices, options);
     Ok(finish(nvml, host, driver_version, devices))
+}
+
+/// Logs, once per reason, the GPUs whose GPM metrics became unavailable in this
+/// run: a host without permission for the counters says so when it starts,
+/// not every 15 s (`nvidia_gpu_gpm_unavailable` says it every run).
+fn log_gpm_changes(devices: &[Device], options: &Options) {
+    for why in gpm::Unavailable::ALL {
+        let gpus: Vec<String> = devices
+            .iter()
+            .filter(|d| gpm::remembered(d.remembered.get(gpm::MEMORY_KEY)) == Some(why))
+            .filter(|d| {
+                let before = options.memory.get(&d.uuid);
+                gpm::remembered(before.and_then(|m| m.get(gpm::MEMORY_KEY))) != Some(why)
+            })
+            .map(|d| d.index.to_string())
+            .collect();
+        if gpus.is_empty() {
+            continue;
+        }
+        let message = format!(
+            "GPM metrics ({}) left out on GPU {}: {}",
+            why.label(),
+            gpus.join(", "),
+            why.hint()
+        );
+        if why == gpm::Unavailable::Paused {
+            log::info!("{message}");
+        } else {
+            log::warn!("{message}");
+        }
+    }
 }
 
 /// Loads and initialises NVML, naming each step for the watchdog.
@@ -317,17 +352,77 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
 
 /// Reads one GPU; never fails: a GPU that cannot be read is returned down.
 fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) -> Device {
+    let device = match handle(nvml, index, inflight) {
+        Ok(device) => device,
+        Err(why) => return reader::down(index, String::new(), why),
+    };
+    let mut started = start_device(&device, index, options, inflight);
+    started.read_in_window(options);
+    started.finish()
+}
+
+/// Reads the GPUs one after another, but with their GPM windows open together:
+/// every GPU's first GPM sample, then every GPU's other reads, then every
+/// window's end, so that N GPUs cost one window, not N.
+fn read_devices_sequentially(
+    nvml: &Nvml,
+    count: u32,
+    options: &Options,
+    inflight: &InFlight,
+) -> Vec<Device> {
+    let handles: Vec<Result<_, Reason>> = (0..count)
+        .map(|index| handle(nvml, index, inflight))
+        .collect();
+    let mut started: Vec<Result<Started<'_>, Reason>> = handles
+        .iter()
+        .zip(0..count)
+        .map(|(handle, index)| match handle {
+            Ok(device) => Ok(start_device(device, index, options, inflight)),
+            Err(why) => Err(*why),
+        })
+        .collect();
+    for device in started.iter_mut().flatten() {
+        device.read_in_window(options);
+    }
+    started
+        .into_iter()
+        .zip(0..count)
+        .map(|(device, index)| match device {
+            Ok(device) => device.finish(),
+            Err(why) => reader::down(index, String::new(), why),
+        })
+        .collect()
+}
+
+/// The handle of GPU `index`, or why the GPU is down.
+fn handle<'n>(nvml: &'n Nvml, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'n>, Reason> {
     inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
     let handle = nvml.device_by_index(index);
     inflight.leave();
-    let device = match handle {
-        Ok(device) => device,
-        Err(e) => {
-            log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
-            return reader::down(index, String::new(), reason(&e));
-        }
-    };
-    let mut reader = reader::DeviceReader::new(&device, index, inflight);
+    handle.map_err(|e| {
+        log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
+        reason(&e)
+    })
+}
+
+/// A GPU whose identity is read and whose GPM window is open.
+struct Started<'n> {
+    reader: reader::DeviceReader<'n>,
+    uuid: String,
+    identity: identity::Identity,
+    /// The windowed collector, if it is on: run by [`Started::finish`].
+    windowed: Option<&'static Collector>,
+}
+
+/// Reads the identity of a GPU and opens its GPM window (with the gpm
+/// collector): its first sample is taken before any other reading.
+fn start_device<'n>(
+    device: &'n NvmlDevice<'n>,
+    index: u32,
+    options: &Options,
+    inflight: &'n InFlight,
+) -> Started<'n> {
+    let mut reader = reader::DeviceReader::new(device, index, inflight);
     // A UUID that cannot be read does not stop the reading: the GPU is still
     // reported (and a previous file may supply the UUID); a fatal error marks
     // it down through the reader as for any other call.
@@ -340,25 +435,55 @@ fn read_device(nvml: &Nvml, index: u32, options: &Options, inflight: &InFlight) 
         reader.recall_from(memory.clone());
     }
     let identity = identity::read(&mut reader);
-    let mut fields: Vec<u32> = options
-        .collectors
-        .iter()
-        .flat_map(|collector| collector.fields)
-        .copied()
-        .collect();
-    // Collectors may share a field (the NVLink link count): ask for it once.
-    fields.sort_unstable();
-    fields.dedup();
-    if !fields.is_empty() {
-        reader.prefetch(&fields);
+    if options.collectors.iter().any(|c| windowed(c)) {
+        gpm::open(&mut reader, &options.gpm);
     }
-    // The collectors of one GPU run one after another: NVML serialises the
-    // calls of a device, and on an H200 reading them from several threads was
-    // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
-    for collector in &options.collectors {
-        if let registry::Read::Device(read) = collector.read {
-            read(&mut reader);
+    Started {
+        reader,
+        uuid,
+        identity,
+        windowed: None,
+    }
+}
+
+/// The collector whose reader closes a window opened in [`start_device`].
+fn windowed(collector: &Collector) -> bool {
+    collector.name == gpm::COLLECTOR
+}
+
+impl Started<'_> {
+    /// Runs every collector but the windowed one.
+    fn read_in_window(&mut self, options: &Options) {
+        let reader = &mut self.reader;
+        let mut fields: Vec<u32> = options
+            .collectors
+            .iter()
+            .flat_map(|collector| collector.fields)
+            .copied()
+            .collect();
+        // Collectors may share a field (the NVLink link count): ask for it once.
+        fields.sort_unstable();
+        fields.dedup();
+        if !fields.is_empty() {
+            reader.prefetch(&fields);
         }
+        // The collectors of one GPU run one after another: NVML serialises the
+        // calls of a device, and on an H200 reading them from several threads was
+        // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
+        for collector in options.collectors.iter().filter(|c| !windowed(c)) {
+            if let registry::Read::Device(read) = collector.read {
+                read(reader);
+            }
+        }
+        self.windowed = options.collectors.iter().copied().find(|c| windowed(c));
     }
-    reader.finish(uuid, identity)
+
+    /// Runs the windowed collector (it waits for the window's end) and returns
+    /// the GPU's readings.
+    fn finish(mut self) -> Device {
+        if let Some(registry::Read::Device(read)) = self.windowed.map(|c| c.read) {
+            read(&mut self.reader);
+        }
+        self.reader.finish(self.uuid, self.identity)
+    }
 }

@@ -18,18 +18,10 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }) {
         reader.gauge(&metrics::PCIE_GENERATION, f64::from(generation));
     }
-    if let Some(generation) = reader.read("nvmlDeviceGetMaxPcieLinkGeneration", |d| {
-        d.max_pcie_link_gen()
-    }) {
-        reader.gauge(&metrics::PCIE_MAX_GENERATION, f64::from(generation));
-    }
     if let Some(width) = reader.read("nvmlDeviceGetCurrPcieLinkWidth", |d| {
         d.current_pcie_link_width()
     }) {
         reader.gauge(&metrics::PCIE_WIDTH, f64::from(width));
-    }
-    if let Some(width) = reader.read("nvmlDeviceGetMaxPcieLinkWidth", |d| d.max_pcie_link_width()) {
-        reader.gauge(&metrics::PCIE_MAX_WIDTH, f64::from(width));
     }
     let replays = reader.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |reader| {
         reader

@@ -7,7 +7,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
 };
 
-const PER_MILLI: f64 = 1000.0;
+pub(super) const PER_MILLI: f64 = 1000.0;
 
 /// Field values this collector takes from the per-GPU batch: the energy (same
 /// millijoules as `nvmlDeviceGetTotalEnergyConsumption`) and the power the
@@ -43,18 +43,6 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         reader.gauge(
             &metrics::POWER_DEFAULT_LIMIT,
             f64::from(milliwatts) / PER_MILLI,
-        );
-    }
-    if let Some(limits) = reader.read("nvmlDeviceGetPowerManagementLimitConstraints", |d| {
-        d.power_management_limit_constraints()
-    }) {
-        reader.gauge(
-            &metrics::POWER_MIN_LIMIT,
-            f64::from(limits.min_limit) / PER_MILLI,
-        );
-        reader.gauge(
-            &metrics::POWER_MAX_LIMIT,
-            f64::from(limits.max_limit) / PER_MILLI,
         );
     }
     if let Some(milliwatts) = reader.field(NVML_FI_DEV_POWER_AVERAGE) {

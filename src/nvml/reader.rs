@@ -37,6 +37,8 @@ pub(super) struct DeviceReader<'n> {
     /// How often each (call, error) was seen: the first is logged, the repeats
     /// are summed up once in [`Self::finish`], so a loop cannot flood the log.
     seen: Vec<(String, u32)>,
+    /// The GPM window opened before the other collectors ran (see `gpm`).
+    pub(super) window: Option<super::gpm::Window<'n>>,
 }
 
 impl<'n> DeviceReader<'n> {
@@ -52,7 +54,18 @@ impl<'n> DeviceReader<'n> {
             seen: Vec::new(),
             recalled: BTreeMap::new(),
             remembered: BTreeMap::new(),
+            window: None,
         }
+    }
+
+    /// NVML's index of the GPU.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The NVML library, for buffers that outlive one call (GPM samples).
+    pub fn lib(&self) -> &'n NvmlLib {
+        self.device.nvml().lib()
     }
 
     /// Calls NVML function `call` through `read`. `None` when the field is not
@@ -326,11 +339,6 @@ impl<'n> DeviceReader<'n> {
         self.try_read(call, |device| unsafe {
             read(device.nvml().lib(), device.handle())
         })
-    }
-
-    /// NVML's index of this GPU, for log lines.
-    pub fn index(&self) -> u32 {
-        self.index
     }
 
     /// Reads a string getter, decoding invalid UTF-8 lossily instead of failing,

@@ -13,8 +13,8 @@
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
 use super::reader::DeviceReader;
-use super::{clocks, health, media, memory, mig, modes, nvlink, pcie, power, processes};
-use super::{thermal, utilization};
+use super::{clocks, health, limits, media, memory, mig, modes, nvlink, pcie, power, processes};
+use super::{gpm, thermal, utilization};
 use crate::metrics::{self, Family};
 
 /// A group of metric families that can be switched on and off.
@@ -113,14 +113,12 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "power",
         default: true,
-        help: "Power draw, energy counter, power limits.",
+        help: "Power draw and the driver's average, energy counter, enforced and default power limit.",
         families: &[
             &metrics::POWER,
             &metrics::ENERGY,
             &metrics::POWER_LIMIT,
             &metrics::POWER_DEFAULT_LIMIT,
-            &metrics::POWER_MIN_LIMIT,
-            &metrics::POWER_MAX_LIMIT,
             &metrics::POWER_AVERAGE,
         ],
         fields: power::FIELDS,
@@ -129,10 +127,9 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "clocks",
         default: true,
-        help: "Clocks, max clocks, performance state, clock event reasons, violation counters.",
+        help: "Clocks, performance state, clock event reasons, violation counters.",
         families: &[
             &metrics::CLOCK,
-            &metrics::CLOCK_MAX,
             &metrics::PERFORMANCE_STATE,
             &metrics::CLOCKS_EVENT,
             &metrics::VIOLATION,
@@ -143,18 +140,30 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "pcie",
         default: true,
-        help: "PCIe link generation/width, replays, byte counters.",
+        help: "PCIe link generation and width now, replays, byte counters.",
         families: &[
             &metrics::PCIE_GENERATION,
-            &metrics::PCIE_MAX_GENERATION,
             &metrics::PCIE_WIDTH,
-            &metrics::PCIE_MAX_WIDTH,
             &metrics::PCIE_REPLAYS,
             &metrics::PCIE_TRANSMIT,
             &metrics::PCIE_RECEIVE,
         ],
         fields: pcie::FIELDS,
         read: Read::Device(pcie::read),
+    },
+    Collector {
+        name: "limits",
+        default: false,
+        help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range, PCIe max generation and width.",
+        families: &[
+            &metrics::CLOCK_MAX,
+            &metrics::POWER_MIN_LIMIT,
+            &metrics::POWER_MAX_LIMIT,
+            &metrics::PCIE_MAX_GENERATION,
+            &metrics::PCIE_MAX_WIDTH,
+        ],
+        fields: &[],
+        read: Read::Device(limits::read),
     },
     Collector {
         name: "pcie-throughput",
@@ -256,6 +265,29 @@ pub static ALL: &[Collector] = &[
         ],
         fields: &[],
         read: Read::Device(mig::read),
+    },
+    Collector {
+        name: gpm::COLLECTOR,
+        default: true,
+        help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
+        families: &[
+            &metrics::SM_ACTIVE,
+            &metrics::SM_OCCUPANCY,
+            &metrics::GRAPHICS_ENGINE_ACTIVE,
+            &metrics::DRAM_ACTIVE,
+            &metrics::PIPE_ACTIVE,
+            &metrics::GPM_WINDOW,
+            &metrics::GPM_UNAVAILABLE,
+            &metrics::MIG_SM_ACTIVE,
+            &metrics::MIG_SM_OCCUPANCY,
+            &metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
+            &metrics::MIG_DRAM_ACTIVE,
+            &metrics::MIG_PIPE_ACTIVE,
+        ],
+        fields: &[],
+        // Closes the window `gpm::open` opened before the other collectors
+        // ran; `read_device` runs it last.
+        read: Read::Device(gpm::read),
     },
     Collector {
         name: "processes",

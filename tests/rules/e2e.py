@@ -66,6 +66,9 @@ class Stack:
         self.processes = []
         self.stop = threading.Event()
         self.paused = set()
+        # Held while a host's file is written, so that vanish() cannot race a run
+        # in progress (a GPM window makes a run last about a second).
+        self.writing = threading.Lock()
         self.ports = {}
         self.dirs = {}
         self.writer_errors = []
@@ -132,16 +135,19 @@ scrape_configs:
 
     def write_all(self):
         for host, (scenario, extra) in HOSTS.items():
-            if host in self.paused:
-                continue
-            result = subprocess.run(
-                [self.exporter, "--nvml-lib", self.fake, "--output-dir", self.dirs[host],
-                 "--state-dir", self.dirs[host] + ".state", "--timeout", "5s", *extra],
-                env=dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, scenario)),
-                capture_output=True, text=True, timeout=30)
-            if not os.path.exists(os.path.join(self.dirs[host], "nvidia_gpu.prom")):
-                self.writer_errors.append(f"{host}: no file written (exit {result.returncode}): "
-                                          f"{result.stderr.strip()[:300]}")
+            with self.writing:
+                if host not in self.paused:
+                    self.write_one(host, scenario, extra)
+
+    def write_one(self, host, scenario, extra):
+        result = subprocess.run(
+            [self.exporter, "--nvml-lib", self.fake, "--output-dir", self.dirs[host],
+             "--state-dir", self.dirs[host] + ".state", "--timeout", "5s", *extra],
+            env=dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, scenario)),
+            capture_output=True, text=True, timeout=30)
+        if not os.path.exists(os.path.join(self.dirs[host], "nvidia_gpu.prom")):
+            self.writer_errors.append(f"{host}: no file written (exit {result.returncode}): "
+                                      f"{result.stderr.strip()[:300]}")
 
     def write_loop(self):
         while not self.stop.wait(1.0):
@@ -151,9 +157,9 @@ scrape_configs:
                 self.writer_errors.append(repr(e))
 
     def vanish(self, host):
-        self.paused.add(host)
-        time.sleep(0.1)
-        os.remove(os.path.join(self.dirs[host], "nvidia_gpu.prom"))
+        with self.writing:
+            self.paused.add(host)
+            os.remove(os.path.join(self.dirs[host], "nvidia_gpu.prom"))
 
     def url(self, path, **params):
         query = ("?" + urllib.parse.urlencode(params)) if params else ""

@@ -13,7 +13,8 @@ use crate::scenario::{
     pattern_value, Gpu, Memory, Text, CLOCK_ENV, DEFAULT_CLOCK_US, MAX_MIG_SLOTS,
 };
 use crate::state::{
-    device_call, gpu_handle, guard, handle_by_index, init, mig_handle, shutdown, system_call,
+    device_call, gpu_call, gpu_handle, guard, handle_by_index, init, loaded, mig_handle,
+    sample_alloc, sample_free, sample_live, sample_take, sample_taken, shutdown, system_call,
     OnMig, Ret,
 };
 
@@ -927,6 +928,102 @@ export! {
             utilization.add(i).write(entry);
         }
         *processSamplesCount = n;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// GPM (GPU Performance Monitoring)
+
+export! {
+    fn nvmlGpmQueryDeviceSupport(device: nvmlDevice_t, gpmSupport: *mut nvmlGpmSupport_t) {
+        let d = device_call(SYM, device, !gpmSupport.is_null(), OnMig::NotSupported)?;
+        if (*gpmSupport).version != NVML_GPM_SUPPORT_VERSION {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        (*gpmSupport).isSupportedDevice = c_uint::from(d.gpu().gpm.is_some());
+        Ok(())
+    }
+
+    fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) {
+        loaded()?;
+        if gpmSample.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        gpmSample.write(sample_alloc());
+        Ok(())
+    }
+
+    fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) {
+        loaded()?;
+        sample_free(gpmSample)
+    }
+
+    fn nvmlGpmSampleGet(device: nvmlDevice_t, gpmSample: nvmlGpmSample_t) {
+        let d = device_call(SYM, device, sample_live(gpmSample), OnMig::NotSupported)?;
+        d.gpu().gpm.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        sample_take(gpmSample, d.gpu, None)
+    }
+
+    fn nvmlGpmMigSampleGet(
+        device: nvmlDevice_t,
+        gpuInstanceId: c_uint,
+        gpmSample: nvmlGpmSample_t,
+    ) {
+        let d = device_call(SYM, device, sample_live(gpmSample), OnMig::NotSupported)?;
+        d.gpu().gpm.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let instance = d
+            .gpu()
+            .mig_devices
+            .iter()
+            .flatten()
+            .find(|m| m.gpu_instance_id == gpuInstanceId)
+            .ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+        instance.gpm.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        sample_take(gpmSample, d.gpu, Some(gpuInstanceId))
+    }
+
+    fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) {
+        let scenario = loaded()?;
+        if metricsGet.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let request = &mut *metricsGet;
+        if request.version != NVML_GPM_METRICS_GET_VERSION {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let first = sample_taken(request.sample1)?;
+        let second = sample_taken(request.sample2)?;
+        if first.gpu != second.gpu
+            || first.gpu_instance != second.gpu_instance
+            || second.at < first.at
+            || request.numMetrics as usize > NVML_GPM_METRIC_MAX
+        {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        gpu_call(&scenario, first.gpu, SYM)?;
+        let gpu = &scenario.gpus[first.gpu];
+        let values = match first.gpu_instance {
+            None => gpu.gpm.as_ref(),
+            Some(gi) => gpu
+                .mig_devices
+                .iter()
+                .flatten()
+                .find(|m| m.gpu_instance_id == gi)
+                .and_then(|m| m.gpm.as_ref()),
+        };
+        for metric in &mut request.metrics[..request.numMetrics as usize] {
+            match values.and_then(|v| v.metric(metric.metricId)) {
+                Some(value) => {
+                    metric.nvmlReturn = NVML_SUCCESS;
+                    metric.value = value;
+                }
+                None => {
+                    metric.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+                    metric.value = 0.0;
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -330,3 +330,56 @@ pub struct nvmlProcessUtilizationSample_t {
     pub encUtil: c_uint,
     pub decUtil: c_uint,
 }
+
+/// Opaque target of a GPM sample handle.
+#[repr(C)]
+pub struct nvmlGpmSample_st {
+    _unused: [u8; 0],
+}
+/// `nvmlGpmSample_t`: an opaque pointer.
+pub type nvmlGpmSample_t = *mut nvmlGpmSample_st;
+
+/// `NVML_GPM_SUPPORT_VERSION`
+pub const NVML_GPM_SUPPORT_VERSION: c_uint = 1;
+/// `NVML_GPM_METRICS_GET_VERSION`
+pub const NVML_GPM_METRICS_GET_VERSION: c_uint = 1;
+/// `NVML_GPM_METRIC_MAX`: the size of `nvmlGpmMetricsGet_t::metrics`.
+pub const NVML_GPM_METRIC_MAX: usize = 210;
+
+/// `nvmlGpmSupport_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlGpmSupport_t {
+    pub version: c_uint,
+    pub isSupportedDevice: c_uint,
+}
+
+/// The `metricInfo` of an `nvmlGpmMetric_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlGpmMetricInfo_t {
+    pub shortName: *mut c_char,
+    pub longName: *mut c_char,
+    pub unit: *mut c_char,
+}
+
+/// `nvmlGpmMetric_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlGpmMetric_t {
+    pub metricId: c_uint,
+    pub nvmlReturn: nvmlReturn_t,
+    pub value: f64,
+    pub metricInfo: nvmlGpmMetricInfo_t,
+}
+
+/// `nvmlGpmMetricsGet_t`
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlGpmMetricsGet_t {
+    pub version: c_uint,
+    pub numMetrics: c_uint,
+    pub sample1: nvmlGpmSample_t,
+    pub sample2: nvmlGpmSample_t,
+    pub metrics: [nvmlGpmMetric_t; NVML_GPM_METRIC_MAX],
+}

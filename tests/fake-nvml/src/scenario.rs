@@ -95,6 +95,10 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetSamples",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet",
 ];
 
 /// Symbols that read no scenario value (no per-symbol errors or delays).
@@ -103,6 +107,8 @@ pub const OTHER_SYMBOLS: &[&str] = &[
     "nvmlInitWithFlags",
     "nvmlShutdown",
     "nvmlErrorString",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
 ];
 
 /// Every symbol the library exports.
@@ -208,6 +214,8 @@ pub struct Gpu {
     /// NVML's utilization sample buffers (`nvmlDeviceGetSamples`,
     /// `nvmlDeviceGetProcessUtilization`); absent: not supported.
     pub samples: Option<Samples>,
+    /// GPM metrics of the whole GPU; present means the GPU supports GPM.
+    pub gpm: Option<Gpm>,
     #[serde(default)]
     pub lost: bool,
     #[serde(default)]
@@ -393,6 +401,49 @@ pub struct MigDevice {
     pub gpu_instance_id: u32,
     pub compute_instance_id: u32,
     pub memory: Option<Memory>,
+    /// GPM metrics of this device's GPU instance (`nvmlGpmMigSampleGet`).
+    pub gpm: Option<Gpm>,
+}
+
+/// GPM metrics in percent, as `nvmlGpmMetricsGet` answers them between two
+/// samples; an absent metric answers `NOT_SUPPORTED` in its own entry. `nan`
+/// and values beyond 0-100 are allowed (to test what the caller does).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gpm {
+    pub graphics: Option<f64>,
+    pub sm_active: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub integer: Option<f64>,
+    pub tensor: Option<f64>,
+    pub tensor_dfma: Option<f64>,
+    pub tensor_hmma: Option<f64>,
+    pub tensor_imma: Option<f64>,
+    pub dram: Option<f64>,
+    pub fp64: Option<f64>,
+    pub fp32: Option<f64>,
+    pub fp16: Option<f64>,
+}
+
+impl Gpm {
+    /// The value of NVML metric `id` (`nvmlGpmMetricId_t`).
+    pub fn metric(&self, id: u32) -> Option<f64> {
+        match id {
+            1 => self.graphics,
+            2 => self.sm_active,
+            3 => self.sm_occupancy,
+            4 => self.integer,
+            5 => self.tensor,
+            6 => self.tensor_dfma,
+            7 => self.tensor_hmma,
+            9 => self.tensor_imma,
+            10 => self.dram,
+            11 => self.fp64,
+            12 => self.fp32,
+            13 => self.fp16,
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,9 +2,10 @@
 //! reference count, device handles, and the per-call precedence
 //! (hang → delays → errors → lost → value).
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::ffi::*;
 use crate::scenario::{self, Gpu, MigDevice, Scenario, MAX_GPUS, MAX_MIG_SLOTS};
@@ -291,4 +292,84 @@ pub fn handle_by_index(sym: &str, index: u32, outs_ok: bool) -> Result<nvmlDevic
     }
     execute(plan(&scenario, index, sym, false))?;
     Ok(gpu_handle(index))
+}
+
+/// What a GPM sample holds once taken: which GPU (and GPU instance) and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub gpu: usize,
+    pub gpu_instance: Option<u32>,
+    pub at: Instant,
+}
+
+/// Live GPM samples by address: `None` until a sample is taken into it. Kept
+/// apart from the scenario: a sample outlives `nvmlShutdown` only as a leak.
+static SAMPLES: Mutex<Option<HashMap<usize, Option<Taken>>>> = Mutex::new(None);
+
+fn samples() -> MutexGuard<'static, Option<HashMap<usize, Option<Taken>>>> {
+    SAMPLES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `nvmlGpmSampleAlloc`: a fresh, distinct address.
+pub fn sample_alloc() -> nvmlGpmSample_t {
+    let address = Box::into_raw(Box::new(0u64)) as usize;
+    samples()
+        .get_or_insert_with(HashMap::new)
+        .insert(address, None);
+    address as nvmlGpmSample_t
+}
+
+/// `nvmlGpmSampleFree`: `INVALID_ARGUMENT` for an address not allocated (or
+/// freed already).
+pub fn sample_free(sample: nvmlGpmSample_t) -> Ret {
+    let address = sample as usize;
+    let removed = samples().as_mut().and_then(|m| m.remove(&address));
+    match removed {
+        // SAFETY: the address came from Box::into_raw in sample_alloc and was
+        // still registered, so it is freed exactly once.
+        Some(_) => drop(unsafe { Box::from_raw(address as *mut u64) }),
+        None => return Err(NVML_ERROR_INVALID_ARGUMENT),
+    }
+    Ok(())
+}
+
+/// Whether `sample` is a live allocation.
+pub fn sample_live(sample: nvmlGpmSample_t) -> bool {
+    samples()
+        .as_ref()
+        .is_some_and(|m| m.contains_key(&(sample as usize)))
+}
+
+/// Records that `sample` was taken now.
+pub fn sample_take(sample: nvmlGpmSample_t, gpu: usize, gpu_instance: Option<u32>) -> Ret {
+    let mut guard = samples();
+    let slot = guard
+        .as_mut()
+        .and_then(|m| m.get_mut(&(sample as usize)))
+        .ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+    *slot = Some(Taken {
+        gpu,
+        gpu_instance,
+        at: Instant::now(),
+    });
+    Ok(())
+}
+
+/// What `sample` holds: `INVALID_ARGUMENT` if it is not live or not taken.
+pub fn sample_taken(sample: nvmlGpmSample_t) -> Result<Taken, nvmlReturn_t> {
+    samples()
+        .as_ref()
+        .and_then(|m| m.get(&(sample as usize)).copied().flatten())
+        .ok_or(NVML_ERROR_INVALID_ARGUMENT)
+}
+
+/// The number of live GPM samples (tests check that callers free them).
+pub fn live_samples() -> usize {
+    samples().as_ref().map_or(0, HashMap::len)
+}
+
+/// The precedence chain of `sym` on GPU `gpu`, for a call that names the GPU
+/// through something other than a handle (`nvmlGpmMetricsGet`: its samples).
+pub fn gpu_call(scenario: &Scenario, gpu: usize, sym: &str) -> Ret {
+    execute(plan(scenario, gpu, sym, true))
 }

@@ -98,6 +98,39 @@ fn layouts_match_nvml_bindings() {
         sys::nvmlProcessInfo_t,
         [pid, usedGpuMemory, gpuInstanceId, computeInstanceId]
     );
+    same_layout!(
+        nvmlGpmSupport_t,
+        sys::nvmlGpmSupport_t,
+        [version, isSupportedDevice]
+    );
+    same_layout!(
+        nvmlGpmMetricInfo_t,
+        sys::nvmlGpmMetric_t__bindgen_ty_1,
+        [shortName, longName, unit]
+    );
+    same_layout!(
+        nvmlGpmMetric_t,
+        sys::nvmlGpmMetric_t,
+        [metricId, nvmlReturn, value, metricInfo]
+    );
+    same_layout!(
+        nvmlGpmMetricsGet_t,
+        sys::nvmlGpmMetricsGet_t,
+        [version, numMetrics, sample1, sample2, metrics]
+    );
+    assert_eq!(
+        NVML_GPM_METRIC_MAX,
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_MAX as usize
+    );
+    assert_eq!(NVML_GPM_SUPPORT_VERSION, sys::NVML_GPM_SUPPORT_VERSION);
+    assert_eq!(
+        NVML_GPM_METRICS_GET_VERSION,
+        sys::NVML_GPM_METRICS_GET_VERSION
+    );
+    assert_eq!(
+        size_of::<nvmlGpmSample_t>(),
+        size_of::<sys::nvmlGpmSample_t>()
+    );
     assert_eq!(size_of::<nvmlDevice_t>(), size_of::<sys::nvmlDevice_t>());
     assert_eq!(size_of::<nvmlReturn_t>(), size_of::<sys::nvmlReturn_t>());
 }
@@ -219,7 +252,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 74);
+    assert_eq!(n, 80);
 }
 
 #[test]
@@ -1504,4 +1537,111 @@ field_values = { "91" = 7 }
             }
         }
     }
+}
+
+#[test]
+fn gpm_samples_metrics_and_mig_instances() {
+    const GPM: &str = r#"
+description = "unit test: GPM on a GPU in MIG mode, none on the second"
+[[gpu]]
+mig_mode = { current = 1, pending = 1 }
+gpm = { sm_active = 42.5, dram = nan, tensor = 130.0 }
+mig_devices = [
+  { slot = 0, uuid = "MIG-a", gpu_instance_id = 3, compute_instance_id = 0, gpm = { sm_active = 12.0 } },
+  { slot = 1, uuid = "MIG-b", gpu_instance_id = 5, compute_instance_id = 0 },
+]
+[[gpu]]
+errors = { nvmlGpmSampleGet = "IN_USE" }
+"#;
+    let _s = start(GPM);
+    let supported = |h| {
+        let mut support = nvmlGpmSupport_t {
+            version: NVML_GPM_SUPPORT_VERSION,
+            isSupportedDevice: 7,
+        };
+        let code = unsafe { nvmlGpmQueryDeviceSupport(h, &mut support) };
+        (code, support.isSupportedDevice)
+    };
+    assert_eq!(supported(handle(0)), (NVML_SUCCESS, 1));
+    assert_eq!(supported(handle(1)), (NVML_SUCCESS, 0));
+    let mut wrong = nvmlGpmSupport_t::default();
+    assert_eq!(
+        unsafe { nvmlGpmQueryDeviceSupport(handle(0), &mut wrong) },
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    );
+
+    let alloc = || {
+        let mut sample: nvmlGpmSample_t = std::ptr::null_mut();
+        assert_eq!(unsafe { nvmlGpmSampleAlloc(&mut sample) }, NVML_SUCCESS);
+        sample
+    };
+    let live = crate::state::live_samples();
+    let (a, b, c, d) = (alloc(), alloc(), alloc(), alloc());
+    assert_eq!(crate::state::live_samples(), live + 4);
+    let request = |first, second| {
+        // SAFETY: plain data.
+        let mut r: Box<nvmlGpmMetricsGet_t> = Box::new(unsafe { std::mem::zeroed() });
+        r.version = NVML_GPM_METRICS_GET_VERSION;
+        r.numMetrics = 4;
+        r.sample1 = first;
+        r.sample2 = second;
+        for (m, id) in r.metrics.iter_mut().zip([2, 10, 5, 3]) {
+            m.metricId = id;
+        }
+        r
+    };
+    // Samples not taken yet are invalid.
+    let mut r = request(a, b);
+    assert_eq!(
+        unsafe { nvmlGpmMetricsGet(&mut *r) },
+        NVML_ERROR_INVALID_ARGUMENT
+    );
+    unsafe {
+        assert_eq!(nvmlGpmSampleGet(handle(0), a), NVML_SUCCESS);
+        assert_eq!(nvmlGpmMigSampleGet(handle(0), 3, c), NVML_SUCCESS);
+        assert_eq!(nvmlGpmSampleGet(handle(0), b), NVML_SUCCESS);
+        assert_eq!(nvmlGpmMigSampleGet(handle(0), 3, d), NVML_SUCCESS);
+        assert_eq!(
+            nvmlGpmMigSampleGet(handle(0), 5, d),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlGpmMigSampleGet(handle(0), 9, d),
+            NVML_ERROR_INVALID_ARGUMENT
+        );
+        assert_eq!(nvmlGpmSampleGet(handle(1), a), NVML_ERROR_IN_USE);
+    }
+    let mut r = request(a, b);
+    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_SUCCESS);
+    let got: Vec<_> = r.metrics[..4]
+        .iter()
+        .map(|m| (m.nvmlReturn, m.value))
+        .collect();
+    assert_eq!(got[0], (NVML_SUCCESS, 42.5));
+    assert!(got[1].0 == NVML_SUCCESS && got[1].1.is_nan());
+    assert_eq!(got[2], (NVML_SUCCESS, 130.0));
+    assert_eq!(got[3].0, NVML_ERROR_NOT_SUPPORTED);
+    // Per GPU instance.
+    let mut r = request(c, d);
+    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *r) }, NVML_SUCCESS);
+    assert_eq!(
+        (r.metrics[0].nvmlReturn, r.metrics[0].value),
+        (NVML_SUCCESS, 12.0)
+    );
+    // Samples of different targets, or in the wrong order, do not make a window.
+    let mut r = request(a, d);
+    assert_eq!(
+        unsafe { nvmlGpmMetricsGet(&mut *r) },
+        NVML_ERROR_INVALID_ARGUMENT
+    );
+    let mut r = request(b, a);
+    assert_eq!(
+        unsafe { nvmlGpmMetricsGet(&mut *r) },
+        NVML_ERROR_INVALID_ARGUMENT
+    );
+    for sample in [a, b, c, d] {
+        assert_eq!(unsafe { nvmlGpmSampleFree(sample) }, NVML_SUCCESS);
+    }
+    assert_eq!(unsafe { nvmlGpmSampleFree(a) }, NVML_ERROR_INVALID_ARGUMENT);
+    assert_eq!(crate::state::live_samples(), live);
 }
