@@ -2037,3 +2037,43 @@ fn gpm_window_cut_short_by_the_deadline_is_left_out() {
     assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 0).is_empty());
     assert!(gpu_lines(&text, "nvidia_gpu_utilization_ratio", 0)[0].contains("} 0.97"));
 }
+
+/// MIG mode and the process list are read once per GPU and run, however many
+/// collectors use them: a failing call is seen (and counted) once.
+#[test]
+fn shared_readings_are_read_once_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(scenario("h100x8")).unwrap().replacen(
+        "[[gpu]]\n",
+        "[[gpu]]\nerrors = { nvmlDeviceGetMigMode = \"UNKNOWN\", nvmlDeviceGetComputeRunningProcesses_v3 = \"UNKNOWN\" }\n",
+        1,
+    );
+    let path = dir.path().join("scenario.toml");
+    fs::write(&path, text).unwrap();
+    let output = exporter_with_state(
+        "h100x8",
+        &dir.path().join("state"),
+        &[
+            "--stdout",
+            "--gpm-window",
+            "0",
+            "--collector",
+            "processes",
+            "--procfs",
+            dir.path().to_str().unwrap(),
+        ],
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let errors = text
+        .lines()
+        .find(|l| l.starts_with("nvidia_gpu_collector_read_errors{gpu=\"0\""))
+        .unwrap();
+    assert!(errors.ends_with(" 2"), "{errors}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr.matches("nvmlDeviceGetMigMode").count(),
+        1,
+        "{stderr}"
+    );
+}

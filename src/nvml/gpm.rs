@@ -354,9 +354,7 @@ fn supported(reader: &mut DeviceReader<'_>) -> bool {
 
 /// The GPU instance ids of a GPU in MIG mode (none otherwise), each once.
 fn gpu_instances(reader: &mut DeviceReader<'_>) -> Vec<u32> {
-    let enabled = reader
-        .read("nvmlDeviceGetMigMode", |d| d.mig_mode())
-        .is_some_and(|mode| mode.current == 1);
+    let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
     if !enabled {
         return Vec::new();
     }

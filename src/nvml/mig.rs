@@ -15,9 +15,7 @@ use crate::snapshot::Sample;
 pub(super) const MAX_MIG_DEVICES: u32 = 8;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let enabled = reader
-        .read("nvmlDeviceGetMigMode", |d| d.mig_mode())
-        .is_some_and(|mode| mode.current == 1);
+    let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
     if !enabled {
         return;
     }

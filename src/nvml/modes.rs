@@ -25,7 +25,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         };
         reader.push(Sample::new(&metrics::COMPUTE_MODE, 1.0).with("mode", label));
     }
-    if let Some(mig) = reader.read("nvmlDeviceGetMigMode", |d| d.mig_mode()) {
+    if let Some(mig) = reader.mig_mode() {
         reader.gauge(&metrics::MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
         reader.gauge(
             &metrics::MIG_PENDING_ENABLED,

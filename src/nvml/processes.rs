@@ -14,9 +14,7 @@ use crate::metrics;
 use crate::snapshot::Sample;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let Some(processes) = reader.read("nvmlDeviceGetComputeRunningProcesses_v3", |d| {
-        d.running_compute_processes()
-    }) else {
+    let Some(processes) = reader.compute_processes() else {
         return;
     };
     let utilization = utilization(reader);

@@ -4,6 +4,8 @@ use std::ffi::{c_char, c_uint, CStr};
 use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::structs::device::MigMode;
 use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
@@ -34,6 +36,12 @@ pub(super) struct DeviceReader<'n> {
     recalled: BTreeMap<String, String>,
     /// What this run leaves for the next.
     remembered: BTreeMap<String, String>,
+    /// MIG mode, read once per run however many collectors ask (see
+    /// [`Self::mig_mode`]); `None` until the first read.
+    mig_mode: Option<Option<MigMode>>,
+    /// The running compute processes, read once per run (see
+    /// [`Self::compute_processes`]).
+    compute_processes: Option<Option<Vec<ProcessInfo>>>,
     /// How often each (call, error) was seen: the first is logged, the repeats
     /// are summed up once in [`Self::finish`], so a loop cannot flood the log.
     seen: Vec<(String, u32)>,
@@ -55,6 +63,8 @@ impl<'n> DeviceReader<'n> {
             recalled: BTreeMap::new(),
             remembered: BTreeMap::new(),
             window: None,
+            mig_mode: None,
+            compute_processes: None,
         }
     }
 
@@ -179,6 +189,30 @@ impl<'n> DeviceReader<'n> {
             None => {}
         }
         fallback(self)
+    }
+
+    /// The GPU's MIG mode (current and pending), read through NVML the first
+    /// time a collector asks in this run and remembered for the others.
+    pub fn mig_mode(&mut self) -> Option<MigMode> {
+        if let Some(mode) = &self.mig_mode {
+            return mode.clone();
+        }
+        let mode = self.read("nvmlDeviceGetMigMode", |d| d.mig_mode());
+        self.mig_mode = Some(mode.clone());
+        mode
+    }
+
+    /// The GPU's running compute processes, read the first time a collector
+    /// asks in this run and remembered for the others.
+    pub fn compute_processes(&mut self) -> Option<Vec<ProcessInfo>> {
+        if let Some(processes) = &self.compute_processes {
+            return processes.clone();
+        }
+        let processes = self.read("nvmlDeviceGetComputeRunningProcesses_v3", |d| {
+            d.running_compute_processes()
+        });
+        self.compute_processes = Some(processes.clone());
+        processes
     }
 
     /// Hands the reader what the previous run remembered of this GPU.

@@ -40,10 +40,8 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             }
         }
     }
-    if let Some(count) = reader.read("nvmlDeviceGetComputeRunningProcesses_v3", |d| {
-        d.running_compute_processes_count()
-    }) {
-        reader.gauge(&metrics::PROCESSES, f64::from(count));
+    if let Some(processes) = reader.compute_processes() {
+        reader.gauge(&metrics::PROCESSES, processes.len() as f64);
     }
 }
 
