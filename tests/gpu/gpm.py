@@ -61,7 +61,7 @@ def snapshot(window="1s"):
     """One exporter run: (values of GPU $GPU by column, unavailable reason, wall s, stderr)."""
     start = time.perf_counter()
     result = subprocess.run(
-        [EXPORTER, "--stdout", "--state-dir", STATE, "--gpm-window", window],
+        [EXPORTER, "--stdout", "--write-state", "--state-dir", STATE, "--gpm-window", window],
         capture_output=True, text=True, timeout=30)
     wall = time.perf_counter() - start
     values, reason = {}, None
@@ -124,10 +124,14 @@ def main():
         return 1
     failures = []
 
-    print(f"1. loads on GPU {GPU}, --gpm-window 1s, medians of 3 snapshots after a 4 s warm-up")
+    print(f"1. loads on GPU {GPU}, --gpm-window 1s, medians of 3 snapshots after a 4 s warm-up"
+          " and one snapshot that consumes the samples from before the load")
     print(f"{'load':<20}" + "".join(f"{c:>13}" for c, _, _ in COLUMNS) + "  checks")
     for name, args, checks in LOADS:
         load = start_load(args)
+        # Utilization is the mean of NVML's samples since the previous run: a
+        # first snapshot under the load consumes the samples from before it.
+        snapshot()
         runs = [snapshot()[0] for _ in range(3)]
         stop_load(load)
         medians = {c: median(runs, c) for c, _, _ in COLUMNS}
