@@ -2077,3 +2077,49 @@ fn shared_readings_are_read_once_per_run() {
         "{stderr}"
     );
 }
+
+/// Only NOT_SUPPORTED means "unsupported" (left out quietly); every other
+/// return code, including the ones newer than the NVML bindings know
+/// (ARGUMENT_VERSION_MISMATCH = 25, INSUFFICIENT_RESOURCES, FREQ_NOT_SUPPORTED),
+/// is a counted, logged read error.
+#[test]
+fn only_not_supported_is_quiet_every_other_code_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    for (code, counted) in [
+        ("NOT_SUPPORTED", false),
+        ("ARGUMENT_VERSION_MISMATCH", true),
+        ("INSUFFICIENT_RESOURCES", true),
+        ("FREQ_NOT_SUPPORTED", true),
+        ("UNKNOWN", true),
+    ] {
+        let text = fs::read_to_string(scenario("h100x8")).unwrap().replacen(
+            "[[gpu]]\n",
+            &format!("[[gpu]]\nerrors = {{ nvmlDeviceGetPowerUsage = \"{code}\" }}\n"),
+            1,
+        );
+        let path = dir.path().join(format!("{code}.toml"));
+        fs::write(&path, text).unwrap();
+        let output = exporter_with_state(
+            "h100x8",
+            &dir.path().join("state"),
+            &["--stdout", "--gpm-window", "0"],
+            &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        );
+        let text = String::from_utf8(output.stdout).unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        let errors = text
+            .lines()
+            .find(|l| l.starts_with("nvidia_gpu_collector_read_errors{gpu=\"0\""))
+            .unwrap();
+        assert!(
+            !text.contains("nvidia_gpu_power_watts{gpu=\"0\""),
+            "{code}: power exported"
+        );
+        assert_eq!(errors.ends_with(" 1"), counted, "{code}: {errors}");
+        assert_eq!(
+            stderr.contains("GPU 0: nvmlDeviceGetPowerUsage"),
+            counted,
+            "{code}: {stderr}"
+        );
+    }
+}

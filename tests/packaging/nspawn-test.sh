@@ -249,6 +249,8 @@ EOF
     check "served: nvidia_gpu_collector_up 1" test "$(metric "$WORK/metrics" nvidia_gpu_collector_up)" = 1
     check "served: 8 GPUs" test "$(grep -c '^nvidia_gpu_info{' "$WORK/metrics")" = 8
     check "served: node_textfile_scrape_error 0" test "$(metric "$WORK/metrics" node_textfile_scrape_error)" = 0
+    check "served: XID counters for 8 GPUs (the journal is readable under the sandbox)" \
+        test "$(grep -c '^nvidia_gpu_xid_errors_total{' "$WORK/metrics")" = 8
     check "the service keeps its state in StateDirectory= (/var/lib/nvidia-textfile-exporter)" \
         ct test -s /var/lib/nvidia-textfile-exporter/state
     check "healthy runs use the previous run's state (state_ok 1)" \
