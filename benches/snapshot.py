@@ -4,46 +4,13 @@
 usage: benches/snapshot.py [--runs N] [--exporter PATH] [--fake PATH] [--no-count]
        benches/snapshot.py --real [LIB] [--runs N] [--exporter PATH]
 
-Needs the release binary and the fake NVML (`make build`). Scenarios
-tests/scenarios/bench-1gpu.toml and bench-8gpu.toml slow every NVML call down to
-what it costs on a real H200 (their `[delays_us]`), so the wall time of a run is
-dominated by how many calls it makes and how it spreads them over threads.
-The fake charges every call its latency and never makes calls on different GPUs
-wait for each other. Real NVML charges several getters mostly on their first
-call in a process and serialises some calls across GPUs (NVLink counters,
-ECC): benches/nvml_latency.py measures both on a real GPU host, and --real
-below times the exporter there.
-
-Six configurations run alternately, in a rotating order (a warm-up round first,
-then RUNS rounds): 1 and 8 GPUs, each with one thread per GPU (the default) and
-with --sequential, plus both scenarios with every latency removed (what the
-process, the fake and rendering cost by themselves). Reported per configuration:
-median wall time and peak RSS (wait4's ru_maxrss) of the process, and the
-median of the collector's own nvidia_gpu_collector_duration_seconds. Then the
-ratios, taken from medians of the same interleaved run, which is what to compare
-across machines: absolute times on a busy two-core machine are noise.
-
-Peak RSS: a child forked from this script inherits the script's own RSS as the
-starting point of ru_maxrss (Linux records the parent's high-water mark when
-the child execs), which would floor every reading at Python's ~15 MB. So the
-exporter is started by a small C launcher (benches/launcher.c, compiled with `cc`) that forks
-it, waits with wait4 and reports wall time and ru_maxrss; without `cc` the
-script falls back to its own wait4 and says that RSS is floored.
-
-Unless --no-count is given, a second pass counts the NVML calls of one snapshot
-per symbol and per GPU thread: a small forwarding library is compiled with `cc`
-(benches/count_shim.c, x86-64 only) and passed as --nvml-lib; it counts each call and forwards it to
-the fake. With the scenario's latencies this gives the NVML time each GPU's
-thread must spend, the lower bound of a run. It also counts one 1-GPU snapshot
-with --collector processes, to show what that collector adds.
-
-With --real, on a host with NVIDIA GPUs, it times the real library instead
-(default libnvidia-ml.so.1): all GPUs, parallel against --sequential, which
-shows whether NVML overlaps calls on different GPUs as the fake does.
-
-The fake is a debug build after `make build`; its own CPU time then adds to
-every call. `cargo build --release -p fake-nvml` and
-`--fake target/release/libfake_nvml.so` make it negligible.
+Six configurations (1 and 8 GPUs of tests/scenarios/bench-*.toml, one thread per
+GPU and --sequential, and both without latencies) run alternately after a
+warm-up; per configuration the median wall time, peak RSS (through
+benches/launcher.c, so that Python's own RSS does not floor it) and collector
+duration, then the ratios of one interleaved run. Unless --no-count, the NVML
+calls of one snapshot are counted per symbol and GPU thread (benches/count_shim.c).
+--real times a GPU host's NVML instead. benches/README.md has the details.
 """
 import argparse
 import os

@@ -145,6 +145,8 @@ pub enum Generate {
     Collectors,
     /// `code\tname\tmeaning` per exit status.
     ExitCodes,
+    /// `label\thint` per failure reason.
+    Reasons,
 }
 
 /// Accepts the name of any registered collector.

@@ -11,6 +11,7 @@ use crate::cli::{Cli, Generate};
 use crate::exit::Exit;
 use crate::metrics;
 use crate::nvml::registry;
+use crate::reason::Reason;
 
 /// Writes what `what` names to `out`.
 pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
@@ -46,6 +47,12 @@ pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
         Generate::ExitCodes => {
             for exit in Exit::ALL {
                 writeln!(out, "{}\t{}\t{}", exit.code(), exit.name(), exit.meaning())?;
+            }
+            Ok(())
+        }
+        Generate::Reasons => {
+            for reason in Reason::ALL {
+                writeln!(out, "{}\t{}", reason.label(), reason.hint())?;
             }
             Ok(())
         }
@@ -161,6 +168,7 @@ mod tests {
             registry::ALL.len()
         );
         assert_eq!(text(Generate::ExitCodes).lines().count(), Exit::ALL.len());
+        assert_eq!(text(Generate::Reasons).lines().count(), Reason::ALL.len());
         for line in text(Generate::Families).lines() {
             assert_eq!(line.split('\t').count(), 4, "{line}");
         }
