@@ -10,7 +10,8 @@
 //! - sample values are finite and already in base units (the `nvml` reader
 //!   converts, and drops what it cannot convert);
 //! - within one device and family, label sets are distinct;
-//! - a device that failed holds only its `up` and down-reason samples, never
+//! - a device that failed holds only its `up` and down-reason samples (and its
+//!   XID counters, which come from the kernel log, not from the GPU), never
 //!   partial readings.
 
 use std::borrow::Cow;

@@ -456,13 +456,21 @@ fn one_gpu_down(c: &Ctx, name: &str, down: usize, reason: &str) -> R<Cell> {
     expect!(actual == wanted, "GPUs {actual:?}");
     for (gpu, series) in &expected_gpus {
         if *gpu == down.to_string() {
-            let want = Samples::from([
+            let mut want = Samples::from([
                 (Series::new("nvidia_gpu_up", &[]), 0.0),
                 (
                     Series::new("nvidia_gpu_down_reason", &[("reason", reason)]),
                     1.0,
                 ),
             ]);
+            // XID counters come from the kernel log, not from the GPU: a GPU
+            // that is down keeps them (an Xid 79 is what explains it).
+            want.extend(
+                series
+                    .iter()
+                    .filter(|(s, _)| s.name.starts_with("nvidia_gpu_xid_"))
+                    .map(|(s, v)| (s.clone(), *v)),
+            );
             compare(&actual_gpus[gpu], &want, &format!("GPU {gpu} (down)"))?;
         } else {
             compare(&actual_gpus[gpu], series, &format!("GPU {gpu}"))?;
