@@ -182,7 +182,10 @@ impl Cli {
     /// Checks what the parser cannot check option by option: the GPM window,
     /// with the time its second sample needs, must end before reading must.
     pub fn check(&self) -> Result<(), String> {
-        let gpm_on = self.collectors().iter().any(|c| c.name == "gpm");
+        let gpm_on = self
+            .collectors()
+            .iter()
+            .any(|c| c.name == nvml::GPM_COLLECTOR);
         let Some(window) = self.gpm_window.filter(|w| gpm_on && !w.is_zero()) else {
             return Ok(());
         };

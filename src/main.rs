@@ -158,12 +158,15 @@ fn count_xids(cli: &Cli, deadline: &Deadline, memory: &mut Memory, outcome: &mut
     deadline.enter("reading XID errors from the kernel log");
     let mut counts = xid::Counts::from_state(memory.host());
     let Some(source) = xid::choose(cli.journal_dir.as_deref()) else {
-        if counts.source != "none" {
+        // The position and totals stay as they are: when a log is back, the
+        // count goes on from where it was, and nothing is counted twice.
+        if !counts.unavailable {
             log::warn!(
-                "no kernel log to count XID errors from (no journal files, /dev/kmsg not                  readable); the XID families are left out"
+                "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
+                 readable); the XID families are left out"
             );
         }
-        counts.source = "none".into();
+        counts.unavailable = true;
         memory.replace_host(xid::STATE_PREFIX, counts.to_state());
         return;
     };
@@ -192,6 +195,7 @@ fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
         parallel: !cli.sequential,
         memory: entries,
         memory_driver: driver,
+        known: memory.known_gpus(),
         gpm: nvml::GpmOptions {
             window: cli.gpm_window(),
             paused: cli.gpm_pause_file.exists(),
@@ -205,7 +209,11 @@ fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
         .contains(&registry::by_name("processes").expect("registered"))
     {
         deadline.enter("reading process owners from procfs");
-        procfs::attribute(&mut outcome.snapshot, &cli.procfs, &Users::new());
+        procfs::attribute(
+            &mut outcome.snapshot,
+            &cli.procfs,
+            &Users::new(deadline.reading_ends()),
+        );
     }
     outcome
 }

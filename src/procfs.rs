@@ -9,10 +9,13 @@
 //! - every value comes from outside and is decoded lossily; `render` escapes it;
 //! - each pid is looked up once per run, however many GPUs it uses.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Instant;
 
 use crate::metrics;
 use crate::snapshot::{LabelValue, Snapshot};
@@ -64,25 +67,62 @@ impl Owner {
 
 /// User names by uid, through the C library's user database (NSS: files, and
 /// LDAP, SSSD or whatever `/etc/nsswitch.conf` names), looked up once per uid
-/// per run.
-#[derive(Debug, Default)]
+/// per run and never past `until`: a lookup that has not answered by then (a
+/// hung directory server) is abandoned, said once, and every owner of the run
+/// is shown by uid, so that the run still publishes in time.
+#[derive(Debug)]
 pub struct Users {
     names: RefCell<HashMap<u32, String>>,
+    until: Instant,
+    gave_up: Cell<bool>,
 }
 
 impl Users {
-    /// An empty cache.
-    pub fn new() -> Users {
-        Users::default()
+    /// An empty cache whose lookups give up at `until`.
+    pub fn new(until: Instant) -> Users {
+        Users {
+            names: RefCell::new(HashMap::new()),
+            until,
+            gave_up: Cell::new(false),
+        }
     }
 
-    /// The user's name, or the uid as text if the user database has none.
+    /// The user's name, or the uid as text if the user database has none or
+    /// did not answer in time.
     pub fn name(&self, uid: u32) -> String {
-        self.names
-            .borrow_mut()
-            .entry(uid)
-            .or_insert_with(|| lookup(uid).unwrap_or_else(|| uid.to_string()))
-            .clone()
+        if let Some(name) = self.names.borrow().get(&uid) {
+            return name.clone();
+        }
+        let name = self.bounded_lookup(uid).unwrap_or_else(|| uid.to_string());
+        self.names.borrow_mut().insert(uid, name.clone());
+        name
+    }
+
+    /// [`lookup`] on a thread of its own, waited for until `until`.
+    fn bounded_lookup(&self, uid: u32) -> Option<String> {
+        if self.gave_up.get() {
+            return None;
+        }
+        let (sender, receiver) = mpsc::channel();
+        let spawned = thread::Builder::new().name("nss".into()).spawn(move || {
+            let _ = sender.send(lookup(uid));
+        });
+        if let Err(e) = spawned {
+            log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid");
+            self.gave_up.set(true);
+            return None;
+        }
+        match receiver.recv_timeout(self.until.saturating_duration_since(Instant::now())) {
+            Ok(name) => name,
+            Err(_) => {
+                log::warn!(
+                    "the user database (NSS) did not name uid {uid} in time; \
+                     process owners of this run are shown by uid"
+                );
+                self.gave_up.set(true);
+                None
+            }
+        }
     }
 }
 
@@ -251,7 +291,7 @@ mod tests {
 
     #[test]
     fn users_and_uids() {
-        let users = Users::new();
+        let users = Users::new(Instant::now() + std::time::Duration::from_secs(5));
         assert_eq!(users.name(0), "root");
         // No system has a user with the largest uid below the invalid one.
         assert_eq!(users.name(4_294_967_294), "4294967294");
@@ -274,7 +314,7 @@ mod tests {
             "0::/system.slice/slurmstepd.scope/job_5/step_0\n",
         )
         .unwrap();
-        let users = Users::new();
+        let users = Users::new(Instant::now() + std::time::Duration::from_secs(5));
         let owner = Owner::read(root.path(), "77", &users);
         assert_eq!(owner.comm.as_deref(), Some("py\u{fffd}torch"));
         assert_eq!(owner.user.as_deref(), Some("root"));

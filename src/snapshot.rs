@@ -99,6 +99,16 @@ pub struct KnownGpu {
     pub serial: String,
 }
 
+impl KnownGpu {
+    /// Whether this is the GPU at PCI bus id `bus` (read this run, not empty)
+    /// with `serial` (where both runs read one).
+    pub fn is_at(&self, bus: &str, serial: &str) -> bool {
+        !bus.is_empty()
+            && self.pci_bus_id == bus
+            && (self.serial.is_empty() || serial.is_empty() || self.serial == serial)
+    }
+}
+
 impl Snapshot {
     /// Gives each GPU whose UUID could not be read the UUID an earlier run knew
     /// it by, so that a GPU that fell off the bus keeps its series; but only
@@ -130,11 +140,7 @@ impl Snapshot {
                 })
             } else {
                 known.iter().find(|k| {
-                    k.pci_bus_id == device.pci_bus_id
-                        && (k.serial.is_empty()
-                            || device.serial.is_empty()
-                            || k.serial == device.serial)
-                        && !taken_uuids.contains(&k.uuid)
+                    k.is_at(&device.pci_bus_id, &device.serial) && !taken_uuids.contains(&k.uuid)
                 })
             };
             if let Some(k) = found {

@@ -2,9 +2,11 @@
 //! remembers for the next.
 //!
 //! One small versioned text file, `<dir>/state`, replaced atomically (temporary
-//! file, fsync, rename) under the run's lock. It belongs to one boot and one
-//! driver version, and holds per GPU (by UUID) its identity (index, PCI bus id,
-//! serial) and the readers' own entries (`key value`), plus host-wide entries.
+//! file, rename) under the run's lock (`--stdout --write-state` takes no lock:
+//! of two overlapping writers the last wins, and each writes a whole state).
+//! It belongs to one boot and one driver version, and holds per GPU (by UUID)
+//! its identity (index, PCI bus id, serial) and the readers' own entries
+//! (`key value`), plus host-wide entries.
 //!
 //! State is an optimisation of truth, never a condition for a snapshot:
 //! [`load`] never fails the run. A missing, corrupt, truncated, foreign-version
@@ -153,9 +155,12 @@ impl StateDir {
             .tempfile_in(&self.dir)
             .map_err(|e| io_problem("create", e))?;
         let file = temp.as_file_mut();
+        // No fsync: the state belongs to one boot, so after a crash of the
+        // machine it is discarded anyway, and a rename is atomic for every
+        // reader while the machine runs. Syncing would only add a wait on the
+        // disk to every run.
         file.write_all(render(state).as_bytes())
             .and_then(|()| file.set_permissions(Permissions::from_mode(0o644)))
-            .and_then(|()| file.sync_all())
             .map_err(|e| io_problem("write", e))?;
         temp.persist(self.path())
             .map_err(|e| io_problem("replace", e.error))?;
@@ -274,7 +279,14 @@ impl Memory {
                 gpu.serial.clone_from(&device.serial);
             }
             if !device.remembered.is_empty() {
-                gpu.entries.clone_from(&device.remembered);
+                // Running totals (`boot.` entries) that this run did not write
+                // again (an engine not supported this run, a collector switched
+                // off for a while) are kept, so they never go back within a
+                // boot; other entries are this run's alone.
+                gpu.entries.retain(|key, _| {
+                    key.starts_with(BOOT_PREFIX) && !device.remembered.contains_key(key)
+                });
+                gpu.entries.extend(device.remembered.clone());
             }
         }
         if let Err(problem) = self.dir.store(&next) {
@@ -504,5 +516,38 @@ mod tests {
         assert_eq!(created.load("b0"), Ok(sample()));
         let missing = StateDir::new(dir.path().join("absent/deeper"));
         assert!(matches!(missing.store(&sample()), Err(Problem::Io(_))));
+    }
+
+    #[test]
+    fn running_totals_not_written_again_are_kept_other_entries_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let device = |entries: &[(&str, &str)]| Device {
+            uuid: "GPU-a".into(),
+            remembered: entries
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Device::default()
+        };
+        let mut memory = Memory::load(StateDir::new(dir.path()));
+        memory.store(
+            &[device(&[
+                ("boot.util.gpu", "1 2"),
+                ("boot.util.decoder", "3 4"),
+                ("gpm.reason", "x"),
+            ])],
+            "580",
+        );
+        let mut memory = Memory::load(StateDir::new(dir.path()));
+        memory.store(&[device(&[("boot.util.gpu", "5 6")])], "580");
+        let entries = &StateDir::new(dir.path()).load(&boot_id()).unwrap().gpus["GPU-a"].entries;
+        let keys: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [("boot.util.decoder", "3 4"), ("boot.util.gpu", "5 6")]
+        );
     }
 }

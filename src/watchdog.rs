@@ -70,11 +70,6 @@ impl Deadline {
         }
     }
 
-    /// The `--timeout` this deadline was made from.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// When the whole run must be done, its file published.
     pub fn end(&self) -> Instant {
         self.started + self.timeout

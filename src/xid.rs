@@ -168,8 +168,12 @@ pub fn normalize_bus_id(text: &str) -> Option<String> {
 /// entries (all under `xid.`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// `journal`, `kmsg` or `none`: the source the position belongs to.
+    /// `journal` or `kmsg`: the source the position belongs to; empty before
+    /// the first read of a boot.
     pub source: String,
+    /// Set while no kernel log can be read (so that this is said once); the
+    /// position and totals of the last source stay as they were meanwhile.
+    pub unavailable: bool,
     /// The journal cursor of the last kernel entry read.
     pub cursor: Option<String>,
     /// That entry's `__MONOTONIC_TIMESTAMP` (µs since boot).
@@ -199,6 +203,7 @@ impl Counts {
                 "cursor" => counts.cursor = Some(value.clone()),
                 "monotonic" => counts.monotonic = value.parse().ok(),
                 "kmsg_seq" => counts.kmsg_seq = value.parse().ok(),
+                "unavailable" => counts.unavailable = value == "1",
                 _ => {
                     // gpu.<uuid>.<code> / bus.<bus id>.<code>
                     let Some((what, code)) = key.rsplit_once('.') else {
@@ -242,6 +247,9 @@ impl Counts {
         if let Some(seq) = self.kmsg_seq {
             set("kmsg_seq".into(), seq.to_string());
         }
+        if self.unavailable {
+            set("unavailable".into(), "1".into());
+        }
         for (uuid, codes) in &self.gpus {
             for (code, count) in codes {
                 set(format!("gpu.{uuid}.{code}"), count.to_string());
@@ -279,8 +287,9 @@ pub fn read(
     until: Instant,
 ) -> Result<(), String> {
     let boot_id = &boot_id.replace('-', "");
+    counts.unavailable = false;
     if counts.source != source.label() {
-        if !counts.source.is_empty() && counts.source != "none" {
+        if !counts.source.is_empty() {
             // Lines already counted from the other source would be counted
             // again from the start of this one: count from now on.
             log::info!(

@@ -2123,3 +2123,52 @@ fn only_not_supported_is_quiet_every_other_code_is_counted() {
         );
     }
 }
+
+/// A GPU whose UUID cannot be read for one run continues the running totals
+/// the state keeps for it (found by its PCI bus id): no counter goes back
+/// within a boot.
+#[test]
+fn a_uuid_read_failure_does_not_reset_the_busy_counters() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let failing = fs::read_to_string(scenario("duty-cycle"))
+        .unwrap()
+        .replacen(
+            "[[gpu]]\n",
+            "[[gpu]]\nerrors = { nvmlDeviceGetUUID = \"UNKNOWN\" }\n",
+            1,
+        );
+    let failing_path = dir.path().join("uuid-fails.toml");
+    fs::write(&failing_path, failing).unwrap();
+    let busy =
+        |text: &str| value_of(text, "nvidia_gpu_busy_seconds_total", "engine=\"gpu\"").unwrap();
+    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    let clock = (T0 + 10 * SECOND).to_string();
+    let output = exporter_with_state(
+        "duty-cycle",
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[
+            ("FAKE_NVML_SCENARIO", failing_path.to_str().unwrap()),
+            ("FAKE_NVML_CLOCK_US", &clock),
+        ],
+    );
+    let second = String::from_utf8(output.stdout).unwrap();
+    let third = run_at("duty-cycle", state.path(), T0 + 20 * SECOND, &[]);
+    assert!(
+        second.contains("uuid=\"GPU-d0c7c1e5-5a1e-4b0d-9c3e-200000000001\""),
+        "{second}"
+    );
+    assert!(
+        busy(&second) > busy(&first),
+        "{} then {}",
+        busy(&first),
+        busy(&second)
+    );
+    assert!(
+        busy(&third) > busy(&second),
+        "{} then {}",
+        busy(&second),
+        busy(&third)
+    );
+}

@@ -48,8 +48,9 @@ use nvml_wrapper_sys::bindings::NvmlLib;
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
 use crate::reason::Reason;
-use crate::snapshot::{Device, Sample};
+use crate::snapshot::{Device, KnownGpu, Sample};
 
+pub use gpm::COLLECTOR as GPM_COLLECTOR;
 pub use gpm::{GpmOptions, AFTER_WINDOW as AFTER_GPM_WINDOW, MIN_WINDOW as MIN_GPM_WINDOW};
 pub use registry::Collector;
 
@@ -148,6 +149,9 @@ pub struct Options {
     /// The driver version the memory was written under: memory from another
     /// driver is not used.
     pub memory_driver: String,
+    /// The GPUs this boot has seen, to find the memory of a GPU whose UUID
+    /// cannot be read this run by its PCI bus id and serial.
+    pub known: Vec<KnownGpu>,
     /// The GPM window (with the gpm collector).
     pub gpm: GpmOptions,
 }
@@ -431,10 +435,22 @@ fn start_device<'n>(
             nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
         })
         .unwrap_or_default();
-    if let Some(memory) = options.memory.get(&uuid) {
+    let identity = identity::read(&mut reader);
+    // A GPU whose UUID cannot be read this run continues the running totals
+    // of the GPU this boot knew at its bus id; without them its counters
+    // would restart from zero within a boot.
+    let known_as = if uuid.is_empty() {
+        options
+            .known
+            .iter()
+            .find(|k| k.is_at(&identity.pci_bus_id, &identity.serial))
+            .map(|k| k.uuid.as_str())
+    } else {
+        Some(uuid.as_str())
+    };
+    if let Some(memory) = known_as.and_then(|uuid| options.memory.get(uuid)) {
         reader.recall_from(memory.clone());
     }
-    let identity = identity::read(&mut reader);
     if options.collectors.iter().any(|c| windowed(c)) {
         gpm::open(&mut reader, &options.gpm);
     }

@@ -89,9 +89,16 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         }
         links.iter().map(pick).sum()
     };
-    let replay = sum(|l| l.replay).or(reader.field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL));
-    let recovery =
-        sum(|l| l.recovery).or(reader.field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL));
+    // One source per counter and GPU: NVML's per-GPU total where the driver
+    // has it (a field's support does not change while the driver is loaded),
+    // else the sum over the links; switching sources from run to run could
+    // make the series jump.
+    let replay = reader
+        .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
+        .or_else(|| sum(|l| l.replay));
+    let recovery = reader
+        .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
+        .or_else(|| sum(|l| l.recovery));
     let crc_flit = reader.field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
     let crc_data = reader.field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
     for (count, counter) in [

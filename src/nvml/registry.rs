@@ -50,13 +50,6 @@ impl std::fmt::Debug for Collector {
     }
 }
 
-impl Collector {
-    /// Whether it is read at host level, outside NVML (see [`Read::Host`]).
-    pub fn host_level(&self) -> bool {
-        matches!(self.read, Read::Host)
-    }
-}
-
 impl PartialEq for Collector {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name
@@ -324,13 +317,6 @@ pub fn by_name(name: &str) -> Option<&'static Collector> {
 /// The collectors that are on by default, in output order.
 pub fn defaults() -> impl Iterator<Item = &'static Collector> {
     ALL.iter().filter(|collector| collector.default)
-}
-
-/// The collector that may emit `family`, if one does (the always-written
-/// families belong to none; for a [`SHARED`] family, the first that emits it).
-pub fn owner(family: &Family) -> Option<&'static Collector> {
-    ALL.iter()
-        .find(|collector| collector.families.iter().any(|f| f.index == family.index))
 }
 
 #[cfg(test)]

@@ -391,6 +391,8 @@ fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
             2 => sample.sampleValue.ulVal as u64,
             3 => sample.sampleValue.ullVal,
             4 => u64::try_from(sample.sampleValue.sllVal).unwrap_or(IMPOSSIBLE),
+            5 => u64::try_from(sample.sampleValue.siVal).unwrap_or(IMPOSSIBLE),
+            6 => u64::from(sample.sampleValue.usVal),
             _ => IMPOSSIBLE,
         }
     }
