@@ -72,7 +72,9 @@ def smi(fields):
 
 
 def main():
-    run = subprocess.run([EXPORTER, "--stdout"], capture_output=True, text=True)
+    # The hardware maxima are opt-in (`limits`); compare them too.
+    run = subprocess.run([EXPORTER, "--stdout", "--collector", "limits"],
+                         capture_output=True, text=True)
     print(f"exporter exit status {run.returncode}; stderr: {run.stderr.strip() or '(empty)'}")
     samples = {}
     parsed, families = parse_all(run.stdout)
