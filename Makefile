@@ -31,7 +31,7 @@ test: deps
 ## demo: run the real binary against the fake 8x H100 scenario; writes demo/nvidia_gpu.prom
 demo: build
 	mkdir -p demo
-	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo
+	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state
 	cat demo/nvidia_gpu.prom
 
 ## run: one snapshot of this host's real GPUs, printed
