@@ -9,7 +9,7 @@
 #   tests/gpu/small_families.sh [EXPORTER] [GPULOAD]
 #
 # EXPORTER defaults to target/release/nvidia-textfile-exporter. GPULOAD, if given
-# (gcc -O2 -o gpuload /work/shared/tools/gpuload.c -ldl), puts a full load on
+# (a known-load generator, gpuload.c: gcc -O2 -o gpuload gpuload.c -ldl), puts a full load on
 # GPU 0 for the second snapshot so that power and temperature move. Needs only
 # the exporter, nvidia-smi and python3. Exits 1 if a value differs from
 # nvidia-smi by more than the reading can move between the two commands.
