@@ -14,7 +14,8 @@ use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
 use nvidia_textfile_exporter::logging;
 use nvidia_textfile_exporter::metrics;
-use nvidia_textfile_exporter::nvml::{self, registry};
+use nvidia_textfile_exporter::nvml;
+use nvidia_textfile_exporter::nvml::registry::{self, HostRun};
 use nvidia_textfile_exporter::procfs::{self, Users};
 use nvidia_textfile_exporter::publish::{Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
@@ -22,7 +23,6 @@ use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::snapshot::Sample;
 use nvidia_textfile_exporter::state::{Memory, StateDir};
 use nvidia_textfile_exporter::watchdog::{collect, exit_now, Deadline, Outcome};
-use nvidia_textfile_exporter::xid;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -131,8 +131,18 @@ fn remembered_snapshot(
 ) -> Outcome {
     let mut outcome = snapshot(cli, deadline, memory);
     outcome.snapshot.fill_missing_uuids(&memory.known_gpus());
+    // Host-level collectors (the kernel log) attribute what they read to the
+    // GPUs NVML reported: only after a successful read.
     if outcome.driver_version.is_some() {
-        count_xids(cli, deadline, memory, &mut outcome);
+        for collector in cli.collectors() {
+            deadline.enter(collector.name);
+            collector.read_host(&mut HostRun {
+                snapshot: &mut outcome.snapshot,
+                memory,
+                until: deadline.reading_ends(),
+                journal_dir: cli.journal_dir.as_deref(),
+            });
+        }
     }
     if let (true, Some(driver)) = (store, &outcome.driver_version) {
         deadline.enter("storing the state");
@@ -144,47 +154,6 @@ fn remembered_snapshot(
         .host
         .push(Sample::new(&metrics::COLLECTOR_STATE_OK, ok));
     outcome
-}
-
-/// With the xid collector: counts the XID errors logged since the previous run
-/// into the running totals and adds them to the snapshot. Only after NVML was
-/// read: the GPUs' bus ids attribute the XIDs, so a run without them leaves the
-/// kernel log for the next.
-fn count_xids(cli: &Cli, deadline: &Deadline, memory: &mut Memory, outcome: &mut Outcome) {
-    let collector = registry::by_name("xid").expect("registered");
-    if !cli.collectors().contains(&collector) {
-        return;
-    }
-    deadline.enter("reading XID errors from the kernel log");
-    let mut counts = xid::Counts::from_state(memory.host());
-    let Some(source) = xid::choose(cli.journal_dir.as_deref()) else {
-        // The position and totals stay as they are: when a log is back, the
-        // count goes on from where it was, and nothing is counted twice.
-        if !counts.unavailable {
-            log::warn!(
-                "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
-                 readable); the XID families are left out"
-            );
-        }
-        counts.unavailable = true;
-        memory.replace_host(xid::STATE_PREFIX, counts.to_state());
-        return;
-    };
-    let gpus = xid::gpus_of(&outcome.snapshot);
-    let boot_id = nvidia_textfile_exporter::state::boot_id();
-    match xid::read(
-        &source,
-        &mut counts,
-        &gpus,
-        &boot_id,
-        deadline.reading_ends(),
-    ) {
-        Ok(()) => {
-            xid::add_samples(&counts, &mut outcome.snapshot);
-            memory.replace_host(xid::STATE_PREFIX, counts.to_state());
-        }
-        Err(error) => log::warn!("cannot count XID errors: {error}; the XID families are left out"),
-    }
 }
 
 /// Reads the GPUs and, with the processes collector, who owns their processes.

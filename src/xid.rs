@@ -44,7 +44,9 @@ use std::thread;
 use std::time::Instant;
 
 use crate::metrics;
+use crate::nvml::registry::HostRun;
 use crate::snapshot::{Sample, Snapshot};
+use crate::state::boot_id;
 
 /// Where the kernel log is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +69,35 @@ impl Source {
 
 /// The directories journald writes to.
 const SYSTEM_JOURNALS: [&str; 2] = ["/var/log/journal", "/run/log/journal"];
+
+/// The xid collector (a host-level row of the registry): counts the XID errors
+/// logged since the previous run into the running totals kept in the state
+/// and adds them to the snapshot. It runs only after NVML was read, whose GPUs'
+/// bus ids attribute the XIDs, so a run without them leaves the kernel log for
+/// the next; while no kernel log can be read, the position and totals stay as
+/// they are, so nothing is counted twice when it is back.
+pub fn collect(run: &mut HostRun<'_>) {
+    let mut counts = Counts::from_state(run.memory.host());
+    let Some(source) = choose(run.journal_dir) else {
+        if !counts.unavailable {
+            log::warn!(
+                "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
+                 readable); the XID families are left out"
+            );
+        }
+        counts.unavailable = true;
+        run.memory.replace_host(STATE_PREFIX, counts.to_state());
+        return;
+    };
+    let gpus = gpus_of(run.snapshot);
+    match read(&source, &mut counts, &gpus, &boot_id(), run.until) {
+        Ok(()) => {
+            add_samples(&counts, run.snapshot);
+            run.memory.replace_host(STATE_PREFIX, counts.to_state());
+        }
+        Err(error) => log::warn!("cannot count XID errors: {error}; the XID families are left out"),
+    }
+}
 
 /// The source to use: `journal_dir` if given; else the system journal if
 /// `journalctl` and journal files exist; else `/dev/kmsg` if it can be opened;

@@ -12,10 +12,15 @@
 //! values are split between collectors; a collector's reader emits only its
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
+use std::path::Path;
+use std::time::Instant;
+
 use super::reader::DeviceReader;
 use super::{clocks, health, limits, media, memory, mig, modes, nvlink, pcie, power, processes};
 use super::{gpm, thermal, utilization};
 use crate::metrics::{self, Family};
+use crate::snapshot::Snapshot;
+use crate::state::Memory;
 
 /// A group of metric families that can be switched on and off.
 pub struct Collector {
@@ -38,10 +43,30 @@ pub struct Collector {
 pub(super) enum Read {
     /// Reads this collector's families from one GPU, through NVML.
     Device(fn(&mut DeviceReader<'_>)),
-    /// Host-level: read outside NVML, after it, by `main` (the kernel log for
-    /// XID errors, `crate::xid`); its per-GPU samples are attributed to the GPUs
-    /// NVML reported. Its `fields` are empty.
-    Host,
+    /// Host-level: reads outside NVML, after it (the kernel log for XID
+    /// errors, `crate::xid`), attributing its per-GPU samples to the GPUs NVML
+    /// reported. Its `fields` are empty.
+    Host(fn(&mut HostRun<'_>)),
+}
+
+/// What a host-level collector works with, once NVML was read: the snapshot
+/// to add to, the state, when it must be done, and where the kernel log is.
+pub struct HostRun<'a> {
+    pub snapshot: &'a mut Snapshot,
+    pub memory: &'a mut Memory,
+    pub until: Instant,
+    /// Journal files to read instead of the system journal (`--journal-dir`).
+    pub journal_dir: Option<&'a Path>,
+}
+
+impl Collector {
+    /// Runs this collector if it is a host-level one; a device collector has
+    /// already run inside `nvml::read`.
+    pub fn read_host(&self, run: &mut HostRun<'_>) {
+        if let Read::Host(read) = self.read {
+            read(run);
+        }
+    }
 }
 
 impl std::fmt::Debug for Collector {
@@ -300,7 +325,7 @@ pub static ALL: &[Collector] = &[
             &metrics::XID_UNATTRIBUTED,
         ],
         fields: &[],
-        read: Read::Host,
+        read: Read::Host(crate::xid::collect),
     },
 ];
 
