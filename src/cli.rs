@@ -4,14 +4,13 @@
 //! page from the same definition.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
+use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
-use crate::nvml;
-use crate::nvml::registry::{self, Collector};
 use crate::watchdog;
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
@@ -152,17 +151,22 @@ pub enum Generate {
 /// Accepts the name of any registered collector.
 fn collector_parser() -> impl TypedValueParser<Value = &'static Collector> {
     PossibleValuesParser::new(
-        registry::ALL
+        collectors::ALL
             .iter()
             .map(|c| PossibleValue::new(c.name).help(c.help)),
     )
-    .map(|name| registry::by_name(&name).expect("the parser accepts only registered names"))
+    .map(|name| {
+        collectors::ALL
+            .iter()
+            .find(|c| c.name == name)
+            .expect("the parser accepts only registered names")
+    })
 }
 
 /// `--collector`'s long help, with the default set taken from the registry.
 fn collector_long_help() -> String {
     let names = |default: bool| {
-        registry::ALL
+        collectors::ALL
             .iter()
             .filter(|c| c.default == default)
             .map(|c| c.name)
@@ -179,51 +183,41 @@ fn collector_long_help() -> String {
 }
 
 impl Cli {
-    /// Checks what the parser cannot check option by option: the GPM window,
-    /// with the time its second sample needs, must end before reading must.
+    /// Checks what the parser cannot check option by option: a `--gpm-window`
+    /// must fit in the time a run may read for, if a collector that is on opens
+    /// a window.
     pub fn check(&self) -> Result<(), String> {
-        let gpm_on = self
-            .collectors()
-            .iter()
-            .any(|c| c.name == nvml::GPM_COLLECTOR);
-        let Some(window) = self.gpm_window.filter(|w| gpm_on && !w.is_zero()) else {
-            return Ok(());
-        };
-        let reading = self.timeout - watchdog::publish_reserve(self.timeout);
-        if window + nvml::AFTER_GPM_WINDOW > reading {
-            return Err(format!(
-                "--gpm-window {} does not fit in --timeout {}: reading must end by {} \
-                 (the rest is kept for writing the file) and the second GPM sample needs \
-                 {} after the window; use a longer --timeout or a shorter --gpm-window",
-                humantime::format_duration(window),
-                humantime::format_duration(self.timeout),
-                humantime::format_duration(reading),
-                humantime::format_duration(nvml::AFTER_GPM_WINDOW),
-            ));
+        if self.collectors().iter().any(|c| c.opens_window()) {
+            self.gpm_window()?;
         }
         Ok(())
     }
 
-    /// The GPM window this run uses: the one given, or the default shortened to
-    /// what the timeout leaves (zero, GPM off, when that is under the minimum).
-    pub fn gpm_window(&self) -> Duration {
-        if let Some(window) = self.gpm_window {
-            return window;
-        }
+    /// The GPM window this run uses (see `collectors::gpm_window`).
+    fn gpm_window(&self) -> Result<Duration, String> {
         let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
         let reading = self.timeout - watchdog::publish_reserve(self.timeout);
-        let fits = reading.saturating_sub(nvml::AFTER_GPM_WINDOW).min(default);
-        if fits < nvml::MIN_GPM_WINDOW {
-            Duration::ZERO
-        } else {
-            fits
+        collectors::gpm_window(self.gpm_window, default, reading)
+    }
+
+    /// What this run's collectors are asked to do, with reading to end at
+    /// `reading_ends`.
+    pub fn settings(&self, reading_ends: Instant) -> Settings {
+        Settings {
+            collectors: self.collectors(),
+            parallel: !self.sequential,
+            reading_ends,
+            gpm_window: self.gpm_window().unwrap_or_default(),
+            gpm_paused: self.gpm_pause_file.exists(),
+            procfs: self.procfs.clone(),
+            journal_dir: self.journal_dir.clone(),
         }
     }
 
     /// The collectors this run uses, in registry order: the default set, plus
     /// `--collector`, minus `--no-collector` (which wins when both name one).
     pub fn collectors(&self) -> Vec<&'static Collector> {
-        registry::ALL
+        collectors::ALL
             .iter()
             .filter(|c| c.default || self.enable.contains(c))
             .filter(|c| !self.disable.contains(c))
@@ -248,10 +242,10 @@ fn parse_output_file(name: &str) -> Result<String, String> {
 
 fn parse_gpm_window(text: &str) -> Result<Duration, String> {
     let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    if !window.is_zero() && window < nvml::MIN_GPM_WINDOW {
+    if !window.is_zero() && window < collectors::MIN_GPM_WINDOW {
         return Err(format!(
             "must be 0 (off) or at least {}: shorter windows read zeros",
-            humantime::format_duration(nvml::MIN_GPM_WINDOW)
+            humantime::format_duration(collectors::MIN_GPM_WINDOW)
         ));
     }
     Ok(window)
@@ -282,7 +276,7 @@ mod tests {
     #[test]
     fn collector_switches_resolve_against_the_registry() {
         let names = |cli: &Cli| cli.collectors().iter().map(|c| c.name).collect::<Vec<_>>();
-        let defaults: Vec<&str> = registry::defaults().map(|c| c.name).collect();
+        let defaults: Vec<&str> = collectors::defaults().map(|c| c.name).collect();
         assert_eq!(names(&parse(&[])), defaults);
         let with = names(&parse(&[
             "--collector",
@@ -302,21 +296,25 @@ mod tests {
     #[test]
     fn the_default_gpm_window_fits_the_timeout_a_given_one_must() {
         let ms = Duration::from_millis;
-        assert_eq!(parse(&[]).gpm_window(), ms(1000));
+        let window = |args: &[&str]| parse(args).gpm_window();
+        assert_eq!(window(&[]), Ok(ms(1000)));
         // 2s: reading ends at 1.6s, the window at 1.4s.
-        assert_eq!(parse(&["--timeout", "2s"]).gpm_window(), ms(1000));
-        assert_eq!(parse(&["--timeout", "1s"]).gpm_window(), ms(600));
-        assert_eq!(parse(&["--timeout", "300ms"]).gpm_window(), Duration::ZERO);
+        assert_eq!(window(&["--timeout", "2s"]), Ok(ms(1000)));
+        assert_eq!(window(&["--timeout", "1s"]), Ok(ms(600)));
+        assert_eq!(window(&["--timeout", "300ms"]), Ok(Duration::ZERO));
         assert!(parse(&["--timeout", "300ms"]).check().is_ok());
         let given = parse(&["--timeout", "1s", "--gpm-window", "1s"]);
-        assert_eq!(given.gpm_window(), ms(1000));
         assert!(given.check().unwrap_err().contains("does not fit"));
-        assert!(parse(&["--timeout", "2s", "--gpm-window", "1400ms"])
-            .check()
-            .is_ok());
+        assert_eq!(
+            window(&["--timeout", "2s", "--gpm-window", "1400ms"]),
+            Ok(ms(1400))
+        );
         assert!(parse(&["--timeout", "2s", "--gpm-window", "1401ms"])
             .check()
             .is_err());
-        assert_eq!(parse(&["--gpm-window", "0"]).gpm_window(), Duration::ZERO);
+        assert_eq!(window(&["--gpm-window", "0"]), Ok(Duration::ZERO));
+        // No arithmetic on a window that cannot fit overflows.
+        let huge = parse(&["--gpm-window", "18446744073709551615s"]);
+        assert!(huge.check().unwrap_err().contains("does not fit"));
     }
 }

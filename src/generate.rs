@@ -8,9 +8,9 @@ use clap::CommandFactory;
 use clap_mangen::roff::{bold, roman, Roff};
 
 use crate::cli::{Cli, Generate};
+use crate::collectors as registry;
 use crate::exit::Exit;
 use crate::metrics;
-use crate::nvml::registry;
 use crate::reason::Reason;
 
 /// Writes what `what` names to `out`.

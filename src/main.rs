@@ -1,8 +1,8 @@
 //! Command-line entry point: parse, run once, map the outcome to an exit status.
 //!
 //! The pipeline in one screen: take the deadline, open a publish session (lock,
-//! or busy), load the state, read NVML under the watchdog, store the state,
-//! render, publish.
+//! or busy), load the state, read the GPUs under the watchdog, run the host
+//! steps, store the state, render, publish.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,13 +10,12 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use nvidia_textfile_exporter::cli::Cli;
+use nvidia_textfile_exporter::collectors::gpus::{self, Recall};
+use nvidia_textfile_exporter::collectors::{self, HostRun};
 use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
 use nvidia_textfile_exporter::logging;
 use nvidia_textfile_exporter::metrics;
-use nvidia_textfile_exporter::nvml;
-use nvidia_textfile_exporter::nvml::registry::{self, HostRun};
-use nvidia_textfile_exporter::procfs::{self, Users};
 use nvidia_textfile_exporter::publish::{Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
@@ -120,29 +119,43 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     }
 }
 
-/// A snapshot read with the previous run's memory: GPUs whose UUID cannot be
-/// read get the one this boot confirmed for them, and (with `store`) what this
-/// run leaves is stored for the next. The state's health is in the snapshot.
+/// A snapshot read with the previous run's memory, the host steps run over
+/// it, and (with `store`) what this run leaves stored for the next. The
+/// state's health is in the snapshot.
 fn remembered_snapshot(
     cli: &Cli,
     deadline: &Deadline,
     memory: &mut Memory,
     store: bool,
 ) -> Outcome {
-    let mut outcome = snapshot(cli, deadline, memory);
-    outcome.snapshot.fill_missing_uuids(&memory.known_gpus());
-    // Host-level collectors (the kernel log) attribute what they read to the
-    // GPUs NVML reported: only after a successful read.
+    let settings = cli.settings(deadline.reading_ends());
+    let (entries, driver_version) = memory.entries();
+    let recall = Recall {
+        memory: entries,
+        driver_version,
+        known: memory.known_gpus(),
+    };
+    let library = cli.nvml_lib.clone();
+    let reading_settings = settings.clone();
+    deadline.enter("reading NVML");
+    let mut outcome = collect(
+        move |inflight| gpus::read(&library, &reading_settings, &recall, inflight),
+        deadline,
+    );
+    // Host steps (the kernel log, process owners) work on the GPUs NVML
+    // reported: only after a successful read.
     if outcome.driver_version.is_some() {
-        for collector in cli.collectors() {
-            deadline.enter(collector.name);
-            collector.read_host(&mut HostRun {
+        collectors::run_host(
+            &settings.collectors,
+            &mut HostRun {
                 snapshot: &mut outcome.snapshot,
                 memory,
                 until: deadline.reading_ends(),
                 journal_dir: cli.journal_dir.as_deref(),
-            });
-        }
+                procfs: &cli.procfs,
+            },
+            &|phase| deadline.enter(phase),
+        );
     }
     if let (true, Some(driver)) = (store, &outcome.driver_version) {
         deadline.enter("storing the state");
@@ -153,36 +166,5 @@ fn remembered_snapshot(
         .snapshot
         .host
         .push(Sample::new(&metrics::COLLECTOR_STATE_OK, ok));
-    outcome
-}
-
-/// Reads the GPUs and, with the processes collector, who owns their processes.
-fn snapshot(cli: &Cli, deadline: &Deadline, memory: &Memory) -> Outcome {
-    let (entries, driver) = memory.entries();
-    let options = nvml::Options {
-        collectors: cli.collectors(),
-        parallel: !cli.sequential,
-        memory: entries,
-        memory_driver: driver,
-        known: memory.known_gpus(),
-        gpm: nvml::GpmOptions {
-            window: cli.gpm_window(),
-            paused: cli.gpm_pause_file.exists(),
-            latest_end: None,
-        },
-    };
-    deadline.enter("reading NVML");
-    let mut outcome = collect(&cli.nvml_lib, &options, deadline);
-    if options
-        .collectors
-        .contains(&registry::by_name("processes").expect("registered"))
-    {
-        deadline.enter("reading process owners from procfs");
-        procfs::attribute(
-            &mut outcome.snapshot,
-            &cli.procfs,
-            &Users::new(deadline.reading_ends()),
-        );
-    }
     outcome
 }

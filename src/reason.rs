@@ -20,6 +20,8 @@ pub enum Reason {
     MissingSymbol,
     /// The GPU has fallen off the bus.
     GpuLost,
+    /// A GPU this boot has seen is no longer enumerated by NVML.
+    NotEnumerated,
     /// The GPU needs a reset before it can be used again.
     ResetRequired,
     /// NVML was not initialised (a driver reload under the run).
@@ -50,13 +52,14 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order the README lists them.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::LibraryNotFound,
         Reason::DriverNotLoaded,
         Reason::NoPermission,
         Reason::DriverLibraryMismatch,
         Reason::MissingSymbol,
         Reason::GpuLost,
+        Reason::NotEnumerated,
         Reason::ResetRequired,
         Reason::Uninitialized,
         Reason::DriverTimeout,
@@ -81,6 +84,7 @@ impl Reason {
             Reason::DriverLibraryMismatch => "driver_library_mismatch",
             Reason::MissingSymbol => "missing_symbol",
             Reason::GpuLost => "gpu_lost",
+            Reason::NotEnumerated => "not_enumerated",
             Reason::ResetRequired => "reset_required",
             Reason::Uninitialized => "uninitialized",
             Reason::DriverTimeout => "driver_timeout",
@@ -122,6 +126,11 @@ impl Reason {
             Reason::MissingSymbol => {
                 "the NVML library lacks a function this exporter needs: the driver is too \
                  old, or --nvml-lib points at the wrong library."
+            }
+            Reason::NotEnumerated => {
+                "NVML no longer lists a GPU this boot has seen (after a driver reload, \
+                 a GPU that fell off the bus is left out of the count); check `dmesg` \
+                 for Xid 79 and `nvidia-smi -L`; it is reported until the next boot."
             }
             Reason::GpuLost => {
                 "the GPU fell off the bus (Xid 79): check `dmesg` for Xid errors, power \

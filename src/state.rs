@@ -49,6 +49,12 @@ const MAX_SIZE: u64 = 4 << 20;
 /// does not invalidate; see `nvml::window`).
 pub const BOOT_PREFIX: &str = "boot.";
 
+/// Whether the entry `key` lasts the boot (a running total), rather than only
+/// the driver it was read under.
+pub fn lasts_the_boot(key: &str) -> bool {
+    key.starts_with(BOOT_PREFIX)
+}
+
 /// What the previous run left for one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuState {
@@ -261,7 +267,7 @@ impl Memory {
         let mut next = self.previous.clone();
         if next.driver_version != driver_version {
             for gpu in next.gpus.values_mut() {
-                gpu.entries.retain(|key, _| key.starts_with(BOOT_PREFIX));
+                gpu.entries.retain(|key, _| lasts_the_boot(key));
             }
             next.driver_version = driver_version.to_owned();
         }
@@ -283,9 +289,8 @@ impl Memory {
                 // again (an engine not supported this run, a collector switched
                 // off for a while) are kept, so they never go back within a
                 // boot; other entries are this run's alone.
-                gpu.entries.retain(|key, _| {
-                    key.starts_with(BOOT_PREFIX) && !device.remembered.contains_key(key)
-                });
+                gpu.entries
+                    .retain(|key, _| lasts_the_boot(key) && !device.remembered.contains_key(key));
                 gpu.entries.extend(device.remembered.clone());
             }
         }

@@ -15,16 +15,16 @@
 //!   deadline if anything else blocks (a file system that hangs, `/proc` reads),
 //!   naming the phase it was in, so no run outlives its timeout.
 
-use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::collectors::gpus::Reading;
 use crate::exit::Exit;
 use crate::inflight::InFlight;
 use crate::metrics;
-use crate::nvml;
+use crate::nvml::InitError;
 use crate::reason::Reason;
 use crate::snapshot::{Sample, Snapshot};
 
@@ -171,19 +171,18 @@ pub fn exit_now(exit: Exit) -> ! {
     unsafe { _exit(i32::from(exit.code())) }
 }
 
-/// Reads every GPU through the NVML library at `library`, giving up at
-/// `deadline.reading_ends()`.
-pub fn collect(library: &Path, options: &nvml::Options, deadline: &Deadline) -> Outcome {
+/// Runs `read` (every NVML call of the run) on a thread of its own, giving
+/// up at `deadline.reading_ends()`.
+pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
+where
+    F: FnOnce(&InFlight) -> Result<Reading, InitError> + Send + 'static,
+{
     let inflight = Arc::new(InFlight::default());
     let (sender, receiver) = mpsc::channel();
     let worker = {
         let inflight = Arc::clone(&inflight);
-        let library = library.to_path_buf();
-        let mut options = options.clone();
-        // The GPM window closes in time for its second sample before reading ends.
-        options.gpm.latest_end = deadline.reading_ends().checked_sub(nvml::AFTER_GPM_WINDOW);
         thread::Builder::new().name("nvml".into()).spawn(move || {
-            let _ = sender.send(nvml::read(&library, &options, &inflight));
+            let _ = sender.send(read(&inflight));
         })
     };
     if let Err(e) = worker {

@@ -92,6 +92,18 @@ fn normalize(text: &str, started: f64, finished: f64) -> String {
             );
             out.push_str("nvidia_gpu_collector_timestamp_seconds <timestamp>\n");
         } else if let Some((series, value)) = line
+            .strip_prefix("nvidia_gpu_collector_step_duration_seconds{")
+            .and_then(|rest| rest.split_once("} "))
+        {
+            let duration: f64 = value.parse().unwrap();
+            assert!(
+                (0.0..=finished - started + 0.001).contains(&duration),
+                "{line}"
+            );
+            out.push_str(&format!(
+                "nvidia_gpu_collector_step_duration_seconds{{{series}}} <duration>\n"
+            ));
+        } else if let Some((series, value)) = line
             .strip_prefix("nvidia_gpu_gpm_window_seconds{")
             .and_then(|rest| rest.split_once("} "))
         {
@@ -379,6 +391,7 @@ fn sequential_and_parallel_reads_render_the_same() {
             .lines()
             .filter(|l| {
                 !l.starts_with("nvidia_gpu_collector_duration")
+                    && !l.starts_with("nvidia_gpu_collector_step_duration_seconds{")
                     && !l.starts_with("nvidia_gpu_collector_timestamp")
                     && !l.starts_with("nvidia_gpu_gpm_window_seconds{")
             })
@@ -1082,6 +1095,9 @@ fn collectors_emit_only_their_registered_families() {
         "nvidia_gpu_driver_info",
         "nvidia_gpu_up",
         "nvidia_gpu_info",
+        // Said for every collector with a host step (xid, processes).
+        "nvidia_gpu_collector_success",
+        "nvidia_gpu_collector_step_duration_seconds",
     ];
     let procfs = tempfile::tempdir().unwrap();
     for scenario_name in [
@@ -1205,10 +1221,12 @@ fn sentinels_are_dropped_and_counted() {
         "nvidia_gpu_memory_temperature_celsius{",
         "nvidia_gpu_power_watts{",
         "nvidia_gpu_energy_joules_total{",
-        "nvidia_gpu_mig_info{",
     ] {
         assert!(!text.contains(family), "{family} exported: {text}");
     }
+    // An impossible MIG slot count (4294967295) is counted and clamped: the
+    // MIG devices that exist are still listed.
+    assert!(text.contains("nvidia_gpu_mig_info{"), "{text}");
     assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\"} 5\n"), "{text}");
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 5, "{stderr}");
@@ -1878,7 +1896,7 @@ fn gpm_faults_leave_out_only_what_failed() {
         assert_eq!(
             stderr
                 .lines()
-                .filter(|l| l.contains(&format!("GPM metrics ({reason}) left out on GPU {gpu}:")))
+                .filter(|l| l.contains(&format!("GPU {gpu}: GPM metrics ({reason}) left out:")))
                 .count(),
             1,
             "{stderr}"
@@ -1900,16 +1918,22 @@ fn gpm_faults_leave_out_only_what_failed() {
     // The next run says nothing more about what has not changed.
     let again = exporter_with_state("gpm-faults", state.path(), &args, &[]);
     let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(!stderr.contains("left out on GPU"), "{stderr}");
+    assert!(!stderr.contains("GPM metrics"), "{stderr}");
     assert!(String::from_utf8_lossy(&again.stdout).contains("reason=\"no_permission\"} 1"));
 }
 
 #[test]
 fn gpm_window_holds_the_other_reads() {
-    // GPU 0's temperature read takes 400 ms: inside a 500 ms window the run
-    // lasts about the window, not window + reads.
+    // GPU 0's temperature read takes 400 ms. The other reads are taken at the
+    // end of the window, started as long before it as they took in the
+    // previous run: once a run has learnt that, a 500 ms window lasts about
+    // the window, not window + reads.
+    let state = tempfile::tempdir().unwrap();
+    let args = ["--stdout", "--write-state", "--gpm-window", "500ms"];
+    let first = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    assert_eq!(first.status.code(), Some(0));
     let started = Instant::now();
-    let output = exporter("gpm-faults", &["--stdout", "--gpm-window", "500ms"]);
+    let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
     let wall = started.elapsed();
     assert_eq!(output.status.code(), Some(0));
     assert!(wall >= Duration::from_millis(500), "{wall:?}");
@@ -1987,7 +2011,7 @@ fn gpm_window_must_fit_in_the_timeout() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--gpm-window 1s does not fit in --timeout 1s"),
+        stderr.contains("--gpm-window 1s does not fit in the time a run may read (800ms)"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty());

@@ -17,14 +17,14 @@ use super::reader::DeviceReader;
 
 /// One requested field: NVML field id and scope id (the link for NVLink fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Field {
+pub struct Field {
     pub id: u32,
     pub scope: u32,
 }
 
 /// Reads `fields` in one call. Each entry is `None` where that field is not
 /// supported or failed (errors other than "not supported" are counted).
-pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Option<f64>> {
+pub fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Option<f64>> {
     read_each(reader, fields)
         .into_iter()
         .map(|value| match value? {
@@ -38,12 +38,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Optio
 }
 
 /// The NVML function behind every field read.
-pub(super) const CALL: &str = "nvmlDeviceGetFieldValues";
+pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
 /// Reads `fields` in one call and leaves each entry's error to the caller:
 /// `None` for every entry when the call itself failed (that failure is already
 /// handled by the reader's error policy).
-pub(super) fn read_each(
+pub fn read_each(
     reader: &mut DeviceReader<'_>,
     fields: &[Field],
 ) -> Vec<Option<Result<f64, NvmlError>>> {

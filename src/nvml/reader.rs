@@ -13,15 +13,15 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use super::fields::{self, Field};
-use super::identity::Identity;
 use super::{device_fatal, reason, unsupported};
+use crate::identity::Identity;
 use crate::inflight::{InFlight, Scope};
 use crate::metrics::{self, Family, Kind};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
 /// Collects the samples of one GPU while applying the error policy.
-pub(super) struct DeviceReader<'n> {
+pub struct DeviceReader<'n> {
     device: &'n NvmlDevice<'n>,
     index: u32,
     inflight: &'n InFlight,
@@ -45,8 +45,6 @@ pub(super) struct DeviceReader<'n> {
     /// How often each (call, error) was seen: the first is logged, the repeats
     /// are summed up once in [`Self::finish`], so a loop cannot flood the log.
     seen: Vec<(String, u32)>,
-    /// The GPM window opened before the other collectors ran (see `gpm`).
-    pub(super) window: Option<super::gpm::Window<'n>>,
 }
 
 impl<'n> DeviceReader<'n> {
@@ -62,7 +60,6 @@ impl<'n> DeviceReader<'n> {
             seen: Vec::new(),
             recalled: BTreeMap::new(),
             remembered: BTreeMap::new(),
-            window: None,
             mig_mode: None,
             compute_processes: None,
         }
@@ -258,17 +255,14 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
-    pub fn finish(mut self, uuid: String, identity: Identity) -> Device {
+    pub fn finish(mut self, identity: &Identity) -> Device {
         for (message, count) in &self.seen {
             if *count > 1 {
                 log::warn!("{message} (seen {count} times in this run)");
             }
         }
         if let Some(fault) = self.fault {
-            let mut device = down(self.index, uuid, fault);
-            device.pci_bus_id = identity.pci_bus_id;
-            device.serial = identity.serial;
-            return device;
+            return down(self.index, identity, fault);
         }
         let merged = merge_duplicates(&mut self.samples);
         if merged > 0 {
@@ -284,9 +278,9 @@ impl<'n> DeviceReader<'n> {
         ));
         Device {
             index: self.index,
-            uuid,
-            pci_bus_id: identity.pci_bus_id,
-            serial: identity.serial,
+            uuid: identity.uuid.clone(),
+            pci_bus_id: identity.pci_bus_id.clone(),
+            serial: identity.serial.clone(),
             samples: self.samples,
             remembered: self.remembered,
         }
@@ -334,11 +328,14 @@ fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     merged
 }
 
-/// A GPU reported down for `reason`, with no other readings.
-pub(super) fn down(index: u32, uuid: String, reason: Reason) -> Device {
+/// A GPU reported down for `reason`, with no other readings but its
+/// identity (for XID attribution and the state).
+pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
     Device {
         index,
-        uuid,
+        uuid: identity.uuid.clone(),
+        pci_bus_id: identity.pci_bus_id.clone(),
+        serial: identity.serial.clone(),
         samples: vec![
             Sample::new(&metrics::UP, 0.0),
             Sample::new(&metrics::DOWN_REASON, 1.0).with("reason", reason.label()),
@@ -382,15 +379,7 @@ impl<'n> DeviceReader<'n> {
         call: &'static str,
         symbol: impl FnOnce(&NvmlLib) -> Result<&StringGetter, NvmlError>,
     ) -> Option<String> {
-        self.read_raw(call, |lib, handle| {
-            let getter = symbol(lib)?;
-            let mut buffer = [0 as c_char; STRING_BUFFER];
-            // SAFETY: the buffer's length is passed; NVML NUL-terminates within it.
-            nvml_try(unsafe { getter(handle, buffer.as_mut_ptr(), STRING_BUFFER as c_uint) })?;
-            // SAFETY: NVML returned success, so the buffer holds a C string.
-            let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
-            Ok(text.to_string_lossy().into_owned())
-        })
+        self.read_raw(call, |lib, handle| c_string(symbol(lib)?, handle))
     }
 }
 
@@ -423,14 +412,24 @@ impl<'n> DeviceReader<'n> {
 }
 
 /// The signature shared by NVML's getters of one enum value.
-pub(super) type EnumGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
+pub type EnumGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
 
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
 const STRING_BUFFER: usize = 256;
 
+/// Calls a string getter on `handle` with the one buffer size every string is
+/// read with, decoding invalid UTF-8 lossily.
+pub fn c_string(getter: &StringGetter, handle: nvmlDevice_t) -> Result<String, NvmlError> {
+    let mut buffer = [0 as c_char; STRING_BUFFER];
+    // SAFETY: the buffer's length is passed; NVML NUL-terminates within it.
+    nvml_try(unsafe { getter(handle, buffer.as_mut_ptr(), STRING_BUFFER as c_uint) })?;
+    // SAFETY: NVML returned success, so the buffer holds a C string.
+    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
+    Ok(text.to_string_lossy().into_owned())
+}
+
 /// The signature shared by NVML's string getters (name, UUID, serial, ...).
-pub(super) type StringGetter =
-    unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+pub type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
 
 impl<'n> DeviceReader<'n> {
     /// Calls `read` without applying the error policy, for callers that treat some

@@ -3,10 +3,11 @@
 //! NVML from two samples of the GPU's performance counters taken a window apart.
 //!
 //! The window is the run's: [`open`] takes the first sample right after the
-//! GPU's identity, every other collector reads the GPU while the window runs,
-//! and [`read`] (run last) sleeps what is left of `--gpm-window`, takes the
-//! second sample and asks `nvmlGpmMetricsGet` for the metrics. So a run lasts
-//! about NVML init + max(reads, window), not their sum.
+//! GPU's identity, the other collectors read the GPU at the window's end (see
+//! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`,
+//! takes the second sample and asks `nvmlGpmMetricsGet` for the metrics. So a
+//! run lasts about NVML init + the window, and what it publishes is as fresh as
+//! the window's end.
 //!
 //! - A GPU without GPM (`nvmlGpmQueryDeviceSupport` says no) gets nothing.
 //! - NVML's metrics are percentages: converted to ratios; NaN and values outside
@@ -18,7 +19,7 @@
 //!   from processes without CAP_SYS_ADMIN), `counters_in_use` (a profiler such
 //!   as Nsight Compute or DCGM profiling holds them), `paused` (the pause file
 //!   exists). The reason is remembered so that the log says it once when it
-//!   starts, not every run (see `super::log_gpm_changes`).
+//!   starts, not every run.
 //! - MIG: on a GPU in MIG mode, each GPU instance is sampled with
 //!   `nvmlGpmMigSampleGet` and reported with its `gpu_instance_id`.
 
@@ -31,16 +32,14 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,
 };
 
-use super::mig::{self, Instance};
-use super::reader::DeviceReader;
+use super::{Settings, Window};
 use crate::metrics::{self, Family};
+use crate::nvml::mig;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample as MetricSample;
 
-/// The collector's name in the registry.
-pub const COLLECTOR: &str = "gpm";
-
 /// The key under which a run remembers why GPM was unavailable.
-pub(super) const MEMORY_KEY: &str = "gpm_unavailable";
+const MEMORY_KEY: &str = "gpm_unavailable";
 
 /// The shortest `--gpm-window` accepted: on an H200 a 50 ms window read all
 /// zeros, 1 s windows read right.
@@ -50,16 +49,31 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(100);
 /// (0.05-0.7 ms and 1-3 ms a GPU on an H200), before reading must end.
 pub const AFTER_WINDOW: Duration = Duration::from_millis(200);
 
-/// How this run measures GPM.
-#[derive(Debug, Clone, Default)]
-pub struct GpmOptions {
-    /// The window between the two samples; zero turns GPM off.
-    pub window: Duration,
-    /// The pause file exists: sample nothing.
-    pub paused: bool,
-    /// The window ends by then at the latest (the run's reading deadline less
-    /// [`AFTER_WINDOW`]); set by the watchdog.
-    pub latest_end: Option<Instant>,
+/// The GPM window a run uses: `given` (which must fit in `reading`, the time
+/// a run may read for), or else `default` shortened to what `reading` leaves,
+/// zero (GPM off) when that is under [`MIN_WINDOW`].
+pub fn window(
+    given: Option<Duration>,
+    default: Duration,
+    reading: Duration,
+) -> Result<Duration, String> {
+    let fits = reading.saturating_sub(AFTER_WINDOW);
+    match given {
+        Some(window) if !window.is_zero() && window < MIN_WINDOW => Err(format!(
+            "--gpm-window must be 0 (off) or at least {}",
+            humantime::format_duration(MIN_WINDOW)
+        )),
+        Some(window) if window > fits => Err(format!(
+            "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
+             sample needs {} after the window; use a longer --timeout or a shorter --gpm-window",
+            humantime::format_duration(window),
+            humantime::format_duration(reading),
+            humantime::format_duration(AFTER_WINDOW),
+        )),
+        Some(window) => Ok(window),
+        None if default.min(fits) < MIN_WINDOW => Ok(Duration::ZERO),
+        None => Ok(default.min(fits)),
+    }
 }
 
 /// Why the GPM metrics of a GPU that supports GPM are missing from a run.
@@ -71,12 +85,6 @@ pub enum Unavailable {
 }
 
 impl Unavailable {
-    pub const ALL: [Unavailable; 3] = [
-        Unavailable::NoPermission,
-        Unavailable::CountersInUse,
-        Unavailable::Paused,
-    ];
-
     /// The `reason` label of `nvidia_gpu_gpm_unavailable`.
     pub fn label(self) -> &'static str {
         match self {
@@ -114,15 +122,6 @@ impl Unavailable {
             _ => None,
         }
     }
-
-    fn from_label(label: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|u| u.label() == label)
-    }
-}
-
-/// A reason remembered by a run, if it is one.
-pub(super) fn remembered(label: Option<&String>) -> Option<Unavailable> {
-    label.and_then(|l| Unavailable::from_label(l))
 }
 
 /// What GPM measures, by NVML metric id (`nvmlGpmMetricId_t`, nvml.h), the
@@ -221,8 +220,8 @@ struct Measurement<'n> {
     first_at: Instant,
 }
 
-/// A GPU's open GPM window, from [`open`] to [`read`].
-pub(super) struct Window<'n> {
+/// A GPU's open GPM window, from [`open`] to its close.
+struct GpuWindow<'n> {
     measurements: Vec<Measurement<'n>>,
     /// When the second samples are due.
     ends: Instant,
@@ -231,13 +230,16 @@ pub(super) struct Window<'n> {
 /// Opens the GPM window of a GPU: checks support, allocates the samples and
 /// takes the first ones. Nothing is opened when GPM is off, unsupported,
 /// paused or refused.
-pub(super) fn open(reader: &mut DeviceReader<'_>, options: &GpmOptions) {
-    if options.window.is_zero() || !supported(reader) {
-        return;
+pub(super) fn open<'n>(
+    reader: &mut DeviceReader<'n>,
+    settings: &Settings,
+) -> Option<Box<dyn Window<'n> + 'n>> {
+    if settings.gpm_window.is_zero() || !supported(reader) {
+        return None;
     }
-    if options.paused {
+    if settings.gpm_paused {
         unavailable(reader, Unavailable::Paused);
-        return;
+        return None;
     }
     let mut targets = vec![Target::Gpu];
     targets.extend(gpu_instances(reader).into_iter().map(Target::Instance));
@@ -256,27 +258,32 @@ pub(super) fn open(reader: &mut DeviceReader<'_>, options: &GpmOptions) {
             Taken::Skipped => {}
             Taken::Unavailable(why) => {
                 unavailable(reader, why);
-                return;
+                return None;
             }
-            Taken::Down => return,
+            Taken::Down => return None,
         }
     }
-    let Some(first) = measurements.first() else {
-        return;
+    let first = measurements.first()?;
+    let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
+    let ends = match latest {
+        Some(latest) => latest.min(first.first_at + settings.gpm_window),
+        None => first.first_at + settings.gpm_window,
     };
-    let mut ends = first.first_at + options.window;
-    if let Some(latest) = options.latest_end {
-        ends = ends.min(latest);
-    }
-    reader.window = Some(Window { measurements, ends });
+    Some(Box::new(GpuWindow { measurements, ends }))
 }
 
-/// The collector's reader, run after all others: closes the window [`open`]
-/// opened (if it did) and exports the metrics.
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let Some(window) = reader.window.take() else {
-        return;
-    };
+impl<'n> Window<'n> for GpuWindow<'n> {
+    fn ends(&self) -> Instant {
+        self.ends
+    }
+
+    fn close(self: Box<Self>, reader: &mut DeviceReader<'n>) {
+        close(*self, reader);
+    }
+}
+
+/// Takes the second samples when the window ends and exports the metrics.
+fn close(window: GpuWindow<'_>, reader: &mut DeviceReader<'_>) {
     let wait = window.ends.saturating_duration_since(Instant::now());
     if !wait.is_zero() {
         std::thread::sleep(wait);
@@ -354,39 +361,10 @@ fn supported(reader: &mut DeviceReader<'_>) -> bool {
 
 /// The GPU instance ids of a GPU in MIG mode (none otherwise), each once.
 fn gpu_instances(reader: &mut DeviceReader<'_>) -> Vec<u32> {
-    let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
-    if !enabled {
-        return Vec::new();
-    }
-    let slots = reader
-        .read("nvmlDeviceGetMaxMigDeviceCount", |d| d.mig_device_count())
-        .and_then(|count| {
-            reader.bounded(
-                "nvmlDeviceGetMaxMigDeviceCount",
-                count,
-                mig::MAX_MIG_DEVICES,
-            )
-        })
-        .unwrap_or(0);
     let mut ids = Vec::new();
-    for slot in 0..slots {
-        let device = match reader.try_read("nvmlDeviceGetMigDeviceHandleByIndex", |d| {
-            d.mig_device_by_index(slot)
-        }) {
-            None => break,
-            Some(Ok(device)) => device,
-            Some(Err(NvmlError::NotFound)) => continue,
-            Some(Err(error)) => {
-                reader.note("nvmlDeviceGetMigDeviceHandleByIndex", &error);
-                continue;
-            }
-        };
-        if let Some(id) = reader.read("nvmlDeviceGetGpuInstanceId", |_| {
-            mig::instance_id(&device, Instance::Gpu)
-        }) {
-            if !ids.contains(&id) && ids.len() < MAX_GPU_INSTANCES {
-                ids.push(id);
-            }
+    for device in mig::devices(reader) {
+        if !ids.contains(&device.gpu_instance_id) && ids.len() < MAX_GPU_INSTANCES {
+            ids.push(device.gpu_instance_id);
         }
     }
     ids
@@ -499,8 +477,22 @@ fn metrics_get(
     Some(values)
 }
 
-/// Leaves the GPU's GPM metrics out of this run for `why`.
+/// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
+/// reason is new (the previous run had none, or another), not every run.
 fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
+    if reader.recall(MEMORY_KEY) != Some(why.label()) {
+        let message = format!(
+            "GPU {}: GPM metrics ({}) left out: {}",
+            reader.index(),
+            why.label(),
+            why.hint()
+        );
+        if why == Unavailable::Paused {
+            log::info!("{message}");
+        } else {
+            log::warn!("{message}");
+        }
+    }
     reader.push(MetricSample::new(&metrics::GPM_UNAVAILABLE, 1.0).with("reason", why.label()));
     reader.remember(MEMORY_KEY, why.label().to_owned());
 }
@@ -534,9 +526,13 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_errors_classify() {
-        for why in Unavailable::ALL {
-            assert_eq!(Unavailable::from_label(why.label()), Some(why));
-        }
+        let all = [
+            Unavailable::NoPermission,
+            Unavailable::CountersInUse,
+            Unavailable::Paused,
+        ];
+        let labels: Vec<&str> = all.iter().map(|u| u.label()).collect();
+        assert_eq!(labels, ["no_permission", "counters_in_use", "paused"]);
         assert_eq!(
             Unavailable::from_error(&NvmlError::NoPermission),
             Some(Unavailable::NoPermission)

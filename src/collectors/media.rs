@@ -1,23 +1,22 @@
 //! Video encoder and decoder: utilization from NVML's sample buffers (see
-//! `window`), sessions; JPEG decoders and optical flow accelerator.
+//! `nvml::samples`), sessions; JPEG decoders and optical flow accelerator.
 
-use super::reader::DeviceReader;
-use super::utilization::percent_to_ratio;
-use super::window::{self, Engine, Outcome};
+use super::utilization::{point, read_engine, Engine};
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     // Where NVML keeps no samples, the point reading of its last sample period.
-    if let Outcome::Unsupported = window::read(reader, Engine::Encoder) {
+    if !read_engine(reader, Engine::Encoder) {
         if let Some(info) = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
             d.encoder_utilization()
         }) {
             point(reader, Engine::Encoder, info.utilization);
         }
     }
-    if let Outcome::Unsupported = window::read(reader, Engine::Decoder) {
+    if !read_engine(reader, Engine::Decoder) {
         if let Some(info) = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
             d.decoder_utilization()
         }) {
@@ -42,9 +41,9 @@ mod engines {
     use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
     use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
 
-    use super::super::reader::DeviceReader;
     use super::super::utilization::percent_to_ratio;
     use crate::metrics;
+    use crate::nvml::reader::DeviceReader;
 
     /// JPEG decoder (NVJPG) and optical flow accelerator (OFA) utilization, on
     /// GPUs that have them (A100, H100/H200 and later; driver 535+): each a raw
@@ -82,12 +81,5 @@ mod engines {
         // SAFETY: two valid out-pointers.
         nvml_try(unsafe { get(handle, &mut percent, &mut period_us) })?;
         Ok(percent)
-    }
-}
-
-fn point(reader: &mut DeviceReader<'_>, engine: Engine, percent: u32) {
-    match percent_to_ratio(percent) {
-        Some(ratio) => reader.gauge(engine.family(), ratio),
-        None => reader.reject(engine.family(), f64::from(percent)),
     }
 }

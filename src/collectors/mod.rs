@@ -1,26 +1,58 @@
-//! The collector registry: the one place a collector is defined.
+//! Collectors, a layer above `nvml`: the registry, the one place a collector
+//! is defined, and the readers (one file each).
 //!
 //! A row gives the name used by `--collector`/`--no-collector`, whether it is on
 //! by default, its one-line help, the families it may emit, the field ids it
-//! takes from the per-GPU batch and its reader. The command line's value list,
-//! the default set, `--help`, the man page and the README's list all come from
-//! [`ALL`] (the README is checked against it by a test). Adding a collector is
-//! one row here and one reader file.
+//! takes from the per-GPU batch, and its [`Hooks`]: what it does in each phase
+//! of a run. The command line's value list, the default set, `--help`, the man
+//! page and the README's list all come from [`ALL`] (the README is checked
+//! against it by a test); the phases run every row's hooks without naming a
+//! collector ([`gpus`] per GPU, [`run_host`] after the GPUs). Adding a
+//! collector is one row here and one reader file.
 //!
 //! Invariants (checked by tests): names are unique kebab-case; every family is
 //! emitted by at most one collector, except those in [`SHARED`], whose label
 //! values are split between collectors; a collector's reader emits only its
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
-use std::path::Path;
-use std::time::Instant;
+mod clocks;
+mod gpm;
+pub mod gpus;
+mod health;
+mod info;
+mod limits;
+mod media;
+mod memory;
+mod mig;
+mod modes;
+mod nvlink;
+mod pcie;
+mod power;
+mod processes;
+pub mod procfs;
+mod thermal;
+mod utilization;
+pub mod xid;
 
-use super::reader::DeviceReader;
-use super::{clocks, health, limits, media, memory, mig, modes, nvlink, pcie, power, processes};
-use super::{gpm, thermal, utilization};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
 use crate::metrics::{self, Family};
-use crate::snapshot::Snapshot;
+use crate::nvml::reader::DeviceReader;
+use crate::snapshot::{Sample, Snapshot};
 use crate::state::Memory;
+
+pub use gpm::{window as gpm_window, MIN_WINDOW as MIN_GPM_WINDOW};
+
+/// A window a collector opened over one GPU (GPM's two samples): the other
+/// reads of the GPU are taken at its end, so that what they publish is as
+/// fresh as the window's result.
+pub trait Window<'n> {
+    /// When the window closes.
+    fn ends(&self) -> Instant;
+    /// Closes the window (waiting for its end) and pushes its readings.
+    fn close(self: Box<Self>, reader: &mut DeviceReader<'n>);
+}
 
 /// A group of metric families that can be switched on and off.
 pub struct Collector {
@@ -30,42 +62,119 @@ pub struct Collector {
     pub default: bool,
     /// One line for `--help`, the man page and the README.
     pub help: &'static str,
-    /// The families its reader may emit.
+    /// The families its hooks may emit.
     pub families: &'static [&'static Family],
     /// Field ids its reader takes from the GPU's batched field read.
-    pub(super) fields: &'static [u32],
-    /// How its families are read.
-    pub(super) read: Read,
+    fields: &'static [u32],
+    hooks: Hooks,
 }
 
-/// The two kinds of collector.
+/// What a collector does in each phase of a run; a phase it has no hook for
+/// it skips. Per GPU, in this order: every `open`, then (once every window
+/// says its reads may start) the batched field read and every `read`, then
+/// every window's close; after all GPUs, every `host` step.
 #[derive(Clone, Copy)]
-pub(super) enum Read {
-    /// Reads this collector's families from one GPU, through NVML.
-    Device(fn(&mut DeviceReader<'_>)),
-    /// Host-level: reads outside NVML, after it (the kernel log for XID
-    /// errors, `crate::xid`), attributing its per-GPU samples to the GPUs NVML
-    /// reported. Its `fields` are empty.
-    Host(fn(&mut HostRun<'_>)),
+struct Hooks {
+    /// Opens a window over the GPU before any other reading (GPM's first
+    /// sample), closed after every `read`.
+    open: Option<OpenHook>,
+    /// Reads the collector's families from one GPU.
+    read: Option<fn(&mut DeviceReader<'_>)>,
+    /// Host-level work once the GPUs were read: reading outside NVML (the
+    /// kernel log) or completing their samples (process owners). An error
+    /// says why it did not work (`nvidia_gpu_collector_success` 0).
+    host: Option<HostHook>,
 }
 
-/// What a host-level collector works with, once NVML was read: the snapshot
-/// to add to, the state, when it must be done, and where the kernel log is.
+/// Opens a window over one GPU; `None` when there is nothing to measure.
+type OpenHook = for<'n> fn(&mut DeviceReader<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
+
+/// A host step; the error says why it did not work.
+type HostHook = fn(&mut HostRun<'_>) -> Result<(), String>;
+
+impl Hooks {
+    const NONE: Hooks = Hooks {
+        open: None,
+        read: None,
+        host: None,
+    };
+}
+
+/// What this run's collectors are asked to do, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The collectors that are on, in registry order.
+    pub collectors: Vec<&'static Collector>,
+    /// Read each GPU on a thread of its own.
+    pub parallel: bool,
+    /// When reading must be done (the run's deadline less the time kept for
+    /// publishing).
+    pub reading_ends: Instant,
+    /// The GPM window; zero turns GPM off.
+    pub gpm_window: Duration,
+    /// The GPM pause file exists.
+    pub gpm_paused: bool,
+    /// Where process owners are read from.
+    pub procfs: PathBuf,
+    /// Journal files to read instead of the system journal (`--journal-dir`).
+    pub journal_dir: Option<PathBuf>,
+}
+
+/// What a host step works with, once NVML was read: the snapshot to add to,
+/// the state, when it must be done, and where to read from.
 pub struct HostRun<'a> {
     pub snapshot: &'a mut Snapshot,
     pub memory: &'a mut Memory,
     pub until: Instant,
     /// Journal files to read instead of the system journal (`--journal-dir`).
     pub journal_dir: Option<&'a Path>,
+    /// Where process owners are read from (`--procfs`).
+    pub procfs: &'a Path,
+}
+
+/// Runs the host step of every collector that has one, in registry order,
+/// each said in the file: `nvidia_gpu_collector_success{collector}` and
+/// `nvidia_gpu_collector_step_duration_seconds{collector}`. `enter` names the
+/// phase for the watchdog.
+pub fn run_host(
+    collectors: &[&'static Collector],
+    run: &mut HostRun<'_>,
+    enter: &dyn Fn(&'static str),
+) {
+    for collector in collectors {
+        let Some(host) = collector.hooks.host else {
+            continue;
+        };
+        enter(collector.name);
+        let started = Instant::now();
+        let outcome = host(run);
+        // The step logs its own failures (once, not every run).
+        if let Err(why) = &outcome {
+            log::debug!("collector {}: {why}", collector.name);
+        }
+        let samples = [
+            Sample::new(
+                &metrics::COLLECTOR_SUCCESS,
+                f64::from(u8::from(outcome.is_ok())),
+            ),
+            Sample::new(
+                &metrics::COLLECTOR_STEP_DURATION,
+                started.elapsed().as_secs_f64(),
+            ),
+        ];
+        run.snapshot.host.extend(
+            samples
+                .into_iter()
+                .map(|s| s.with("collector", collector.name)),
+        );
+    }
 }
 
 impl Collector {
-    /// Runs this collector if it is a host-level one; a device collector has
-    /// already run inside `nvml::read`.
-    pub fn read_host(&self, run: &mut HostRun<'_>) {
-        if let Read::Host(read) = self.read {
-            read(run);
-        }
+    /// Whether it opens a window over each GPU (and so takes the run's
+    /// `--gpm-window`).
+    pub fn opens_window(&self) -> bool {
+        self.hooks.open.is_some()
     }
 }
 
@@ -97,7 +206,10 @@ pub static ALL: &[Collector] = &[
             &metrics::SAMPLED,
         ],
         fields: &[],
-        read: Read::Device(utilization::read),
+        hooks: Hooks {
+            read: Some(utilization::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "memory",
@@ -112,7 +224,10 @@ pub static ALL: &[Collector] = &[
             &metrics::BAR1_TOTAL,
         ],
         fields: &[],
-        read: Read::Device(memory::read),
+        hooks: Hooks {
+            read: Some(memory::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "thermal",
@@ -126,7 +241,10 @@ pub static ALL: &[Collector] = &[
             &metrics::TEMPERATURE_MARGIN,
         ],
         fields: thermal::FIELDS,
-        read: Read::Device(thermal::read),
+        hooks: Hooks {
+            read: Some(thermal::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "power",
@@ -140,7 +258,10 @@ pub static ALL: &[Collector] = &[
             &metrics::POWER_AVERAGE,
         ],
         fields: power::FIELDS,
-        read: Read::Device(power::read),
+        hooks: Hooks {
+            read: Some(power::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "clocks",
@@ -153,7 +274,10 @@ pub static ALL: &[Collector] = &[
             &metrics::VIOLATION,
         ],
         fields: clocks::FIELDS,
-        read: Read::Device(clocks::read),
+        hooks: Hooks {
+            read: Some(clocks::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "pcie",
@@ -167,7 +291,10 @@ pub static ALL: &[Collector] = &[
             &metrics::PCIE_RECEIVE,
         ],
         fields: pcie::FIELDS,
-        read: Read::Device(pcie::read),
+        hooks: Hooks {
+            read: Some(pcie::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "limits",
@@ -181,7 +308,10 @@ pub static ALL: &[Collector] = &[
             &metrics::PCIE_MAX_WIDTH,
         ],
         fields: &[],
-        read: Read::Device(limits::read),
+        hooks: Hooks {
+            read: Some(limits::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "pcie-throughput",
@@ -192,7 +322,10 @@ pub static ALL: &[Collector] = &[
             &metrics::PCIE_RECEIVE_THROUGHPUT,
         ],
         fields: &[],
-        read: Read::Device(pcie::read_throughput),
+        hooks: Hooks {
+            read: Some(pcie::read_throughput),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "health",
@@ -210,7 +343,10 @@ pub static ALL: &[Collector] = &[
             &metrics::RECOVERY_ACTION,
         ],
         fields: health::FIELDS,
-        read: Read::Device(health::read),
+        hooks: Hooks {
+            read: Some(health::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "media",
@@ -228,7 +364,10 @@ pub static ALL: &[Collector] = &[
             &metrics::OFA_UTILIZATION,
         ],
         fields: &[],
-        read: Read::Device(media::read),
+        hooks: Hooks {
+            read: Some(media::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "modes",
@@ -241,7 +380,10 @@ pub static ALL: &[Collector] = &[
             &metrics::MIG_PENDING_ENABLED,
         ],
         fields: &[],
-        read: Read::Device(modes::read),
+        hooks: Hooks {
+            read: Some(modes::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "nvlink",
@@ -255,7 +397,10 @@ pub static ALL: &[Collector] = &[
             &metrics::NVLINK_RECEIVE,
         ],
         fields: nvlink::FIELDS,
-        read: Read::Device(nvlink::read),
+        hooks: Hooks {
+            read: Some(nvlink::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "nvlink-links",
@@ -268,7 +413,10 @@ pub static ALL: &[Collector] = &[
             &metrics::NVLINK_LINK_RECEIVE,
         ],
         fields: nvlink::LINKS_FIELDS,
-        read: Read::Device(nvlink::read_links),
+        hooks: Hooks {
+            read: Some(nvlink::read_links),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "mig",
@@ -282,10 +430,13 @@ pub static ALL: &[Collector] = &[
             &metrics::MIG_MEMORY_RESERVED,
         ],
         fields: &[],
-        read: Read::Device(mig::read),
+        hooks: Hooks {
+            read: Some(mig::read),
+            ..Hooks::NONE
+        },
     },
     Collector {
-        name: gpm::COLLECTOR,
+        name: "gpm",
         default: true,
         help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
         families: &[
@@ -303,9 +454,10 @@ pub static ALL: &[Collector] = &[
             &metrics::MIG_PIPE_ACTIVE,
         ],
         fields: &[],
-        // Closes the window `gpm::open` opened before the other collectors
-        // ran; `read_device` runs it last.
-        read: Read::Device(gpm::read),
+        hooks: Hooks {
+            open: Some(gpm::open),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "processes",
@@ -313,7 +465,11 @@ pub static ALL: &[Collector] = &[
         help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
         families: &[&metrics::PROCESS_MEMORY_USED, &metrics::PROCESS_UTILIZATION],
         fields: &[],
-        read: Read::Device(processes::read),
+        hooks: Hooks {
+            read: Some(processes::read),
+            host: Some(processes::owners),
+            ..Hooks::NONE
+        },
     },
     Collector {
         name: "xid",
@@ -325,7 +481,10 @@ pub static ALL: &[Collector] = &[
             &metrics::XID_UNATTRIBUTED,
         ],
         fields: &[],
-        read: Read::Host(crate::xid::collect),
+        hooks: Hooks {
+            host: Some(xid::collect),
+            ..Hooks::NONE
+        },
     },
 ];
 
@@ -333,11 +492,6 @@ pub static ALL: &[Collector] = &[
 /// the `engine` label: gpu and memory from `utilization`, encoder and decoder
 /// from `media` (each reads the sample buffers of its own engines).
 pub static SHARED: &[&Family] = &[&metrics::BUSY, &metrics::SAMPLED];
-
-/// The collector called `name`.
-pub fn by_name(name: &str) -> Option<&'static Collector> {
-    ALL.iter().find(|collector| collector.name == name)
-}
 
 /// The collectors that are on by default, in output order.
 pub fn defaults() -> impl Iterator<Item = &'static Collector> {

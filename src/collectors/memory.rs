@@ -1,7 +1,7 @@
 //! Device memory and BAR1 memory.
 
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |d| d.memory_info()) {

@@ -15,9 +15,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
-use super::fields::{self, Field};
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::fields::{self, Field};
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
 /// `NVML_NVLINK_MAX_LINKS` of nvml.h.

@@ -9,8 +9,8 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
 };
 
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
 /// ECC counters: field id, then the same counter as function arguments, with labels.

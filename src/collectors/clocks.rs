@@ -12,8 +12,8 @@ use nvml_wrapper::sys_exports::field_id::{
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 use std::ffi::c_ulonglong;
 
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
 /// The clock domains read, with their `clock` label values.

@@ -6,8 +6,8 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_REPLAY_COUNTER,
 };
 
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 
 /// NVML reports PCIe throughput in KiB/s.
 const BYTES_PER_KIB: f64 = 1024.0;

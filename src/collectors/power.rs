@@ -1,7 +1,7 @@
 //! Power draw, energy and power limits. NVML reports milliwatts and millijoules.
 
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,

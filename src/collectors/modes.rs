@@ -3,8 +3,8 @@
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 use nvml_wrapper::error::nvml_sym;
 
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {

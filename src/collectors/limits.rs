@@ -5,8 +5,8 @@
 
 use super::clocks::{DOMAINS, HERTZ_PER_MEGAHERTZ};
 use super::power::PER_MILLI;
-use super::reader::DeviceReader;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {

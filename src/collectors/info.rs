@@ -1,4 +1,6 @@
-//! `nvidia_gpu_info`: the GPU's static facts as labels of a value-1 sample.
+//! `nvidia_gpu_info`: the GPU's static facts as labels of a value-1 sample,
+//! read first on every GPU with its identity (UUID, PCI bus id, serial) for
+//! `identity::resolve`. Not a registry row: every GPU has it.
 //!
 //! Every label is always written, empty when NVML could not tell it (not
 //! supported, or a read that failed this run), so the series keeps one label set
@@ -8,19 +10,19 @@ use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::error::nvml_sym;
 
-use super::reader::DeviceReader;
+use crate::identity;
 use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
-/// The PCI bus id (`00000000:17:00.0`) and serial as read for the info sample,
-/// for the caller to confirm identities with; empty when unreadable.
-#[derive(Debug, Default)]
-pub(super) struct Identity {
-    pub pci_bus_id: String,
-    pub serial: String,
-}
-
-pub(super) fn read(reader: &mut DeviceReader<'_>) -> Identity {
+/// Reads the GPU's identity and pushes its info sample. A UUID that cannot be
+/// read does not stop the reading: the GPU is still reported (under the
+/// identity the state knew); a fatal error marks it down through the reader as
+/// for any other call.
+pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
+    let uuid = reader.read_string("nvmlDeviceGetUUID", |lib| {
+        nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
+    });
     let name = reader.read_string("nvmlDeviceGetName", |lib| {
         nvml_sym(lib.nvmlDeviceGetName.as_ref())
     });
@@ -40,7 +42,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) -> Identity {
         nvml_sym(lib.nvmlDeviceGetArchitecture.as_ref())
     });
     let minor = reader.read("nvmlDeviceGetMinorNumber", |d| d.minor_number());
-    let identity = Identity {
+    let identity = identity::Read {
+        index: reader.index(),
+        uuid: uuid.unwrap_or_default(),
         pci_bus_id: pci_bus_id.unwrap_or_default(),
         serial: serial.unwrap_or_default(),
     };

@@ -43,8 +43,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Instant;
 
+use super::HostRun;
 use crate::metrics;
-use crate::nvml::registry::HostRun;
 use crate::snapshot::{Sample, Snapshot};
 use crate::state::boot_id;
 
@@ -76,7 +76,7 @@ const SYSTEM_JOURNALS: [&str; 2] = ["/var/log/journal", "/run/log/journal"];
 /// bus ids attribute the XIDs, so a run without them leaves the kernel log for
 /// the next; while no kernel log can be read, the position and totals stay as
 /// they are, so nothing is counted twice when it is back.
-pub fn collect(run: &mut HostRun<'_>) {
+pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
     let mut counts = Counts::from_state(run.memory.host());
     let Some(source) = choose(run.journal_dir) else {
         if !counts.unavailable {
@@ -87,15 +87,18 @@ pub fn collect(run: &mut HostRun<'_>) {
         }
         counts.unavailable = true;
         run.memory.replace_host(STATE_PREFIX, counts.to_state());
-        return;
+        return Err("no kernel log to count XID errors from".to_owned());
     };
     let gpus = gpus_of(run.snapshot);
     match read(&source, &mut counts, &gpus, &boot_id(), run.until) {
         Ok(()) => {
             add_samples(&counts, run.snapshot);
             run.memory.replace_host(STATE_PREFIX, counts.to_state());
+            Ok(())
         }
-        Err(error) => log::warn!("cannot count XID errors: {error}; the XID families are left out"),
+        Err(error) => Err(format!(
+            "cannot count XID errors: {error}; the XID families are left out"
+        )),
     }
 }
 

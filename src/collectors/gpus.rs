@@ -1,0 +1,310 @@
+//! Reading every GPU: the phases of a run over the registry's hooks.
+//!
+//! 1. Identity: each GPU's handle and info (UUID, PCI bus id, serial), one GPU
+//!    after another, then [`identity::resolve`] over all of them and the GPUs
+//!    this boot has seen. A GPU that left enumeration is reported down
+//!    (`not_enumerated`) under the identity the state kept.
+//! 2. Per GPU (each on its own thread, or one after another with
+//!    `--sequential`): the previous run's memory of the resolved identity, every
+//!    collector's `open` (GPM's first sample), a wait until the reads can end
+//!    as the windows do, the batched field read and every `read`, then every
+//!    window's close. So the point readings (temperature, power, memory) are
+//!    taken at the end of the windows, just before the file is written.
+//!
+//! How long the reads of a GPU take is remembered (`reads_us`), so that the
+//! next run starts them that long before its windows end.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::Device as NvmlDevice;
+
+use super::{info, Collector, Settings, Window};
+use crate::identity::{self, Identity};
+use crate::inflight::InFlight;
+use crate::nvml::reader::{self, DeviceReader};
+use crate::nvml::{InitError, Session};
+use crate::reason::Reason;
+use crate::snapshot::{Device, KnownGpu, Sample};
+
+/// What the previous run left that the GPUs' reading uses.
+#[derive(Debug, Clone, Default)]
+pub struct Recall {
+    /// Each GPU's entries by UUID, as the state holds them.
+    pub memory: BTreeMap<String, BTreeMap<String, String>>,
+    /// The driver version the memory was written under.
+    pub driver_version: String,
+    /// The GPUs this boot has seen.
+    pub known: Vec<KnownGpu>,
+}
+
+/// What a successful read produced.
+#[derive(Debug)]
+pub struct Reading {
+    /// Host-wide samples (driver versions).
+    pub host: Vec<Sample>,
+    /// The driver version, empty if it could not be read.
+    pub driver_version: String,
+    /// One entry per GPU in index order, then the GPUs that left enumeration.
+    pub devices: Vec<Device>,
+}
+
+/// The state key of how long a GPU's reads took in the previous run, µs.
+const READS_KEY: &str = "reads_us";
+/// Time added to the remembered duration of the reads, so that they end
+/// before the windows do.
+const READS_MARGIN: Duration = Duration::from_millis(20);
+/// The duration assumed for the reads when none is remembered (a cold run on
+/// an H200 takes about 50 ms).
+const READS_FIRST: Duration = Duration::from_millis(100);
+
+/// Loads NVML from `library` and reads every GPU as `settings` say.
+pub fn read(
+    library: &Path,
+    settings: &Settings,
+    recall: &Recall,
+    inflight: &InFlight,
+) -> Result<Reading, InitError> {
+    let session = Session::open(library, inflight)?;
+    let memory = recall_for(recall, &session.driver_version);
+    let handles: Vec<Result<NvmlDevice<'_>, Reason>> = (0..session.count)
+        .map(|index| session.handle(index, inflight))
+        .collect();
+    let mut reads = Vec::with_capacity(handles.len());
+    let mut readers = Vec::with_capacity(handles.len());
+    for (index, handle) in (0..session.count).zip(&handles) {
+        match handle {
+            Ok(device) => {
+                let mut reader = DeviceReader::new(device, index, inflight);
+                reads.push(info::read(&mut reader));
+                readers.push(Ok(reader));
+            }
+            Err(why) => {
+                reads.push(identity::Read {
+                    index,
+                    ..identity::Read::default()
+                });
+                readers.push(Err(*why));
+            }
+        }
+    }
+    let resolution = identity::resolve(&reads, &recall.known);
+    let gpus: Vec<Gpu<'_>> = readers
+        .into_iter()
+        .zip(resolution.identities)
+        .zip(0..session.count)
+        .map(|((reader, identity), index)| Gpu {
+            index,
+            reader,
+            memory: memory.get(&identity.uuid).cloned().unwrap_or_default(),
+            identity,
+        })
+        .collect();
+    let mut devices = if settings.parallel {
+        read_in_parallel(gpus, settings)
+    } else {
+        read_in_sequence(gpus, settings)
+    };
+    for gone in resolution.missing {
+        log::warn!(
+            "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
+            gone.index,
+            gone.uuid,
+            gone.pci_bus_id
+        );
+        let identity = Identity {
+            uuid: gone.uuid,
+            pci_bus_id: gone.pci_bus_id,
+            serial: gone.serial,
+        };
+        let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
+        // Its running totals stay in the state for when it comes back.
+        device.remembered = memory.get(&identity.uuid).cloned().unwrap_or_default();
+        devices.push(device);
+    }
+    Ok(Reading {
+        host: session.host,
+        driver_version: session.driver_version,
+        devices,
+    })
+}
+
+/// The memory the previous run left, as this driver may use it: all of it
+/// under the same driver, only the boot's running totals after a change.
+fn recall_for(recall: &Recall, driver_version: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    if recall.driver_version == driver_version {
+        return recall.memory.clone();
+    }
+    if !recall.memory.is_empty() {
+        log::info!(
+            "the driver changed ({} -> {driver_version}): using only the boot's running \
+             totals of the previous run's memory",
+            recall.driver_version
+        );
+    }
+    recall
+        .memory
+        .iter()
+        .map(|(uuid, entries)| {
+            let kept = entries
+                .iter()
+                .filter(|(key, _)| crate::state::lasts_the_boot(key))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            (uuid.clone(), kept)
+        })
+        .collect()
+}
+
+/// One enumerated GPU on its way through the phases.
+struct Gpu<'n> {
+    index: u32,
+    reader: Result<DeviceReader<'n>, Reason>,
+    identity: Identity,
+    memory: BTreeMap<String, String>,
+}
+
+/// A GPU whose windows are open.
+struct Opened<'n> {
+    reader: DeviceReader<'n>,
+    identity: Identity,
+    windows: Vec<Box<dyn Window<'n> + 'n>>,
+    reads_start: Option<Instant>,
+}
+
+impl<'n> Gpu<'n> {
+    /// Phase 2a: recalls the GPU's memory and opens every collector's window.
+    fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
+        let mut reader = match self.reader {
+            Ok(reader) => reader,
+            Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
+        };
+        reader.recall_from(self.memory);
+        let lead = reader
+            .recall(READS_KEY)
+            .and_then(|us| us.parse().ok())
+            .map_or(READS_FIRST, Duration::from_micros)
+            + READS_MARGIN;
+        let windows: Vec<_> = settings
+            .collectors
+            .iter()
+            .filter_map(|c| c.hooks.open.and_then(|open| open(&mut reader, settings)))
+            .collect();
+        let reads_start = windows
+            .iter()
+            .map(|w| w.ends())
+            .min()
+            .map(|ends| ends.checked_sub(lead).unwrap_or(ends));
+        Ok(Opened {
+            reader,
+            identity: self.identity,
+            windows,
+            reads_start,
+        })
+    }
+}
+
+impl Opened<'_> {
+    /// Phase 2b: the batched field read and every collector's `read`.
+    fn read(&mut self, collectors: &[&'static Collector]) {
+        let started = Instant::now();
+        let reader = &mut self.reader;
+        let mut fields: Vec<u32> = collectors
+            .iter()
+            .flat_map(|collector| collector.fields)
+            .copied()
+            .collect();
+        // Collectors may share a field (the NVLink link count): ask for it once.
+        fields.sort_unstable();
+        fields.dedup();
+        if !fields.is_empty() {
+            reader.prefetch(&fields);
+        }
+        // The collectors of one GPU run one after another: NVML serialises the
+        // calls of a device, and on an H200 reading them from several threads was
+        // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
+        for read in collectors.iter().filter_map(|c| c.hooks.read) {
+            read(reader);
+        }
+        let took = started.elapsed().as_micros().to_string();
+        reader.remember(READS_KEY, took);
+    }
+
+    /// Phase 2c: closes the windows and returns the GPU's readings.
+    fn close(mut self) -> Device {
+        for window in self.windows {
+            window.close(&mut self.reader);
+        }
+        self.reader.finish(&self.identity)
+    }
+}
+
+/// Sleeps until `when`, if it is still ahead.
+fn wait_until(when: Option<Instant>) {
+    if let Some(wait) = when.map(|when| when.saturating_duration_since(Instant::now())) {
+        if !wait.is_zero() {
+            thread::sleep(wait);
+        }
+    }
+}
+
+/// Reads each GPU on a thread of its own.
+fn read_in_parallel(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
+    thread::scope(|scope| {
+        let workers: Vec<_> = gpus
+            .into_iter()
+            .map(|gpu| {
+                let (index, identity) = (gpu.index, gpu.identity.clone());
+                let worker = thread::Builder::new()
+                    .name(format!("gpu{index}"))
+                    .spawn_scoped(scope, move || {
+                        let mut opened = match gpu.open(settings) {
+                            Ok(opened) => opened,
+                            Err(down) => return *down,
+                        };
+                        wait_until(opened.reads_start);
+                        opened.read(&settings.collectors);
+                        opened.close()
+                    });
+                (index, identity, worker)
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|(index, identity, worker)| match worker {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| reader::down(index, &identity, Reason::ExporterBug)),
+                Err(e) => {
+                    log::warn!("GPU {index}: cannot start a reading thread: {e}");
+                    reader::down(index, &identity, Reason::ExporterResources)
+                }
+            })
+            .collect()
+    })
+}
+
+/// Reads the GPUs one after another, but with their windows open together:
+/// every GPU's windows open, then every GPU's reads, then every window's
+/// close, so that N GPUs cost one window, not N.
+fn read_in_sequence(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
+    let mut opened: Vec<Result<Opened<'_>, Box<Device>>> =
+        gpus.into_iter().map(|gpu| gpu.open(settings)).collect();
+    let reads_start = opened
+        .iter()
+        .filter_map(|gpu| gpu.as_ref().ok().and_then(|gpu| gpu.reads_start))
+        .min();
+    wait_until(reads_start);
+    for gpu in opened.iter_mut().flatten() {
+        gpu.read(&settings.collectors);
+    }
+    opened
+        .into_iter()
+        .map(|gpu| match gpu {
+            Ok(gpu) => gpu.close(),
+            Err(down) => *down,
+        })
+        .collect()
+}

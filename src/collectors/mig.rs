@@ -1,0 +1,77 @@
+//! MIG devices: one `nvidia_gpu_mig_info` and memory readings per MIG device
+//! (from the one enumeration, `nvml::mig`), under the parent GPU's
+//! `gpu`/`uuid` labels.
+
+use nvml_wrapper::error::nvml_sym;
+
+use crate::metrics;
+use crate::nvml::mig::{self, MigDevice};
+use crate::nvml::reader::{c_string, DeviceReader};
+use crate::snapshot::Sample;
+
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    for device in mig::devices(reader) {
+        read_mig_device(reader, &device);
+    }
+}
+
+fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &MigDevice<'_>) {
+    let Some(mig_uuid) = reader.read("nvmlDeviceGetUUID", |_| mig.handle.uuid()) else {
+        return;
+    };
+    // The profile is the end of the MIG device's name ("NVIDIA H100 80GB HBM3
+    // MIG 1g.10gb"): one unprivileged call, where nvmlGpuInstanceGetInfo and
+    // nvmlDeviceGetGpuInstanceProfileInfo take three and name only the GPU
+    // instance's profile, not a smaller compute instance's ("1c.2g.20gb").
+    // Kept empty when unreadable, so the series keeps its labels.
+    let profile = reader
+        .read("nvmlDeviceGetName", |_| {
+            // SAFETY: a live MIG handle of the NVML instance in use.
+            let (lib, handle) = unsafe { (mig.handle.nvml().lib(), mig.handle.handle()) };
+            c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref())?, handle)
+        })
+        .map(|name| profile(&name).to_owned())
+        .unwrap_or_default();
+    let gi = mig.gpu_instance_id.to_string();
+    let ci = mig.compute_instance_id.to_string();
+    reader.push(
+        Sample::new(&metrics::MIG_INFO, 1.0)
+            .with("gpu_instance_id", gi.clone())
+            .with("compute_instance_id", ci.clone())
+            .with("mig_uuid", mig_uuid)
+            .with("profile", profile),
+    );
+    if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |_| mig.handle.memory_info()) {
+        for (family, bytes) in [
+            (&metrics::MIG_MEMORY_USED, memory.used),
+            (&metrics::MIG_MEMORY_TOTAL, memory.total),
+            (&metrics::MIG_MEMORY_FREE, memory.free),
+            (&metrics::MIG_MEMORY_RESERVED, memory.reserved),
+        ] {
+            reader.push(
+                Sample::new(family, bytes as f64)
+                    .with("gpu_instance_id", gi.clone())
+                    .with("compute_instance_id", ci.clone()),
+            );
+        }
+    }
+}
+
+/// The MIG profile at the end of a MIG device's name, or "" if the name holds
+/// none.
+fn profile(name: &str) -> &str {
+    name.rsplit_once("MIG ")
+        .map_or("", |(_, profile)| profile.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile;
+
+    #[test]
+    fn profile_is_the_end_of_the_mig_device_name() {
+        assert_eq!(profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), "1g.10gb");
+        assert_eq!(profile("NVIDIA H200 MIG 1c.2g.36gb"), "1c.2g.36gb");
+        assert_eq!(profile("NVIDIA H100 80GB HBM3"), "");
+    }
+}

@@ -1,0 +1,129 @@
+//! Per-process GPU memory and SM utilization. Only the pid is known here;
+//! `procfs` adds the owner after the GPUs were read (this collector's host step).
+
+use nvml_wrapper::enums::device::UsedGpuMemory;
+
+use super::procfs::{self, Users};
+use super::utilization::{recall_carry, Engine};
+use super::HostRun;
+use crate::metrics;
+use crate::nvml::reader::DeviceReader;
+use crate::nvml::samples::{self, Carry, Outcome};
+use crate::snapshot::Sample;
+
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    let Some(processes) = reader.compute_processes() else {
+        return;
+    };
+    let utilization = utilization(reader);
+    for process in processes {
+        let mut labels = vec![("pid", process.pid.to_string())];
+        if let Some(id) = process.gpu_instance_id {
+            labels.push(("gpu_instance_id", id.to_string()));
+        }
+        if let Some(id) = process.compute_instance_id {
+            labels.push(("compute_instance_id", id.to_string()));
+        }
+        let labelled = |family, value| {
+            labels
+                .iter()
+                .fold(Sample::new(family, value), |sample, (name, value)| {
+                    sample.with(name, value.clone())
+                })
+        };
+        // NVML cannot always tell (no permission, some MIG setups): such a process
+        // is still counted in nvidia_gpu_processes but has no memory reading.
+        if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
+            reader.push(labelled(&metrics::PROCESS_MEMORY_USED, bytes as f64));
+        }
+        if let Some(ratio) = utilization.as_ref().and_then(|u| u.ratio(process.pid)) {
+            reader.push(labelled(&metrics::PROCESS_UTILIZATION, ratio));
+        }
+    }
+}
+
+/// The collector's host step: adds owner labels (comm, user, unit,
+/// container, job) from procfs to the per-process samples of every GPU.
+pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), String> {
+    procfs::attribute(run.snapshot, run.procfs, &Users::new(run.until));
+    Ok(())
+}
+
+/// The state key of the per-process window: the carry of the GPU engine's
+/// samples as this collector consumes them (its own, so that it does not
+/// depend on what `utilization` consumed).
+const KEY: &str = "boot.util.process";
+
+/// One run's per-process samples.
+#[derive(Debug, Default, PartialEq)]
+struct Utilization {
+    /// Busy percent × µs, by pid.
+    busy: Vec<(u32, u64)>,
+    /// The time the GPU's samples of the window cover, µs.
+    sampled_us: u64,
+}
+
+impl Utilization {
+    /// The process's mean SM utilization over the window; NVML lists only
+    /// processes that used the GPU in a sample period, so a process missing
+    /// from a window that covers time was idle (0). `None` when the window
+    /// covers no time.
+    fn ratio(&self, pid: u32) -> Option<f64> {
+        if self.sampled_us == 0 {
+            return None;
+        }
+        let busy = self
+            .busy
+            .iter()
+            .find(|(p, _)| *p == pid)
+            .map_or(0, |(_, busy)| *busy);
+        Some((busy as f64 / self.sampled_us as f64 / 100.0).min(1.0))
+    }
+}
+
+/// Reads the GPU engine's samples and `nvmlDeviceGetProcessUtilization` since
+/// the previous run and integrates each process over the GPU's intervals
+/// (`nvml::samples`); `None` when there is nothing new or it cannot be read.
+fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
+    let recalled = recall_carry(reader, KEY);
+    let last_seen = recalled.map_or(0, |carry| carry.last_us);
+    let call = "nvmlDeviceGetProcessUtilization";
+    let entries = match samples::fetch_processes(reader, last_seen)? {
+        Ok(entries) => entries,
+        Err(error) => {
+            // Unsupported is logged at debug level only; others are counted.
+            reader.note(call, &error);
+            return None;
+        }
+    };
+    let Outcome::Read { carry, window } =
+        samples::read(reader, Engine::Gpu.sampling_type(), recalled)
+    else {
+        return None;
+    };
+    if carry != Carry::default() {
+        reader.remember(KEY, carry.render());
+    }
+    let window = window?;
+    Some(Utilization {
+        busy: samples::integrate_processes(&window.intervals, &entries),
+        sampled_us: window.intervals.iter().map(|i| i.claimed_us).sum(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_pid_was_idle_and_no_window_gives_no_ratio() {
+        let utilization = Utilization {
+            busy: vec![(7, 50 * 1000)],
+            sampled_us: 1000,
+        };
+        assert_eq!(utilization.ratio(7), Some(0.5));
+        assert_eq!(utilization.ratio(8), Some(0.0));
+        let empty = Utilization::default();
+        assert_eq!(empty.ratio(7), None);
+    }
+}

@@ -1,0 +1,156 @@
+//! Utilization ratios of the GPU and its memory, integrated from NVML's sample
+//! buffers (`nvml::samples`), their busy and sampled totals, and the count of
+//! compute processes. [`Engine`] and [`read_engine`] serve `media` too.
+
+use nvml_wrapper_sys::bindings::{
+    nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
+    nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
+    nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
+    nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES, nvmlSamplingType_t,
+};
+
+use crate::metrics::{self, Family};
+use crate::nvml::reader::DeviceReader;
+use crate::nvml::samples::{self, Carry, Outcome};
+use crate::snapshot::Sample;
+
+/// One NVML sampling engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Engine {
+    Gpu,
+    Memory,
+    Encoder,
+    Decoder,
+}
+
+impl Engine {
+    /// The `engine` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Gpu => "gpu",
+            Engine::Memory => "memory",
+            Engine::Encoder => "encoder",
+            Engine::Decoder => "decoder",
+        }
+    }
+
+    /// The ratio family it feeds.
+    pub fn family(self) -> &'static Family {
+        match self {
+            Engine::Gpu => &metrics::UTILIZATION,
+            Engine::Memory => &metrics::MEMORY_UTILIZATION,
+            Engine::Encoder => &metrics::ENCODER_UTILIZATION,
+            Engine::Decoder => &metrics::DECODER_UTILIZATION,
+        }
+    }
+
+    pub fn sampling_type(self) -> nvmlSamplingType_t {
+        match self {
+            Engine::Gpu => nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
+            Engine::Memory => nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES,
+            Engine::Encoder => nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
+            Engine::Decoder => nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
+        }
+    }
+
+    /// The state key of its carry: a `boot.` entry, kept across a driver
+    /// change within the boot (see `state`).
+    fn key(self) -> String {
+        format!("boot.util.{}", self.label())
+    }
+}
+
+/// The carry remembered under `key`, if it is one (a damaged entry starts the
+/// totals afresh).
+pub(super) fn recall_carry(reader: &DeviceReader<'_>, key: &str) -> Option<Carry> {
+    let recalled = reader.recall(key)?;
+    let carry = Carry::parse(recalled);
+    if carry.is_none() {
+        log::debug!("state entry {key} unusable; starting its totals afresh");
+    }
+    carry
+}
+
+/// Reads `engine`'s samples since the previous run and pushes its ratio (if
+/// any sample is new) and its busy and sampled totals. False where NVML keeps
+/// no samples for it: the caller falls back to a point reading.
+pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool {
+    let key = engine.key();
+    let recalled = recall_carry(reader, &key);
+    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling_type(), recalled)
+    else {
+        return false;
+    };
+    if let Some(window) = window {
+        for value in window.rejected {
+            reader.reject(engine.family(), value as f64 / 100.0);
+        }
+        if let Some(ratio) = window.ratio {
+            reader.gauge(engine.family(), ratio);
+        }
+    }
+    if carry != Carry::default() {
+        reader.remember(&key, carry.render());
+    }
+    for (family, value) in [
+        (&metrics::BUSY, carry.busy_seconds()),
+        (&metrics::SAMPLED, carry.sampled_seconds()),
+    ] {
+        reader.push(Sample::new(family, value).with("engine", engine.label()));
+    }
+    true
+}
+
+/// NVML reports utilization in percent of its sample period; a reading above 100
+/// is not a utilization and is dropped rather than exported.
+pub(super) fn percent_to_ratio(percent: u32) -> Option<f64> {
+    (percent <= 100).then(|| f64::from(percent) / 100.0)
+}
+
+/// Pushes a point reading in percent as `engine`'s ratio (impossible values
+/// rejected).
+pub(super) fn point(reader: &mut DeviceReader<'_>, engine: Engine, percent: u32) {
+    match percent_to_ratio(percent) {
+        Some(ratio) => reader.gauge(engine.family(), ratio),
+        None => reader.reject(engine.family(), f64::from(percent)),
+    }
+}
+
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    let gpu = read_engine(reader, Engine::Gpu);
+    let memory = read_engine(reader, Engine::Memory);
+    // Where NVML keeps no samples (MIG mode), its point reading of the last
+    // sample period is all there is; the HELP says so.
+    if !gpu || !memory {
+        log::debug!(
+            "GPU {}: no utilization samples; using nvmlDeviceGetUtilizationRates",
+            reader.index()
+        );
+        if let Some(rates) = reader.read("nvmlDeviceGetUtilizationRates", |d| d.utilization_rates())
+        {
+            if !gpu {
+                point(reader, Engine::Gpu, rates.gpu);
+            }
+            if !memory {
+                point(reader, Engine::Memory, rates.memory);
+            }
+        }
+    }
+    if let Some(processes) = reader.compute_processes() {
+        reader.gauge(&metrics::PROCESSES, processes.len() as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_converts_to_ratio_and_rejects_impossible_values() {
+        assert_eq!(percent_to_ratio(0), Some(0.0));
+        assert_eq!(percent_to_ratio(87), Some(0.87));
+        assert_eq!(percent_to_ratio(100), Some(1.0));
+        assert_eq!(percent_to_ratio(101), None);
+        assert_eq!(percent_to_ratio(u32::MAX), None);
+    }
+}

@@ -1,0 +1,186 @@
+//! GPU identity, resolved in one place: from this run's reads and the GPUs
+//! this boot has seen (the state), every consumer (running totals, XID
+//! attribution, down GPUs, MIG) uses the result of [`resolve`].
+//!
+//! Rules, so that no GPU ever takes another's identity:
+//! - a UUID read this run is the GPU's; a PCI bus id or serial it could not
+//!   read is taken from what this boot knew of that UUID;
+//! - a GPU whose UUID cannot be read but whose bus id can takes the identity
+//!   known at that bus id (and serial, where both runs read one), unless a
+//!   UUID read this run already holds it;
+//! - a GPU with neither (a GPU that fell off the bus, a failed handle) takes
+//!   the identity known at its index only if no GPU of this run read that UUID
+//!   or that bus id (the GPU at the index is still the one that was there, not
+//!   a renumbered neighbour);
+//! - a GPU this boot knew that no GPU of this run is (by UUID or bus id) has
+//!   left enumeration: [`Resolution::missing`] lists it, to be reported down.
+
+use crate::snapshot::KnownGpu;
+
+/// What this run read of one enumerated GPU (empty strings: unreadable).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Read {
+    pub index: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub serial: String,
+}
+
+/// A GPU's identity for this run (empty strings: not known at all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub serial: String,
+}
+
+/// Every GPU's identity, in the order of the reads, and the GPUs that left.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolution {
+    pub identities: Vec<Identity>,
+    /// GPUs this boot knew that this run did not enumerate.
+    pub missing: Vec<KnownGpu>,
+}
+
+/// Resolves the identities of the GPUs read this run against `known`.
+pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
+    let read_uuids: Vec<&str> = reads
+        .iter()
+        .map(|r| r.uuid.as_str())
+        .filter(|u| !u.is_empty())
+        .collect();
+    let read_buses: Vec<&str> = reads
+        .iter()
+        .map(|r| r.pci_bus_id.as_str())
+        .filter(|b| !b.is_empty())
+        .collect();
+    let identities: Vec<Identity> = reads
+        .iter()
+        .map(|read| {
+            let found = if !read.uuid.is_empty() {
+                known.iter().find(|k| k.uuid == read.uuid)
+            } else if !read.pci_bus_id.is_empty() {
+                known.iter().find(|k| {
+                    k.is_at(&read.pci_bus_id, &read.serial)
+                        && !read_uuids.contains(&k.uuid.as_str())
+                })
+            } else {
+                known.iter().find(|k| {
+                    k.index == read.index
+                        && !read_uuids.contains(&k.uuid.as_str())
+                        && (k.pci_bus_id.is_empty() || !read_buses.contains(&k.pci_bus_id.as_str()))
+                })
+            };
+            let pick = |mine: &str, theirs: Option<&str>| {
+                if mine.is_empty() {
+                    theirs.unwrap_or_default().to_owned()
+                } else {
+                    mine.to_owned()
+                }
+            };
+            Identity {
+                uuid: pick(&read.uuid, found.map(|k| k.uuid.as_str())),
+                pci_bus_id: pick(&read.pci_bus_id, found.map(|k| k.pci_bus_id.as_str())),
+                serial: pick(&read.serial, found.map(|k| k.serial.as_str())),
+            }
+        })
+        .collect();
+    let missing = known
+        .iter()
+        .filter(|k| {
+            !identities.iter().any(|i| i.uuid == k.uuid)
+                && (k.pci_bus_id.is_empty() || !read_buses.contains(&k.pci_bus_id.as_str()))
+        })
+        .cloned()
+        .collect();
+    Resolution {
+        identities,
+        missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(index: u32, uuid: &str, bus: &str) -> Read {
+        Read {
+            index,
+            uuid: uuid.into(),
+            pci_bus_id: bus.into(),
+            serial: String::new(),
+        }
+    }
+
+    fn known(index: u32, uuid: &str, bus: &str) -> KnownGpu {
+        KnownGpu {
+            index,
+            uuid: uuid.into(),
+            pci_bus_id: bus.into(),
+            serial: String::new(),
+        }
+    }
+
+    fn uuids(resolution: &Resolution) -> Vec<&str> {
+        resolution
+            .identities
+            .iter()
+            .map(|i| i.uuid.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_lost_gpu_keeps_its_uuid_and_its_bus_id() {
+        let known = [known(0, "GPU-a", "0:17"), known(1, "GPU-b", "0:2a")];
+        let resolution = resolve(&[read(0, "GPU-a", "0:17"), read(1, "", "")], &known);
+        assert_eq!(uuids(&resolution), ["GPU-a", "GPU-b"]);
+        assert_eq!(resolution.identities[1].pci_bus_id, "0:2a");
+        assert!(resolution.missing.is_empty());
+    }
+
+    #[test]
+    fn a_uuid_read_alone_gets_its_known_bus_id() {
+        let known = [known(0, "GPU-a", "0:17")];
+        let resolution = resolve(&[read(0, "GPU-a", "")], &known);
+        assert_eq!(resolution.identities[0].pci_bus_id, "0:17");
+    }
+
+    #[test]
+    fn a_gpu_found_by_bus_id_continues_its_identity() {
+        let known = [known(0, "GPU-a", "0:17"), known(1, "GPU-b", "0:2a")];
+        // Renumbered: the GPU at bus 0:2a is now index 0 and its UUID failed.
+        let resolution = resolve(&[read(0, "", "0:2a")], &known);
+        assert_eq!(uuids(&resolution), ["GPU-b"]);
+        assert_eq!(resolution.missing, [known[0].clone()]);
+    }
+
+    #[test]
+    fn a_renumbered_gpu_never_takes_another_gpus_uuid() {
+        let known = [known(0, "GPU-a", "0:17"), known(1, "GPU-b", "0:2a")];
+        // GPU-a left; GPU-b is index 0 now and reads fine; index 1 reads nothing.
+        let resolution = resolve(&[read(0, "GPU-b", "0:2a"), read(1, "", "")], &known);
+        assert_eq!(uuids(&resolution), ["GPU-b", ""]);
+        // Index 0's known UUID was GPU-a, but nothing of this run says it is
+        // the one at index 1: GPU-a is reported missing, not given away.
+        assert_eq!(resolution.missing, [known[0].clone()]);
+        let taken = resolve(&[read(0, "", ""), read(1, "GPU-a", "0:17")], &known);
+        assert_eq!(uuids(&taken), ["", "GPU-a"]);
+    }
+
+    #[test]
+    fn a_gpu_that_left_enumeration_is_missing() {
+        let known = [
+            known(0, "GPU-a", "0:17"),
+            known(1, "GPU-b", "0:2a"),
+            known(2, "GPU-c", "0:3d"),
+        ];
+        let resolution = resolve(
+            &[read(0, "GPU-a", "0:17"), read(1, "GPU-c", "0:3d")],
+            &known,
+        );
+        assert_eq!(resolution.missing, [known[1].clone()]);
+        // A GPU replaced at the same bus id has not left.
+        let replaced = resolve(&[read(0, "GPU-z", "0:17")], &known[..1]);
+        assert!(replaced.missing.is_empty());
+    }
+}
