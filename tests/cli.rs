@@ -2153,15 +2153,27 @@ fn only_not_supported_is_quiet_every_other_code_is_counted() {
 /// within a boot.
 #[test]
 fn a_uuid_read_failure_does_not_reset_the_busy_counters() {
+    busy_counters_survive("errors = { nvmlDeviceGetUUID = \"UNKNOWN\" }");
+}
+
+/// Neither the UUID nor the PCI bus id can be read for one run (errors that
+/// do not mark the GPU down): the GPU is known by its index, and its running
+/// totals still only grow.
+#[test]
+fn uuid_and_bus_id_read_failures_do_not_reset_the_busy_counters() {
+    busy_counters_survive(
+        "errors = { nvmlDeviceGetUUID = \"UNKNOWN\", nvmlDeviceGetPciInfo_v3 = \"UNKNOWN\" }",
+    );
+}
+
+/// Three runs of duty-cycle 10 s apart, the second with `errors` on its GPU:
+/// the busy total keeps growing under the GPU's own UUID.
+fn busy_counters_survive(errors: &str) {
     let state = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let failing = fs::read_to_string(scenario("duty-cycle"))
         .unwrap()
-        .replacen(
-            "[[gpu]]\n",
-            "[[gpu]]\nerrors = { nvmlDeviceGetUUID = \"UNKNOWN\" }\n",
-            1,
-        );
+        .replacen("[[gpu]]\n", &format!("[[gpu]]\n{errors}\n"), 1);
     let failing_path = dir.path().join("uuid-fails.toml");
     fs::write(&failing_path, failing).unwrap();
     let busy =
@@ -2195,4 +2207,115 @@ fn a_uuid_read_failure_does_not_reset_the_busy_counters() {
         busy(&second),
         busy(&third)
     );
+}
+
+/// h100x8 with `edit` applied, as a scenario file in `dir`.
+fn edited_scenario(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    fs::write(&path, edit(fs::read_to_string(scenario("h100x8")).unwrap())).unwrap();
+    path
+}
+
+/// One run with state and a journal; returns the exit status and the text.
+fn identity_run(state: &Path, journal: &Path, scenario_file: &Path) -> (Option<i32>, String) {
+    let output = exporter_with_state(
+        "h100x8",
+        state,
+        &[
+            "--stdout",
+            "--write-state",
+            "--journal-dir",
+            journal.to_str().unwrap(),
+        ],
+        &[("FAKE_NVML_SCENARIO", scenario_file.to_str().unwrap())],
+    );
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+/// A GPU that fell off the bus keeps the bus id the state knew, so the Xid 79
+/// that explains it counts on its own counter, not as unattributed.
+#[test]
+fn a_lost_gpus_xid_79_counts_as_its_own() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let healthy = edited_scenario(dir.path(), "healthy", |text| text);
+    let lost = edited_scenario(dir.path(), "lost", |text| {
+        text.replacen("[[gpu]]\n", "[[gpu]]\nlost = true\n", 1)
+    });
+    assert_eq!(identity_run(state.path(), journal.path(), &healthy).0, Some(0));
+    write_journal(
+        journal.path(),
+        "system.journal",
+        &journal_entry(5_000_000, "kernel", XID79),
+    );
+    let (status, text) = identity_run(state.path(), journal.path(), &lost);
+    assert_eq!(status, Some(4), "{text}");
+    assert!(
+        text.contains(r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#),
+        "{text}"
+    );
+    let run: Vec<(String, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with("nvidia_gpu_xid_"))
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(value(&run, GPU0), Some(1.0), "{text}");
+    assert_eq!(value(&run, GPU0_79), Some(1.0), "{text}");
+    assert_eq!(
+        value(&run, "nvidia_gpu_xid_unattributed_errors_total"),
+        None,
+        "{text}"
+    );
+}
+
+/// A GPU that leaves enumeration within a boot (the count falls after a driver
+/// reload) is reported down as not_enumerated, with its XID counters, under
+/// the identity the state kept; the others keep theirs.
+#[test]
+fn a_gpu_that_leaves_enumeration_is_reported_down() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let healthy = edited_scenario(dir.path(), "healthy", |text| text);
+    // Remove the second GPU (index 1, bus 00000000:2A:00.0).
+    let seven = edited_scenario(dir.path(), "seven", |text| {
+        let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+        format!("{}{}", &text[..starts[1]], &text[starts[2]..])
+    });
+    assert_eq!(identity_run(state.path(), journal.path(), &healthy).0, Some(0));
+    write_journal(
+        journal.path(),
+        "system.journal",
+        &journal_entry(
+            5_000_000,
+            "kernel",
+            "NVRM: Xid (PCI:0000:2a:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+        ),
+    );
+    for _ in 0..2 {
+        let (status, text) = identity_run(state.path(), journal.path(), &seven);
+        assert_eq!(status, Some(4), "{text}");
+        let gone = r#"{gpu="1",uuid="GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354""#;
+        for line in [
+            format!("nvidia_gpu_up{gone}}} 0"),
+            format!(r#"nvidia_gpu_down_reason{gone},reason="not_enumerated"}} 1"#),
+            format!("nvidia_gpu_xid_errors_total{gone}}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        // The GPU now at index 1 is the old index 2, up, under its own UUID.
+        assert!(
+            text.contains(r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"} 1"#),
+            "{text}"
+        );
+        assert_eq!(text.matches("nvidia_gpu_up{").count(), 8, "{text}");
+        promtool_check("not-enumerated", &text);
+    }
 }
