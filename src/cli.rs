@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
-use crate::collectors::{self, Collector, Settings};
+use crate::collectors::{self, Collector, GpmWindowRequest, Settings};
 use crate::exit::Exit;
 use crate::watchdog;
 
@@ -38,6 +38,9 @@ pub const DEFAULT_GPM_WINDOW: &str = "1s";
     version,
     about = "write NVIDIA GPU metrics for node_exporter's textfile collector",
     after_help = Exit::help(),
+    // A later value of an option replaces an earlier one, so that ARGS in
+    // /etc/default can override what the unit's ExecStart sets.
+    args_override_self = true,
 )]
 pub struct Cli {
     /// Directory that node_exporter's textfile collector reads
@@ -106,12 +109,13 @@ pub struct Cli {
     /// GPM window (Hopper and newer): the time between the two samples of the
     /// performance counters that SM activity and occupancy, pipe and DRAM
     /// activity are computed from (e.g. 1s, 500ms; at least 100ms; 0 turns GPM
-    /// off). The other readings are taken inside the window, so a run on a GPU
-    /// with GPM lasts about this long. A window given here must fit in
-    /// --timeout; the default, 1s, is shortened to fit a short --timeout (and
-    /// GPM is off when not even 100ms fit).
-    #[arg(long, value_name = "DURATION", value_parser = parse_gpm_window)]
-    pub gpm_window: Option<Duration>,
+    /// off; auto: as long as --timeout allows, what the package's unit uses to
+    /// cover most of the timer's period). The other readings are taken at the
+    /// window's end, so a run on a GPU with GPM lasts about this long. A window
+    /// given here must fit in --timeout; the default, 1s, is shortened to fit a
+    /// short --timeout (and GPM is off when not even 100ms fit).
+    #[arg(long, value_name = "DURATION|auto")]
+    pub gpm_window: Option<GpmWindowRequest>,
 
     /// While this file exists, no GPM sample is taken (the GPUs report
     /// nvidia_gpu_gpm_unavailable{reason="paused"}), leaving the performance
@@ -240,17 +244,6 @@ fn parse_output_file(name: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-fn parse_gpm_window(text: &str) -> Result<Duration, String> {
-    let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    if !window.is_zero() && window < collectors::MIN_GPM_WINDOW {
-        return Err(format!(
-            "must be 0 (off) or at least {}: shorter windows read zeros",
-            humantime::format_duration(collectors::MIN_GPM_WINDOW)
-        ));
-    }
-    Ok(window)
-}
-
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
     if timeout.is_zero() {
@@ -291,6 +284,33 @@ mod tests {
                 .all(|n| *n != "mig")
         );
         assert!(Cli::try_parse_from(["x", "--collector", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn a_later_value_replaces_an_earlier_one() {
+        let cli = parse(&[
+            "--timeout",
+            "14s",
+            "--gpm-window",
+            "auto",
+            "--gpm-window",
+            "0",
+        ]);
+        assert_eq!(cli.gpm_window(), Ok(Duration::ZERO));
+        assert_eq!(cli.timeout, Duration::from_secs(14));
+        // The unit's options, then a user's shorter timeout: auto follows it.
+        let cli = parse(&[
+            "--timeout",
+            "14s",
+            "--gpm-window",
+            "auto",
+            "--timeout",
+            "5s",
+        ]);
+        assert_eq!(cli.gpm_window(), Ok(Duration::from_millis(3800)));
+        let unit = parse(&["--timeout", "14s", "--gpm-window", "auto"]);
+        assert_eq!(unit.gpm_window(), Ok(Duration::from_millis(12800)));
+        assert!(Cli::try_parse_from(["x", "--gpm-window", "50ms"]).is_err());
     }
 
     #[test]

@@ -2246,7 +2246,10 @@ fn a_lost_gpus_xid_79_counts_as_its_own() {
     let lost = edited_scenario(dir.path(), "lost", |text| {
         text.replacen("[[gpu]]\n", "[[gpu]]\nlost = true\n", 1)
     });
-    assert_eq!(identity_run(state.path(), journal.path(), &healthy).0, Some(0));
+    assert_eq!(
+        identity_run(state.path(), journal.path(), &healthy).0,
+        Some(0)
+    );
     write_journal(
         journal.path(),
         "system.journal",
@@ -2255,7 +2258,9 @@ fn a_lost_gpus_xid_79_counts_as_its_own() {
     let (status, text) = identity_run(state.path(), journal.path(), &lost);
     assert_eq!(status, Some(4), "{text}");
     assert!(
-        text.contains(r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#),
+        text.contains(
+            r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#
+        ),
         "{text}"
     );
     let run: Vec<(String, f64)> = text
@@ -2289,7 +2294,10 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
         let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
         format!("{}{}", &text[..starts[1]], &text[starts[2]..])
     });
-    assert_eq!(identity_run(state.path(), journal.path(), &healthy).0, Some(0));
+    assert_eq!(
+        identity_run(state.path(), journal.path(), &healthy).0,
+        Some(0)
+    );
     write_journal(
         journal.path(),
         "system.journal",
@@ -2312,7 +2320,9 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
         }
         // The GPU now at index 1 is the old index 2, up, under its own UUID.
         assert!(
-            text.contains(r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"} 1"#),
+            text.contains(
+                r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"} 1"#
+            ),
             "{text}"
         );
         assert_eq!(text.matches("nvidia_gpu_up{").count(), 8, "{text}");

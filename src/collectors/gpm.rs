@@ -49,30 +49,62 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(100);
 /// (0.05-0.7 ms and 1-3 ms a GPU on an H200), before reading must end.
 pub const AFTER_WINDOW: Duration = Duration::from_millis(200);
 
-/// The GPM window a run uses: `given` (which must fit in `reading`, the time
-/// a run may read for), or else `default` shortened to what `reading` leaves,
-/// zero (GPM off) when that is under [`MIN_WINDOW`].
+/// The `--gpm-window` a user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowRequest {
+    /// `auto`: the longest window the run's time to read leaves.
+    Longest,
+    /// A duration; zero turns GPM off.
+    Exactly(Duration),
+}
+
+impl std::str::FromStr for WindowRequest {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "auto" {
+            return Ok(WindowRequest::Longest);
+        }
+        let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+        if !window.is_zero() && window < MIN_WINDOW {
+            return Err(format!(
+                "must be auto, 0 (off) or at least {}: shorter windows read zeros",
+                humantime::format_duration(MIN_WINDOW)
+            ));
+        }
+        Ok(WindowRequest::Exactly(window))
+    }
+}
+
+/// The GPM window a run uses: what was asked for (a duration must fit in
+/// `reading`, the time a run may read for; `auto` takes all of it but the
+/// time the second sample needs), or else `default` shortened to what
+/// `reading` leaves; zero (GPM off) when that is under [`MIN_WINDOW`].
 pub fn window(
-    given: Option<Duration>,
+    given: Option<WindowRequest>,
     default: Duration,
     reading: Duration,
 ) -> Result<Duration, String> {
     let fits = reading.saturating_sub(AFTER_WINDOW);
+    let at_least_min = |window: Duration| {
+        if window < MIN_WINDOW {
+            Duration::ZERO
+        } else {
+            window
+        }
+    };
     match given {
-        Some(window) if !window.is_zero() && window < MIN_WINDOW => Err(format!(
-            "--gpm-window must be 0 (off) or at least {}",
-            humantime::format_duration(MIN_WINDOW)
-        )),
-        Some(window) if window > fits => Err(format!(
+        Some(WindowRequest::Exactly(window)) if window > fits => Err(format!(
             "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
-             sample needs {} after the window; use a longer --timeout or a shorter --gpm-window",
+             sample needs {} after the window; use a longer --timeout, a shorter \
+             --gpm-window or --gpm-window auto",
             humantime::format_duration(window),
             humantime::format_duration(reading),
             humantime::format_duration(AFTER_WINDOW),
         )),
-        Some(window) => Ok(window),
-        None if default.min(fits) < MIN_WINDOW => Ok(Duration::ZERO),
-        None => Ok(default.min(fits)),
+        Some(WindowRequest::Exactly(window)) => Ok(window),
+        Some(WindowRequest::Longest) => Ok(at_least_min(fits)),
+        None => Ok(at_least_min(default.min(fits))),
     }
 }
 

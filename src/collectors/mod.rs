@@ -42,7 +42,7 @@ use crate::nvml::reader::DeviceReader;
 use crate::snapshot::{Sample, Snapshot};
 use crate::state::Memory;
 
-pub use gpm::{window as gpm_window, MIN_WINDOW as MIN_GPM_WINDOW};
+pub use gpm::{window as gpm_window, WindowRequest as GpmWindowRequest};
 
 /// A window a collector opened over one GPU (GPM's two samples): the other
 /// reads of the GPU are taken at its end, so that what they publish is as
