@@ -2,7 +2,7 @@
 CARGO ?= cargo
 BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
-SCENARIO ?= tests/scenarios/h100x8.toml
+SCENARIO ?= tests/scenarios/demo-h100x8.toml
 
 .PHONY: build deps test demo run lint deb bench test-packaging copyright
 
@@ -28,7 +28,8 @@ test: deps
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
 	$(MAKE) test-packaging
 
-## demo: run the real binary against the fake 8x H100 scenario; writes demo/nvidia_gpu.prom
+## demo: run the real binary against the fake 8x H100 node (its samples follow the wall clock,
+## so every run shows the utilization since the previous one); writes demo/nvidia_gpu.prom
 demo: build
 	mkdir -p demo
 	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state

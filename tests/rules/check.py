@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Static checks of the alerting rules and the Grafana dashboard.
+"""Static checks of the alerting and recording rules and the Grafana dashboard.
 
-  check.py static BIN             metric names against `BIN --generate families`; dashboard
-                                  structure
+  check.py static BIN             metric names against `BIN --generate families` and the
+                                  recorded names; rule and dashboard structure; every
+                                  recording rule has a promtool test
   check.py output BIN FAKE_NVML   the same names, labels and label values against what the
-                                  exporter really writes for every tests/scenarios/*.toml;
+                                  exporter really writes for every tests/scenarios/*.toml
+                                  (for a recorded series: what its sources carry);
                                   every family's type, HELP and label names as generated
-  check.py short-for IN OUT DUR   a copy of the rules with every `for:` set to DUR
+  check.py short-for OUT DUR IN…  one file with the groups of the rule files IN, every
+                                  `for:` set to DUR
   check.py dashboard-queries      the dashboard's queries with variables filled in, as JSON
 
 Each check prints one line per problem and exits 1 if there was any.
@@ -31,7 +34,12 @@ import exposition  # noqa: E402
 import generated  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-RULES = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-alerts.yml")
+ALERTS = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-alerts.yml")
+RECORDING = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-rules.yml")
+RECORDING_TESTS = os.path.join(ROOT, "tests", "rules", "nvidia-gpu-rules.test.yml")
+# Prometheus's naming convention for recorded series, level:metric:operations
+# (https://prometheus.io/docs/practices/rules/), for this exporter's metrics.
+RECORD_NAME = re.compile(r"[a-z]+(_[a-z]+)*:nvidia_gpu_[a-z_]+:[a-z0-9_]+")
 DASHBOARD = os.path.join(ROOT, "packaging", "grafana", "nvidia-gpu.json")
 SCENARIOS = os.path.join(ROOT, "tests", "scenarios")
 
@@ -123,17 +131,49 @@ def grouping_labels(expr):
 
 # ---- sources ---------------------------------------------------------------
 
-def load_rules(path=RULES):
+def load_rules(path):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
 def rule_items():
-    """(alert name, expr, labels, annotations) for each rule."""
-    for group in load_rules()["groups"]:
-        for rule in group["rules"]:
-            yield (rule.get("alert") or rule.get("record"), rule["expr"], rule.get("labels", {}),
-                   rule.get("annotations", {}))
+    """(alert or record name, expr, labels, annotations) for each rule, recording
+    rules first."""
+    for path in (RECORDING, ALERTS):
+        for group in load_rules(path)["groups"]:
+            for rule in group["rules"]:
+                yield (rule.get("alert") or rule.get("record"), rule["expr"], rule.get("labels", {}),
+                       rule.get("annotations", {}))
+
+
+def recording_rules():
+    """{record name: expr}, in the order of the file."""
+    return {rule["record"]: rule["expr"]
+            for group in load_rules(RECORDING)["groups"] for rule in group["rules"] if "record" in rule}
+
+
+WITHOUT = re.compile(r'\bwithout\s*\(([^)]*)\)')
+# label_replace(v, "dst", "replacement", "", ""): a constant label added.
+CONSTANT_LABEL = re.compile(r'"(\w+)"\s*,\s*"(\w*)"\s*,\s*""\s*,\s*""\s*\)')
+
+
+def recorded_labels(seen):
+    """{record: {label: set(values)}}: the labels a recorded series can carry, from
+    what its sources carry in `seen` (or earlier records), less those aggregated
+    away with `without`, plus constants set by label_replace."""
+    recorded = {}
+    for record, expr in recording_rules().items():
+        labels = {}
+        for source in metric_names(expr):
+            for label, values in (recorded.get(source) or seen.get(source) or {}).items():
+                labels.setdefault(label, set()).update(values)
+        for match in WITHOUT.finditer(expr):
+            for label in match.group(1).split(","):
+                labels.pop(label.strip(), None)
+        for label, value in CONSTANT_LABEL.findall(expr):
+            labels.setdefault(label, set()).add(value)
+        recorded[record] = labels
+    return recorded
 
 
 def load_dashboard():
@@ -191,27 +231,48 @@ def every_expression():
 
 def check_names(binary):
     families = generated.families(binary)
+    recorded = recording_rules()
     used = set()
     for where, expr in every_expression():
         for name in sorted(metric_names(expr)):
             used.add(name)
-            if name not in families and name not in FOREIGN:
-                problem(f"{where}: {name} is not a family the exporter generates")
+            if name not in families and name not in FOREIGN and name not in recorded:
+                problem(f"{where}: {name} is neither a family the exporter generates "
+                        f"nor recorded by {os.path.basename(RECORDING)}")
     print(f"  {len(used)} metric names used in rules and dashboard; "
-          f"{len(families)} families generated")
+          f"{len(families)} families generated, {len(recorded)} recorded")
 
 
 def check_rules_shape():
     names = set()
+    recorded = recording_rules()
     for name, expr, labels, annotations in rule_items():
         if name in names:
             problem(f"rule {name}: defined twice")
         names.add(name)
+        if name in recorded:
+            if not RECORD_NAME.fullmatch(name):
+                problem(f"rule {name}: not named level:nvidia_gpu_…:operations")
+            continue
         if labels.get("severity") not in ("critical", "warning", "info"):
             problem(f"rule {name}: severity label missing or not critical/warning/info")
         for key in ("summary", "description"):
             if not str(annotations.get(key, "")).strip():
                 problem(f"rule {name}: no {key} annotation")
+
+
+def check_recording_tests():
+    """Every recording rule is the expression of a promtool test with samples."""
+    with open(RECORDING_TESTS, encoding="utf-8") as f:
+        tests = yaml.safe_load(f)
+    tested = set()
+    for test in tests.get("tests", []):
+        for case in test.get("promql_expr_test", []):
+            if case.get("exp_samples"):
+                tested |= metric_names(case["expr"])
+    for record in recording_rules():
+        if record not in tested:
+            problem(f"rule {record}: no promql_expr_test with samples in {os.path.basename(RECORDING_TESTS)}")
 
 
 def check_dashboard():
@@ -389,6 +450,7 @@ def exporter_output(binary, fake):
 
 def check_output(binary, fake):
     seen = exporter_output(binary, fake)
+    recorded = recorded_labels(seen)
     known_labels = TARGET_LABELS | FOREIGN_LABELS | ALERT_LABELS | DOCUMENTED_TARGET_LABELS
     for labels in seen.values():
         known_labels |= set(labels)
@@ -401,17 +463,18 @@ def check_output(binary, fake):
 
     def check_expression(where, expr, used_labels):
         for name in metric_names(expr):
-            if name not in FOREIGN and name not in seen:
+            if name not in FOREIGN and name not in seen and name not in recorded:
                 problem(f"{where}: {name} appears in no scenario's output")
         for name, matchers in selectors(expr):
             if name in FOREIGN:
                 continue
-            family = seen.get(name, {})
+            family = recorded[name] if name in recorded else seen.get(name, {})
             for label, op, value in matchers:
                 if label in TARGET_LABELS:
                     continue
                 if label not in family:
-                    problem(f"{where}: {name} has no label {label!r} in the exporter's output")
+                    problem(f"{where}: {name} has no label {label!r} in the exporter's output"
+                            + (" (recorded from it)" if name in recorded else ""))
                     continue
                 values = [value] if op in ("=", "!=") else (
                     value.split("|") if re.fullmatch(r"[\w|]+", value) else [])
@@ -440,14 +503,16 @@ def check_output(binary, fake):
 
 # ---- helpers for run.sh and e2e.py -----------------------------------------
 
-def short_for(source, target, duration):
-    rules = load_rules(source)
-    for group in rules["groups"]:
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = duration
+def short_for(target, duration, sources):
+    groups = []
+    for source in sources:
+        for group in load_rules(source)["groups"]:
+            for rule in group["rules"]:
+                if "for" in rule:
+                    rule["for"] = duration
+            groups.append(group)
     with open(target, "w", encoding="utf-8") as f:
-        yaml.safe_dump(rules, f, allow_unicode=True, sort_keys=False)
+        yaml.safe_dump({"groups": groups}, f, allow_unicode=True, sort_keys=False)
 
 
 def main(argv):
@@ -455,13 +520,14 @@ def main(argv):
     if command == "static" and len(argv) == 3:
         check_names(argv[2])
         check_rules_shape()
+        check_recording_tests()
         check_dashboard()
         finish("rules and dashboard, static")
     elif command == "output" and len(argv) == 4:
         check_output(argv[2], argv[3])
         finish("rules and dashboard against exporter output")
-    elif command == "short-for" and len(argv) == 5:
-        short_for(argv[2], argv[3], argv[4])
+    elif command == "short-for" and len(argv) >= 5:
+        short_for(argv[2], argv[3], argv[4:])
     elif command == "dashboard-queries":
         dashboard = load_dashboard()
         queries = [{"where": where, "expr": fill_variables(expr)}

@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""End to end: exporter -> node_exporter textfile -> Prometheus -> alerts.
+"""End to end: exporter -> node_exporter textfile -> Prometheus -> recording rules, alerts.
 
 One Prometheus (127.0.0.1, temporary storage, 1 s scrape and evaluation) loads a
-copy of the rules whose `for:` are cut to seconds and scrapes one node_exporter
-per simulated host, each reading its own textfile directory that the real
-exporter, run against the fake NVML, rewrites every second:
+copy of the recording and alerting rules whose `for:` are cut to seconds and
+scrapes one node_exporter per simulated host, each reading its own textfile
+directory that the real exporter, run against the fake NVML, rewrites every second:
 
-  healthy   h100x8.toml, with --collector processes  no critical or collector alert
+  healthy   demo-h100x8.toml (samples on the wall     no critical or collector alert;
+            clock), with --collector processes       NvidiaGpuBusyButSmsIdle on GPU 7 (it
+                                                     spins); recorded: 8 GPUs up, none down,
+                                                     the window utilization of each GPU
   hot       alert-hot-gpu.toml                       GPU 0: temperature alerts; GPU 1: none
-  lost      lost-gpu.toml                            NvidiaGpuDown{gpu="2",reason="gpu_lost"}
+  lost      lost-gpu.toml                            NvidiaGpuDown{gpu="2",reason="gpu_lost"};
+                                                     recorded: 3 GPUs up, 1 down (gpu_lost)
   nodriver  init-driver-not-loaded.toml              NvidiaGpuCollectorFailed{reason="driver_not_loaded"}
   vanished  h100x8.toml, then the file is deleted    NvidiaGpuCollectorAbsent for that host only
   geforce   geforce.toml (no ECC, fans)              no critical or collector alert
 
-Then every dashboard query must evaluate without error, every dashboard
-variable must have values, and every rule must evaluate without error on this
-data. Alerts are read from /api/v1/alerts (pending or firing both count).
+Then the recorded series of the healthy and the lost host must hold the
+expected values, every dashboard query must evaluate without error, every
+dashboard variable must have values, and every rule must evaluate without error
+on this data. Alerts are read from /api/v1/alerts (pending or firing both count).
 Usage: e2e.py EXPORTER FAKE_NVML RULES_COPY [TIMEOUT_S]
 """
 
@@ -37,7 +42,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SCENARIOS = os.path.join(ROOT, "tests", "scenarios")
 
 HOSTS = {
-    "healthy": ("h100x8.toml", ["--collector", "processes"]),
+    "healthy": ("demo-h100x8.toml", ["--collector", "processes"]),
     "hot": ("alert-hot-gpu.toml", []),
     "lost": ("lost-gpu.toml", []),
     "nodriver": ("init-driver-not-loaded.toml", []),
@@ -224,10 +229,45 @@ def expectations(alerts):
          not has("nodriver", "NvidiaGpuCollectorAbsent")),
         ("vanished: NvidiaGpuCollectorAbsent names the host", has("vanished", "NvidiaGpuCollectorAbsent")),
         (f"healthy: no critical or collector alert {serious('healthy') or ''}", not serious("healthy")),
+        # demo-h100x8's GPU 7 spins: 63 % utilization, 0.8 % SM activity.
+        ("healthy: NvidiaGpuBusyButSmsIdle on GPU 7, on no other GPU or host",
+         has("healthy", "NvidiaGpuBusyButSmsIdle", gpu="7")
+         and not any(a["labels"]["alertname"] == "NvidiaGpuBusyButSmsIdle"
+                     and (a["labels"].get("host"), a["labels"].get("gpu")) != ("healthy", "7")
+                     for a in alerts)),
         (f"geforce: no critical or collector alert {serious('geforce') or ''}", not serious("geforce")),
         ("no host but vanished is reported absent",
          not any(a["labels"]["alertname"] == "NvidiaGpuCollectorAbsent" and a["labels"].get("host") != "vanished"
                  for a in alerts)),
+    ]
+
+
+def recorded_expectations(stack):
+    """(description, met) for the recorded series of the healthy and the lost host."""
+    def values(query):
+        answer = stack.api("/api/v1/query", query=query)
+        if answer.get("status") != "success":
+            return {}
+        return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in answer["data"]["result"]}
+
+    def one(query):
+        found = list(values(query).values())
+        return found[0] if len(found) == 1 else None
+
+    utilization = {dict(k).get("gpu"): v for k, v in values(
+        'instance_gpu:nvidia_gpu_utilization:ratio_rate5m{host="healthy",engine="gpu"}').items()}
+    return [
+        ('healthy: instance:nvidia_gpu_up:sum 8', one('instance:nvidia_gpu_up:sum{host="healthy"}') == 8),
+        ('healthy: instance:nvidia_gpu_down:count 0', one('instance:nvidia_gpu_down:count{host="healthy"}') == 0),
+        ('lost: instance:nvidia_gpu_up:sum 3', one('instance:nvidia_gpu_up:sum{host="lost"}') == 3),
+        ('lost: instance:nvidia_gpu_down:count 1', one('instance:nvidia_gpu_down:count{host="lost"}') == 1),
+        ('lost: instance_reason:nvidia_gpu_down_reason:count{reason="gpu_lost"} 1',
+         one('instance_reason:nvidia_gpu_down_reason:count{host="lost",reason="gpu_lost"}') == 1),
+        # demo-h100x8: GPU 0 busy 9 samples of 10 and 70 % in the tenth, GPU 5 idle.
+        (f"healthy: window utilization of all 8 GPUs, GPU 0 about 0.97, GPU 5 0 {utilization or ''}",
+         len(utilization) == 8 and 0.9 <= utilization.get("0", 0) <= 1 and utilization.get("5") == 0),
+        ("healthy: a mean utilization for the node",
+         one('instance:nvidia_gpu_utilization:avg_ratio_rate5m{host="healthy",engine="gpu"}') is not None),
     ]
 
 
@@ -275,6 +315,13 @@ def main(argv):
             time.sleep(3)
             met = all_met()
         checks = state["checks"]
+
+        def recorded_met():
+            state["recorded"] = recorded_expectations(stack)
+            return all(ok for _, ok in state["recorded"])
+
+        wait_for(stack, "the expected recorded series", recorded_met, deadline)
+        checks += state["recorded"]
         for description, ok in checks:
             print(f"  {'ok  ' if ok else 'FAIL'} {description}")
             failures += not ok

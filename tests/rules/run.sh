@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Tests of the Prometheus alerting rules and the Grafana dashboard.
 #
-#   1. promtool check rules            the rules file is valid
-#   2. promtool test rules             every alert fires above its threshold and stays
-#                                      quiet just below it or before its `for`
+#   1. promtool check rules            the rule files are valid
+#   2. promtool test rules             every recording rule gives the expected series for a
+#                                      small fleet; every alert fires above its threshold and
+#                                      stays quiet just below it or before its `for`
 #   3. check.py static                 every metric name is a family the exporter generates
-#                                      (--generate families) or node_exporter's; rule and
-#                                      dashboard structure
+#                                      (--generate families), a recorded one, or
+#                                      node_exporter's; rule and dashboard structure
 #   4. check.py output                 names, labels and label values against what the
 #                                      exporter writes for every tests/scenarios/*.toml
 #   5. e2e.py                          exporter -> node_exporter -> Prometheus on 127.0.0.1,
@@ -20,6 +21,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 
 rules=packaging/prometheus/nvidia-gpu-alerts.yml
+recording=packaging/prometheus/nvidia-gpu-rules.yml
 cargo=${CARGO:-cargo}
 passed=0
 failed=0
@@ -70,8 +72,9 @@ build() {
     "$cargo" build --release --locked -q && "$cargo" build --locked -q -p fake-nvml
 }
 
-step "promtool check rules" promtool check rules "$rules"
-step "promtool test rules" promtool test rules tests/rules/nvidia-gpu-alerts.test.yml
+step "promtool check rules" promtool check rules "$recording" "$rules"
+step "promtool test rules" promtool test rules tests/rules/nvidia-gpu-rules.test.yml \
+    tests/rules/nvidia-gpu-alerts.test.yml
 exporter=${EXPORTER:-target/release/nvidia-textfile-exporter}
 fake=${FAKE_NVML:-target/debug/libfake_nvml.so}
 built=0
@@ -83,7 +86,8 @@ fi
 if [ $built -eq 1 ]; then
     step "metric names, rule and dashboard shape" "$python" tests/rules/check.py static "$exporter"
     step "against exporter output" "$python" tests/rules/check.py output "$exporter" "$fake"
-    step "short-for copy of the rules" "$python" tests/rules/check.py short-for "$rules" "$work/rules.yml" 2s
+    step "short-for copy of the rules" "$python" tests/rules/check.py short-for "$work/rules.yml" 2s \
+        "$recording" "$rules"
     step "end to end through Prometheus" timeout 240 "$python" tests/rules/e2e.py \
         "$exporter" "$fake" "$work/rules.yml" 120
 fi

@@ -9,9 +9,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::ffi::*;
-use crate::scenario::{
-    pattern_value, Gpu, Memory, Text, CLOCK_ENV, DEFAULT_CLOCK_US, MAX_MIG_SLOTS,
-};
+use crate::scenario::{pattern_value, Gpu, Memory, Scenario, Text, CLOCK_ENV, MAX_MIG_SLOTS};
 use crate::state::{
     device_call, gpu_call, gpu_handle, guard, handle_by_index, init, loaded, mig_handle,
     sample_alloc, sample_free, sample_live, sample_take, sample_taken, shutdown, system_call,
@@ -822,16 +820,16 @@ export! {
 
 // Sample buffers
 
-/// "Now" for the sample buffers: `FAKE_NVML_CLOCK_US`, or a fixed default.
-/// An unparsable value answers `NVML_ERROR_UNKNOWN`.
-fn clock_us() -> Result<u64, nvmlReturn_t> {
-    match std::env::var(CLOCK_ENV) {
-        Ok(text) => text.trim().parse().map_err(|_| {
-            eprintln!("fake-nvml: {CLOCK_ENV}={text:?} is not a number of µs");
-            NVML_ERROR_UNKNOWN
-        }),
-        Err(_) => Ok(DEFAULT_CLOCK_US),
-    }
+/// "Now" for the sample buffers: `FAKE_NVML_CLOCK_US`, else the scenario's
+/// `clock` (a fixed default, or the wall clock). An unparsable variable
+/// answers `NVML_ERROR_UNKNOWN`.
+fn clock_us(scenario: &Scenario) -> Result<u64, nvmlReturn_t> {
+    let env = std::env::var(CLOCK_ENV).ok();
+    let wall = u64::try_from(now_us()).unwrap_or(0);
+    scenario.clock.now_us(env.as_deref(), wall).map_err(|why| {
+        eprintln!("fake-nvml: {why}");
+        NVML_ERROR_UNKNOWN
+    })
 }
 
 /// `NVML_VALUE_TYPE_UNSIGNED_INT`, the type of utilization samples.
@@ -854,7 +852,7 @@ export! {
         let buffers = d.gpu().samples.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
         let pattern = buffers.pattern(kind).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
         let stamps: Vec<u64> = buffers
-            .timestamps(clock_us()?)
+            .timestamps(clock_us(&d.scenario)?)
             .into_iter()
             .filter(|&ts| ts > lastSeenTimeStamp)
             .collect();
@@ -892,7 +890,7 @@ export! {
         let d = device_call(SYM, device, !processSamplesCount.is_null(), OnMig::NotSupported)?;
         let buffers = d.gpu().samples.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
         let mut entries = Vec::new();
-        for ts in buffers.timestamps(clock_us()?) {
+        for ts in buffers.timestamps(clock_us(&d.scenario)?) {
             if ts <= lastSeenTimeStamp {
                 continue;
             }

@@ -127,6 +127,10 @@ pub struct Scenario {
     /// What the scenario shows (every shipped scenario has one).
     #[serde(default)]
     pub description: Option<String>,
+    /// Where the sample buffers' "now" comes from when `FAKE_NVML_CLOCK_US`
+    /// is unset.
+    #[serde(default)]
+    pub clock: Clock,
     /// Read by the test harness, which loads a build of the library made
     /// without these exports (`FAKE_NVML_HIDE`, see build.rs); the fake itself
     /// only checks the names.
@@ -506,6 +510,38 @@ pub const DEFAULT_CLOCK_US: u64 = 1_717_200_000_000_000;
 
 /// Environment variable giving the fake's "now" in µs of wall time.
 pub const CLOCK_ENV: &str = "FAKE_NVML_CLOCK_US";
+
+/// The scenario's `clock`: what "now" is for the sample buffers when
+/// [`CLOCK_ENV`] is unset (a test that sets the variable always wins).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// [`DEFAULT_CLOCK_US`], so that one run's output is the same every time
+    /// (golden files).
+    #[default]
+    Fixed,
+    /// The system's wall clock, so that each run finds the samples taken
+    /// since the previous one, as on a real GPU (the demo).
+    Wall,
+}
+
+impl Clock {
+    /// "Now" in µs: `env` (the value of [`CLOCK_ENV`], if set) parsed, else
+    /// this clock, with `wall_us` the system's time. An `env` that is not a
+    /// number is an error naming it.
+    pub fn now_us(self, env: Option<&str>, wall_us: u64) -> Result<u64, String> {
+        match env {
+            Some(text) => text
+                .trim()
+                .parse()
+                .map_err(|_| format!("{CLOCK_ENV}={text:?} is not a number of µs")),
+            None => Ok(match self {
+                Clock::Fixed => DEFAULT_CLOCK_US,
+                Clock::Wall => wall_us,
+            }),
+        }
+    }
+}
 
 impl Samples {
     /// The timestamps in the buffer at `now_us`, oldest first.

@@ -1433,6 +1433,75 @@ fn sample_buffers_follow_the_clock_gaps_resets_and_lastseen() {
     std::env::remove_var(scenario::CLOCK_ENV);
 }
 
+const WALL: &str = r#"
+description = "unit test: sample buffers on the wall clock"
+clock = "wall"
+[[gpu]]
+samples = { period_us = 1000, buffer = 4, gpu = [40] }
+"#;
+
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+#[test]
+fn clock_wall_follows_the_system_clock_unless_the_variable_is_set() {
+    use scenario::Clock;
+    // The variable wins; else the scenario's clock; `fixed` is the default.
+    assert_eq!(Clock::Fixed.now_us(None, 5), Ok(scenario::DEFAULT_CLOCK_US));
+    assert_eq!(Clock::Wall.now_us(None, 5), Ok(5));
+    assert_eq!(Clock::Wall.now_us(Some(" 520 "), 5), Ok(520));
+    let why = Clock::Wall.now_us(Some("soon"), 5).unwrap_err();
+    assert!(why.contains(scenario::CLOCK_ENV), "{why}");
+    assert_eq!(scenario::parse("").unwrap().clock, Clock::Fixed);
+    assert!(scenario::parse("clock = \"lunar\"\n").is_err());
+
+    let _s = start(WALL);
+    std::env::remove_var(scenario::CLOCK_ENV);
+    let h = handle(0);
+    let read = |since: u64| unsafe {
+        let mut kind: nvmlValueType_t = 0;
+        let mut count: c_uint = 8;
+        let mut buf = [nvmlSample_t {
+            timeStamp: 0,
+            sampleValue: nvmlValue_t { ullVal: 0 },
+        }; 8];
+        let code = nvmlDeviceGetSamples(h, 1, since, &mut kind, &mut count, buf.as_mut_ptr());
+        let stamps: Vec<u64> = buf[..count as usize].iter().map(|s| s.timeStamp).collect();
+        (code, stamps)
+    };
+    let before = wall_us();
+    let (code, stamps) = read(0);
+    let after = wall_us();
+    assert_eq!(code, NVML_SUCCESS);
+    // The newest sample is the last period boundary at or before "now".
+    let newest = *stamps.last().unwrap();
+    assert_eq!(
+        stamps,
+        [newest - 3000, newest - 2000, newest - 1000, newest]
+    );
+    assert!(
+        before / 1000 * 1000 <= newest && newest <= after,
+        "{before} {newest} {after}"
+    );
+    // Time passes between runs, so a later read finds new samples (with the
+    // fixed clock it would answer NOT_FOUND).
+    std::thread::sleep(Duration::from_millis(3));
+    let (code, later) = read(newest);
+    assert_eq!(code, NVML_SUCCESS);
+    assert!(
+        !later.is_empty() && later.iter().all(|&ts| ts > newest),
+        "{later:?}"
+    );
+    // A test that sets the variable still controls the clock.
+    std::env::set_var(scenario::CLOCK_ENV, "520000");
+    assert_eq!(read(0).1, [517000, 518000, 519000, 520000]);
+    std::env::remove_var(scenario::CLOCK_ENV);
+}
+
 #[test]
 fn margin_jpeg_ofa_mig_name_and_derived_nvlink_fields() {
     let _s = start(
