@@ -76,7 +76,7 @@ families! {
     COLLECTOR_DURATION: Gauge, "nvidia_gpu_collector_duration_seconds", [],
         "Wall time of this run up to rendering: waiting for the lock (busy runs) or reading NVML.";
     COLLECTOR_TIMESTAMP: Gauge, "nvidia_gpu_collector_timestamp_seconds", [],
-        "Unix time at which this run took its snapshot.";
+        "Unix time at which this run took its snapshot: when reading ended (the GPUs' point readings are taken just before it), or when the run failed.";
     COLLECTOR_BUILD_INFO: Gauge, "nvidia_gpu_collector_build_info", ["version"],
         "Version of the exporter that wrote this file; always 1.";
     COLLECTOR_STATE_OK: Gauge, "nvidia_gpu_collector_state_ok", [],

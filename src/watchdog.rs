@@ -54,7 +54,6 @@ pub fn publish_reserve(timeout: Duration) -> Duration {
 #[derive(Debug, Clone)]
 pub struct Deadline {
     started: Instant,
-    wall: SystemTime,
     timeout: Duration,
     phase: Arc<Mutex<&'static str>>,
 }
@@ -64,7 +63,6 @@ impl Deadline {
     pub fn start(timeout: Duration) -> Self {
         Deadline {
             started: Instant::now(),
-            wall: SystemTime::now(),
             timeout,
             phase: Arc::new(Mutex::new("starting")),
         }
@@ -118,8 +116,9 @@ impl Deadline {
     /// The collector samples every published file carries; `error` is the
     /// reason the run failed, if it did.
     fn samples(&self, error: Option<Reason>) -> Vec<Sample> {
-        let timestamp = self
-            .wall
+        // When the snapshot was taken: the end of reading (the GPUs' point
+        // readings are taken just before it), or the failure.
+        let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
         let mut samples = vec![

@@ -172,6 +172,8 @@ struct Opened<'n> {
     identity: Identity,
     windows: Vec<Box<dyn Window<'n> + 'n>>,
     reads_start: Option<Instant>,
+    /// When the reads started and ended, once they ran.
+    reads: Option<(Instant, Instant)>,
 }
 
 impl<'n> Gpu<'n> {
@@ -202,6 +204,7 @@ impl<'n> Gpu<'n> {
             identity: self.identity,
             windows,
             reads_start,
+            reads: None,
         })
     }
 }
@@ -228,14 +231,25 @@ impl Opened<'_> {
         for read in collectors.iter().filter_map(|c| c.hooks.read) {
             read(reader);
         }
-        let took = started.elapsed().as_micros().to_string();
-        reader.remember(READS_KEY, took);
+        let ended = Instant::now();
+        reader.remember(READS_KEY, (ended - started).as_micros().to_string());
+        self.reads = Some((started, ended));
     }
 
     /// Phase 2c: closes the windows and returns the GPU's readings.
     fn close(mut self) -> Device {
+        let had_windows = !self.windows.is_empty();
         for window in self.windows {
             window.close(&mut self.reader);
+        }
+        if let (true, Some((started, ended))) = (had_windows, self.reads) {
+            let closed = Instant::now();
+            log::debug!(
+                "GPU {}: point readings taken from {} ms to {} ms before the windows closed",
+                self.reader.index(),
+                (closed - started).as_millis(),
+                (closed - ended).as_millis()
+            );
         }
         self.reader.finish(&self.identity)
     }
