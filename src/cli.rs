@@ -190,7 +190,12 @@ impl Cli {
             return Ok(());
         };
         let reading = self.timeout - watchdog::publish_reserve(self.timeout);
-        if window + nvml::AFTER_GPM_WINDOW > reading {
+        // The parser bounds the window by MAX_TIMEOUT, so this cannot
+        // overflow; checked all the same, since the window is user input.
+        if window
+            .checked_add(nvml::AFTER_GPM_WINDOW)
+            .is_none_or(|needed| needed > reading)
+        {
             return Err(format!(
                 "--gpm-window {} does not fit in --timeout {}: reading must end by {} \
                  (the rest is kept for writing the file) and the second GPM sample needs \
@@ -248,6 +253,14 @@ fn parse_output_file(name: &str) -> Result<String, String> {
 
 fn parse_gpm_window(text: &str) -> Result<Duration, String> {
     let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    // No window longer than the longest timeout can fit in a run; refusing it
+    // here also keeps every sum with it far from overflowing.
+    if window > MAX_TIMEOUT {
+        return Err(format!(
+            "must be at most {}: the window must fit in --timeout",
+            humantime::format_duration(MAX_TIMEOUT)
+        ));
+    }
     if !window.is_zero() && window < nvml::MIN_GPM_WINDOW {
         return Err(format!(
             "must be 0 (off) or at least {}: shorter windows read zeros",

@@ -4,7 +4,6 @@
 //! or busy), load the state, read NVML under the watchdog, store the state,
 //! render, publish.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
@@ -17,7 +16,7 @@ use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::nvml;
 use nvidia_textfile_exporter::nvml::registry::{self, HostRun};
 use nvidia_textfile_exporter::procfs::{self, Users};
-use nvidia_textfile_exporter::publish::{Published, Session, Target};
+use nvidia_textfile_exporter::publish::{write_stdout, Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::snapshot::Sample;
@@ -65,11 +64,20 @@ fn main() -> ExitCode {
 fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
         let mut memory = Memory::load(StateDir::new(&cli.state_dir));
-        let outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
+        let mut outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
         deadline.enter("writing to standard output");
+        deadline.stamp_duration(&mut outcome.snapshot);
         let text = render(&outcome.snapshot);
-        return match std::io::stdout().lock().write_all(text.as_bytes()) {
-            Ok(()) => outcome.exit,
+        return match write_stdout(text.as_bytes(), deadline.end()) {
+            Ok(true) => outcome.exit,
+            Ok(false) => {
+                log::error!(
+                    "standard output did not take the metrics within --timeout {}; \
+                     the reader got only part of them",
+                    humantime::format_duration(cli.timeout)
+                );
+                Exit::Timeout
+            }
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => outcome.exit,
             Err(error) => {
                 log::error!("cannot write to standard output: {error}");
@@ -87,7 +95,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             return Exit::PublishFailed;
         }
     };
-    let outcome = if session.superseded() {
+    let mut outcome = if session.superseded() {
         // Another run published while this one waited (with the lock now or
         // not): its file is fresh, and this run's would only repeat it later or,
         // with what is left of the deadline, replace it with an error.
@@ -110,6 +118,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         deadline.failed(Reason::Busy, Exit::Busy)
     };
     deadline.enter("writing the output file");
+    deadline.stamp_duration(&mut outcome.snapshot);
     match session.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
         Ok(Published::LeftHoldersFile) => Exit::Busy,
