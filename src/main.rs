@@ -63,7 +63,13 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
-        let mut memory = Memory::load(StateDir::new(&cli.state_dir));
+        let dir = StateDir::new(&cli.state_dir);
+        let mut memory = if cli.write_state {
+            deadline.enter("waiting for the lock of the state");
+            Memory::load_to_store(dir, deadline.waiting_ends())
+        } else {
+            Memory::load(dir)
+        };
         let mut outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
         deadline.enter("writing to standard output");
         deadline.stamp_duration(&mut outcome.snapshot);
@@ -105,8 +111,9 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         );
         return Exit::Busy;
     } else if session.holds_lock() {
-        deadline.enter("loading the state");
-        let mut memory = Memory::load(StateDir::new(&cli.state_dir));
+        deadline.enter("waiting for the lock of the state");
+        let mut memory =
+            Memory::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
         remembered_snapshot(cli, deadline, &mut memory, true)
     } else {
         log::error!(

@@ -82,6 +82,13 @@ impl Deadline {
         self.end() - publish_reserve(self.timeout)
     }
 
+    /// When a wait before reading gives up that must leave the reading time
+    /// (the state's lock): half of what is left until [`Self::reading_ends`].
+    pub fn waiting_ends(&self) -> Instant {
+        let now = Instant::now();
+        now + self.reading_ends().saturating_duration_since(now) / 2
+    }
+
     /// Records what the run is doing, for the hard stop's message.
     pub fn enter(&self, phase: &'static str) {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
