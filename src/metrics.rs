@@ -80,7 +80,7 @@ families! {
     COLLECTOR_BUILD_INFO: Gauge, "nvidia_gpu_collector_build_info", ["version"],
         "Version of the exporter that wrote this file; always 1.";
     COLLECTOR_STATE_OK: Gauge, "nvidia_gpu_collector_state_ok", [],
-        "1 if this run used the previous run's state and stored its own; 0 if it started afresh (first run, other boot, damaged or unwritable state directory).";
+        "1 if this run used the previous run's state and stored its own; 0 if it started afresh (first run, other boot, damaged, unwritable or untrusted state, or another run held its lock).";
     COLLECTOR_READ_ERRORS: Gauge, "nvidia_gpu_collector_read_errors", [],
         "NVML reads of this GPU that failed in this run for a reason other than not supported.";
 

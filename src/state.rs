@@ -142,9 +142,9 @@ impl fmt::Display for Problem {
             Problem::Io(why) => f.write_str(why),
             Problem::Untrusted(why) => write!(
                 f,
-                "the state is not trusted ({why}); starting afresh and storing nothing; \
-                 only the running user or root may be able to write the state directory \
-                 and file (no group or world write permission)"
+                "the state is not trusted: {why}; starting afresh. Only the running user \
+                 or root may be able to write the state directory and file (owner, and no \
+                 group or world write permission)"
             ),
             Problem::Busy(lock) => write!(
                 f,
@@ -176,7 +176,10 @@ impl StateDir {
     fn check_dir(&self) -> Result<(), Problem> {
         match fs::metadata(&self.dir) {
             Ok(metadata) => match untrusted_dir(&metadata) {
-                Some(why) => Err(Problem::Untrusted(format!("{}: {why}", self.dir.display()))),
+                Some(why) => Err(Problem::Untrusted(format!(
+                    "the state directory {} is {why}; nothing is stored in it",
+                    self.dir.display()
+                ))),
                 None => Ok(()),
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -211,8 +214,7 @@ impl StateDir {
         self.create()?;
         self.check_dir()?;
         let path = self.dir.join(LOCK_NAME);
-        let io_problem =
-            |e: io::Error| Problem::Io(format!("cannot lock {}: {e}", path.display()));
+        let io_problem = |e: io::Error| Problem::Io(format!("cannot lock {}: {e}", path.display()));
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -253,7 +255,10 @@ impl StateDir {
                 return Err(Problem::Io(format!("cannot read {}: {e}", path.display())))
             }
             Err(ReadError::Untrusted(why)) => {
-                return Err(Problem::Untrusted(format!("{}: {why}", path.display())))
+                return Err(Problem::Untrusted(format!(
+                    "{} is {why}; this run replaces it",
+                    path.display()
+                )))
             }
         };
         let state = parse(&text).map_err(Problem::Corrupt)?;
@@ -476,13 +481,13 @@ fn untrusted_owner_or_mode(metadata: &fs::Metadata) -> Option<String> {
     let euid = unsafe { libc::geteuid() };
     if metadata.uid() != euid && metadata.uid() != 0 {
         return Some(format!(
-            "owned by uid {}, not by uid {euid} or root",
+            "owned by uid {}, neither the running user (uid {euid}) nor root",
             metadata.uid()
         ));
     }
     let mode = metadata.mode() & 0o7777;
     if mode & 0o022 != 0 {
-        return Some(format!("mode {mode:04o} lets others write"));
+        return Some(format!("writable by others (mode {mode:04o})"));
     }
     None
 }
@@ -506,7 +511,7 @@ fn untrusted_file(metadata: &fs::Metadata) -> Option<String> {
     }
     if metadata.len() > MAX_SIZE {
         return Some(format!(
-            "{} bytes, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need",
+            "{} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need",
             metadata.len()
         ));
     }
@@ -774,6 +779,97 @@ mod tests {
     }
 
     #[test]
+    fn no_more_is_read_than_64_gpus_need_and_no_more_is_written() {
+        let mut big = sample();
+        for n in 0..=MAX_GPUS {
+            let mut gpu = GpuState::default();
+            for e in 0..=MAX_GPU_ENTRIES {
+                gpu.entries.insert(format!("k{e}"), "v".into());
+            }
+            big.gpus.insert(format!("GPU-{n}"), gpu);
+        }
+        for h in 0..=MAX_HOST_ENTRIES {
+            big.host.insert(format!("h{h}"), "v".into());
+        }
+        big.host.insert("long".into(), "x".repeat(MAX_LINE));
+        let text = render(&big);
+        assert!(text.len() as u64 <= MAX_SIZE);
+        let read = parse(&text).unwrap();
+        assert_eq!(read.gpus.len(), MAX_GPUS);
+        assert!(read
+            .gpus
+            .values()
+            .all(|g| g.entries.len() == MAX_GPU_ENTRIES));
+        assert_eq!(read.host.len(), MAX_HOST_ENTRIES);
+
+        // What render leaves out, a planted file cannot make parse keep.
+        let with_lines = |extra: &str, count: usize| {
+            let mut lines: Vec<String> = render(&sample()).lines().map(str::to_owned).collect();
+            lines.pop();
+            lines.extend((0..count).map(|n| extra.replace('N', &n.to_string())));
+            lines.push(format!("end {}", lines.len()));
+            lines.join("\n") + "\n"
+        };
+        let gpus = parse(&with_lines("gpu GPU-N 0 - -", MAX_GPUS)).unwrap_err();
+        assert!(gpus.contains("GPUs"), "{gpus}");
+        let entries = parse(&with_lines("set GPU-a kN v", MAX_GPU_ENTRIES)).unwrap_err();
+        assert!(entries.contains("entries"), "{entries}");
+        let lines = parse(&with_lines("host kN v", MAX_LINES)).unwrap_err();
+        assert!(lines.contains("lines") || lines.contains("host"), "{lines}");
+        let long = parse(&with_lines(&format!("host k {}", "x".repeat(MAX_LINE)), 1));
+        assert!(long.unwrap_err().contains("longer"));
+    }
+
+    #[test]
+    fn a_second_writer_waits_for_the_lock_then_neither_uses_nor_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let states = StateDir::new(dir.path());
+        let mut first = Memory::load_to_store(states.clone(), Instant::now());
+        first.store(&[], "580");
+        let stored = fs::read_to_string(dir.path().join("state")).unwrap();
+        let started = Instant::now();
+        let until = started + Duration::from_millis(100);
+        let mut second = Memory::load_to_store(states.clone(), until);
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(matches!(second.problem, Some(Problem::Busy(_))));
+        second.store(&[], "999");
+        assert_eq!(
+            fs::read_to_string(dir.path().join("state")).unwrap(),
+            stored
+        );
+        drop(first);
+        let third = Memory::load_to_store(states, Instant::now());
+        assert!(third.ok());
+    }
+
+    #[test]
+    fn only_states_no_other_user_can_write_are_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let states = StateDir::new(dir.path().join("state"));
+        states.store(&sample()).unwrap();
+        let mode = |path: &Path, mode: u32| {
+            fs::set_permissions(path, Permissions::from_mode(mode)).unwrap();
+        };
+        assert_eq!(states.load("b0"), Ok(sample()));
+        let file = dir.path().join("state/state");
+        mode(&file, 0o646);
+        assert!(matches!(states.load("b0"), Err(Problem::Untrusted(_))));
+        mode(&file, 0o644);
+        for writable in [0o775, 0o757, 0o1777] {
+            mode(states.dir.as_path(), writable);
+            assert!(matches!(states.load("b0"), Err(Problem::Untrusted(_))));
+            assert!(matches!(
+                states.store(&sample()),
+                Err(Problem::Untrusted(_))
+            ));
+        }
+        mode(states.dir.as_path(), 0o755);
+        fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &file).unwrap();
+        assert!(matches!(states.load("b0"), Err(Problem::Untrusted(_))));
+    }
+
+    #[test]
     fn running_totals_not_written_again_are_kept_other_entries_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let device = |entries: &[(&str, &str)]| Device {
@@ -794,6 +890,7 @@ mod tests {
             ])],
             "580",
         );
+        drop(memory);
         let mut memory = Memory::load_to_store(StateDir::new(dir.path()), until);
         memory.store(&[device(&[("boot.util.gpu", "5 6")])], "580");
         let entries = &StateDir::new(dir.path()).load(&boot_id()).unwrap().gpus["GPU-a"].entries;

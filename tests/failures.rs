@@ -243,7 +243,14 @@ fn a_run_does_not_use_a_state_another_run_holds() {
     let output = run(
         "h100x8",
         &dir,
-        &["--stdout", "--write-state", "--gpm-window", "0", "--timeout", "2s"],
+        &[
+            "--stdout",
+            "--write-state",
+            "--gpm-window",
+            "0",
+            "--timeout",
+            "2s",
+        ],
     );
     assert!(started.elapsed() < Duration::from_secs(2) + GRACE);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
@@ -267,7 +274,10 @@ fn a_link_count_comes_only_from_links_that_answered() {
     let path = derived.path().join("nvlink-state-unknown.toml");
     fs::write(
         &path,
-        text.replace(failing, r#"errors = { nvmlDeviceGetNvLinkState = "UNKNOWN" }"#),
+        text.replace(
+            failing,
+            r#"errors = { nvmlDeviceGetNvLinkState = "UNKNOWN" }"#,
+        ),
     )
     .unwrap();
     let state = tempfile::tempdir().unwrap();
@@ -283,10 +293,7 @@ fn a_link_count_comes_only_from_links_that_answered() {
     // GPU 0 answers for its two links; GPU 1's probes all fail; GPU 2's answer.
     assert_eq!(links.len(), 2, "{links:?}");
     assert!(links.iter().all(|l| l.ends_with(" 2")), "{links:?}");
-    assert!(
-        !links.iter().any(|l| l.contains("gpu=\"1\"")),
-        "{links:?}"
-    );
+    assert!(!links.iter().any(|l| l.contains("gpu=\"1\"")), "{links:?}");
 }
 
 /// Durations that overflow when added to are usage errors, not panics.
@@ -296,7 +303,12 @@ fn huge_durations_are_usage_errors() {
     for args in [
         &["--gpm-window", "18446744073709551615s 900ms"][..],
         &["--gpm-window", "18446744073709551615s"],
-        &["--gpm-window", "18446744073709551615s", "--no-collector", "gpm"],
+        &[
+            "--gpm-window",
+            "18446744073709551615s",
+            "--no-collector",
+            "gpm",
+        ],
         &["--timeout", "18446744073709551615s"],
         &["--timeout", "18446744073709551615s 999999999ns"],
     ] {
