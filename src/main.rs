@@ -1,8 +1,8 @@
 //! Command-line entry point: parse, run once, map the outcome to an exit status.
 //!
 //! The pipeline in one screen: take the deadline, open a publish session (lock,
-//! or busy), load the state, read NVML under the watchdog, store the state,
-//! render, publish.
+//! or busy), load the state under its lock, read NVML under the watchdog, store
+//! the state, render, publish.
 
 use std::process::ExitCode;
 
