@@ -82,6 +82,8 @@ install -D -m 0755 "$binary" "$staging/usr/bin/$package"
 strip --remove-section=.comment --remove-section=.note "$staging/usr/bin/$package"
 install -D -m 0644 systemd/$package.service "$staging/lib/systemd/system/$package.service"
 install -D -m 0644 systemd/$package.timer "$staging/lib/systemd/system/$package.timer"
+# Removes the previous boot's snapshot at boot (systemd-tmpfiles-setup.service).
+install -D -m 0644 systemd/$package.tmpfiles "$staging/usr/lib/tmpfiles.d/$package.conf"
 install -D -m 0644 packaging/default "$staging/etc/default/$package"
 install -D -m 0644 packaging/cron/$package "$doc/examples/cron.d/$package"
 install -D -m 0644 packaging/debian/copyright "$doc/copyright"

@@ -66,8 +66,9 @@ impl Exit {
                 "at least one GPU is down (lost, or failing every read); the file says which"
             }
             Exit::Timeout => {
-                "the run did not finish within --timeout (a hung driver call); the file says \
-                 so, unless even writing it could not finish in time"
+                "the run did not finish within --timeout (a hung driver call or file system, \
+                 standard output nobody reads); the file says so, unless even writing it could \
+                 not finish in time"
             }
             Exit::Busy => {
                 "another run held the lock of the output file until the deadline; the file \

@@ -11,15 +11,20 @@
 //! multi-line message carries the prefix.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use log::Level;
 
 /// The program name on lines that do not go to the journal.
 const PROGRAM: &str = "nvidia-textfile-exporter";
 
+/// Whether [`init`] found stderr to be the journal stream, for [`emergency`].
+static JOURNAL: AtomicBool = AtomicBool::new(false);
+
 /// Installs the logger: `warn` unless `RUST_LOG` says otherwise.
 pub fn init() {
     let journal = stderr_is_journal();
+    JOURNAL.store(journal, Ordering::Relaxed);
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(move |out, record| {
             let message = record.args().to_string();
@@ -34,6 +39,70 @@ pub fn init() {
             Ok(())
         })
         .init();
+}
+
+/// Logs `message` as an error for a process about to `_exit`, in the form
+/// [`init`]'s lines have, but through neither the logger nor Rust's `Stderr`
+/// (another thread may hold their locks, blocked in a write) and without ever
+/// blocking: when stderr (a pipe nobody reads, a stalled journal) does not
+/// take the message at once, it is dropped.
+pub fn emergency(message: &str) {
+    let journal = JOURNAL.load(Ordering::Relaxed);
+    let mut text = String::new();
+    for line in message.lines() {
+        if journal {
+            text.push_str(&format!("<{}>{line}\n", priority(Level::Error)));
+        } else {
+            text.push_str(&format!("{PROGRAM}: error: {line}\n"));
+        }
+    }
+    write_to_stderr_nonblocking(text.as_bytes());
+}
+
+/// One write of `bytes` to fd 2 that never blocks. The flags of fd 2's file
+/// description are left alone: it may be shared with a shell, which
+/// `O_NONBLOCK` would break.
+fn write_to_stderr_nonblocking(bytes: &[u8]) {
+    // SAFETY: fstat only writes the struct it is given.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(2, &mut stat) } != 0 {
+        return;
+    }
+    match stat.st_mode & libc::S_IFMT {
+        // A file takes a write without waiting for a reader, at fd 2's own
+        // offset (a second description would write over the file's end).
+        libc::S_IFREG => {
+            // SAFETY: `bytes` is valid for its length; write only reads it.
+            unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        }
+        // The journal's stream: send(2) takes a per-call flag.
+        libc::S_IFSOCK => {
+            // SAFETY: as above.
+            unsafe {
+                libc::send(
+                    2,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+        }
+        // A pipe or a terminal: a new, non-blocking file description of the
+        // same file, opened through /proc (a FIFO whose reader is gone fails
+        // to open rather than block).
+        _ => {
+            let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+            // SAFETY: a NUL-terminated path; the descriptor is closed below.
+            let fd = unsafe { libc::open(c"/proc/self/fd/2".as_ptr(), flags) };
+            if fd >= 0 {
+                // SAFETY: `fd` is open; `bytes` is valid for its length.
+                unsafe {
+                    libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                    libc::close(fd);
+                }
+            }
+        }
+    }
 }
 
 /// The syslog priority a line of `level` is logged at in the journal.

@@ -1,10 +1,9 @@
 //! Command-line entry point: parse, run once, map the outcome to an exit status.
 //!
 //! The pipeline in one screen: take the deadline, open a publish session (lock,
-//! or busy), load the state, read the GPUs under the watchdog, run the host
-//! steps, store the state, render, publish.
+//! or busy), load the state under its lock, read the GPUs under the
+//! watchdog, run the host steps, store the state, render, publish.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
@@ -16,7 +15,7 @@ use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
 use nvidia_textfile_exporter::logging;
 use nvidia_textfile_exporter::metrics;
-use nvidia_textfile_exporter::publish::{Published, Session, Target};
+use nvidia_textfile_exporter::publish::{write_stdout, Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::snapshot::Sample;
@@ -63,12 +62,27 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
-        let mut memory = Memory::load(StateDir::new(&cli.state_dir));
-        let outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
+        let dir = StateDir::new(&cli.state_dir);
+        let mut memory = if cli.write_state {
+            deadline.enter("waiting for the lock of the state");
+            Memory::load_to_store(dir, deadline.waiting_ends())
+        } else {
+            Memory::load(dir)
+        };
+        let mut outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
         deadline.enter("writing to standard output");
+        deadline.stamp_duration(&mut outcome.snapshot);
         let text = render(&outcome.snapshot);
-        return match std::io::stdout().lock().write_all(text.as_bytes()) {
-            Ok(()) => outcome.exit,
+        return match write_stdout(text.as_bytes(), deadline.end()) {
+            Ok(true) => outcome.exit,
+            Ok(false) => {
+                log::error!(
+                    "standard output did not take the metrics within --timeout {}; \
+                     the reader got only part of them",
+                    humantime::format_duration(cli.timeout)
+                );
+                Exit::Timeout
+            }
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => outcome.exit,
             Err(error) => {
                 log::error!("cannot write to standard output: {error}");
@@ -86,7 +100,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             return Exit::PublishFailed;
         }
     };
-    let outcome = if session.superseded() {
+    let mut outcome = if session.superseded() {
         // Another run published while this one waited (with the lock now or
         // not): its file is fresh, and this run's would only repeat it later or,
         // with what is left of the deadline, replace it with an error.
@@ -96,8 +110,9 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         );
         return Exit::Busy;
     } else if session.holds_lock() {
-        deadline.enter("loading the state");
-        let mut memory = Memory::load(StateDir::new(&cli.state_dir));
+        deadline.enter("waiting for the lock of the state");
+        let mut memory =
+            Memory::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
         remembered_snapshot(cli, deadline, &mut memory, true)
     } else {
         log::error!(
@@ -109,6 +124,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         deadline.failed(Reason::Busy, Exit::Busy)
     };
     deadline.enter("writing the output file");
+    deadline.stamp_duration(&mut outcome.snapshot);
     match session.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
         Ok(Published::LeftHoldersFile) => Exit::Busy,

@@ -80,7 +80,7 @@ families! {
     COLLECTOR_BUILD_INFO: Gauge, "nvidia_gpu_collector_build_info", ["version"],
         "Version of the exporter that wrote this file; always 1.";
     COLLECTOR_STATE_OK: Gauge, "nvidia_gpu_collector_state_ok", [],
-        "1 if this run used the previous run's state and stored its own; 0 if it started afresh (first run, other boot, damaged or unwritable state directory).";
+        "1 if this run used the previous run's state and stored its own; 0 if it started afresh (first run, other boot, damaged, unwritable or untrusted state, or another run held its lock).";
     COLLECTOR_SUCCESS: Gauge, "nvidia_gpu_collector_success", ["collector"],
         "1 if the collector's host-level step (reading the kernel log, process owners) worked in this run, 0 if it did not (the log says why).";
     COLLECTOR_STEP_DURATION: Gauge, "nvidia_gpu_collector_step_duration_seconds", ["collector"],

@@ -313,6 +313,53 @@ impl<'t> Session<'t> {
     }
 }
 
+/// Writes `text` to standard output (`--stdout`) by `until`: `Ok(false)` when
+/// the reader had not taken all of it by then (the rest is not written).
+///
+/// The bytes go straight to fd 1, bypassing Rust's buffered and locked
+/// `Stdout` (which nothing else uses in a `--stdout` run, so nothing is left
+/// in its buffer for the hard stop's `_exit` to lose), each write only after
+/// poll(2) says fd 1 takes more, and at most `PIPE_BUF` bytes at once, which
+/// a pipe with room takes whole: so no write blocks past `until` on a reader
+/// that stalls. Fd 1's flags are left alone (a shell may share them).
+pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
+    let mut rest = text;
+    while !rest.is_empty() {
+        let left = until.saturating_duration_since(Instant::now());
+        let wait_ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        let mut fd = libc::pollfd {
+            fd: 1,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut fd, 1, wait_ms) } {
+            0 => return Ok(false),
+            -1 => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+                continue;
+            }
+            // Ready, or POLLERR/POLLHUP: the write says which (EPIPE).
+            _ => {}
+        }
+        let chunk = &rest[..rest.len().min(libc::PIPE_BUF)];
+        // SAFETY: `chunk` is valid for its length; write only reads it.
+        let written = unsafe { libc::write(1, chunk.as_ptr().cast(), chunk.len()) };
+        if written < 0 {
+            let error = io::Error::last_os_error();
+            match error.kind() {
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => continue,
+                _ => return Err(error),
+            }
+        }
+        rest = &rest[written as usize..];
+    }
+    Ok(true)
+}
+
 /// The pid in a temporary file name `<prefix><pid>.<random>.tmp`, if `name` is one.
 fn temp_file_pid(name: &str, prefix: &str) -> Option<u32> {
     let rest = name.strip_prefix(prefix)?.strip_suffix(".tmp")?;

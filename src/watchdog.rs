@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::collectors::gpus::Reading;
 use crate::exit::Exit;
 use crate::inflight::InFlight;
+use crate::logging;
 use crate::metrics;
 use crate::nvml::InitError;
 use crate::reason::Reason;
@@ -79,6 +80,13 @@ impl Deadline {
         self.end() - publish_reserve(self.timeout)
     }
 
+    /// When a wait before reading gives up that must leave the reading time
+    /// (the state's lock): half of what is left until [`Self::reading_ends`].
+    pub fn waiting_ends(&self) -> Instant {
+        let now = Instant::now();
+        now + self.reading_ends().saturating_duration_since(now) / 2
+    }
+
     /// Records what the run is doing, for the hard stop's message.
     pub fn enter(&self, phase: &'static str) {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
@@ -100,12 +108,15 @@ impl Deadline {
                     }
                     thread::sleep(stop - now);
                 }
+                // The phase's lock is only ever held to copy a pointer. The
+                // message goes out without the logger: the stuck thread may
+                // hold stderr's lock, blocked writing to a stalled journal.
                 let phase = *deadline.phase.lock().unwrap_or_else(|e| e.into_inner());
-                log::error!(
+                logging::emergency(&format!(
                     "the run did not finish within --timeout {} (stuck {phase}); \
                      exiting without publishing",
                     humantime::format_duration(deadline.timeout)
-                );
+                ));
                 exit_now(Exit::Timeout)
             });
         if let Err(e) = spawned {
@@ -141,6 +152,18 @@ impl Deadline {
         samples
     }
 
+    /// Sets `nvidia_gpu_collector_duration_seconds` in `snapshot` to the time
+    /// since the run started. Called right before rendering, so that it covers
+    /// every read (process owners, the kernel log, the state), not only NVML.
+    pub fn stamp_duration(&self, snapshot: &mut Snapshot) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        for sample in &mut snapshot.host {
+            if sample.family == &metrics::COLLECTOR_DURATION {
+                sample.value = elapsed;
+            }
+        }
+    }
+
     /// A snapshot that says only that the run failed for `reason`.
     pub fn failed(&self, reason: Reason, exit: Exit) -> Outcome {
         Outcome {
@@ -158,15 +181,15 @@ impl Deadline {
 ///
 /// After a timeout a thread may still be inside a driver call; returning from
 /// `main` would run libnvidia-ml's destructors, which can wait for locks that
-/// the stuck call holds.
+/// the stuck call holds. Nothing is flushed: another thread may hold stdout's
+/// lock, blocked on a reader that never reads (a run's metrics go to fd 1
+/// unbuffered, see `publish::write_stdout`).
 pub fn exit_now(exit: Exit) -> ! {
     extern "C" {
         fn _exit(status: i32) -> !;
     }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    // SAFETY: _exit(2) only ends the process; stdout is flushed above and
-    // stderr is unbuffered.
+    // SAFETY: _exit(2) only ends the process; nothing the run wrote waits in a
+    // buffer, and stderr is unbuffered.
     unsafe { _exit(i32::from(exit.code())) }
 }
 

@@ -61,6 +61,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             let Some(probed) = probe_links(reader, MAX_LINKS) else {
                 return;
             };
+            // A count is a count of successful reads: where every probe
+            // failed, how many links the GPU has is unknown (a GPU with 2 links
+            // would otherwise show the 18 probes).
+            if probed.iter().all(Option::is_none) {
+                return;
+            }
             (probed.len() as u32, probed)
         }
     };
@@ -68,7 +74,11 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         return;
     }
     let links = read_link_fields(reader, count);
-    reader.gauge(&metrics::NVLINK_LINKS, f64::from(count));
+    // Probed links count only when every probe answered: a link whose state
+    // failed may not exist.
+    if probed.iter().all(Option::is_some) {
+        reader.gauge(&metrics::NVLINK_LINKS, f64::from(count));
+    }
     let active: Option<u32> = links
         .iter()
         .enumerate()

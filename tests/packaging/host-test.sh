@@ -145,6 +145,22 @@ wait "$EXPORTER_PID" 2>/dev/null
 EXPORTER_PID=
 
 # ---------------------------------------------------------------------------
+say "boot: systemd-tmpfiles removes the previous boot's snapshot"
+TMPFILES=/usr/lib/tmpfiles.d/$PACKAGE.conf
+check "package holds $TMPFILES" grep -qxF "$TMPFILES" <<<"$contents"
+touch "$TEXTFILE_DIR/other.prom"
+check "snapshot there before" test -f "$OUT"
+systemd-tmpfiles --remove "$TMPFILES"
+check "kept by systemd-tmpfiles --remove without --boot" test -f "$OUT"
+systemd-tmpfiles --boot --remove "$TMPFILES"
+check "removed by systemd-tmpfiles --boot --remove" test ! -e "$OUT"
+check "another collector's file kept" test -f "$TEXTFILE_DIR/other.prom"
+rm -f "$TEXTFILE_DIR/other.prom"
+# The checks below need the snapshot again.
+"/usr/bin/$PACKAGE" --timeout 5s --nvml-lib "$WORK/no-such-libnvidia-ml.so.1" 2>/dev/null
+check "snapshot written again" test -f "$OUT"
+
+# ---------------------------------------------------------------------------
 say "dpkg -r"
 touch "$TEXTFILE_DIR/.nvidia_gpu.prom.999999.AbCdEf.tmp"
 check "dpkg -r" logged "$WORK/dpkg.log" dpkg -r "$PACKAGE"
