@@ -31,9 +31,8 @@ fn fake_nvml() -> PathBuf {
 /// The binary against the fake NVML, scenarios from tests/scenarios.
 fn ex() -> &'static Exporter {
     static EXPORTER: std::sync::OnceLock<Exporter> = std::sync::OnceLock::new();
-    EXPORTER.get_or_init(|| {
-        Exporter::new(EXE, fake_nvml(), Path::new(ROOT).join("tests/scenarios"))
-    })
+    EXPORTER
+        .get_or_init(|| Exporter::new(EXE, fake_nvml(), Path::new(ROOT).join("tests/scenarios")))
 }
 
 fn scenario(name: &str) -> PathBuf {
@@ -91,17 +90,26 @@ fn normalize(bytes: &[u8], started: f64, finished: f64) -> Vec<u8> {
         let (series, value) = body.rsplit_once(' ').unwrap_or((body, ""));
         let placeholder = if series == "nvidia_gpu_collector_duration_seconds" {
             let duration: f64 = value.parse().unwrap();
-            assert!((0.0..=finished - started + 0.001).contains(&duration), "{line}");
+            assert!(
+                (0.0..=finished - started + 0.001).contains(&duration),
+                "{line}"
+            );
             Some("<duration>")
         } else if series == "nvidia_gpu_collector_timestamp_seconds" {
             let timestamp: f64 = value.parse().unwrap();
-            assert!(timestamp >= started - 0.001 && timestamp <= finished, "{line}");
+            assert!(
+                timestamp >= started - 0.001 && timestamp <= finished,
+                "{line}"
+            );
             Some("<timestamp>")
         } else if series.starts_with("nvidia_gpu_gpm_window_seconds{") {
             // The window actually measured: at least the shortest --gpm-window,
             // within the run.
             let window: f64 = value.parse().unwrap();
-            assert!((0.1..=finished - started + 0.001).contains(&window), "{line}");
+            assert!(
+                (0.1..=finished - started + 0.001).contains(&window),
+                "{line}"
+            );
             Some("<window>")
         } else {
             None
@@ -160,12 +168,7 @@ fn promtool_check(case: &str, text: &str) {
 
 /// Runs `scenario` with `--stdout` and checks exit status, stderr, strict
 /// parsing, promtool and the golden file; returns the normalized text.
-fn golden_case(
-    case: &str,
-    scenario_name: &str,
-    args: &[&str],
-    status: i32,
-) -> (String, Samples) {
+fn golden_case(case: &str, scenario_name: &str, args: &[&str], status: i32) -> (String, Samples) {
     let started = now();
     let mut all_args = vec!["--stdout"];
     all_args.extend_from_slice(args);
@@ -187,7 +190,10 @@ fn golden_case(
 
 /// The series that belong to a GPU (have a `gpu` label).
 fn device_series(samples: &Samples) -> Vec<&Series> {
-    samples.keys().filter(|s| s.label("gpu").is_some()).collect()
+    samples
+        .keys()
+        .filter(|s| s.label("gpu").is_some())
+        .collect()
 }
 
 /// The samples of a complete file.
@@ -318,7 +324,10 @@ fn init_failures_write_only_collector_metrics_with_reason() {
             )),
             "{scenario_name}: {text}"
         );
-        assert!(device_series(&samples).is_empty(), "{scenario_name}: {text}");
+        assert!(
+            device_series(&samples).is_empty(),
+            "{scenario_name}: {text}"
+        );
         assert!(!text.contains("nvidia_gpu_driver_info"), "{scenario_name}");
     }
 }
@@ -493,13 +502,9 @@ fn publishes_world_readable_file_and_no_temp_files() {
 fn failure_replaces_a_good_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
+    assert_eq!(exporter("h100x8", &["--output-dir", out]).code(), Some(0));
     assert_eq!(
-        exporter("h100x8", &["--output-dir", out]).code(),
-        Some(0)
-    );
-    assert_eq!(
-        exporter("init-driver-not-loaded", &["--output-dir", out])
-            .code(),
+        exporter("init-driver-not-loaded", &["--output-dir", out]).code(),
         Some(3)
     );
     let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
@@ -703,10 +708,7 @@ fn busy_lock_writes_busy_unless_the_holder_published_meanwhile() {
     drop(lock);
 
     // Once the lock is free, runs succeed again.
-    assert_eq!(
-        exporter("h100x8", &["--output-dir", out]).code(),
-        Some(0)
-    );
+    assert_eq!(exporter("h100x8", &["--output-dir", out]).code(), Some(0));
 }
 
 #[test]
@@ -884,39 +886,58 @@ fn per_link_families_only_with_the_opt_in_collector() {
 }
 
 /// The whole run keeps one deadline: a lock held for part of it and then a hung
-/// NVML still give an error file before `--timeout` (plus a small margin), and
-/// the process is gone by then.
+/// NVML (in init, or in a device call) still give the timeout file before
+/// `--timeout` (plus a small margin for a loaded machine), and by then the
+/// process and everything it started are gone.
 #[test]
 fn one_deadline_bounds_lock_wait_and_nvml_together() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_str().unwrap();
-    let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
-    lock.lock().unwrap();
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1000));
-        drop(lock);
-    });
-    let started = Instant::now();
-    let output = exporter(
-        "fault-init-hang",
-        &["--output-dir", out, "--timeout", "2500ms"],
-    );
-    let elapsed = started.elapsed();
-    releaser.join().unwrap();
-    assert_eq!(output.code(), Some(5), "{output:?}");
-    assert!(
-        elapsed < Duration::from_millis(2500 + 150),
-        "the run took {elapsed:?}"
-    );
-    let path = dir.path().join("nvidia_gpu.prom");
-    let text = fs::read_to_string(&path).unwrap();
-    assert!(
-        text.contains("nvidia_gpu_collector_error{reason=\"timeout\"} 1\n"),
-        "{text}"
-    );
-    let written = fs::metadata(&path).unwrap().modified().unwrap();
-    let written = written.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-    assert!(written < now() + 0.001, "written after the run ended");
+    for (scenario_name, stuck) in [
+        ("fault-init-hang", "nvmlInit_v2 (host)"),
+        ("fault-device-hang", "nvmlDeviceGetPowerUsage (GPU 1)"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
+        lock.lock().unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1000));
+            drop(lock);
+        });
+        let started = now();
+        let mut run = ex()
+            .run(scenario_name)
+            .output_dir(dir.path())
+            .args(["--timeout", "2500ms"])
+            .own_process_group()
+            .finish()
+            .unwrap();
+        let ended = now();
+        releaser.join().unwrap();
+        let at = format!("{scenario_name}: {run:?}");
+        assert_eq!(run.code(), Some(5), "{at}");
+        assert!(run.err().contains(&format!("stuck in {stuck}")), "{at}");
+        check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+        let bound = 2.5 + 0.15;
+        let t_file = run.t_file.expect("the file was replaced");
+        assert!(t_file < bound, "{at}: file replaced after {t_file:.3} s");
+        assert!(
+            run.elapsed < bound,
+            "{at}: exited after {:.3} s",
+            run.elapsed
+        );
+        // The file's own time agrees: written by this run, within the bound.
+        let written = fs::metadata(run.path()).unwrap().modified().unwrap();
+        let written = written.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(
+            (started..=started + bound).contains(&written) && written <= ended,
+            "{at}: written {:.3} s after the start",
+            written - started
+        );
+        // Nothing of the run is left: no thread stuck in NVML keeps a process.
+        assert!(
+            run.proc.group_gone(),
+            "{at}: a process of the run is still there"
+        );
+    }
 }
 
 /// The unit's start timeout is longer than any `--timeout` the command line
@@ -968,8 +989,8 @@ fn golden_samples_carry_only_declared_labels() {
             .replace(" <duration>\n", " 0\n")
             .replace(" <timestamp>\n", " 0\n")
             .replace(" <window>\n", " 0\n");
-        let samples = exposition::parse(&text)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let samples =
+            exposition::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for series in samples.keys() {
             let name = series.name.as_str();
             let labels = declared
@@ -987,8 +1008,24 @@ fn golden_samples_carry_only_declared_labels() {
     assert!(checked > 1000, "only {checked} labels checked");
 }
 
-/// Each collector, run alone on every product scenario, emits only the families
-/// its registry row lists (plus the always-written ones).
+/// The exit status a run of `scenario_name` with only `collector` must have:
+/// 3 where NVML is unusable, 4 where a GPU is down (in fault-lost-midread only
+/// when the collector makes the call that finds it lost: the temperature, read
+/// by `thermal`), else 0.
+fn expected_status(scenario_name: &str, collector: &str) -> i32 {
+    match scenario_name {
+        "fault-device-count" => 3,
+        s if s.starts_with("init-") => 3,
+        "lost-gpu" | "fault-handle-error" => 4,
+        "fault-lost-midread" if collector == "thermal" => 4,
+        _ => 0,
+    }
+}
+
+/// Each collector, run alone on every scenario a run can read (all but the
+/// ones where NVML hangs), exits with the status the scenario calls for, emits
+/// only the families its registry row lists (plus the always-written ones),
+/// and emits at least one of its own families on some scenario.
 #[test]
 fn collectors_emit_only_their_registered_families() {
     let table = Command::new(EXE)
@@ -1003,8 +1040,10 @@ fn collectors_emit_only_their_registered_families() {
             (cells[0], cells[2].split(',').collect())
         })
         .collect();
+    assert!(rows.len() > 10, "{table}");
     let always = [
         "nvidia_gpu_collector_up",
+        "nvidia_gpu_collector_error",
         "nvidia_gpu_collector_duration_seconds",
         "nvidia_gpu_collector_timestamp_seconds",
         "nvidia_gpu_collector_build_info",
@@ -1012,39 +1051,71 @@ fn collectors_emit_only_their_registered_families() {
         "nvidia_gpu_collector_state_ok",
         "nvidia_gpu_driver_info",
         "nvidia_gpu_up",
+        "nvidia_gpu_down_reason",
         "nvidia_gpu_info",
     ];
+    let mut scenarios: Vec<String> = fs::read_dir(Path::new(ROOT).join("tests/scenarios"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter_map(|n| n.strip_suffix(".toml").map(String::from))
+        .filter(|n| !n.contains("hang"))
+        .collect();
+    scenarios.sort();
+    assert!(scenarios.len() >= 25, "{scenarios:?}");
     let procfs = tempfile::tempdir().unwrap();
-    for scenario_name in [
-        "h100x8",
-        "geforce",
-        "h100-mig",
-        "nvlink-fields",
-        "fields-preferred",
-    ] {
+    let procfs = procfs.path().to_str().unwrap();
+    // Which collectors wrote one of their own families somewhere; two threads
+    // share the scenarios.
+    let wrote = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let check = |scenario_name: &str| {
         for (collector, families) in &rows {
-            let mut args = vec!["--stdout", "--procfs", procfs.path().to_str().unwrap()];
+            let mut args = vec!["--stdout", "--procfs", procfs, "--gpm-window", "100ms"];
             for (other, _) in &rows {
-                args.extend([
-                    if other == collector {
-                        "--collector"
-                    } else {
-                        "--no-collector"
-                    },
-                    other,
-                ]);
+                let switch = if other == collector {
+                    "--collector"
+                } else {
+                    "--no-collector"
+                };
+                args.extend([switch, other]);
             }
             let output = exporter(scenario_name, &args);
-            let text = String::from_utf8(output.stdout).unwrap();
-            for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
-                let name = line.split(' ').nth(2).unwrap();
+            let at = format!("{scenario_name}, only {collector}");
+            let want = expected_status(scenario_name, collector);
+            assert_eq!(output.code(), Some(want), "{at}: {}", output.err());
+            let file = output.parsed().unwrap_or_else(|e| panic!("{at}: {e}"));
+            let names = file
+                .families
+                .keys()
+                .chain(file.samples.keys().map(|s| &s.name));
+            for name in names {
                 assert!(
-                    always.contains(&name) || families.contains(&name),
-                    "{scenario_name}: collector {collector} emitted {name}"
+                    always.contains(&name.as_str()) || families.contains(&name.as_str()),
+                    "{at}: emitted {name}"
                 );
+                if families.contains(&name.as_str()) {
+                    wrote.lock().unwrap().insert(collector.to_string());
+                }
             }
         }
-    }
+    };
+    std::thread::scope(|scope| {
+        let (odd, even): (Vec<_>, Vec<_>) =
+            scenarios.iter().enumerate().partition(|(i, _)| i % 2 == 1);
+        for half in [odd, even] {
+            let check = &check;
+            scope.spawn(move || half.iter().for_each(|(_, name)| check(name)));
+        }
+    });
+    let wrote = wrote.into_inner().unwrap();
+    let silent: Vec<&str> = rows
+        .iter()
+        .map(|(c, _)| *c)
+        .filter(|c| !wrote.contains(*c))
+        .collect();
+    assert!(
+        silent.is_empty(),
+        "collectors that wrote none of their families on any scenario: {silent:?}"
+    );
 }
 
 /// No scenario, with every collector on, writes a series twice; the scenario
@@ -1358,10 +1429,7 @@ fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
         ),
     );
     let run = xid_run(state.path(), journal.path());
-    assert_eq!(
-        select(&run, "nvidia_gpu_xid_errors_total", &[]).len(),
-        8
-    );
+    assert_eq!(select(&run, "nvidia_gpu_xid_errors_total", &[]).len(), 8);
     assert_eq!(xids(&run, GPU0), Some(0.0));
     assert_eq!(xids(&run, GPU0_79), None);
 
@@ -1551,7 +1619,12 @@ fn duty_cycle_is_read_completely_every_window() {
     assert!(close(busy, 7.2), "{first}");
     assert!(close(ratio.unwrap(), 36.0 / 71.0));
     assert!(close(
-        value_of(&first, "nvidia_gpu_memory_utilization_ratio", &[("gpu", "0")]).unwrap(),
+        value_of(
+            &first,
+            "nvidia_gpu_memory_utilization_ratio",
+            &[("gpu", "0")]
+        )
+        .unwrap(),
         0.8 * 36.0 / 71.0
     ));
     let (mut busy, mut sampled) = (busy, sampled);
@@ -1569,7 +1642,11 @@ fn duty_cycle_is_read_completely_every_window() {
     // Encoder and decoder keep no samples here: point readings, no counters.
     let text = run_at("duty-cycle", state.path(), T0 + 50 * SECOND, &[]);
     assert_eq!(
-        value_of(&text, "nvidia_gpu_decoder_utilization_ratio", &[("gpu", "0")]),
+        value_of(
+            &text,
+            "nvidia_gpu_decoder_utilization_ratio",
+            &[("gpu", "0")]
+        ),
         Some(0.03)
     );
     assert!(!text.contains("engine=\"decoder\""), "{text}");
@@ -1693,7 +1770,11 @@ fn mig_mode_falls_back_to_the_point_reading() {
         Some(0.42)
     );
     assert_eq!(
-        value_of(&text, "nvidia_gpu_memory_utilization_ratio", &[("gpu", "0")]),
+        value_of(
+            &text,
+            "nvidia_gpu_memory_utilization_ratio",
+            &[("gpu", "0")]
+        ),
         Some(0.07)
     );
     assert!(!text.contains("nvidia_gpu_busy_seconds_total{"));
@@ -1807,8 +1888,10 @@ fn gpm_faults_leave_out_only_what_failed() {
     assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 3).is_empty());
     // GPU 4 has no GPM: nothing at all.
     assert!(!text.contains("{gpu=\"4\",uuid=\"GPU-0e000000-0000-4000-8000-000000000000\",reason"));
-    assert!(device_series(&parsed(&text)).iter().all(|s| !(s.label("gpu") == Some("4")
-        && (s.name.contains("_active_ratio") || s.name.contains("gpm")))));
+    assert!(device_series(&parsed(&text))
+        .iter()
+        .all(|s| !(s.label("gpu") == Some("4")
+            && (s.name.contains("_active_ratio") || s.name.contains("gpm")))));
 
     // The next run says nothing more about what has not changed.
     let again = exporter_with_state("gpm-faults", state.path(), &args, &[]);
@@ -2084,4 +2167,34 @@ fn a_uuid_read_failure_does_not_reset_the_busy_counters() {
         busy(&second),
         busy(&third)
     );
+}
+
+/// UNKNOWN from nvmlDeviceGetUUID (a transient error, not a lost GPU): the GPU
+/// stays up with every reading a run without the fault has, the failed read
+/// counted, and its UUID continues from the state (the previous run's). It is
+/// never reported up with its readings dropped, nor down.
+#[test]
+fn a_uuid_read_failure_keeps_the_gpu_up_with_all_its_readings() {
+    let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let run = |faults: bool| {
+        let run = ex()
+            .run("fault-uuid-error")
+            .output_dir(dir.path())
+            .state_dir(state.path());
+        let run = if faults { run } else { run.faults_off() };
+        let done = run.finish().unwrap();
+        let samples = check_file(&done.path(), None).unwrap_or_else(|e| panic!("{done:?}: {e}"));
+        (done, samples)
+    };
+    let (healthy, before) = run(false);
+    healthy.assert_status(0);
+    let (faulty, after) = run(true);
+    faulty.assert_status(0);
+    let mut want = gpus(&before).0["1"].clone();
+    want.insert(Series::new("nvidia_gpu_collector_read_errors", &[]), 1.0);
+    compare(&gpus(&after).0["1"], &want, "GPU 1").unwrap();
+    compare(&gpus(&after).0["0"], &gpus(&before).0["0"], "GPU 0").unwrap();
+    assert_eq!(uuid_of(&after, "1"), uuid_of(&before, "1"));
+    assert!(uuid_of(&after, "1").is_some_and(|u| u.starts_with("GPU-")));
+    assert!(faulty.err().contains("nvmlDeviceGetUUID"), "{faulty:?}");
 }
