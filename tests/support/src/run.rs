@@ -265,8 +265,10 @@ impl<'a> Run<'a> {
                 p
             }
         };
-        let (stdout_path, stderr_path) =
-            (prefix.with_extension("out"), prefix.with_extension("err"));
+        let (stdout_path, stderr_path) = (
+            PathBuf::from(format!("{}.out", prefix.display())),
+            PathBuf::from(format!("{}.err", prefix.display())),
+        );
         cmd.stdout(File::create(&stdout_path)?)
             .stderr(File::create(&stderr_path)?);
         let target = dir.as_ref().map(|d| d.join(OUT_FILE));
