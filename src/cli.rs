@@ -114,7 +114,7 @@ pub struct Cli {
     /// window's end, so a run on a GPU with GPM lasts about this long. A window
     /// given here must fit in --timeout; the default, 1s, is shortened to fit a
     /// short --timeout (and GPM is off when not even 100ms fit).
-    #[arg(long, value_name = "DURATION|auto")]
+    #[arg(long, value_name = "DURATION|auto", value_parser = parse_gpm_window)]
     pub gpm_window: Option<GpmWindowRequest>,
 
     /// While this file exists, no GPM sample is taken (the GPUs report
@@ -244,6 +244,19 @@ fn parse_output_file(name: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
+fn parse_gpm_window(text: &str) -> Result<GpmWindowRequest, String> {
+    let request: GpmWindowRequest = text.parse()?;
+    // No window longer than the longest timeout fits in any run: bad input
+    // whether or not GPM is on (and far from any overflow).
+    match request {
+        GpmWindowRequest::Exactly(window) if window > MAX_TIMEOUT => Err(format!(
+            "must be at most {}: the window must fit in --timeout",
+            humantime::format_duration(MAX_TIMEOUT)
+        )),
+        request => Ok(request),
+    }
+}
+
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
     if timeout.is_zero() {
@@ -333,8 +346,9 @@ mod tests {
             .check()
             .is_err());
         assert_eq!(window(&["--gpm-window", "0"]), Ok(Duration::ZERO));
-        // No arithmetic on a window that cannot fit overflows.
-        let huge = parse(&["--gpm-window", "18446744073709551615s"]);
-        assert!(huge.check().unwrap_err().contains("does not fit"));
+        // A window no run can hold is refused while parsing, GPM on or off.
+        assert!(Cli::try_parse_from(["x", "--gpm-window", "18446744073709551615s"]).is_err());
+        let longest = parse(&["--gpm-window", "5m", "--timeout", "5m"]);
+        assert!(longest.check().unwrap_err().contains("does not fit"));
     }
 }

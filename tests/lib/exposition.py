@@ -1,6 +1,7 @@
 """The Prometheus text exposition format 0.0.4, parsed strictly: the one parser
 the Python tests share (node_exporter and rules checks, GPU host comparison;
-the fault matrix, in Rust, has its own). Standard library only.
+the Rust tests share tests/support/src/exposition.rs, with the same rules).
+Standard library only.
 
 parse(text) -> {Series: value}; raises ParseError naming the line when:
 - the text is empty or does not end with a line feed (a truncated file);

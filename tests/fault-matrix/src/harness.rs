@@ -2,29 +2,20 @@
 //! scratch directory (cleaned up by [`cleanup`], also on SIGTERM/SIGHUP), the
 //! checks every row shares, a concurrent reader of the file, and inotify.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ffi::CString;
-use std::fs::{self, File};
+use std::fs::{self};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread::{self};
 use std::time::{Duration, Instant};
 
-use crate::exposition::{self, Samples, Series};
-
-pub const OUT_FILE: &str = "nvidia_gpu.prom";
-pub const LOCK_FILE: &str = ".nvidia_gpu.prom.lock";
-/// Values that differ from run to run, compared by presence only. Whether a run
-/// had the previous run's state depends on the row's history.
-const VOLATILE: [&str; 3] = [
-    "nvidia_gpu_collector_duration_seconds",
-    "nvidia_gpu_collector_timestamp_seconds",
-    "nvidia_gpu_collector_state_ok",
-];
+pub use test_support::checks::{compare as compare_samples, gpus, keys, reasons};
+use test_support::{exposition, Samples};
+pub use test_support::{temp_files, temp_pid, Proc, Reader, ReaderStats, LOCK_FILE, OUT_FILE};
 
 /// Why a row did not pass.
 #[derive(Debug)]
@@ -36,6 +27,12 @@ pub enum Fail {
 }
 
 pub type R<T> = Result<T, Fail>;
+
+impl From<String> for Fail {
+    fn from(e: String) -> Fail {
+        Fail::Failed(e, None)
+    }
+}
 
 impl From<std::io::Error> for Fail {
     fn from(e: std::io::Error) -> Fail {
@@ -65,13 +62,11 @@ pub fn short(text: &str, n: usize) -> String {
 // Cleanup of everything this run creates.
 
 struct Janitor {
-    pids: Vec<(u32, bool)>, // live children, and whether each leads its own process group
     mounts: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
 }
 
 static JANITOR: Mutex<Janitor> = Mutex::new(Janitor {
-    pids: Vec::new(),
     mounts: Vec::new(),
     dirs: Vec::new(),
 });
@@ -86,12 +81,8 @@ pub fn remove_at_exit(dir: &Path) {
 
 /// Kills the children still running, unmounts, removes the scratch directory.
 pub fn cleanup() {
+    test_support::kill_all();
     let mut j = janitor();
-    for (pid, group) in j.pids.drain(..).rev() {
-        let pid = pid as i32;
-        // SAFETY: signals to a child of ours that has not been reaped.
-        unsafe { libc::kill(if group { -pid } else { pid }, libc::SIGKILL) };
-    }
     for path in std::mem::take(&mut j.mounts).iter().rev() {
         umount_quietly(path);
     }
@@ -161,87 +152,6 @@ pub fn umount(path: &Path) {
     }
 }
 
-/// A child process, killed when dropped while still running.
-pub struct Proc {
-    pub child: Child,
-    group: bool,
-    pub rc: Option<i32>,
-}
-
-impl Proc {
-    pub fn spawn(cmd: &mut Command, group: bool) -> R<Proc> {
-        if group {
-            cmd.process_group(0);
-        }
-        let child = cmd.spawn()?;
-        janitor().pids.push((child.id(), group));
-        Ok(Proc {
-            child,
-            group,
-            rc: None,
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The exit status, as a negative signal number when killed; `None` while it runs.
-    pub fn poll(&mut self) -> Option<i32> {
-        if self.rc.is_none() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.reaped(status);
-            }
-        }
-        self.rc
-    }
-
-    fn reaped(&mut self, status: std::process::ExitStatus) {
-        let pid = self.child.id();
-        janitor().pids.retain(|(p, _)| *p != pid);
-        self.rc = Some(
-            status
-                .code()
-                .unwrap_or_else(|| -status.signal().unwrap_or(0)),
-        );
-    }
-
-    pub fn signal(&mut self, sig: i32) {
-        if self.poll().is_none() {
-            let pid = self.pid() as i32;
-            // SAFETY: our unreaped child (or its process group).
-            unsafe { libc::kill(if self.group { -pid } else { pid }, sig) };
-        }
-    }
-
-    pub fn wait(&mut self, limit: f64) -> R<i32> {
-        let deadline = Instant::now() + Duration::from_secs_f64(limit);
-        loop {
-            if let Some(rc) = self.poll() {
-                return Ok(rc);
-            }
-            if Instant::now() > deadline {
-                self.signal(libc::SIGKILL);
-                return fail(format!(
-                    "a process was still running after {limit} s (killed)"
-                ));
-            }
-            thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.poll().is_none() {
-            self.signal(libc::SIGKILL);
-            if let Ok(status) = self.child.wait() {
-                self.reaped(status);
-            }
-        }
-    }
-}
-
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -259,86 +169,12 @@ pub fn is_root() -> bool {
 
 /// `promtool check metrics`'s complaints about the file ("" when silent).
 pub fn promtool(path: &Path) -> R<String> {
-    let out = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(File::open(path)?)
-        .output()?;
-    let mut text = String::from_utf8_lossy(&[out.stdout, out.stderr].concat())
-        .trim()
-        .to_string();
-    if !out.status.success() && text.is_empty() {
-        text = format!("promtool exit {}", out.status);
-    }
-    Ok(text)
+    Ok(test_support::promtool(&fs::read(path)?)
+        .err()
+        .unwrap_or_default())
 }
 
-/// {gpu index: {series without gpu/uuid: value}} and the host-wide samples.
-pub fn gpus(samples: &Samples) -> (BTreeMap<String, Samples>, Samples) {
-    let (mut per_gpu, mut host) = (BTreeMap::<String, Samples>::new(), Samples::new());
-    for (s, &v) in samples {
-        match s.label("gpu") {
-            Some(gpu) => per_gpu
-                .entry(gpu.to_string())
-                .or_default()
-                .insert(s.without(&["gpu", "uuid"]), v),
-            None => host.insert(s.clone(), v),
-        };
-    }
-    (per_gpu, host)
-}
-
-/// The failure reasons the file names, e.g. `["timeout"]` or `["gpu2:gpu_lost"]`.
-pub fn reasons(samples: &Samples) -> Vec<String> {
-    let mut out = Vec::new();
-    for (s, &v) in samples {
-        let reason = s.label("reason").unwrap_or_default();
-        if s.name == "nvidia_gpu_collector_error" && v == 1.0 {
-            out.push(reason.to_string());
-        }
-        if s.name == "nvidia_gpu_down_reason" && v == 1.0 {
-            out.push(format!(
-                "gpu{}:{reason}",
-                s.label("gpu").unwrap_or_default()
-            ));
-        }
-    }
-    out
-}
-
-pub fn collector_up(samples: &Samples) -> Option<f64> {
-    samples
-        .get(&Series::new("nvidia_gpu_collector_up", &[]))
-        .copied()
-}
-
-pub type Keys = BTreeSet<Series>;
-
-pub fn keys(samples: &Samples) -> Keys {
-    samples.keys().cloned().collect()
-}
-
-/// The pid in a temporary file's name `.nvidia_gpu.prom.<pid>.<random>.tmp`.
-pub fn temp_pid(name: &str) -> Option<u32> {
-    let rest = name
-        .strip_prefix(".nvidia_gpu.prom.")?
-        .strip_suffix(".tmp")?;
-    let (pid, random) = rest.split_once('.')?;
-    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
-    (digits && !random.is_empty() && !random.contains('.')).then(|| pid.parse().ok())?
-}
-
-pub fn temp_files(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.retain(|n| temp_pid(n).is_some());
-    names.sort();
-    names
-}
+pub type Keys = BTreeSet<test_support::Series>;
 
 pub fn load(path: &Path) -> R<Samples> {
     let data = fs::read(path)?;
@@ -346,86 +182,15 @@ pub fn load(path: &Path) -> R<Samples> {
         .or_else(|e| fail(format!("{OUT_FILE} is not a complete exposition file: {e}")))
 }
 
-/// Parses the published file, runs promtool and, for a failed run, checks that
-/// only collector series with the one expected reason are left.
+/// The shared checks of a published file (test_support::checks::check_file).
 pub fn check_file(path: &Path, failure: Option<&str>) -> R<Samples> {
     expect!(path.exists(), "{OUT_FILE} does not exist");
-    let samples = load(path)?;
-    let complaints = promtool(path)?;
-    expect!(
-        complaints.is_empty(),
-        "promtool check metrics: {}",
-        short(&complaints, 300)
-    );
-    let up = collector_up(&samples);
-    expect!(up.is_some(), "no nvidia_gpu_collector_up");
-    if let Some(failure) = failure {
-        expect!(up == Some(0.0), "nvidia_gpu_collector_up is not 0");
-        let foreign: BTreeSet<&str> = samples
-            .keys()
-            .filter(|s| !s.name.starts_with("nvidia_gpu_collector_") || s.label("gpu").is_some())
-            .map(|s| s.name.as_str())
-            .collect();
-        expect!(
-            foreign.is_empty(),
-            "series other than the collector's survived the failure: {foreign:?}"
-        );
-        let errors: Vec<&Series> = samples
-            .keys()
-            .filter(|s| s.name == "nvidia_gpu_collector_error")
-            .collect();
-        expect!(
-            errors.len() == 1,
-            "{} nvidia_gpu_collector_error series",
-            errors.len()
-        );
-        let reason = errors[0].label("reason");
-        expect!(
-            reason == Some(failure) && samples[errors[0]] == 1.0,
-            "reason={reason:?}, expected {failure:?}"
-        );
-    } else {
-        expect!(
-            up == Some(1.0),
-            "nvidia_gpu_collector_up is {up:?}, reason {:?}",
-            reasons(&samples)
-        );
-    }
-    let left = temp_files(path.parent().unwrap_or(Path::new(".")));
-    expect!(left.is_empty(), "temporary files left: {left:?}");
-    Ok(samples)
+    test_support::checks::check_file(path, failure).or_else(fail)
 }
 
 /// Same series and, except run timings, the same values.
 pub fn compare(actual: &Samples, expected: &Samples, what: &str) -> R<()> {
-    let missing: Vec<_> = expected
-        .keys()
-        .filter(|s| !actual.contains_key(s))
-        .collect();
-    let extra: Vec<_> = actual
-        .keys()
-        .filter(|s| !expected.contains_key(s))
-        .collect();
-    expect!(
-        missing.is_empty(),
-        "{what}: missing {} series, e.g. {}",
-        missing.len(),
-        missing[0]
-    );
-    expect!(
-        extra.is_empty(),
-        "{what}: {} unexpected series, e.g. {}",
-        extra.len(),
-        extra[0]
-    );
-    for (s, v) in expected {
-        let a = actual[s];
-        expect!(
-            VOLATILE.contains(&s.name.as_str()) || a == *v,
-            "{what}: {s} is {a}, expected {v}"
-        );
-    }
-    Ok(())
+    compare_samples(actual, expected, what).or_else(fail)
 }
 
 pub fn file_id(path: &Path) -> Option<(u64, i64, i64, u64)> {
@@ -435,68 +200,7 @@ pub fn file_id(path: &Path) -> Option<(u64, i64, i64, u64)> {
 }
 
 // ---------------------------------------------------------------------------
-// A reader that reads the file as fast as it can, on its own thread (a second
-// CPU), and checks that every read is one of the complete files it expects.
-
-#[derive(Default)]
-pub struct ReaderStats {
-    pub reads: usize,
-    pub missing: usize,
-    pub bad: Vec<String>,
-    pub seen: BTreeMap<String, usize>,
-    pub first: BTreeMap<String, Vec<u8>>,
-}
-
-pub struct Reader {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<ReaderStats>,
-}
-
-impl Reader {
-    pub fn start(path: PathBuf, kinds: Vec<(String, Keys)>) -> Reader {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut st = ReaderStats::default();
-            while !flag.load(Ordering::Relaxed) {
-                let Ok(data) = fs::read(&path) else {
-                    st.missing += 1;
-                    continue;
-                };
-                st.reads += 1;
-                let why = match exposition::parse_bytes(&data) {
-                    Err(e) => format!("{e}; {} bytes, ends {:?}", data.len(), tail(&data)),
-                    Ok(samples) => {
-                        let got = keys(&samples);
-                        if let Some((kind, _)) = kinds.iter().find(|(_, k)| *k == got) {
-                            *st.seen.entry(kind.clone()).or_default() += 1;
-                            st.first.entry(kind.clone()).or_insert(data);
-                            continue;
-                        }
-                        let some: Vec<String> = got.iter().take(2).map(|s| s.to_string()).collect();
-                        format!("a parseable file with {} series that is no complete render (e.g. {some:?})", got.len())
-                    }
-                };
-                if st.bad.len() < 5 {
-                    st.bad.push(format!("read {}: {why}", st.reads));
-                }
-            }
-            st
-        });
-        Reader { stop, thread }
-    }
-
-    pub fn finish(self) -> R<ReaderStats> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .join()
-            .or_else(|_| fail("the reader thread panicked".into()))
-    }
-}
-
-fn tail(data: &[u8]) -> String {
-    String::from_utf8_lossy(&data[data.len().saturating_sub(60)..]).into_owned()
-}
+// What the concurrent reader (test_support::Reader) saw.
 
 pub fn check_reader(work: &Path, stats: &ReaderStats, allow_missing: bool) -> R<()> {
     expect!(stats.reads > 0, "the reader never read the file");

@@ -13,20 +13,19 @@
 //!   on stderr, with the documented exit status;
 //! - no temporary file is left in the output directory.
 
-mod exposition;
 #[macro_use]
 mod harness;
 mod rows;
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs::{self};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use exposition::Samples;
-use harness::{fail, file_id, short, Fail, Proc, R};
+use harness::{fail, short, Fail, R};
+use test_support::{exposition, Exporter, Samples, Started};
 
 const USAGE: &str = "usage: fault-matrix [--seed N] [--only SUBSTRING]... [--keep]
   --seed N     seed of the random kill moments (default 1, or $FAULT_MATRIX_SEED)
@@ -37,8 +36,7 @@ const USAGE: &str = "usage: fault-matrix [--seed N] [--only SUBSTRING]... [--kee
 /// statuses (from the binary's `--generate exit-codes`).
 pub struct Ctx {
     pub root: PathBuf,
-    pub bin: PathBuf,
-    pub lib: PathBuf,
+    pub exporter: Exporter,
     pub work: PathBuf,
     pub seed: u64,
     codes: HashMap<String, i32>,
@@ -84,22 +82,6 @@ pub struct Run {
     pub t_file: Option<f64>,
 }
 
-/// A started run whose output goes to files under logs/.
-pub struct Started {
-    pub proc: Proc,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl Started {
-    /// Stdout and stderr, once the process has ended.
-    pub fn collect(&self) -> (String, String) {
-        let read =
-            |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
-        (read(&self.out), read(&self.err))
-    }
-}
-
 fn normalize(name: &str) -> String {
     name.chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -132,77 +114,42 @@ impl Ctx {
         Ok((path, table))
     }
 
+    /// Starts a run through test_support's runner; its stdout and stderr go
+    /// to logs/ (kept with --keep). Each output directory has its own state
+    /// directory beside it, so rows never share what a run remembers.
     pub fn start(&self, scenario: &Path, dir: Option<&Path>, o: &Opts) -> R<Started> {
         let logs = self.work.join("logs");
         fs::create_dir_all(&logs)?;
         let n = harness::LOGS.fetch_add(1, Ordering::Relaxed);
-        let (out, err) = (
-            logs.join(format!("{}.{n}.out", o.tag)),
-            logs.join(format!("{}.{n}.err", o.tag)),
-        );
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("--nvml-lib")
-            .arg(o.lib.unwrap_or(&self.lib))
-            .args(["--timeout", o.timeout]);
-        // Each output directory has its own state directory beside it, so rows
-        // never share what a run remembers; --stdout runs read an empty one.
-        let state = match dir {
-            Some(d) if !o.stdout => {
-                cmd.arg("--output-dir").arg(d);
-                PathBuf::from(format!("{}.state", d.display()))
-            }
-            _ => {
-                cmd.arg("--stdout");
-                std::env::temp_dir().join("fault-matrix-no-state")
-            }
+        let mut run = self
+            .exporter
+            .run(&scenario.to_string_lossy())
+            .args(["--timeout", o.timeout])
+            .args(o.extra)
+            .logs(logs.join(format!("{}.{n}", o.tag)))
+            .limit(o.limit)
+            .env("FAKE_NVML_FAULTS", if o.faults_off { "off" } else { "on" });
+        if let Some(lib) = o.lib {
+            run = run.lib(lib);
+        }
+        run = match dir {
+            Some(d) if !o.stdout => run
+                .output_dir(d)
+                .state_dir(format!("{}.state", d.display())),
+            _ => run.stdout(),
         };
-        cmd.arg("--state-dir").arg(state).args(o.extra);
-        cmd.env_remove("RUST_LOG")
-            .env("FAKE_NVML_SCENARIO", scenario);
-        cmd.env("FAKE_NVML_FAULTS", if o.faults_off { "off" } else { "on" });
-        cmd.stdin(Stdio::null())
-            .stdout(File::create(&out)?)
-            .stderr(File::create(&err)?);
-        Ok(Started {
-            proc: Proc::spawn(&mut cmd, false)?,
-            out,
-            err,
-        })
+        Ok(run.start()?)
     }
 
     /// Runs the exporter to the end, noting when the output file was replaced.
     pub fn exporter(&self, scenario: &Path, dir: Option<&Path>, o: Opts) -> R<Run> {
-        let target = dir.filter(|_| !o.stdout).map(|d| d.join(harness::OUT_FILE));
-        let before = target.as_deref().and_then(file_id);
-        let t0 = Instant::now();
-        let mut run = self.start(scenario, dir, &o)?;
-        let mut t_file = None;
-        let rc = loop {
-            let rc = run.proc.poll();
-            let now = t0.elapsed().as_secs_f64();
-            if t_file.is_none() && target.as_deref().is_some_and(|t| file_id(t) != before) {
-                t_file = Some(now);
-            }
-            if let Some(rc) = rc {
-                break rc;
-            }
-            if now > o.limit {
-                run.proc.signal(libc::SIGKILL);
-                return fail(format!(
-                    "the exporter was still running after {} s (killed)",
-                    o.limit
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        let elapsed = t0.elapsed().as_secs_f64();
-        let (out, err) = run.collect();
+        let done = self.start(scenario, dir, &o)?.wait()?;
         Ok(Run {
-            rc,
-            out,
-            err,
-            elapsed,
-            t_file,
+            rc: done.status,
+            out: String::from_utf8_lossy(&done.stdout).into_owned(),
+            err: done.err(),
+            elapsed: done.elapsed,
+            t_file: done.t_file,
         })
     }
 
@@ -425,9 +372,8 @@ fn main() -> ExitCode {
         .into_owned();
     eprintln!("fault-matrix: {shown} against {lib_name}, seed {seed}");
     let ctx = Ctx {
+        exporter: Exporter::new(bin, lib, root.join("tests/scenarios")),
         root,
-        bin,
-        lib,
         work,
         seed,
         codes,

@@ -1,11 +1,12 @@
-//! The Prometheus text exposition format 0.0.4, parsed strictly: the fault
-//! matrix's own parser, independent of the exporter's `render` (the code under
-//! test must not check itself).
+//! The Prometheus text exposition format 0.0.4, parsed strictly: the Rust
+//! tests' one parser, independent of the exporter's `render` (the code under
+//! test must not check itself). The Python scripts have theirs,
+//! tests/lib/exposition.py, with the same rules.
 //!
 //! [`parse`] returns every series with its value, or an error naming the line when:
 //! - the text is empty or does not end with a line feed (a truncated file);
 //! - a comment is not `# HELP name text` or `# TYPE name type`, a type is unknown,
-//!   HELP or TYPE comes twice for a name, or TYPE comes after the name's samples;
+//!   HELP or TYPE comes twice for a name, or after the name's samples;
 //! - HELP text has an escape other than `\\` and `\n`;
 //! - a name is invalid, a label is repeated, a label value has an escape other
 //!   than `\\`, `\"`, `\n`, or is unterminated;
@@ -42,6 +43,11 @@ impl Series {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether every pair of `labels` is among this series' labels.
+    pub fn has(&self, labels: &[(&str, &str)]) -> bool {
+        labels.iter().all(|(k, v)| self.label(k) == Some(v))
     }
 
     pub fn without(&self, names: &[&str]) -> Series {
@@ -110,7 +116,7 @@ fn unescape(text: &str, allowed: &[char]) -> Result<String, String> {
 }
 
 /// `[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?`, `NaN`, `+Inf` or `-Inf`.
-fn value(text: &str) -> Option<f64> {
+fn number(text: &str) -> Option<f64> {
     match text {
         "NaN" => return Some(f64::NAN),
         "+Inf" => return Some(f64::INFINITY),
@@ -191,7 +197,7 @@ fn sample(line: &str) -> Result<(Series, f64), String> {
         }
         rest = &rest[1..];
     }
-    let v = rest.strip_prefix(' ').and_then(value);
+    let v = rest.strip_prefix(' ').and_then(number);
     let v = v.ok_or_else(|| format!("bad value {rest:?} (or a timestamp)"))?;
     labels.sort();
     Ok((
@@ -203,8 +209,27 @@ fn sample(line: &str) -> Result<(Series, f64), String> {
     ))
 }
 
+/// A family's `# TYPE` and `# HELP` (unescaped), where the text gave them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Family {
+    pub kind: Option<String>,
+    pub help: Option<String>,
+}
+
+/// A whole file: its samples and its families' metadata, by family name.
+#[derive(Clone, Debug, Default)]
+pub struct Exposition {
+    pub samples: Samples,
+    pub families: BTreeMap<String, Family>,
+}
+
 /// Every series of `text` with its value.
 pub fn parse(text: &str) -> Result<Samples, String> {
+    parse_all(text).map(|e| e.samples)
+}
+
+/// [`parse`], also returning each family's TYPE and HELP.
+pub fn parse_all(text: &str) -> Result<Exposition, String> {
     if text.is_empty() {
         return Err("empty".into());
     }
@@ -239,8 +264,11 @@ pub fn parse(text: &str) -> Result<Samples, String> {
                 if entry[slot].is_some() {
                     return Err(format!("second {kind} for {name}"));
                 }
-                if kind == "TYPE" && (!TYPES.contains(&text) || sampled.contains(name)) {
-                    return Err(format!("TYPE {text:?} unknown or after samples of {name}"));
+                if kind == "TYPE" && !TYPES.contains(&text) {
+                    return Err(format!("TYPE {text:?} unknown"));
+                }
+                if sampled.contains(name) {
+                    return Err(format!("{kind} after samples of {name}"));
                 }
                 entry[slot] = Some(if kind == "TYPE" {
                     text.to_string()
@@ -275,7 +303,43 @@ pub fn parse(text: &str) -> Result<Samples, String> {
             )
         })?;
     }
-    Ok(samples)
+    let families = meta
+        .into_iter()
+        .map(|(name, [kind, help])| (name, Family { kind, help }))
+        .collect();
+    Ok(Exposition { samples, families })
+}
+
+/// [`parse_all`] of bytes that must be UTF-8.
+pub fn parse_all_bytes(data: &[u8]) -> Result<Exposition, String> {
+    parse_all(std::str::from_utf8(data).map_err(|e| format!("not UTF-8: {e}"))?)
+}
+
+/// The samples of family `name` whose labels include every pair of `labels`.
+pub fn select<'s>(
+    samples: &'s Samples,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Vec<(&'s Series, f64)> {
+    samples
+        .iter()
+        .filter(|(s, _)| s.name == name && s.has(labels))
+        .map(|(s, v)| (s, *v))
+        .collect()
+}
+
+/// The value of the one sample [`select`] finds; `None` when there is none.
+///
+/// # Panics
+/// When more than one sample matches: the caller's labels do not name one series.
+pub fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let found = select(samples, name, labels);
+    assert!(
+        found.len() <= 1,
+        "{name} {labels:?} matches {} series",
+        found.len()
+    );
+    found.first().map(|(_, v)| *v)
 }
 
 /// The family a sample belongs to: `x_sum` of a summary `x` is `x`.
@@ -317,6 +381,63 @@ mod tests {
         assert!(name_len("a:b_1", true) == 5 && name_len("1a", true) == 0);
     }
 
+    /// Label values that look like the format's own syntax stay inside their
+    /// label: commas, quotes, braces, `=`, escaped line feeds and backslashes,
+    /// a value that spells another series.
+    #[test]
+    fn hostile_label_values_round_trip() {
+        let text = concat!(
+            "# HELP g_info a \"quoted\" help, with \\\\ and\\nlines\n",
+            "# TYPE g_info gauge\n",
+            r#"g_info{a="x,y=\"z\"",b="}} 1\nforged{gpu=\"9\"} 2",c="\\",d="\\\"",e="",f="é显 #"} 1"#,
+            "\n",
+            r#"g_info{a="\\n",b="",c="",d="",e=",",f="{"} NaN"#,
+            "\n# TYPE v gauge\nv{x=\"1\"} +Inf\nv{x=\"2\"} -Inf\nv{x=\"3\"} -0.5e-3\n",
+        );
+        let e = parse_all(text).unwrap();
+        let first = Series::new(
+            "g_info",
+            &[
+                ("a", "x,y=\"z\""),
+                ("b", "}} 1\nforged{gpu=\"9\"} 2"),
+                ("c", "\\"),
+                ("d", "\\\""),
+                ("e", ""),
+                ("f", "é显 #"),
+            ],
+        );
+        assert_eq!(e.samples[&first], 1.0);
+        let second = Series::new(
+            "g_info",
+            &[
+                ("a", "\\n"),
+                ("b", ""),
+                ("c", ""),
+                ("d", ""),
+                ("e", ","),
+                ("f", "{"),
+            ],
+        );
+        assert!(e.samples[&second].is_nan());
+        assert_eq!(e.samples.len(), 5, "{:?}", e.samples.keys());
+        assert!(!e.samples.keys().any(|s| s.name == "forged"));
+        assert_eq!(
+            e.families["g_info"],
+            Family {
+                kind: Some("gauge".into()),
+                help: Some("a \"quoted\" help, with \\ and\nlines".into()),
+            }
+        );
+        assert_eq!(value(&e.samples, "v", &[("x", "1")]), Some(f64::INFINITY));
+        assert_eq!(
+            value(&e.samples, "v", &[("x", "2")]),
+            Some(f64::NEG_INFINITY)
+        );
+        assert_eq!(value(&e.samples, "v", &[("x", "3")]), Some(-0.0005));
+        assert_eq!(value(&e.samples, "v", &[("x", "4")]), None);
+        assert_eq!(select(&e.samples, "v", &[]).len(), 3);
+    }
+
     #[test]
     fn summary_samples_belong_to_their_family() {
         let text = "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns_sum 2\ns_count 3\nt 1\n";
@@ -341,6 +462,13 @@ mod tests {
             ("# comment\n", "not HELP or TYPE"),
             ("# TYPE a gauge\n# TYPE a gauge\na 1\n", "second TYPE"),
             ("a 1\n# TYPE a gauge\n", "after samples"),
+            ("a 1\n# HELP a late\n", "after samples"),
+            ("# HELP a x\n# HELP a y\na 1\n", "second HELP"),
+            ("a{x=\"1\"} 1\r\n", "bad value"),
+            ("a{x=\"a\"b\"} 1\n", "expected , or }"),
+            ("a{x=\"a\\\"} 1\n", "unterminated"),
+            ("a 1\n\n", "no metric name"),
+            ("a  1\n", "bad value"),
             ("# TYPE a gaug\n", "unknown"),
             ("# HELP a \\t\n", "bad escape"),
             ("9a 1\n", "no metric name"),

@@ -1,0 +1,152 @@
+//! The checks the fault matrix and tests/cli.rs share about a published file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+
+use crate::exposition::{self, Samples, Series};
+use crate::{promtool, temp_files, OUT_FILE};
+
+/// Values that differ from run to run, compared by presence only. Whether a run
+/// had the previous run's state depends on what ran before it.
+pub const VOLATILE: [&str; 3] = [
+    "nvidia_gpu_collector_duration_seconds",
+    "nvidia_gpu_collector_timestamp_seconds",
+    "nvidia_gpu_collector_state_ok",
+];
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// {gpu index: {series without gpu/uuid: value}} and the host-wide samples.
+pub fn gpus(samples: &Samples) -> (BTreeMap<String, Samples>, Samples) {
+    let (mut per_gpu, mut host) = (BTreeMap::<String, Samples>::new(), Samples::new());
+    for (s, &v) in samples {
+        match s.label("gpu") {
+            Some(gpu) => per_gpu
+                .entry(gpu.to_string())
+                .or_default()
+                .insert(s.without(&["gpu", "uuid"]), v),
+            None => host.insert(s.clone(), v),
+        };
+    }
+    (per_gpu, host)
+}
+
+/// The failure reasons the file names, e.g. `["timeout"]` or `["gpu2:gpu_lost"]`.
+pub fn reasons(samples: &Samples) -> Vec<String> {
+    let mut out = Vec::new();
+    for (s, &v) in samples {
+        let reason = s.label("reason").unwrap_or_default();
+        if s.name == "nvidia_gpu_collector_error" && v == 1.0 {
+            out.push(reason.to_string());
+        }
+        if s.name == "nvidia_gpu_down_reason" && v == 1.0 {
+            out.push(format!(
+                "gpu{}:{reason}",
+                s.label("gpu").unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+/// The UUID of GPU `gpu`'s `nvidia_gpu_up`.
+pub fn uuid_of(samples: &Samples, gpu: &str) -> Option<String> {
+    let up = samples
+        .keys()
+        .find(|s| s.name == "nvidia_gpu_up" && s.label("gpu") == Some(gpu));
+    up.and_then(|s| s.label("uuid")).map(String::from)
+}
+
+pub fn keys(samples: &Samples) -> BTreeSet<Series> {
+    samples.keys().cloned().collect()
+}
+
+/// Parses the published file strictly, runs promtool and checks that no
+/// temporary file is left. A failure (`Some(reason)`) must leave only
+/// collector series with exactly that one `nvidia_gpu_collector_error`;
+/// otherwise `nvidia_gpu_collector_up` is 1.
+pub fn check_file(path: &Path, failure: Option<&str>) -> Result<Samples, String> {
+    let data = fs::read(path).map_err(|e| format!("{OUT_FILE}: {e}"))?;
+    let samples = exposition::parse_bytes(&data)
+        .map_err(|e| format!("{OUT_FILE} is not a complete exposition file: {e}"))?;
+    promtool(&data).map_err(|e| format!("promtool check metrics: {e}"))?;
+    let up = samples
+        .get(&Series::new("nvidia_gpu_collector_up", &[]))
+        .copied();
+    ensure!(up.is_some(), "no nvidia_gpu_collector_up");
+    if let Some(failure) = failure {
+        ensure!(up == Some(0.0), "nvidia_gpu_collector_up is not 0");
+        let foreign: BTreeSet<&str> = samples
+            .keys()
+            .filter(|s| !s.name.starts_with("nvidia_gpu_collector_") || s.label("gpu").is_some())
+            .map(|s| s.name.as_str())
+            .collect();
+        ensure!(
+            foreign.is_empty(),
+            "series other than the collector's survived the failure: {foreign:?}"
+        );
+        let errors: Vec<(&Series, &f64)> = samples
+            .iter()
+            .filter(|(s, _)| s.name == "nvidia_gpu_collector_error")
+            .collect();
+        ensure!(
+            errors.len() == 1,
+            "{} nvidia_gpu_collector_error series",
+            errors.len()
+        );
+        let reason = errors[0].0.label("reason");
+        ensure!(
+            reason == Some(failure) && *errors[0].1 == 1.0,
+            "reason={reason:?}, expected {failure:?}"
+        );
+    } else {
+        ensure!(
+            up == Some(1.0),
+            "nvidia_gpu_collector_up is {up:?}, reason {:?}",
+            reasons(&samples)
+        );
+    }
+    let left = temp_files(path.parent().unwrap_or(Path::new(".")));
+    ensure!(left.is_empty(), "temporary files left: {left:?}");
+    Ok(samples)
+}
+
+/// Same series and, except the [`VOLATILE`] ones, the same values.
+pub fn compare(actual: &Samples, expected: &Samples, what: &str) -> Result<(), String> {
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|s| !actual.contains_key(s))
+        .collect();
+    let extra: Vec<_> = actual
+        .keys()
+        .filter(|s| !expected.contains_key(s))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{what}: missing {} series, e.g. {}",
+        missing.len(),
+        missing[0]
+    );
+    ensure!(
+        extra.is_empty(),
+        "{what}: {} unexpected series, e.g. {}",
+        extra.len(),
+        extra[0]
+    );
+    for (s, v) in expected {
+        let a = actual[s];
+        let same = a == *v || (a.is_nan() && v.is_nan());
+        ensure!(
+            VOLATILE.contains(&s.name.as_str()) || same,
+            "{what}: {s} is {a}, expected {v}"
+        );
+    }
+    Ok(())
+}

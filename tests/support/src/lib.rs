@@ -1,0 +1,71 @@
+//! What the exporter's Rust tests share (tests/cli.rs and the fault matrix):
+//! - [`exposition`]: the one strict parser of the text format;
+//! - [`Exporter`] and [`Run`]: the one way to run the real binary against the
+//!   fake NVML, with its own temporary output, state and journal directories;
+//! - [`Proc`]: a child process that is killed when dropped;
+//! - [`Reader`]: a thread reading the published file without pause;
+//! - [`promtool`]: `promtool check metrics` on a text;
+//! - [`checks`]: what every published file must be.
+
+pub mod checks;
+pub mod exposition;
+mod process;
+mod reader;
+mod run;
+
+pub use exposition::{parse, parse_all, parse_bytes, select, value, Exposition, Samples, Series};
+pub use process::{kill_all, Proc};
+pub use reader::{Reader, ReaderStats};
+pub use run::{Exporter, Outcome, Run, Started, LOCK_FILE, OUT_FILE};
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// `promtool check metrics` on `text`: `Err` with what it said unless it
+/// succeeded and printed nothing.
+pub fn promtool(text: &[u8]) -> Result<(), String> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("promtool (Debian package prometheus): {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // A write error means promtool exited early; its output says why.
+    let _ = stdin.write_all(text);
+    drop(stdin);
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let said = String::from_utf8_lossy(&[out.stdout, out.stderr].concat())
+        .trim()
+        .to_string();
+    match (out.status.success(), said.is_empty()) {
+        (true, true) => Ok(()),
+        (_, false) => Err(said),
+        (false, true) => Err(format!("promtool {}", out.status)),
+    }
+}
+
+/// The pid in a temporary file's name `.nvidia_gpu.prom.<pid>.<random>.tmp`.
+pub fn temp_pid(name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix(".nvidia_gpu.prom.")?
+        .strip_suffix(".tmp")?;
+    let (pid, random) = rest.split_once('.')?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    (digits && !random.is_empty() && !random.contains('.')).then(|| pid.parse().ok())?
+}
+
+/// The exporter's temporary files in `dir`, sorted.
+pub fn temp_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.retain(|n| temp_pid(n).is_some());
+    names.sort();
+    names
+}

@@ -1,0 +1,430 @@
+//! Running the real binary against the fake NVML: [`Exporter::run`] gives a
+//! [`Run`] to configure (scenario, arguments, environment, where the file goes),
+//! [`Run::finish`] runs it to the end and returns an [`Outcome`]: exit status,
+//! stdout, stderr, timings and the file, parsed strictly.
+//!
+//! Every run has a state directory and an empty journal directory of its own
+//! unless the caller names them, so no run sees another's state or this host's
+//! kernel log; `RUST_LOG` is removed from its environment.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::exposition::{self, Exposition, Samples};
+use crate::process::Proc;
+
+/// The file the exporter publishes in its output directory.
+pub const OUT_FILE: &str = "nvidia_gpu.prom";
+/// The lock beside it that serialises runs.
+pub const LOCK_FILE: &str = ".nvidia_gpu.prom.lock";
+
+/// The binary, the fake NVML library and the scenario directory.
+#[derive(Clone, Debug)]
+pub struct Exporter {
+    pub bin: PathBuf,
+    pub lib: PathBuf,
+    pub scenarios: PathBuf,
+}
+
+enum Output {
+    /// A fresh temporary directory.
+    Temp,
+    Dir(PathBuf),
+    Stdout,
+}
+
+/// One run of the exporter, being configured.
+pub struct Run<'a> {
+    exporter: &'a Exporter,
+    scenario: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    output: Output,
+    state: Option<PathBuf>,
+    lib: Option<PathBuf>,
+    logs: Option<PathBuf>,
+    limit: f64,
+    group: bool,
+}
+
+/// A run that has started; [`Started::wait`] ends it.
+pub struct Started {
+    pub proc: Proc,
+    t0: Instant,
+    target: Option<PathBuf>,
+    before: Option<FileId>,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+    dir: Option<PathBuf>,
+    state: PathBuf,
+    limit: f64,
+    temps: Vec<TempDir>,
+}
+
+/// A finished run.
+pub struct Outcome {
+    /// The exit status; minus the signal number when a signal ended it.
+    pub status: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Seconds from the start until the process had exited.
+    pub elapsed: f64,
+    /// Seconds from the start until the output file was replaced, if it was.
+    pub t_file: Option<f64>,
+    /// The output directory (`None` for `--stdout`).
+    pub dir: Option<PathBuf>,
+    /// The state directory the run used.
+    pub state: PathBuf,
+    /// The process, reaped.
+    pub proc: Proc,
+    _temps: Vec<TempDir>,
+}
+
+type FileId = (u64, i64, i64, u64);
+
+/// Identifies one version of a file: a rename in its place changes it.
+pub fn file_id(path: &Path) -> Option<FileId> {
+    fs::metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+}
+
+impl Exporter {
+    pub fn new(
+        bin: impl Into<PathBuf>,
+        lib: impl Into<PathBuf>,
+        scenarios: impl Into<PathBuf>,
+    ) -> Exporter {
+        Exporter {
+            bin: bin.into(),
+            lib: lib.into(),
+            scenarios: scenarios.into(),
+        }
+    }
+
+    /// A scenario by name (`h100x8` or `h100x8.toml`); a path with a `/` as it is.
+    pub fn scenario(&self, name: &str) -> PathBuf {
+        if name.contains('/') {
+            return PathBuf::from(name);
+        }
+        let file = if name.ends_with(".toml") {
+            name.to_string()
+        } else {
+            format!("{name}.toml")
+        };
+        self.scenarios.join(file)
+    }
+
+    /// A run of `scenario` that publishes into a fresh temporary directory.
+    pub fn run(&self, scenario: &str) -> Run<'_> {
+        Run {
+            exporter: self,
+            scenario: self.scenario(scenario),
+            args: Vec::new(),
+            env: Vec::new(),
+            output: Output::Temp,
+            state: None,
+            lib: None,
+            logs: None,
+            limit: 60.0,
+            group: false,
+        }
+    }
+}
+
+impl<'a> Run<'a> {
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> Self {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// `--stdout`: the file is what the run prints.
+    pub fn stdout(mut self) -> Self {
+        self.output = Output::Stdout;
+        self
+    }
+
+    /// `--output-dir dir` (which the caller keeps).
+    pub fn output_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.output = Output::Dir(dir.into());
+        self
+    }
+
+    /// `--state-dir dir`, kept by the caller across runs.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state = Some(dir.into());
+        self
+    }
+
+    /// `--nvml-lib lib` instead of the fake.
+    pub fn lib(mut self, lib: impl Into<PathBuf>) -> Self {
+        self.lib = Some(lib.into());
+        self
+    }
+
+    /// `FAKE_NVML_FAULTS=off`: the scenario with every fault removed.
+    pub fn faults_off(self) -> Self {
+        self.env("FAKE_NVML_FAULTS", "off")
+    }
+
+    /// Stdout and stderr to `<prefix>.out` and `<prefix>.err` (kept for a look).
+    pub fn logs(mut self, prefix: impl Into<PathBuf>) -> Self {
+        self.logs = Some(prefix.into());
+        self
+    }
+
+    /// Seconds after which the run is killed and [`Run::finish`] fails (60).
+    pub fn limit(mut self, seconds: f64) -> Self {
+        self.limit = seconds;
+        self
+    }
+
+    /// Starts the run in a process group of its own, so that
+    /// `outcome.proc.group_gone()` tells whether anything it started is left.
+    pub fn own_process_group(mut self) -> Self {
+        self.group = true;
+        self
+    }
+
+    /// The configured command with its directories (kept alive by the caller),
+    /// for a test that needs its own stdio.
+    pub fn command(self) -> (Command, Vec<TempDir>) {
+        let (cmd, _, _, _, temps) = self.prepare();
+        (cmd, temps)
+    }
+
+    fn prepare(
+        self,
+    ) -> (
+        Command,
+        Option<PathBuf>,
+        PathBuf,
+        Option<PathBuf>,
+        Vec<TempDir>,
+    ) {
+        let mut temps = Vec::new();
+        let mut temp = || {
+            let t = tempfile::tempdir().expect("a temporary directory");
+            let path = t.path().to_path_buf();
+            temps.push(t);
+            path
+        };
+        let mut cmd = Command::new(&self.exporter.bin);
+        cmd.arg("--nvml-lib")
+            .arg(self.lib.as_ref().unwrap_or(&self.exporter.lib));
+        let dir = match self.output {
+            Output::Stdout => None,
+            Output::Dir(d) => Some(d),
+            Output::Temp => Some(temp()),
+        };
+        match &dir {
+            Some(d) => cmd.arg("--output-dir").arg(d),
+            None => cmd.arg("--stdout"),
+        };
+        let state = self.state.unwrap_or_else(&mut temp);
+        cmd.arg("--state-dir").arg(&state);
+        if !self.args.iter().any(|a| a == "--journal-dir") {
+            cmd.arg("--journal-dir").arg(temp());
+        }
+        cmd.args(&self.args)
+            .env_remove("RUST_LOG")
+            .env("FAKE_NVML_SCENARIO", &self.scenario)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null());
+        (cmd, dir, state, self.logs, temps)
+    }
+
+    /// Starts the run; its stdout and stderr go to files.
+    pub fn start(self) -> std::io::Result<Started> {
+        let (limit, group) = (self.limit, self.group);
+        let (mut cmd, dir, state, logs, mut temps) = self.prepare();
+        let prefix = match logs {
+            Some(p) => p,
+            None => {
+                let t = tempfile::tempdir()?;
+                let p = t.path().join("run");
+                temps.push(t);
+                p
+            }
+        };
+        let (stdout_path, stderr_path) = (
+            PathBuf::from(format!("{}.out", prefix.display())),
+            PathBuf::from(format!("{}.err", prefix.display())),
+        );
+        cmd.stdout(File::create(&stdout_path)?)
+            .stderr(File::create(&stderr_path)?);
+        let target = dir.as_ref().map(|d| d.join(OUT_FILE));
+        let before = target.as_deref().and_then(file_id);
+        let t0 = Instant::now();
+        Ok(Started {
+            proc: Proc::spawn(&mut cmd, group)?,
+            t0,
+            target,
+            before,
+            stdout_path,
+            stderr_path,
+            dir,
+            state,
+            limit,
+            temps,
+        })
+    }
+
+    /// Runs to the end; `Err` when it could not start or ran past the limit.
+    pub fn finish(self) -> Result<Outcome, String> {
+        self.start()
+            .map_err(|e| format!("cannot start the exporter: {e}"))?
+            .wait()
+    }
+}
+
+impl Started {
+    /// Stdout and stderr so far.
+    pub fn collect(&self) -> (Vec<u8>, Vec<u8>) {
+        (
+            fs::read(&self.stdout_path).unwrap_or_default(),
+            fs::read(&self.stderr_path).unwrap_or_default(),
+        )
+    }
+
+    /// Waits for the end, noting when the output file was replaced.
+    pub fn wait(mut self) -> Result<Outcome, String> {
+        let mut t_file = None;
+        let status = loop {
+            let rc = self.proc.poll();
+            let now = self.t0.elapsed().as_secs_f64();
+            if t_file.is_none()
+                && self
+                    .target
+                    .as_deref()
+                    .is_some_and(|t| file_id(t) != self.before)
+            {
+                t_file = Some(now);
+            }
+            if let Some(rc) = rc {
+                break rc;
+            }
+            if now > self.limit {
+                self.proc.signal(libc::SIGKILL);
+                return Err(format!(
+                    "the exporter was still running after {} s (killed)",
+                    self.limit
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let elapsed = self.t0.elapsed().as_secs_f64();
+        let (stdout, stderr) = self.collect();
+        Ok(Outcome {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+            t_file,
+            dir: self.dir,
+            state: self.state,
+            proc: self.proc,
+            _temps: self.temps,
+        })
+    }
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}, stderr: {:?}", self.status, self.err())
+    }
+}
+
+impl Outcome {
+    /// The exit code; `None` when a signal ended the run.
+    pub fn code(&self) -> Option<i32> {
+        (self.status >= 0).then_some(self.status)
+    }
+
+    pub fn success(&self) -> bool {
+        self.status == 0
+    }
+
+    /// Stderr as text (invalid UTF-8 replaced).
+    pub fn err(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+
+    /// The published file's path.
+    ///
+    /// # Panics
+    /// For a `--stdout` run.
+    pub fn path(&self) -> PathBuf {
+        self.dir
+            .as_ref()
+            .expect("a run with an output directory")
+            .join(OUT_FILE)
+    }
+
+    /// The file's bytes as they are now (stdout for a `--stdout` run); empty
+    /// when there is no file.
+    pub fn bytes(&self) -> Vec<u8> {
+        match &self.dir {
+            None => self.stdout.clone(),
+            Some(_) => fs::read(self.path()).unwrap_or_default(),
+        }
+    }
+
+    /// [`Outcome::bytes`] as text.
+    ///
+    /// # Panics
+    /// When it is not UTF-8.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.bytes()).expect("the file is UTF-8")
+    }
+
+    /// The file, parsed strictly.
+    pub fn parsed(&self) -> Result<Exposition, String> {
+        exposition::parse_all_bytes(&self.bytes())
+    }
+
+    /// The file's samples.
+    ///
+    /// # Panics
+    /// When the file does not parse (the message has the run's stderr).
+    pub fn samples(&self) -> Samples {
+        match self.parsed() {
+            Ok(e) => e.samples,
+            Err(e) => panic!(
+                "the file is not a complete exposition: {e}\nexit {}, stderr: {}",
+                self.status,
+                self.err()
+            ),
+        }
+    }
+
+    /// Asserts the exit status, naming stderr when it differs.
+    pub fn assert_status(&self, want: i32) -> &Self {
+        assert_eq!(
+            self.status,
+            want,
+            "exit status {}, expected {want}; stderr: {}",
+            self.status,
+            self.err()
+        );
+        self
+    }
+}
