@@ -213,7 +213,12 @@ mod tests {
         assert_eq!(format(-0.0), "-0");
         assert_eq!(format(-3.0), "-3");
         assert_eq!(format(1e20), "100000000000000000000");
-        assert_eq!(format(9_007_199_254_740_993.0), "9007199254740992");
+        // 2^53, the last integer every f64 below it can hold; 2^53 + 2, the
+        // next f64; 2^63, where an i64 cast would saturate (9223372036854775807):
+        // the shortest text that parses back to the same f64.
+        assert_eq!(format(9_007_199_254_740_992.0), "9007199254740992");
+        assert_eq!(format(9_007_199_254_740_994.0), "9007199254740994");
+        assert_eq!(format(9_223_372_036_854_775_808.0), "9223372036854776000");
     }
 
     fn device(index: u32, uuid: &str, samples: Vec<Sample>) -> Device {
