@@ -184,7 +184,22 @@ impl Memory {
     /// a missing state (the first run) at info level, anything else as a
     /// warning; the run goes on with an empty state.
     pub fn load(dir: StateDir) -> Self {
-        let boot_id = boot_id();
+        let Some(boot_id) = boot_id() else {
+            // A state cannot be told to be this boot's: none is used, and
+            // `store` writes none (the empty boot id of `previous` says so).
+            let problem = Problem::Io(
+                "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
+                 the state is neither used nor stored"
+                    .into(),
+            );
+            log::warn!("{problem}");
+            return Memory {
+                dir,
+                previous: State::default(),
+                problem: Some(problem),
+                host_next: Vec::new(),
+            };
+        };
         let (previous, problem) = match dir.load(&boot_id) {
             Ok(state) => (state, None),
             Err(problem) => {
@@ -258,6 +273,10 @@ impl Memory {
     /// so its running totals continue when it comes back; GPUs not seen this
     /// run are kept (by UUID) for as long as this boot lasts.
     pub fn store(&mut self, devices: &[Device], driver_version: &str) {
+        if self.previous.boot_id.is_empty() {
+            // The boot id is unknown (see `load`).
+            return;
+        }
         let mut next = self.previous.clone();
         if next.driver_version != driver_version {
             for gpu in next.gpus.values_mut() {
@@ -314,12 +333,21 @@ fn read_regular(path: &Path) -> io::Result<String> {
     Ok(text)
 }
 
-/// The boot id of the running kernel; empty if it cannot be read (then no
-/// state is ever taken as this boot's).
-pub fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_owned())
-        .unwrap_or_default()
+/// The boot id of the running kernel, as the kernel writes it (with dashes);
+/// `None` if it cannot be read or is not one. Without it nothing can be told
+/// to belong to this boot: [`Memory`] neither loads nor stores a state, and
+/// the XID collector does not read the journal (whose `_BOOT_ID=` filter with
+/// an empty id would match nothing) and reports its failure.
+pub fn boot_id() -> Option<String> {
+    boot_id_in(Path::new("/proc/sys/kernel/random/boot_id"))
+}
+
+/// The boot id in the file at `path`: 32 hex digits, dashes allowed.
+fn boot_id_in(path: &Path) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    let id = text.trim();
+    let digits = id.chars().filter(char::is_ascii_hexdigit).count();
+    (digits == 32 && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then(|| id.to_owned())
 }
 
 /// A field that must be one word: non-empty, no whitespace.
@@ -479,6 +507,28 @@ mod tests {
     }
 
     #[test]
+    fn a_boot_id_that_cannot_be_read_is_unknown_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("boot_id");
+        assert_eq!(boot_id_in(&path), None);
+        for bad in [
+            "",
+            "\n",
+            "not-a-boot-id\n",
+            "0123456789abcdef0123456789abcdef00\n",
+        ] {
+            fs::write(&path, bad).unwrap();
+            assert_eq!(boot_id_in(&path), None, "{bad:?}");
+        }
+        fs::write(&path, "5c1d5e8a-3f1b-4c2e-9a7d-0e6b2f4a8c10\n").unwrap();
+        assert_eq!(
+            boot_id_in(&path).as_deref(),
+            Some("5c1d5e8a-3f1b-4c2e-9a7d-0e6b2f4a8c10")
+        );
+        assert!(boot_id().is_some(), "this machine's boot id reads");
+    }
+
+    #[test]
     fn round_trips() {
         assert_eq!(parse(&render(&sample())), Ok(sample()));
     }
@@ -540,7 +590,11 @@ mod tests {
         );
         let mut memory = Memory::load(StateDir::new(dir.path()));
         memory.store(&[device(&[("boot.util.gpu", "5 6")])], "580");
-        let entries = &StateDir::new(dir.path()).load(&boot_id()).unwrap().gpus["GPU-a"].entries;
+        let entries = &StateDir::new(dir.path())
+            .load(&boot_id().unwrap())
+            .unwrap()
+            .gpus["GPU-a"]
+            .entries;
         let keys: Vec<(&str, &str)> = entries
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))

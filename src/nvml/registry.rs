@@ -19,7 +19,7 @@ use super::reader::DeviceReader;
 use super::{clocks, health, limits, media, memory, mig, modes, nvlink, pcie, power, processes};
 use super::{gpm, thermal, utilization};
 use crate::metrics::{self, Family};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Sample, Snapshot};
 use crate::state::Memory;
 
 /// A group of metric families that can be switched on and off.
@@ -45,8 +45,10 @@ pub(super) enum Read {
     Device(fn(&mut DeviceReader<'_>)),
     /// Host-level: reads outside NVML, after it (the kernel log for XID
     /// errors, `crate::xid`), attributing its per-GPU samples to the GPUs NVML
-    /// reported. Its `fields` are empty.
-    Host(fn(&mut HostRun<'_>)),
+    /// reported. Its `fields` are empty. It returns why it did not read all it
+    /// had to (a failure, or a read cut short by the deadline), having logged
+    /// that itself as it sees fit (it knows whether it already said so).
+    Host(fn(&mut HostRun<'_>) -> Result<(), String>),
 }
 
 /// What a host-level collector works with, once NVML was read: the snapshot
@@ -60,11 +62,24 @@ pub struct HostRun<'a> {
 }
 
 impl Collector {
-    /// Runs this collector if it is a host-level one; a device collector has
-    /// already run inside `nvml::read`.
+    /// Runs this collector if it is a host-level one, and says in the host
+    /// samples whether it worked and how long it took
+    /// (`nvidia_gpu_collector_success` and `_step_duration_seconds`, labelled
+    /// with its name), so that a failing collector never looks the same as one
+    /// switched off. A device collector has already run inside `nvml::read`.
     pub fn read_host(&self, run: &mut HostRun<'_>) {
         if let Read::Host(read) = self.read {
-            read(run);
+            let started = Instant::now();
+            let result = read(run);
+            let took = started.elapsed().as_secs_f64();
+            if let Err(error) = &result {
+                log::debug!("collector {}: {error}", self.name);
+            }
+            let success = if result.is_ok() { 1.0 } else { 0.0 };
+            run.snapshot.host.extend([
+                Sample::new(&metrics::COLLECTOR_SUCCESS, success).with("collector", self.name),
+                Sample::new(&metrics::COLLECTOR_STEP_DURATION, took).with("collector", self.name),
+            ]);
         }
     }
 }
