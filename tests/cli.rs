@@ -1,7 +1,7 @@
 //! The real binary against the fake NVML (`tests/fake-nvml`), one scenario each.
 //!
-//! Golden files in `tests/golden/<case>.prom` are the exact output with the two
-//! values that change every run (duration, timestamp) replaced by `<duration>`
+//! Golden files in `tests/golden/<case>.prom` are the exact output with the
+//! values that change every run (durations, timestamp) replaced by `<duration>`
 //! and `<timestamp>` after they were checked. `UPDATE_GOLDEN=1 cargo test`
 //! rewrites them; review the diff line by line before committing.
 
@@ -84,6 +84,18 @@ fn normalize(text: &str, started: f64, finished: f64) -> String {
                 "{line}"
             );
             out.push_str("nvidia_gpu_collector_duration_seconds <duration>\n");
+        } else if let Some((series, value)) = line
+            .strip_prefix("nvidia_gpu_collector_step_duration_seconds{")
+            .and_then(|rest| rest.split_once("} "))
+        {
+            let duration: f64 = value.parse().unwrap();
+            assert!(
+                (0.0..=finished - started + 0.001).contains(&duration),
+                "{line}"
+            );
+            out.push_str(&format!(
+                "nvidia_gpu_collector_step_duration_seconds{{{series}}} <duration>\n"
+            ));
         } else if let Some(value) = line.strip_prefix("nvidia_gpu_collector_timestamp_seconds ") {
             let timestamp: f64 = value.parse().unwrap();
             assert!(
@@ -379,6 +391,7 @@ fn sequential_and_parallel_reads_render_the_same() {
             .lines()
             .filter(|l| {
                 !l.starts_with("nvidia_gpu_collector_duration")
+                    && !l.starts_with("nvidia_gpu_collector_step_duration_seconds{")
                     && !l.starts_with("nvidia_gpu_collector_timestamp")
                     && !l.starts_with("nvidia_gpu_gpm_window_seconds{")
             })
@@ -1079,6 +1092,9 @@ fn collectors_emit_only_their_registered_families() {
         "nvidia_gpu_collector_build_info",
         "nvidia_gpu_collector_read_errors",
         "nvidia_gpu_collector_state_ok",
+        // Written by the registry for every host-level collector that is on.
+        "nvidia_gpu_collector_success",
+        "nvidia_gpu_collector_step_duration_seconds",
         "nvidia_gpu_driver_info",
         "nvidia_gpu_up",
         "nvidia_gpu_info",
