@@ -349,7 +349,7 @@ impl Totals {
     /// `bus.<bus id>.<code>`, without the module's prefix). Unknown keys are
     /// ignored; a count that is not a number or above [`MAX_COUNT`] is damage,
     /// described in the error.
-    fn from_state(&mut self, key: &str, value: &str) -> Result<(), String> {
+    fn take_entry(&mut self, key: &str, value: &str) -> Result<(), String> {
         let Some((what, code)) = key.rsplit_once('.') else {
             return Ok(());
         };
@@ -431,8 +431,8 @@ impl Counts {
                         Some(series) => counts
                             .recount
                             .get_or_insert_with(Totals::default)
-                            .from_state(series, value),
-                        None => counts.totals.from_state(key, value),
+                            .take_entry(series, value),
+                        None => counts.totals.take_entry(key, value),
                     };
                     if let Err(why) = taken {
                         damage.get_or_insert(why);

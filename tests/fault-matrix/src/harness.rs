@@ -20,8 +20,9 @@ pub const OUT_FILE: &str = "nvidia_gpu.prom";
 pub const LOCK_FILE: &str = ".nvidia_gpu.prom.lock";
 /// Values that differ from run to run, compared by presence only. Whether a run
 /// had the previous run's state depends on the row's history.
-const VOLATILE: [&str; 3] = [
+const VOLATILE: [&str; 4] = [
     "nvidia_gpu_collector_duration_seconds",
+    "nvidia_gpu_collector_step_duration_seconds",
     "nvidia_gpu_collector_timestamp_seconds",
     "nvidia_gpu_collector_state_ok",
 ];
