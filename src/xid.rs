@@ -125,7 +125,7 @@ pub const MAX_VALUE: usize = 8 << 10;
 /// 100 bytes; 2^32 of them would be one every 7 ms for a year of uptime and
 /// over 400 GB of kernel log, so a stored count above this comes from a
 /// damaged state, not from the driver. Counting saturates here. The sum over
-/// all codes (at most [`MAX_CODE`] + 1 of them) stays below 2^53, exact as an
+/// all codes (at most `MAX_CODE` + 1 of them) stays below 2^53, exact as an
 /// `f64`, and within `metrics::plausible` for counters.
 pub const MAX_COUNT: u64 = 1 << 32;
 
