@@ -82,9 +82,9 @@ families! {
     COLLECTOR_STATE_OK: Gauge, "nvidia_gpu_collector_state_ok", [],
         "1 if this run used the previous run's state and stored its own; 0 if it started afresh (first run, other boot, damaged, unwritable or untrusted state, or another run held its lock).";
     COLLECTOR_SUCCESS: Gauge, "nvidia_gpu_collector_success", ["collector"],
-        "1 if the collector's host-level step (reading the kernel log, process owners) worked in this run, 0 if it did not (the log says why).";
+        "1 if the collector's host-level step (outside NVML: the kernel log for xid, /proc for process owners) did all it had to in this run, 0 if it failed or was cut short by the deadline or the read bound (its series then hold what was known before; the journal says why); written for each one that is on, in runs that read NVML.";
     COLLECTOR_STEP_DURATION: Gauge, "nvidia_gpu_collector_step_duration_seconds", ["collector"],
-        "Wall time of the collector's host-level step in this run.";
+        "Wall time the collector's host-level step took in this run (see nvidia_gpu_collector_success).";
     COLLECTOR_READ_ERRORS: Gauge, "nvidia_gpu_collector_read_errors", [],
         "NVML reads of this GPU that failed in this run for a reason other than not supported.";
 

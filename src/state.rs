@@ -324,7 +324,9 @@ impl Memory {
     /// logged here, once: a missing state (the first run) at info level,
     /// anything else as a warning; the run goes on with an empty state.
     pub fn load(dir: StateDir) -> Self {
-        let boot_id = boot_id();
+        let Some(boot_id) = boot_id() else {
+            return Self::unknown_boot(dir);
+        };
         let loaded = dir.load(&boot_id);
         Self::with(dir, boot_id, loaded, None)
     }
@@ -335,13 +337,33 @@ impl Memory {
     /// the lock (another run held it, the directory is untrusted or cannot be
     /// created) the run goes on with an empty state and stores nothing.
     pub fn load_to_store(dir: StateDir, until: Instant) -> Self {
-        let boot_id = boot_id();
+        let Some(boot_id) = boot_id() else {
+            return Self::unknown_boot(dir);
+        };
         match dir.lock(until) {
             Ok(lock) => {
                 let loaded = dir.load(&boot_id);
                 Self::with(dir, boot_id, loaded, Some(lock))
             }
             Err(problem) => Self::with(dir, boot_id, Err(problem), None),
+        }
+    }
+
+    /// A run whose boot id cannot be read: no state can be told to be this
+    /// boot's, so none is used and (without the lock) none is stored.
+    fn unknown_boot(dir: StateDir) -> Self {
+        let problem = Problem::Io(
+            "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
+             the state is neither used nor stored"
+                .into(),
+        );
+        log::warn!("{problem}");
+        Memory {
+            dir,
+            previous: State::default(),
+            problem: Some(problem),
+            host_next: Vec::new(),
+            lock: None,
         }
     }
 
@@ -551,12 +573,21 @@ fn read_trusted(path: &Path) -> Result<String, ReadError> {
     Ok(text)
 }
 
-/// The boot id of the running kernel; empty if it cannot be read (then no
-/// state is ever taken as this boot's).
-pub fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_owned())
-        .unwrap_or_default()
+/// The boot id of the running kernel, as the kernel writes it (with dashes);
+/// `None` if it cannot be read or is not one. Without it nothing can be told
+/// to belong to this boot: [`Memory`] neither loads nor stores a state, and
+/// the XID collector does not read the journal (whose `_BOOT_ID=` filter with
+/// an empty id would match nothing) and reports its failure.
+pub fn boot_id() -> Option<String> {
+    boot_id_in(Path::new("/proc/sys/kernel/random/boot_id"))
+}
+
+/// The boot id in the file at `path`: 32 hex digits, dashes allowed.
+fn boot_id_in(path: &Path) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    let id = text.trim();
+    let digits = id.chars().filter(char::is_ascii_hexdigit).count();
+    (digits == 32 && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then(|| id.to_owned())
 }
 
 /// A field that must be one word: non-empty, no whitespace.
@@ -744,6 +775,28 @@ mod tests {
     }
 
     #[test]
+    fn a_boot_id_that_cannot_be_read_is_unknown_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("boot_id");
+        assert_eq!(boot_id_in(&path), None);
+        for bad in [
+            "",
+            "\n",
+            "not-a-boot-id\n",
+            "0123456789abcdef0123456789abcdef00\n",
+        ] {
+            fs::write(&path, bad).unwrap();
+            assert_eq!(boot_id_in(&path), None, "{bad:?}");
+        }
+        fs::write(&path, "5c1d5e8a-3f1b-4c2e-9a7d-0e6b2f4a8c10\n").unwrap();
+        assert_eq!(
+            boot_id_in(&path).as_deref(),
+            Some("5c1d5e8a-3f1b-4c2e-9a7d-0e6b2f4a8c10")
+        );
+        assert!(boot_id().is_some(), "this machine's boot id reads");
+    }
+
+    #[test]
     fn round_trips() {
         assert_eq!(parse(&render(&sample())), Ok(sample()));
     }
@@ -898,7 +951,11 @@ mod tests {
         drop(memory);
         let mut memory = Memory::load_to_store(StateDir::new(dir.path()), until);
         memory.store(&[device(&[("boot.util.gpu", "5 6")])], "580");
-        let entries = &StateDir::new(dir.path()).load(&boot_id()).unwrap().gpus["GPU-a"].entries;
+        let entries = &StateDir::new(dir.path())
+            .load(&boot_id().unwrap())
+            .unwrap()
+            .gpus["GPU-a"]
+            .entries;
         let keys: Vec<(&str, &str)> = entries
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))

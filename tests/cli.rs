@@ -1,7 +1,7 @@
 //! The real binary against the fake NVML (`tests/fake-nvml`), one scenario each.
 //!
-//! Golden files in `tests/golden/<case>.prom` are the exact output with the two
-//! values that change every run (duration, timestamp) replaced by `<duration>`
+//! Golden files in `tests/golden/<case>.prom` are the exact output with the
+//! values that change every run (durations, timestamp) replaced by `<duration>`
 //! and `<timestamp>` after they were checked. `UPDATE_GOLDEN=1 cargo test`
 //! rewrites them; review the diff line by line before committing.
 
@@ -1057,6 +1057,9 @@ fn collectors_emit_only_their_registered_families() {
         "nvidia_gpu_collector_build_info",
         "nvidia_gpu_collector_read_errors",
         "nvidia_gpu_collector_state_ok",
+        // Written by the registry for every host-level collector that is on.
+        "nvidia_gpu_collector_success",
+        "nvidia_gpu_collector_step_duration_seconds",
         "nvidia_gpu_driver_info",
         "nvidia_gpu_up",
         "nvidia_gpu_down_reason",

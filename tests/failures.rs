@@ -323,20 +323,40 @@ fn huge_durations_are_usage_errors() {
 }
 
 /// `nvidia_gpu_collector_duration_seconds` covers the run up to rendering,
-/// the XID read after NVML included (here a `journalctl` that takes a second).
+/// the XID read after NVML included (here a journal of 30,000 kernel lines).
 #[test]
 fn the_duration_covers_the_reads_after_nvml() {
-    let bin = tempfile::tempdir().unwrap();
-    let journalctl = bin.path().join("journalctl");
-    fs::write(&journalctl, "#!/bin/sh\nsleep 1\n").unwrap();
-    fs::set_permissions(&journalctl, fs::Permissions::from_mode(0o755)).unwrap();
-    let path = std::env::join_paths(
-        std::iter::once(bin.path().to_path_buf())
-            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
-    )
-    .unwrap();
-    let state = tempfile::tempdir().unwrap();
     let journal = tempfile::tempdir().unwrap();
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .replace('-', "");
+    let mut export = String::new();
+    for n in 1..=30_000u64 {
+        export.push_str(&format!(
+            "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={n}\n_BOOT_ID={boot_id}\n\
+             _TRANSPORT=kernel\nSYSLOG_FACILITY=0\nPRIORITY=6\nMESSAGE=line {n}\n\n",
+            1_700_000_000_000_000 + n
+        ));
+    }
+    let mut remote = Command::new("/lib/systemd/systemd-journal-remote")
+        .arg(format!(
+            "--output={}",
+            journal.path().join("system.journal").display()
+        ))
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("systemd-journal-remote");
+    remote
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(export.as_bytes())
+        .unwrap();
+    assert!(remote.wait().unwrap().success());
+    let state = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let output = command(
         &scenario("h100x8"),
@@ -344,17 +364,23 @@ fn the_duration_covers_the_reads_after_nvml() {
         journal.path(),
         &["--stdout", "--gpm-window", "0", "--timeout", "5s"],
     )
-    .env("PATH", path)
     .output()
     .unwrap();
     let took = started.elapsed().as_secs_f64();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = String::from_utf8(output.stdout).unwrap();
-    let duration: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("nvidia_gpu_collector_duration_seconds "))
-        .expect("a duration")
-        .parse()
-        .unwrap();
-    assert!((1.0..=took).contains(&duration), "{duration} of {took}");
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("{prefix}: {text}"))
+            .parse()
+            .unwrap()
+    };
+    let duration = value("nvidia_gpu_collector_duration_seconds ");
+    let xid = value("nvidia_gpu_collector_step_duration_seconds{collector=\"xid\"} ");
+    assert!(xid > 0.02, "the XID step took only {xid} s");
+    assert!(
+        duration >= xid && duration <= took,
+        "{duration} of {took}, the XID step {xid}"
+    );
 }

@@ -17,30 +17,62 @@
 //!    kern): `journalctl -o export` from a cursor kept in the state, or from the
 //!    start of this boot (`_BOOT_ID`) on the first run. A line written by a user
 //!    (`logger "NVRM: Xid …"`, a write to /dev/kmsg) is never counted: it has
-//!    another transport or facility. The child runs under the run's deadline and
-//!    is killed at it; the entries read until then count and the cursor moves to
-//!    the last of them, so a long backlog is worked off over several runs.
+//!    another transport or facility. journalctl is started by its absolute path
+//!    ([`JOURNALCTL`]), never looked up in `PATH`: the exporter runs as root.
 //! 2. `/dev/kmsg` where no journal exists (no journalctl, or no journal files),
 //!    read without blocking; records of the kern facility only, after the last
 //!    sequence number kept in the state.
-//! 3. Neither: the XID families are left out, with one message per boot.
+//! 3. Neither: the collector fails (see below), with one message per boot.
+//!
+//! Bounded reads: journalctl's output is parsed as it arrives, entry by entry,
+//! keeping at most [`MAX_VALUE`] bytes of any field, so memory does not grow
+//! with the backlog. A read ends at the run's deadline or after
+//! [`MAX_BYTES_PER_RUN`] bytes, whichever comes first (journalctl is killed);
+//! the entries parsed completely by then are counted and the cursor names the
+//! last of them, so the next run goes on after it and nothing is counted twice
+//! or missed. Such a cut read is not a success: the counts lag behind the log.
+//!
+//! Failures are visible: the registry writes `nvidia_gpu_collector_success
+//! {collector="xid"}` 0 whenever [`collect`] returns an error (no kernel log,
+//! journalctl failing, a read cut short, this boot's id unknown). The XID
+//! series are then still written with the counts known from the state (which
+//! is only ever loaded for this boot), so they never vanish the way they do
+//! with `--no-collector xid`.
 //!
 //! No double counting: the cursor names the last entry counted; journald keeps
 //! it meaningful across rotation (an archived file is still read) and vacuuming
 //! (the cursor's boot id and monotonic time still position the read). Should
 //! journalctl refuse the cursor (a damaged state, say), the read restarts from
 //! the monotonic time of that entry within this boot, and entries at or before
-//! it are skipped. If that fails too, nothing is counted in this run and the
-//! state is left as it was.
+//! it are skipped.
+//!
+//! Recounting: where no position is left (the cursor refused and no time of
+//! its entry kept, or that refused too) or a stored count is impossible (more
+//! than [`MAX_COUNT`], or not a number: a damaged state), the collector
+//! recounts this boot's kernel log from its start into a separate set of
+//! totals, kept in the state as `xid.recount.*` until the read reaches the end
+//! of the log (over several runs if the deadline cuts it). Meanwhile the
+//! counts known before are published, so no series goes backwards (which
+//! `increase()` would take for a counter reset, i.e. new XIDs). When the
+//! recount is complete, every count becomes the larger of the two. That is
+//! exact: the totals are this boot's, and a read of this boot's kernel entries
+//! from its start sees every entry the old totals counted (they are this
+//! boot's too) plus those logged since, so the recount is at least the old
+//! count and is the true one. Only if journald already vacuumed the start of
+//! this boot can the recount be lower; the old count is then the better lower
+//! bound and is kept. A damaged count is dropped before the recount, so it is
+//! replaced by the recount.
+//!
+//! Impossible counts: a count is at most [`MAX_COUNT`] (2^32) per series and
+//! boot; counting saturates there, and a stored count above it is damage.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use super::HostRun;
@@ -70,49 +102,108 @@ impl Source {
 /// The directories journald writes to.
 const SYSTEM_JOURNALS: [&str; 2] = ["/var/log/journal", "/run/log/journal"];
 
+/// Where journalctl is, in the order tried. Only these absolute paths: a
+/// `PATH` lookup by a program running as root would start whatever a writable
+/// directory early in `PATH` holds.
+pub const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
+
+/// The most bytes of journalctl's output one run reads. One kernel line is
+/// about 400 bytes of export output, so this is about 160,000 lines: a
+/// backlog beyond it (the first run after a boot with a noisy kernel) is
+/// worked off over several runs, each of bounded time and CPU, while the
+/// common run (a few new lines) is far below it. Memory does not depend on it
+/// (the output is parsed as it arrives).
+pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
+
+/// The most bytes of one field's value kept: a kernel line is at most about
+/// 1 KiB (a /dev/kmsg record at most 8 KiB), a cursor about 150 bytes. The
+/// rest of a longer value is skipped, not buffered.
+pub const MAX_VALUE: usize = 8 << 10;
+
+/// The most XIDs one series (one GPU or bus id, one code) can count in one
+/// boot. An XID is an error event the driver logs as a kernel line of about
+/// 100 bytes; 2^32 of them would be one every 7 ms for a year of uptime and
+/// over 400 GB of kernel log, so a stored count above this comes from a
+/// damaged state, not from the driver. Counting saturates here. The sum over
+/// all codes (at most `MAX_CODE` + 1 of them) stays below 2^53, exact as an
+/// `f64`, and within `metrics::plausible` for counters.
+pub const MAX_COUNT: u64 = 1 << 32;
+
+/// How a read of the kernel log ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// Everything logged by then was read.
+    Complete,
+    /// Cut short (the deadline, the byte bound), saying why: the position is
+    /// at the last entry read, and the next run goes on from there.
+    Cut(String),
+}
+
 /// The xid collector (a host-level row of the registry): counts the XID errors
 /// logged since the previous run into the running totals kept in the state
 /// and adds them to the snapshot. It runs only after NVML was read, whose GPUs'
 /// bus ids attribute the XIDs, so a run without them leaves the kernel log for
 /// the next; while no kernel log can be read, the position and totals stay as
-/// they are, so nothing is counted twice when it is back.
+/// they are, so nothing is counted twice when it is back. An error says why
+/// this run did not read the log to its end (already logged here); the counts
+/// known are published all the same.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
-    let mut counts = Counts::from_state(run.memory.host());
-    let Some(source) = choose(run.journal_dir) else {
-        if !counts.unavailable {
-            log::warn!(
-                "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
-                 readable); the XID families are left out"
-            );
-        }
-        counts.unavailable = true;
-        run.memory.replace_host(STATE_PREFIX, counts.to_state());
-        return Err("no kernel log to count XID errors from".to_owned());
+    let Some(boot_id) = boot_id() else {
+        // No state was loaded either (see `state::boot_id`): nothing is known
+        // to be this boot's, and the journal cannot be filtered by boot.
+        let error = "cannot read this boot's id: the kernel log and the state cannot be told \
+                     to be this boot's";
+        log::warn!("cannot count XID errors: {error}");
+        return Err(error.into());
     };
-    let gpus = gpus_of(run.snapshot);
-    match read(&source, &mut counts, &gpus, &boot_id(), run.until) {
-        Ok(()) => {
-            add_samples(&counts, run.snapshot);
-            run.memory.replace_host(STATE_PREFIX, counts.to_state());
-            Ok(())
-        }
-        Err(error) => Err(format!(
-            "cannot count XID errors: {error}; the XID families are left out"
-        )),
+    let (mut counts, damage) = Counts::from_state(run.memory.host());
+    if let Some(damage) = damage {
+        log::warn!(
+            "the state holds an impossible XID count ({damage}); ignoring it and recounting \
+             this boot's kernel log from its start"
+        );
+        counts.start_recount();
     }
+    let gpus = gpus_of(run.snapshot);
+    let result = match choose(run.journal_dir) {
+        None => {
+            if !counts.unavailable {
+                log::warn!(
+                    "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
+                     readable); publishing the counts known so far"
+                );
+            }
+            counts.unavailable = true;
+            Err("no kernel log to count XID errors from".to_owned())
+        }
+        Some(source) => match read(&source, &mut counts, &gpus, &boot_id, run.until) {
+            Ok(Ended::Complete) => Ok(()),
+            Ok(Ended::Cut(why)) => {
+                log::warn!(
+                    "{why}; counted the kernel lines read by then, the rest follows in the \
+                     next runs"
+                );
+                Err(why)
+            }
+            Err(error) => {
+                log::warn!("cannot count XID errors: {error}; publishing the counts known so far");
+                Err(error)
+            }
+        },
+    };
+    add_samples(&counts, run.snapshot);
+    run.memory.replace_host(STATE_PREFIX, counts.to_state());
+    result
 }
 
 /// The source to use: `journal_dir` if given; else the system journal if
-/// `journalctl` and journal files exist; else `/dev/kmsg` if it can be opened;
+/// journalctl and journal files exist; else `/dev/kmsg` if it can be opened;
 /// else none.
 pub fn choose(journal_dir: Option<&Path>) -> Option<Source> {
     if let Some(dir) = journal_dir {
         return Some(Source::Journal(Some(dir.to_path_buf())));
     }
-    let journalctl = std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join("journalctl").is_file())
-    });
-    if journalctl
+    if journalctl_path().is_some()
         && SYSTEM_JOURNALS
             .iter()
             .any(|dir| has_journal_files(Path::new(dir)))
@@ -127,6 +218,11 @@ pub fn choose(journal_dir: Option<&Path>) -> Option<Source> {
             None
         }
     }
+}
+
+/// The first of [`JOURNALCTL`] that is a file.
+fn journalctl_path() -> Option<&'static Path> {
+    JOURNALCTL.iter().map(Path::new).find(|path| path.is_file())
 }
 
 /// Whether `dir` or a directory in it (journald's `<machine-id>/`) holds a
@@ -198,6 +294,87 @@ pub fn normalize_bus_id(text: &str) -> Option<String> {
     ))
 }
 
+/// XID counts per GPU UUID and per unattributed bus id, each per code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Per GPU UUID, per code.
+    pub gpus: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// Per normalised bus id that matched no GPU, per code.
+    pub unattributed: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+impl Totals {
+    /// Counts `xid` for the GPU at its bus id in `gpus` (normalised bus id,
+    /// UUID), or as unattributed; saturates at [`MAX_COUNT`].
+    pub fn add(&mut self, xid: &Xid, gpus: &[(String, String)]) {
+        let codes = match gpus.iter().find(|(bus, _)| *bus == xid.bus) {
+            Some((_, uuid)) => self.gpus.entry(uuid.clone()).or_default(),
+            None => self.unattributed.entry(xid.bus.clone()).or_default(),
+        };
+        let count = codes.entry(xid.code).or_default();
+        *count = count.saturating_add(1).min(MAX_COUNT);
+    }
+
+    /// Raises every count to at least the one in `other`.
+    fn raise_to(&mut self, other: &Totals) {
+        for (mine, theirs) in [
+            (&mut self.gpus, &other.gpus),
+            (&mut self.unattributed, &other.unattributed),
+        ] {
+            for (id, codes) in theirs {
+                let into = mine.entry(id.clone()).or_default();
+                for (code, count) in codes {
+                    let at = into.entry(*code).or_default();
+                    *at = (*at).max(*count);
+                }
+            }
+        }
+    }
+
+    /// The state entries of these totals, each key prefixed with `prefix`.
+    fn to_state(&self, prefix: &str, host: &mut BTreeMap<String, String>) {
+        for (kind, series) in [("gpu", &self.gpus), ("bus", &self.unattributed)] {
+            for (id, codes) in series {
+                for (code, count) in codes {
+                    host.insert(
+                        format!("{STATE_PREFIX}{prefix}{kind}.{id}.{code}"),
+                        count.to_string(),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Takes the count of the state entry `key` (`gpu.<uuid>.<code>` or
+    /// `bus.<bus id>.<code>`, without the module's prefix). Unknown keys are
+    /// ignored; a count that is not a number or above [`MAX_COUNT`] is damage,
+    /// described in the error.
+    fn take_entry(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let Some((what, code)) = key.rsplit_once('.') else {
+            return Ok(());
+        };
+        let Ok(code) = code.parse::<u32>() else {
+            return Ok(());
+        };
+        let into = if let Some(uuid) = what.strip_prefix("gpu.") {
+            self.gpus.entry(uuid.to_owned()).or_default()
+        } else if let Some(bus) = what.strip_prefix("bus.") {
+            self.unattributed.entry(bus.to_owned()).or_default()
+        } else {
+            return Ok(());
+        };
+        match value.parse::<u64>() {
+            Ok(count) if count <= MAX_COUNT => {
+                into.insert(code, count);
+                Ok(())
+            }
+            _ => Err(format!(
+                "{STATE_PREFIX}{key} is {value:?}, not a count of at most {MAX_COUNT}"
+            )),
+        }
+    }
+}
+
 /// The running totals and the read position, as kept in the state's host
 /// entries (all under `xid.`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -208,26 +385,34 @@ pub struct Counts {
     /// Set while no kernel log can be read (so that this is said once); the
     /// position and totals of the last source stay as they were meanwhile.
     pub unavailable: bool,
-    /// The journal cursor of the last kernel entry read.
+    /// The journal cursor of the last kernel entry read (completely).
     pub cursor: Option<String>,
     /// That entry's `__MONOTONIC_TIMESTAMP` (µs since boot).
     pub monotonic: Option<u64>,
     /// The sequence number of the last /dev/kmsg record read.
     pub kmsg_seq: Option<u64>,
-    /// Per GPU UUID, per code.
-    pub gpus: BTreeMap<String, BTreeMap<u32, u64>>,
-    /// Per normalised bus id that matched no GPU, per code.
-    pub unattributed: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// The totals published: every XID from the start of this boot up to the
+    /// position (while no recount is under way).
+    pub totals: Totals,
+    /// A recount of this boot from its start, under way: the XIDs from the
+    /// start of the boot up to the position. See the module doc.
+    pub recount: Option<Totals>,
 }
 
 /// The prefix of every state entry of this module.
 pub const STATE_PREFIX: &str = "xid.";
 
+/// The prefix (after [`STATE_PREFIX`]) of a recount's entries; the entry
+/// `xid.recount` alone marks a recount under way that has counted nothing yet.
+const RECOUNT: &str = "recount";
+
 impl Counts {
-    /// The counts kept in the state's host entries; entries that do not parse
-    /// are ignored.
-    pub fn from_state(host: &BTreeMap<String, String>) -> Self {
+    /// The counts kept in the state's host entries, and a description of the
+    /// damage if a stored count was impossible (that count is left out).
+    /// Entries this module does not know are ignored.
+    pub fn from_state(host: &BTreeMap<String, String>) -> (Self, Option<String>) {
         let mut counts = Counts::default();
+        let mut damage = None;
         for (key, value) in host {
             let Some(key) = key.strip_prefix(STATE_PREFIX) else {
                 continue;
@@ -238,91 +423,99 @@ impl Counts {
                 "monotonic" => counts.monotonic = value.parse().ok(),
                 "kmsg_seq" => counts.kmsg_seq = value.parse().ok(),
                 "unavailable" => counts.unavailable = value == "1",
+                RECOUNT => {
+                    counts.recount.get_or_insert_with(Totals::default);
+                }
                 _ => {
-                    // gpu.<uuid>.<code> / bus.<bus id>.<code>
-                    let Some((what, code)) = key.rsplit_once('.') else {
-                        continue;
+                    let taken = match key.strip_prefix(RECOUNT).and_then(|k| k.strip_prefix('.')) {
+                        Some(series) => counts
+                            .recount
+                            .get_or_insert_with(Totals::default)
+                            .take_entry(series, value),
+                        None => counts.totals.take_entry(key, value),
                     };
-                    let (Ok(code), Ok(count)) = (code.parse::<u32>(), value.parse::<u64>()) else {
-                        continue;
-                    };
-                    if let Some(uuid) = what.strip_prefix("gpu.") {
-                        counts
-                            .gpus
-                            .entry(uuid.to_owned())
-                            .or_default()
-                            .insert(code, count);
-                    } else if let Some(bus) = what.strip_prefix("bus.") {
-                        counts
-                            .unattributed
-                            .entry(bus.to_owned())
-                            .or_default()
-                            .insert(code, count);
+                    if let Err(why) = taken {
+                        damage.get_or_insert(why);
                     }
                 }
-            }
+            };
         }
-        counts
+        (counts, damage)
     }
 
     /// The host entries that keep these counts.
     pub fn to_state(&self) -> BTreeMap<String, String> {
         let mut host = BTreeMap::new();
-        let mut set = |key: String, value: String| {
+        let mut set = |key: &str, value: String| {
             host.insert(format!("{STATE_PREFIX}{key}"), value);
         };
-        set("source".into(), self.source.clone());
+        set("source", self.source.clone());
         if let Some(cursor) = &self.cursor {
-            set("cursor".into(), cursor.clone());
+            set("cursor", cursor.clone());
         }
         if let Some(monotonic) = self.monotonic {
-            set("monotonic".into(), monotonic.to_string());
+            set("monotonic", monotonic.to_string());
         }
         if let Some(seq) = self.kmsg_seq {
-            set("kmsg_seq".into(), seq.to_string());
+            set("kmsg_seq", seq.to_string());
         }
         if self.unavailable {
-            set("unavailable".into(), "1".into());
+            set("unavailable", "1".into());
         }
-        for (uuid, codes) in &self.gpus {
-            for (code, count) in codes {
-                set(format!("gpu.{uuid}.{code}"), count.to_string());
-            }
+        if let Some(recount) = &self.recount {
+            set(RECOUNT, "1".into());
+            recount.to_state(&format!("{RECOUNT}."), &mut host);
         }
-        for (bus, codes) in &self.unattributed {
-            for (code, count) in codes {
-                set(format!("bus.{bus}.{code}"), count.to_string());
-            }
-        }
+        self.totals.to_state("", &mut host);
         host
     }
 
-    /// Counts `xid` for the GPU at its bus id in `gpus` (normalised bus id,
-    /// UUID), or as unattributed.
+    /// Counts `xid` (see [`Totals::add`]) into the recount under way, if any,
+    /// else into the totals.
     pub fn add(&mut self, xid: &Xid, gpus: &[(String, String)]) {
-        let codes = match gpus.iter().find(|(bus, _)| *bus == xid.bus) {
-            Some((_, uuid)) => self.gpus.entry(uuid.clone()).or_default(),
-            None => self.unattributed.entry(xid.bus.clone()).or_default(),
-        };
-        *codes.entry(xid.code).or_default() += 1;
+        self.recount
+            .as_mut()
+            .unwrap_or(&mut self.totals)
+            .add(xid, gpus);
+    }
+
+    /// Starts recounting this boot from its start (see the module doc).
+    pub fn start_recount(&mut self) {
+        self.recount = Some(Totals::default());
+        self.forget_position();
+    }
+
+    /// Ends a recount under way that has read to the end of the log: every
+    /// total becomes the larger of the two (see the module doc).
+    fn finish_recount(&mut self) {
+        if let Some(recount) = self.recount.take() {
+            self.totals.raise_to(&recount);
+        }
+    }
+
+    fn forget_position(&mut self) {
+        self.cursor = None;
+        self.monotonic = None;
+        self.kmsg_seq = None;
     }
 }
 
 /// Reads the kernel log from `source` since the position in `counts` until
 /// `until`, adding the XIDs found to `counts` (attributed to `gpus`: normalised
-/// bus id, UUID) and moving the position. `boot_id` is this boot's (as in
-/// /proc/sys/kernel/random/boot_id; the journal writes it without dashes). On
-/// an error nothing is counted and the position stays.
+/// bus id, UUID) and moving the position to the last entry read, whether the
+/// read completes, is cut short or fails. `boot_id` is this boot's (as in
+/// /proc/sys/kernel/random/boot_id; the journal writes it without dashes).
 pub fn read(
     source: &Source,
     counts: &mut Counts,
     gpus: &[(String, String)],
     boot_id: &str,
     until: Instant,
-) -> Result<(), String> {
+) -> Result<Ended, String> {
     let boot_id = &boot_id.replace('-', "");
     counts.unavailable = false;
     if counts.source != source.label() {
+        counts.forget_position();
         if !counts.source.is_empty() {
             // Lines already counted from the other source would be counted
             // again from the start of this one: count from now on.
@@ -332,20 +525,19 @@ pub fn read(
                 source.label()
             );
             counts.source = source.label().into();
-            counts.cursor = None;
-            counts.monotonic = None;
-            counts.kmsg_seq = None;
+            counts.recount = None;
             return skip_to_end(source, counts, boot_id, until);
         }
         counts.source = source.label().into();
-        counts.cursor = None;
-        counts.monotonic = None;
-        counts.kmsg_seq = None;
     }
-    match source {
-        Source::Journal(dir) => read_journal(dir.as_deref(), counts, gpus, boot_id, until),
-        Source::Kmsg(path) => read_kmsg(path, counts, gpus, until),
+    let ended = match source {
+        Source::Journal(dir) => read_journal(dir.as_deref(), counts, gpus, boot_id, until)?,
+        Source::Kmsg(path) => read_kmsg(path, counts, gpus, until)?,
+    };
+    if ended == Ended::Complete {
+        counts.finish_recount();
     }
+    Ok(ended)
 }
 
 /// Moves the position to the end of the log without counting.
@@ -354,13 +546,13 @@ fn skip_to_end(
     counts: &mut Counts,
     boot_id: &str,
     until: Instant,
-) -> Result<(), String> {
+) -> Result<Ended, String> {
     let mut scratch = counts.clone();
-    read(source, &mut scratch, &[], boot_id, until)?;
+    let ended = read(source, &mut scratch, &[], boot_id, until)?;
     counts.cursor = scratch.cursor;
     counts.monotonic = scratch.monotonic;
     counts.kmsg_seq = scratch.kmsg_seq;
-    Ok(())
+    Ok(ended)
 }
 
 /// One journal entry as `journalctl -o export` gives it.
@@ -372,64 +564,114 @@ struct Entry {
     message: String,
 }
 
+impl Entry {
+    /// Takes the field `key` with `value`, if it is one used here.
+    fn set(&mut self, key: &[u8], value: &[u8]) {
+        let text = || String::from_utf8_lossy(value).into_owned();
+        match key {
+            b"__CURSOR" => self.cursor = text(),
+            b"__MONOTONIC_TIMESTAMP" => self.monotonic = text().parse().ok(),
+            b"SYSLOG_FACILITY" => self.facility = Some(text()),
+            b"MESSAGE" => self.message = text(),
+            _ => {}
+        }
+    }
+}
+
+/// Why journalctl gave no (complete) read.
+enum JournalError {
+    /// It refused the cursor it was given.
+    Refused(String),
+    Failed(String),
+}
+
 fn read_journal(
     dir: Option<&Path>,
     counts: &mut Counts,
     gpus: &[(String, String)],
     boot_id: &str,
     until: Instant,
-) -> Result<(), String> {
-    let mut skip_through = None;
-    let entries = match journalctl(dir, counts.cursor.as_deref(), boot_id, until) {
-        Ok(entries) => entries,
-        Err(error) if counts.cursor.is_some() && error.contains("cursor") => {
-            // The cursor was refused: restart from the monotonic time of the
-            // last entry counted, in this boot, skipping it and all before it.
-            let Some(monotonic) = counts.monotonic else {
-                return Err(error);
-            };
+) -> Result<Ended, String> {
+    let cursor = counts.cursor.clone();
+    let error = match journalctl(dir, cursor.as_deref(), boot_id, until, &mut |entry| {
+        count_entry(counts, gpus, None, entry)
+    }) {
+        Err(JournalError::Refused(error)) => error,
+        Err(JournalError::Failed(error)) => return Err(error),
+        Ok(ended) => return Ok(ended),
+    };
+    let error = match counts.monotonic {
+        Some(monotonic) => {
+            // Restart from the monotonic time of the last entry counted, in
+            // this boot, skipping it and all before it.
             log::warn!(
                 "journalctl refused the saved cursor ({error}); reading from the last \
                  entry's time in this boot instead"
             );
-            skip_through = Some(monotonic);
             let synthetic = format!("b={boot_id};m={monotonic:x}");
-            journalctl(dir, Some(&synthetic), boot_id, until)?
-        }
-        Err(error) => return Err(error),
-    };
-    for entry in entries {
-        let after_position = match (skip_through, entry.monotonic) {
-            (Some(through), Some(monotonic)) => monotonic > through,
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
-        // Only the kernel's own lines: a message written to /dev/kmsg from
-        // user space also has the kernel transport, but another facility.
-        let kernel = entry.facility.as_deref().is_none_or(|f| f == "0");
-        if after_position && kernel {
-            if let Some(xid) = parse_message(&entry.message) {
-                counts.add(&xid, gpus);
+            match journalctl(dir, Some(&synthetic), boot_id, until, &mut |entry| {
+                count_entry(counts, gpus, Some(monotonic), entry)
+            }) {
+                Err(JournalError::Refused(error)) => error,
+                Err(JournalError::Failed(error)) => return Err(error),
+                Ok(ended) => return Ok(ended),
             }
         }
-        counts.cursor = Some(entry.cursor);
-        if entry.monotonic.is_some() {
-            counts.monotonic = entry.monotonic;
+        None => error,
+    };
+    log::warn!(
+        "journalctl refused the saved position ({error}); recounting this boot's kernel log \
+         from its start"
+    );
+    counts.start_recount();
+    journalctl(dir, None, boot_id, until, &mut |entry| {
+        count_entry(counts, gpus, None, entry)
+    })
+    .map_err(|(JournalError::Refused(error) | JournalError::Failed(error))| error)
+}
+
+/// Counts the XID in `entry` if it is the kernel's own line after
+/// `skip_through` (a monotonic time), and moves the position to it.
+fn count_entry(
+    counts: &mut Counts,
+    gpus: &[(String, String)],
+    skip_through: Option<u64>,
+    entry: Entry,
+) {
+    let after_position = match (skip_through, entry.monotonic) {
+        (Some(through), Some(monotonic)) => monotonic > through,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    // Only the kernel's own lines: a message written to /dev/kmsg from
+    // user space also has the kernel transport, but another facility.
+    let kernel = entry.facility.as_deref().is_none_or(|f| f == "0");
+    if after_position && kernel {
+        if let Some(xid) = parse_message(&entry.message) {
+            counts.add(&xid, gpus);
         }
     }
-    Ok(())
+    counts.cursor = Some(entry.cursor);
+    if entry.monotonic.is_some() {
+        counts.monotonic = entry.monotonic;
+    }
 }
 
 /// Runs journalctl for this boot's kernel entries after `cursor` (or from the
-/// boot's start), returning the complete entries it wrote by `until` (killed
-/// then if still running).
+/// boot's start), handing each complete entry to `on_entry` as it arrives,
+/// until it exits, `until` passes or it wrote [`MAX_BYTES_PER_RUN`] bytes
+/// (then it is killed and the read is cut).
 fn journalctl(
     dir: Option<&Path>,
     cursor: Option<&str>,
     boot_id: &str,
     until: Instant,
-) -> Result<Vec<Entry>, String> {
-    let mut command = Command::new("journalctl");
+    on_entry: &mut dyn FnMut(Entry),
+) -> Result<Ended, JournalError> {
+    let program = journalctl_path().ok_or_else(|| {
+        JournalError::Failed(format!("no journalctl at {}", JOURNALCTL.join(" or ")))
+    })?;
+    let mut command = Command::new(program);
     if let Some(dir) = dir {
         command.arg("--directory").arg(dir);
     }
@@ -449,143 +691,228 @@ fn journalctl(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let (output, status, stderr) = run_bounded(&mut command, until)?;
-    let entries = parse_export(&output);
-    match status {
-        Some(status) if !status.success() => {
-            Err(format!("journalctl failed ({status}): {}", stderr.trim()))
-        }
-        Some(_) => Ok(entries),
-        None => {
-            log::warn!(
-                "journalctl did not finish within the run's deadline; counted the {} \
-                 kernel lines it gave, the rest follows in the next runs",
-                entries.len()
-            );
-            Ok(entries)
+    let mut child = command
+        .spawn()
+        .map_err(|e| JournalError::Failed(format!("cannot run {}: {e}", program.display())))?;
+    let mut parser = ExportParser::default();
+    let streamed = stream(&mut child, until, MAX_BYTES_PER_RUN, &mut |data| {
+        parser.feed(data, on_entry);
+    })
+    .map_err(JournalError::Failed)?;
+    match streamed {
+        Streamed::Cut(why) => Ok(Ended::Cut(format!("journalctl {why}"))),
+        Streamed::Exited(status, _) if status.success() => Ok(Ended::Complete),
+        Streamed::Exited(status, stderr) => {
+            let error = format!("journalctl failed ({status}): {}", stderr.trim());
+            if cursor.is_some() && stderr.contains("cursor") {
+                Err(JournalError::Refused(error))
+            } else {
+                Err(JournalError::Failed(error))
+            }
         }
     }
 }
 
-/// Runs `command`, collecting its standard output until it exits or `until`
-/// passes (then it is killed). Returns the output, the exit status (`None`
-/// when killed) and the standard error.
-fn run_bounded(
-    command: &mut Command,
+/// How a child's output ended.
+#[derive(Debug)]
+enum Streamed {
+    /// It exited, with its standard error (the first 64 KiB).
+    Exited(ExitStatus, String),
+    /// It was killed: why.
+    Cut(String),
+}
+
+/// Hands the standard output of `child` to `on_data` as it arrives, until
+/// the child closes it, `until` passes or `max_bytes` were read (then it is
+/// killed). Standard error is drained meanwhile so that the child never
+/// blocks on it.
+fn stream(
+    child: &mut Child,
     until: Instant,
-) -> Result<(Vec<u8>, Option<std::process::ExitStatus>, String), String> {
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot run journalctl: {e}"))?;
+    max_bytes: u64,
+    on_data: &mut dyn FnMut(&[u8]),
+) -> Result<Streamed, String> {
+    const MAX_STDERR: usize = 1 << 16;
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
-    let (sender, receiver) = mpsc::channel::<Vec<u8>>();
-    let reader = thread::Builder::new()
-        .name("journalctl".into())
-        .spawn(move || {
-            let mut chunk = vec![0u8; 1 << 16];
-            loop {
-                match stdout.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if sender.send(chunk[..n].to_vec()).is_err() {
-                            break;
-                        }
+    let (mut out_open, mut err_open) = (true, true);
+    let mut errors = Vec::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    let mut read_bytes = 0u64;
+    let cut = loop {
+        if !out_open && !err_open {
+            break None;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Some("did not finish by the run's deadline".to_owned());
+        }
+        // A negative descriptor is ignored by poll(2): a closed stream.
+        let mut fds = [
+            (out_open, stdout.as_raw_fd()),
+            (err_open, stderr.as_raw_fd()),
+        ]
+        .map(|(open, fd)| libc::pollfd {
+            fd: if open { fd } else { -1 },
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let timeout = i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a valid array of two pollfd for the whole call.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) } < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break Some(format!("could not be waited for ({error})"));
+        }
+        if fds[0].revents != 0 {
+            match stdout.read(&mut buffer) {
+                Ok(0) => out_open = false,
+                Ok(n) => {
+                    on_data(&buffer[..n]);
+                    read_bytes += n as u64;
+                    if read_bytes >= max_bytes {
+                        break Some(format!("wrote more than {max_bytes} bytes in this run"));
                     }
                 }
-            }
-        });
-    let errors = thread::Builder::new()
-        .name("journalctl-err".into())
-        .spawn(move || {
-            let mut text = Vec::new();
-            let _ = (&mut stderr).take(1 << 16).read_to_end(&mut text);
-            String::from_utf8_lossy(&text).into_owned()
-        });
-    if reader.is_err() || errors.is_err() {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err("cannot start a thread to read journalctl".into());
-    }
-    let mut output = Vec::new();
-    let mut finished = true;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match receiver.recv_timeout(left) {
-            Ok(chunk) => output.extend_from_slice(&chunk),
-            Err(RecvTimeoutError::Disconnected) => break,
-            Err(RecvTimeoutError::Timeout) => {
-                finished = false;
-                break;
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(format!("could not be read ({e})")),
             }
         }
-    }
-    if !finished {
+        if fds[1].revents != 0 {
+            match stderr.read(&mut buffer) {
+                Ok(0) => err_open = false,
+                Ok(n) => {
+                    let keep = n.min(MAX_STDERR.saturating_sub(errors.len()));
+                    errors.extend_from_slice(&buffer[..keep]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => err_open = false,
+            }
+        }
+    };
+    if let Some(why) = cut {
         let _ = child.kill();
         let _ = child.wait();
-        // The entries written so far still count.
-        while let Ok(chunk) = receiver.try_recv() {
-            output.extend_from_slice(&chunk);
-        }
-        return Ok((output, None, String::new()));
+        return Ok(Streamed::Cut(why));
     }
     let status = child
         .wait()
         .map_err(|e| format!("cannot wait for journalctl: {e}"))?;
-    let stderr = errors.ok().and_then(|h| h.join().ok()).unwrap_or_default();
-    Ok((output, Some(status), stderr))
+    Ok(Streamed::Exited(
+        status,
+        String::from_utf8_lossy(&errors).into_owned(),
+    ))
 }
 
-/// The complete entries of `journalctl -o export` output; a truncated last
-/// entry is dropped. Text fields are `KEY=value` lines; binary fields (a
-/// message with control characters) are `KEY`, a little-endian 64-bit length,
-/// the data and a line feed; an empty line ends an entry.
-fn parse_export(data: &[u8]) -> Vec<Entry> {
-    let mut entries = Vec::new();
-    let mut entry = Entry::default();
-    let mut at = 0;
-    while at < data.len() {
-        let Some(end) = data[at..].iter().position(|&b| b == b'\n').map(|n| at + n) else {
-            break;
-        };
-        let line = &data[at..end];
-        if line.is_empty() {
-            if !entry.cursor.is_empty() {
-                entries.push(std::mem::take(&mut entry));
+/// Where [`ExportParser`] is within the output.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Parse {
+    /// In a line: `KEY=value`, a binary field's name, or the empty line that
+    /// ends an entry.
+    #[default]
+    Line,
+    /// In the 64-bit little-endian length of a binary field's value.
+    Length,
+    /// In a binary field's value.
+    Data,
+    /// At the line feed after a binary field's value.
+    DataEnd,
+}
+
+/// A parser of `journalctl -o export` output fed in pieces of any size, which
+/// hands on each entry once its ending empty line arrives (so an entry cut off
+/// by a kill is never handed on). Text fields are `KEY=value` lines; binary
+/// fields (a message with control characters) are `KEY`, a little-endian
+/// 64-bit length, the data and a line feed. It keeps at most [`MAX_VALUE`]
+/// bytes of any value: its memory is bounded whatever the input.
+#[derive(Debug, Default)]
+struct ExportParser {
+    at: Parse,
+    /// The line so far (its first bytes only).
+    line: Vec<u8>,
+    /// The binary field being read: its name, length bytes, the bytes of its
+    /// value still to come, and the first bytes of its value.
+    field: Vec<u8>,
+    length: Vec<u8>,
+    remaining: u64,
+    value: Vec<u8>,
+    entry: Entry,
+}
+
+impl ExportParser {
+    fn feed(&mut self, mut data: &[u8], on_entry: &mut dyn FnMut(Entry)) {
+        while !data.is_empty() {
+            match self.at {
+                Parse::Line => match data.iter().position(|&b| b == b'\n') {
+                    Some(end) => {
+                        keep(&mut self.line, &data[..end], MAX_VALUE + 64);
+                        data = &data[end + 1..];
+                        self.end_line(on_entry);
+                    }
+                    None => {
+                        keep(&mut self.line, data, MAX_VALUE + 64);
+                        data = &[];
+                    }
+                },
+                Parse::Length => {
+                    let take = (8 - self.length.len()).min(data.len());
+                    self.length.extend_from_slice(&data[..take]);
+                    data = &data[take..];
+                    if let Ok(bytes) = <[u8; 8]>::try_from(self.length.as_slice()) {
+                        self.remaining = u64::from_le_bytes(bytes);
+                        self.length.clear();
+                        self.at = if self.remaining == 0 {
+                            Parse::DataEnd
+                        } else {
+                            Parse::Data
+                        };
+                    }
+                }
+                Parse::Data => {
+                    let take = usize::try_from(self.remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(data.len());
+                    keep(&mut self.value, &data[..take], MAX_VALUE);
+                    self.remaining -= take as u64;
+                    data = &data[take..];
+                    if self.remaining == 0 {
+                        self.at = Parse::DataEnd;
+                    }
+                }
+                Parse::DataEnd => {
+                    data = &data[1..];
+                    self.entry.set(&self.field, &self.value);
+                    self.field.clear();
+                    self.value.clear();
+                    self.at = Parse::Line;
+                }
             }
-            entry = Entry::default();
-            at = end + 1;
-            continue;
         }
-        let (key, value, next) = match line.iter().position(|&b| b == b'=') {
-            Some(eq) => (&line[..eq], &line[eq + 1..], end + 1),
-            None => {
-                let start = end + 1;
-                let Some(size) = data.get(start..start + 8) else {
-                    break;
-                };
-                let size = u64::from_le_bytes(size.try_into().expect("8 bytes")) as usize;
-                let begin = start + 8;
-                let Some(value) = begin
-                    .checked_add(size)
-                    .and_then(|stop| data.get(begin..stop))
-                else {
-                    break;
-                };
-                (line, value, begin + size + 1)
-            }
-        };
-        let text = || String::from_utf8_lossy(value).into_owned();
-        match key {
-            b"__CURSOR" => entry.cursor = text(),
-            b"__MONOTONIC_TIMESTAMP" => entry.monotonic = text().parse().ok(),
-            b"SYSLOG_FACILITY" => entry.facility = Some(text()),
-            b"MESSAGE" => entry.message = text(),
-            _ => {}
-        }
-        at = next;
     }
-    entries
+
+    /// A line is complete.
+    fn end_line(&mut self, on_entry: &mut dyn FnMut(Entry)) {
+        if self.line.is_empty() {
+            let entry = std::mem::take(&mut self.entry);
+            if !entry.cursor.is_empty() {
+                on_entry(entry);
+            }
+        } else if let Some(eq) = self.line.iter().position(|&b| b == b'=') {
+            self.entry.set(&self.line[..eq], &self.line[eq + 1..]);
+        } else {
+            self.field.clone_from(&self.line);
+            self.at = Parse::Length;
+        }
+        self.line.clear();
+    }
+}
+
+/// Appends to `into` as much of `data` as fits in `limit` bytes in all.
+fn keep(into: &mut Vec<u8>, data: &[u8], limit: usize) {
+    let room = limit.saturating_sub(into.len()).min(data.len());
+    into.extend_from_slice(&data[..room]);
 }
 
 fn open_kmsg(path: &Path) -> io::Result<fs::File> {
@@ -601,15 +928,21 @@ fn read_kmsg(
     counts: &mut Counts,
     gpus: &[(String, String)],
     until: Instant,
-) -> Result<(), String> {
+) -> Result<Ended, String> {
     let mut file = open_kmsg(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     // Each read returns one record; a record is at most about 8 KiB.
     let mut buffer = vec![0u8; 1 << 14];
-    while Instant::now() < until {
+    loop {
+        if Instant::now() >= until {
+            return Ok(Ended::Cut(format!(
+                "reading {} did not finish by the run's deadline",
+                path.display()
+            )));
+        }
         let n = match file.read(&mut buffer) {
-            Ok(0) => break,
+            Ok(0) => return Ok(Ended::Complete),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Ended::Complete),
             // EPIPE: records were overwritten while reading; go on with the next.
             Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -628,7 +961,6 @@ fn read_kmsg(
         }
         counts.kmsg_seq = Some(record.seq);
     }
-    Ok(())
 }
 
 /// One `/dev/kmsg` record: `<prio>,<seq>,<µs>,<flags>[,…];<message>\n` with
@@ -657,11 +989,16 @@ fn parse_kmsg_record(record: &[u8]) -> Option<KmsgRecord> {
 /// Adds the XID samples: for every GPU of the snapshot with a UUID, its total
 /// (0 until its first XID) and its counts by code; for every unattributed bus
 /// id, its counts by code (host samples). Down GPUs keep theirs: these counts
-/// come from the kernel log, not from the GPU.
+/// come from the kernel log, not from the GPU. A recount under way is not
+/// published (see the module doc).
 pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
-        let codes = counts.gpus.get(&device.uuid);
-        let total: u64 = codes.map_or(0, |codes| codes.values().sum());
+        let codes = counts.totals.gpus.get(&device.uuid);
+        let total = codes.map_or(0, |codes| {
+            codes
+                .values()
+                .fold(0u64, |sum, count| sum.saturating_add(*count))
+        });
         device
             .samples
             .push(Sample::new(&metrics::XID_ERRORS, total as f64));
@@ -672,7 +1009,7 @@ pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
             );
         }
     }
-    for (bus, codes) in &counts.unattributed {
+    for (bus, codes) in &counts.totals.unattributed {
         for (code, count) in codes {
             snapshot.host.push(
                 Sample::new(&metrics::XID_UNATTRIBUTED, *count as f64)
@@ -697,6 +1034,138 @@ pub fn gpus_of(snapshot: &Snapshot) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// The entries `ExportParser` hands on when fed `data` in pieces of `piece`
+    /// bytes.
+    fn parse_export(data: &[u8], piece: usize) -> Vec<Entry> {
+        let mut parser = ExportParser::default();
+        let mut entries = Vec::new();
+        for chunk in data.chunks(piece) {
+            parser.feed(chunk, &mut |entry| entries.push(entry));
+        }
+        entries
+    }
+
+    fn xid(code: u32) -> Xid {
+        Xid {
+            bus: "00000000:3B:00".into(),
+            code,
+        }
+    }
+
+    #[test]
+    fn a_huge_value_is_skipped_past_not_kept() {
+        let mut data = b"__CURSOR=c1\nMESSAGE=".to_vec();
+        data.extend(std::iter::repeat_n(b'x', 3 * MAX_VALUE));
+        data.extend_from_slice(b"\nSYSLOG_FACILITY=0\n\n__CURSOR=c2\nMESSAGE\n");
+        let size = 5 * MAX_VALUE as u64;
+        data.extend_from_slice(&size.to_le_bytes());
+        data.extend(std::iter::repeat_n(b'y', 5 * MAX_VALUE));
+        data.extend_from_slice(b"\nSYSLOG_FACILITY=0\n\n");
+        let entries = parse_export(&data, 4096);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].message.len(), MAX_VALUE + 64 - "MESSAGE=".len());
+        assert_eq!(entries[0].facility.as_deref(), Some("0"));
+        assert_eq!(entries[1].message.len(), MAX_VALUE);
+        assert_eq!(entries[1].facility.as_deref(), Some("0"));
+        assert_eq!(entries[1].cursor, "c2");
+    }
+
+    #[test]
+    fn counts_saturate_and_impossible_stored_counts_are_damage() {
+        let gpus = [("00000000:3B:00".to_owned(), "GPU-a".to_owned())];
+        let mut totals = Totals::default();
+        totals
+            .gpus
+            .entry("GPU-a".into())
+            .or_default()
+            .insert(79, MAX_COUNT);
+        totals.add(&xid(79), &gpus);
+        assert_eq!(totals.gpus["GPU-a"][&79], MAX_COUNT);
+        let mut host = BTreeMap::new();
+        host.insert("xid.source".to_owned(), "journal".to_owned());
+        host.insert("xid.gpu.GPU-a.13".to_owned(), MAX_COUNT.to_string());
+        assert_eq!(Counts::from_state(&host).1, None);
+        for damaged in [
+            u64::MAX.to_string(),
+            "18446744073709551616".into(),
+            "-1".into(),
+        ] {
+            host.insert("xid.gpu.GPU-a.79".to_owned(), damaged.clone());
+            let (counts, damage) = Counts::from_state(&host);
+            assert!(damage.unwrap().contains("xid.gpu.GPU-a.79"), "{damaged}");
+            assert_eq!(counts.totals.gpus["GPU-a"].get(&79), None, "{damaged}");
+            assert_eq!(counts.totals.gpus["GPU-a"][&13], MAX_COUNT);
+        }
+        // The largest possible file stays exact and plausible.
+        let most = (MAX_COUNT * (u64::from(MAX_CODE) + 1)) as f64;
+        assert!(most < 2f64.powi(53));
+        assert!(metrics::plausible(&metrics::XID_ERRORS).contains(&most));
+    }
+
+    #[test]
+    fn a_complete_recount_replaces_the_totals_but_never_lowers_them() {
+        let gpus = [("00000000:3B:00".to_owned(), "GPU-a".to_owned())];
+        let mut counts = Counts::default();
+        for code in [79, 79, 13] {
+            counts.add(&xid(code), &gpus);
+        }
+        counts.start_recount();
+        // The journal still holds 79 three times (one logged since) but lost
+        // the 13 to vacuuming; a new code 48.
+        for code in [79, 79, 79, 48] {
+            counts.add(&xid(code), &gpus);
+        }
+        assert_eq!(counts.totals.gpus["GPU-a"][&79], 2, "not before it ends");
+        counts.finish_recount();
+        assert_eq!(counts.recount, None);
+        let codes = &counts.totals.gpus["GPU-a"];
+        assert_eq!((codes[&79], codes[&13], codes[&48]), (3, 1, 1));
+    }
+
+    fn child(script: &str) -> Child {
+        Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stream_is_cut_at_the_byte_bound_and_at_the_deadline() {
+        let far = Instant::now() + Duration::from_secs(60);
+        let mut read = 0;
+        let streamed = stream(&mut child("yes"), far, 1 << 20, &mut |d| read += d.len());
+        assert!(matches!(streamed, Ok(Streamed::Cut(ref why)) if why.contains("bytes")));
+        assert!((1 << 20..(1 << 20) + (1 << 16)).contains(&read));
+
+        let started = Instant::now();
+        let soon = started + Duration::from_millis(200);
+        let streamed = stream(
+            &mut child("echo part; exec sleep 30"),
+            soon,
+            1 << 20,
+            &mut |d| {
+                assert_eq!(d, b"part\n");
+            },
+        );
+        assert!(matches!(streamed, Ok(Streamed::Cut(ref why)) if why.contains("deadline")));
+        assert!(started.elapsed() < Duration::from_secs(5));
+
+        let streamed = stream(
+            &mut child("echo out; echo err >&2; exit 3"),
+            far,
+            1 << 20,
+            &mut |_| {},
+        );
+        let Ok(Streamed::Exited(status, stderr)) = streamed else {
+            panic!("{streamed:?}");
+        };
+        assert_eq!((status.code(), stderr.as_str()), (Some(3), "err\n"));
+    }
 
     #[test]
     fn messages_of_new_and_old_drivers_parse() {
@@ -760,9 +1229,28 @@ mod tests {
             },
             &gpus,
         );
-        assert_eq!(counts.gpus["GPU-a"][&79], 2);
-        assert_eq!(counts.unattributed["00000000:99:00"][&79], 1);
-        assert_eq!(Counts::from_state(&counts.to_state()), counts);
+        assert_eq!(counts.totals.gpus["GPU-a"][&79], 2);
+        assert_eq!(counts.totals.unattributed["00000000:99:00"][&79], 1);
+        assert_eq!(
+            Counts::from_state(&counts.to_state()),
+            (counts.clone(), None)
+        );
+        // A recount under way, also before its first XID.
+        counts.start_recount();
+        assert_eq!(
+            Counts::from_state(&counts.to_state()),
+            (counts.clone(), None)
+        );
+        counts.add(
+            &Xid {
+                bus: "00000000:3B:00".into(),
+                code: 13,
+            },
+            &gpus,
+        );
+        assert_eq!(counts.totals.gpus["GPU-a"][&13], 1, "published totals stay");
+        assert_eq!(counts.recount.as_ref().unwrap().gpus["GPU-a"][&13], 1);
+        assert_eq!(Counts::from_state(&counts.to_state()), (counts, None));
     }
 
     #[test]
@@ -773,7 +1261,9 @@ mod tests {
         data.extend_from_slice(&7u64.to_le_bytes());
         data.extend_from_slice(b"a\n\nb=\x01c\n\n");
         data.extend_from_slice(b"__CURSOR=c3\nMESSAGE=cut");
-        let entries = parse_export(&data);
+        // In one piece and byte by byte: the same entries, the cut one never.
+        let entries = parse_export(&data, data.len());
+        assert_eq!(parse_export(&data, 1), entries);
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].monotonic, Some(10));
         assert_eq!(entries[0].facility.as_deref(), Some("0"));
