@@ -231,7 +231,7 @@ fn h100x8_healthy_every_gpu_complete() {
         format!("nvidia_gpu_jpeg_utilization_ratio{{{id}}} 0.31\n"),
         format!("nvidia_gpu_ofa_utilization_ratio{{{id}}} 0\n"),
         format!("nvidia_gpu_temperature_margin_celsius{{{id}}} 26\n"),
-        format!("nvidia_gpu_power_average_watts{{{id}}} 451.342\n"),
+        format!("nvidia_gpu_power_instant_watts{{{id}}} 451.342\n"),
     ] {
         assert!(text.contains(&series), "missing {series}");
     }
