@@ -196,7 +196,7 @@ mod tests {
         ] {
             // A GA100 name on another architecture does not make it one.
             assert!(
-                draw_is_averaged(&facts(Some(Ok(arch)), "NVIDIA A100")),
+                draw_is_averaged(&facts(Some(Ok(arch.clone())), "NVIDIA A100")),
                 "{arch:?}"
             );
         }
@@ -211,7 +211,7 @@ mod tests {
             DeviceArchitecture::Unknown,
         ] {
             assert!(
-                !draw_is_averaged(&facts(Some(Ok(arch)), "NVIDIA H100")),
+                !draw_is_averaged(&facts(Some(Ok(arch.clone())), "NVIDIA H100")),
                 "{arch:?}"
             );
         }
