@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The small families against nvidia-smi on a real GPU host, side by side:
 # JPEG and OFA utilization, the T.Limit margin, the second power reading (the
-# instantaneous power or the driver's average, whichever power_watts is not), NVLink totals against the sum of the
-# per-link series, MIG profiles where MIG is on; then which NVML field ids the
+# instantaneous power or the driver's average, whichever power_watts is not),
+# NVLink totals against the sum of the per-link series, MIG profiles where MIG is on; then which NVML field ids the
 # driver answers (straight through libnvidia-ml with ctypes), and the cost of the
 # per-link NVLink collector.
 #
