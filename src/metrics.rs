@@ -148,7 +148,7 @@ families! {
 
     // Power.
     POWER: Gauge, "nvidia_gpu_power_watts", [],
-        "Power drawn by the GPU and its memory.";
+        "Power drawn by the GPU and its memory (nvmlDeviceGetPowerUsage): averaged over the last second on Ampere except GA100 (A100, A30, A800) and newer, instantaneous on GA100 and older architectures.";
     ENERGY: Counter, "nvidia_gpu_energy_joules_total", [],
         "Energy consumed by the GPU since the driver was last loaded.";
     POWER_LIMIT: Gauge, "nvidia_gpu_power_limit_watts", [],
@@ -224,7 +224,7 @@ families! {
     MIG_PENDING_ENABLED: Gauge, "nvidia_gpu_mig_pending_enabled", [],
         "1 if MIG mode will be enabled after the next GPU reset.";
 
-    // Media engines, thermal margin and the driver's averaged power.
+    // Media engines, thermal margin and the second power reading.
     JPEG_UTILIZATION: Gauge, "nvidia_gpu_jpeg_utilization_ratio", [],
         "Fraction of the last sample period during which the JPEG decoders (NVJPG) were busy (0-1).";
     OFA_UTILIZATION: Gauge, "nvidia_gpu_ofa_utilization_ratio", [],
@@ -232,7 +232,9 @@ families! {
     TEMPERATURE_MARGIN: Gauge, "nvidia_gpu_temperature_margin_celsius", [],
         "Degrees the GPU is below its nearest slowdown threshold (nvidia-smi: GPU T.Limit Temp); negative once past it.";
     POWER_AVERAGE: Gauge, "nvidia_gpu_power_average_watts", [],
-        "Power drawn by the GPU, averaged by the driver over the last second (nvidia-smi: Average Power Draw).";
+        "Power drawn by the GPU, averaged by the driver over the last second (nvidia-smi: Average Power Draw); only where nvidia_gpu_power_watts is instantaneous (GA100 and older, or an architecture NVML does not name).";
+    POWER_INSTANT: Gauge, "nvidia_gpu_power_instant_watts", [],
+        "Power drawn by the GPU at the moment of reading (nvidia-smi: Instantaneous Power Draw; driver 535+); only where nvidia_gpu_power_watts is a 1 s average (Ampere except GA100, and newer).";
 
     // NVLink, per GPU (summed over its links).
     NVLINK_LINKS: Gauge, "nvidia_gpu_nvlink_links", [],

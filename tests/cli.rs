@@ -231,7 +231,7 @@ fn h100x8_healthy_every_gpu_complete() {
         format!("nvidia_gpu_jpeg_utilization_ratio{{{id}}} 0.31\n"),
         format!("nvidia_gpu_ofa_utilization_ratio{{{id}}} 0\n"),
         format!("nvidia_gpu_temperature_margin_celsius{{{id}}} 26\n"),
-        format!("nvidia_gpu_power_average_watts{{{id}}} 451.342\n"),
+        format!("nvidia_gpu_power_instant_watts{{{id}}} 451.342\n"),
     ] {
         assert!(text.contains(&series), "missing {series}");
     }
@@ -670,6 +670,134 @@ fn batched_field_values_are_used_before_single_calls() {
     }
     // The failing single functions were never needed.
     assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 0"));
+}
+
+/// `demo-h100x8` (Hopper, both power fields and an idle encoder as NVML
+/// answers them without NVENC) with `edit` applied, written to `dir/name.toml`.
+fn demo_h100x8_with(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = fs::read_to_string(scenario("demo-h100x8")).unwrap();
+    let path = dir.join(format!("{name}.toml"));
+    fs::write(&path, edit(text)).unwrap();
+    path
+}
+
+/// One run of `scenario_path` at the fixed clock, without GPM (not needed
+/// here, and its window would slow the test).
+fn run_without_gpm(scenario_path: &Path, state: &Path) -> String {
+    run_at(
+        scenario_path.to_str().unwrap(),
+        state,
+        T0,
+        &["--no-collector", "gpm"],
+    )
+}
+
+#[test]
+fn the_second_power_reading_is_the_one_the_draw_is_not() {
+    // Hopper: the draw is a 1 s average; field 185 is answered but not read.
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path());
+    let instant =
+        |text: &str, gpu: &str| value_of(text, "nvidia_gpu_power_instant_watts", &[("gpu", gpu)]);
+    let average =
+        |text: &str, gpu: &str| value_of(text, "nvidia_gpu_power_average_watts", &[("gpu", gpu)]);
+    for gpu in 0..8 {
+        let gpu = gpu.to_string();
+        assert!(instant(&text, &gpu).is_some(), "GPU {gpu}:\n{text}");
+    }
+    assert_eq!(instant(&text, "0"), Some(675.488));
+    assert!(!text.contains("nvidia_gpu_power_average_watts"), "{text}");
+
+    // GA100 (A100): the draw is instantaneous; field 186 is answered but not read.
+    let text = exporter("lost-gpu", &["--stdout"]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    for gpu in ["0", "1", "3"] {
+        assert!(average(&text, gpu).is_some(), "GPU {gpu}:\n{text}");
+    }
+    assert_eq!(average(&text, "0"), Some(344.871));
+    assert!(!text.contains("nvidia_gpu_power_instant_watts"), "{text}");
+
+    // The same A100s named as a GA102 board (and with its device id): averaged.
+    let a40 = fs::read_to_string(scenario("lost-gpu"))
+        .unwrap()
+        .replace("NVIDIA A100-SXM4-80GB", "NVIDIA A40")
+        .replace("pci_device_id = 0x20b210de", "pci_device_id = 0x223510de");
+    let path = dir.path().join("a40.toml");
+    fs::write(&path, a40).unwrap();
+    let text = exporter(path.to_str().unwrap(), &["--stdout"]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert_eq!(instant(&text, "0"), Some(347.102));
+    assert!(!text.contains("nvidia_gpu_power_average_watts"), "{text}");
+}
+
+#[test]
+fn a_gpu_without_a_video_encoder_reads_no_encoder() {
+    let dir = tempfile::tempdir().unwrap();
+    let encoder_families =
+        |text: &str| text.contains("nvidia_gpu_encoder_") || text.contains("engine=\"encoder\"");
+    // Capacity 0 (as on a real H100): no encoder family, the decoder still read.
+    let state = tempfile::tempdir().unwrap();
+    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path());
+    assert!(!encoder_families(&text), "{text}");
+    assert!(text.contains("engine=\"decoder\""), "{text}");
+    // The same answers with a non-zero capacity: the encoder is read.
+    let with_encoder = demo_h100x8_with(dir.path(), "with-encoder", |t| {
+        t.replace("encoder_capacity = 0", "encoder_capacity = 100")
+    });
+    let state = tempfile::tempdir().unwrap();
+    let text = run_without_gpm(&with_encoder, state.path());
+    assert!(
+        text.contains("nvidia_gpu_encoder_sessions{gpu=\"7\","),
+        "{text}"
+    );
+    assert!(text.contains("engine=\"encoder\""), "{text}");
+}
+
+#[test]
+fn the_encoder_capacity_is_read_once_per_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let errors = |text: &str| -> f64 {
+        (0..8)
+            .map(|gpu| {
+                let gpu = gpu.to_string();
+                value_of(text, "nvidia_gpu_collector_read_errors", &[("gpu", &gpu)]).unwrap()
+            })
+            .sum()
+    };
+    let failing = |driver: &'static str| {
+        move |text: String| {
+            text.replace(
+                "encoder_capacity = 0",
+                "encoder_capacity = 0\nerrors = { nvmlDeviceGetEncoderCapacity = \"UNKNOWN\" }",
+            )
+            .replace("driver_version = \"570.133.20\"", driver)
+        }
+    };
+    let same_driver = demo_h100x8_with(
+        dir.path(),
+        "same-driver",
+        failing("driver_version = \"570.133.20\""),
+    );
+    // Without a remembered capacity the injected fault is seen: one error a GPU.
+    let fresh = tempfile::tempdir().unwrap();
+    assert_eq!(errors(&run_without_gpm(&same_driver, fresh.path())), 8.0);
+    // Remembered by a healthy first run, it is not read again.
+    run_without_gpm(
+        &demo_h100x8_with(dir.path(), "healthy", |t| t),
+        state.path(),
+    );
+    let text = run_without_gpm(&same_driver, state.path());
+    assert_eq!(errors(&text), 0.0, "{text}");
+    assert!(!text.contains("nvidia_gpu_encoder_"), "{text}");
+    // A new driver forgets it: read again, and the fault is seen.
+    let new_driver = demo_h100x8_with(
+        dir.path(),
+        "new-driver",
+        failing("driver_version = \"580.65.06\""),
+    );
+    assert_eq!(errors(&run_without_gpm(&new_driver, state.path())), 8.0);
 }
 
 #[test]

@@ -214,10 +214,10 @@ impl Opened<'_> {
     fn read(&mut self, collectors: &[&'static Collector]) {
         let started = Instant::now();
         let reader = &mut self.reader;
+        let facts = reader.facts().clone();
         let mut fields: Vec<u32> = collectors
             .iter()
-            .flat_map(|collector| collector.fields)
-            .copied()
+            .flat_map(|collector| collector.fields(&facts))
             .collect();
         // Collectors may share a field (the NVLink link count): ask for it once.
         fields.sort_unstable();

@@ -2,6 +2,9 @@
 //! read first on every GPU with its identity (UUID, PCI bus id, serial) for
 //! `identity::resolve`. Not a registry row: every GPU has it.
 //!
+//! What other collectors' reads depend on (architecture, name, PCI device id)
+//! is left on the reader as its [`GpuFacts`].
+//!
 //! Every label is always written, empty when NVML could not tell it (not
 //! supported, or a read that failed this run), so the series keeps one label set
 //! from run to run instead of turning into a new series on a transient failure.
@@ -12,7 +15,7 @@ use nvml_wrapper::error::nvml_sym;
 
 use crate::identity;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
+use crate::nvml::reader::{DeviceReader, GpuFacts};
 use crate::snapshot::Sample;
 
 /// Reads the GPU's identity and pushes its info sample. A UUID that cannot be
@@ -26,9 +29,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
     let name = reader.read_string("nvmlDeviceGetName", |lib| {
         nvml_sym(lib.nvmlDeviceGetName.as_ref())
     });
-    let pci_bus_id = reader
-        .read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info())
-        .map(|pci| pci.bus_id);
+    let pci = reader.read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info());
+    let pci_device_id = pci.as_ref().map(|pci| pci.pci_device_id);
+    let pci_bus_id = pci.map(|pci| pci.bus_id);
     let serial = reader.read_string("nvmlDeviceGetSerial", |lib| {
         nvml_sym(lib.nvmlDeviceGetSerial.as_ref())
     });
@@ -42,6 +45,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
         nvml_sym(lib.nvmlDeviceGetArchitecture.as_ref())
     });
     let minor = reader.read("nvmlDeviceGetMinorNumber", |d| d.minor_number());
+    let name = name.unwrap_or_default();
+    reader.set_facts(GpuFacts {
+        architecture: architecture.clone(),
+        name: name.clone(),
+        pci_device_id,
+    });
     let identity = identity::Read {
         index: reader.index(),
         uuid: uuid.unwrap_or_default(),
@@ -50,7 +59,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
     };
     reader.push(
         Sample::new(&metrics::INFO, 1.0)
-            .with("name", name.unwrap_or_default())
+            .with("name", name)
             .with("pci_bus_id", identity.pci_bus_id.clone())
             .with("serial", identity.serial.clone())
             .with("vbios_version", vbios.unwrap_or_default())

@@ -1,5 +1,12 @@
 //! Video encoder and decoder: utilization from NVML's sample buffers (see
 //! `nvml::samples`), sessions; JPEG decoders and optical flow accelerator.
+//!
+//! A GPU without a video encoder (H100, H200: NVDEC but no NVENC) answers the
+//! encoder's calls all the same, with an idle encoder, and its sample buffer
+//! costs about 3 ms cold: the encoder is read only where its H264 capacity is
+//! not 0 (see [`has_encoder`]).
+
+use nvml_wrapper::enum_wrappers::device::EncoderType;
 
 use super::utilization::{point, read_engine, Engine};
 use crate::metrics;
@@ -7,20 +14,72 @@ use crate::nvml::reader::DeviceReader;
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
+/// The state key of the GPU's H264 encoder capacity (percent), or
+/// [`NOT_SUPPORTED`]: fixed while the driver is loaded, so read once and kept
+/// until the driver changes (it is not a `boot.` entry).
+const CAPACITY_KEY: &str = "encoder_capacity";
+/// Remembered where NVML does not support the capacity query.
+const NOT_SUPPORTED: &str = "not_supported";
+
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    if has_encoder(reader) {
+        read_encoder(reader);
+    } else {
+        log::debug!(
+            "GPU {}: no video encoder (H264 capacity 0); encoder families left out",
+            reader.index()
+        );
+    }
+    // Where NVML keeps no samples, the point reading of its last sample period.
+    if !read_engine(reader, Engine::Decoder) {
+        if let Some(info) = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
+            d.decoder_utilization()
+        }) {
+            point(reader, Engine::Decoder, info.utilization);
+        }
+    }
+    engines::read(reader);
+}
+
+/// Whether the GPU has a video encoder: false only where NVML says its H264
+/// capacity is 0. A capacity NVML does not support, or a read that failed
+/// (counted, and read again next run), leaves the encoder read as before.
+fn has_encoder(reader: &mut DeviceReader<'_>) -> bool {
+    let recalled = reader.recall(CAPACITY_KEY).and_then(|value| {
+        (value == NOT_SUPPORTED || value.parse::<u32>().is_ok()).then(|| value.to_owned())
+    });
+    let capacity = match recalled {
+        Some(value) => value,
+        None => {
+            let call = "nvmlDeviceGetEncoderCapacity";
+            match reader.try_read(call, |d| d.encoder_capacity(EncoderType::H264)) {
+                Some(Ok(percent)) => percent.to_string(),
+                Some(Err(error)) => {
+                    let unsupported = crate::nvml::unsupported(&error);
+                    reader.note(call, &error);
+                    if !unsupported {
+                        return true;
+                    }
+                    NOT_SUPPORTED.to_owned()
+                }
+                // The GPU is down: nothing more is read.
+                None => return true,
+            }
+        }
+    };
+    let has = capacity != "0";
+    reader.remember(CAPACITY_KEY, capacity);
+    has
+}
+
+/// The encoder's utilization (samples, else the point reading) and sessions.
+fn read_encoder(reader: &mut DeviceReader<'_>) {
     // Where NVML keeps no samples, the point reading of its last sample period.
     if !read_engine(reader, Engine::Encoder) {
         if let Some(info) = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
             d.encoder_utilization()
         }) {
             point(reader, Engine::Encoder, info.utilization);
-        }
-    }
-    if !read_engine(reader, Engine::Decoder) {
-        if let Some(info) = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
-            d.decoder_utilization()
-        }) {
-            point(reader, Engine::Decoder, info.utilization);
         }
     }
     if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {
@@ -31,7 +90,6 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
         );
     }
-    engines::read(reader);
 }
 
 /// JPEG decoders and optical flow accelerator (nvml-wrapper wraps neither call).

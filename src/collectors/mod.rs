@@ -3,7 +3,8 @@
 //!
 //! A row gives the name used by `--collector`/`--no-collector`, whether it is on
 //! by default, its one-line help, the families it may emit, the field ids it
-//! takes from the per-GPU batch, and its [`Hooks`]: what it does in each phase
+//! takes from the per-GPU batch (fixed, plus those its [`Hooks::fields_for`]
+//! picks from the GPU's facts), and its [`Hooks`]: what it does in each phase
 //! of a run. The command line's value list, the default set, `--help`, the man
 //! page and the README's list all come from [`ALL`] (the README is checked
 //! against it by a test); the phases run every row's hooks without naming a
@@ -38,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::metrics::{self, Family};
-use crate::nvml::reader::DeviceReader;
+use crate::nvml::reader::{DeviceReader, GpuFacts};
 use crate::snapshot::{Sample, Snapshot};
 use crate::state::Memory;
 
@@ -75,6 +76,11 @@ pub struct Collector {
 /// every window's close; after all GPUs, every `host` step.
 #[derive(Clone, Copy)]
 struct Hooks {
+    /// Field ids for the GPU's batch that depend on what the info read found
+    /// (the architecture): a reading that adds information on one GPU and
+    /// repeats another on the next is batched only where it adds. Added to
+    /// the row's fixed `fields`; the batch stays one call per GPU.
+    fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
     /// Opens a window over the GPU before any other reading (GPM's first
     /// sample), closed after every `read`.
     open: Option<OpenHook>,
@@ -94,6 +100,7 @@ type HostHook = fn(&mut HostRun<'_>) -> Result<(), String>;
 
 impl Hooks {
     const NONE: Hooks = Hooks {
+        fields_for: None,
         open: None,
         read: None,
         host: None,
@@ -171,6 +178,12 @@ pub fn run_host(
 }
 
 impl Collector {
+    /// The field ids it takes from the batch of a GPU with these facts.
+    fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
+        let chosen = self.hooks.fields_for.map_or(&[][..], |pick| pick(facts));
+        self.fields.iter().chain(chosen).copied()
+    }
+
     /// Whether it opens a window over each GPU (and so takes the run's
     /// `--gpm-window`).
     pub fn opens_window(&self) -> bool {
@@ -249,16 +262,18 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "power",
         default: true,
-        help: "Power draw and the driver's average, energy counter, enforced and default power limit.",
+        help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit.",
         families: &[
             &metrics::POWER,
             &metrics::ENERGY,
             &metrics::POWER_LIMIT,
             &metrics::POWER_DEFAULT_LIMIT,
             &metrics::POWER_AVERAGE,
+            &metrics::POWER_INSTANT,
         ],
         fields: power::FIELDS,
         hooks: Hooks {
+            fields_for: Some(power::second_reading),
             read: Some(power::read),
             ..Hooks::NONE
         },

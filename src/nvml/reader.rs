@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_uint, CStr};
 use std::time::Instant;
 
+use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::structs::device::MigMode;
@@ -20,6 +21,22 @@ use crate::metrics::{self, Family, Kind};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
+/// What the first reads of a GPU (its info) found that decides how other
+/// collectors read it: which field to batch, which call adds nothing. Set once
+/// per run by the info read, before any collector runs; a fact NVML could not
+/// tell is empty, and each rule says what it assumes then.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// `nvmlDeviceGetArchitecture`: `None` when it could not be read,
+    /// `Some(Err(raw))` for a value newer than this exporter knows.
+    pub architecture: Option<Result<DeviceArchitecture, u32>>,
+    /// `nvmlDeviceGetName` (e.g. `NVIDIA A100-SXM4-80GB`); empty when unread.
+    pub name: String,
+    /// The PCI device id with the vendor id in its low 16 bits
+    /// (`nvmlPciInfo_t.pciDeviceId`, e.g. `0x20B210DE`); `None` when unread.
+    pub pci_device_id: Option<u32>,
+}
+
 /// Collects the samples of one GPU while applying the error policy.
 pub struct DeviceReader<'n> {
     device: &'n NvmlDevice<'n>,
@@ -36,6 +53,8 @@ pub struct DeviceReader<'n> {
     recalled: BTreeMap<String, String>,
     /// What this run leaves for the next.
     remembered: BTreeMap<String, String>,
+    /// What the info read found (see [`Self::facts`]).
+    facts: GpuFacts,
     /// MIG mode, read once per run however many collectors ask (see
     /// [`Self::mig_mode`]); `None` until the first read.
     mig_mode: Option<Option<MigMode>>,
@@ -60,6 +79,7 @@ impl<'n> DeviceReader<'n> {
             seen: Vec::new(),
             recalled: BTreeMap::new(),
             remembered: BTreeMap::new(),
+            facts: GpuFacts::default(),
             mig_mode: None,
             compute_processes: None,
         }
@@ -68,6 +88,16 @@ impl<'n> DeviceReader<'n> {
     /// NVML's index of the GPU.
     pub fn index(&self) -> u32 {
         self.index
+    }
+
+    /// Keeps what the info read found, for the collectors that follow.
+    pub fn set_facts(&mut self, facts: GpuFacts) {
+        self.facts = facts;
+    }
+
+    /// What the info read found of this GPU (all empty before it ran).
+    pub fn facts(&self) -> &GpuFacts {
+        &self.facts
     }
 
     /// The NVML library, for buffers that outlive one call (GPM samples).

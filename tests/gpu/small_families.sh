@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The small families against nvidia-smi on a real GPU host, side by side:
-# JPEG and OFA utilization, the T.Limit margin, the driver's averaged power (and
-# the instantaneous reading beside it), NVLink totals against the sum of the
-# per-link series, MIG profiles where MIG is on; then which NVML field ids the
+# JPEG and OFA utilization, the T.Limit margin, the second power reading (the
+# instantaneous power or the driver's average, whichever power_watts is not),
+# NVLink totals against the sum of the per-link series, MIG profiles where MIG is on; then which NVML field ids the
 # driver answers (straight through libnvidia-ml with ctypes), and the cost of the
 # per-link NVLink collector.
 #
@@ -121,10 +121,20 @@ for phase in ("idle", "load"):
             smi_value("/GPU T.Limit Temp"), 2)
         row("temperature, C (GPU Current Temp)", one("nvidia_gpu_temperature_celsius"),
             smi_value("/GPU Current Temp"), 2)
-        row("averaged power, W (Average Power Draw)", one("nvidia_gpu_power_average_watts"),
-            smi_value("/Average Power Draw"), 15)
-        row("power, W (Power Draw / Instantaneous)", one("nvidia_gpu_power_watts"),
-            smi_value("/Power Draw", "/Instantaneous Power Draw"), 60)
+        # One second power family per GPU: the instantaneous power where
+        # power_watts is NVML's 1 s average (Ampere except GA100, and newer),
+        # the driver's average where power_watts is instantaneous.
+        instant = one("nvidia_gpu_power_instant_watts")
+        if instant is not None:
+            row("power, W (Average Power Draw)", one("nvidia_gpu_power_watts"),
+                smi_value("/Average Power Draw"), 15)
+            row("instant power, W (Instantaneous Power Draw)", instant,
+                smi_value("/Instantaneous Power Draw"), 60)
+        else:
+            row("averaged power, W (Average Power Draw)", one("nvidia_gpu_power_average_watts"),
+                smi_value("/Average Power Draw"), 15)
+            row("power, W (Power Draw / Instantaneous)", one("nvidia_gpu_power_watts"),
+                smi_value("/Power Draw", "/Instantaneous Power Draw"), 60)
         jpeg, ofa = one("nvidia_gpu_jpeg_utilization_ratio"), one("nvidia_gpu_ofa_utilization_ratio")
         row("JPEG utilization, % (Utilization/JPEG)", None if jpeg is None else jpeg * 100,
             smi_value("Utilization/JPEG"), 5)
