@@ -756,6 +756,27 @@ fn a_gpu_without_a_video_encoder_reads_no_encoder() {
 
 #[test]
 fn the_encoder_capacity_is_read_once_per_driver() {
+    let text = fixed_reading_is_read_once_per_driver("nvmlDeviceGetEncoderCapacity", 1.0);
+    assert!(!text.contains("nvidia_gpu_encoder_"), "{text}");
+}
+
+/// Temperature thresholds are the board's: read once per driver too, and
+/// still published from the state while their call would fail.
+#[test]
+fn temperature_thresholds_are_read_once_per_driver() {
+    let text = fixed_reading_is_read_once_per_driver("nvmlDeviceGetTemperatureThreshold", 4.0);
+    let thresholds = parsed(&text)
+        .keys()
+        .filter(|s| s.name == "nvidia_gpu_temperature_threshold_celsius")
+        .count();
+    assert_eq!(thresholds, 8 * 4, "{text}");
+}
+
+/// A fault injected into `symbol` (called `per_gpu` times a GPU) is seen on
+/// a run without state, not on one whose state a healthy run left under the
+/// same driver, and again after a driver change. Returns the text of the run
+/// that used the state.
+fn fixed_reading_is_read_once_per_driver(symbol: &str, per_gpu: f64) -> String {
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let errors = |text: &str| -> f64 {
@@ -770,7 +791,7 @@ fn the_encoder_capacity_is_read_once_per_driver() {
         move |text: String| {
             text.replace(
                 "encoder_capacity = 0",
-                "encoder_capacity = 0\nerrors = { nvmlDeviceGetEncoderCapacity = \"UNKNOWN\" }",
+                &format!("encoder_capacity = 0\nerrors = {{ {symbol} = \"UNKNOWN\" }}"),
             )
             .replace("driver_version = \"570.133.20\"", driver)
         }
@@ -780,9 +801,12 @@ fn the_encoder_capacity_is_read_once_per_driver() {
         "same-driver",
         failing("driver_version = \"570.133.20\""),
     );
-    // Without a remembered capacity the injected fault is seen: one error a GPU.
+    // Without a remembered value the injected fault is seen on every GPU.
     let fresh = tempfile::tempdir().unwrap();
-    assert_eq!(errors(&run_without_gpm(&same_driver, fresh.path())), 8.0);
+    assert_eq!(
+        errors(&run_without_gpm(&same_driver, fresh.path())),
+        8.0 * per_gpu
+    );
     // Remembered by a healthy first run, it is not read again.
     run_without_gpm(
         &demo_h100x8_with(dir.path(), "healthy", |t| t),
@@ -790,14 +814,17 @@ fn the_encoder_capacity_is_read_once_per_driver() {
     );
     let text = run_without_gpm(&same_driver, state.path());
     assert_eq!(errors(&text), 0.0, "{text}");
-    assert!(!text.contains("nvidia_gpu_encoder_"), "{text}");
     // A new driver forgets it: read again, and the fault is seen.
     let new_driver = demo_h100x8_with(
         dir.path(),
         "new-driver",
         failing("driver_version = \"580.65.06\""),
     );
-    assert_eq!(errors(&run_without_gpm(&new_driver, state.path())), 8.0);
+    assert_eq!(
+        errors(&run_without_gpm(&new_driver, state.path())),
+        8.0 * per_gpu
+    );
+    text
 }
 
 #[test]

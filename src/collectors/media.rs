@@ -17,9 +17,6 @@ const MICROSECONDS_PER_SECOND: f64 = 1e6;
 /// The state key of the GPU's H264 encoder capacity (percent), or
 /// [`NOT_SUPPORTED`]: fixed while the driver is loaded, so read once and kept
 /// until the driver changes (it is not a `boot.` entry).
-const CAPACITY_KEY: &str = "encoder_capacity";
-/// Remembered where NVML does not support the capacity query.
-const NOT_SUPPORTED: &str = "not_supported";
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if has_encoder(reader) {
@@ -42,34 +39,14 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 }
 
 /// Whether the GPU has a video encoder: false only where NVML says its H264
-/// capacity is 0. A capacity NVML does not support, or a read that failed
-/// (counted, and read again next run), leaves the encoder read as before.
+/// capacity is 0 (fixed while the driver is loaded, so read once per driver).
+/// A capacity NVML does not support, or a read that failed (counted, and read
+/// again next run), leaves the encoder read as before.
 fn has_encoder(reader: &mut DeviceReader<'_>) -> bool {
-    let recalled = reader.recall(CAPACITY_KEY).and_then(|value| {
-        (value == NOT_SUPPORTED || value.parse::<u32>().is_ok()).then(|| value.to_owned())
+    let capacity = reader.read_fixed("encoder_capacity", "nvmlDeviceGetEncoderCapacity", |d| {
+        d.encoder_capacity(EncoderType::H264)
     });
-    let capacity = match recalled {
-        Some(value) => value,
-        None => {
-            let call = "nvmlDeviceGetEncoderCapacity";
-            match reader.try_read(call, |d| d.encoder_capacity(EncoderType::H264)) {
-                Some(Ok(percent)) => percent.to_string(),
-                Some(Err(error)) => {
-                    let unsupported = crate::nvml::unsupported(&error);
-                    reader.note(call, &error);
-                    if !unsupported {
-                        return true;
-                    }
-                    NOT_SUPPORTED.to_owned()
-                }
-                // The GPU is down: nothing more is read.
-                None => return true,
-            }
-        }
-    };
-    let has = capacity != "0";
-    reader.remember(CAPACITY_KEY, capacity);
-    has
+    capacity != Some(Some(0))
 }
 
 /// The encoder's utilization (samples, else the point reading) and sessions.

@@ -242,6 +242,46 @@ impl<'n> DeviceReader<'n> {
         processes
     }
 
+    /// A reading that does not change while the driver is loaded (a property
+    /// of the board): the value the previous run remembered under `key` (the
+    /// state keeps it only under the same driver), else read through `call`
+    /// and remembered. `Some(None)`: NVML does not support it (remembered
+    /// too, logged at debug level); `None`: the read failed (counted, and read
+    /// again next run) or the GPU is down.
+    pub fn read_fixed<T: std::str::FromStr + ToString>(
+        &mut self,
+        key: &str,
+        call: &'static str,
+        read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
+    ) -> Option<Option<T>> {
+        /// Remembered where NVML does not support the reading.
+        const NOT_SUPPORTED: &str = "not_supported";
+        let recalled = match self.recall(key) {
+            Some(NOT_SUPPORTED) => Some(None),
+            Some(text) => text.parse().ok().map(Some),
+            None => None,
+        };
+        let value = match recalled {
+            Some(value) => value,
+            None => match self.try_read(call, read)? {
+                Ok(value) => Some(value),
+                Err(error) if unsupported(&error) => {
+                    self.note(call, &error);
+                    None
+                }
+                Err(error) => {
+                    self.note(call, &error);
+                    return None;
+                }
+            },
+        };
+        let text = value
+            .as_ref()
+            .map_or(NOT_SUPPORTED.to_owned(), T::to_string);
+        self.remember(key, text);
+        Some(value)
+    }
+
     /// Hands the reader what the previous run remembered of this GPU.
     pub fn recall_from(&mut self, memory: BTreeMap<String, String>) {
         self.recalled = memory;
