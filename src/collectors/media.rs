@@ -14,10 +14,6 @@ use crate::nvml::reader::DeviceReader;
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
-/// The state key of the GPU's H264 encoder capacity (percent), or
-/// [`NOT_SUPPORTED`]: fixed while the driver is loaded, so read once and kept
-/// until the driver changes (it is not a `boot.` entry).
-
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if has_encoder(reader) {
         read_encoder(reader);
