@@ -7,10 +7,12 @@ use std::path::Path;
 use crate::exposition::{self, Samples, Series};
 use crate::{promtool, temp_files, OUT_FILE};
 
-/// Values that differ from run to run, compared by presence only. Whether a run
-/// had the previous run's state depends on what ran before it.
-pub const VOLATILE: [&str; 3] = [
+/// Values that differ from run to run, compared by presence only: timings, and
+/// whether a run had the previous run's state (which depends on what ran
+/// before it).
+pub const VOLATILE: [&str; 4] = [
     "nvidia_gpu_collector_duration_seconds",
+    "nvidia_gpu_collector_step_duration_seconds",
     "nvidia_gpu_collector_timestamp_seconds",
     "nvidia_gpu_collector_state_ok",
 ];
