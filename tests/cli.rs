@@ -2330,9 +2330,9 @@ fn a_uuid_read_failure_keeps_the_gpu_up_with_all_its_readings() {
 
 // ---- Faults -------------------------------------------------------------------
 //
-// What the fault matrix (tests/fault-matrix) checked without needing root,
-// mounts, kills or a real node_exporter. Failure cases start from a directory
-// holding a complete file of a healthy run, so that "replaced" shows.
+// Every fault that needs no root, mounts, kills or a real node_exporter (the
+// fault matrix, tests/fault-matrix, has those). Failure cases start from a
+// directory holding a complete file of a healthy run, so that "replaced" shows.
 
 /// A fresh output directory holding the file of a successful run of
 /// `scenario_name` (without its faults when `faults_off`), and the state
