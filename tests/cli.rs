@@ -506,23 +506,6 @@ fn publishes_world_readable_file_and_no_temp_files() {
     assert_eq!(names, [".nvidia_gpu.prom.lock", "nvidia_gpu.prom"]);
 }
 
-#[test]
-fn failure_replaces_a_good_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_str().unwrap();
-    assert_eq!(exporter("h100x8", &["--output-dir", out]).code(), Some(0));
-    assert_eq!(
-        exporter("init-driver-not-loaded", &["--output-dir", out]).code(),
-        Some(3)
-    );
-    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
-    assert!(text.contains("nvidia_gpu_collector_error{reason=\"driver_not_loaded\"} 1"));
-    assert!(
-        device_series(&parsed(&text)).is_empty(),
-        "stale device series survived: {text}"
-    );
-}
-
 fn bad_input(args: &[&str], status: i32, message: &str) {
     let output = Command::new(EXE).args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -568,6 +551,11 @@ fn missing_or_unwritable_output_directory_fails_cleanly() {
     assert_eq!(output.code(), Some(7));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("nvidia-textfile-exporter: error: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains(missing.to_str().unwrap()), "{stderr}");
     assert!(stderr.contains("does not exist"), "{stderr}");
     assert!(!missing.exists(), "the directory was created");
     // procfs refuses new files even to root.
@@ -2496,4 +2484,423 @@ fn a_uuid_read_failure_keeps_the_gpu_up_with_all_its_readings() {
     assert_eq!(uuid_of(&after, "1"), uuid_of(&before, "1"));
     assert!(uuid_of(&after, "1").is_some_and(|u| u.starts_with("GPU-")));
     assert!(faulty.err().contains("nvmlDeviceGetUUID"), "{faulty:?}");
+}
+
+// ---- Faults -------------------------------------------------------------------
+//
+// Every fault that needs no root, mounts, kills or a real node_exporter (the
+// fault matrix, tests/fault-matrix, has those). Failure cases start from a
+// directory holding a complete file of a healthy run, so that "replaced" shows.
+
+/// A fresh output directory holding the file of a successful run of
+/// `scenario_name` (without its faults when `faults_off`), and the state
+/// directory that run wrote.
+fn seeded(scenario_name: &str, faults_off: bool) -> (tempfile::TempDir, tempfile::TempDir) {
+    let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let run = ex()
+        .run(scenario_name)
+        .output_dir(dir.path())
+        .state_dir(state.path());
+    let run = if faults_off { run.faults_off() } else { run };
+    run.finish().unwrap().assert_status(0);
+    (dir, state)
+}
+
+/// What `scenario_name` gives without its faults (`--stdout`).
+fn baseline(scenario_name: &str) -> Samples {
+    let run = ex()
+        .run(scenario_name)
+        .stdout()
+        .faults_off()
+        .finish()
+        .unwrap();
+    run.assert_status(0);
+    run.samples()
+}
+
+/// A copy of the fake NVML in `dir` for which `dlsym` fails for `symbols`.
+fn fake_without(dir: &Path, symbols: &[&str]) -> PathBuf {
+    let lib = dir.join(format!("libfake_nvml-without-{}.so", symbols.join("-")));
+    test_support::library_without(&fake_nvml(), symbols, "nvmlShutdown", &lib).unwrap();
+    lib
+}
+
+/// NVML unusable, for every reason: exit 3, the good file replaced by one that
+/// holds only collector series and the one reason, and stderr naming it. The
+/// library loses its init function or the function every GPU's handle comes
+/// from (no GPU can be read: a collector error, not every GPU down) in a copy
+/// that no longer exports it, as a wrong or ancient libnvidia-ml.
+#[test]
+fn unusable_nvml_replaces_a_good_file_with_its_reason() {
+    let libs = tempfile::tempdir().unwrap();
+    let init = test_support::scenario::missing_symbols(
+        &test_support::scenario::load(&scenario("fault-missing-init")).unwrap(),
+    );
+    let init: Vec<&str> = init.iter().map(String::as_str).collect();
+    let cases = [
+        ("init-driver-not-loaded", None, "driver_not_loaded"),
+        ("init-no-permission", None, "no_permission"),
+        (
+            "init-lib-rm-version-mismatch",
+            None,
+            "driver_library_mismatch",
+        ),
+        ("init-unknown", None, "unknown"),
+        ("fault-device-count", None, "unknown"),
+        (
+            "h100x8",
+            Some(libs.path().join("absent/libnvidia-ml.so.1")),
+            "library_not_found",
+        ),
+        (
+            "fault-missing-init",
+            Some(fake_without(libs.path(), &init)),
+            "missing_symbol",
+        ),
+        (
+            "h100x8",
+            Some(fake_without(
+                libs.path(),
+                &["nvmlDeviceGetHandleByIndex_v2"],
+            )),
+            "missing_symbol",
+        ),
+    ];
+    for (scenario_name, lib, reason) in cases {
+        let (dir, state) = seeded("fault-read-error", false);
+        let mut run = ex()
+            .run(scenario_name)
+            .output_dir(dir.path())
+            .state_dir(state.path());
+        if let Some(lib) = lib {
+            run = run.lib(lib);
+        }
+        let run = run.finish().unwrap();
+        let at = format!("{scenario_name}, {reason}: {run:?}");
+        assert_eq!(run.code(), Some(3), "{at}");
+        assert!(run.t_file.is_some(), "{at}: the good file stayed");
+        check_file(&run.path(), Some(reason)).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(
+            run.err().contains(&format!("cannot use NVML ({reason})")),
+            "{at}"
+        );
+    }
+}
+
+/// A library older than some optional functions (the energy counter, the
+/// Clocks*EventReasons names): exactly the energy series is left out, clock
+/// event reasons come from the older *ThrottleReasons names, nothing is counted
+/// as a read error and nothing is logged.
+#[test]
+fn missing_optional_symbols_leave_out_only_their_readings() {
+    let libs = tempfile::tempdir().unwrap();
+    let path = scenario("fault-missing-optional");
+    let missing =
+        test_support::scenario::missing_symbols(&test_support::scenario::load(&path).unwrap());
+    let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
+    assert!(missing.contains(&"nvmlDeviceGetTotalEnergyConsumption"));
+    let lib = fake_without(libs.path(), &missing);
+    let run = ex()
+        .run("fault-missing-optional")
+        .lib(lib)
+        .finish()
+        .unwrap();
+    run.assert_status(0);
+    assert!(run.stderr.is_empty(), "{run:?}");
+    let samples = check_file(&run.path(), None).unwrap();
+    let (energy, rest): (Samples, Samples) = baseline("fault-missing-optional")
+        .into_iter()
+        .partition(|(s, _)| s.name == "nvidia_gpu_energy_joules_total");
+    assert!(
+        !energy.is_empty(),
+        "the baseline has no energy series to lose"
+    );
+    assert!(
+        samples
+            .keys()
+            .any(|s| s.name == "nvidia_gpu_clocks_event_active"),
+        "no clock event reasons: no fallback to the ClocksThrottleReasons names"
+    );
+    // The read error counters are in the comparison: 0, as without the fault.
+    compare(&samples, &rest, "file vs. baseline without energy").unwrap();
+}
+
+/// One getter fails with UNKNOWN on GPU 1, the name with INSUFFICIENT_SIZE on
+/// GPU 2: each reading is left out (the info series keeps its label set, the
+/// name empty), counted once and named on stderr; everything else is as
+/// without the faults.
+#[test]
+fn a_failing_getter_leaves_out_only_its_reading() {
+    let mut expected = baseline("fault-read-error");
+    let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let run = ex()
+        .run("fault-read-error")
+        .output_dir(dir.path())
+        .state_dir(state.path())
+        .finish()
+        .unwrap();
+    run.assert_status(0);
+    let samples = check_file(&run.path(), None).unwrap();
+    let (uuid1, uuid2) = (
+        uuid_of(&expected, "1").unwrap(),
+        uuid_of(&expected, "2").unwrap(),
+    );
+    let power1 = Series::new("nvidia_gpu_power_watts", &[("gpu", "1"), ("uuid", &uuid1)]);
+    assert!(expected.remove(&power1).is_some(), "no power of GPU 1");
+    let info2 = expected
+        .keys()
+        .find(|s| s.name == "nvidia_gpu_info" && s.label("gpu") == Some("2"))
+        .cloned()
+        .expect("nvidia_gpu_info of GPU 2");
+    let mut emptied = info2.clone();
+    emptied
+        .labels
+        .iter_mut()
+        .filter(|(k, _)| k == "name")
+        .for_each(|(_, v)| v.clear());
+    let value = expected.remove(&info2).unwrap();
+    expected.insert(emptied, value);
+    for (gpu, uuid) in [("1", &uuid1), ("2", &uuid2)] {
+        let errors = Series::new(
+            "nvidia_gpu_collector_read_errors",
+            &[("gpu", gpu), ("uuid", uuid)],
+        );
+        expected.insert(errors, 1.0);
+    }
+    compare(
+        &samples,
+        &expected,
+        "file vs. baseline less the failed reads",
+    )
+    .unwrap();
+    for call in ["GPU 1: nvmlDeviceGetPowerUsage", "GPU 2: nvmlDeviceGetName"] {
+        assert!(
+            run.err().contains(call),
+            "stderr does not name {call}: {run:?}"
+        );
+    }
+}
+
+/// A GPU down (lost, lost in the middle of its reads, its handle refused):
+/// exit 4; that GPU has only `nvidia_gpu_up 0`, its reason and its XID
+/// counters (from the kernel log, which explains it), none of the readings
+/// taken before it failed, under the UUID the previous run gave it; every
+/// other GPU and the host-wide series are exactly as without the fault.
+#[test]
+fn a_gpu_down_keeps_its_uuid_and_the_others_are_unchanged() {
+    for (scenario_name, down, reason) in [
+        ("lost-gpu", "2", "gpu_lost"),
+        ("fault-lost-midread", "0", "gpu_lost"),
+        ("fault-handle-error", "1", "no_permission"),
+    ] {
+        let (dir, state) = seeded(scenario_name, true);
+        let before = check_file(&dir.path().join(test_support::OUT_FILE), None).unwrap();
+        let run = ex()
+            .run(scenario_name)
+            .output_dir(dir.path())
+            .state_dir(state.path())
+            .finish()
+            .unwrap();
+        let at = format!("{scenario_name}: {run:?}");
+        assert_eq!(run.code(), Some(4), "{at}");
+        let after = check_file(&run.path(), None).unwrap_or_else(|e| panic!("{at}: {e}"));
+        let ((gpus_before, host_before), (gpus_after, host_after)) = (gpus(&before), gpus(&after));
+        compare(&host_after, &host_before, "host-wide series")
+            .unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(
+            gpus_after.keys().eq(gpus_before.keys()),
+            "{at}: GPUs {:?}",
+            gpus_after.keys()
+        );
+        for (gpu, series) in &gpus_before {
+            let want = if gpu == down {
+                let mut want = Samples::from([
+                    (Series::new("nvidia_gpu_up", &[]), 0.0),
+                    (
+                        Series::new("nvidia_gpu_down_reason", &[("reason", reason)]),
+                        1.0,
+                    ),
+                ]);
+                want.extend(
+                    series
+                        .iter()
+                        .filter(|(s, _)| s.name.starts_with("nvidia_gpu_xid_"))
+                        .map(|(s, v)| (s.clone(), *v)),
+                );
+                want
+            } else {
+                series.clone()
+            };
+            compare(&gpus_after[gpu], &want, &format!("GPU {gpu}"))
+                .unwrap_or_else(|e| panic!("{at}: {e}"));
+        }
+        assert!(run.err().contains(&format!("GPU {down}")), "{at}");
+        assert_eq!(uuid_of(&after, down), uuid_of(&before, down), "{at}");
+        assert!(
+            uuid_of(&after, down).is_some_and(|u| u.starts_with("GPU-")),
+            "{at}"
+        );
+    }
+}
+
+/// Sequential reads keep the one deadline too, in the worst case: the lock is
+/// held until just before reading must end (0.1 s before, at 0.8 x --timeout),
+/// then a device call hangs. The timeout file names the call and is in place by
+/// --timeout (0.1 s of slack for a loaded machine), the process and all it
+/// started gone right after.
+#[test]
+fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
+    let (dir, state) = seeded("fault-read-error", false);
+    let lock = fs::File::open(dir.path().join(test_support::LOCK_FILE)).unwrap();
+    lock.lock().unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(lock);
+    });
+    let mut run = ex()
+        .run("fault-device-hang")
+        .output_dir(dir.path())
+        .state_dir(state.path())
+        .args(["--timeout", "2s", "--sequential"])
+        .own_process_group()
+        .finish()
+        .unwrap();
+    releaser.join().unwrap();
+    let at = format!("{run:?}");
+    assert_eq!(run.code(), Some(5), "{at}");
+    assert!(
+        run.err()
+            .contains("stuck in nvmlDeviceGetPowerUsage (GPU 1)"),
+        "{at}"
+    );
+    check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+    let t_file = run.t_file.expect("the file was replaced");
+    assert!(t_file <= 2.1, "{at}: file replaced after {t_file:.3} s");
+    assert!(
+        run.elapsed <= 2.3,
+        "{at}: exited after {:.3} s",
+        run.elapsed
+    );
+    assert!(run.proc.group_gone(), "{at}: a process of the run is left");
+}
+
+/// A directory where the file belongs: exit 7 with one line naming the rename
+/// and the path; the directory and what it holds stay, no temporary file is
+/// left.
+#[test]
+fn a_directory_in_the_files_place_fails_cleanly() {
+    let (dir, state) = seeded("geforce", false);
+    let target = dir.path().join(test_support::OUT_FILE);
+    fs::remove_file(&target).unwrap();
+    fs::create_dir(&target).unwrap();
+    fs::write(target.join("keep"), "old").unwrap();
+    let run = ex()
+        .run("geforce")
+        .output_dir(dir.path())
+        .state_dir(state.path())
+        .finish()
+        .unwrap();
+    assert_eq!(run.code(), Some(7), "{run:?}");
+    let stderr = run.err();
+    let line = stderr.strip_suffix('\n').unwrap_or(&stderr);
+    assert!(!line.contains('\n'), "not one line: {stderr}");
+    assert!(
+        line.starts_with("nvidia-textfile-exporter: error: "),
+        "{stderr}"
+    );
+    assert!(line.contains("rename"), "{stderr}");
+    assert!(line.contains(&target.display().to_string()), "{stderr}");
+    assert_eq!(fs::read_to_string(target.join("keep")).unwrap(), "old");
+    assert_eq!(test_support::temp_files(dir.path()), Vec::<String>::new());
+}
+
+/// 100 runs, 20 at a time, on one directory while a reader reads the file
+/// without pause: each run exits 0 or 6 (busy: it says so, or that the holder
+/// published meanwhile), a successful one silently; every read is a complete
+/// render or a complete busy file, and so is the file left at the end.
+#[test]
+fn overlapping_runs_only_ever_show_complete_files() {
+    let complete = test_support::checks::keys(&baseline("fault-slow"));
+    let busy = {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = fs::File::create(dir.path().join(test_support::LOCK_FILE)).unwrap();
+        lock.lock().unwrap();
+        let run = ex()
+            .run("fault-slow")
+            .output_dir(dir.path())
+            .args(["--timeout", "100ms"])
+            .finish()
+            .unwrap();
+        run.assert_status(6);
+        test_support::checks::keys(&check_file(&run.path(), Some("busy")).unwrap())
+    };
+    let (dir, state) = seeded("fault-slow", false);
+    let file = dir.path().join(test_support::OUT_FILE);
+    let reader = test_support::Reader::start(
+        file.clone(),
+        vec![("complete".into(), complete), ("busy".into(), busy.clone())],
+    );
+    let start = || {
+        ex().run("fault-slow")
+            .output_dir(dir.path())
+            .state_dir(state.path())
+            .args(["--timeout", "1s"])
+            .start()
+            .unwrap()
+    };
+    let t0 = Instant::now();
+    let (mut running, mut started, mut outcomes) = (Vec::new(), 0, Vec::new());
+    while started < 100 || !running.is_empty() {
+        while running.len() < 20 && started < 100 {
+            running.push(start());
+            started += 1;
+        }
+        let mut i = 0;
+        while i < running.len() {
+            if running[i].proc.poll().is_some() {
+                outcomes.push(running.swap_remove(i).wait().unwrap());
+            } else {
+                i += 1;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the runs took over 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stats = reader.finish().unwrap();
+    stats.check().unwrap();
+    let mut succeeded = 0;
+    for run in &outcomes {
+        let stderr = run.err();
+        match run.code() {
+            Some(0) => {
+                assert!(stderr.is_empty(), "a successful run wrote {stderr}");
+                succeeded += 1;
+            }
+            Some(6) => assert!(
+                stderr.contains("reason=\"busy\"") || stderr.contains("published meanwhile"),
+                "a busy run without a busy message: {stderr}"
+            ),
+            _ => panic!("{run:?}"),
+        }
+    }
+    assert!(succeeded >= 1, "no run succeeded");
+    let last = parsed(&fs::read_to_string(&file).unwrap());
+    let is_busy = test_support::checks::keys(&last) == busy;
+    check_file(&file, is_busy.then_some("busy")).unwrap();
+}
+
+/// Hostile strings from NVML (quotes, backslashes, line feeds, braces, invalid
+/// UTF-8, attempts to smuggle in a series) round-trip exactly through the
+/// labels and smuggle nothing in; the run logs nothing.
+#[test]
+fn hostile_strings_round_trip_and_smuggle_nothing_in() {
+    let doc = test_support::scenario::load(&scenario("fault-hostile")).unwrap();
+    let run = ex().run("fault-hostile").finish().unwrap();
+    run.assert_status(0);
+    assert!(run.stderr.is_empty(), "{run:?}");
+    let samples = check_file(&run.path(), None).unwrap();
+    test_support::checks::check_hostile(&samples, &doc, "file").unwrap();
 }

@@ -132,8 +132,8 @@ pub struct Scenario {
     /// is unset.
     #[serde(default)]
     pub clock: Clock,
-    /// Read by the test harness, which loads a build of the library made
-    /// without these exports (`FAKE_NVML_HIDE`, see build.rs); the fake itself
+    /// Read by the tests, which load a copy of the library in which these
+    /// exports are made local (tests/fake-nvml/README.md); the fake itself
     /// only checks the names.
     #[serde(default)]
     pub missing_symbols: Vec<String>,

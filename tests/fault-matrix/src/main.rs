@@ -1,17 +1,18 @@
-//! Fault matrix: runs the real exporter under every fault that the fake NVML and
-//! the file system can produce and checks what a reader of the textfile sees.
-//! See tests/fault-matrix/README.md; run through tests/fault-matrix/run.sh.
+//! Fault matrix: runs the real exporter under the faults that need root
+//! (tmpfs mounts, node_exporter as its own user) or kill runs at chosen
+//! moments, and checks what a reader of the textfile sees. Every other fault is
+//! a tests/cli.rs case. See tests/fault-matrix/README.md; run through
+//! tests/fault-matrix/run.sh.
 //!
 //! For every row:
 //! - the file a reader finds is always complete (never a partial write) and
 //!   passes `promtool check metrics` with empty output;
-//! - a failure leaves no device series behind: when NVML is unusable the file
-//!   holds only nvidia_gpu_collector_* series, a GPU that is down has only
-//!   nvidia_gpu_up 0 and nvidia_gpu_down_reason;
-//! - every failure is named, in nvidia_gpu_collector_error{reason},
-//!   nvidia_gpu_down_reason{reason} or, when nothing can be written, in one line
-//!   on stderr, with the documented exit status;
-//! - no temporary file is left in the output directory.
+//! - a failure file holds only nvidia_gpu_collector_* series, no device series;
+//! - every failure is named, in nvidia_gpu_collector_error{reason} or, when
+//!   nothing can be written, in one line on stderr, with the documented exit
+//!   status;
+//! - no temporary file is left in the output directory, except by a run
+//!   killed while publishing, and the next run removes it.
 
 #[macro_use]
 mod harness;
@@ -40,33 +41,21 @@ pub struct Ctx {
     pub work: PathBuf,
     pub seed: u64,
     codes: HashMap<String, i32>,
-    /// The series of a complete busy file, once a row has made one.
-    pub busy_keys: std::cell::RefCell<Option<harness::Keys>>,
-    /// The directory of the hostile-strings file, for the node_exporter row.
-    pub hostile_dir: std::cell::RefCell<Option<PathBuf>>,
 }
 
 /// How to run the exporter; `Opts::default()` writes to the directory with `--timeout 10s`.
 pub struct Opts<'a> {
-    pub extra: &'a [&'a str],
-    pub lib: Option<&'a Path>,
     pub timeout: &'a str,
     pub stdout: bool,
     pub faults_off: bool,
-    pub limit: f64,
-    pub tag: &'a str,
 }
 
 impl Default for Opts<'_> {
     fn default() -> Self {
         Opts {
-            extra: &[],
-            lib: None,
             timeout: "10s",
             stdout: false,
             faults_off: false,
-            limit: 30.0,
-            tag: "run",
         }
     }
 }
@@ -106,14 +95,6 @@ impl Ctx {
         Ok(path)
     }
 
-    pub fn scenario(&self, name: &str) -> R<(PathBuf, toml::Table)> {
-        let path = self.scenario_path(name);
-        let table = fs::read_to_string(&path)?
-            .parse()
-            .map_err(|e| Fail::Failed(format!("{name}: {e}"), None))?;
-        Ok((path, table))
-    }
-
     /// Starts a run through test_support's runner; its stdout and stderr go
     /// to logs/ (kept with --keep). Each output directory has its own state
     /// directory beside it, so rows never share what a run remembers.
@@ -121,18 +102,15 @@ impl Ctx {
         let logs = self.work.join("logs");
         fs::create_dir_all(&logs)?;
         let n = harness::LOGS.fetch_add(1, Ordering::Relaxed);
-        let mut run = self
+        // Every run of a row ends within seconds; 30 s means it hangs.
+        let run = self
             .exporter
             .run(&scenario.to_string_lossy())
             .args(["--timeout", o.timeout])
-            .args(o.extra)
-            .logs(logs.join(format!("{}.{n}", o.tag)))
-            .limit(o.limit)
+            .logs(logs.join(format!("run.{n}")))
+            .limit(30.0)
             .env("FAKE_NVML_FAULTS", if o.faults_off { "off" } else { "on" });
-        if let Some(lib) = o.lib {
-            run = run.lib(lib);
-        }
-        run = match dir {
+        let run = match dir {
             Some(d) if !o.stdout => run
                 .output_dir(d)
                 .state_dir(format!("{}.state", d.display())),
@@ -377,8 +355,6 @@ fn main() -> ExitCode {
         work,
         seed,
         codes,
-        busy_keys: Default::default(),
-        hostile_dir: Default::default(),
     };
 
     let mut results = Vec::new();

@@ -5,10 +5,11 @@ use std::fs;
 use std::path::Path;
 
 use crate::exposition::{self, Samples, Series};
-use crate::{promtool, temp_files, OUT_FILE};
+use crate::{promtool, scenario, temp_files, OUT_FILE};
 
-/// Values that differ from run to run, compared by presence only. Whether a run
-/// had the previous run's state depends on what ran before it.
+/// Values that differ from run to run, compared by presence only: timings, and
+/// whether a run had the previous run's state (which depends on what ran
+/// before it).
 pub const VOLATILE: [&str; 4] = [
     "nvidia_gpu_collector_duration_seconds",
     "nvidia_gpu_collector_step_duration_seconds",
@@ -149,5 +150,82 @@ pub fn compare(actual: &Samples, expected: &Samples, what: &str) -> Result<(), S
             "{what}: {s} is {a}, expected {v}"
         );
     }
+    Ok(())
+}
+
+/// What a file (or a page that serves it) must hold for the hostile-strings
+/// scenario `doc` (fault-hostile.toml): no series the strings try to smuggle in
+/// (`gpu="9"`, `uuid="forged"`), one `nvidia_gpu_up` per GPU of the scenario
+/// under its UUID, and the identity labels and the driver version exactly as
+/// the scenario has them (invalid UTF-8 as U+FFFD). `at` names what is checked.
+pub fn check_hostile(samples: &Samples, doc: &scenario::Table, at: &str) -> Result<(), String> {
+    let forged: Vec<String> = samples
+        .keys()
+        .filter(|s| {
+            s.label("uuid") == Some("forged")
+                || s.label("gpu") == Some("9")
+                || s.name.contains("forged")
+        })
+        .map(|s| s.to_string())
+        .collect();
+    ensure!(forged.is_empty(), "{at}: smuggled series: {forged:?}");
+    let want: Vec<BTreeMap<&str, String>> = (0..)
+        .map_while(|index| scenario::gpu(doc, index).map(|g| (index, g)))
+        .map(|(index, g)| {
+            let mut w = BTreeMap::from([("gpu", index.to_string())]);
+            for label in ["uuid", "name", "serial", "vbios_version"] {
+                w.insert(label, scenario::text(g.get(label)));
+            }
+            w
+        })
+        .collect();
+    let ups: BTreeMap<&str, &str> = samples
+        .keys()
+        .filter(|s| s.name == "nvidia_gpu_up")
+        .map(|s| {
+            (
+                s.label("gpu").unwrap_or_default(),
+                s.label("uuid").unwrap_or_default(),
+            )
+        })
+        .collect();
+    ensure!(!ups.is_empty(), "{at}: no nvidia_gpu_up");
+    let wanted: BTreeMap<&str, &str> = want
+        .iter()
+        .map(|w| (w["gpu"].as_str(), w["uuid"].as_str()))
+        .collect();
+    ensure!(ups == wanted, "{at}: nvidia_gpu_up series {ups:?}");
+    for w in &want {
+        let gpu = w["gpu"].as_str();
+        let info: Vec<&Series> = samples
+            .keys()
+            .filter(|s| s.name == "nvidia_gpu_info" && s.label("gpu") == Some(gpu))
+            .collect();
+        ensure!(
+            info.len() == 1,
+            "{at}: {} nvidia_gpu_info for GPU {gpu}",
+            info.len()
+        );
+        for label in ["uuid", "name", "serial", "vbios_version"] {
+            let got = info[0].label(label);
+            ensure!(
+                got == Some(w[label].as_str()),
+                "{at}: GPU {gpu} {label} is {got:?}, expected {:?}",
+                w[label]
+            );
+        }
+    }
+    let want_driver = doc
+        .get("system")
+        .and_then(|s| s.get("driver_version"))
+        .and_then(|v| v.as_str());
+    let driver: Vec<&Series> = samples
+        .keys()
+        .filter(|s| s.name == "nvidia_gpu_driver_info")
+        .collect();
+    ensure!(
+        driver.len() == 1 && driver[0].label("driver_version") == want_driver,
+        "{at}: driver_version label is not the scenario's string"
+    );
     Ok(())
 }

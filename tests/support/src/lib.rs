@@ -5,14 +5,19 @@
 //! - [`Proc`]: a child process that is killed when dropped;
 //! - [`Reader`]: a thread reading the published file without pause;
 //! - [`promtool`]: `promtool check metrics` on a text;
-//! - [`checks`]: what every published file must be.
+//! - [`checks`]: what every published file must be;
+//! - [`scenario`]: what a scenario file says the exporter must report;
+//! - [`library_without`]: a copy of the fake NVML lacking some exports.
 
 pub mod checks;
+mod elf;
 pub mod exposition;
 mod process;
 mod reader;
 mod run;
+pub mod scenario;
 
+pub use elf::library_without;
 pub use exposition::{parse, parse_all, parse_bytes, select, value, Exposition, Samples, Series};
 pub use process::{kill_all, Proc};
 pub use reader::{Reader, ReaderStats};

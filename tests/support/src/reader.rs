@@ -26,6 +26,31 @@ pub struct ReaderStats {
     pub first: BTreeMap<String, Vec<u8>>,
 }
 
+impl ReaderStats {
+    /// The reader read the file, every read was a complete file of an expected
+    /// kind, none found the file missing, and promtool is silent on the first
+    /// file of each kind.
+    pub fn check(&self) -> Result<(), String> {
+        if self.reads == 0 {
+            return Err("the reader never read the file".into());
+        }
+        if let Some(first) = self.bad.first() {
+            return Err(format!(
+                "the reader saw {}+ incomplete files: {first}",
+                self.bad.len()
+            ));
+        }
+        if self.missing > 0 {
+            return Err(format!("the file was missing {} times", self.missing));
+        }
+        for (kind, data) in &self.first {
+            crate::promtool(data)
+                .map_err(|e| format!("promtool on a {kind} file the reader saw: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 pub struct Reader {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<ReaderStats>,
