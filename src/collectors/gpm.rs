@@ -32,7 +32,7 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,
 };
 
-use super::{Settings, Window};
+use super::hooks::{Settings, Window};
 use crate::metrics::{self, Family};
 use crate::nvml::mig;
 use crate::nvml::reader::DeviceReader;

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::Device as NvmlDevice;
 
-use super::{info, Collector, Settings, Window};
+use super::hooks::{Collector, Settings, Window};
+use super::info;
 use crate::identity::{self, Identity};
 use crate::inflight::InFlight;
 use crate::nvml::reader::{self, DeviceReader};

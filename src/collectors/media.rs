@@ -72,7 +72,7 @@ mod engines {
     use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
     use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
 
-    use super::super::utilization::percent_to_ratio;
+    use crate::collectors::utilization::percent_to_ratio;
     use crate::metrics;
     use crate::nvml::reader::DeviceReader;
 

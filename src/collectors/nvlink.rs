@@ -16,7 +16,7 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::metrics;
-use crate::nvml::fields::{self, Field};
+use crate::nvml::fields::Field;
 use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
@@ -154,7 +154,7 @@ fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32) -> Vec<LinkFields
     let requests: Vec<Field> = (0..count)
         .flat_map(|link| TOTALS_LINK_FIELDS.map(|id| Field { id, scope: link }))
         .collect();
-    let values = fields::read(reader, &requests);
+    let values = reader.read_fields(&requests);
     values
         .chunks(TOTALS_LINK_FIELDS.len())
         .map(|values| LinkFields {
@@ -245,7 +245,7 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
         .iter()
         .flat_map(|&(link, _)| PER_LINK_FIELDS.map(|id| Field { id, scope: link }))
         .collect();
-    let values = fields::read(reader, &requests);
+    let values = reader.read_fields(&requests);
     for (&(link, active), values) in links.iter().zip(values.chunks(PER_LINK_FIELDS.len())) {
         let label = link.to_string();
         reader.push(

@@ -3,9 +3,9 @@
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
+use super::hooks::HostRun;
 use super::procfs::{self, Users};
 use super::utilization::{recall_carry, Engine};
-use super::HostRun;
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};

@@ -75,7 +75,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
-use super::HostRun;
+use super::hooks::HostRun;
 use crate::metrics;
 use crate::snapshot::{Sample, Snapshot};
 use crate::state::boot_id;

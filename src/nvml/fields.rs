@@ -5,15 +5,13 @@ use std::mem;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper_sys::bindings::{
-    nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
+    nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
     nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT as SIGNED_INT,
     nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG as SIGNED_LONG_LONG,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT as UNSIGNED_INT,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG as UNSIGNED_LONG,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, NvmlLib,
 };
-
-use super::reader::DeviceReader;
 
 /// One requested field: NVML field id and scope id (the link for NVLink fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,59 +20,36 @@ pub struct Field {
     pub scope: u32,
 }
 
-/// Reads `fields` in one call. Each entry is `None` where that field is not
-/// supported or failed (errors other than "not supported" are counted).
-pub fn read(reader: &mut DeviceReader<'_>, fields: &[Field]) -> Vec<Option<f64>> {
-    read_each(reader, fields)
-        .into_iter()
-        .map(|value| match value? {
-            Ok(number) => Some(number),
-            Err(error) => {
-                reader.note(CALL, &error);
-                None
-            }
-        })
-        .collect()
-}
-
 /// The NVML function behind every field read.
 pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
-/// Reads `fields` in one call and leaves each entry's error to the caller:
-/// `None` for every entry when the call itself failed (that failure is already
-/// handled by the reader's error policy).
-pub fn read_each(
-    reader: &mut DeviceReader<'_>,
+/// Reads `fields` in one `nvmlDeviceGetFieldValues` call on `handle`: the
+/// call's own error, or one entry per field with that entry's error (a value
+/// type NVML did not document is `UnexpectedVariant`). The reader applies its
+/// error policy to both (`DeviceReader::read_fields`, `prefetch`).
+pub fn fetch(
+    lib: &NvmlLib,
+    handle: nvmlDevice_t,
     fields: &[Field],
-) -> Vec<Option<Result<f64, NvmlError>>> {
-    if fields.is_empty() {
-        return Vec::new();
-    }
-    let raw = reader.read_raw(CALL, |lib, handle| {
-        let get = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref())?;
-        let mut values: Vec<nvmlFieldValue_t> = fields
-            .iter()
-            .map(|field| {
-                // SAFETY: nvmlFieldValue_t is plain old data; all-zero is valid.
-                let mut value: nvmlFieldValue_t = unsafe { mem::zeroed() };
-                value.fieldId = field.id;
-                value.scopeId = field.scope;
-                value
-            })
-            .collect();
-        let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
-        // SAFETY: `values` holds `count` initialised entries for NVML to fill.
-        nvml_try(unsafe { get(handle, count, values.as_mut_ptr()) })?;
-        Ok(values)
-    });
-    let Some(raw) = raw else {
-        return fields.iter().map(|_| None).collect();
-    };
-    raw.iter()
+) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
+    let get = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref())?;
+    let mut values: Vec<nvmlFieldValue_t> = fields
+        .iter()
+        .map(|field| {
+            // SAFETY: nvmlFieldValue_t is plain old data; all-zero is valid.
+            let mut value: nvmlFieldValue_t = unsafe { mem::zeroed() };
+            value.fieldId = field.id;
+            value.scopeId = field.scope;
+            value
+        })
+        .collect();
+    let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
+    // SAFETY: `values` holds `count` initialised entries for NVML to fill.
+    nvml_try(unsafe { get(handle, count, values.as_mut_ptr()) })?;
+    Ok(values
+        .iter()
         .map(|value| {
-            if let Err(error) = nvml_try(value.nvmlReturn) {
-                return Some(Err(error));
-            }
+            nvml_try(value.nvmlReturn)?;
             // SAFETY: `valueType` says which union member NVML wrote.
             let number = unsafe {
                 match value.valueType {
@@ -87,7 +62,7 @@ pub fn read_each(
                     _ => None,
                 }
             };
-            Some(number.ok_or(NvmlError::UnexpectedVariant(value.valueType)))
+            number.ok_or(NvmlError::UnexpectedVariant(value.valueType))
         })
-        .collect()
+        .collect())
 }

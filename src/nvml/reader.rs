@@ -169,8 +169,38 @@ impl<'n> DeviceReader<'n> {
     /// trip instead of one call per reading.
     pub fn prefetch(&mut self, ids: &[u32]) {
         let requests: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
-        let values = fields::read_each(self, &requests);
+        let values = self.fetch_fields(&requests);
         self.prefetched = ids.iter().copied().zip(values).collect();
+    }
+
+    /// Reads `fields` in one call. Each entry is `None` where that field is not
+    /// supported or failed (errors other than "not supported" are counted).
+    pub fn read_fields(&mut self, fields: &[Field]) -> Vec<Option<f64>> {
+        self.fetch_fields(fields)
+            .into_iter()
+            .map(|value| match value? {
+                Ok(number) => Some(number),
+                Err(error) => {
+                    self.note(fields::CALL, &error);
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Reads `fields` in one call and leaves each entry's error to the caller:
+    /// `None` for every entry when the call itself failed (that failure is
+    /// already handled by the error policy).
+    fn fetch_fields(&mut self, requests: &[Field]) -> Vec<Option<Result<f64, NvmlError>>> {
+        if requests.is_empty() {
+            return Vec::new();
+        }
+        match self.read_raw(fields::CALL, |lib, handle| {
+            fields::fetch(lib, handle, requests)
+        }) {
+            Some(values) => values.into_iter().map(Some).collect(),
+            None => requests.iter().map(|_| None).collect(),
+        }
     }
 
     /// Takes the prefetched entry of field `id`, once.
