@@ -126,7 +126,7 @@ pub const MAX_VALUE: usize = 8 << 10;
 /// over 400 GB of kernel log, so a stored count above this comes from a
 /// damaged state, not from the driver. Counting saturates here. The sum over
 /// all codes (at most `MAX_CODE` + 1 of them) stays below 2^53, exact as an
-/// `f64`, and within `metrics::plausible` for counters.
+/// `f64`, and within `Family::plausible` for counters.
 pub const MAX_COUNT: u64 = 1 << 32;
 
 /// How a read of the kernel log ended.
@@ -1101,7 +1101,7 @@ mod tests {
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * (u64::from(MAX_CODE) + 1)) as f64;
         assert!(most < 2f64.powi(53));
-        assert!(metrics::plausible(&metrics::XID_ERRORS).contains(&most));
+        assert!(metrics::XID_ERRORS.plausible().contains(&most));
     }
 
     #[test]

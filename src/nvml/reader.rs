@@ -17,7 +17,7 @@ use super::fields::{self, Field};
 use super::{device_fatal, reason, unsupported};
 use crate::identity::Identity;
 use crate::inflight::{InFlight, Scope};
-use crate::metrics::{self, Family, Kind};
+use crate::metrics::{self, Family, Merge};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
@@ -329,9 +329,9 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// Adds a sample; a value no GPU can produce (non-finite, or outside
-    /// [`metrics::plausible`]: a sentinel) is dropped, logged and counted.
+    /// [`Family::plausible`]: a sentinel) is dropped, logged and counted.
     pub fn push(&mut self, sample: Sample) {
-        if sample.value.is_finite() && metrics::plausible(sample.family).contains(&sample.value) {
+        if sample.value.is_finite() && sample.family.plausible().contains(&sample.value) {
             self.samples.push(sample);
         } else {
             self.reject(sample.family, sample.value);
@@ -389,9 +389,9 @@ impl<'n> DeviceReader<'n> {
 
 /// Merges samples of the same family and labels, so that no series is ever
 /// written twice (node_exporter would drop the file's later duplicates on every
-/// scrape): byte and counter values are summed (one pid listed twice holds both
-/// amounts), other values keep the largest (a state or `_info` stays 1). The
-/// first sample's position is kept. Returns how many samples were merged away.
+/// scrape), by the family's [`Merge`] rule: byte and counter values are summed
+/// (one pid listed twice holds both amounts), other values keep the largest (a
+/// state or `_info` stays 1). The first sample's position is kept. Returns how many samples were merged away.
 fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     let key = |sample: &Sample| {
         let mut key = sample.family.index.to_string();
@@ -415,10 +415,9 @@ fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
             Entry::Occupied(slot) => {
                 let earlier = &mut kept[*slot.get()];
                 let family = earlier.family;
-                earlier.value = if family.name.ends_with("_bytes") || family.kind == Kind::Counter {
-                    earlier.value + sample.value
-                } else {
-                    earlier.value.max(sample.value)
+                earlier.value = match family.merge() {
+                    Merge::Sum => earlier.value + sample.value,
+                    Merge::Max => earlier.value.max(sample.value),
                 };
             }
         }
