@@ -120,7 +120,11 @@ mod tests {
             pci_device_id: Some(0x20B2_10DE),
             ..ampere("NVIDIA Graphics Device")
         };
-        for gpu in [ampere("NVIDIA A100-SXM4-80GB"), ampere("NVIDIA A30"), a100_by_id] {
+        for gpu in [
+            ampere("NVIDIA A100-SXM4-80GB"),
+            ampere("NVIDIA A30"),
+            a100_by_id,
+        ] {
             assert!(!draw_is_averaged(&gpu), "{gpu:?}");
             assert_eq!(second_reading(&gpu), [NVML_FI_DEV_POWER_AVERAGE]);
         }
