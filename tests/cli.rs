@@ -724,14 +724,17 @@ fn a_gpu_without_a_video_encoder_reads_no_encoder() {
     let dir = tempfile::tempdir().unwrap();
     let encoder_families =
         |text: &str| text.contains("nvidia_gpu_encoder_") || text.contains("engine=\"encoder\"");
-    // Capacity 0 (as on a real H100): no encoder family, the decoder still read.
+    // GH100 (H100) by its PCI device id: NVML answers the encoder's calls (an
+    // idle encoder, as on a real H200), yet no encoder family is written; the
+    // decoder is still read.
     let state = tempfile::tempdir().unwrap();
     let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path());
     assert!(!encoder_families(&text), "{text}");
     assert!(text.contains("engine=\"decoder\""), "{text}");
-    // The same answers with a non-zero capacity: the encoder is read.
+    // The same answers from another chip (AD102, L40S): the encoder is read.
     let with_encoder = demo_h100x8_with(dir.path(), "with-encoder", |t| {
-        t.replace("encoder_capacity = 0", "encoder_capacity = 100")
+        t.replace("pci_device_id = 0x233010de", "pci_device_id = 0x26b910de")
+            .replace("NVIDIA H100 80GB HBM3", "NVIDIA L40S")
     });
     let state = tempfile::tempdir().unwrap();
     let text = run_without_gpm(&with_encoder, state.path());
@@ -742,13 +745,7 @@ fn a_gpu_without_a_video_encoder_reads_no_encoder() {
     assert!(text.contains("engine=\"encoder\""), "{text}");
 }
 
-#[test]
-fn the_encoder_capacity_is_read_once_per_driver() {
-    let text = fixed_reading_is_read_once_per_driver("nvmlDeviceGetEncoderCapacity", 1.0);
-    assert!(!text.contains("nvidia_gpu_encoder_"), "{text}");
-}
-
-/// Temperature thresholds are the board's: read once per driver too, and
+/// Temperature thresholds are the board's: read once per driver, and
 /// still published from the state while their call would fail.
 #[test]
 fn temperature_thresholds_are_read_once_per_driver() {
@@ -775,13 +772,18 @@ fn fixed_reading_is_read_once_per_driver(symbol: &str, per_gpu: f64) -> String {
             })
             .sum()
     };
+    // The fault goes into every GPU's table, after its `uuid` line.
     let failing = |driver: &'static str| {
         move |text: String| {
-            text.replace(
-                "encoder_capacity = 0",
-                &format!("encoder_capacity = 0\nerrors = {{ {symbol} = \"UNKNOWN\" }}"),
-            )
-            .replace("driver_version = \"570.133.20\"", driver)
+            let mut out = String::with_capacity(text.len());
+            for line in text.lines() {
+                out.push_str(line);
+                out.push('\n');
+                if line.starts_with("uuid = ") {
+                    out.push_str(&format!("errors = {{ {symbol} = \"UNKNOWN\" }}\n"));
+                }
+            }
+            out.replace("driver_version = \"570.133.20\"", driver)
         }
     };
     let same_driver = demo_h100x8_with(

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::metrics::{self, Family};
-use crate::nvml::reader::{DeviceReader, GpuFacts};
+use crate::nvml::facts::GpuFacts;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::{Sample, Snapshot};
 use crate::state::Memory;
 

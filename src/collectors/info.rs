@@ -15,7 +15,8 @@ use nvml_wrapper::error::nvml_sym;
 
 use crate::identity;
 use crate::metrics;
-use crate::nvml::reader::{DeviceReader, GpuFacts};
+use crate::nvml::facts::GpuFacts;
+use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample;
 
 /// Reads the GPU's identity and pushes its info sample. A UUID that cannot be

@@ -1,12 +1,12 @@
 //! Video encoder and decoder: utilization from NVML's sample buffers (see
 //! `nvml::samples`), sessions; JPEG decoders and optical flow accelerator.
 //!
-//! A GPU without a video encoder (H100, H200: NVDEC but no NVENC) answers the
-//! encoder's calls all the same, with an idle encoder, and its sample buffer
-//! costs about 3 ms cold: the encoder is read only where its H264 capacity is
-//! not 0 (see [`has_encoder`]).
-
-use nvml_wrapper::enum_wrappers::device::EncoderType;
+//! A GPU without a video encoder (GA100, GH100: NVDEC but no NVENC) answers
+//! the encoder's calls all the same, with an idle encoder and even an H264
+//! capacity of 100, and its sample buffer costs about 3 ms cold: the encoder
+//! is read only where the chip has one (see [`GpuFacts::has_video_encoder`]).
+//!
+//! [`GpuFacts::has_video_encoder`]: crate::nvml::facts::GpuFacts::has_video_encoder
 
 use super::utilization::{point, read_engine, Engine};
 use crate::metrics;
@@ -15,12 +15,13 @@ use crate::nvml::reader::DeviceReader;
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    if has_encoder(reader) {
+    if reader.facts().has_video_encoder() {
         read_encoder(reader);
     } else {
         log::debug!(
-            "GPU {}: no video encoder (H264 capacity 0); encoder families left out",
-            reader.index()
+            "GPU {}: no video encoder on this chip ({:?}); encoder families left out",
+            reader.index(),
+            reader.facts().chip()
         );
     }
     // Where NVML keeps no samples, the point reading of its last sample period.
@@ -32,17 +33,6 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         }
     }
     engines::read(reader);
-}
-
-/// Whether the GPU has a video encoder: false only where NVML says its H264
-/// capacity is 0 (fixed while the driver is loaded, so read once per driver).
-/// A capacity NVML does not support, or a read that failed (counted, and read
-/// again next run), leaves the encoder read as before.
-fn has_encoder(reader: &mut DeviceReader<'_>) -> bool {
-    let capacity = reader.read_fixed("encoder_capacity", "nvmlDeviceGetEncoderCapacity", |d| {
-        d.encoder_capacity(EncoderType::H264)
-    });
-    capacity != Some(Some(0))
 }
 
 /// The encoder's utilization (samples, else the point reading) and sessions.

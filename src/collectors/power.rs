@@ -15,7 +15,8 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::metrics;
-use crate::nvml::reader::{DeviceReader, GpuFacts};
+use crate::nvml::facts::{Chip, GpuFacts};
+use crate::nvml::reader::DeviceReader;
 
 pub(super) const PER_MILLI: f64 = 1000.0;
 
@@ -35,13 +36,14 @@ pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
 }
 
 /// Whether `nvmlDeviceGetPowerUsage` returns power averaged over 1 s on this
-/// GPU: on Ampere except GA100, Ada, Hopper, Blackwell and architectures newer
-/// than this exporter knows. Where NVML does not name the architecture (not
-/// read, or `NVML_DEVICE_ARCH_UNKNOWN`) the draw is taken as instantaneous, so
-/// the driver's average is read: true on every GPU, only redundant on newer ones.
+/// GPU: on Ampere except GA100 (see [`GpuFacts::chip`]), Ada, Hopper,
+/// Blackwell and architectures newer than this exporter knows. Where NVML does
+/// not name the architecture (not read, or `NVML_DEVICE_ARCH_UNKNOWN`) the draw
+/// is taken as instantaneous, so the driver's average is read: true on every
+/// GPU, only redundant on newer ones.
 fn draw_is_averaged(facts: &GpuFacts) -> bool {
     match &facts.architecture {
-        Some(Ok(DeviceArchitecture::Ampere)) => !is_ga100(facts),
+        Some(Ok(DeviceArchitecture::Ampere)) => facts.chip() != Chip::Ga100,
         Some(Ok(DeviceArchitecture::Ada | DeviceArchitecture::Hopper))
         | Some(Ok(DeviceArchitecture::Blackwell))
         | Some(Err(_)) => true,
@@ -55,29 +57,6 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
         ))
         | None => false,
     }
-}
-
-/// PCI device ids of the GA100 chip (A100, A30, A800, their X/engineering
-/// variants and the CMP 170HX), without the vendor half.
-const GA100_DEVICE_IDS: std::ops::RangeInclusive<u32> = 0x2080..=0x20FF;
-
-/// Product names of GA100 boards, as words of `nvmlDeviceGetName`
-/// (`NVIDIA A100-SXM4-80GB`, `NVIDIA A30`, `NVIDIA A800 80GB PCIe`).
-const GA100_NAMES: &[&str] = &["A100", "A100X", "A30", "A30X", "A800", "AX800"];
-
-/// Whether an Ampere GPU is a GA100 (its draw instantaneous): by its PCI device
-/// id where NVML gave it, and by its product name, so that either alone
-/// suffices. A word must match whole: `A10`, `A16`, `A40` and `RTX A1000` are
-/// other Ampere chips.
-fn is_ga100(facts: &GpuFacts) -> bool {
-    let by_id = facts
-        .pci_device_id
-        .is_some_and(|id| GA100_DEVICE_IDS.contains(&(id >> 16)));
-    let by_name = facts
-        .name
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|word| GA100_NAMES.contains(&word));
-    by_id || by_name
 }
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
@@ -135,55 +114,33 @@ mod tests {
     }
 
     #[test]
-    fn ga100_boards_have_an_instantaneous_draw_by_name() {
-        for name in [
-            "NVIDIA A100-SXM4-80GB",
-            "NVIDIA A100-SXM4-40GB",
-            "NVIDIA A100 80GB PCIe",
-            "NVIDIA A100-PCIE-40GB",
-            "NVIDIA A100X",
-            "NVIDIA A30",
-            "NVIDIA A800-SXM4-80GB",
-            "NVIDIA A800 40GB Active",
+    fn ga100_has_an_instantaneous_draw_and_other_ampere_chips_average() {
+        // The chip by name or by id (the rule itself is tested in `nvml::facts`).
+        let a100_by_id = GpuFacts {
+            pci_device_id: Some(0x20B2_10DE),
+            ..ampere("NVIDIA Graphics Device")
+        };
+        for gpu in [
+            ampere("NVIDIA A100-SXM4-80GB"),
+            ampere("NVIDIA A30"),
+            a100_by_id,
         ] {
-            assert!(!draw_is_averaged(&ampere(name)), "{name}");
-            assert_eq!(second_reading(&ampere(name)), [NVML_FI_DEV_POWER_AVERAGE]);
+            assert!(!draw_is_averaged(&gpu), "{gpu:?}");
+            assert_eq!(second_reading(&gpu), [NVML_FI_DEV_POWER_AVERAGE]);
         }
-    }
-
-    #[test]
-    fn ga100_is_known_by_its_pci_device_id_whatever_its_name() {
-        for id in [0x20B2_10DE, 0x20B7_10DE, 0x20F5_10DE, 0x20C2_10DE] {
-            let gpu = GpuFacts {
-                pci_device_id: Some(id),
-                ..ampere("NVIDIA Graphics Device")
-            };
-            assert!(!draw_is_averaged(&gpu), "{id:#x}");
-        }
-        // GA102 (A40) by id, with a name that says nothing.
-        let a40 = GpuFacts {
+        let a40_by_id = GpuFacts {
             pci_device_id: Some(0x2235_10DE),
             ..ampere("NVIDIA Graphics Device")
         };
-        assert!(draw_is_averaged(&a40));
-    }
-
-    #[test]
-    fn other_ampere_boards_average_their_draw() {
-        for name in [
-            "NVIDIA A10",
-            "NVIDIA A10G",
-            "NVIDIA A16",
-            "NVIDIA A40",
-            "NVIDIA A2",
-            "NVIDIA RTX A1000 Laptop GPU",
-            "NVIDIA RTX A3000 Laptop GPU",
-            "NVIDIA RTX A6000",
-            "NVIDIA GeForce RTX 3090",
-            "",
+        for gpu in [
+            ampere("NVIDIA A10"),
+            ampere("NVIDIA RTX A1000 Laptop GPU"),
+            ampere("NVIDIA GeForce RTX 3090"),
+            ampere(""),
+            a40_by_id,
         ] {
-            assert!(draw_is_averaged(&ampere(name)), "{name}");
-            assert_eq!(second_reading(&ampere(name)), [NVML_FI_DEV_POWER_INSTANT]);
+            assert!(draw_is_averaged(&gpu), "{gpu:?}");
+            assert_eq!(second_reading(&gpu), [NVML_FI_DEV_POWER_INSTANT]);
         }
     }
 

@@ -12,8 +12,10 @@
 //!
 //! Every call is bracketed in [`InFlight`] so a watchdog can name a call that hangs.
 //! `fields` (the batched field read), `samples` (sample buffers) and `mig` (MIG
-//! enumeration) are the NVML reads that several collectors share.
+//! enumeration) are the NVML reads that several collectors share; `facts` is
+//! what the info read found of a GPU (its chip) that decides how they read it.
 
+pub mod facts;
 pub mod fields;
 pub mod mig;
 pub mod reader;

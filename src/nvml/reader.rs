@@ -3,7 +3,6 @@
 use std::ffi::{c_char, c_uint, CStr};
 use std::time::Instant;
 
-use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::structs::device::MigMode;
@@ -13,6 +12,7 @@ use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
+use super::facts::GpuFacts;
 use super::fields::{self, Field};
 use super::{device_fatal, reason, unsupported};
 use crate::identity::Identity;
@@ -20,22 +20,6 @@ use crate::inflight::{InFlight, Scope};
 use crate::metrics::{self, Family, Merge};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
-
-/// What the first reads of a GPU (its info) found that decides how other
-/// collectors read it: which field to batch, which call adds nothing. Set once
-/// per run by the info read, before any collector runs; a fact NVML could not
-/// tell is empty, and each rule says what it assumes then.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GpuFacts {
-    /// `nvmlDeviceGetArchitecture`: `None` when it could not be read,
-    /// `Some(Err(raw))` for a value newer than this exporter knows.
-    pub architecture: Option<Result<DeviceArchitecture, u32>>,
-    /// `nvmlDeviceGetName` (e.g. `NVIDIA A100-SXM4-80GB`); empty when unread.
-    pub name: String,
-    /// The PCI device id with the vendor id in its low 16 bits
-    /// (`nvmlPciInfo_t.pciDeviceId`, e.g. `0x20B210DE`); `None` when unread.
-    pub pci_device_id: Option<u32>,
-}
 
 /// Collects the samples of one GPU while applying the error policy.
 pub struct DeviceReader<'n> {

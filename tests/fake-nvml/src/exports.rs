@@ -651,19 +651,6 @@ export! {
         put(averageLatency, Some(l))
     }
 
-    fn nvmlDeviceGetEncoderCapacity(
-        device: nvmlDevice_t,
-        encoderQueryType: nvmlEncoderType_t,
-        encoderCapacity: *mut c_uint,
-    ) {
-        let d = device_call(SYM, device, !encoderCapacity.is_null(), OnMig::NotSupported)?;
-        // H264, HEVC, AV1: one capacity for all.
-        if encoderQueryType > 2 {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
-        put(encoderCapacity, d.gpu().encoder_capacity())
-    }
-
     fn nvmlDeviceGetJpgUtilization(
         device: nvmlDevice_t,
         utilization: *mut c_uint,

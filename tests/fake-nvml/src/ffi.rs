@@ -26,8 +26,6 @@ pub type nvmlTemperatureSensors_t = c_uint;
 pub type nvmlTemperatureThresholds_t = c_uint;
 /// `nvmlClockType_t`
 pub type nvmlClockType_t = c_uint;
-/// `nvmlEncoderType_t` (0 H264, 1 HEVC, 2 AV1)
-pub type nvmlEncoderType_t = c_uint;
 /// `nvmlPerfPolicyType_t`
 pub type nvmlPerfPolicyType_t = c_uint;
 /// `nvmlPcieUtilCounter_t`

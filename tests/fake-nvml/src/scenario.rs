@@ -79,7 +79,6 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetEncoderUtilization",
     "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetEncoderStats",
-    "nvmlDeviceGetEncoderCapacity",
     "nvmlDeviceGetJpgUtilization",
     "nvmlDeviceGetOfaUtilization",
     "nvmlDeviceGetPersistenceMode",
@@ -201,9 +200,6 @@ pub struct Gpu {
     pub retired_pages: Option<RetiredPages>,
     pub remapped_rows: Option<RemappedRows>,
     pub encoder: Option<Encoder>,
-    /// `nvmlDeviceGetEncoderCapacity`, percent; see [`Gpu::encoder_capacity`].
-    #[serde(rename = "encoder_capacity")]
-    pub encoder_capacity_percent: Option<u32>,
     pub decoder: Option<Decoder>,
     pub jpeg: Option<Decoder>,
     pub ofa: Option<Decoder>,
@@ -236,22 +232,6 @@ pub struct Gpu {
     #[serde(skip)]
     pub fields: HashMap<(u32, Option<u32>), u64>,
 }
-
-impl Gpu {
-    /// The encoder capacity `nvmlDeviceGetEncoderCapacity` answers for every
-    /// codec: `encoder_capacity` when given (0 for a GPU without NVENC, such
-    /// as H100 and H200), else 100 for a GPU whose scenario has an encoder
-    /// (`encoder`, or encoder samples), else `None` (NOT_SUPPORTED).
-    pub fn encoder_capacity(&self) -> Option<u32> {
-        let has_encoder =
-            self.encoder.is_some() || self.samples.as_ref().is_some_and(|s| s.encoder.is_some());
-        self.encoder_capacity_percent
-            .or(has_encoder.then_some(DEFAULT_ENCODER_CAPACITY))
-    }
-}
-
-/// The capacity of an encoder the scenario does not give one for (percent).
-pub const DEFAULT_ENCODER_CAPACITY: u32 = 100;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

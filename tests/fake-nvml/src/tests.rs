@@ -252,7 +252,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 81);
+    assert_eq!(n, 80);
 }
 
 #[test]
@@ -809,34 +809,6 @@ fn round_trip_metrics() {
 }
 
 #[test]
-fn encoder_capacity_is_given_or_follows_the_encoder() {
-    let capacities = |text: &str| -> Vec<Option<u32>> {
-        let parsed = scenario::parse(text).unwrap();
-        parsed.gpus.iter().map(|g| g.encoder_capacity()).collect()
-    };
-    let text = r#"
-[[gpu]]
-encoder_capacity = 0
-encoder = { utilization = 0, sampling_period_us = 167000 }
-[[gpu]]
-samples = { period_us = 200000, encoder = [0] }
-[[gpu]]
-encoder_capacity = 37
-[[gpu]]
-samples = { period_us = 200000, gpu = [0] }
-"#;
-    assert_eq!(
-        capacities(text),
-        [
-            Some(0),
-            Some(scenario::DEFAULT_ENCODER_CAPACITY),
-            Some(37),
-            None
-        ]
-    );
-}
-
-#[test]
 fn round_trip_field_values() {
     let _s = start(TWO_GPUS);
     let h0 = handle(0);
@@ -964,27 +936,6 @@ fn round_trip_ecc_modes_and_links() {
             NVML_SUCCESS
         );
         assert_eq!((a, b, z), (1, 30, 900));
-        // An encoder in the scenario and no capacity given: the default.
-        for codec in 0..=2 {
-            assert_eq!(
-                nvmlDeviceGetEncoderCapacity(h0, codec, &mut a),
-                NVML_SUCCESS
-            );
-            assert_eq!(a, scenario::DEFAULT_ENCODER_CAPACITY);
-        }
-        assert_eq!(
-            nvmlDeviceGetEncoderCapacity(h0, 3, &mut a),
-            NVML_ERROR_INVALID_ARGUMENT
-        );
-        assert_eq!(
-            nvmlDeviceGetEncoderCapacity(h0, 0, std::ptr::null_mut()),
-            NVML_ERROR_INVALID_ARGUMENT
-        );
-        // No encoder in the scenario: not supported.
-        assert_eq!(
-            nvmlDeviceGetEncoderCapacity(h1, 0, &mut a),
-            NVML_ERROR_NOT_SUPPORTED
-        );
         assert_eq!(nvmlDeviceGetPersistenceMode(h0, &mut a), NVML_SUCCESS);
         assert_eq!(a, NVML_FEATURE_ENABLED);
         assert_eq!(nvmlDeviceGetComputeMode(h0, &mut a), NVML_SUCCESS);
