@@ -45,7 +45,9 @@ scenarios=$(ls tests/scenarios/*.toml | grep -v -e /fault- -e /bench-)
 failures=0
 for scenario in $scenarios; do
     name=$(basename "$scenario" .toml)
-    args=(--output-dir "$work/textfile" --state-dir "$work/state" --nvml-lib "$fake")
+    # Each scenario is another host: its own state, so that no GPU of the one
+    # before is reported as having left enumeration.
+    args=(--output-dir "$work/textfile" --state-dir "$work/state-$name" --nvml-lib "$fake")
     # Per-process series too, so they are checked against node_exporter as well.
     args+=(--collector processes --collector pcie-throughput)
     status=0
