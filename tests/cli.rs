@@ -2906,3 +2906,66 @@ fn hostile_strings_round_trip_and_smuggle_nothing_in() {
     let samples = check_file(&run.path(), None).unwrap();
     test_support::checks::check_hostile(&samples, &doc, "file").unwrap();
 }
+
+/// A process alone on its GPU, busy 1 s / idle 1 s as the GPU is, read every
+/// 15 s from NVML's 14.2 s buffer: its ratio is the GPU's (one window, one gap
+/// rule), not the GPU's less the 0.8 s the buffer no longer holds.
+#[test]
+fn a_process_reads_what_its_gpu_reads_when_runs_are_longer_apart_than_the_buffer() {
+    let state = tempfile::tempdir().unwrap();
+    let args = ["--collector", "processes", "--gpm-window", "0"];
+    run_at("duty-cycle", state.path(), T0, &args);
+    for n in 1..=3 {
+        let text = run_at("duty-cycle", state.path(), T0 + n * 15 * SECOND, &args);
+        let gpu = value_of(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+        let process = value_of(
+            &text,
+            "nvidia_gpu_process_utilization_ratio",
+            &[("pid", "4242")],
+        )
+        .unwrap();
+        assert!(
+            (process - gpu).abs() < 0.01,
+            "run {n}: process {process}, GPU {gpu}"
+        );
+        assert!((gpu - 0.5).abs() < 0.05, "run {n}: GPU {gpu}");
+    }
+}
+
+/// Samples with an impossible value (101 %) are dropped and claim no time: a
+/// first run over a full 71-sample buffer alternating 0 % and 101 % counts the
+/// 36 good samples' 7.2 s, never more than the buffer holds.
+#[test]
+fn impossible_samples_claim_no_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("impossible.toml");
+    let text = fs::read_to_string(scenario("duty-cycle"))
+        .unwrap()
+        .replace(
+            "gpu = [100, 100, 100, 100, 100, 0, 0, 0, 0, 0]",
+            "gpu = [0, 101]",
+        )
+        .replace(", duplicate_last = true", "");
+    fs::write(&path, text).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let output = exporter_with_state(
+        "duty-cycle",
+        state.path(),
+        &["--stdout", "--gpm-window", "0"],
+        &[
+            ("FAKE_NVML_SCENARIO", path.to_str().unwrap()),
+            ("FAKE_NVML_CLOCK_US", &T0.to_string()),
+        ],
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let engine = &[("engine", "gpu")];
+    let sampled = value_of(&text, "nvidia_gpu_sampled_seconds_total", engine).unwrap();
+    let busy = value_of(&text, "nvidia_gpu_busy_seconds_total", engine).unwrap();
+    assert!((sampled - 7.2).abs() < 1e-9, "sampled {sampled}\n{text}");
+    assert_eq!(busy, 0.0, "{text}");
+    assert_eq!(
+        value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]),
+        Some(35.0),
+        "{text}"
+    );
+}
