@@ -41,8 +41,7 @@ fn exporter(scenario_name: &str, args: &[&str]) -> Outcome {
 /// Runs the exporter with the state directory `state` (each test its own, so
 /// that no run sees another test's state), and extra environment `env`.
 /// `--stdout` and `--output-dir DIR` in `args` choose where the file goes;
-/// without either it goes to a temporary directory. `--journal-dir DIR` names
-/// the journal; without it the run has an empty one.
+/// without either it goes to a temporary directory.
 fn exporter_with_state(
     scenario_name: &str,
     state: &Path,
@@ -55,7 +54,6 @@ fn exporter_with_state(
         run = match *arg {
             "--stdout" => run.stdout(),
             "--output-dir" => run.output_dir(*rest.next().expect("--output-dir DIR")),
-            "--journal-dir" => run.journal_dir(*rest.next().expect("--journal-dir DIR")),
             arg => run.arg(arg),
         };
     }
@@ -1475,19 +1473,21 @@ fn journal_lines_carry_their_priority() {
 
 // ---- XID errors from a real journal ------------------------------------------
 
+/// A `--stdout` run of `scenario_name` (a name or a path) with the state in
+/// `state` (read and stored) and the journal files in `journal`.
+fn journal_run(scenario_name: &str, state: &Path, journal: &Path) -> Outcome {
+    ex().run(scenario_name)
+        .stdout()
+        .state_dir(state)
+        .journal_dir(journal)
+        .arg("--write-state")
+        .finish()
+        .expect("run the exporter")
+}
+
 /// The XID series of one run with their values.
 fn xid_run(state: &Path, journal: &Path) -> Samples {
-    let output = exporter_with_state(
-        "h100x8",
-        state,
-        &[
-            "--stdout",
-            "--write-state",
-            "--journal-dir",
-            journal.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let output = journal_run("h100x8", state, journal);
     assert!(
         output.success(),
         "{}",
@@ -2297,17 +2297,7 @@ fn edited_scenario(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) 
 
 /// One run with state and a journal; returns the exit status and the text.
 fn identity_run(state: &Path, journal: &Path, scenario_file: &Path) -> (Option<i32>, String) {
-    let output = exporter_with_state(
-        "h100x8",
-        state,
-        &[
-            "--stdout",
-            "--write-state",
-            "--journal-dir",
-            journal.to_str().unwrap(),
-        ],
-        &[("FAKE_NVML_SCENARIO", scenario_file.to_str().unwrap())],
-    );
+    let output = journal_run(scenario_file.to_str().unwrap(), state, journal);
     (output.code(), String::from_utf8(output.stdout).unwrap())
 }
 

@@ -80,8 +80,7 @@ fn a_run_whose_stdout_nobody_reads_ends_at_the_deadline() {
         .run("h100x8")
         .stdout()
         .args(["--timeout", "1s", "--gpm-window", "0"])
-        .stdout_to(writer)
-        .stderr_to(Stdio::null())
+        .stdio(writer, Stdio::null())
         .limit(4.0)
         .finish();
     ended_at_the_deadline(output);
@@ -95,8 +94,7 @@ fn the_hard_stop_does_not_wait_for_a_blocked_stderr() {
     let output = ex()
         .run("fault-system-hang")
         .args(["--timeout", "1s"])
-        .stdout_to(Stdio::null())
-        .stderr_to(writer)
+        .stdio(Stdio::null(), writer)
         .limit(4.0)
         .finish();
     ended_at_the_deadline(output);

@@ -7,6 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use tempfile::TempDir;
+
 use test_support::journal::{journal_entry, write_journal, XID79};
 use test_support::{Exporter, Outcome};
 
@@ -50,6 +52,20 @@ fn run_with(state: &Path, journal: &Path, path: Option<&str>, args: &[&str]) -> 
     output
 }
 
+/// A fresh state directory and a journal directory holding the file
+/// `a.journal` with `export`.
+fn state_and_journal(export: &str) -> (TempDir, TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal(journal.path(), "a.journal", export);
+    (state, journal)
+}
+
+/// Adds the journal file `name` with an Xid 79 of GPU 0 at `monotonic`.
+fn add_xid79(journal: &Path, name: &str, monotonic: u64) {
+    write_journal(journal, name, &journal_entry(monotonic, "kernel", XID79));
+}
+
 /// Replaces the state file's host entries for which `edit` gives a new line
 /// (`None` drops the line), keeping its end line's count right.
 fn edit_state(state: &Path, edit: impl Fn(&str) -> Option<Option<String>>) {
@@ -74,13 +90,7 @@ fn edit_state(state: &Path, edit: impl Fn(&str) -> Option<Option<String>>) {
 /// starts journalctl by its absolute path.
 #[test]
 fn journalctl_is_never_looked_up_in_path() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal(
-        journal.path(),
-        "a.journal",
-        &journal_entry(1000, "kernel", XID79),
-    );
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
     let planted = tempfile::tempdir().unwrap();
     let ran = planted.path().join("ran");
     let script = planted.path().join("journalctl");
@@ -102,13 +112,7 @@ fn journalctl_is_never_looked_up_in_path() {
 /// collector switched off has neither counts nor success series.
 #[test]
 fn a_failing_journal_keeps_the_counts_and_says_so() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal(
-        journal.path(),
-        "a.journal",
-        &journal_entry(1000, "kernel", XID79),
-    );
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
     let out = run(state.path(), journal.path(), None);
     assert_eq!(out.series(GPU0), Some(1.0));
     assert_eq!(out.series(SUCCESS), Some(1.0));
@@ -124,11 +128,7 @@ fn a_failing_journal_keeps_the_counts_and_says_so() {
     assert_eq!(out.series(GPU0_79), Some(1.0));
     assert!(stderr.contains("journalctl failed"), "{stderr}");
 
-    write_journal(
-        journal.path(),
-        "b.journal",
-        &journal_entry(2000, "kernel", XID79),
-    );
+    add_xid79(journal.path(), "b.journal", 2000);
     let out = run(state.path(), journal.path(), None);
     assert_eq!(out.series(GPU0), Some(2.0));
     assert_eq!(out.series(SUCCESS), Some(1.0));
@@ -152,11 +152,9 @@ fn a_failing_journal_keeps_the_counts_and_says_so() {
 /// the rest of the boot.
 #[test]
 fn a_refused_cursor_without_a_position_recounts_the_boot() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
     let export =
         journal_entry(1000, "kernel", XID79) + &journal_entry(1001, "kernel", "a line after it");
-    write_journal(journal.path(), "a.journal", &export);
+    let (state, journal) = state_and_journal(&export);
     assert_eq!(
         run(state.path(), journal.path(), None).series(GPU0),
         Some(1.0)
@@ -170,11 +168,7 @@ fn a_refused_cursor_without_a_position_recounts_the_boot() {
             None
         }
     });
-    write_journal(
-        journal.path(),
-        "b.journal",
-        &journal_entry(2000, "kernel", XID79),
-    );
+    add_xid79(journal.path(), "b.journal", 2000);
     let out = run(state.path(), journal.path(), None);
     let stderr = out.err();
     assert_eq!(out.series(GPU0), Some(2.0), "{stderr}");
@@ -192,13 +186,7 @@ fn a_refused_cursor_without_a_position_recounts_the_boot() {
 /// count recounted from the journal.
 #[test]
 fn an_impossible_stored_count_is_recounted_not_published() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal(
-        journal.path(),
-        "a.journal",
-        &journal_entry(1000, "kernel", XID79),
-    );
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
     assert_eq!(
         run(state.path(), journal.path(), None).series(GPU0_79),
         Some(1.0)
@@ -208,11 +196,7 @@ fn an_impossible_stored_count_is_recounted_not_published() {
         (key.starts_with("host xid.gpu.") && key.ends_with(".79"))
             .then(|| Some(format!("{key} {}", u64::MAX)))
     });
-    write_journal(
-        journal.path(),
-        "b.journal",
-        &journal_entry(2000, "kernel", XID79),
-    );
+    add_xid79(journal.path(), "b.journal", 2000);
     let out = run(state.path(), journal.path(), None);
     let stderr = out.err();
     assert_eq!(out.series(GPU0_79), Some(2.0), "{}", out.text());

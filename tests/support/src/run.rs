@@ -51,8 +51,7 @@ pub struct Run<'a> {
     lib: Option<PathBuf>,
     logs: Option<PathBuf>,
     /// Where stdout and stderr go instead of the log files.
-    stdout_to: Option<Stdio>,
-    stderr_to: Option<Stdio>,
+    stdio: Option<(Stdio, Stdio)>,
     limit: f64,
     group: bool,
 }
@@ -64,8 +63,7 @@ pub struct Started {
     target: Option<PathBuf>,
     before: Option<FileId>,
     /// The files stdout and stderr go to; `None` where the caller chose.
-    stdout_path: Option<PathBuf>,
-    stderr_path: Option<PathBuf>,
+    logged: Option<(PathBuf, PathBuf)>,
     dir: Option<PathBuf>,
     state: PathBuf,
     limit: f64,
@@ -154,8 +152,7 @@ impl Exporter {
             journal: None,
             lib: None,
             logs: None,
-            stdout_to: None,
-            stderr_to: None,
+            stdio: None,
             limit: 60.0,
             group: false,
         }
@@ -221,17 +218,10 @@ impl<'a> Run<'a> {
         self
     }
 
-    /// Standard output into `to` (a pipe nobody reads, say) instead of a file;
-    /// the outcome's `stdout` is then empty.
-    pub fn stdout_to(mut self, to: impl Into<Stdio>) -> Self {
-        self.stdout_to = Some(to.into());
-        self
-    }
-
-    /// Standard error into `to` instead of a file; the outcome's `stderr` is
-    /// then empty.
-    pub fn stderr_to(mut self, to: impl Into<Stdio>) -> Self {
-        self.stderr_to = Some(to.into());
+    /// Stdout and stderr into `stdout` and `stderr` (a pipe nobody reads, say)
+    /// instead of files; the outcome's `stdout` and `stderr` are then empty.
+    pub fn stdio(mut self, stdout: impl Into<Stdio>, stderr: impl Into<Stdio>) -> Self {
+        self.stdio = Some((stdout.into(), stderr.into()));
         self
     }
 
@@ -285,26 +275,30 @@ impl<'a> Run<'a> {
     /// Starts the run; its stdout and stderr go to files unless redirected.
     pub fn start(self) -> std::io::Result<Started> {
         let (mut cmd, dir, state, mut temps) = self.prepare();
-        let prefix = match self.logs {
-            Some(p) => p,
-            None => {
-                let t = tempfile::tempdir()?;
-                let p = t.path().join("run");
-                temps.push(t);
-                p
+        let logged = match (self.stdio, self.logs) {
+            (Some((stdout, stderr)), _) => {
+                cmd.stdout(stdout).stderr(stderr);
+                None
+            }
+            (None, logs) => {
+                let prefix = match logs {
+                    Some(p) => p,
+                    None => {
+                        let t = tempfile::tempdir()?;
+                        let p = t.path().join("run");
+                        temps.push(t);
+                        p
+                    }
+                };
+                let (stdout_path, stderr_path) = (
+                    PathBuf::from(format!("{}.out", prefix.display())),
+                    PathBuf::from(format!("{}.err", prefix.display())),
+                );
+                cmd.stdout(File::create(&stdout_path)?)
+                    .stderr(File::create(&stderr_path)?);
+                Some((stdout_path, stderr_path))
             }
         };
-        let (stdout_path, stderr_path) = (
-            PathBuf::from(format!("{}.out", prefix.display())),
-            PathBuf::from(format!("{}.err", prefix.display())),
-        );
-        let to_file = |to: Option<Stdio>, path: PathBuf| match to {
-            Some(to) => Ok((to, None)),
-            None => File::create(&path).map(|file| (file.into(), Some(path))),
-        };
-        let (stdout, stdout_path) = to_file(self.stdout_to, stdout_path)?;
-        let (stderr, stderr_path) = to_file(self.stderr_to, stderr_path)?;
-        cmd.stdout(stdout).stderr(stderr);
         let target = dir.as_ref().map(|d| d.join(OUT_FILE));
         let before = target.as_deref().and_then(file_id);
         let t0 = Instant::now();
@@ -313,8 +307,7 @@ impl<'a> Run<'a> {
             t0,
             target,
             before,
-            stdout_path,
-            stderr_path,
+            logged,
             dir,
             state,
             limit: self.limit,
@@ -333,12 +326,11 @@ impl<'a> Run<'a> {
 impl Started {
     /// Stdout and stderr so far.
     pub fn collect(&self) -> (Vec<u8>, Vec<u8>) {
-        let read = |path: &Option<PathBuf>| {
-            path.as_ref()
-                .and_then(|p| fs::read(p).ok())
-                .unwrap_or_default()
-        };
-        (read(&self.stdout_path), read(&self.stderr_path))
+        let read = |path: &Path| fs::read(path).unwrap_or_default();
+        match &self.logged {
+            Some((stdout, stderr)) => (read(stdout), read(stderr)),
+            None => (Vec::new(), Vec::new()),
+        }
     }
 
     /// Waits for the end, noting when the output file was replaced.
