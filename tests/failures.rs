@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use test_support::journal::{journal_entry, write_journal};
-use test_support::{select, Exporter, Outcome};
+use test_support::{select, Exporter, Outcome, Run};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -62,10 +62,11 @@ fn full_pipe() -> (std::io::PipeReader, std::io::PipeWriter) {
 /// second plus the start and end of a process on a busy machine.
 const GRACE: Duration = Duration::from_millis(750);
 
-/// Asserts that `output`, a run with `--timeout 1s` (killed and failing were
-/// it still going after 4 s), ended at its deadline with status 5.
-fn ended_at_the_deadline(output: Result<Outcome, String>) {
-    let output = output.expect("the run ended");
+/// Runs `run`, a run with `--timeout 1s`, and asserts that it ends at its
+/// deadline with status 5 (it is killed, and this fails, if still going after
+/// 4 s).
+fn ends_at_the_deadline(run: Run) {
+    let output = run.limit(4.0).finish().expect("the run ended");
     let took = Duration::from_secs_f64(output.elapsed);
     assert_eq!(output.code(), Some(5), "after {took:?}");
     assert!(took < Duration::from_secs(1) + GRACE, "took {took:?}");
@@ -76,14 +77,12 @@ fn ended_at_the_deadline(output: Result<Outcome, String>) {
 #[test]
 fn a_run_whose_stdout_nobody_reads_ends_at_the_deadline() {
     let (_reader, writer) = full_pipe();
-    let output = ex()
-        .run("h100x8")
-        .stdout()
-        .args(["--timeout", "1s", "--gpm-window", "0"])
-        .stdio(writer, Stdio::null())
-        .limit(4.0)
-        .finish();
-    ended_at_the_deadline(output);
+    ends_at_the_deadline(
+        ex().run("h100x8")
+            .stdout()
+            .args(["--timeout", "1s", "--gpm-window", "0"])
+            .stdio(writer, Stdio::null()),
+    );
 }
 
 /// A hung NVML while standard error (the journal's stream, say) takes nothing:
@@ -91,13 +90,11 @@ fn a_run_whose_stdout_nobody_reads_ends_at_the_deadline() {
 #[test]
 fn the_hard_stop_does_not_wait_for_a_blocked_stderr() {
     let (_reader, writer) = full_pipe();
-    let output = ex()
-        .run("fault-system-hang")
-        .args(["--timeout", "1s"])
-        .stdio(Stdio::null(), writer)
-        .limit(4.0)
-        .finish();
-    ended_at_the_deadline(output);
+    ends_at_the_deadline(
+        ex().run("fault-system-hang")
+            .args(["--timeout", "1s"])
+            .stdio(Stdio::null(), writer),
+    );
 }
 
 /// The run's `nvidia_gpu_collector_state_ok`.
