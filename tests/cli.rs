@@ -12,27 +12,21 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use test_support::checks::{check_file, compare, gpus, uuid_of};
+use test_support::journal::{journal_entry, write_journal, XID79};
 use test_support::{exposition, promtool, select, value, Exporter, Outcome, Samples, Series};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The fake NVML, built next to the binary by `cargo test --workspace`.
-fn fake_nvml() -> PathBuf {
-    let lib = Path::new(EXE).with_file_name("libfake_nvml.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: build it with `cargo build -p fake-nvml` (make test does)",
-        lib.display()
-    );
-    lib
-}
-
 /// The binary against the fake NVML, scenarios from tests/scenarios.
 fn ex() -> &'static Exporter {
     static EXPORTER: std::sync::OnceLock<Exporter> = std::sync::OnceLock::new();
-    EXPORTER
-        .get_or_init(|| Exporter::new(EXE, fake_nvml(), Path::new(ROOT).join("tests/scenarios")))
+    EXPORTER.get_or_init(|| Exporter::beside(EXE, ROOT))
+}
+
+/// The fake NVML, built next to the binary by `cargo build -p fake-nvml`.
+fn fake_nvml() -> PathBuf {
+    ex().lib.clone()
 }
 
 fn scenario(name: &str) -> PathBuf {
@@ -80,6 +74,29 @@ fn now() -> f64 {
 /// every other byte (line ends, the final line feed or its absence) is kept,
 /// so the comparison with the golden file sees them.
 fn normalize(bytes: &[u8], started: f64, finished: f64) -> Vec<u8> {
+    let run = finished - started + 0.001;
+    // The series whose value changes every run (a name ending in `{` stands
+    // for the name with any labels), the range the value must be in, and its
+    // placeholder. The GPM window is the one actually measured: at least the
+    // shortest --gpm-window, within the run.
+    let volatile = [
+        (
+            "nvidia_gpu_collector_duration_seconds",
+            0.0..=run,
+            "<duration>",
+        ),
+        (
+            "nvidia_gpu_collector_timestamp_seconds",
+            started - 0.001..=finished,
+            "<timestamp>",
+        ),
+        (
+            "nvidia_gpu_collector_step_duration_seconds{",
+            0.0..=run,
+            "<duration>",
+        ),
+        ("nvidia_gpu_gpm_window_seconds{", 0.1..=run, "<window>"),
+    ];
     let text = std::str::from_utf8(bytes).expect("UTF-8 output");
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
@@ -88,45 +105,14 @@ fn normalize(bytes: &[u8], started: f64, finished: f64) -> Vec<u8> {
             None => (line, ""),
         };
         let (series, value) = body.rsplit_once(' ').unwrap_or((body, ""));
-        let placeholder = if series == "nvidia_gpu_collector_duration_seconds" {
-            let duration: f64 = value.parse().unwrap();
-            assert!(
-                (0.0..=finished - started + 0.001).contains(&duration),
-                "{line}"
-            );
-            Some("<duration>")
-        } else if series == "nvidia_gpu_collector_timestamp_seconds" {
-            let timestamp: f64 = value.parse().unwrap();
-            assert!(
-                timestamp >= started - 0.001 && timestamp <= finished,
-                "{line}"
-            );
-            Some("<timestamp>")
-        } else if series.starts_with("nvidia_gpu_collector_step_duration_seconds{") {
-            let duration: f64 = value.parse().unwrap();
-            assert!(
-                (0.0..=finished - started + 0.001).contains(&duration),
-                "{line}"
-            );
-            Some("<duration>")
-        } else if series.starts_with("nvidia_gpu_gpm_window_seconds{") {
-            // The window actually measured: at least the shortest --gpm-window,
-            // within the run.
-            let window: f64 = value.parse().unwrap();
-            assert!(
-                (0.1..=finished - started + 0.001).contains(&window),
-                "{line}"
-            );
-            Some("<window>")
-        } else {
-            None
-        };
-        match placeholder {
-            Some(p) => {
-                out.push_str(series);
-                out.push(' ');
-                out.push_str(p);
-                out.push_str(end);
+        let volatile = volatile.iter().find(|(name, _, _)| {
+            series == *name || (name.ends_with('{') && series.starts_with(name))
+        });
+        match volatile {
+            Some((_, range, placeholder)) => {
+                let value: f64 = value.parse().unwrap();
+                assert!(range.contains(&value), "{line}");
+                out.push_str(&format!("{series} {placeholder}{end}"));
             }
             None => out.push_str(line),
         }
@@ -1489,63 +1475,21 @@ fn journal_lines_carry_their_priority() {
 
 // ---- XID errors from a real journal ------------------------------------------
 
-/// systemd-journal-remote, which turns journal export text into journal files
-/// the way journald writes them (package systemd-journal-remote).
-const JOURNAL_REMOTE: &str = "/lib/systemd/systemd-journal-remote";
-
-/// This boot's id as the journal writes it.
-fn journal_boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .replace('-', "")
-}
-
-/// One journal entry in export format: kernel lines have the kernel transport
-/// and facility 0; `logger` gives transport syslog, facility 1 (user).
-fn journal_entry(monotonic: u64, transport: &str, message: &str) -> String {
-    let facility = if transport == "kernel" { 0 } else { 1 };
-    format!(
-        "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={monotonic}\n_BOOT_ID={}\n\
-         _TRANSPORT={transport}\nSYSLOG_FACILITY={facility}\nPRIORITY=4\n_HOSTNAME=gpu1\n\
-         MESSAGE={message}\n\n",
-        1_700_000_000_000_000 + monotonic,
-        journal_boot_id()
-    )
-}
-
-/// Writes `export` as the journal file `dir/name`.
-fn write_journal(dir: &Path, name: &str, export: &str) {
-    use std::io::Write;
-    let mut child = Command::new(JOURNAL_REMOTE)
-        .arg(format!("--output={}", dir.join(name).display()))
-        .arg("-")
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("systemd-journal-remote (apt-get install systemd-journal-remote)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(export.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+/// A `--stdout` run of `scenario_name` (a name or a path) with the state in
+/// `state` (read and stored) and the journal files in `journal`.
+fn journal_run(scenario_name: &str, state: &Path, journal: &Path) -> Outcome {
+    ex().run(scenario_name)
+        .stdout()
+        .state_dir(state)
+        .journal_dir(journal)
+        .arg("--write-state")
+        .finish()
+        .expect("run the exporter")
 }
 
 /// The XID series of one run with their values.
 fn xid_run(state: &Path, journal: &Path) -> Samples {
-    let output = exporter_with_state(
-        "h100x8",
-        state,
-        &[
-            "--stdout",
-            "--write-state",
-            "--journal-dir",
-            journal.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let output = journal_run("h100x8", state, journal);
     assert!(
         output.success(),
         "{}",
@@ -1572,8 +1516,6 @@ const GPU0_79: (&str, &[(&str, &str)]) = (
 fn xids(run: &Samples, (name, labels): (&str, &[(&str, &str)])) -> Option<f64> {
     value(run, name, labels)
 }
-const XID79: &str =
-    "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
 
 #[test]
 fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
@@ -2357,17 +2299,7 @@ fn edited_scenario(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) 
 
 /// One run with state and a journal; returns the exit status and the text.
 fn identity_run(state: &Path, journal: &Path, scenario_file: &Path) -> (Option<i32>, String) {
-    let output = exporter_with_state(
-        "h100x8",
-        state,
-        &[
-            "--stdout",
-            "--write-state",
-            "--journal-dir",
-            journal.to_str().unwrap(),
-        ],
-        &[("FAKE_NVML_SCENARIO", scenario_file.to_str().unwrap())],
-    );
+    let output = journal_run(scenario_file.to_str().unwrap(), state, journal);
     (output.code(), String::from_utf8(output.stdout).unwrap())
 }
 

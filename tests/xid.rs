@@ -4,117 +4,66 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use tempfile::TempDir;
+
+use test_support::journal::{journal_entry, write_journal, XID79};
+use test_support::{Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// systemd-journal-remote, which turns journal export text into journal files
-/// the way journald writes them.
-const JOURNAL_REMOTE: &str = "/lib/systemd/systemd-journal-remote";
 
 /// GPU 0 of h100x8 is at 00000000:18:00.0.
 const GPU0: &str =
     r#"nvidia_gpu_xid_errors_total{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"}"#;
 const GPU0_79: &str = r#"nvidia_gpu_xid_errors_by_code_total{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10",code="79"}"#;
-const XID79: &str =
-    "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
 const SUCCESS: &str = r#"nvidia_gpu_collector_success{collector="xid"}"#;
 const DURATION: &str = r#"nvidia_gpu_collector_step_duration_seconds{collector="xid"}"#;
 
-/// The fake NVML, built next to the binary by `cargo test --workspace`.
-fn fake_nvml() -> PathBuf {
-    let lib = Path::new(EXE).with_file_name("libfake_nvml.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: build it with `cargo build -p fake-nvml` (make test does)",
-        lib.display()
-    );
-    lib
-}
-
-/// This boot's id as the journal writes it.
-fn journal_boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .replace('-', "")
-}
-
-/// One kernel line of this boot in journal export format.
-fn kernel_entry(monotonic: u64, message: &str) -> String {
-    format!(
-        "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={monotonic}\n_BOOT_ID={}\n\
-         _TRANSPORT=kernel\nSYSLOG_FACILITY=0\nPRIORITY=4\n_HOSTNAME=gpu1\n\
-         MESSAGE={message}\n\n",
-        1_700_000_000_000_000 + monotonic,
-        journal_boot_id()
-    )
-}
-
-/// Writes `export` as the journal file `dir/name`.
-fn write_journal(dir: &Path, name: &str, export: &str) {
-    use std::io::Write;
-    let mut child = Command::new(JOURNAL_REMOTE)
-        .arg(format!("--output={}", dir.join(name).display()))
-        .arg("-")
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("systemd-journal-remote (apt-get install systemd-journal-remote)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(export.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+/// The binary against the fake NVML, scenarios from tests/scenarios.
+fn ex() -> &'static Exporter {
+    static EXPORTER: OnceLock<Exporter> = OnceLock::new();
+    EXPORTER.get_or_init(|| Exporter::beside(EXE, ROOT))
 }
 
 /// One run of h100x8 with the state in `state` (read and stored) and the
 /// journal files in `journal`, with `PATH` set to `path` if given: its exit
-/// must be 0 (the xid collector never fails the run). Returns its text and
-/// standard error.
-fn run(state: &Path, journal: &Path, path: Option<&str>) -> (String, String) {
+/// must be 0 (the xid collector never fails the run).
+fn run(state: &Path, journal: &Path, path: Option<&str>) -> Outcome {
     run_with(state, journal, path, &[])
 }
 
 /// [`run`] with the further arguments `args`.
-fn run_with(state: &Path, journal: &Path, path: Option<&str>, args: &[&str]) -> (String, String) {
-    let mut command = Command::new(EXE);
-    command
-        .arg("--nvml-lib")
-        .arg(fake_nvml())
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--journal-dir")
-        .arg(journal)
-        .args(["--stdout", "--write-state"])
-        .args(args)
-        .env(
-            "FAKE_NVML_SCENARIO",
-            Path::new(ROOT).join("tests/scenarios/h100x8.toml"),
-        )
-        .env_remove("RUST_LOG");
+fn run_with(state: &Path, journal: &Path, path: Option<&str>, args: &[&str]) -> Outcome {
+    let mut run = ex()
+        .run("h100x8")
+        .stdout()
+        .state_dir(state)
+        .journal_dir(journal)
+        .arg("--write-state")
+        .args(args);
     if let Some(path) = path {
-        command.env("PATH", path);
+        run = run.env("PATH", path);
     }
-    let output = command.output().expect("run the exporter");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    (String::from_utf8(output.stdout).unwrap(), stderr)
+    let output = run.finish().expect("run the exporter");
+    output.assert_status(0);
+    output
 }
 
-/// The value of the one series `series` (name and labels exactly).
-fn value(text: &str, series: &str) -> Option<f64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map(|value| value.parse().unwrap())
-        .collect();
-    assert!(values.len() <= 1, "{series} written twice");
-    values.first().copied()
+/// A fresh state directory and a journal directory holding the file
+/// `a.journal` with `export`.
+fn state_and_journal(export: &str) -> (TempDir, TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal(journal.path(), "a.journal", export);
+    (state, journal)
+}
+
+/// Adds the journal file `name` with an Xid 79 of GPU 0 at `monotonic`.
+fn add_xid79(journal: &Path, name: &str, monotonic: u64) {
+    write_journal(journal, name, &journal_entry(monotonic, "kernel", XID79));
 }
 
 /// Replaces the state file's host entries for which `edit` gives a new line
@@ -141,9 +90,7 @@ fn edit_state(state: &Path, edit: impl Fn(&str) -> Option<Option<String>>) {
 /// starts journalctl by its absolute path.
 #[test]
 fn journalctl_is_never_looked_up_in_path() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal(journal.path(), "a.journal", &kernel_entry(1000, XID79));
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
     let planted = tempfile::tempdir().unwrap();
     let ran = planted.path().join("ran");
     let script = planted.path().join("journalctl");
@@ -154,10 +101,10 @@ fn journalctl_is_never_looked_up_in_path() {
     .unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:/usr/bin:/bin", planted.path().display());
-    let (text, stderr) = run(state.path(), journal.path(), Some(&path));
+    let out = run(state.path(), journal.path(), Some(&path));
     assert!(!ran.exists(), "the journalctl in PATH ran");
-    assert_eq!(value(&text, GPU0), Some(1.0), "{stderr}");
-    assert_eq!(value(&text, SUCCESS), Some(1.0));
+    assert_eq!(out.series(GPU0), Some(1.0), "{}", out.err());
+    assert_eq!(out.series(SUCCESS), Some(1.0));
 }
 
 /// journalctl failing (here: its directory is gone) is not the collector
@@ -165,35 +112,36 @@ fn journalctl_is_never_looked_up_in_path() {
 /// collector switched off has neither counts nor success series.
 #[test]
 fn a_failing_journal_keeps_the_counts_and_says_so() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal(journal.path(), "a.journal", &kernel_entry(1000, XID79));
-    let (text, _) = run(state.path(), journal.path(), None);
-    assert_eq!(value(&text, GPU0), Some(1.0));
-    assert_eq!(value(&text, SUCCESS), Some(1.0));
-    let duration = value(&text, DURATION).expect("a duration");
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
+    let out = run(state.path(), journal.path(), None);
+    assert_eq!(out.series(GPU0), Some(1.0));
+    assert_eq!(out.series(SUCCESS), Some(1.0));
+    let duration = out.series(DURATION).expect("a duration");
     assert!((0.0..10.0).contains(&duration), "{duration}");
 
     let gone = journal.path().join("gone");
-    let (text, stderr) = run(state.path(), &gone, None);
-    assert_eq!(value(&text, SUCCESS), Some(0.0), "{text}");
-    assert!(value(&text, DURATION).is_some());
-    assert_eq!(value(&text, GPU0), Some(1.0), "counts vanished: {text}");
-    assert_eq!(value(&text, GPU0_79), Some(1.0));
+    let out = run(state.path(), &gone, None);
+    let (text, stderr) = (out.text(), out.err());
+    assert_eq!(out.series(SUCCESS), Some(0.0), "{text}");
+    assert!(out.series(DURATION).is_some());
+    assert_eq!(out.series(GPU0), Some(1.0), "counts vanished: {text}");
+    assert_eq!(out.series(GPU0_79), Some(1.0));
     assert!(stderr.contains("journalctl failed"), "{stderr}");
 
-    write_journal(journal.path(), "b.journal", &kernel_entry(2000, XID79));
-    let (text, _) = run(state.path(), journal.path(), None);
-    assert_eq!(value(&text, GPU0), Some(2.0));
-    assert_eq!(value(&text, SUCCESS), Some(1.0));
+    add_xid79(journal.path(), "b.journal", 2000);
+    let out = run(state.path(), journal.path(), None);
+    assert_eq!(out.series(GPU0), Some(2.0));
+    assert_eq!(out.series(SUCCESS), Some(1.0));
 
-    let (text, _) = run_with(
+    let out = run_with(
         state.path(),
         journal.path(),
         None,
         &["--no-collector", "xid"],
     );
-    assert!(text.contains("nvidia_gpu_up{"), "{text}");
+    let samples = out.samples();
+    let text = out.text();
+    assert!(samples.keys().any(|s| s.name == "nvidia_gpu_up"), "{text}");
     for absent in ["nvidia_gpu_xid_", "nvidia_gpu_collector_success", DURATION] {
         assert!(!text.contains(absent), "{absent} in {text}");
     }
@@ -204,12 +152,11 @@ fn a_failing_journal_keeps_the_counts_and_says_so() {
 /// the rest of the boot.
 #[test]
 fn a_refused_cursor_without_a_position_recounts_the_boot() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    let export = kernel_entry(1000, XID79) + &kernel_entry(1001, "a line after it");
-    write_journal(journal.path(), "a.journal", &export);
+    let export =
+        journal_entry(1000, "kernel", XID79) + &journal_entry(1001, "kernel", "a line after it");
+    let (state, journal) = state_and_journal(&export);
     assert_eq!(
-        value(&run(state.path(), journal.path(), None).0, GPU0),
+        run(state.path(), journal.path(), None).series(GPU0),
         Some(1.0)
     );
     edit_state(state.path(), |line| {
@@ -221,16 +168,17 @@ fn a_refused_cursor_without_a_position_recounts_the_boot() {
             None
         }
     });
-    write_journal(journal.path(), "b.journal", &kernel_entry(2000, XID79));
-    let (text, stderr) = run(state.path(), journal.path(), None);
-    assert_eq!(value(&text, GPU0), Some(2.0), "{stderr}");
-    assert_eq!(value(&text, GPU0_79), Some(2.0));
-    assert_eq!(value(&text, SUCCESS), Some(1.0));
+    add_xid79(journal.path(), "b.journal", 2000);
+    let out = run(state.path(), journal.path(), None);
+    let stderr = out.err();
+    assert_eq!(out.series(GPU0), Some(2.0), "{stderr}");
+    assert_eq!(out.series(GPU0_79), Some(2.0));
+    assert_eq!(out.series(SUCCESS), Some(1.0));
     assert!(stderr.contains("recounting"), "{stderr}");
     // Back to normal: nothing counted twice, no further warning.
-    let (text, stderr) = run(state.path(), journal.path(), None);
-    assert_eq!(value(&text, GPU0), Some(2.0));
-    assert_eq!(stderr, "");
+    let out = run(state.path(), journal.path(), None);
+    assert_eq!(out.series(GPU0), Some(2.0));
+    assert_eq!(out.err(), "");
 }
 
 /// A stored count no boot can reach (2^64 - 1, which would be published as
@@ -238,11 +186,9 @@ fn a_refused_cursor_without_a_position_recounts_the_boot() {
 /// count recounted from the journal.
 #[test]
 fn an_impossible_stored_count_is_recounted_not_published() {
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal(journal.path(), "a.journal", &kernel_entry(1000, XID79));
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
     assert_eq!(
-        value(&run(state.path(), journal.path(), None).0, GPU0_79),
+        run(state.path(), journal.path(), None).series(GPU0_79),
         Some(1.0)
     );
     edit_state(state.path(), |line| {
@@ -250,12 +196,13 @@ fn an_impossible_stored_count_is_recounted_not_published() {
         (key.starts_with("host xid.gpu.") && key.ends_with(".79"))
             .then(|| Some(format!("{key} {}", u64::MAX)))
     });
-    write_journal(journal.path(), "b.journal", &kernel_entry(2000, XID79));
-    let (text, stderr) = run(state.path(), journal.path(), None);
-    assert_eq!(value(&text, GPU0_79), Some(2.0), "{text}");
-    assert_eq!(value(&text, GPU0), Some(2.0));
+    add_xid79(journal.path(), "b.journal", 2000);
+    let out = run(state.path(), journal.path(), None);
+    let stderr = out.err();
+    assert_eq!(out.series(GPU0_79), Some(2.0), "{}", out.text());
+    assert_eq!(out.series(GPU0), Some(2.0));
     assert!(stderr.contains("impossible XID count"), "{stderr}");
-    let (text, stderr) = run(state.path(), journal.path(), None);
-    assert_eq!(value(&text, GPU0), Some(2.0));
-    assert_eq!(stderr, "", "said once");
+    let out = run(state.path(), journal.path(), None);
+    assert_eq!(out.series(GPU0), Some(2.0));
+    assert_eq!(out.err(), "", "said once");
 }

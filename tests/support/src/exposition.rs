@@ -315,6 +315,14 @@ pub fn parse_all_bytes(data: &[u8]) -> Result<Exposition, String> {
     parse_all(std::str::from_utf8(data).map_err(|e| format!("not UTF-8: {e}"))?)
 }
 
+/// The series `text` names as the text format writes it (`name` or
+/// `name{label="value",...}`), parsed by the same rules as a file's.
+pub fn series(text: &str) -> Result<Series, String> {
+    sample(&format!("{text} 0"))
+        .map(|(series, _)| series)
+        .map_err(|e| format!("{text}: {e}"))
+}
+
 /// The samples of family `name` whose labels include every pair of `labels`.
 pub fn select<'s>(
     samples: &'s Samples,
@@ -368,6 +376,16 @@ pub fn parse_bytes(data: &[u8]) -> Result<Samples, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_is_named_as_a_file_writes_it() {
+        let want = Series::new("a", &[("a", "2"), ("b", "q\"")]);
+        assert_eq!(series(r#"a{b="q\"",a="2"}"#), Ok(want));
+        assert_eq!(series("a"), Ok(Series::new("a", &[])));
+        for bad in ["a 1", "a{b=1}", "1a", ""] {
+            assert!(series(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_labels_escapes_and_special_values() {

@@ -5,6 +5,7 @@
 //! - [`Proc`]: a child process that is killed when dropped;
 //! - [`Reader`]: a thread reading the published file without pause;
 //! - [`promtool`]: `promtool check metrics` on a text;
+//! - [`journal`]: journal files with chosen kernel lines, for the xid collector;
 //! - [`checks`]: what every published file must be;
 //! - [`scenario`]: what a scenario file says the exporter must report;
 //! - [`library_without`]: a copy of the fake NVML lacking some exports.
@@ -12,6 +13,7 @@
 pub mod checks;
 mod elf;
 pub mod exposition;
+pub mod journal;
 mod process;
 mod reader;
 mod run;

@@ -5,7 +5,7 @@
 //!
 //! Every run has a state directory and an empty journal directory of its own
 //! unless the caller names them, so no run sees another's state or this host's
-//! kernel log; `RUST_LOG` is removed from its environment.
+//! kernel log; `RUST_LOG` is removed from its environment, stdin is empty.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::exposition::{self, Exposition, Samples};
+use crate::exposition::{self, Exposition, Samples, Series};
 use crate::process::Proc;
 
 /// The file the exporter publishes in its output directory.
@@ -47,8 +47,11 @@ pub struct Run<'a> {
     env: Vec<(OsString, OsString)>,
     output: Output,
     state: Option<PathBuf>,
+    journal: Option<PathBuf>,
     lib: Option<PathBuf>,
     logs: Option<PathBuf>,
+    /// Where stdout and stderr go instead of the log files.
+    stdio: Option<(Stdio, Stdio)>,
     limit: f64,
     group: bool,
 }
@@ -59,8 +62,8 @@ pub struct Started {
     t0: Instant,
     target: Option<PathBuf>,
     before: Option<FileId>,
-    stdout_path: PathBuf,
-    stderr_path: PathBuf,
+    /// The files stdout and stderr go to; `None` where the caller chose.
+    logged: Option<(PathBuf, PathBuf)>,
     dir: Option<PathBuf>,
     state: PathBuf,
     limit: f64,
@@ -108,6 +111,22 @@ impl Exporter {
         }
     }
 
+    /// The binary `bin` of the package at `root` (an integration test's
+    /// `CARGO_BIN_EXE_…` and `CARGO_MANIFEST_DIR`), the fake NVML built beside
+    /// it and the package's tests/scenarios.
+    ///
+    /// # Panics
+    /// When the fake NVML is missing; the message says how to build it.
+    pub fn beside(bin: &str, root: &str) -> Exporter {
+        let lib = Path::new(bin).with_file_name("libfake_nvml.so");
+        assert!(
+            lib.exists(),
+            "{} is missing: build it with `cargo build -p fake-nvml` (make test does)",
+            lib.display()
+        );
+        Exporter::new(bin, lib, Path::new(root).join("tests/scenarios"))
+    }
+
     /// A scenario by name (`h100x8` or `h100x8.toml`); a path with a `/` as it is.
     pub fn scenario(&self, name: &str) -> PathBuf {
         if name.contains('/') {
@@ -130,8 +149,10 @@ impl Exporter {
             env: Vec::new(),
             output: Output::Temp,
             state: None,
+            journal: None,
             lib: None,
             logs: None,
+            stdio: None,
             limit: 60.0,
             group: false,
         }
@@ -174,6 +195,12 @@ impl<'a> Run<'a> {
         self
     }
 
+    /// `--journal-dir dir`: the journal files the xid collector reads.
+    pub fn journal_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.journal = Some(dir.into());
+        self
+    }
+
     /// `--nvml-lib lib` instead of the fake.
     pub fn lib(mut self, lib: impl Into<PathBuf>) -> Self {
         self.lib = Some(lib.into());
@@ -191,6 +218,13 @@ impl<'a> Run<'a> {
         self
     }
 
+    /// Stdout and stderr into `stdout` and `stderr` (a pipe nobody reads, say)
+    /// instead of files; the outcome's `stdout` and `stderr` are then empty.
+    pub fn stdio(mut self, stdout: impl Into<Stdio>, stderr: impl Into<Stdio>) -> Self {
+        self.stdio = Some((stdout.into(), stderr.into()));
+        self
+    }
+
     /// Seconds after which the run is killed and [`Run::finish`] fails (60).
     pub fn limit(mut self, seconds: f64) -> Self {
         self.limit = seconds;
@@ -204,22 +238,7 @@ impl<'a> Run<'a> {
         self
     }
 
-    /// The configured command with its directories (kept alive by the caller),
-    /// for a test that needs its own stdio.
-    pub fn command(self) -> (Command, Vec<TempDir>) {
-        let (cmd, _, _, _, temps) = self.prepare();
-        (cmd, temps)
-    }
-
-    fn prepare(
-        self,
-    ) -> (
-        Command,
-        Option<PathBuf>,
-        PathBuf,
-        Option<PathBuf>,
-        Vec<TempDir>,
-    ) {
+    fn prepare(&self) -> (Command, Option<PathBuf>, PathBuf, Vec<TempDir>) {
         let mut temps = Vec::new();
         let mut temp = || {
             let t = tempfile::tempdir().expect("a temporary directory");
@@ -230,60 +249,68 @@ impl<'a> Run<'a> {
         let mut cmd = Command::new(&self.exporter.bin);
         cmd.arg("--nvml-lib")
             .arg(self.lib.as_ref().unwrap_or(&self.exporter.lib));
-        let dir = match self.output {
+        let dir = match &self.output {
             Output::Stdout => None,
-            Output::Dir(d) => Some(d),
+            Output::Dir(d) => Some(d.clone()),
             Output::Temp => Some(temp()),
         };
         match &dir {
             Some(d) => cmd.arg("--output-dir").arg(d),
             None => cmd.arg("--stdout"),
         };
-        let state = self.state.unwrap_or_else(&mut temp);
-        cmd.arg("--state-dir").arg(&state);
-        if !self.args.iter().any(|a| a == "--journal-dir") {
-            cmd.arg("--journal-dir").arg(temp());
-        }
-        cmd.args(&self.args)
+        let state = self.state.clone().unwrap_or_else(&mut temp);
+        let journal = self.journal.clone().unwrap_or_else(&mut temp);
+        cmd.arg("--state-dir")
+            .arg(&state)
+            .arg("--journal-dir")
+            .arg(journal)
+            .args(&self.args)
             .env_remove("RUST_LOG")
             .env("FAKE_NVML_SCENARIO", &self.scenario)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
-        (cmd, dir, state, self.logs, temps)
+        (cmd, dir, state, temps)
     }
 
-    /// Starts the run; its stdout and stderr go to files.
+    /// Starts the run; its stdout and stderr go to files unless redirected.
     pub fn start(self) -> std::io::Result<Started> {
-        let (limit, group) = (self.limit, self.group);
-        let (mut cmd, dir, state, logs, mut temps) = self.prepare();
-        let prefix = match logs {
-            Some(p) => p,
-            None => {
-                let t = tempfile::tempdir()?;
-                let p = t.path().join("run");
-                temps.push(t);
-                p
+        let (mut cmd, dir, state, mut temps) = self.prepare();
+        let logged = match (self.stdio, self.logs) {
+            (Some((stdout, stderr)), _) => {
+                cmd.stdout(stdout).stderr(stderr);
+                None
+            }
+            (None, logs) => {
+                let prefix = match logs {
+                    Some(p) => p,
+                    None => {
+                        let t = tempfile::tempdir()?;
+                        let p = t.path().join("run");
+                        temps.push(t);
+                        p
+                    }
+                };
+                let (stdout_path, stderr_path) = (
+                    PathBuf::from(format!("{}.out", prefix.display())),
+                    PathBuf::from(format!("{}.err", prefix.display())),
+                );
+                cmd.stdout(File::create(&stdout_path)?)
+                    .stderr(File::create(&stderr_path)?);
+                Some((stdout_path, stderr_path))
             }
         };
-        let (stdout_path, stderr_path) = (
-            PathBuf::from(format!("{}.out", prefix.display())),
-            PathBuf::from(format!("{}.err", prefix.display())),
-        );
-        cmd.stdout(File::create(&stdout_path)?)
-            .stderr(File::create(&stderr_path)?);
         let target = dir.as_ref().map(|d| d.join(OUT_FILE));
         let before = target.as_deref().and_then(file_id);
         let t0 = Instant::now();
         Ok(Started {
-            proc: Proc::spawn(&mut cmd, group)?,
+            proc: Proc::spawn(&mut cmd, self.group)?,
             t0,
             target,
             before,
-            stdout_path,
-            stderr_path,
+            logged,
             dir,
             state,
-            limit,
+            limit: self.limit,
             temps,
         })
     }
@@ -299,10 +326,11 @@ impl<'a> Run<'a> {
 impl Started {
     /// Stdout and stderr so far.
     pub fn collect(&self) -> (Vec<u8>, Vec<u8>) {
-        (
-            fs::read(&self.stdout_path).unwrap_or_default(),
-            fs::read(&self.stderr_path).unwrap_or_default(),
-        )
+        let read = |path: &Path| fs::read(path).unwrap_or_default();
+        match &self.logged {
+            Some((stdout, stderr)) => (read(stdout), read(stderr)),
+            None => (Vec::new(), Vec::new()),
+        }
     }
 
     /// Waits for the end, noting when the output file was replaced.
@@ -399,6 +427,16 @@ impl Outcome {
     /// The file, parsed strictly.
     pub fn parsed(&self) -> Result<Exposition, String> {
         exposition::parse_all_bytes(&self.bytes())
+    }
+
+    /// The value of exactly the series `series` (`name{label="value",...}`,
+    /// labels in any order); `None` when the file has no such series.
+    ///
+    /// # Panics
+    /// When `series` is not a series or the file does not parse.
+    pub fn series(&self, series: &str) -> Option<f64> {
+        let key: Series = exposition::series(series).unwrap_or_else(|e| panic!("{e}"));
+        self.samples().get(&key).copied()
     }
 
     /// The file's samples.
