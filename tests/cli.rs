@@ -2297,41 +2297,56 @@ fn edited_scenario(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) 
     path
 }
 
-/// One run with state and a journal; returns the exit status and the text.
-fn identity_run(state: &Path, journal: &Path, scenario_file: &Path) -> (Option<i32>, String) {
-    let output = journal_run(scenario_file.to_str().unwrap(), state, journal);
-    (output.code(), String::from_utf8(output.stdout).unwrap())
+/// A healthy h100x8 run with a state directory, then a kernel line `xid` in
+/// the journal and runs of h100x8 changed by `edit` (their exit statuses and
+/// texts, `runs` of them): how a GPU that fails after a good run is reported.
+fn after_a_healthy_run(
+    xid: &str,
+    edit: impl FnOnce(String) -> String,
+    runs: usize,
+) -> Vec<(Option<i32>, String)> {
+    let (state, dir, journal) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let run = |scenario_file: &Path| {
+        let output = journal_run(
+            scenario_file.to_str().unwrap(),
+            state.path(),
+            journal.path(),
+        );
+        (output.code(), String::from_utf8(output.stdout).unwrap())
+    };
+    let healthy = edited_scenario(dir.path(), "healthy", |text| text);
+    assert_eq!(run(&healthy).0, Some(0));
+    write_journal(
+        journal.path(),
+        "system.journal",
+        &journal_entry(5_000_000, "kernel", xid),
+    );
+    let failing = edited_scenario(dir.path(), "failing", edit);
+    (0..runs).map(|_| run(&failing)).collect()
 }
 
 /// A GPU that fell off the bus keeps the bus id the state knew, so the Xid 79
 /// that explains it counts on its own counter, not as unattributed.
 #[test]
 fn a_lost_gpus_xid_79_counts_as_its_own() {
-    let state = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    let healthy = edited_scenario(dir.path(), "healthy", |text| text);
-    let lost = edited_scenario(dir.path(), "lost", |text| {
-        text.replacen("[[gpu]]\n", "[[gpu]]\nlost = true\n", 1)
-    });
-    assert_eq!(
-        identity_run(state.path(), journal.path(), &healthy).0,
-        Some(0)
+    let runs = after_a_healthy_run(
+        XID79,
+        |text| text.replacen("[[gpu]]\n", "[[gpu]]\nlost = true\n", 1),
+        1,
     );
-    write_journal(
-        journal.path(),
-        "system.journal",
-        &journal_entry(5_000_000, "kernel", XID79),
-    );
-    let (status, text) = identity_run(state.path(), journal.path(), &lost);
-    assert_eq!(status, Some(4), "{text}");
+    let (status, text) = &runs[0];
+    assert_eq!(*status, Some(4), "{text}");
     assert!(
         text.contains(
             r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#
         ),
         "{text}"
     );
-    let run = parsed(&text);
+    let run = parsed(text);
     assert_eq!(value(&run, GPU0.0, GPU0.1), Some(1.0), "{text}");
     assert_eq!(value(&run, GPU0_79.0, GPU0_79.1), Some(1.0), "{text}");
     assert!(
@@ -2342,34 +2357,20 @@ fn a_lost_gpus_xid_79_counts_as_its_own() {
 
 /// A GPU that leaves enumeration within a boot (the count falls after a driver
 /// reload) is reported down as not_enumerated, with its XID counters, under
-/// the identity the state kept; the others keep theirs.
+/// the identity the state kept, run after run; the others keep theirs.
 #[test]
 fn a_gpu_that_leaves_enumeration_is_reported_down() {
-    let state = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    let healthy = edited_scenario(dir.path(), "healthy", |text| text);
-    // Remove the second GPU (index 1, bus 00000000:2A:00.0).
-    let seven = edited_scenario(dir.path(), "seven", |text| {
-        let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
-        format!("{}{}", &text[..starts[1]], &text[starts[2]..])
-    });
-    assert_eq!(
-        identity_run(state.path(), journal.path(), &healthy).0,
-        Some(0)
+    // The second GPU (index 1, bus 00000000:2A:00.0) is gone.
+    let runs = after_a_healthy_run(
+        "NVRM: Xid (PCI:0000:2a:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+        |text| {
+            let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+            format!("{}{}", &text[..starts[1]], &text[starts[2]..])
+        },
+        2,
     );
-    write_journal(
-        journal.path(),
-        "system.journal",
-        &journal_entry(
-            5_000_000,
-            "kernel",
-            "NVRM: Xid (PCI:0000:2a:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
-        ),
-    );
-    for _ in 0..2 {
-        let (status, text) = identity_run(state.path(), journal.path(), &seven);
-        assert_eq!(status, Some(4), "{text}");
+    for (status, text) in &runs {
+        assert_eq!(*status, Some(4), "{text}");
         let gone = r#"{gpu="1",uuid="GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354""#;
         for line in [
             format!("nvidia_gpu_up{gone}}} 0"),
@@ -2386,7 +2387,7 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
             "{text}"
         );
         assert_eq!(text.matches("nvidia_gpu_up{").count(), 8, "{text}");
-        promtool_check("not-enumerated", &text);
+        promtool_check("not-enumerated", text);
     }
 }
 
