@@ -4,7 +4,7 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/h100x8.toml
 
-.PHONY: build deps test demo run lint deb bench test-packaging copyright
+.PHONY: build deps test demo run lint deb bench test-packaging test-arm64 copyright
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
@@ -44,18 +44,28 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## deb: the Debian package, in target/deb/ (its path is printed last)
+## deb: the Debian package, in target/deb/ (its path is printed last);
+## ARCH=arm64 cross-builds the arm64 one (needs what `tests/install-deps.sh --arm64` installs)
+ARCH ?=
 deb:
-	CARGO="$(CARGO)" packaging/build-deb.sh
+	CARGO="$(CARGO)" DEB_ARCH="$(ARCH)" packaging/build-deb.sh
 
 ## copyright: regenerate packaging/debian/copyright from Cargo.lock (make test checks it)
 copyright:
 	python3 packaging/copyright.py
 
-## test-packaging: the .deb on this host, then under systemd in a booted Debian 12 container (root)
+## test-packaging: the .deb on this host, then under systemd in booted Debian 12 and 13 containers (root)
 test-packaging:
 	tests/packaging/host-test.sh
-	tests/packaging/nspawn-test.sh
+	tests/packaging/nspawn-test.sh bookworm
+	tests/packaging/nspawn-test.sh trixie
+
+## test-arm64: the cross-built arm64 .deb, its binary under qemu-user against the amd64 one
+## (installs the cross toolchain first, as root; CI runs it after test)
+test-arm64:
+	tests/install-deps.sh --arm64
+	$(MAKE) build
+	tests/packaging/arm64-test.sh
 
 ## bench: snapshot cost against the fake NVML with real call latencies, and the
 ## render/publish micro-benchmark (ratios measured side by side; not part of test)

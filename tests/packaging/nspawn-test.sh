@@ -1,17 +1,23 @@
 #!/bin/bash
-# Package test under a real systemd: boots a minimal Debian 12 (debootstrap) with
+# Package test under a real systemd: boots a minimal Debian (debootstrap) with
 # systemd-nspawn, installs the .deb and checks, inside:
 #  - postinst creates a missing textfile directory, enables and starts the timer;
+#    systemd-analyze verify says nothing about the units under that systemd;
 #  - without a GPU: at least three runs, 15 s +- 1 s apart, seen in the journal
 #    (failures are logged), a fresh error file that node_exporter's user reads
 #    and Debian's node_exporter serves with node_textfile_scrape_error 0;
 #  - with the fake NVML configured through /etc/default: healthy runs leave
-#    nothing in the journal (and without LogLevelMax= systemd 252 would log);
+#    nothing in the journal (and without LogLevelMax= systemd would log);
 #  - a shared textfile directory keeps its owner and mode; a deleted one fails
 #    the run with exit status 7 (logged), not the unit with 226/NAMESPACE;
 #  - the cron example, installed by hand, runs the exporter 15 s apart;
 #  - dpkg -r stops the timer and deletes the output, dpkg -P leaves nothing.
 # Then it powers the container off.
+#
+#   tests/packaging/nspawn-test.sh [SUITE]
+#
+# SUITE is the Debian release booted: bookworm (Debian 12, systemd 252, the
+# default) or trixie (Debian 13, systemd 257); `make test-packaging` runs both.
 #
 # The root file system is cached as a tarball in $NTE_TEST_CACHE (default
 # /var/cache/nvidia-textfile-exporter-tests); without it debootstrap fetches it
@@ -25,7 +31,13 @@ set -uo pipefail
 need_root
 need_commands debootstrap systemd-nspawn nsenter curl python3 cargo tar
 
-SUITE=bookworm
+SUITE=${1:-bookworm}
+# The systemd each suite ships: the test checks that it booted the one meant.
+case "$SUITE" in
+    bookworm) SYSTEMD_VERSION=252 ;;
+    trixie) SYSTEMD_VERSION=257 ;;
+    *) die "unknown suite $SUITE (bookworm or trixie)" ;;
+esac
 INCLUDE=systemd,systemd-sysv,dbus,cron,prometheus-node-exporter
 CACHE=${NTE_TEST_CACHE:-/var/cache/nvidia-textfile-exporter-tests}
 KEY=$(printf '%s %s\n' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
@@ -161,7 +173,7 @@ done
 note "system state: $state, $(($(date +%s) - t0)) s"
 check "booted (running or degraded)" test "$state" = running -o "$state" = degraded
 [ "$state" = degraded ] && ct systemctl --failed --no-legend
-check "systemd 252 inside" grep -q '^systemd 252 ' <<<"$(ct systemctl --version)"
+check "systemd $SYSTEMD_VERSION inside" grep -q "^systemd $SYSTEMD_VERSION " <<<"$(ct systemctl --version)"
 
 # ---------------------------------------------------------------------------
 say "install (textfile directory missing, as without prometheus-node-exporter)"
@@ -173,6 +185,10 @@ check "postinst created $TEXTFILE_DIR root:root 0755" \
 check "timer enabled" test "$(ct systemctl is-enabled nvidia-textfile-exporter.timer)" = enabled
 check "timer active" test "$(ct systemctl is-active nvidia-textfile-exporter.timer)" = active
 check "nothing installed in /etc/cron.d" test -z "$(ct find /etc/cron.d -name '*nvidia*')"
+# This suite's systemd knows every directive of the units (an older one would
+# say "Unknown key name" here and ignore it).
+no_output "systemd-analyze verify of the installed units (systemd $SYSTEMD_VERSION)" \
+    ct systemd-analyze verify nvidia-textfile-exporter.service nvidia-textfile-exporter.timer
 score=$(ct systemd-analyze security nvidia-textfile-exporter.service 2>&1 | sed -n 's/.*Overall exposure level for [^:]*: //p')
 note "systemd-analyze security (running manager): $score"
 
@@ -256,7 +272,7 @@ EOF
     check "healthy runs use the previous run's state (state_ok 1)" \
         test "$(metric "$WORK/metrics" nvidia_gpu_collector_state_ok)" = 1
 
-    # Control: the same healthy run without the filter is logged by systemd 252.
+    # Control: the same healthy run without the filter is logged by systemd.
     ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
     ct sh -c 'printf "[Service]\nLogLevelMax=debug\n" >/run/systemd/system/nvidia-textfile-exporter.service.d/control.conf'
     ct systemctl daemon-reload
@@ -350,4 +366,4 @@ wait "$NSPAWN_PID" 2>/dev/null
 NSPAWN_PID=
 note "shutdown: $(($(date +%s) - t0)) s"
 
-finish "package systemd test"
+finish "package systemd test ($SUITE)"
