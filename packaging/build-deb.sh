@@ -9,7 +9,8 @@
 #   DEB_ARCH         Debian architecture of the package: amd64 or arm64 (default:
 #                    this machine's). Another one than this machine's is
 #                    cross-compiled (rustup target add aarch64-unknown-linux-gnu;
-#                    gcc-aarch64-linux-gnu links it) and its Depends come from that
+#                    gcc-aarch64-linux-gnu and libc6-dev-arm64-cross link it,
+#                    binutils-aarch64-linux-gnu strips it) and its Depends come from that
 #                    architecture's C library, which dpkg-shlibdeps reads from the
 #                    dpkg database: dpkg --add-architecture arm64, apt-get install
 #                    libc6:arm64. The man page is rendered by a build for this
