@@ -71,27 +71,32 @@ if ! command -v cargo >/dev/null; then
     echo "install-deps: cargo is missing; install Rust (rust-version in Cargo.toml) with rustup" >&2
     exit 1
 fi
+# Rust's aarch64 target is added with rustup, after the packages.
+rust_target=
 if $arm64 && ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    rust_target=aarch64-unknown-linux-gnu
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    if $check_only || [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: missing packages; as root run:" >&2
+        [ -z "$foreign" ] || echo "  dpkg --add-architecture $foreign && apt-get update" >&2
+        echo "  apt-get install --no-install-recommends ${missing[*]}" >&2
+        [ -z "$rust_target" ] || echo "install-deps: and the Rust target: rustup target add $rust_target" >&2
+        exit 1
+    fi
+    echo "install-deps: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    [ -z "$foreign" ] || dpkg --add-architecture "$foreign"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ -n "$rust_target" ]; then
     if $check_only; then
-        echo "install-deps: missing Rust target; run: rustup target add aarch64-unknown-linux-gnu" >&2
+        echo "install-deps: missing Rust target; run: rustup target add $rust_target" >&2
         exit 1
     fi
     command -v rustup >/dev/null ||
-        { echo "install-deps: the aarch64 target needs rustup (rustup target add aarch64-unknown-linux-gnu)" >&2; exit 1; }
-    echo "install-deps: rustup target add aarch64-unknown-linux-gnu" >&2
-    rustup target add aarch64-unknown-linux-gnu >&2
+        { echo "install-deps: the $rust_target target needs rustup (rustup target add $rust_target)" >&2; exit 1; }
+    echo "install-deps: rustup target add $rust_target" >&2
+    rustup target add "$rust_target" >&2
 fi
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-if $check_only || [ "$(id -u)" -ne 0 ]; then
-    echo "install-deps: missing packages; as root run:" >&2
-    [ -z "$foreign" ] || echo "  dpkg --add-architecture $foreign && apt-get update" >&2
-    echo "  apt-get install --no-install-recommends ${missing[*]}" >&2
-    exit 1
-fi
-echo "install-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-[ -z "$foreign" ] || dpkg --add-architecture "$foreign"
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
