@@ -119,8 +119,11 @@ doc=$staging/usr/share/doc/$package
 install -D -m 0755 "$binary" "$staging/usr/bin/$package"
 # What dh_strip does to an executable (the release profile already strips symbols).
 "$strip" --remove-section=.comment --remove-section=.note "$staging/usr/bin/$package"
-install -D -m 0644 systemd/$package.service "$staging/lib/systemd/system/$package.service"
-install -D -m 0644 systemd/$package.timer "$staging/lib/systemd/system/$package.timer"
+# Units in /usr/lib: Debian 13's lintian rejects /lib (aliased-location: /lib
+# is a symlink to usr/lib on merged-/usr systems, which every Debian 12 and 13
+# is), Debian 12's accepts both, and systemd reads both.
+install -D -m 0644 systemd/$package.service "$staging/usr/lib/systemd/system/$package.service"
+install -D -m 0644 systemd/$package.timer "$staging/usr/lib/systemd/system/$package.timer"
 install -D -m 0644 packaging/default "$staging/etc/default/$package"
 install -D -m 0644 packaging/cron/$package "$doc/examples/cron.d/$package"
 install -D -m 0644 packaging/debian/copyright "$doc/copyright"

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Package test under a real systemd: boots a minimal Debian (debootstrap) with
 # systemd-nspawn, installs the .deb and checks, inside:
+#  - lintian of the suite (newer than the host's) passes the package;
 #  - postinst creates a missing textfile directory, enables and starts the timer;
 #    systemd-analyze verify says nothing about the units under that systemd;
 #  - without a GPU: at least three runs, 15 s +- 1 s apart, seen in the journal
@@ -39,8 +40,13 @@ case "$SUITE" in
     *) die "unknown suite $SUITE (bookworm or trixie)" ;;
 esac
 INCLUDE=systemd,systemd-sysv,dbus,cron,prometheus-node-exporter
+# The package is checked with lintian of each suite: Debian 12's runs on the
+# host (host-test.sh), newer ones inside. Installed with apt after debootstrap
+# (debootstrap --include fails configuring lintian's perl modules).
+EXTRA=
+[ "$SUITE" = bookworm ] || EXTRA=lintian
 CACHE=${NTE_TEST_CACHE:-/var/cache/nvidia-textfile-exporter-tests}
-KEY=$(printf '%s %s\n' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
+KEY=$(printf '%s %s %s\n' "$SUITE" "$INCLUDE" "$EXTRA" | sha256sum | cut -c1-12)
 TARBALL=$CACHE/rootfs-$SUITE-$KEY.tar
 MACHINE=nte-test-$$
 # Debian 12 hosts use the unified cgroup hierarchy; give the container one too.
@@ -105,7 +111,7 @@ scrape() { ct_net curl -fsS --max-time 5 http://127.0.0.1:9100/metrics -o "$1"; 
 OUT=$TEXTFILE_DIR/nvidia_gpu.prom
 
 # ---------------------------------------------------------------------------
-say "root file system ($SUITE minbase + ${INCLUDE})"
+say "root file system ($SUITE minbase + ${INCLUDE}${EXTRA:+, then $EXTRA})"
 t0=$(date +%s)
 if [ ! -f "$TARBALL" ]; then
     note "no cached $TARBALL: debootstrap"
@@ -115,6 +121,13 @@ if [ ! -f "$TARBALL" ]; then
         ${DEBOOTSTRAP_MIRROR:-} >"$WORK/debootstrap.log" 2>&1; then
         tail -n 20 "$WORK/debootstrap.log"
         die "debootstrap failed"
+    fi
+    # shellcheck disable=SC2086 # EXTRA is a list of packages
+    if [ -n "$EXTRA" ] && ! systemd-nspawn --quiet --register=no --keep-unit --directory="$WORK/bootstrap" \
+        --pipe env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $EXTRA \
+        >"$WORK/apt.log" 2>&1; then
+        tail -n 20 "$WORK/apt.log"
+        die "apt-get install $EXTRA failed"
     fi
     # A machine id is made at each boot; apt's lists are not needed.
     : >"$WORK/bootstrap/etc/machine-id"
@@ -174,6 +187,10 @@ note "system state: $state, $(($(date +%s) - t0)) s"
 check "booted (running or degraded)" test "$state" = running -o "$state" = degraded
 [ "$state" = degraded ] && ct systemctl --failed --no-legend
 check "systemd $SYSTEMD_VERSION inside" grep -q "^systemd $SYSTEMD_VERSION " <<<"$(ct systemctl --version)"
+if [ "$SUITE" != bookworm ]; then
+    check "lintian of $SUITE ($(ct lintian --version)) --fail-on error,warning" \
+        logged "$WORK/lintian.log" ct lintian --fail-on error,warning /mnt/nte/package.deb
+fi
 
 # ---------------------------------------------------------------------------
 say "install (textfile directory missing, as without prometheus-node-exporter)"
