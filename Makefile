@@ -4,16 +4,17 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/demo-h100x8.toml
 
-.PHONY: build deps test demo run lint deb bench test-packaging copyright
+.PHONY: build deps test demo run lint deb bench test-packaging test-arm64 copyright
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
 	$(CARGO) build --release --locked
 	$(CARGO) build --locked -p fake-nvml
 
-## deps: install the Debian packages the tests need and are missing (as root)
+## deps: install the Debian packages (and the arm64 cross toolchain) the tests need and are missing (as root)
 deps:
 	tests/install-deps.sh
+	tests/install-deps.sh --arm64
 
 ## test: everything CI runs; installs what is missing first (as root)
 test: deps
@@ -27,6 +28,7 @@ test: deps
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
 	$(MAKE) test-packaging
+	tests/packaging/arm64-test.sh
 
 ## demo: run the real binary against the fake 8x H100 node (its samples follow the wall clock,
 ## so every run shows the utilization since the previous one); writes demo/nvidia_gpu.prom
@@ -45,18 +47,28 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## deb: the Debian package, in target/deb/ (its path is printed last)
+## deb: the Debian package, in target/deb/ (its path is printed last);
+## ARCH=arm64 cross-builds the arm64 one (needs what `tests/install-deps.sh --arm64` installs)
+ARCH ?=
 deb:
-	CARGO="$(CARGO)" packaging/build-deb.sh
+	CARGO="$(CARGO)" DEB_ARCH="$(ARCH)" packaging/build-deb.sh
 
 ## copyright: regenerate packaging/debian/copyright from Cargo.lock (make test checks it)
 copyright:
 	python3 packaging/copyright.py
 
-## test-packaging: the .deb on this host, then under systemd in a booted Debian 12 container (root)
+## test-packaging: the .deb on this host, then under systemd in booted Debian 12 and 13 containers (root)
 test-packaging:
 	tests/packaging/host-test.sh
-	tests/packaging/nspawn-test.sh
+	tests/packaging/nspawn-test.sh bookworm
+	tests/packaging/nspawn-test.sh trixie
+
+## test-arm64: the cross-built arm64 .deb, its binary under qemu-user against the amd64 one
+## (installs the cross toolchain first, as root; make test runs it too)
+test-arm64:
+	tests/install-deps.sh --arm64
+	$(MAKE) build
+	tests/packaging/arm64-test.sh
 
 ## bench: snapshot cost against the fake NVML with real call latencies, and the
 ## render/publish micro-benchmark (ratios measured side by side; not part of test)

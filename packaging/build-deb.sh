@@ -3,8 +3,18 @@
 # cargo-deb) and prints the path of the .deb on the last line of stdout.
 #
 #   packaging/build-deb.sh            # what `make deb` runs
+#   DEB_ARCH=arm64 packaging/build-deb.sh   # `make deb ARCH=arm64`: cross-built
 #
 # Environment:
+#   DEB_ARCH         Debian architecture of the package: amd64 or arm64 (default:
+#                    this machine's). Another one than this machine's is
+#                    cross-compiled (rustup target add aarch64-unknown-linux-gnu;
+#                    gcc-aarch64-linux-gnu and libc6-dev-arm64-cross link it,
+#                    binutils-aarch64-linux-gnu strips it) and its Depends come from that
+#                    architecture's C library, which dpkg-shlibdeps reads from the
+#                    dpkg database: dpkg --add-architecture arm64, apt-get install
+#                    libc6:arm64. The man page is rendered by a build for this
+#                    machine (it is the same on every architecture).
 #   DEB_VERSION      full Debian version (default: Cargo.toml's version + "-1");
 #                    the package tests build a higher one (e.g. 0.1.0-2) to upgrade
 #   DEB_MAINTAINER   Maintainer: field (default: the one in packaging/debian/changelog)
@@ -13,7 +23,8 @@
 #   CARGO_BUILD_FLAGS  extra flags for cargo build (default: --locked)
 #   SOURCE_DATE_EPOCH  timestamp of every file (default: the last commit's)
 #
-# Needs: cargo, python3, dpkg-dev (dpkg-shlibdeps, dpkg-parsechangelog), binutils, gzip.
+# Needs: cargo, python3, dpkg-dev (dpkg-shlibdeps, dpkg-parsechangelog), binutils, gzip;
+# for another architecture also the cross toolchain and C library named above.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -50,19 +61,27 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
     fi
 fi
 export SOURCE_DATE_EPOCH
-arch=$(dpkg --print-architecture)
+build_arch=$(dpkg --print-architecture)
+arch=${DEB_ARCH:-$build_arch}
+# Rust's target for each architecture the package is built for; the GNU
+# triplet (for the cross linker and strip) comes from dpkg-architecture.
+case "$arch" in
+    amd64) rust_target=x86_64-unknown-linux-gnu ;;
+    arm64) rust_target=aarch64-unknown-linux-gnu ;;
+    *) log "DEB_ARCH=$arch: only amd64 and arm64 are supported"; exit 1 ;;
+esac
+gnu_type=$(dpkg-architecture -a"$arch" -qDEB_HOST_GNU_TYPE 2>/dev/null)
 changelog_maintainer=$(dpkg-parsechangelog -l packaging/debian/changelog -S Maintainer)
 maintainer=${DEB_MAINTAINER:-$changelog_maintainer}
 
 # ---- build ------------------------------------------------------------------
-log "cargo build --release (version $version)"
-rm -rf "$work" "$staging"
-mkdir -p "$work" "$staging"
-# shellcheck disable=SC2086 # CARGO_BUILD_FLAGS is a list of flags
-$cargo build --release ${CARGO_BUILD_FLAGS---locked} -p "$package" --bin "$package" \
-    --message-format=json-render-diagnostics >"$work/cargo.json"
-# The binary is the bin target's artifact; it renders its own man page.
-binary=$(python3 - "$work/cargo.json" "$package" <<'EOF'
+# build_binary [CARGO FLAGS]: builds the bin target and prints the path of its
+# executable (read from cargo's messages, wherever --target puts it).
+build_binary() {
+    # shellcheck disable=SC2086 # CARGO_BUILD_FLAGS is a list of flags
+    $cargo build --release ${CARGO_BUILD_FLAGS---locked} -p "$package" --bin "$package" \
+        --message-format=json-render-diagnostics "$@" >"$work/cargo.json"
+    python3 - "$work/cargo.json" "$package" <<'EOF'
 import json, sys
 path, package = sys.argv[1], sys.argv[2]
 messages = [json.loads(line) for line in open(path) if line.startswith("{")]
@@ -70,18 +89,41 @@ print(next(m["executable"] for m in messages
            if m.get("reason") == "compiler-artifact"
            and m["target"]["name"] == package and "bin" in m["target"]["kind"]))
 EOF
-)
+}
+
+rm -rf "$work" "$staging"
+mkdir -p "$work" "$staging"
+log "cargo build --release (version $version)"
+host_binary=$(build_binary)
+[ -x "$host_binary" ] || { log "no binary at $host_binary"; exit 1; }
+if [ "$arch" = "$build_arch" ]; then
+    binary=$host_binary
+    strip="strip"
+else
+    log "cargo build --release --target $rust_target (cross, for $arch)"
+    # Cargo reads the linker for a target from this variable; the default is the
+    # cross gcc of Debian's gcc-<triplet> package.
+    linker_var=CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$rust_target")_LINKER
+    export "$linker_var=${!linker_var:-$gnu_type-gcc}"
+    command -v "${!linker_var}" >/dev/null ||
+        { log "no linker ${!linker_var}: apt-get install gcc-$gnu_type"; exit 1; }
+    binary=$(build_binary --target "$rust_target")
+    strip=$gnu_type-strip
+fi
 [ -x "$binary" ] || { log "no binary at $binary"; exit 1; }
 man_page=$work/$package.1
-"$binary" --generate man >"$man_page"
+"$host_binary" --generate man >"$man_page"
 
 # ---- staging tree -------------------------------------------------------------
 doc=$staging/usr/share/doc/$package
 install -D -m 0755 "$binary" "$staging/usr/bin/$package"
 # What dh_strip does to an executable (the release profile already strips symbols).
-strip --remove-section=.comment --remove-section=.note "$staging/usr/bin/$package"
-install -D -m 0644 systemd/$package.service "$staging/lib/systemd/system/$package.service"
-install -D -m 0644 systemd/$package.timer "$staging/lib/systemd/system/$package.timer"
+"$strip" --remove-section=.comment --remove-section=.note "$staging/usr/bin/$package"
+# Units in /usr/lib: Debian 13's lintian rejects /lib (aliased-location: /lib
+# is a symlink to usr/lib on merged-/usr systems, which every Debian 12 and 13
+# is), Debian 12's accepts both, and systemd reads both.
+install -D -m 0644 systemd/$package.service "$staging/usr/lib/systemd/system/$package.service"
+install -D -m 0644 systemd/$package.timer "$staging/usr/lib/systemd/system/$package.timer"
 # Removes the previous boot's snapshot at boot (systemd-tmpfiles-setup.service).
 install -D -m 0644 systemd/$package.tmpfiles "$staging/usr/lib/tmpfiles.d/$package.conf"
 install -D -m 0644 packaging/default "$staging/etc/default/$package"
@@ -127,11 +169,18 @@ echo "/etc/default/$package" >"$staging/DEBIAN/conffiles"
 chmod 0644 "$staging/DEBIAN/conffiles"
 
 # Depends from the shared libraries the binary links (dpkg-shlibdeps wants a
-# debian/control to sit in).
+# debian/control to sit in). For another architecture, dpkg-architecture -a
+# makes dpkg-shlibdeps look up that architecture's libraries (multiarch paths)
+# and their symbols files, which libc6:<arch> installs.
 mkdir -p "$work/shlibs/debian"
 printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$package" "$package" \
     >"$work/shlibs/debian/control"
-shlibs=$(cd "$work/shlibs" && dpkg-shlibdeps -O "$staging/usr/bin/$package")
+if [ "$arch" != "$build_arch" ] &&
+    ! dpkg-query -W -f '${Status}' "libc6:$arch" 2>/dev/null | grep -q ' installed$'; then
+    log "Depends for $arch need libc6:$arch: dpkg --add-architecture $arch; apt-get update; apt-get install libc6:$arch"
+    exit 1
+fi
+shlibs=$(cd "$work/shlibs" && dpkg-architecture -a"$arch" -f -c dpkg-shlibdeps -O "$staging/usr/bin/$package")
 depends=${shlibs#shlibs:Depends=}
 if [ -z "$depends" ] || [ "$depends" = "$shlibs" ]; then
     log "dpkg-shlibdeps said: $shlibs"

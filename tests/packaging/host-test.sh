@@ -62,7 +62,7 @@ for deb in "$DEB_OLD" "$DEB_NEW"; do
     check "lintian --fail-on error,warning $(basename "$deb")" lintian_clean "$deb"
 done
 contents=$(dpkg-deb -c "$DEB_OLD" | awk '{ print $6 }' | sed 's|^\./|/|')
-for path in "/usr/bin/$PACKAGE" /lib/systemd/system/$PACKAGE.service /lib/systemd/system/$PACKAGE.timer \
+for path in "/usr/bin/$PACKAGE" /usr/lib/systemd/system/$PACKAGE.service /usr/lib/systemd/system/$PACKAGE.timer \
     "/etc/default/$PACKAGE" /usr/share/man/man1/$PACKAGE.1.gz /usr/share/doc/$PACKAGE/copyright \
     /usr/share/doc/$PACKAGE/changelog.Debian.gz /usr/share/doc/$PACKAGE/examples/cron.d/$PACKAGE; do
     check "package holds $path" grep -qxF "$path" <<<"$contents"
@@ -203,7 +203,7 @@ check "no unit links left in /etc/systemd/system" \
 check "no deb-systemd-helper state left" \
     test -z "$(find /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked -name "*$PACKAGE*" 2>/dev/null)"
 check "no file of the package left" \
-    test -z "$(find /usr/bin /lib/systemd /etc /usr/share/doc /usr/share/man /usr/share/lintian -name "$PACKAGE*" 2>/dev/null)"
+    test -z "$(find /usr/bin /usr/lib/systemd /etc /usr/share/doc /usr/share/man /usr/share/lintian -name "$PACKAGE*" 2>/dev/null)"
 check "no /usr/share/$PACKAGE left" test ! -e "/usr/share/$PACKAGE"
 check "state directory /var/lib/$PACKAGE gone" test ! -e "/var/lib/$PACKAGE"
 check "textfile directory of prometheus-node-exporter kept" test -d "$TEXTFILE_DIR"

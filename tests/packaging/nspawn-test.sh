@@ -1,17 +1,24 @@
 #!/bin/bash
-# Package test under a real systemd: boots a minimal Debian 12 (debootstrap) with
+# Package test under a real systemd: boots a minimal Debian (debootstrap) with
 # systemd-nspawn, installs the .deb and checks, inside:
+#  - lintian of the suite (newer than the host's) passes the package;
 #  - postinst creates a missing textfile directory, enables and starts the timer;
+#    systemd-analyze verify says nothing about the units under that systemd;
 #  - without a GPU: at least three runs, 15 s +- 1 s apart, seen in the journal
 #    (failures are logged), a fresh error file that node_exporter's user reads
 #    and Debian's node_exporter serves with node_textfile_scrape_error 0;
 #  - with the fake NVML configured through /etc/default: healthy runs leave
-#    nothing in the journal (and without LogLevelMax= systemd 252 would log);
+#    nothing in the journal (and without LogLevelMax= systemd would log);
 #  - a shared textfile directory keeps its owner and mode; a deleted one fails
 #    the run with exit status 7 (logged), not the unit with 226/NAMESPACE;
 #  - the cron example, installed by hand, runs the exporter 15 s apart;
 #  - dpkg -r stops the timer and deletes the output, dpkg -P leaves nothing.
 # Then it powers the container off.
+#
+#   tests/packaging/nspawn-test.sh [SUITE]
+#
+# SUITE is the Debian release booted: bookworm (Debian 12, systemd 252, the
+# default) or trixie (Debian 13, systemd 257); `make test-packaging` runs both.
 #
 # The root file system is cached as a tarball in $NTE_TEST_CACHE (default
 # /var/cache/nvidia-textfile-exporter-tests); without it debootstrap fetches it
@@ -25,10 +32,21 @@ set -uo pipefail
 need_root
 need_commands debootstrap systemd-nspawn nsenter curl python3 cargo tar
 
-SUITE=bookworm
+SUITE=${1:-bookworm}
+# The systemd each suite ships: the test checks that it booted the one meant.
+case "$SUITE" in
+    bookworm) SYSTEMD_VERSION=252 ;;
+    trixie) SYSTEMD_VERSION=257 ;;
+    *) die "unknown suite $SUITE (bookworm or trixie)" ;;
+esac
 INCLUDE=systemd,systemd-sysv,dbus,cron,prometheus-node-exporter
+# The package is checked with lintian of each suite: Debian 12's runs on the
+# host (host-test.sh), newer ones inside. Installed with apt after debootstrap
+# (debootstrap --include fails configuring lintian's perl modules).
+EXTRA=
+[ "$SUITE" = bookworm ] || EXTRA=lintian
 CACHE=${NTE_TEST_CACHE:-/var/cache/nvidia-textfile-exporter-tests}
-KEY=$(printf '%s %s\n' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
+KEY=$(printf '%s %s %s\n' "$SUITE" "$INCLUDE" "$EXTRA" | sha256sum | cut -c1-12)
 TARBALL=$CACHE/rootfs-$SUITE-$KEY.tar
 MACHINE=nte-test-$$
 # Debian 12 hosts use the unified cgroup hierarchy; give the container one too.
@@ -93,7 +111,7 @@ scrape() { ct_net curl -fsS --max-time 5 http://127.0.0.1:9100/metrics -o "$1"; 
 OUT=$TEXTFILE_DIR/nvidia_gpu.prom
 
 # ---------------------------------------------------------------------------
-say "root file system ($SUITE minbase + ${INCLUDE})"
+say "root file system ($SUITE minbase + ${INCLUDE}${EXTRA:+, then $EXTRA})"
 t0=$(date +%s)
 if [ ! -f "$TARBALL" ]; then
     note "no cached $TARBALL: debootstrap"
@@ -103,6 +121,13 @@ if [ ! -f "$TARBALL" ]; then
         ${DEBOOTSTRAP_MIRROR:-} >"$WORK/debootstrap.log" 2>&1; then
         tail -n 20 "$WORK/debootstrap.log"
         die "debootstrap failed"
+    fi
+    # shellcheck disable=SC2086 # EXTRA is a list of packages
+    if [ -n "$EXTRA" ] && ! systemd-nspawn --quiet --register=no --keep-unit --directory="$WORK/bootstrap" \
+        --pipe env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $EXTRA \
+        >"$WORK/apt.log" 2>&1; then
+        tail -n 20 "$WORK/apt.log"
+        die "apt-get install $EXTRA failed"
     fi
     # A machine id is made at each boot; apt's lists are not needed.
     : >"$WORK/bootstrap/etc/machine-id"
@@ -161,7 +186,11 @@ done
 note "system state: $state, $(($(date +%s) - t0)) s"
 check "booted (running or degraded)" test "$state" = running -o "$state" = degraded
 [ "$state" = degraded ] && ct systemctl --failed --no-legend
-check "systemd 252 inside" grep -q '^systemd 252 ' <<<"$(ct systemctl --version)"
+check "systemd $SYSTEMD_VERSION inside" grep -q "^systemd $SYSTEMD_VERSION " <<<"$(ct systemctl --version)"
+if [ "$SUITE" != bookworm ]; then
+    check "lintian of $SUITE ($(ct lintian --version)) --fail-on error,warning" \
+        logged "$WORK/lintian.log" ct lintian --fail-on error,warning /mnt/nte/package.deb
+fi
 
 # ---------------------------------------------------------------------------
 say "install (textfile directory missing, as without prometheus-node-exporter)"
@@ -173,6 +202,18 @@ check "postinst created $TEXTFILE_DIR root:root 0755" \
 check "timer enabled" test "$(ct systemctl is-enabled nvidia-textfile-exporter.timer)" = enabled
 check "timer active" test "$(ct systemctl is-active nvidia-textfile-exporter.timer)" = active
 check "nothing installed in /etc/cron.d" test -z "$(ct find /etc/cron.d -name '*nvidia*')"
+# This suite's systemd knows every directive of the units (an older one would
+# say "Unknown key" here and ignore it). The minimal root has no man(1):
+# the host test checks the Documentation= page.
+no_output "systemd-analyze verify of the installed units (systemd $SYSTEMD_VERSION)" \
+    ct systemd-analyze verify --man=no nvidia-textfile-exporter.service nvidia-textfile-exporter.timer
+# Control: a directive this systemd does not know is reported.
+ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
+ct sh -c 'printf "[Service]\nNoSuchDirective=yes\n" >/run/systemd/system/nvidia-textfile-exporter.service.d/unknown.conf'
+# (systemd 252 and 257 word it "Unknown key 'X' in section [Service]".)
+check "control: verify reports an unknown directive" \
+    grep -qE "Unknown key (name )?'NoSuchDirective'" <<<"$(ct systemd-analyze verify --man=no nvidia-textfile-exporter.service 2>&1)"
+ct rm -r /run/systemd/system/nvidia-textfile-exporter.service.d
 score=$(ct systemd-analyze security nvidia-textfile-exporter.service 2>&1 | sed -n 's/.*Overall exposure level for [^:]*: //p')
 note "systemd-analyze security (running manager): $score"
 
@@ -256,7 +297,7 @@ EOF
     check "healthy runs use the previous run's state (state_ok 1)" \
         test "$(metric "$WORK/metrics" nvidia_gpu_collector_state_ok)" = 1
 
-    # Control: the same healthy run without the filter is logged by systemd 252.
+    # Control: the same healthy run without the filter is logged by systemd.
     ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
     ct sh -c 'printf "[Service]\nLogLevelMax=debug\n" >/run/systemd/system/nvidia-textfile-exporter.service.d/control.conf'
     ct systemctl daemon-reload
@@ -350,4 +391,4 @@ wait "$NSPAWN_PID" 2>/dev/null
 NSPAWN_PID=
 note "shutdown: $(($(date +%s) - t0)) s"
 
-finish "package systemd test"
+finish "package systemd test ($SUITE)"
