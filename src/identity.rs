@@ -9,11 +9,15 @@
 //!   known at that bus id (and serial, where both runs read one), unless a
 //!   UUID read this run already holds it;
 //! - a GPU with neither (a GPU that fell off the bus, a failed handle) takes
-//!   the identity known at its index only if no GPU of this run read that UUID
-//!   or that bus id (the GPU at the index is still the one that was there, not
-//!   a renumbered neighbour);
+//!   the identity known at its index only if that is the one GPU known there
+//!   and no GPU of this run read its UUID or bus id (the GPU at the index is
+//!   still the one that was there, not a renumbered neighbour);
+//! - a UUID two GPUs of this run read is not unique: both keep it as a label,
+//!   but neither is [`Identity::unique`], so no running total is kept under it
+//!   (the two would overwrite each other's);
 //! - a GPU this boot knew that no GPU of this run is (by UUID or bus id) has
-//!   left enumeration: [`Resolution::missing`] lists it, to be reported down.
+//!   left enumeration: [`Resolution::missing`] lists it, to be reported down;
+//!   but while a GPU of this run cannot be told, none is (it could be any).
 
 use crate::snapshot::KnownGpu;
 
@@ -32,6 +36,9 @@ pub struct Identity {
     pub uuid: String,
     pub pci_bus_id: String,
     pub serial: String,
+    /// The UUID is known and no other GPU of this run has it: what is
+    /// remembered under it is this GPU's alone.
+    pub unique: bool,
 }
 
 /// Every GPU's identity, in the order of the reads, and the GPUs that left.
@@ -65,11 +72,17 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
                         && !read_uuids.contains(&k.uuid.as_str())
                 })
             } else {
-                known.iter().find(|k| {
+                let mut at_index = known.iter().filter(|k| {
                     k.index == read.index
                         && !read_uuids.contains(&k.uuid.as_str())
                         && (k.pci_bus_id.is_empty() || !read_buses.contains(&k.pci_bus_id.as_str()))
-                })
+                });
+                // Two GPUs known at one index (one left enumeration, another
+                // took its index): which one this is cannot be told.
+                match (at_index.next(), at_index.next()) {
+                    (Some(only), None) => Some(only),
+                    _ => None,
+                }
             };
             let pick = |mine: &str, theirs: Option<&str>| {
                 if mine.is_empty() {
@@ -82,11 +95,28 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
                 uuid: pick(&read.uuid, found.map(|k| k.uuid.as_str())),
                 pci_bus_id: pick(&read.pci_bus_id, found.map(|k| k.pci_bus_id.as_str())),
                 serial: pick(&read.serial, found.map(|k| k.serial.as_str())),
+                unique: false,
             }
         })
         .collect();
+    let identities: Vec<Identity> = identities
+        .iter()
+        .map(|identity| Identity {
+            unique: !identity.uuid.is_empty()
+                && identities
+                    .iter()
+                    .filter(|i| i.uuid == identity.uuid)
+                    .count()
+                    == 1,
+            ..identity.clone()
+        })
+        .collect();
+    // A GPU of this run whose identity cannot be told could be any GPU the
+    // boot knew: then none is said to have left.
+    let all_told = identities.iter().all(|i| !i.uuid.is_empty());
     let missing = known
         .iter()
+        .filter(|_| all_told)
         .filter(|k| {
             !identities.iter().any(|i| i.uuid == k.uuid)
                 && (k.pci_bus_id.is_empty() || !read_buses.contains(&k.pci_bus_id.as_str()))
@@ -161,10 +191,40 @@ mod tests {
         let resolution = resolve(&[read(0, "GPU-b", "0:2a"), read(1, "", "")], &known);
         assert_eq!(uuids(&resolution), ["GPU-b", ""]);
         // Index 0's known UUID was GPU-a, but nothing of this run says it is
-        // the one at index 1: GPU-a is reported missing, not given away.
-        assert_eq!(resolution.missing, [known[0].clone()]);
+        // the one at index 1: it is not given away, and not said to have left
+        // either (the GPU at index 1 may be it).
+        assert!(resolution.missing.is_empty());
         let taken = resolve(&[read(0, "", ""), read(1, "GPU-a", "0:17")], &known);
         assert_eq!(uuids(&taken), ["", "GPU-a"]);
+    }
+
+    #[test]
+    fn two_gpus_known_at_one_index_leave_it_unknown() {
+        // GPU-b left; GPU-c, renumbered, took its index 1; now GPU-c's reads fail.
+        let known = [
+            known(0, "GPU-a", "0:17"),
+            known(1, "GPU-b", "0:2a"),
+            known(1, "GPU-c", "0:3d"),
+        ];
+        let resolution = resolve(&[read(0, "GPU-a", "0:17"), read(1, "", "")], &known);
+        assert_eq!(uuids(&resolution), ["GPU-a", ""]);
+        assert!(!resolution.identities[1].unique);
+        // GPU 1 could be GPU-b or GPU-c: neither is said to have left.
+        assert!(resolution.missing.is_empty());
+    }
+
+    #[test]
+    fn a_uuid_two_gpus_read_is_not_unique() {
+        let resolution = resolve(
+            &[
+                read(0, "GPU-a", "0:17"),
+                read(1, "GPU-a", "0:2a"),
+                read(2, "GPU-c", "0:3d"),
+            ],
+            &[],
+        );
+        let unique: Vec<bool> = resolution.identities.iter().map(|i| i.unique).collect();
+        assert_eq!(unique, [false, false, true]);
     }
 
     #[test]

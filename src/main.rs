@@ -150,6 +150,7 @@ fn remembered_snapshot(
         memory: entries,
         driver_version,
         known: memory.known_gpus(),
+        totals: memory.continues_totals(),
     };
     let library = cli.nvml_lib.clone();
     let reading_settings = settings.clone();

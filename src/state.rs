@@ -416,6 +416,20 @@ impl Memory {
         self.problem.is_none()
     }
 
+    /// Whether running totals continue this run: the previous state was used,
+    /// or there was none to use (the first run of a boot, a damaged or
+    /// another boot's file: the totals start at 0 and the next run continues
+    /// them). False when a state may exist but this run cannot use it (another
+    /// run holds its lock, it is untrusted or unreadable, the boot id is
+    /// unknown): totals published from 0 would read as a reset and then a jump
+    /// when the next run continues the stored ones, so they are left out.
+    pub fn continues_totals(&self) -> bool {
+        matches!(
+            self.problem,
+            None | Some(Problem::Missing | Problem::Corrupt(_) | Problem::OtherBoot)
+        )
+    }
+
     /// The readers' entries per GPU UUID, and the driver they belong to.
     pub fn entries(&self) -> (BTreeMap<String, BTreeMap<String, String>>, String) {
         let entries = self

@@ -39,6 +39,9 @@ pub struct Recall {
     pub driver_version: String,
     /// The GPUs this boot has seen.
     pub known: Vec<KnownGpu>,
+    /// Whether running totals continue from the state this run (see
+    /// `state::Memory::continues_totals`).
+    pub totals: bool,
 }
 
 /// What a successful read produced.
@@ -99,7 +102,13 @@ pub fn read(
         .map(|((reader, identity), index)| Gpu {
             index,
             reader,
-            memory: memory.get(&identity.uuid).cloned().unwrap_or_default(),
+            // What is remembered under a UUID two GPUs share is neither's.
+            memory: memory
+                .get(&identity.uuid)
+                .filter(|_| identity.unique)
+                .cloned()
+                .unwrap_or_default(),
+            keeps_totals: recall.totals && identity.unique,
             identity,
         })
         .collect();
@@ -119,6 +128,7 @@ pub fn read(
             uuid: gone.uuid,
             pci_bus_id: gone.pci_bus_id,
             serial: gone.serial,
+            unique: true,
         };
         let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
         // Its running totals stay in the state for when it comes back.
@@ -165,6 +175,7 @@ struct Gpu<'n> {
     reader: Result<DeviceReader<'n>, Reason>,
     identity: Identity,
     memory: BTreeMap<String, String>,
+    keeps_totals: bool,
 }
 
 /// A GPU whose windows are open.
@@ -184,7 +195,7 @@ impl<'n> Gpu<'n> {
             Ok(reader) => reader,
             Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
         };
-        reader.recall_from(self.memory);
+        reader.recall_from(self.memory, self.keeps_totals);
         let lead = reader
             .recall(READS_KEY)
             .and_then(|us| us.parse().ok())

@@ -81,14 +81,27 @@ impl Utilization {
     }
 }
 
-/// Reads the GPU engine's samples and `nvmlDeviceGetProcessUtilization` since
-/// the previous run and integrates each process over the GPU's intervals
-/// (`nvml::samples`); `None` when there is nothing new or it cannot be read.
+/// Reads the GPU engine's samples since the previous run, then
+/// `nvmlDeviceGetProcessUtilization` over the time they cover, and integrates
+/// each process over the GPU's intervals (`nvml::samples`); `None` when
+/// nothing can be read. The process entries are fetched after the GPU's
+/// samples and from the start of their window, so that an entry newer than
+/// the GPU's newest sample counts in the next run, and after a clock step (the
+/// GPU's whole buffer read again) the entries are too.
 fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
     let recalled = recall_carry(reader, KEY);
-    let last_seen = recalled.map_or(0, |carry| carry.last_us);
+    let Outcome::Read { carry, window } =
+        samples::read(reader, Engine::Gpu.sampling_type(), recalled)
+    else {
+        return None;
+    };
+    if reader.keeps_totals() && carry != Carry::default() {
+        reader.remember(KEY, carry.render());
+    }
+    let window = window?;
+    let since = window.intervals.first()?.start_us;
     let call = "nvmlDeviceGetProcessUtilization";
-    let entries = match samples::fetch_processes(reader, last_seen)? {
+    let entries = match samples::fetch_processes(reader, since)? {
         Ok(entries) => entries,
         Err(error) => {
             // Unsupported is logged at debug level only; others are counted.
@@ -96,15 +109,6 @@ fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
             return None;
         }
     };
-    let Outcome::Read { carry, window } =
-        samples::read(reader, Engine::Gpu.sampling_type(), recalled)
-    else {
-        return None;
-    };
-    if carry != Carry::default() {
-        reader.remember(KEY, carry.render());
-    }
-    let window = window?;
     Some(Utilization {
         busy: samples::integrate_processes(&window.intervals, &entries),
         sampled_us: window.intervals.iter().map(|i| i.claimed_us).sum(),

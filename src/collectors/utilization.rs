@@ -89,6 +89,11 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
             reader.gauge(engine.family(), ratio);
         }
     }
+    // Totals that cannot continue from run to run are left out, not
+    // restarted (see `DeviceReader::keeps_totals`).
+    if !reader.keeps_totals() {
+        return true;
+    }
     if carry != Carry::default() {
         reader.remember(&key, carry.render());
     }

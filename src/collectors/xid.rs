@@ -156,6 +156,12 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
         log::warn!("cannot count XID errors: {error}");
         return Err(error.into());
     };
+    if !run.memory.continues_totals() {
+        // The counts and the journal position are in a state this run cannot
+        // use (already said when it was loaded): counting from nothing would
+        // publish a reset, then a jump when the next run continues them.
+        return Err("the state cannot be used this run; the XID counts are left out".into());
+    }
     let (mut counts, damage) = Counts::from_state(run.memory.host());
     if let Some(damage) = damage {
         log::warn!(

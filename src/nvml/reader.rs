@@ -37,6 +37,8 @@ pub struct DeviceReader<'n> {
     recalled: BTreeMap<String, String>,
     /// What this run leaves for the next.
     remembered: BTreeMap<String, String>,
+    /// See [`Self::keeps_totals`]; false until [`Self::recall_from`].
+    keeps_totals: bool,
     /// What the info read found (see [`Self::facts`]).
     facts: GpuFacts,
     /// MIG mode, read once per run however many collectors ask (see
@@ -63,6 +65,7 @@ impl<'n> DeviceReader<'n> {
             seen: Vec::new(),
             recalled: BTreeMap::new(),
             remembered: BTreeMap::new(),
+            keeps_totals: false,
             facts: GpuFacts::default(),
             mig_mode: None,
             compute_processes: None,
@@ -296,9 +299,21 @@ impl<'n> DeviceReader<'n> {
         Some(value)
     }
 
-    /// Hands the reader what the previous run remembered of this GPU.
-    pub fn recall_from(&mut self, memory: BTreeMap<String, String>) {
+    /// Hands the reader what the previous run remembered of this GPU, and
+    /// whether this GPU's running totals can continue from run to run
+    /// ([`Self::keeps_totals`]).
+    pub fn recall_from(&mut self, memory: BTreeMap<String, String>, keeps_totals: bool) {
         self.recalled = memory;
+        self.keeps_totals = keeps_totals;
+    }
+
+    /// Whether running totals (counters kept in the state) may be published
+    /// and remembered for this GPU: false when the state cannot be used or
+    /// stored this run, or the GPU's identity is not its own (unknown, or a
+    /// UUID two GPUs share). A counter that cannot continue would restart
+    /// from 0, which `rate()` reads as a reset and a jump; it is left out.
+    pub fn keeps_totals(&self) -> bool {
+        self.keeps_totals
     }
 
     /// What the previous run remembered under `key`, if anything.
