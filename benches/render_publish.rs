@@ -24,10 +24,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use nvidia_textfile_exporter::metrics::{self, Family};
+use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::publish::Target;
 use nvidia_textfile_exporter::render::render;
-use nvidia_textfile_exporter::snapshot::{Device, Sample, Snapshot};
+use nvidia_textfile_exporter::snapshot::{Device, LabelValue, Sample, Snapshot};
 
 // ---------------------------------------------------------------------------
 // Counting allocator
@@ -167,35 +167,33 @@ const NVLINKS: u32 = 18;
 fn device(index: u32, mig: u32, processes: u32) -> Device {
     let mut samples = Vec::with_capacity(64);
     let mut push = |sample: Sample| samples.push(sample);
-    let gauge = |family: &'static Family, value: f64| Sample::new(family, value);
 
-    push(
-        gauge(&metrics::INFO, 1.0)
-            .with("name", String::from("NVIDIA H100 80GB HBM3"))
-            .with(
-                "pci_bus_id",
-                format!("00000000:{:02X}:00.0", 0x18 + index * 0x11),
-            )
-            .with("serial", format!("16549230{:05}", 11871 + index * 37))
-            .with("vbios_version", String::from("96.00.99.00.01"))
-            .with("brand", String::from("nvidia"))
-            .with("architecture", String::from("hopper"))
-            .with("minor_number", index.to_string()),
-    );
-    push(gauge(&metrics::UTILIZATION, 0.97));
-    push(gauge(&metrics::MEMORY_UTILIZATION, 0.61));
-    push(gauge(&metrics::PROCESSES, f64::from(processes)));
+    push(metrics::INFO.sample_with(
+        [
+            String::from("NVIDIA H100 80GB HBM3"),
+            format!("00000000:{:02X}:00.0", 0x18 + index * 0x11),
+            format!("16549230{:05}", 11871 + index * 37),
+            String::from("96.00.99.00.01"),
+            String::from("nvidia"),
+            String::from("hopper"),
+            index.to_string(),
+        ],
+        1.0,
+    ));
+    push(metrics::UTILIZATION.sample(0.97));
+    push(metrics::MEMORY_UTILIZATION.sample(0.61));
+    push(metrics::PROCESSES.sample(f64::from(processes)));
     for (family, value) in [
-        (&metrics::MEMORY_USED, 77844185088.0),
-        (&metrics::MEMORY_FREE, 7039090688.0),
-        (&metrics::MEMORY_TOTAL, 85520809984.0),
-        (&metrics::MEMORY_RESERVED, 637534208.0),
-        (&metrics::BAR1_USED, 41943040.0),
-        (&metrics::BAR1_TOTAL, 137438953472.0),
-        (&metrics::TEMPERATURE, 71.0),
-        (&metrics::MEMORY_TEMPERATURE, 78.0),
+        (metrics::MEMORY_USED, 77844185088.0),
+        (metrics::MEMORY_FREE, 7039090688.0),
+        (metrics::MEMORY_TOTAL, 85520809984.0),
+        (metrics::MEMORY_RESERVED, 637534208.0),
+        (metrics::BAR1_USED, 41943040.0),
+        (metrics::BAR1_TOTAL, 137438953472.0),
+        (metrics::TEMPERATURE, 71.0),
+        (metrics::MEMORY_TEMPERATURE, 78.0),
     ] {
-        push(gauge(family, value));
+        push(family.sample(value));
     }
     for (threshold, value) in [
         ("slowdown", 89.0),
@@ -203,29 +201,29 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ("gpu_max", 87.0),
         ("memory_max", 95.0),
     ] {
-        push(gauge(&metrics::TEMPERATURE_THRESHOLD, value).with("threshold", threshold));
+        push(metrics::TEMPERATURE_THRESHOLD.sample_with([threshold], value));
     }
     for (family, value) in [
-        (&metrics::POWER, 682.311),
-        (&metrics::ENERGY, 486214350.112),
-        (&metrics::POWER_LIMIT, 700.0),
-        (&metrics::POWER_DEFAULT_LIMIT, 700.0),
-        (&metrics::POWER_MIN_LIMIT, 200.0),
-        (&metrics::POWER_MAX_LIMIT, 700.0),
+        (metrics::POWER, 682.311),
+        (metrics::ENERGY, 486214350.112),
+        (metrics::POWER_LIMIT, 700.0),
+        (metrics::POWER_DEFAULT_LIMIT, 700.0),
+        (metrics::POWER_MIN_LIMIT, 200.0),
+        (metrics::POWER_MAX_LIMIT, 700.0),
     ] {
-        push(gauge(family, value));
+        push(family.sample(value));
     }
-    for family in [&metrics::CLOCK, &metrics::CLOCK_MAX] {
+    for family in [metrics::CLOCK, metrics::CLOCK_MAX] {
         for (clock, mhz) in [
             ("graphics", 1980.0),
             ("sm", 1980.0),
             ("memory", 2619.0),
             ("video", 1755.0),
         ] {
-            push(gauge(family, mhz * 1e6).with("clock", clock));
+            push(family.sample_with([clock], mhz * 1e6));
         }
     }
-    push(gauge(&metrics::PERFORMANCE_STATE, 0.0));
+    push(metrics::PERFORMANCE_STATE.sample(0.0));
     for (bit, reason) in [
         "gpu_idle",
         "applications_clocks_setting",
@@ -240,7 +238,7 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
     .into_iter()
     .enumerate()
     {
-        push(gauge(&metrics::CLOCKS_EVENT, f64::from(u8::from(bit == 2))).with("reason", reason));
+        push(metrics::CLOCKS_EVENT.sample_with([reason], f64::from(u8::from(bit == 2))));
     }
     for (policy, seconds) in [
         ("power", 48.2),
@@ -252,20 +250,20 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ("app_clocks", 0.0),
         ("base_clocks", 0.0),
     ] {
-        push(gauge(&metrics::VIOLATION, seconds).with("policy", policy));
+        push(metrics::VIOLATION.sample_with([policy], seconds));
     }
     for (family, value) in [
-        (&metrics::PCIE_GENERATION, 5.0),
-        (&metrics::PCIE_MAX_GENERATION, 5.0),
-        (&metrics::PCIE_WIDTH, 16.0),
-        (&metrics::PCIE_MAX_WIDTH, 16.0),
-        (&metrics::PCIE_REPLAYS, 0.0),
-        (&metrics::PCIE_TRANSMIT, 9183365120311.0),
-        (&metrics::PCIE_RECEIVE, 8873412093342.0),
-        (&metrics::ECC_ENABLED, 1.0),
-        (&metrics::ECC_PENDING_ENABLED, 1.0),
+        (metrics::PCIE_GENERATION, 5.0),
+        (metrics::PCIE_MAX_GENERATION, 5.0),
+        (metrics::PCIE_WIDTH, 16.0),
+        (metrics::PCIE_MAX_WIDTH, 16.0),
+        (metrics::PCIE_REPLAYS, 0.0),
+        (metrics::PCIE_TRANSMIT, 9183365120311.0),
+        (metrics::PCIE_RECEIVE, 8873412093342.0),
+        (metrics::ECC_ENABLED, 1.0),
+        (metrics::ECC_PENDING_ENABLED, 1.0),
     ] {
-        push(gauge(family, value));
+        push(family.sample(value));
     }
     for (kind, scope) in [
         ("corrected", "volatile"),
@@ -273,99 +271,76 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ("corrected", "aggregate"),
         ("uncorrected", "aggregate"),
     ] {
-        push(
-            gauge(&metrics::ECC_ERRORS, 0.0)
-                .with("type", kind)
-                .with("scope", scope),
-        );
+        push(metrics::ECC_ERRORS.sample_with([kind, scope], 0.0));
     }
     for cause in ["correctable", "uncorrectable"] {
-        push(gauge(&metrics::REMAPPED_ROWS, 0.0).with("cause", cause));
+        push(metrics::REMAPPED_ROWS.sample_with([cause], 0.0));
     }
     for (family, value) in [
-        (&metrics::REMAPPED_ROWS_PENDING, 0.0),
-        (&metrics::REMAPPED_ROWS_FAILURE, 0.0),
-        (&metrics::DECODER_UTILIZATION, 0.0),
-        (&metrics::PERSISTENCE_MODE, 1.0),
+        (metrics::REMAPPED_ROWS_PENDING, 0.0),
+        (metrics::REMAPPED_ROWS_FAILURE, 0.0),
+        (metrics::DECODER_UTILIZATION, 0.0),
+        (metrics::PERSISTENCE_MODE, 1.0),
     ] {
-        push(gauge(family, value));
+        push(family.sample(value));
     }
-    push(gauge(&metrics::COMPUTE_MODE, 1.0).with("mode", "default"));
-    push(gauge(&metrics::MIG_ENABLED, f64::from(u8::from(mig > 0))));
-    push(gauge(
-        &metrics::MIG_PENDING_ENABLED,
-        f64::from(u8::from(mig > 0)),
-    ));
+    push(metrics::COMPUTE_MODE.sample_with(["default"], 1.0));
+    push(metrics::MIG_ENABLED.sample(f64::from(u8::from(mig > 0))));
+    push(metrics::MIG_PENDING_ENABLED.sample(f64::from(u8::from(mig > 0))));
     for link in 0..NVLINKS {
         let label = link.to_string();
-        push(gauge(&metrics::NVLINK_LINK_ACTIVE, 1.0).with("link", label.clone()));
+        push(metrics::NVLINK_LINK_ACTIVE.sample_with([label.clone()], 1.0));
         for counter in ["replay", "recovery", "crc_flit", "crc_data"] {
             push(
-                gauge(&metrics::NVLINK_LINK_ERRORS, 0.0)
-                    .with("link", label.clone())
-                    .with("counter", counter),
+                metrics::NVLINK_LINK_ERRORS
+                    .sample_with([LabelValue::from(label.clone()), counter.into()], 0.0),
             );
         }
     }
     for link in 0..NVLINKS {
-        for family in [
-            &metrics::NVLINK_LINK_TRANSMIT,
-            &metrics::NVLINK_LINK_RECEIVE,
-        ] {
+        for family in [metrics::NVLINK_LINK_TRANSMIT, metrics::NVLINK_LINK_RECEIVE] {
             let bytes = 1024.0 * f64::from(918336512 + link * 7919);
-            push(gauge(family, bytes).with("link", link.to_string()));
+            push(family.sample_with([link.to_string()], bytes));
         }
     }
     for slot in 0..mig {
         let gi = (slot + 1).to_string();
         let ci = String::from("0");
-        push(
-            gauge(&metrics::MIG_INFO, 1.0)
-                .with("gpu_instance_id", gi.clone())
-                .with("compute_instance_id", ci.clone())
-                .with(
-                    "mig_uuid",
-                    format!("MIG-4f1b8a2e-63c7-5d90-8e4a-b2c9d1{index:02x}{slot:04x}"),
-                )
-                .with("profile", "1g.10gb"),
-        );
+        push(metrics::MIG_INFO.sample_with(
+            [
+                LabelValue::from(gi.clone()),
+                ci.clone().into(),
+                format!("MIG-4f1b8a2e-63c7-5d90-8e4a-b2c9d1{index:02x}{slot:04x}").into(),
+                "1g.10gb".into(),
+            ],
+            1.0,
+        ));
         for (family, bytes) in [
-            (&metrics::MIG_MEMORY_USED, 9663676416.0),
-            (&metrics::MIG_MEMORY_TOTAL, 10200547328.0),
+            (metrics::MIG_MEMORY_USED, 9663676416.0),
+            (metrics::MIG_MEMORY_TOTAL, 10200547328.0),
         ] {
-            push(
-                gauge(family, bytes)
-                    .with("gpu_instance_id", gi.clone())
-                    .with("compute_instance_id", ci.clone()),
-            );
+            push(family.sample_with([gi.clone(), ci.clone()], bytes));
         }
     }
     for process in 0..processes {
         let pid = 300000 + index * 1000 + process;
         let job = 4711000 + index * 100 + process % 50;
-        let mut sample = gauge(
-            &metrics::PROCESS_MEMORY_USED,
-            f64::from(1 + process % 9) * 1073741824.0,
-        )
-        .with("pid", pid.to_string());
-        if mig > 0 {
-            sample = sample
-                .with("gpu_instance_id", (1 + process % mig).to_string())
-                .with("compute_instance_id", 0.to_string());
-        }
-        sample = sample
-            .with("comm", format!("python3-rank{}", process % 16))
-            .with("user", format!("user{:03}", process % 40))
-            .with("systemd_unit", format!("slurmstepd-job{job}.scope"))
-            .with(
-                "container_id",
-                format!("{:064x}", u128::from(pid) * 0x9e37_79b9),
-            )
-            .with("slurm_job_id", job.to_string());
-        push(sample);
+        let owned = |value: String| Some(LabelValue::Owned(value));
+        let labels = [
+            owned(pid.to_string()),
+            (mig > 0).then(|| LabelValue::Owned((1 + process % mig).to_string())),
+            (mig > 0).then(|| LabelValue::Owned(0.to_string())),
+            owned(format!("python3-rank{}", process % 16)),
+            owned(format!("user{:03}", process % 40)),
+            owned(format!("slurmstepd-job{job}.scope")),
+            owned(format!("{:064x}", u128::from(pid) * 0x9e37_79b9)),
+            owned(job.to_string()),
+        ];
+        let bytes = f64::from(1 + process % 9) * 1073741824.0;
+        push(metrics::PROCESS_MEMORY_USED.sample_some(labels, bytes));
     }
-    push(gauge(&metrics::UP, 1.0));
-    push(gauge(&metrics::COLLECTOR_READ_ERRORS, 0.0));
+    push(metrics::UP.sample(1.0));
+    push(metrics::COLLECTOR_READ_ERRORS.sample(0.0));
     Device {
         index,
         uuid: format!("GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e{index:02x}"),
@@ -377,14 +352,18 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
 fn snapshot(gpus: u32, mig: u32, processes: u32) -> Snapshot {
     Snapshot {
         host: vec![
-            Sample::new(&metrics::COLLECTOR_UP, 1.0),
-            Sample::new(&metrics::COLLECTOR_DURATION, 0.062118933),
-            Sample::new(&metrics::COLLECTOR_TIMESTAMP, 1796045427.125),
-            Sample::new(&metrics::COLLECTOR_BUILD_INFO, 1.0).with("version", "0.1.0"),
-            Sample::new(&metrics::DRIVER_INFO, 1.0)
-                .with("driver_version", String::from("580.159.04"))
-                .with("cuda_version", String::from("13.0"))
-                .with("nvml_version", String::from("13.580.159.04")),
+            metrics::COLLECTOR_UP.sample(1.0),
+            metrics::COLLECTOR_DURATION.sample(0.062118933),
+            metrics::COLLECTOR_TIMESTAMP.sample(1796045427.125),
+            metrics::COLLECTOR_BUILD_INFO.sample_with(["0.1.0"], 1.0),
+            metrics::DRIVER_INFO.sample_with(
+                [
+                    String::from("580.159.04"),
+                    String::from("13.0"),
+                    String::from("13.580.159.04"),
+                ],
+                1.0,
+            ),
         ],
         devices: (0..gpus).map(|i| device(i, mig, processes)).collect(),
     }

@@ -18,7 +18,6 @@ use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::publish::{write_stdout, Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
-use nvidia_textfile_exporter::snapshot::Sample;
 use nvidia_textfile_exporter::state::{Memory, StateDir};
 use nvidia_textfile_exporter::watchdog::{collect, exit_now, Deadline, Outcome};
 
@@ -182,6 +181,6 @@ fn remembered_snapshot(
     outcome
         .snapshot
         .host
-        .push(Sample::new(&metrics::COLLECTOR_STATE_OK, ok));
+        .push(metrics::COLLECTOR_STATE_OK.sample(ok));
     outcome
 }

@@ -1,16 +1,23 @@
 //! The one table of metric families this exporter can write.
 //!
 //! Every family is declared exactly once, here, with its full name, HELP text and
-//! type. Readers attach samples to a `&'static Family`; the renderer walks [`ALL`]
-//! in declaration order, so the output groups each family's samples together under
-//! a single HELP/TYPE pair and its order never depends on how the data was read.
+//! type. Each row gives a [`Labelled`] handle (`metrics::CLOCK`), whose type
+//! carries the number of labels the family declares: samples are made
+//! through it (`sample`, `sample_with`, in `snapshot`), so a sample with the
+//! wrong number of label values does not compile, and its label names come
+//! from the declaration, in its order. The untyped descriptor
+//! ([`Labelled::family`], a [`Family`]) is what samples point to and what the
+//! lists of families hold; the renderer walks [`ALL`] in declaration order, so
+//! the output groups each family's samples together under a single HELP/TYPE
+//! pair and its order never depends on how the data was read.
 //!
-//! Invariants (checked by the tests at the bottom):
+//! Invariants (checked by the tests at the bottom, and by the compiler):
 //! - names are unique, start with [`PREFIX`] and are valid Prometheus metric names;
 //! - counters, and only counters, end in `_total`;
 //! - `ALL[i].index == i`;
-//! - samples carry only the labels their family declares (`Sample::with`
-//!   checks it in debug builds; `tests/cli.rs` checks every golden file).
+//! - a sample carries only labels its family declares, in declared order
+//!   (samples are made by the constructors of [`Labelled`], never labelled
+//!   by name; `tests/cli.rs` checks every golden file).
 //!
 //! Adding a family is one row in the `families!` invocation below (name, type,
 //! labels, HELP) plus the code in `nvml` that reads it.
@@ -82,23 +89,46 @@ pub struct Family {
     pub labels: &'static [&'static str],
 }
 
+/// A family whose samples carry `N` labels beyond the device identity: the
+/// way to make a [`crate::snapshot::Sample`] (its constructors are in
+/// `snapshot`, next to the type they make).
+///
+/// Invariant: `N == self.family().labels.len()`. Only the `families!`
+/// declaration below makes one (the field is private), so the count a type
+/// says is the count the family declares.
+#[derive(Debug, Clone, Copy)]
+pub struct Labelled<const N: usize> {
+    family: &'static Family,
+}
+
+impl<const N: usize> Labelled<N> {
+    /// The family's descriptor: name, HELP, type, unit, label names.
+    pub const fn family(self) -> &'static Family {
+        self.family
+    }
+}
+
 macro_rules! families {
     ($($ident:ident: $kind:ident($unit:ident), $name:literal, [$($label:literal),*], $help:literal;)*) => {
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         enum Position { $($ident),* }
         $(
             #[doc = $help]
-            pub const $ident: Family = Family {
+            pub const $ident: Labelled<{ <[&str]>::len(&[$($label),*]) }> = Labelled {
+                family: &ALL[Position::$ident as usize],
+            };
+        )*
+        /// Every family, in output order.
+        pub const ALL: &[Family] = &[$(
+            Family {
                 index: Position::$ident as usize,
                 name: $name,
                 help: $help,
                 kind: Kind::$kind,
                 unit: Unit::$unit,
                 labels: &[$($label),*],
-            };
-        )*
-        /// Every family, in output order.
-        pub const ALL: &[Family] = &[$($ident),*];
+            }
+        ),*];
     };
 }
 
@@ -444,10 +474,10 @@ mod tests {
                 );
             }
         }
-        assert_eq!(FAN_SPEED.plausible(), 0.0..=2.55);
-        assert_eq!(ENERGY.merge(), Merge::Sum);
-        assert_eq!(PROCESS_MEMORY_USED.merge(), Merge::Sum);
-        assert_eq!(MIG_INFO.merge(), Merge::Max);
+        assert_eq!(FAN_SPEED.family().plausible(), 0.0..=2.55);
+        assert_eq!(ENERGY.family().merge(), Merge::Sum);
+        assert_eq!(PROCESS_MEMORY_USED.family().merge(), Merge::Sum);
+        assert_eq!(MIG_INFO.family().merge(), Merge::Max);
     }
 
     #[test]
@@ -465,24 +495,24 @@ mod tests {
     #[test]
     fn sentinels_are_implausible_and_real_readings_plausible() {
         for (family, sentinel) in [
-            (&TEMPERATURE, 4_294_967_295.0),
-            (&MEMORY_TEMPERATURE, 1.8e19),
-            (&POWER, 4_294_967.295),
-            (&ENERGY, 1.8e19),
-            (&ECC_ERRORS, 1.8e19),
-            (&UTILIZATION, 1.01),
-            (&MEMORY_USED, 1.8e19),
+            (TEMPERATURE.family(), 4_294_967_295.0),
+            (MEMORY_TEMPERATURE.family(), 1.8e19),
+            (POWER.family(), 4_294_967.295),
+            (ENERGY.family(), 1.8e19),
+            (ECC_ERRORS.family(), 1.8e19),
+            (UTILIZATION.family(), 1.01),
+            (MEMORY_USED.family(), 1.8e19),
         ] {
             assert!(!family.plausible().contains(&sentinel), "{}", family.name);
         }
         for (family, real) in [
-            (&TEMPERATURE, 44.0),
-            (&POWER, 700.0),
-            (&ENERGY, 91_234_567.0),
-            (&MEMORY_TOTAL, 150_754_820_096.0),
-            (&CLOCK, 1.98e9),
-            (&FAN_SPEED, 1.1),
-            (&PCIE_TRANSMIT, 9.2e16),
+            (TEMPERATURE.family(), 44.0),
+            (POWER.family(), 700.0),
+            (ENERGY.family(), 91_234_567.0),
+            (MEMORY_TOTAL.family(), 150_754_820_096.0),
+            (CLOCK.family(), 1.98e9),
+            (FAN_SPEED.family(), 1.1),
+            (PCIE_TRANSMIT.family(), 9.2e16),
         ] {
             assert!(family.plausible().contains(&real), "{}", family.name);
         }

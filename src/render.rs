@@ -16,11 +16,11 @@
 //! ```
 //! use nvidia_textfile_exporter::{metrics, render::render, snapshot::*};
 //! let snapshot = Snapshot {
-//!     host: vec![Sample::new(&metrics::COLLECTOR_UP, 1.0)],
+//!     host: vec![metrics::COLLECTOR_UP.sample(1.0)],
 //!     devices: vec![Device {
 //!         index: 0,
 //!         uuid: "GPU-0f1e".into(),
-//!         samples: vec![Sample::new(&metrics::TEMPERATURE, 41.0)],
+//!         samples: vec![metrics::TEMPERATURE.sample(41.0)],
 //!         ..Device::default()
 //!     }],
 //! };
@@ -233,22 +233,22 @@ mod tests {
     #[test]
     fn families_are_grouped_in_declaration_order_with_one_header_each() {
         let snapshot = Snapshot {
-            host: vec![Sample::new(&metrics::COLLECTOR_UP, 1.0)],
+            host: vec![metrics::COLLECTOR_UP.sample(1.0)],
             devices: vec![
                 device(
                     0,
                     "GPU-a",
                     vec![
-                        Sample::new(&metrics::POWER, 100.0),
-                        Sample::new(&metrics::TEMPERATURE, 40.0),
+                        metrics::POWER.sample(100.0),
+                        metrics::TEMPERATURE.sample(40.0),
                     ],
                 ),
                 device(
                     1,
                     "GPU-b",
                     vec![
-                        Sample::new(&metrics::TEMPERATURE, 50.0),
-                        Sample::new(&metrics::POWER, 200.0),
+                        metrics::TEMPERATURE.sample(50.0),
+                        metrics::POWER.sample(200.0),
                     ],
                 ),
             ],
@@ -281,15 +281,17 @@ mod tests {
     #[test]
     fn extra_labels_follow_identity_and_are_escaped() {
         let snapshot = Snapshot {
-            host: vec![Sample::new(&metrics::DRIVER_INFO, 1.0).with("driver_version", "5\"5\n")],
+            host: vec![metrics::DRIVER_INFO.sample_with(["5\"5\n", "12.4", "12.550"], 1.0)],
             devices: vec![device(
                 3,
                 "GPU-\"x\"",
-                vec![Sample::new(&metrics::CLOCK, 1.5e9).with("clock", "sm")],
+                vec![metrics::CLOCK.sample_with(["sm"], 1.5e9)],
             )],
         };
         let text = render(&snapshot);
-        assert!(text.contains("nvidia_gpu_driver_info{driver_version=\"5\\\"5\\n\"} 1\n"));
+        assert!(text.contains(
+            "nvidia_gpu_driver_info{driver_version=\"5\\\"5\\n\",cuda_version=\"12.4\",nvml_version=\"12.550\"} 1\n"
+        ));
         assert!(text.contains(
             "nvidia_gpu_clock_hertz{gpu=\"3\",uuid=\"GPU-\\\"x\\\"\",clock=\"sm\"} 1500000000\n"
         ));

@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::metrics::Family;
+use crate::metrics::{Family, Labelled};
 
 /// A label value that is usually a static string and only sometimes owned.
 pub type LabelValue = Cow<'static, str>;
@@ -29,7 +29,9 @@ pub struct Label {
     pub value: LabelValue,
 }
 
-/// One sample of one family.
+/// One sample of one family. Made by the constructors of [`Labelled`]
+/// (below), which label it with the names its family declares, in their
+/// order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub family: &'static Family,
@@ -37,29 +39,65 @@ pub struct Sample {
     pub value: f64,
 }
 
-impl Sample {
-    /// A sample with no labels beyond the identity ones.
-    pub fn new(family: &'static Family, value: f64) -> Self {
+/// The constructors of samples: the family's handle gives the label names,
+/// in declared order, and its type the number of values.
+impl<const N: usize> Labelled<N> {
+    /// A sample with one value for each declared label, in declared order:
+    /// a wrong number of values does not compile, and the names cannot be
+    /// misspelled or reordered.
+    ///
+    /// ```
+    /// use nvidia_textfile_exporter::metrics;
+    ///
+    /// let sample = metrics::ECC_ERRORS.sample_with(["corrected", "volatile"], 3.0);
+    /// let names: Vec<&str> = sample.labels.iter().map(|l| l.name).collect();
+    /// assert_eq!(names, ["type", "scope"]);
+    /// ```
+    ///
+    /// `nvidia_gpu_ecc_errors_total` declares two labels, so one value is
+    /// refused at compile time:
+    ///
+    /// ```compile_fail,E0308
+    /// use nvidia_textfile_exporter::metrics;
+    ///
+    /// metrics::ECC_ERRORS.sample_with(["corrected"], 3.0);
+    /// ```
+    pub fn sample_with<V: Into<LabelValue>>(self, values: [V; N], value: f64) -> Sample {
+        self.sample_some(values.map(|v| Some(v.into())), value)
+    }
+
+    /// Like [`Self::sample_with`], but a label whose value is `None` is left
+    /// out: for the per-process families, whose instance ids and owner are
+    /// known only for some processes.
+    pub fn sample_some(self, values: [Option<LabelValue>; N], value: f64) -> Sample {
+        let labels = self
+            .family()
+            .labels
+            .iter()
+            .zip(values)
+            .filter_map(|(&name, value)| {
+                Some(Label {
+                    name,
+                    value: value?,
+                })
+            })
+            .collect();
         Sample {
-            family,
-            labels: Vec::new(),
+            family: self.family(),
+            labels,
             value,
         }
     }
+}
 
-    /// Adds a label; labels render in the order they were added. `name` must be
-    /// one of the family's declared labels.
-    pub fn with(mut self, name: &'static str, value: impl Into<LabelValue>) -> Self {
-        debug_assert!(
-            self.family.labels.contains(&name),
-            "{} does not declare the label {name}",
-            self.family.name
-        );
-        self.labels.push(Label {
-            name,
-            value: value.into(),
-        });
-        self
+impl Labelled<0> {
+    /// A sample with no labels beyond the identity ones.
+    pub fn sample(self, value: f64) -> Sample {
+        Sample {
+            family: self.family(),
+            labels: Vec::new(),
+            value,
+        }
     }
 }
 

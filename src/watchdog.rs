@@ -133,21 +133,13 @@ impl Deadline {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
         let mut samples = vec![
-            Sample::new(
-                &metrics::COLLECTOR_UP,
-                if error.is_some() { 0.0 } else { 1.0 },
-            ),
-            Sample::new(
-                &metrics::COLLECTOR_DURATION,
-                self.started.elapsed().as_secs_f64(),
-            ),
-            Sample::new(&metrics::COLLECTOR_TIMESTAMP, timestamp),
-            Sample::new(&metrics::COLLECTOR_BUILD_INFO, 1.0)
-                .with("version", env!("CARGO_PKG_VERSION")),
+            metrics::COLLECTOR_UP.sample(if error.is_some() { 0.0 } else { 1.0 }),
+            metrics::COLLECTOR_DURATION.sample(self.started.elapsed().as_secs_f64()),
+            metrics::COLLECTOR_TIMESTAMP.sample(timestamp),
+            metrics::COLLECTOR_BUILD_INFO.sample_with([env!("CARGO_PKG_VERSION")], 1.0),
         ];
         if let Some(reason) = error {
-            samples
-                .push(Sample::new(&metrics::COLLECTOR_ERROR, 1.0).with("reason", reason.label()));
+            samples.push(metrics::COLLECTOR_ERROR.sample_with([reason.label()], 1.0));
         }
         samples
     }
@@ -158,7 +150,7 @@ impl Deadline {
     pub fn stamp_duration(&self, snapshot: &mut Snapshot) {
         let elapsed = self.started.elapsed().as_secs_f64();
         for sample in &mut snapshot.host {
-            if sample.family == &metrics::COLLECTOR_DURATION {
+            if sample.family == metrics::COLLECTOR_DURATION.family() {
                 sample.value = elapsed;
             }
         }
@@ -216,10 +208,11 @@ where
         .saturating_duration_since(Instant::now());
     match receiver.recv_timeout(remaining) {
         Ok(Ok(reading)) => {
-            let any_down = reading
-                .devices
-                .iter()
-                .any(|d| d.samples.iter().any(|s| s.family == &metrics::DOWN_REASON));
+            let any_down = reading.devices.iter().any(|d| {
+                d.samples
+                    .iter()
+                    .any(|s| s.family == metrics::DOWN_REASON.family())
+            });
             let mut host = deadline.samples(None);
             host.extend(reading.host);
             Outcome {

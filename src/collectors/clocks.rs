@@ -14,7 +14,6 @@ use std::ffi::c_ulonglong;
 
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
 
 /// The clock domains read, with their `clock` label values.
 pub(super) const DOMAINS: [(Clock, &str); 4] = [
@@ -90,17 +89,14 @@ const NANOSECONDS_PER_SECOND: f64 = 1e9;
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for (clock, label) in DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
-            reader.push(
-                Sample::new(&metrics::CLOCK, f64::from(mhz) * HERTZ_PER_MEGAHERTZ)
-                    .with("clock", label),
-            );
+            reader.push(metrics::CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
     if let Some(Ok(state)) = reader.read_enum("nvmlDeviceGetPerformanceState", |lib| {
         nvml_sym(lib.nvmlDeviceGetPerformanceState.as_ref())
     }) {
         if let Some(number) = pstate_number(state) {
-            reader.gauge(&metrics::PERFORMANCE_STATE, f64::from(number));
+            reader.gauge(metrics::PERFORMANCE_STATE, f64::from(number));
         }
     }
     read_event_reasons(reader);
@@ -122,8 +118,7 @@ fn read_violations(reader: &mut DeviceReader<'_>) {
         });
         if let Some(nanoseconds) = nanoseconds {
             reader.push(
-                Sample::new(&metrics::VIOLATION, nanoseconds / NANOSECONDS_PER_SECOND)
-                    .with("policy", label),
+                metrics::VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND),
             );
         }
     }
@@ -159,7 +154,7 @@ fn read_event_reasons(reader: &mut DeviceReader<'_>) {
     for (bit, label) in EVENT_REASONS {
         if supported & bit != 0 {
             let value = if active & bit != 0 { 1.0 } else { 0.0 };
-            reader.push(Sample::new(&metrics::CLOCKS_EVENT, value).with("reason", label));
+            reader.push(metrics::CLOCKS_EVENT.sample_with([label], value));
         }
     }
 }

@@ -33,7 +33,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::hooks::{Settings, Window};
-use crate::metrics::{self, Family};
+use crate::metrics::{self, Labelled};
 use crate::nvml::mig;
 use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample as MetricSample;
@@ -156,67 +156,63 @@ impl Unavailable {
     }
 }
 
-/// What GPM measures, by NVML metric id (`nvmlGpmMetricId_t`, nvml.h), the
-/// family of the whole GPU, the family of a MIG GPU instance, and the `pipe`.
-const METRICS: &[(c_uint, &Family, &Family, Option<&str>)] = &[
+/// What GPM measures, by NVML metric id (`nvmlGpmMetricId_t`, nvml.h), and
+/// how it is reported.
+const METRICS: &[(c_uint, Report)] = &[
     (
         1,
-        &metrics::GRAPHICS_ENGINE_ACTIVE,
-        &metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
-        None,
+        Report::Engine(
+            metrics::GRAPHICS_ENGINE_ACTIVE,
+            metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
+        ),
     ), // GRAPHICS_UTIL
-    (2, &metrics::SM_ACTIVE, &metrics::MIG_SM_ACTIVE, None), // SM_UTIL
-    (3, &metrics::SM_OCCUPANCY, &metrics::MIG_SM_OCCUPANCY, None), // SM_OCCUPANCY
-    (10, &metrics::DRAM_ACTIVE, &metrics::MIG_DRAM_ACTIVE, None), // DRAM_BW_UTIL
     (
-        5,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("tensor"),
-    ), // ANY_TENSOR_UTIL
+        2,
+        Report::Engine(metrics::SM_ACTIVE, metrics::MIG_SM_ACTIVE),
+    ), // SM_UTIL
     (
-        7,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("tensor_hmma"),
-    ), // HMMA_TENSOR_UTIL
+        3,
+        Report::Engine(metrics::SM_OCCUPANCY, metrics::MIG_SM_OCCUPANCY),
+    ), // SM_OCCUPANCY
     (
-        9,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("tensor_imma"),
-    ), // IMMA_TENSOR_UTIL
-    (
-        6,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("tensor_dfma"),
-    ), // DFMA_TENSOR_UTIL
-    (
-        11,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("fp64"),
-    ), // FP64_UTIL
-    (
-        12,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("fp32"),
-    ), // FP32_UTIL
-    (
-        13,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("fp16"),
-    ), // FP16_UTIL
-    (
-        4,
-        &metrics::PIPE_ACTIVE,
-        &metrics::MIG_PIPE_ACTIVE,
-        Some("integer"),
-    ), // INTEGER_UTIL
+        10,
+        Report::Engine(metrics::DRAM_ACTIVE, metrics::MIG_DRAM_ACTIVE),
+    ), // DRAM_BW_UTIL
+    (5, Report::Pipe("tensor")),      // ANY_TENSOR_UTIL
+    (7, Report::Pipe("tensor_hmma")), // HMMA_TENSOR_UTIL
+    (9, Report::Pipe("tensor_imma")), // IMMA_TENSOR_UTIL
+    (6, Report::Pipe("tensor_dfma")), // DFMA_TENSOR_UTIL
+    (11, Report::Pipe("fp64")),       // FP64_UTIL
+    (12, Report::Pipe("fp32")),       // FP32_UTIL
+    (13, Report::Pipe("fp16")),       // FP16_UTIL
+    (4, Report::Pipe("integer")),     // INTEGER_UTIL
 ];
+
+/// How one GPM metric is reported.
+#[derive(Debug, Clone, Copy)]
+enum Report {
+    /// In a family of its own: the one of the whole GPU, and the one of a MIG
+    /// GPU instance (labelled with its `gpu_instance_id`).
+    Engine(Labelled<0>, Labelled<1>),
+    /// As this `pipe` of `nvidia_gpu_pipe_active_ratio` (or of its MIG twin).
+    Pipe(&'static str),
+}
+
+impl Report {
+    /// The sample of `ratio` measured on `target`.
+    fn sample(self, target: Target, ratio: f64) -> MetricSample {
+        match (self, target) {
+            (Report::Engine(gpu, _), Target::Gpu) => gpu.sample(ratio),
+            (Report::Engine(_, mig), Target::Instance(gi)) => {
+                mig.sample_with([gi.to_string()], ratio)
+            }
+            (Report::Pipe(pipe), Target::Gpu) => metrics::PIPE_ACTIVE.sample_with([pipe], ratio),
+            (Report::Pipe(pipe), Target::Instance(gi)) => {
+                metrics::MIG_PIPE_ACTIVE.sample_with([gi.to_string(), pipe.to_owned()], ratio)
+            }
+        }
+    }
+}
 
 /// The most GPU instances one GPU has (7 on H100/H200).
 const MAX_GPU_INSTANCES: usize = 8;
@@ -345,23 +341,13 @@ fn close(window: GpuWindow<'_>, reader: &mut DeviceReader<'_>) {
             continue;
         };
         let mut any = false;
-        for ((id, gpu_family, mig_family, pipe), value) in METRICS.iter().zip(values) {
+        for ((id, report), value) in METRICS.iter().zip(values) {
             let Some(percent) = value else { continue };
-            let family = match measurement.target {
-                Target::Gpu => *gpu_family,
-                Target::Instance(_) => *mig_family,
-            };
+            let sample = report.sample(measurement.target, percent / 100.0);
             if !(0.0..=100.0).contains(&percent) {
                 log::debug!("GPM metric {id}: {percent}");
-                reader.reject(family, percent);
+                reader.reject(sample.family, percent);
                 continue;
-            }
-            let mut sample = MetricSample::new(family, percent / 100.0);
-            if let Target::Instance(gi) = measurement.target {
-                sample = sample.with("gpu_instance_id", gi.to_string());
-            }
-            if let Some(pipe) = pipe {
-                sample = sample.with("pipe", *pipe);
             }
             reader.push(sample);
             any = true;
@@ -371,7 +357,7 @@ fn close(window: GpuWindow<'_>, reader: &mut DeviceReader<'_>) {
         }
     }
     if let Some(seconds) = window_seconds {
-        reader.gauge(&metrics::GPM_WINDOW, seconds);
+        reader.gauge(metrics::GPM_WINDOW, seconds);
     }
 }
 
@@ -525,7 +511,7 @@ fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
             log::warn!("{message}");
         }
     }
-    reader.push(MetricSample::new(&metrics::GPM_UNAVAILABLE, 1.0).with("reason", why.label()));
+    reader.push(metrics::GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
     reader.remember(MEMORY_KEY, why.label().to_owned());
 }
 

@@ -11,7 +11,6 @@ use nvml_wrapper::sys_exports::field_id::{
 
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
 
 /// ECC counters: field id, then the same counter as function arguments, with labels.
 const ECC_COUNTERS: [(u32, MemoryError, &str, EccCounter, &str); 4] = [
@@ -102,8 +101,8 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
     };
     if let Some((current, pending)) = ecc {
-        reader.gauge(&metrics::ECC_ENABLED, flag(current));
-        reader.gauge(&metrics::ECC_PENDING_ENABLED, flag(pending));
+        reader.gauge(metrics::ECC_ENABLED, flag(current));
+        reader.gauge(metrics::ECC_PENDING_ENABLED, flag(pending));
     }
     // Error counters only mean something while ECC is on; NVML answers "not
     // supported" otherwise anyway, so skip the calls.
@@ -117,26 +116,20 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
                     .map(|count| count as f64)
             });
             if let Some(count) = count {
-                reader.push(
-                    Sample::new(&metrics::ECC_ERRORS, count)
-                        .with("type", error_label)
-                        .with("scope", counter_label),
-                );
+                reader.push(metrics::ECC_ERRORS.sample_with([error_label, counter_label], count));
             }
         }
     }
     for (cause, label) in RETIREMENT_CAUSES {
         if let Some(pages) = reader.read("nvmlDeviceGetRetiredPages_v2", |d| d.retired_pages(cause))
         {
-            reader.push(
-                Sample::new(&metrics::RETIRED_PAGES, pages.len() as f64).with("cause", label),
-            );
+            reader.push(metrics::RETIRED_PAGES.sample_with([label], pages.len() as f64));
         }
     }
     if let Some(pending) = reader.read("nvmlDeviceGetRetiredPagesPendingStatus", |d| {
         d.are_pages_pending_retired()
     }) {
-        reader.gauge(&metrics::RETIRED_PAGES_PENDING, flag(pending));
+        reader.gauge(metrics::RETIRED_PAGES_PENDING, flag(pending));
     }
     if let Some([correctable, uncorrectable, pending, failure]) =
         reader.read_raw("nvmlDeviceGetRemappedRows", |lib, handle| {
@@ -152,11 +145,10 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             (correctable, "correctable"),
             (uncorrectable, "uncorrectable"),
         ] {
-            reader
-                .push(Sample::new(&metrics::REMAPPED_ROWS, f64::from(count)).with("cause", label));
+            reader.push(metrics::REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
-        reader.gauge(&metrics::REMAPPED_ROWS_PENDING, flag(pending != 0));
-        reader.gauge(&metrics::REMAPPED_ROWS_FAILURE, flag(failure != 0));
+        reader.gauge(metrics::REMAPPED_ROWS_PENDING, flag(pending != 0));
+        reader.gauge(metrics::REMAPPED_ROWS_FAILURE, flag(failure != 0));
     }
 }
 
@@ -171,16 +163,13 @@ fn recovery_action(reader: &mut DeviceReader<'_>) {
     let known = value >= 0.0 && value.fract() == 0.0 && value < RECOVERY_ACTIONS.len() as f64;
     let current = known.then_some(value as usize);
     for (index, action) in RECOVERY_ACTIONS.iter().enumerate() {
-        reader.push(
-            Sample::new(&metrics::RECOVERY_ACTION, flag(current == Some(index)))
-                .with("action", *action),
-        );
+        reader.push(metrics::RECOVERY_ACTION.sample_with([*action], flag(current == Some(index))));
     }
     if current.is_none() {
         log::debug!(
             "{}: recovery action {value} is newer than this exporter",
-            metrics::RECOVERY_ACTION.name
+            metrics::RECOVERY_ACTION.family().name
         );
-        reader.push(Sample::new(&metrics::RECOVERY_ACTION, 1.0).with("action", "unknown"));
+        reader.push(metrics::RECOVERY_ACTION.sample_with(["unknown"], 1.0));
     }
 }

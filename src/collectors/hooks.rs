@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::metrics::{self, Family};
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::{Sample, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::state::Memory;
 
 /// A window a collector opened over one GPU (GPM's two samples): the other
@@ -128,21 +128,11 @@ pub fn run_host(
         if let Err(why) = &outcome {
             log::debug!("collector {}: {why}", collector.name);
         }
-        let samples = [
-            Sample::new(
-                &metrics::COLLECTOR_SUCCESS,
-                f64::from(u8::from(outcome.is_ok())),
-            ),
-            Sample::new(
-                &metrics::COLLECTOR_STEP_DURATION,
-                started.elapsed().as_secs_f64(),
-            ),
-        ];
-        run.snapshot.host.extend(
-            samples
-                .into_iter()
-                .map(|s| s.with("collector", collector.name)),
-        );
+        let labels = [collector.name];
+        run.snapshot.host.extend([
+            metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
+            metrics::COLLECTOR_STEP_DURATION.sample_with(labels, started.elapsed().as_secs_f64()),
+        ]);
     }
 }
 

@@ -17,7 +17,6 @@ use crate::identity;
 use crate::metrics;
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
 
 /// Reads the GPU's identity and pushes its info sample. A UUID that cannot be
 /// read does not stop the reading: the GPU is still reported (under the
@@ -58,19 +57,18 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
         pci_bus_id: pci_bus_id.unwrap_or_default(),
         serial: serial.unwrap_or_default(),
     };
-    reader.push(
-        Sample::new(&metrics::INFO, 1.0)
-            .with("name", name)
-            .with("pci_bus_id", identity.pci_bus_id.clone())
-            .with("serial", identity.serial.clone())
-            .with("vbios_version", vbios.unwrap_or_default())
-            .with("brand", enum_label(brand))
-            .with("architecture", enum_label(architecture))
-            .with(
-                "minor_number",
-                minor.map(|m| m.to_string()).unwrap_or_default(),
-            ),
-    );
+    reader.push(metrics::INFO.sample_with(
+        [
+            name,
+            identity.pci_bus_id.clone(),
+            identity.serial.clone(),
+            vbios.unwrap_or_default(),
+            enum_label(brand),
+            enum_label(architecture),
+            minor.map(|m| m.to_string()).unwrap_or_default(),
+        ],
+        1.0,
+    ));
     identity
 }
 

@@ -7,14 +7,12 @@ use super::clocks::{DOMAINS, HERTZ_PER_MEGAHERTZ};
 use super::power::PER_MILLI;
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for (clock, label) in DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
             reader.push(
-                Sample::new(&metrics::CLOCK_MAX, f64::from(mhz) * HERTZ_PER_MEGAHERTZ)
-                    .with("clock", label),
+                metrics::CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ),
             );
         }
     }
@@ -22,20 +20,20 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         d.power_management_limit_constraints()
     }) {
         reader.gauge(
-            &metrics::POWER_MIN_LIMIT,
+            metrics::POWER_MIN_LIMIT,
             f64::from(limits.min_limit) / PER_MILLI,
         );
         reader.gauge(
-            &metrics::POWER_MAX_LIMIT,
+            metrics::POWER_MAX_LIMIT,
             f64::from(limits.max_limit) / PER_MILLI,
         );
     }
     if let Some(generation) = reader.read("nvmlDeviceGetMaxPcieLinkGeneration", |d| {
         d.max_pcie_link_gen()
     }) {
-        reader.gauge(&metrics::PCIE_MAX_GENERATION, f64::from(generation));
+        reader.gauge(metrics::PCIE_MAX_GENERATION, f64::from(generation));
     }
     if let Some(width) = reader.read("nvmlDeviceGetMaxPcieLinkWidth", |d| d.max_pcie_link_width()) {
-        reader.gauge(&metrics::PCIE_MAX_WIDTH, f64::from(width));
+        reader.gauge(metrics::PCIE_MAX_WIDTH, f64::from(width));
     }
 }

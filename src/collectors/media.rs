@@ -46,10 +46,10 @@ fn read_encoder(reader: &mut DeviceReader<'_>) {
         }
     }
     if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {
-        reader.gauge(&metrics::ENCODER_SESSIONS, f64::from(stats.session_count));
-        reader.gauge(&metrics::ENCODER_FPS, f64::from(stats.average_fps));
+        reader.gauge(metrics::ENCODER_SESSIONS, f64::from(stats.session_count));
+        reader.gauge(metrics::ENCODER_FPS, f64::from(stats.average_fps));
         reader.gauge(
-            &metrics::ENCODER_LATENCY,
+            metrics::ENCODER_LATENCY,
             f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
         );
     }
@@ -77,13 +77,13 @@ mod engines {
             engine_utilization(nvml_sym(lib.nvmlDeviceGetOfaUtilization.as_ref())?, handle)
         });
         for (percent, family) in [
-            (jpeg, &metrics::JPEG_UTILIZATION),
-            (ofa, &metrics::OFA_UTILIZATION),
+            (jpeg, metrics::JPEG_UTILIZATION),
+            (ofa, metrics::OFA_UTILIZATION),
         ] {
             let Some(percent) = percent else { continue };
             match percent_to_ratio(percent) {
                 Some(ratio) => reader.gauge(family, ratio),
-                None => reader.reject(family, f64::from(percent)),
+                None => reader.reject(family.family(), f64::from(percent)),
             }
         }
     }

@@ -7,7 +7,6 @@ use nvml_wrapper::error::nvml_sym;
 use crate::metrics;
 use crate::nvml::mig::{self, MigDevice};
 use crate::nvml::reader::{c_string, DeviceReader};
-use crate::snapshot::Sample;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for device in mig::devices(reader) {
@@ -34,25 +33,15 @@ fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &MigDevice<'_>) {
         .unwrap_or_default();
     let gi = mig.gpu_instance_id.to_string();
     let ci = mig.compute_instance_id.to_string();
-    reader.push(
-        Sample::new(&metrics::MIG_INFO, 1.0)
-            .with("gpu_instance_id", gi.clone())
-            .with("compute_instance_id", ci.clone())
-            .with("mig_uuid", mig_uuid)
-            .with("profile", profile),
-    );
+    reader.push(metrics::MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));
     if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |_| mig.handle.memory_info()) {
         for (family, bytes) in [
-            (&metrics::MIG_MEMORY_USED, memory.used),
-            (&metrics::MIG_MEMORY_TOTAL, memory.total),
-            (&metrics::MIG_MEMORY_FREE, memory.free),
-            (&metrics::MIG_MEMORY_RESERVED, memory.reserved),
+            (metrics::MIG_MEMORY_USED, memory.used),
+            (metrics::MIG_MEMORY_TOTAL, memory.total),
+            (metrics::MIG_MEMORY_FREE, memory.free),
+            (metrics::MIG_MEMORY_RESERVED, memory.reserved),
         ] {
-            reader.push(
-                Sample::new(family, bytes as f64)
-                    .with("gpu_instance_id", gi.clone())
-                    .with("compute_instance_id", ci.clone()),
-            );
+            reader.push(family.sample_with([gi.clone(), ci.clone()], bytes as f64));
         }
     }
 }

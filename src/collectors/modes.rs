@@ -5,13 +5,12 @@ use nvml_wrapper::error::nvml_sym;
 
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(on) = reader.read("nvmlDeviceGetPersistenceMode", |d| {
         d.is_in_persistent_mode()
     }) {
-        reader.gauge(&metrics::PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
+        reader.gauge(metrics::PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
     }
     if let Some(mode) = reader.read_enum::<ComputeMode>("nvmlDeviceGetComputeMode", |lib| {
         nvml_sym(lib.nvmlDeviceGetComputeMode.as_ref())
@@ -23,12 +22,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             Ok(ComputeMode::ExclusiveProcess) => "exclusive_process",
             Err(_) => "unknown",
         };
-        reader.push(Sample::new(&metrics::COMPUTE_MODE, 1.0).with("mode", label));
+        reader.push(metrics::COMPUTE_MODE.sample_with([label], 1.0));
     }
     if let Some(mig) = reader.mig_mode() {
-        reader.gauge(&metrics::MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
+        reader.gauge(metrics::MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
         reader.gauge(
-            &metrics::MIG_PENDING_ENABLED,
+            metrics::MIG_PENDING_ENABLED,
             f64::from(u8::from(mig.pending == 1)),
         );
     }

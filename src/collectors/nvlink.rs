@@ -18,7 +18,7 @@ use nvml_wrapper::sys_exports::field_id::{
 use crate::metrics;
 use crate::nvml::fields::Field;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
+use crate::snapshot::LabelValue;
 
 /// `NVML_NVLINK_MAX_LINKS` of nvml.h.
 const MAX_LINKS: u32 = 18;
@@ -77,7 +77,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     // Probed links count only when every probe answered: a link whose state
     // failed may not exist.
     if probed.iter().all(Option::is_some) {
-        reader.gauge(&metrics::NVLINK_LINKS, f64::from(count));
+        reader.gauge(metrics::NVLINK_LINKS, f64::from(count));
     }
     let active: Option<u32> = links
         .iter()
@@ -89,7 +89,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         .map(|active| active.map(u32::from))
         .sum();
     if let Some(active) = active {
-        reader.gauge(&metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
+        reader.gauge(metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
     }
     // A total is written only when every link answered, so that a link that
     // stops answering cannot make the counter go down (a false reset).
@@ -118,12 +118,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         (crc_data, "crc_data"),
     ] {
         if let Some(count) = count {
-            reader.push(Sample::new(&metrics::NVLINK_ERRORS, count).with("counter", counter));
+            reader.push(metrics::NVLINK_ERRORS.sample_with([counter], count));
         }
     }
     for (kib, family) in [
-        (sum(|l| l.transmit), &metrics::NVLINK_TRANSMIT),
-        (sum(|l| l.receive), &metrics::NVLINK_RECEIVE),
+        (sum(|l| l.transmit), metrics::NVLINK_TRANSMIT),
+        (sum(|l| l.receive), metrics::NVLINK_RECEIVE),
     ] {
         if let Some(kib) = kib {
             reader.gauge(family, kib * BYTES_PER_KIB);
@@ -173,7 +173,7 @@ fn link_active(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> 
     match state {
         Some(state) if state == ACTIVE || state == 0.0 => Some(state == ACTIVE),
         Some(state) => {
-            reader.reject(&metrics::NVLINK_LINKS_ACTIVE, state);
+            reader.reject(metrics::NVLINK_LINKS_ACTIVE.family(), state);
             None
         }
         None => reader.read("nvmlDeviceGetNvLinkState", |d| {
@@ -249,8 +249,8 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
     for (&(link, active), values) in links.iter().zip(values.chunks(PER_LINK_FIELDS.len())) {
         let label = link.to_string();
         reader.push(
-            Sample::new(&metrics::NVLINK_LINK_ACTIVE, if active { 1.0 } else { 0.0 })
-                .with("link", label.clone()),
+            metrics::NVLINK_LINK_ACTIVE
+                .sample_with([label.clone()], if active { 1.0 } else { 0.0 }),
         );
         let [replay, recovery, transmit, receive] = values else {
             continue;
@@ -259,9 +259,8 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
             (Some(replay), Some(recovery)) => {
                 for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
                     reader.push(
-                        Sample::new(&metrics::NVLINK_LINK_ERRORS, *count)
-                            .with("link", label.clone())
-                            .with("counter", counter),
+                        metrics::NVLINK_LINK_ERRORS
+                            .sample_with([LabelValue::from(label.clone()), counter.into()], *count),
                     );
                 }
                 &ERROR_COUNTERS[2..]
@@ -270,11 +269,11 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
         };
         read_error_counters(reader, link, &label, counters);
         for (value, family) in [
-            (transmit, &metrics::NVLINK_LINK_TRANSMIT),
-            (receive, &metrics::NVLINK_LINK_RECEIVE),
+            (transmit, metrics::NVLINK_LINK_TRANSMIT),
+            (receive, metrics::NVLINK_LINK_RECEIVE),
         ] {
             if let Some(kib) = value {
-                reader.push(Sample::new(family, kib * BYTES_PER_KIB).with("link", label.clone()));
+                reader.push(family.sample_with([label.clone()], kib * BYTES_PER_KIB));
             }
         }
     }
@@ -292,11 +291,10 @@ fn read_error_counters(
         if let Some(count) = reader.read("nvmlDeviceGetNvLinkErrorCounter", |d| {
             d.link_wrapper_for(link).error_counter(counter)
         }) {
-            reader.push(
-                Sample::new(&metrics::NVLINK_LINK_ERRORS, count as f64)
-                    .with("link", label.to_owned())
-                    .with("counter", counter_label),
-            );
+            reader.push(metrics::NVLINK_LINK_ERRORS.sample_with(
+                [LabelValue::from(label.to_owned()), counter_label.into()],
+                count as f64,
+            ));
         }
     }
 }

@@ -16,12 +16,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(generation) = reader.read("nvmlDeviceGetCurrPcieLinkGeneration", |d| {
         d.current_pcie_link_gen()
     }) {
-        reader.gauge(&metrics::PCIE_GENERATION, f64::from(generation));
+        reader.gauge(metrics::PCIE_GENERATION, f64::from(generation));
     }
     if let Some(width) = reader.read("nvmlDeviceGetCurrPcieLinkWidth", |d| {
         d.current_pcie_link_width()
     }) {
-        reader.gauge(&metrics::PCIE_WIDTH, f64::from(width));
+        reader.gauge(metrics::PCIE_WIDTH, f64::from(width));
     }
     let replays = reader.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |reader| {
         reader
@@ -31,13 +31,13 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             .map(f64::from)
     });
     if let Some(replays) = replays {
-        reader.gauge(&metrics::PCIE_REPLAYS, replays);
+        reader.gauge(metrics::PCIE_REPLAYS, replays);
     }
     if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
-        reader.gauge(&metrics::PCIE_TRANSMIT, bytes);
+        reader.gauge(metrics::PCIE_TRANSMIT, bytes);
     }
     if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
-        reader.gauge(&metrics::PCIE_RECEIVE, bytes);
+        reader.gauge(metrics::PCIE_RECEIVE, bytes);
     }
 }
 
@@ -51,8 +51,8 @@ pub(super) const FIELDS: &[u32] = &[
 /// The sampled throughput: each direction blocks for NVML's 20 ms window.
 pub(super) fn read_throughput(reader: &mut DeviceReader<'_>) {
     for (counter, family) in [
-        (PcieUtilCounter::Send, &metrics::PCIE_TRANSMIT_THROUGHPUT),
-        (PcieUtilCounter::Receive, &metrics::PCIE_RECEIVE_THROUGHPUT),
+        (PcieUtilCounter::Send, metrics::PCIE_TRANSMIT_THROUGHPUT),
+        (PcieUtilCounter::Receive, metrics::PCIE_RECEIVE_THROUGHPUT),
     ] {
         if let Some(kib) = reader.read("nvmlDeviceGetPcieThroughput", |d| {
             d.pcie_throughput(counter)

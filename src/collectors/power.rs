@@ -61,7 +61,7 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
-        reader.gauge(&metrics::POWER, f64::from(milliwatts) / PER_MILLI);
+        reader.gauge(metrics::POWER, f64::from(milliwatts) / PER_MILLI);
     }
     let energy = reader.field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |reader| {
         reader
@@ -71,25 +71,25 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             .map(|millijoules| millijoules as f64)
     });
     if let Some(millijoules) = energy {
-        reader.gauge(&metrics::ENERGY, millijoules / PER_MILLI);
+        reader.gauge(metrics::ENERGY, millijoules / PER_MILLI);
     }
     if let Some(milliwatts) = reader.read("nvmlDeviceGetEnforcedPowerLimit", |d| {
         d.enforced_power_limit()
     }) {
-        reader.gauge(&metrics::POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
+        reader.gauge(metrics::POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerManagementDefaultLimit", |d| {
         d.power_management_limit_default()
     }) {
         reader.gauge(
-            &metrics::POWER_DEFAULT_LIMIT,
+            metrics::POWER_DEFAULT_LIMIT,
             f64::from(milliwatts) / PER_MILLI,
         );
     }
     // Only the one `second_reading` chose was batched; the other is `None`.
     for (field, family) in [
-        (NVML_FI_DEV_POWER_INSTANT, &metrics::POWER_INSTANT),
-        (NVML_FI_DEV_POWER_AVERAGE, &metrics::POWER_AVERAGE),
+        (NVML_FI_DEV_POWER_INSTANT, metrics::POWER_INSTANT),
+        (NVML_FI_DEV_POWER_AVERAGE, metrics::POWER_AVERAGE),
     ] {
         if let Some(milliwatts) = reader.field(field) {
             reader.gauge(family, milliwatts / PER_MILLI);

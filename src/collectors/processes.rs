@@ -4,12 +4,12 @@
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use super::hooks::HostRun;
-use super::procfs::{self, Users};
+use super::procfs::{self, Owner, Users};
 use super::utilization::{recall_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};
-use crate::snapshot::Sample;
+use crate::snapshot::LabelValue;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let Some(processes) = reader.compute_processes() else {
@@ -17,27 +17,22 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     };
     let utilization = utilization(reader);
     for process in processes {
-        let mut labels = vec![("pid", process.pid.to_string())];
-        if let Some(id) = process.gpu_instance_id {
-            labels.push(("gpu_instance_id", id.to_string()));
-        }
-        if let Some(id) = process.compute_instance_id {
-            labels.push(("compute_instance_id", id.to_string()));
-        }
-        let labelled = |family, value| {
-            labels
-                .iter()
-                .fold(Sample::new(family, value), |sample, (name, value)| {
-                    sample.with(name, value.clone())
-                })
-        };
+        let id = |id: Option<u32>| id.map(|id| LabelValue::Owned(id.to_string()));
+        let ids = [
+            Some(process.pid),
+            process.gpu_instance_id,
+            process.compute_instance_id,
+        ]
+        .map(id);
+        // The owner is not known yet: `owners` adds it.
+        let labels = procfs::labels(ids, &Owner::default());
         // NVML cannot always tell (no permission, some MIG setups): such a process
         // is still counted in nvidia_gpu_processes but has no memory reading.
         if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
-            reader.push(labelled(&metrics::PROCESS_MEMORY_USED, bytes as f64));
+            reader.push(metrics::PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64));
         }
         if let Some(ratio) = utilization.as_ref().and_then(|u| u.ratio(process.pid)) {
-            reader.push(labelled(&metrics::PROCESS_UTILIZATION, ratio));
+            reader.push(metrics::PROCESS_UTILIZATION.sample_some(labels.clone(), ratio));
         }
     }
 }

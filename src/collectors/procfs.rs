@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use crate::metrics;
+use crate::metrics::{self, Labelled};
 use crate::snapshot::{LabelValue, Snapshot};
 
 /// What `/proc/<pid>` says about a process's owner.
@@ -51,18 +51,24 @@ impl Owner {
             ..cgroup
         }
     }
+}
 
-    fn labels(&self) -> impl Iterator<Item = (&'static str, &String)> {
-        [
-            ("comm", &self.comm),
-            ("user", &self.user),
-            ("systemd_unit", &self.systemd_unit),
-            ("container_id", &self.container_id),
-            ("slurm_job_id", &self.slurm_job_id),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| value.as_ref().map(|v| (name, v)))
-    }
+/// The labels of a per-process sample ([`PER_PROCESS`]), in declared order:
+/// `ids` (pid, gpu_instance_id, compute_instance_id, as NVML tells them),
+/// then the owner. A `None` is left out of the sample.
+pub fn labels(ids: [Option<LabelValue>; 3], owner: &Owner) -> [Option<LabelValue>; 8] {
+    let [pid, gpu_instance, compute_instance] = ids;
+    let owned = |value: &Option<String>| value.clone().map(LabelValue::Owned);
+    [
+        pid,
+        gpu_instance,
+        compute_instance,
+        owned(&owner.comm),
+        owned(&owner.user),
+        owned(&owner.systemd_unit),
+        owned(&owner.container_id),
+        owned(&owner.slurm_job_id),
+    ]
 }
 
 /// User names by uid, through the C library's user database (NSS: files, and
@@ -210,30 +216,30 @@ fn container_id(component: &str) -> Option<String> {
 }
 
 /// The families whose samples carry a `pid` and get owner labels.
-const PER_PROCESS: &[&metrics::Family] =
-    &[&metrics::PROCESS_MEMORY_USED, &metrics::PROCESS_UTILIZATION];
+const PER_PROCESS: [Labelled<8>; 2] = [metrics::PROCESS_MEMORY_USED, metrics::PROCESS_UTILIZATION];
 
-/// Adds owner labels to every per-process sample of `snapshot`.
+/// Adds owner labels to every per-process sample of `snapshot`: remakes it
+/// with the ids it has and the owner of its pid ([`labels`]).
 pub fn attribute(snapshot: &mut Snapshot, procfs: &Path, users: &Users) {
     let mut owners: HashMap<String, Owner> = HashMap::new();
     for device in &mut snapshot.devices {
         for sample in &mut device.samples {
-            if !PER_PROCESS.contains(&sample.family) {
-                continue;
-            }
-            let Some(pid) = sample.labels.iter().find(|l| l.name == "pid") else {
+            let Some(family) = PER_PROCESS.iter().find(|f| f.family() == sample.family) else {
                 continue;
             };
-            let pid = pid.value.to_string();
+            // The ids are the family's first three declared labels.
+            let ids: [Option<LabelValue>; 3] = std::array::from_fn(|i| {
+                let name = family.family().labels[i];
+                let label = sample.labels.iter().find(|l| l.name == name);
+                label.map(|l| l.value.clone())
+            });
+            let Some(pid) = &ids[0] else {
+                continue;
+            };
             let owner = owners
-                .entry(pid)
+                .entry(pid.to_string())
                 .or_insert_with_key(|pid| Owner::read(procfs, pid, users));
-            for (name, value) in owner.labels() {
-                sample.labels.push(crate::snapshot::Label {
-                    name,
-                    value: LabelValue::Owned(value.clone()),
-                });
-            }
+            *sample = family.sample_some(labels(ids, owner), sample.value);
         }
     }
 }
@@ -300,6 +306,63 @@ mod tests {
             Some(1000)
         );
         assert_eq!(real_uid("Name:\tpython\n"), None);
+    }
+
+    #[test]
+    fn attribution_keeps_the_ids_and_adds_the_owner_in_declared_order() {
+        let root = tempfile::tempdir().unwrap();
+        let pid = root.path().join("77");
+        fs::create_dir(&pid).unwrap();
+        fs::write(pid.join("comm"), "python\n").unwrap();
+        fs::write(
+            pid.join("cgroup"),
+            "0::/system.slice/slurmstepd.scope/job_5/step_0\n",
+        )
+        .unwrap();
+        let id = |id: &'static str| Some(LabelValue::from(id));
+        let mig = labels([id("77"), id("2"), id("0")], &Owner::default());
+        let gone = labels([id("78"), None, None], &Owner::default());
+        let mut snapshot = Snapshot {
+            devices: vec![crate::snapshot::Device {
+                samples: vec![
+                    metrics::PROCESS_MEMORY_USED.sample_some(mig, 1024.0),
+                    metrics::PROCESS_UTILIZATION.sample_some(gone, 0.5),
+                    metrics::UP.sample(1.0),
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let users = Users::new(Instant::now() + std::time::Duration::from_secs(5));
+        attribute(&mut snapshot, root.path(), &users);
+        let written: Vec<(f64, Vec<String>)> = snapshot.devices[0]
+            .samples
+            .iter()
+            .map(|sample| {
+                let labels = sample.labels.iter();
+                let pairs = labels.map(|l| format!("{}={}", l.name, l.value)).collect();
+                (sample.value, pairs)
+            })
+            .collect();
+        let owned = |pairs: &[&str]| pairs.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            written,
+            [
+                (
+                    1024.0,
+                    owned(&[
+                        "pid=77",
+                        "gpu_instance_id=2",
+                        "compute_instance_id=0",
+                        "comm=python",
+                        "systemd_unit=slurmstepd.scope",
+                        "slurm_job_id=5",
+                    ])
+                ),
+                (0.5, owned(&["pid=78"])),
+                (1.0, Vec::new()),
+            ]
+        );
     }
 
     #[test]

@@ -5,7 +5,6 @@ use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_MEMORY_TEMP;
 
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Sample;
 
 /// Thresholds read, with their `threshold` label values.
 const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
@@ -25,12 +24,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(celsius) = reader.read("nvmlDeviceGetTemperature", |d| {
         d.temperature(TemperatureSensor::Gpu)
     }) {
-        reader.gauge(&metrics::TEMPERATURE, f64::from(celsius));
+        reader.gauge(metrics::TEMPERATURE, f64::from(celsius));
     }
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
     if let Some(celsius) = reader.field(NVML_FI_DEV_MEMORY_TEMP) {
         if celsius > 0.0 {
-            reader.gauge(&metrics::MEMORY_TEMPERATURE, celsius);
+            reader.gauge(metrics::MEMORY_TEMPERATURE, celsius);
         }
     }
     // Thresholds are the board's: read once per driver (1.5 ms of a cold
@@ -42,10 +41,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
                 d.temperature_threshold(threshold)
             })
         {
-            reader.push(
-                Sample::new(&metrics::TEMPERATURE_THRESHOLD, f64::from(celsius))
-                    .with("threshold", label),
-            );
+            reader.push(metrics::TEMPERATURE_THRESHOLD.sample_with([label], f64::from(celsius)));
         }
     }
     let fans = reader
@@ -55,8 +51,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for fan in 0..fans {
         if let Some(percent) = reader.read("nvmlDeviceGetFanSpeed_v2", |d| d.fan_speed(fan)) {
             reader.push(
-                Sample::new(&metrics::FAN_SPEED, f64::from(percent) / 100.0)
-                    .with("fan", fan.to_string()),
+                metrics::FAN_SPEED.sample_with([fan.to_string()], f64::from(percent) / 100.0),
             );
         }
     }
@@ -85,6 +80,6 @@ fn read_margin(reader: &mut DeviceReader<'_>) {
         Ok(info.marginTemperature)
     });
     if let Some(celsius) = margin {
-        reader.gauge(&metrics::TEMPERATURE_MARGIN, f64::from(celsius));
+        reader.gauge(metrics::TEMPERATURE_MARGIN, f64::from(celsius));
     }
 }

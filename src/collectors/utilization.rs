@@ -9,10 +9,9 @@ use nvml_wrapper_sys::bindings::{
     nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES, nvmlSamplingType_t,
 };
 
-use crate::metrics::{self, Family};
+use crate::metrics::{self, Labelled};
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};
-use crate::snapshot::Sample;
 
 /// One NVML sampling engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,12 +34,12 @@ impl Engine {
     }
 
     /// The ratio family it feeds.
-    pub fn family(self) -> &'static Family {
+    pub fn ratio(self) -> Labelled<0> {
         match self {
-            Engine::Gpu => &metrics::UTILIZATION,
-            Engine::Memory => &metrics::MEMORY_UTILIZATION,
-            Engine::Encoder => &metrics::ENCODER_UTILIZATION,
-            Engine::Decoder => &metrics::DECODER_UTILIZATION,
+            Engine::Gpu => metrics::UTILIZATION,
+            Engine::Memory => metrics::MEMORY_UTILIZATION,
+            Engine::Encoder => metrics::ENCODER_UTILIZATION,
+            Engine::Decoder => metrics::DECODER_UTILIZATION,
         }
     }
 
@@ -83,10 +82,10 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
     };
     if let Some(window) = window {
         for value in window.rejected {
-            reader.reject(engine.family(), value as f64 / 100.0);
+            reader.reject(engine.ratio().family(), value as f64 / 100.0);
         }
         if let Some(ratio) = window.ratio {
-            reader.gauge(engine.family(), ratio);
+            reader.gauge(engine.ratio(), ratio);
         }
     }
     // Totals that cannot continue from run to run are left out, not
@@ -98,10 +97,10 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
         reader.remember(&key, carry.render());
     }
     for (family, value) in [
-        (&metrics::BUSY, carry.busy_seconds()),
-        (&metrics::SAMPLED, carry.sampled_seconds()),
+        (metrics::BUSY, carry.busy_seconds()),
+        (metrics::SAMPLED, carry.sampled_seconds()),
     ] {
-        reader.push(Sample::new(family, value).with("engine", engine.label()));
+        reader.push(family.sample_with([engine.label()], value));
     }
     true
 }
@@ -116,8 +115,8 @@ pub(super) fn percent_to_ratio(percent: u32) -> Option<f64> {
 /// rejected).
 pub(super) fn point(reader: &mut DeviceReader<'_>, engine: Engine, percent: u32) {
     match percent_to_ratio(percent) {
-        Some(ratio) => reader.gauge(engine.family(), ratio),
-        None => reader.reject(engine.family(), f64::from(percent)),
+        Some(ratio) => reader.gauge(engine.ratio(), ratio),
+        None => reader.reject(engine.ratio().family(), f64::from(percent)),
     }
 }
 
@@ -142,7 +141,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         }
     }
     if let Some(processes) = reader.compute_processes() {
-        reader.gauge(&metrics::PROCESSES, processes.len() as f64);
+        reader.gauge(metrics::PROCESSES, processes.len() as f64);
     }
 }
 

@@ -77,7 +77,7 @@ use std::time::Instant;
 
 use super::hooks::HostRun;
 use crate::metrics;
-use crate::snapshot::{Sample, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::state::boot_id;
 
 /// Where the kernel log is read from.
@@ -1007,20 +1007,18 @@ pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
         });
         device
             .samples
-            .push(Sample::new(&metrics::XID_ERRORS, total as f64));
+            .push(metrics::XID_ERRORS.sample(total as f64));
         for (code, count) in codes.into_iter().flatten() {
-            device.samples.push(
-                Sample::new(&metrics::XID_ERRORS_BY_CODE, *count as f64)
-                    .with("code", code.to_string()),
-            );
+            device
+                .samples
+                .push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], *count as f64));
         }
     }
     for (bus, codes) in &counts.totals.unattributed {
         for (code, count) in codes {
             snapshot.host.push(
-                Sample::new(&metrics::XID_UNATTRIBUTED, *count as f64)
-                    .with("pci_bus_id", bus.clone())
-                    .with("code", code.to_string()),
+                metrics::XID_UNATTRIBUTED
+                    .sample_with([bus.clone(), code.to_string()], *count as f64),
             );
         }
     }
@@ -1107,7 +1105,7 @@ mod tests {
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * (u64::from(MAX_CODE) + 1)) as f64;
         assert!(most < 2f64.powi(53));
-        assert!(metrics::XID_ERRORS.plausible().contains(&most));
+        assert!(metrics::XID_ERRORS.family().plausible().contains(&most));
     }
 
     #[test]

@@ -200,7 +200,6 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
 /// `nvidia_gpu_driver_info`, with the labels NVML could tell, and the driver
 /// version alone.
 fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
-    let mut sample = Sample::new(&metrics::DRIVER_INFO, 1.0);
     let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
         inflight.enter(Scope::Host, call);
         let value = read();
@@ -220,13 +219,8 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
     });
     let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
     let driver_version = driver.clone().unwrap_or_default();
-    for (name, value) in [
-        ("driver_version", driver),
-        ("cuda_version", cuda),
-        ("nvml_version", nvml_version),
-    ] {
-        // Always written, empty when unreadable: the series keeps its labels.
-        sample = sample.with(name, value.unwrap_or_default());
-    }
+    // Always written, empty when unreadable: the series keeps its labels.
+    let versions = [driver, cuda, nvml_version].map(Option::unwrap_or_default);
+    let sample = metrics::DRIVER_INFO.sample_with(versions, 1.0);
     (sample, driver_version)
 }

@@ -17,7 +17,7 @@ use super::fields::{self, Field};
 use super::{device_fatal, reason, unsupported};
 use crate::identity::Identity;
 use crate::inflight::{InFlight, Scope};
-use crate::metrics::{self, Family, Merge};
+use crate::metrics::{self, Family, Labelled, Merge};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
 
@@ -348,9 +348,9 @@ impl<'n> DeviceReader<'n> {
         self.read_errors += 1;
     }
 
-    /// Adds a sample without extra labels.
-    pub fn gauge(&mut self, family: &'static Family, value: f64) {
-        self.push(Sample::new(family, value));
+    /// Adds a sample of a family without labels.
+    pub fn gauge(&mut self, family: Labelled<0>, value: f64) {
+        self.push(family.sample(value));
     }
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
@@ -370,11 +370,9 @@ impl<'n> DeviceReader<'n> {
                 self.index
             );
         }
-        self.samples.push(Sample::new(&metrics::UP, 1.0));
-        self.samples.push(Sample::new(
-            &metrics::COLLECTOR_READ_ERRORS,
-            f64::from(self.read_errors),
-        ));
+        self.samples.push(metrics::UP.sample(1.0));
+        self.samples
+            .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(self.read_errors)));
         Device {
             index: self.index,
             uuid: identity.uuid.clone(),
@@ -435,8 +433,8 @@ pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
         pci_bus_id: identity.pci_bus_id.clone(),
         serial: identity.serial.clone(),
         samples: vec![
-            Sample::new(&metrics::UP, 0.0),
-            Sample::new(&metrics::DOWN_REASON, 1.0).with("reason", reason.label()),
+            metrics::UP.sample(0.0),
+            metrics::DOWN_REASON.sample_with([reason.label()], 1.0),
         ],
         ..Device::default()
     }
@@ -554,18 +552,17 @@ impl<'n> DeviceReader<'n> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::LabelValue;
 
     #[test]
     fn duplicates_merge_bytes_summed_states_kept() {
         let process = |pid: &'static str, bytes: f64| {
-            Sample::new(&metrics::PROCESS_MEMORY_USED, bytes).with("pid", pid)
+            // The pid alone, as for a process whose owner is unknown.
+            let mut labels: [Option<LabelValue>; 8] = Default::default();
+            labels[0] = Some(pid.into());
+            metrics::PROCESS_MEMORY_USED.sample_some(labels, bytes)
         };
-        let mig = |used: f64| {
-            Sample::new(&metrics::MIG_INFO, used)
-                .with("gpu_instance_id", "1")
-                .with("compute_instance_id", "0")
-                .with("mig_uuid", "MIG-x")
-        };
+        let mig = |used: f64| metrics::MIG_INFO.sample_with(["1", "0", "MIG-x", "1g.10gb"], used);
         let mut samples = vec![
             process("7", 100.0),
             mig(1.0),
