@@ -194,6 +194,19 @@ impl Cli {
         if self.collectors().iter().any(|c| c.opens_window()) {
             self.gpm_window()?;
         }
+        // The state is the exporter's own: node_exporter's directory is shared
+        // with other collectors and readable by its user.
+        let same = |a: &std::path::Path, b: &std::path::Path| {
+            a.components().eq(b.components())
+                || matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
+        };
+        if !self.stdout && same(&self.state_dir, &self.output_dir) {
+            return Err(format!(
+                "--state-dir {} is the textfile directory (--output-dir); the state needs a \
+                 directory of its own",
+                self.state_dir.display()
+            ));
+        }
         Ok(())
     }
 
@@ -297,6 +310,14 @@ mod tests {
                 .all(|n| *n != "mig")
         );
         assert!(Cli::try_parse_from(["x", "--collector", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn the_state_directory_is_not_the_textfile_directory() {
+        let same = parse(&["--output-dir", "/srv/prom", "--state-dir", "/srv/prom/"]);
+        assert!(same.check().unwrap_err().contains("directory of its own"));
+        let apart = parse(&["--output-dir", "/srv/prom", "--state-dir", "/srv/state"]);
+        assert!(apart.check().is_ok());
     }
 
     #[test]

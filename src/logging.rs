@@ -21,11 +21,15 @@ const PROGRAM: &str = "nvidia-textfile-exporter";
 /// Whether [`init`] found stderr to be the journal stream, for [`emergency`].
 static JOURNAL: AtomicBool = AtomicBool::new(false);
 
-/// Installs the logger: `warn` unless `RUST_LOG` says otherwise.
+/// Installs the logger: `warn` unless `RUST_LOG` says otherwise. Lines are
+/// written without ever blocking ([`NonBlockingStderr`]): a reader of stderr
+/// that takes nothing (a stalled journal, a full pipe) loses log lines, never
+/// the run's file or its deadline.
 pub fn init() {
     let journal = stderr_is_journal();
     JOURNAL.store(journal, Ordering::Relaxed);
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .target(env_logger::Target::Pipe(Box::new(NonBlockingStderr)))
         .format(move |out, record| {
             let message = record.args().to_string();
             for line in message.lines() {
@@ -57,6 +61,20 @@ pub fn emergency(message: &str) {
         }
     }
     write_to_stderr_nonblocking(text.as_bytes());
+}
+
+/// Standard error for the logger, written by [`write_to_stderr_nonblocking`].
+struct NonBlockingStderr;
+
+impl Write for NonBlockingStderr {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        write_to_stderr_nonblocking(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// One write of `bytes` to fd 2 that never blocks. The flags of fd 2's file

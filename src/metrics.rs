@@ -360,7 +360,7 @@ families! {
     GPM_WINDOW: Gauge(Seconds), "nvidia_gpu_gpm_window_seconds", [],
         "Time between the two GPM samples the GPM metrics of this GPU were computed from.";
     GPM_UNAVAILABLE: Gauge(Number), "nvidia_gpu_gpm_unavailable", ["reason"],
-        "1 with the reason the GPM metrics of a GPU that supports GPM are missing from this run (no_permission, counters_in_use, paused); absent when they were read.";
+        "1 with the reason the GPM metrics of a GPU that supports GPM are missing from this run (no_permission, counters_in_use, paused, window_too_short); absent when they were read.";
     MIG_SM_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_sm_active_ratio", ["gpu_instance_id"],
         "nvidia_gpu_sm_active_ratio of one MIG GPU instance, over its SMs (0-1).";
     MIG_SM_OCCUPANCY: Gauge(Ratio), "nvidia_gpu_mig_sm_occupancy_ratio", ["gpu_instance_id"],

@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use test_support::journal::{journal_entry, write_journal};
 use test_support::{select, Exporter, Outcome, Run};
@@ -95,6 +95,32 @@ fn the_hard_stop_does_not_wait_for_a_blocked_stderr() {
             .args(["--timeout", "1s"])
             .stdio(Stdio::null(), writer),
     );
+}
+
+/// A run that logs warnings (a failing getter) while standard error takes
+/// nothing still publishes its file in time: log lines are dropped, not
+/// waited for.
+#[test]
+fn a_blocked_stderr_costs_log_lines_not_the_file() {
+    let (_reader, writer) = full_pipe();
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let output = ex()
+        .run("fault-read-error")
+        .output_dir(dir.path())
+        .args(["--timeout", "2s", "--gpm-window", "0"])
+        .stdio(Stdio::null(), writer)
+        .finish()
+        .unwrap();
+    assert_eq!(output.code(), Some(0), "{output:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_up 1\n"), "{text}");
+    assert!(text.contains("nvidia_gpu_collector_read_errors{"), "{text}");
 }
 
 /// The run's `nvidia_gpu_collector_state_ok`.

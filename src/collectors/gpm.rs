@@ -114,6 +114,9 @@ pub enum Unavailable {
     NoPermission,
     CountersInUse,
     Paused,
+    /// What `--timeout` leaves after NVML started is shorter than
+    /// [`MIN_WINDOW`] (a window that short reads zeros).
+    WindowTooShort,
 }
 
 impl Unavailable {
@@ -123,6 +126,7 @@ impl Unavailable {
             Unavailable::NoPermission => "no_permission",
             Unavailable::CountersInUse => "counters_in_use",
             Unavailable::Paused => "paused",
+            Unavailable::WindowTooShort => "window_too_short",
         }
     }
 
@@ -141,6 +145,10 @@ impl Unavailable {
             }
             Unavailable::Paused => {
                 "the GPM pause file exists (--gpm-pause-file); remove it to resume"
+            }
+            Unavailable::WindowTooShort => {
+                "--timeout leaves the window less than 100ms once NVML has started; \
+                 lengthen --timeout, or turn GPM off with --gpm-window 0"
             }
         }
     }
@@ -269,6 +277,14 @@ pub(super) fn open<'n>(
         unavailable(reader, Unavailable::Paused);
         return None;
     }
+    // The window must end by the time its second sample needs; what is left
+    // of that once NVML has started may be too short to read anything but
+    // zeros (a slow start, a short --timeout).
+    let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
+    if latest.is_none_or(|latest| latest.saturating_duration_since(Instant::now()) < MIN_WINDOW) {
+        unavailable(reader, Unavailable::WindowTooShort);
+        return None;
+    }
     let mut targets = vec![Target::Gpu];
     targets.extend(gpu_instances(reader).into_iter().map(Target::Instance));
     let mut measurements = Vec::with_capacity(targets.len());
@@ -292,7 +308,6 @@ pub(super) fn open<'n>(
         }
     }
     let first = measurements.first()?;
-    let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
     let ends = match latest {
         Some(latest) => latest.min(first.first_at + settings.gpm_window),
         None => first.first_at + settings.gpm_window,
@@ -327,15 +342,11 @@ fn close(window: GpuWindow<'_>, reader: &mut DeviceReader<'_>) {
     }
     let mut window_seconds = None;
     for (measurement, second_at) in results {
-        // A window cut short by the deadline (a slow start) reads zeros, not
-        // the GPU's activity: nothing is better than a false idle.
-        let measured = second_at - measurement.first_at;
-        if measured < MIN_WINDOW {
-            log::warn!(
-                "GPU {}: the GPM window was cut to {measured:?} by --timeout; GPM left out",
-                reader.index()
-            );
-            continue;
+        // A window cut short by the deadline (the first samples came late)
+        // reads zeros, not the GPU's activity: nothing is better than a false
+        // idle, and the file says why.
+        if second_at - measurement.first_at < MIN_WINDOW {
+            return unavailable(reader, Unavailable::WindowTooShort);
         }
         let Some(values) = metrics_get(reader, measurement) else {
             continue;
@@ -548,9 +559,18 @@ mod tests {
             Unavailable::NoPermission,
             Unavailable::CountersInUse,
             Unavailable::Paused,
+            Unavailable::WindowTooShort,
         ];
         let labels: Vec<&str> = all.iter().map(|u| u.label()).collect();
-        assert_eq!(labels, ["no_permission", "counters_in_use", "paused"]);
+        assert_eq!(
+            labels,
+            [
+                "no_permission",
+                "counters_in_use",
+                "paused",
+                "window_too_short"
+            ]
+        );
         assert_eq!(
             Unavailable::from_error(&NvmlError::NoPermission),
             Some(Unavailable::NoPermission)
