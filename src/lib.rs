@@ -12,6 +12,10 @@
 //! statuses; `generate` prints the man page and the tables; `main` wires the
 //! stages.
 
+// The documentation is for the people who work on this crate: links to private
+// items are meant (`cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod cli;
 pub mod collectors;
 pub mod exit;

@@ -19,8 +19,9 @@
 //!   (samples are made by the constructors of [`Labelled`], never labelled
 //!   by name; `tests/cli.rs` checks every golden file).
 //!
-//! Adding a family is one row in the `families!` invocation below (name, type,
-//! labels, HELP) plus the code in `nvml` that reads it.
+//! Adding a family is one row in the `families!` invocation below (name, type
+//! and unit, labels, HELP), its collector's row in `collectors`, and the code
+//! in that collector's file that reads it.
 
 /// Every metric name starts with this.
 pub const PREFIX: &str = "nvidia_gpu_";

@@ -22,8 +22,9 @@
 //! the run more than a little memory.
 //!
 //! State is an optimisation of truth, never a condition for a snapshot:
-//! [`load`] never fails the run. A missing, corrupt, truncated, foreign-version,
-//! other-boot, untrusted or locked file gives an empty [`State`] and a
+//! [`Memory::load`] and [`Memory::load_to_store`] never fail the run. A
+//! missing, corrupt, truncated, foreign-version, other-boot, untrusted or
+//! locked file gives an empty [`State`] and a
 //! [`Problem`] that the run shows as `nvidia_gpu_collector_state_ok 0` and one
 //! line on stderr.
 //!

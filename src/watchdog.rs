@@ -9,11 +9,14 @@
 //! - [`collect`] returns by `reading_ends` plus a few milliseconds, whatever NVML
 //!   does: a worker stuck in a driver call is abandoned, never joined;
 //! - the snapshot it returns always holds `nvidia_gpu_collector_up`, the build
-//!   info, the run's timestamp and duration; on failure also
-//!   `nvidia_gpu_collector_error{reason}` and no device series at all;
+//!   info, the run's timestamp (when reading ended, or the failure) and a
+//!   duration that [`Deadline::stamp_duration`] sets again right before
+//!   rendering; on failure also `nvidia_gpu_collector_error{reason}` and no
+//!   device series at all;
 //! - [`Deadline::arm`] ends the process with [`Exit::Timeout`] shortly after the
-//!   deadline if anything else blocks (a file system that hangs, `/proc` reads),
-//!   naming the phase it was in, so no run outlives its timeout.
+//!   deadline if anything else blocks (a file system that hangs, `/proc` reads,
+//!   a standard output or error nobody reads), naming the phase it was in
+//!   without waiting to log it, so no run outlives its timeout.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
