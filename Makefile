@@ -4,7 +4,8 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/demo-h100x8.toml
 
-.PHONY: build deps test demo run lint deb bench test-packaging test-arm64 copyright
+.PHONY: build deps test demo run lint deb bench test-packaging test-arm64 copyright \
+	nspawn-bookworm nspawn-trixie arm64-package
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
@@ -27,8 +28,10 @@ test: deps
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/e2e/nss-users.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
 	FAULT_MATRIX_BIN=$(BIN) FAULT_MATRIX_NVML=$(FAKE_NVML) tests/fault-matrix/run.sh
-	$(MAKE) test-packaging
-	tests/packaging/arm64-test.sh
+	tests/packaging/host-test.sh
+	# The two booted containers mostly wait on their timers; they and the arm64
+	# cross build run side by side (each one's output printed when it ends).
+	$(MAKE) -j3 --output-sync=target nspawn-bookworm nspawn-trixie arm64-package
 
 ## demo: run the real binary against the fake 8x H100 node (its samples follow the wall clock,
 ## so every run shows the utilization since the previous one); writes demo/nvidia_gpu.prom
@@ -60,15 +63,22 @@ copyright:
 ## test-packaging: the .deb on this host, then under systemd in booted Debian 12 and 13 containers (root)
 test-packaging:
 	tests/packaging/host-test.sh
+	$(MAKE) -j2 --output-sync=target nspawn-bookworm nspawn-trixie
+
+# One booted container each, and the arm64 package test: the parts make test runs side by side.
+nspawn-bookworm:
 	tests/packaging/nspawn-test.sh bookworm
+nspawn-trixie:
 	tests/packaging/nspawn-test.sh trixie
+arm64-package:
+	tests/packaging/arm64-test.sh
 
 ## test-arm64: the cross-built arm64 .deb, its binary under qemu-user against the amd64 one
 ## (installs the cross toolchain first, as root; make test runs it too)
 test-arm64:
 	tests/install-deps.sh --arm64
 	$(MAKE) build
-	tests/packaging/arm64-test.sh
+	$(MAKE) arm64-package
 
 ## bench: snapshot cost against the fake NVML with real call latencies, and the
 ## render/publish micro-benchmark (ratios measured side by side; not part of test)

@@ -81,6 +81,7 @@ check "runs under qemu-user: --version" \
 normalized() {
     sed -E -e 's/^nvidia_gpu_collector_duration_seconds .*/nvidia_gpu_collector_duration_seconds <duration>/' \
         -e 's/^nvidia_gpu_collector_timestamp_seconds .*/nvidia_gpu_collector_timestamp_seconds <timestamp>/' \
+        -e 's/^(nvidia_gpu_collector_step_duration_seconds\{[^}]*\}) .*/\1 <duration>/' \
         -e 's/^(nvidia_gpu_gpm_window_seconds\{[^}]*\}) .*/\1 <window>/'
 }
 # run_case DIR SCENARIO FAKE BINARY... -- ARGS...: one run with a fresh state
