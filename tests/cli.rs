@@ -1793,11 +1793,7 @@ fn a_clock_stepped_back_counts_nothing_twice() {
     assert_eq!(later.2, Some(0.5));
 
     // Samples stamped a day ahead of the system clock, then the clock put right.
-    let now_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
-    let aligned = now_us / (2 * SECOND) * (2 * SECOND);
+    let aligned = now_on_the_sample_grid();
     let ahead = window_of(&run_at(
         "duty-cycle",
         state.path(),
@@ -2370,10 +2366,7 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
     // The second GPU (index 1, bus 00000000:2A:00.0) is gone.
     let runs = after_a_healthy_run(
         "NVRM: Xid (PCI:0000:2a:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
-        |text| {
-            let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
-            format!("{}{}", &text[..starts[1]], &text[starts[2]..])
-        },
+        without_the_second_gpu,
         2,
     );
     for (status, text) in &runs {
@@ -3011,10 +3004,7 @@ fn gpus_without_an_identity_of_their_own_publish_no_totals() {
 /// and no GPU is said to have left while one cannot be told.
 #[test]
 fn an_index_two_known_gpus_share_tells_no_identity() {
-    let seven = |text: String| {
-        let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
-        format!("{}{}", &text[..starts[1]], &text[starts[2]..])
-    };
+    let seven = without_the_second_gpu;
     let state = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let journal = tempfile::tempdir().unwrap();
@@ -3052,11 +3042,7 @@ fn an_index_two_known_gpus_share_tells_no_identity() {
 fn a_process_reads_its_gpus_utilization_after_a_clock_step() {
     // Samples stamped a day ahead of the system clock, then the clock put
     // right: the system clock is behind the last sample consumed.
-    let now_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
-    let aligned = now_us / (2 * SECOND) * (2 * SECOND);
+    let aligned = now_on_the_sample_grid();
     let state = tempfile::tempdir().unwrap();
     let args = ["--collector", "processes"];
     stored_run("duty-cycle", state.path(), aligned + 86_400 * SECOND, &args);
@@ -3071,4 +3057,20 @@ fn a_process_reads_its_gpus_utilization_after_a_clock_step() {
     .unwrap();
     assert!((process - gpu).abs() < 0.01, "process {process}, GPU {gpu}");
     assert!(gpu > 0.3, "{text}");
+}
+
+/// The system clock in µs, on the 2 s grid of duty-cycle's sample pattern.
+fn now_on_the_sample_grid() -> u64 {
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    now_us / (2 * SECOND) * (2 * SECOND)
+}
+
+/// A scenario's text without its second GPU (index 1): what NVML lists after
+/// a driver reload without that GPU.
+fn without_the_second_gpu(text: String) -> String {
+    let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+    format!("{}{}", &text[..starts[1]], &text[starts[2]..])
 }
