@@ -3074,3 +3074,32 @@ fn without_the_second_gpu(text: String) -> String {
     let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
     format!("{}{}", &text[..starts[1]], &text[starts[2]..])
 }
+
+/// A window the exporter chooses (`auto`) leaves the other reads room to run
+/// past their expected time: GPU 0's temperature read takes 400 ms, and a
+/// first run (nothing learnt yet), threads or one GPU after another, still
+/// publishes in full within the timeout.
+#[test]
+fn slow_reads_fit_an_auto_window() {
+    for mode in [&[][..], &["--sequential"][..]] {
+        let state = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "--stdout",
+            "--write-state",
+            "--timeout",
+            "3s",
+            "--gpm-window",
+            "auto",
+        ];
+        args.extend_from_slice(mode);
+        for run in 0..2 {
+            let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+            assert_eq!(output.code(), Some(0), "{mode:?} run {run}: {output:?}");
+            let text = String::from_utf8(output.stdout).unwrap();
+            // The window chosen, 1.96 s, or longer where the reads ran past
+            // it; always within the 2.4 s a run may read.
+            let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
+            assert!((1.9..2.4).contains(&window), "{mode:?} run {run}: {window}");
+        }
+    }
+}

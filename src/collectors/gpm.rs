@@ -77,15 +77,21 @@ impl std::str::FromStr for WindowRequest {
 }
 
 /// The GPM window a run uses: what was asked for (a duration must fit in
-/// `reading`, the time a run may read for; `auto` takes all of it but the
-/// time the second sample needs), or else `default` shortened to what
-/// `reading` leaves; zero (GPM off) when that is under [`MIN_WINDOW`].
+/// `reading`, the time a run may read for, with the time the second sample
+/// needs; `auto` takes all of it but that and [`reads_reserve`]), or else
+/// `default` shortened to what `reading` leaves after both; zero (GPM off)
+/// when that is under [`MIN_WINDOW`].
 pub fn window(
     given: Option<WindowRequest>,
     default: Duration,
     reading: Duration,
 ) -> Result<Duration, String> {
     let fits = reading.saturating_sub(AFTER_WINDOW);
+    // A window the exporter chooses also leaves the other reads room to run
+    // past its end: they are timed from how long they took in the previous
+    // run, and take longer on a first run, a slow driver, or GPUs read one
+    // after another.
+    let chosen = fits.saturating_sub(reads_reserve(reading));
     let at_least_min = |window: Duration| {
         if window < MIN_WINDOW {
             Duration::ZERO
@@ -103,9 +109,17 @@ pub fn window(
             humantime::format_duration(AFTER_WINDOW),
         )),
         Some(WindowRequest::Exactly(window)) => Ok(window),
-        Some(WindowRequest::Longest) => Ok(at_least_min(fits)),
-        None => Ok(at_least_min(default.min(fits))),
+        Some(WindowRequest::Longest) => Ok(at_least_min(chosen)),
+        None => Ok(at_least_min(default.min(chosen))),
     }
+}
+
+/// The time a window the exporter chooses (`auto`, or the default shortened
+/// to fit) keeps free before the second sample is due: a tenth of the time a
+/// run may read, at most 1 s. On an H200 the reads of one GPU take about
+/// 50 ms.
+fn reads_reserve(reading: Duration) -> Duration {
+    (reading / 10).min(Duration::from_secs(1))
 }
 
 /// Why the GPM metrics of a GPU that supports GPM are missing from a run.

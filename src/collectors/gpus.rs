@@ -183,7 +183,11 @@ struct Opened<'n> {
     reader: DeviceReader<'n>,
     identity: Identity,
     windows: Vec<Box<dyn Window<'n> + 'n>>,
-    reads_start: Option<Instant>,
+    /// When the first window ends, if one is open.
+    windows_end: Option<Instant>,
+    /// How long the reads are expected to take (the previous run's, plus a
+    /// margin).
+    lead: Duration,
     /// When the reads started and ended, once they ran.
     reads: Option<(Instant, Instant)>,
 }
@@ -206,16 +210,13 @@ impl<'n> Gpu<'n> {
             .iter()
             .filter_map(|c| c.hooks.open.and_then(|open| open(&mut reader, settings)))
             .collect();
-        let reads_start = windows
-            .iter()
-            .map(|w| w.ends())
-            .min()
-            .map(|ends| ends.checked_sub(lead).unwrap_or(ends));
+        let windows_end = windows.iter().map(|w| w.ends()).min();
         Ok(Opened {
             reader,
             identity: self.identity,
             windows,
-            reads_start,
+            windows_end,
+            lead,
             reads: None,
         })
     }
@@ -267,6 +268,12 @@ impl Opened<'_> {
     }
 }
 
+/// When reads that take `lead` start so that they end as the windows do
+/// (`windows_end`); `None` (at once) without a window.
+fn reads_start(windows_end: Option<Instant>, lead: Duration) -> Option<Instant> {
+    windows_end.map(|ends| ends.checked_sub(lead).unwrap_or(ends))
+}
+
 /// Sleeps until `when`, if it is still ahead.
 fn wait_until(when: Option<Instant>) {
     if let Some(wait) = when.map(|when| when.saturating_duration_since(Instant::now())) {
@@ -290,7 +297,7 @@ fn read_in_parallel(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
                             Ok(opened) => opened,
                             Err(down) => return *down,
                         };
-                        wait_until(opened.reads_start);
+                        wait_until(reads_start(opened.windows_end, opened.lead));
                         opened.read(&settings.collectors);
                         opened.close()
                     });
@@ -318,11 +325,12 @@ fn read_in_parallel(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
 fn read_in_sequence(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
     let mut opened: Vec<Result<Opened<'_>, Box<Device>>> =
         gpus.into_iter().map(|gpu| gpu.open(settings)).collect();
-    let reads_start = opened
-        .iter()
-        .filter_map(|gpu| gpu.as_ref().ok().and_then(|gpu| gpu.reads_start))
-        .min();
-    wait_until(reads_start);
+    // One GPU's reads follow another's: they start as long before the first
+    // window ends as all of them take.
+    let ready: Vec<&Opened<'_>> = opened.iter().flatten().collect();
+    let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
+    let lead = ready.iter().map(|gpu| gpu.lead).sum();
+    wait_until(reads_start(windows_end, lead));
     for gpu in opened.iter_mut().flatten() {
         gpu.read(&settings.collectors);
     }
