@@ -2301,13 +2301,14 @@ fn edited_scenario(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) 
 }
 
 /// A healthy h100x8 run with a state directory, then a kernel line `xid` in
-/// the journal and runs of h100x8 changed by `edit` (their exit statuses and
-/// texts, `runs` of them): how a GPU that fails after a good run is reported.
+/// the journal and runs of h100x8 changed by `edit` (their exit statuses,
+/// texts and standard errors, `runs` of them): how a GPU that fails after a
+/// good run is reported.
 fn after_a_healthy_run(
     xid: &str,
     edit: impl FnOnce(String) -> String,
     runs: usize,
-) -> Vec<(Option<i32>, String)> {
+) -> Vec<(Option<i32>, String, String)> {
     let (state, dir, journal) = (
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
@@ -2319,7 +2320,11 @@ fn after_a_healthy_run(
             state.path(),
             journal.path(),
         );
-        (output.code(), String::from_utf8(output.stdout).unwrap())
+        (
+            output.code(),
+            String::from_utf8(output.stdout.clone()).unwrap(),
+            output.err(),
+        )
     };
     let healthy = edited_scenario(dir.path(), "healthy", |text| text);
     assert_eq!(run(&healthy).0, Some(0));
@@ -2341,7 +2346,7 @@ fn a_lost_gpus_xid_79_counts_as_its_own() {
         |text| text.replacen("[[gpu]]\n", "[[gpu]]\nlost = true\n", 1),
         1,
     );
-    let (status, text) = &runs[0];
+    let (status, text, _) = &runs[0];
     assert_eq!(*status, Some(4), "{text}");
     assert!(
         text.contains(
@@ -2369,7 +2374,13 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
         without_the_second_gpu,
         2,
     );
-    for (status, text) in &runs {
+    // Logged when it leaves, not again every run.
+    let said: Vec<usize> = runs
+        .iter()
+        .map(|(_, _, stderr)| stderr.matches("is no longer enumerated").count())
+        .collect();
+    assert_eq!(said, [1, 0], "{runs:?}");
+    for (status, text, _) in &runs {
         assert_eq!(*status, Some(4), "{text}");
         let gone = r#"{gpu="1",uuid="GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354""#;
         for line in [

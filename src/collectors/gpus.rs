@@ -55,6 +55,9 @@ pub struct Reading {
     pub devices: Vec<Device>,
 }
 
+/// The state key that marks a GPU already reported as having left
+/// enumeration (its reading, once it is back, no longer leaves it).
+const LEFT_KEY: &str = "left_enumeration";
 /// The state key of how long a GPU's reads took in the previous run, µs.
 const READS_KEY: &str = "reads_us";
 /// Time added to the remembered duration of the reads, so that they end
@@ -118,12 +121,19 @@ pub fn read(
         read_in_sequence(gpus, settings)
     };
     for gone in resolution.missing {
-        log::warn!(
-            "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
-            gone.index,
-            gone.uuid,
-            gone.pci_bus_id
-        );
+        let mut remembered = memory.get(&gone.uuid).cloned().unwrap_or_default();
+        // Said once, when it leaves; the file says it every run.
+        if remembered
+            .insert(LEFT_KEY.to_owned(), "1".to_owned())
+            .is_none()
+        {
+            log::warn!(
+                "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
+                gone.index,
+                gone.uuid,
+                gone.pci_bus_id
+            );
+        }
         let identity = Identity {
             uuid: gone.uuid,
             pci_bus_id: gone.pci_bus_id,
@@ -132,7 +142,7 @@ pub fn read(
         };
         let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
         // Its running totals stay in the state for when it comes back.
-        device.remembered = memory.get(&identity.uuid).cloned().unwrap_or_default();
+        device.remembered = remembered;
         devices.push(device);
     }
     Ok(Reading {
