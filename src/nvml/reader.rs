@@ -182,8 +182,9 @@ impl<'n> DeviceReader<'n> {
         if requests.is_empty() {
             return Vec::new();
         }
+        let scheme = self.device.nvml().field_id_scheme();
         match self.read_raw(fields::CALL, |lib, handle| {
-            fields::fetch(lib, handle, requests)
+            fields::fetch(lib, handle, scheme, requests)
         }) {
             Some(values) => values.into_iter().map(Some).collect(),
             None => requests.iter().map(|_| None).collect(),
