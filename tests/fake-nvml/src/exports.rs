@@ -361,6 +361,65 @@ export! {
         put(temp, d.gpu().temperature)
     }
 
+    fn nvmlDeviceGetTemperatureV(device: nvmlDevice_t, temperature: *mut nvmlTemperature_t) {
+        let d = device_call(SYM, device, !temperature.is_null(), OnMig::NotSupported)?;
+        if (*temperature).version != NVML_TEMPERATURE_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        if (*temperature).sensorType != 0 {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let celsius = d.gpu().temperature.ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        (*temperature).temperature = celsius as c_int;
+        Ok(())
+    }
+
+    fn nvmlDeviceGetGpuFabricInfo(device: nvmlDevice_t, gpuFabricInfo: *mut nvmlGpuFabricInfo_t) {
+        let d = device_call(SYM, device, !gpuFabricInfo.is_null(), OnMig::NotSupported)?;
+        let f = d.gpu().fabric.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        gpuFabricInfo.write(nvmlGpuFabricInfo_t {
+            clusterUuid: f.cluster_uuid,
+            status: f.status,
+            cliqueId: f.clique_id,
+            state: f.state,
+        });
+        Ok(())
+    }
+
+    fn nvmlDeviceGetGpuFabricInfoV(
+        device: nvmlDevice_t,
+        gpuFabricInfo: *mut nvmlGpuFabricInfo_v3_t,
+    ) {
+        let d = device_call(SYM, device, !gpuFabricInfo.is_null(), OnMig::NotSupported)?;
+        let f = d.gpu().fabric.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let version = (*gpuFabricInfo).version;
+        match (version, f.max_version) {
+            (NVML_GPU_FABRIC_INFO_V3, 3) => gpuFabricInfo.write(nvmlGpuFabricInfo_v3_t {
+                version,
+                clusterUuid: f.cluster_uuid,
+                status: f.status,
+                cliqueId: f.clique_id,
+                state: f.state,
+                healthMask: f.health_mask,
+                healthSummary: f.health_summary,
+            }),
+            (NVML_GPU_FABRIC_INFO_V2, 2) => {
+                gpuFabricInfo
+                    .cast::<nvmlGpuFabricInfo_v2_t>()
+                    .write(nvmlGpuFabricInfo_v2_t {
+                        version,
+                        clusterUuid: f.cluster_uuid,
+                        status: f.status,
+                        cliqueId: f.clique_id,
+                        state: f.state,
+                        healthMask: f.health_mask,
+                    })
+            }
+            _ => return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
+        }
+        Ok(())
+    }
+
     fn nvmlDeviceGetTemperatureThreshold(
         device: nvmlDevice_t,
         thresholdType: nvmlTemperatureThresholds_t,
@@ -463,21 +522,29 @@ export! {
         let outs_ok = valuesCount >= 0 && (valuesCount == 0 || !values.is_null());
         let d = device_call(SYM, device, outs_ok, OnMig::NotSupported)?;
         let fields = &d.gpu().fields;
+        let signed = &d.gpu().signed_fields;
         let timestamp = now_us();
         for i in 0..valuesCount as usize {
             let v = &mut *values.add(i);
-            let found = fields
-                .get(&(v.fieldId, Some(v.scopeId)))
-                .or_else(|| fields.get(&(v.fieldId, None)));
+            let key = (v.fieldId, Some(v.scopeId));
+            let any_scope = (v.fieldId, None);
+            let found = fields.get(&key).or_else(|| fields.get(&any_scope));
+            let found_signed = signed.get(&key).or_else(|| signed.get(&any_scope));
             v.timestamp = timestamp;
             v.latencyUsec = 0;
             v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-            match found {
-                Some(value) => {
+            match (found, found_signed) {
+                (Some(value), _) => {
                     v.nvmlReturn = NVML_SUCCESS;
                     v.value.ullVal = *value;
                 }
-                None => {
+                (None, Some(value)) => {
+                    v.nvmlReturn = NVML_SUCCESS;
+                    v.valueType = NVML_VALUE_TYPE_SIGNED_INT;
+                    v.value.ullVal = 0;
+                    v.value.siVal = *value;
+                }
+                (None, None) => {
                     v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
                     v.value.ullVal = 0;
                 }

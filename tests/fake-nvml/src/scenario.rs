@@ -44,6 +44,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetBAR1MemoryInfo",
     "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTemperatureV",
     "nvmlDeviceGetTemperatureThreshold",
     "nvmlDeviceGetMarginTemperature",
     "nvmlDeviceGetPowerUsage",
@@ -95,6 +96,8 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetSamples",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetGpuFabricInfoV",
     "nvmlGpmQueryDeviceSupport",
     "nvmlGpmSampleGet",
     "nvmlGpmMigSampleGet",
@@ -212,6 +215,12 @@ pub struct Gpu {
     pub nvlink_fields: bool,
     #[serde(default)]
     pub field_values: BTreeMap<String, u64>,
+    /// Like `field_values`, answered as `NVML_VALUE_TYPE_SIGNED_INT` (a
+    /// negative T.Limit threshold); a key in both is rejected.
+    #[serde(default)]
+    pub signed_field_values: BTreeMap<String, i32>,
+    /// `nvmlDeviceGetGpuFabricInfo(V)`; absent: both answer NOT_SUPPORTED.
+    pub fabric: Option<Fabric>,
     pub max_mig_device_count: Option<u32>,
     pub mig_devices: Option<Vec<MigDevice>>,
     pub processes: Option<Vec<Process>>,
@@ -231,6 +240,40 @@ pub struct Gpu {
     /// `field_values` keyed by `(fieldId, scopeId)`; filled by validation.
     #[serde(skip)]
     pub fields: HashMap<(u32, Option<u32>), u64>,
+    /// `signed_field_values` keyed likewise; filled by validation.
+    #[serde(skip)]
+    pub signed_fields: HashMap<(u32, Option<u32>), i32>,
+}
+
+/// The GPU's NVLink fabric info, raw (nvml.h `nvmlGpuFabricInfo_v3_t`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fabric {
+    /// `NVML_GPU_FABRIC_STATE_*`: 0 not supported, 1 not started, 2 in progress, 3 completed.
+    pub state: u8,
+    /// An NVML return code (0 success).
+    #[serde(default)]
+    pub status: u32,
+    /// 16 bytes.
+    #[serde(default)]
+    pub cluster_uuid: [u8; 16],
+    #[serde(default)]
+    pub clique_id: u32,
+    /// Written by struct versions 2 and 3 only.
+    #[serde(default)]
+    pub health_mask: u32,
+    /// Written by struct version 3 only.
+    #[serde(default)]
+    pub health_summary: u8,
+    /// The one struct version `nvmlDeviceGetGpuFabricInfoV` accepts (2 or 3,
+    /// default 3); any other answers ARGUMENT_VERSION_MISMATCH, as the H200
+    /// of driver 580 answers v1 and v2.
+    #[serde(default = "fabric_version")]
+    pub max_version: u32,
+}
+
+fn fabric_version() -> u32 {
+    3
 }
 
 #[derive(Debug, Deserialize)]
@@ -814,7 +857,22 @@ impl Scenario {
                 })?;
                 fields.insert(parsed, *value);
             }
+            let mut signed = HashMap::new();
+            for (key, value) in &gpu.signed_field_values {
+                let parsed = parse_field_key(key).ok_or_else(|| {
+                    at(&format!(
+                        "signed_field_values: key `{key}` is neither \"fieldId\" nor \"fieldId:scopeId\""
+                    ))
+                })?;
+                if fields.contains_key(&parsed) {
+                    return Err(at(&format!(
+                        "signed_field_values: key `{key}` is in field_values too"
+                    )));
+                }
+                signed.insert(parsed, *value);
+            }
             gpu.fields = fields;
+            gpu.signed_fields = signed;
         }
         Ok(())
     }

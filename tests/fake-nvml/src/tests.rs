@@ -75,6 +75,34 @@ fn layouts_match_nvml_bindings() {
         [version, marginTemperature]
     );
     same_layout!(
+        nvmlTemperature_t,
+        sys::nvmlTemperature_v1_t,
+        [version, sensorType, temperature]
+    );
+    same_layout!(
+        nvmlGpuFabricInfo_t,
+        sys::nvmlGpuFabricInfo_t,
+        [clusterUuid, status, cliqueId, state]
+    );
+    same_layout!(
+        nvmlGpuFabricInfo_v2_t,
+        sys::nvmlGpuFabricInfo_v2_t,
+        [version, clusterUuid, status, cliqueId, state, healthMask]
+    );
+    same_layout!(
+        nvmlGpuFabricInfo_v3_t,
+        sys::nvmlGpuFabricInfo_v3_t,
+        [
+            version,
+            clusterUuid,
+            status,
+            cliqueId,
+            state,
+            healthMask,
+            healthSummary
+        ]
+    );
+    same_layout!(
         nvmlViolationTime_t,
         sys::nvmlViolationTime_t,
         [referenceTime, violationTime]
@@ -252,7 +280,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 80);
+    assert_eq!(n, 83);
 }
 
 #[test]
