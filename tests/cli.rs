@@ -3114,3 +3114,372 @@ fn slow_reads_fit_an_auto_window() {
         }
     }
 }
+
+/// A scenario file written from `name`'s text with each `(from, to)` replaced
+/// (each must occur), in `dir`.
+fn scenario_edited(dir: &Path, name: &str, edits: &[(&str, &str)]) -> String {
+    let mut text = fs::read_to_string(scenario(name)).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{name} lacks {from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.join(format!("{name}-edited.toml"));
+    fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The value of the series `name` with `labels` of GPU `gpu`.
+fn gpu_value(samples: &Samples, name: &str, gpu: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut all = vec![("gpu", gpu)];
+    all.extend_from_slice(labels);
+    test_support::exposition::value(samples, name, &all)
+}
+
+/// HGX H100 with NVSwitches: the fabric is completed on both GPUs; a health
+/// mask that is not zero (every condition "false") is no fault, and the
+/// degraded GPU says degraded bandwidth and limited capacity, nothing else.
+#[test]
+fn hgx_fabric_completed_healthy_and_degraded() {
+    let (_, samples) = golden_case("hgx-h100-fabric", "hgx-h100-fabric", &[], 0);
+    let condition = |gpu, condition| {
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health_condition",
+            gpu,
+            &[("condition", condition)],
+        )
+    };
+    for gpu in ["0", "1"] {
+        let state = |state| {
+            gpu_value(
+                &samples,
+                "nvidia_gpu_fabric_state",
+                gpu,
+                &[("state", state)],
+            )
+        };
+        assert_eq!(state("completed"), Some(1.0));
+        assert_eq!(state("not_started"), Some(0.0));
+        for healthy in [
+            "route_recovery",
+            "route_unhealthy",
+            "access_timeout_recovery",
+            "incorrect_configuration",
+        ] {
+            assert_eq!(condition(gpu, healthy), Some(0.0), "GPU {gpu} {healthy}");
+        }
+    }
+    assert_eq!(condition("0", "degraded_bandwidth"), Some(0.0));
+    assert_eq!(condition("1", "degraded_bandwidth"), Some(1.0));
+    let summary = |gpu, summary| {
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health",
+            gpu,
+            &[("health", summary)],
+        )
+    };
+    assert_eq!(summary("0", "healthy"), Some(1.0));
+    assert_eq!(summary("1", "limited_capacity"), Some(1.0));
+}
+
+/// Older drivers: struct version 2 (no summary) and the unversioned call
+/// (no health at all) give what they have.
+#[test]
+fn fabric_from_older_drivers_gives_what_they_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = scenario_edited(
+        dir.path(),
+        "hgx-h100-fabric",
+        &[(
+            "health_summary = 1 }",
+            "health_summary = 1, max_version = 2 }",
+        )],
+    );
+    let run = ex().run(&v2).stdout().finish().unwrap();
+    run.assert_status(0);
+    let samples = run.samples();
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health_condition",
+            "0",
+            &[("condition", "degraded_bandwidth")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health",
+            "0",
+            &[("health", "healthy")]
+        ),
+        None
+    );
+    assert!(run.stderr.is_empty(), "{run:?}");
+
+    let lib = fake_without(dir.path(), &["nvmlDeviceGetGpuFabricInfoV"]);
+    let run = ex()
+        .run("hgx-h100-fabric")
+        .stdout()
+        .lib(lib)
+        .finish()
+        .unwrap();
+    run.assert_status(0);
+    assert!(run.stderr.is_empty(), "{run:?}");
+    let samples = run.samples();
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_state",
+            "1",
+            &[("state", "completed")]
+        ),
+        Some(1.0)
+    );
+    assert!(!samples
+        .keys()
+        .any(|s| s.name.starts_with("nvidia_gpu_fabric_health")));
+}
+
+/// GB200: the NVLink 5 counters, summed by default and per link on request
+/// (link 7's 505 recoveries), the Hopper counters absent; the clock event
+/// times at the ids drivers from 580.82 answer them (269-271).
+#[test]
+fn gb200_nvlink5_counters_and_clique() {
+    golden_case("gb200-nvl72", "gb200-nvl72", &[], 0);
+    let (_, samples) = golden_case(
+        "gb200-nvl72-links",
+        "gb200-nvl72",
+        &["--collector", "nvlink-links"],
+        0,
+    );
+    let link = |name, link: &str, labels: &[(&str, &str)]| {
+        let mut all = vec![("link", link)];
+        all.extend_from_slice(labels);
+        gpu_value(&samples, name, "0", &all)
+    };
+    assert_eq!(
+        link(
+            "nvidia_gpu_nvlink_link_recoveries_total",
+            "7",
+            &[("result", "successful")]
+        ),
+        Some(505.0)
+    );
+    assert_eq!(
+        link(
+            "nvidia_gpu_nvlink_link_recoveries_total",
+            "6",
+            &[("result", "successful")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        link(
+            "nvidia_gpu_nvlink_link_errors_total",
+            "7",
+            &[("counter", "effective")]
+        ),
+        Some(12.0)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_clocks_event_seconds_total",
+            "0",
+            &[("reason", "sw_thermal_slowdown")]
+        ),
+        Some(2.5)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_info",
+            "0",
+            &[("clique_id", "3")]
+        ),
+        Some(1.0)
+    );
+}
+
+/// B200 on an HGX board: fabric and NVLink 5 counters at zero.
+#[test]
+fn b200_fabric_and_nvlink5() {
+    let (_, samples) = golden_case("b200", "b200", &[], 0);
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_nvlink_recoveries_total",
+            "0",
+            &[("result", "failed")]
+        ),
+        Some(0.0)
+    );
+}
+
+/// The H200 as it answers (driver 580): no fabric series, the PCIe counters,
+/// the T.Limit thresholds -8/-2; its link trained at Gen2 x8 of Gen5 x16.
+#[test]
+fn pcie_trained_low_shows_against_its_maxima() {
+    let (_, samples) = golden_case(
+        "pcie-trained-low",
+        "pcie-trained-low",
+        &["--collector", "pcie-errors"],
+        0,
+    );
+    assert!(!samples
+        .keys()
+        .any(|s| s.name.starts_with("nvidia_gpu_fabric")));
+    let value = |name| gpu_value(&samples, name, "0", &[]);
+    assert_eq!(value("nvidia_gpu_pcie_link_generation"), Some(2.0));
+    assert_eq!(value("nvidia_gpu_pcie_link_max_generation"), Some(5.0));
+    assert_eq!(value("nvidia_gpu_pcie_link_width"), Some(8.0));
+    assert_eq!(value("nvidia_gpu_pcie_link_max_width"), Some(16.0));
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_pcie_errors_total",
+            "0",
+            &[("kind", "l0_to_recovery")]
+        ),
+        Some(57.0)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_temperature_margin_threshold_celsius",
+            "0",
+            &[("threshold", "shutdown")]
+        ),
+        Some(-8.0)
+    );
+}
+
+/// Readings fixed per driver (PCIe maxima, T.Limit thresholds, "on no
+/// fabric") are read on the first run and taken from the state after: the
+/// second run gives the same values with none of those calls answering.
+#[test]
+fn fixed_readings_are_read_once_per_driver() {
+    let state = tempfile::tempdir().unwrap();
+    let first = exporter_with_state(
+        "pcie-trained-low",
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[],
+    );
+    assert_eq!(first.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let failing = scenario_edited(
+        dir.path(),
+        "pcie-trained-low",
+        &[(
+            "fabric = { state = 0 }",
+            "fabric = { state = 0 }\nerrors = { nvmlDeviceGetGpuFabricInfoV = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkGeneration = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkWidth = \"UNKNOWN\" }",
+        )],
+    );
+    let second = exporter_with_state(&failing, state.path(), &["--stdout", "--write-state"], &[]);
+    assert_eq!(second.code(), Some(0));
+    let samples = second.samples();
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_collector_read_errors", "0", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_pcie_link_max_width", "0", &[]),
+        Some(16.0)
+    );
+}
+
+/// A link active earlier in this boot that is down now is counted lost (the
+/// state remembers which links were seen active); a fresh state knows none.
+#[test]
+fn a_link_that_went_down_is_counted_lost() {
+    let state = tempfile::tempdir().unwrap();
+    let first = exporter_with_state(
+        "nvlink-fields",
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[],
+    );
+    assert_eq!(first.code(), Some(0));
+    assert_eq!(
+        gpu_value(&first.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(0.0)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let down = scenario_edited(
+        dir.path(),
+        "nvlink-fields",
+        &[(
+            "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
+            "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
+        )],
+    );
+    let second = exporter_with_state(&down, state.path(), &["--stdout", "--write-state"], &[]);
+    assert_eq!(second.code(), Some(0));
+    let samples = second.samples();
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_active", "0", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(1.0)
+    );
+    let fresh = exporter(&down, &["--stdout"]);
+    assert_eq!(
+        gpu_value(&fresh.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(0.0)
+    );
+}
+
+/// NVML 13 deprecates nvmlDeviceGetTemperature, nvmlDeviceGetViolationStatus
+/// and the *ClocksThrottleReasons calls: the replacements are used, and a
+/// driver without a call (old or new) costs only that reading, quietly.
+#[test]
+fn deprecated_calls_are_replaced_and_any_one_may_be_missing() {
+    let libs = tempfile::tempdir().unwrap();
+    let full = baseline("h100x8");
+    for (missing, lost) in [
+        (vec!["nvmlDeviceGetTemperature"], None),
+        (vec!["nvmlDeviceGetTemperatureV"], None),
+        (
+            vec!["nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"],
+            Some("nvidia_gpu_temperature_celsius"),
+        ),
+        // h100x8 has no violation fields: the function was its only source.
+        (
+            vec!["nvmlDeviceGetViolationStatus"],
+            Some("nvidia_gpu_violation_seconds_total"),
+        ),
+        (
+            vec![
+                "nvmlDeviceGetCurrentClocksThrottleReasons",
+                "nvmlDeviceGetSupportedClocksThrottleReasons",
+            ],
+            None,
+        ),
+    ] {
+        let lib = fake_without(libs.path(), &missing);
+        let run = ex().run("h100x8").stdout().lib(lib).finish().unwrap();
+        run.assert_status(0);
+        assert!(run.stderr.is_empty(), "{missing:?}: {run:?}");
+        let got = run.samples();
+        for (series, value) in &full {
+            if series.name.starts_with("nvidia_gpu_collector_")
+                || Some(series.name.as_str()) == lost
+            {
+                continue;
+            }
+            assert!(
+                got.contains_key(series),
+                "{missing:?}: {series:?} ({value}) is missing"
+            );
+        }
+        if let Some(lost) = lost {
+            assert!(!got.keys().any(|s| s.name == lost), "{missing:?}");
+        }
+    }
+}

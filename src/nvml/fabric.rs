@@ -135,7 +135,7 @@ impl Summary {
         Summary::LimitedCapacity,
     ];
 
-    /// The `summary` label value.
+    /// The `health` label value.
     pub fn label(self) -> &'static str {
         match self {
             Summary::Healthy => "healthy",

@@ -370,7 +370,9 @@ export! {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
         let celsius = d.gpu().temperature.ok_or(NVML_ERROR_NOT_SUPPORTED)?;
-        (*temperature).temperature = celsius as c_int;
+        // A sentinel beyond the signed range stays one (INT_MAX), rather
+        // than wrapping to a plausible -1.
+        (*temperature).temperature = c_int::try_from(celsius).unwrap_or(c_int::MAX);
         Ok(())
     }
 
