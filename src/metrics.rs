@@ -344,6 +344,8 @@ families! {
         "NVLink errors by link and counter: replay, recovery, crc_flit, crc_data; effective, symbol on NVLink 5 (only with --collector nvlink-links).";
     NVLINK_LINK_RECOVERIES: Counter(Count), "nvidia_gpu_nvlink_link_recoveries_total", ["link", "result"],
         "NVLink link recoveries by link and result (successful, failed); NVLink 5 and newer (only with --collector nvlink-links).";
+    NVLINK_LINK_BIT_ERROR: Gauge(Ratio), "nvidia_gpu_nvlink_link_bit_error_ratio", ["link", "kind"],
+        "NVLink bit error rate the link reports, by link and kind (effective, symbol); NVLink 5 and newer (only with --collector nvlink-links).";
     NVLINK_LINK_TRANSMIT: Counter(Bytes), "nvidia_gpu_nvlink_link_transmit_bytes_total", ["link"],
         "Data bytes sent over the NVLink link, by link (only with --collector nvlink-links).";
     NVLINK_LINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],

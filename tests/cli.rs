@@ -3244,7 +3244,7 @@ fn fabric_from_older_drivers_gives_what_they_have() {
 }
 
 /// GB200: the NVLink 5 counters, summed by default and per link on request
-/// (link 7's 505 recoveries), the Hopper counters absent; the clock event
+/// (link 7's 505 recoveries, its bit error rates), the Hopper counters absent; the clock event
 /// times at the ids drivers from 580.82 answer them (269-271).
 #[test]
 fn gb200_nvlink5_counters_and_clique() {

@@ -276,11 +276,12 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "nvlink-links",
         default: false,
-        help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter).",
+        help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter), on NVLink 5 recoveries, effective and symbol errors and bit error rates instead of the Hopper counters (up to 9 a link, no extra calls).",
         families: &[
             metrics::NVLINK_LINK_ACTIVE.family(),
             metrics::NVLINK_LINK_ERRORS.family(),
             metrics::NVLINK_LINK_RECOVERIES.family(),
+            metrics::NVLINK_LINK_BIT_ERROR.family(),
             metrics::NVLINK_LINK_TRANSMIT.family(),
             metrics::NVLINK_LINK_RECEIVE.family(),
         ],

@@ -38,6 +38,8 @@ const LINK_RECOVERY_FAILED: u32 = 214;
 const LINK_RECOVERY_EVENTS: u32 = 215;
 const EFFECTIVE_ERRORS: u32 = 219;
 const SYMBOL_ERRORS: u32 = 221;
+const EFFECTIVE_BER: u32 = 220;
+const SYMBOL_BER: u32 = 222;
 
 /// The NVLink 5 fields read per link, in [`Nvlink5`] order.
 const NVLINK5_FIELDS: [u32; 4] = [
@@ -351,7 +353,7 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
         .filter_map(|(link, active)| Some((link, active?)))
         .collect();
     let nvlink5 = has_nvlink5(reader);
-    let extra: &[u32] = if nvlink5 { &NVLINK5_FIELDS } else { &[] };
+    let extra: &[u32] = if nvlink5 { &NVLINK5_LINK_FIELDS } else { &[] };
     let per_link = PER_LINK_FIELDS.len() + extra.len();
     let requests: Vec<Field> = links
         .iter()
@@ -374,29 +376,7 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
             continue;
         };
         if nvlink5 {
-            let counters = Nvlink5::from_values(nvlink5_values);
-            for (count, result) in [
-                (counters.recovery_successful, "successful"),
-                (counters.recovery_failed, "failed"),
-            ] {
-                if let Some(count) = count {
-                    reader.push(
-                        metrics::NVLINK_LINK_RECOVERIES
-                            .sample_with([LabelValue::from(label.clone()), result.into()], count),
-                    );
-                }
-            }
-            for (count, counter) in [
-                (counters.effective, "effective"),
-                (counters.symbol, "symbol"),
-            ] {
-                if let Some(count) = count {
-                    reader.push(
-                        metrics::NVLINK_LINK_ERRORS
-                            .sample_with([LabelValue::from(label.clone()), counter.into()], count),
-                    );
-                }
-            }
+            push_nvlink5_link(reader, &label, nvlink5_values);
         }
         let counters = match (replay, recovery) {
             (Some(replay), Some(recovery)) => {
@@ -408,6 +388,8 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
                 }
                 &ERROR_COUNTERS[2..]
             }
+            // NVLink 5 has none of the Hopper counters: nothing to call for.
+            _ if nvlink5 => &[],
             _ => &ERROR_COUNTERS[..],
         };
         read_error_counters(reader, link, &label, counters);
@@ -420,6 +402,57 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
             }
         }
     }
+}
+
+/// The per-link NVLink 5 fields of the per-link collector: the counters of
+/// [`NVLINK5_FIELDS`], then the effective and symbol bit error rates.
+const NVLINK5_LINK_FIELDS: [u32; 6] = [
+    LINK_RECOVERY_SUCCESSFUL,
+    LINK_RECOVERY_FAILED,
+    EFFECTIVE_ERRORS,
+    SYMBOL_ERRORS,
+    EFFECTIVE_BER,
+    SYMBOL_BER,
+];
+
+/// One link's NVLink 5 samples from its [`NVLINK5_LINK_FIELDS`] values.
+fn push_nvlink5_link(reader: &mut DeviceReader<'_>, label: &str, values: &[Option<f64>]) {
+    let counters = Nvlink5::from_values(values);
+    let link = || LabelValue::from(label.to_owned());
+    for (count, result) in [
+        (counters.recovery_successful, "successful"),
+        (counters.recovery_failed, "failed"),
+    ] {
+        if let Some(count) = count {
+            reader
+                .push(metrics::NVLINK_LINK_RECOVERIES.sample_with([link(), result.into()], count));
+        }
+    }
+    for (count, counter) in [
+        (counters.effective, "effective"),
+        (counters.symbol, "symbol"),
+    ] {
+        if let Some(count) = count {
+            reader.push(metrics::NVLINK_LINK_ERRORS.sample_with([link(), counter.into()], count));
+        }
+    }
+    for (raw, kind) in [(values[4], "effective"), (values[5], "symbol")] {
+        if let Some(raw) = raw {
+            reader
+                .push(metrics::NVLINK_LINK_BIT_ERROR.sample_with([link(), kind.into()], ber(raw)));
+        }
+    }
+}
+
+/// A bit error rate as NVML encodes it: mantissa × 10^-exponent, the
+/// exponent in bits 0-7 and the mantissa in bits 8-11 (nvml.h
+/// `NVML_NVLINK_BER_EXP_SHIFT`/`_WIDTH` 0/0xff, `NVML_NVLINK_BER_MANTISSA_SHIFT`/
+/// `_WIDTH` 8/0xf, read with `NVML_NVLINK_ERROR_COUNTER_BER_GET`).
+fn ber(raw: f64) -> f64 {
+    let bits = raw as u64;
+    let exponent = (bits & 0xff) as i32;
+    let mantissa = ((bits >> 8) & 0xf) as f64;
+    mantissa * 10f64.powi(-exponent)
 }
 
 /// Error counters of one link, one call each (all four on drivers without the
@@ -439,5 +472,18 @@ fn read_error_counters(
                 count as f64,
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bit_error_rates_decode_as_mantissa_times_ten_to_minus_exponent() {
+        // 3 × 10^-12: mantissa 3 in bits 8-11, exponent 12 in bits 0-7.
+        assert_eq!(ber(f64::from(3u32 << 8 | 12)), 3e-12);
+        assert_eq!(ber(0.0), 0.0);
+        assert_eq!(ber(f64::from(15u32 << 8 | 255)), 15.0 * 10f64.powi(-255));
     }
 }
