@@ -3393,7 +3393,8 @@ fn fixed_readings_are_read_once_per_driver() {
 }
 
 /// A link active earlier in this boot that is down now is counted lost (the
-/// state remembers which links were seen active); a fresh state knows none.
+/// state remembers which links were seen active); a fresh state knows none,
+/// and a link asleep is not lost.
 #[test]
 fn a_link_that_went_down_is_counted_lost() {
     let state = tempfile::tempdir().unwrap();
@@ -3431,6 +3432,24 @@ fn a_link_that_went_down_is_counted_lost() {
     let fresh = exporter(&down, &["--stdout"]);
     assert_eq!(
         gpu_value(&fresh.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(0.0)
+    );
+    // A link asleep (state field 2, NVML_NVLINK_STATE_SLEEP) is not active
+    // and not lost.
+    let asleep = scenario_edited(
+        dir.path(),
+        "nvlink-fields",
+        &[("field_values = { ", "field_values = { \"165:1\" = 2, ")],
+    );
+    let third = exporter_with_state(&asleep, state.path(), &["--stdout", "--write-state"], &[]);
+    assert_eq!(third.code(), Some(0), "{}", third.err());
+    let samples = third.samples();
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_active", "0", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_lost", "0", &[]),
         Some(0.0)
     );
 }

@@ -71,8 +71,24 @@ pub(super) const FIELDS: &[u32] = &[
 /// count bounds the per-link probing.
 pub(super) const LINKS_FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
 
-/// `nvmlEnableState_t`: an active link's state.
-const ACTIVE: f64 = 1.0;
+/// A link's state (nvml.h `NVML_NVLINK_STATE_*` of field 165: 0 inactive,
+/// 1 active, 2 asleep, a low-power state a link wakes from, not lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkState {
+    Active,
+    Inactive,
+    Asleep,
+}
+
+impl LinkState {
+    fn from_active(active: bool) -> LinkState {
+        if active {
+            LinkState::Active
+        } else {
+            LinkState::Inactive
+        }
+    }
+}
 
 /// The per-GPU collector: links, active links and totals, from the batch and
 /// one more `nvmlDeviceGetFieldValues` call with the per-link fields (their
@@ -109,15 +125,18 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if probed.iter().all(Option::is_some) {
         reader.gauge(metrics::NVLINK_LINKS, f64::from(count));
     }
-    let states: Vec<Option<bool>> = links
+    let states: Vec<Option<LinkState>> = links
         .iter()
         .enumerate()
         .map(|(link, values)| match probed.get(link) {
-            Some(state) => *state,
-            None => link_active(reader, link as u32, values.state),
+            Some(active) => active.map(LinkState::from_active),
+            None => link_state(reader, link as u32, values.state),
         })
         .collect();
-    let active: Option<u32> = states.iter().map(|active| active.map(u32::from)).sum();
+    let active: Option<u32> = states
+        .iter()
+        .map(|state| state.map(|state| u32::from(state == LinkState::Active)))
+        .sum();
     if let Some(active) = active {
         reader.gauge(metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
     }
@@ -223,7 +242,7 @@ fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
 /// (remembered in the state, which starts afresh on another boot or driver)
 /// whose state is now known to be inactive.
-fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<bool>]) {
+fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<LinkState>]) {
     let mut seen: u64 = reader
         .recall(SEEN_ACTIVE_KEY)
         .and_then(|bits| bits.parse().ok())
@@ -232,8 +251,8 @@ fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<bool>]) {
     for (link, state) in states.iter().enumerate().take(64) {
         let bit = 1u64 << link;
         match state {
-            Some(true) => seen |= bit,
-            Some(false) if seen & bit != 0 => lost += 1,
+            Some(LinkState::Active) => seen |= bit,
+            Some(LinkState::Inactive) if seen & bit != 0 => lost += 1,
             _ => {}
         }
     }
@@ -277,18 +296,22 @@ fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32, nvlink5: bool) ->
         .collect()
 }
 
-/// Whether `link` is active: from its state field, or where the driver does not
+/// The state of `link`: from its state field, or where the driver does not
 /// offer that field, from `nvmlDeviceGetNvLinkState`. `None` if unknown.
-fn link_active(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<bool> {
+fn link_state(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
     match state {
-        Some(state) if state == ACTIVE || state == 0.0 => Some(state == ACTIVE),
+        Some(0.0) => Some(LinkState::Inactive),
+        Some(1.0) => Some(LinkState::Active),
+        Some(2.0) => Some(LinkState::Asleep),
         Some(state) => {
             reader.reject(metrics::NVLINK_LINKS_ACTIVE.family(), state);
             None
         }
-        None => reader.read("nvmlDeviceGetNvLinkState", |d| {
-            d.link_wrapper_for(link).is_active()
-        }),
+        None => reader
+            .read("nvmlDeviceGetNvLinkState", |d| {
+                d.link_wrapper_for(link).is_active()
+            })
+            .map(LinkState::from_active),
     }
 }
 
