@@ -334,7 +334,7 @@ families! {
         "The NVLink fabric cluster and clique of the GPU as labels; always 1.";
     FABRIC_HEALTH: Gauge(Number), "nvidia_gpu_fabric_health_condition", ["condition"],
         "1 if this fabric health condition holds, 0 if not, by condition (degraded_bandwidth, route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration); absent where the driver does not report it.";
-    FABRIC_HEALTH_SUMMARY: Gauge(Number), "nvidia_gpu_fabric_health", ["health"],
+    FABRIC_HEALTH_SUMMARY: Gauge(Number), "nvidia_gpu_fabric_health", ["summary"],
         "The driver's summary of the fabric's health (struct version 3), as a state set: 1 for the current one (healthy, unhealthy, limited_capacity), 0 for the others.";
 
     // NVLink, per link (only with --collector nvlink-links).

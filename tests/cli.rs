@@ -3176,7 +3176,7 @@ fn hgx_fabric_completed_healthy_and_degraded() {
             &samples,
             "nvidia_gpu_fabric_health",
             gpu,
-            &[("health", summary)],
+            &[("summary", summary)],
         )
     };
     assert_eq!(summary("0", "healthy"), Some(1.0));
@@ -3213,7 +3213,7 @@ fn fabric_from_older_drivers_gives_what_they_have() {
             &samples,
             "nvidia_gpu_fabric_health",
             "0",
-            &[("health", "healthy")]
+            &[("summary", "healthy")]
         ),
         None
     );

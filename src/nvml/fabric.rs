@@ -135,7 +135,7 @@ impl Summary {
         Summary::LimitedCapacity,
     ];
 
-    /// The `health` label value.
+    /// The `summary` label value.
     pub fn label(self) -> &'static str {
         match self {
             Summary::Healthy => "healthy",
