@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use test_support::exposition::{parse, Samples};
-use test_support::{Exporter, Outcome};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use test_support::exposition::{parse, value, Samples};
+use test_support::{golden, promtool, Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -96,4 +98,58 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
             .collect();
         assert!(differ.is_empty(), "{scenario}:\n{}", differ.join("\n"));
     }
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A capture replayed with `args`: a healthy run (status 0, nothing on
+/// stderr), promtool-clean, its golden file `tests/golden/<capture>.prom`.
+fn replay(capture: &str, args: &[&str]) -> Samples {
+    let started = now();
+    let output = snapshot(&captures().join(format!("{capture}.toml")), args);
+    let finished = now();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status, 0, "{capture}: {stderr}");
+    assert!(stderr.is_empty(), "{capture}: {stderr}");
+    promtool(&output.stdout).unwrap_or_else(|said| panic!("{capture}: promtool: {said}"));
+    let normalized = golden::normalize(&output.stdout, started, finished);
+    golden::check(&Path::new(ROOT).join("tests/golden"), capture, &normalized);
+    parse(&String::from_utf8(output.stdout).unwrap()).unwrap()
+}
+
+#[test]
+fn the_idle_h200_replays_its_golden_file() {
+    let samples = replay("h200-idle", &["--gpm-window", "100ms"]);
+    let gpu = [("gpu", "0")];
+    assert_eq!(
+        value(&samples, "nvidia_gpu_utilization_ratio", &gpu),
+        Some(0.0)
+    );
+    assert_eq!(value(&samples, "nvidia_gpu_up", &gpu), Some(1.0));
+}
+
+/// The H200 answers `nvmlDeviceGetProcessUtilization` with one entry per
+/// process, its mean over the window asked for: the load alone on the GPU
+/// (pid 653 in the capture) reads what the GPU reads, to NVML's whole percent.
+#[test]
+fn a_process_alone_on_the_loaded_h200_reads_its_gpus_utilization() {
+    let args = ["--collector", "processes", "--gpm-window", "100ms"];
+    let samples = replay("h200-load", &args);
+    let gpu = value(&samples, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+    let process = value(
+        &samples,
+        "nvidia_gpu_process_utilization_ratio",
+        &[("gpu", "0"), ("pid", "653")],
+    )
+    .unwrap();
+    assert!(gpu > 0.2, "the load shows: {gpu}");
+    assert!(
+        (process - gpu).abs() <= 0.01,
+        "process {process}, GPU {gpu}"
+    );
 }

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use test_support::checks::{check_file, compare, gpus, uuid_of};
+use test_support::golden;
 use test_support::journal::{journal_entry, write_journal, XID79};
 use test_support::{exposition, promtool, select, value, Exporter, Outcome, Samples, Series};
 
@@ -63,93 +64,15 @@ fn exporter_with_state(
     run.finish().expect("run the exporter")
 }
 
+fn golden_dir() -> PathBuf {
+    Path::new(ROOT).join("tests/golden")
+}
+
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-/// Checks the per-run values and replaces them, in place, with placeholders;
-/// every other byte (line ends, the final line feed or its absence) is kept,
-/// so the comparison with the golden file sees them.
-fn normalize(bytes: &[u8], started: f64, finished: f64) -> Vec<u8> {
-    let run = finished - started + 0.001;
-    // The series whose value changes every run (a name ending in `{` stands
-    // for the name with any labels), the range the value must be in, and its
-    // placeholder. The GPM window is the one actually measured: at least the
-    // shortest --gpm-window, within the run.
-    let volatile = [
-        (
-            "nvidia_gpu_collector_duration_seconds",
-            0.0..=run,
-            "<duration>",
-        ),
-        (
-            "nvidia_gpu_collector_timestamp_seconds",
-            started - 0.001..=finished,
-            "<timestamp>",
-        ),
-        (
-            "nvidia_gpu_collector_step_duration_seconds{",
-            0.0..=run,
-            "<duration>",
-        ),
-        ("nvidia_gpu_gpm_window_seconds{", 0.1..=run, "<window>"),
-    ];
-    let text = std::str::from_utf8(bytes).expect("UTF-8 output");
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        let (body, end) = match line.strip_suffix('\n') {
-            Some(body) => (body, "\n"),
-            None => (line, ""),
-        };
-        let (series, value) = body.rsplit_once(' ').unwrap_or((body, ""));
-        let volatile = volatile.iter().find(|(name, _, _)| {
-            series == *name || (name.ends_with('{') && series.starts_with(name))
-        });
-        match volatile {
-            Some((_, range, placeholder)) => {
-                let value: f64 = value.parse().unwrap();
-                assert!(range.contains(&value), "{line}");
-                out.push_str(&format!("{series} {placeholder}{end}"));
-            }
-            None => out.push_str(line),
-        }
-    }
-    out.into_bytes()
-}
-
-fn check_golden(case: &str, bytes: &[u8]) {
-    let path = Path::new(ROOT)
-        .join("tests/golden")
-        .join(format!("{case}.prom"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, bytes).unwrap();
-        return;
-    }
-    let expected = fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
-    if expected != bytes {
-        let (want, got) = (
-            String::from_utf8_lossy(&expected),
-            String::from_utf8_lossy(bytes),
-        );
-        // The first differing line, line ends included.
-        for (number, (w, g)) in want
-            .split_inclusive('\n')
-            .zip(got.split_inclusive('\n'))
-            .enumerate()
-        {
-            assert_eq!(w, g, "{case}: first difference at line {}", number + 1);
-        }
-        panic!(
-            "{case}: {} bytes, the golden file {} (the same lines; one has more)",
-            bytes.len(),
-            expected.len()
-        );
-    }
 }
 
 /// `promtool check metrics` must print nothing and succeed.
@@ -176,8 +99,8 @@ fn golden_case(case: &str, scenario_name: &str, args: &[&str], status: i32) -> (
         panic!("{case}: {e}");
     }
     promtool_check(case, &output.text());
-    let normalized = normalize(&output.stdout, started, finished);
-    check_golden(case, &normalized);
+    let normalized = golden::normalize(&output.stdout, started, finished);
+    golden::check(&golden_dir(), case, &normalized);
     (String::from_utf8(normalized).unwrap(), output.samples())
 }
 
@@ -343,8 +266,8 @@ fn missing_library_is_library_not_found() {
         .finish()
         .unwrap();
     assert_eq!(output.code(), Some(3));
-    let text = normalize(&output.stdout, started, now());
-    check_golden("library-not-found", &text);
+    let text = golden::normalize(&output.stdout, started, now());
+    golden::check(&golden_dir(), "library-not-found", &text);
     assert!(output.err().contains("container toolkit"));
 }
 

@@ -337,9 +337,21 @@ fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration) -> String {
 
 fn identity(gpu: &mut Capture<'_>) {
     let lib = gpu.lib;
-    gpu.string("uuid", "nvmlDeviceGetUUID", lib.nvmlDeviceGetUUID.as_ref().ok().copied());
-    gpu.string("name", "nvmlDeviceGetName", lib.nvmlDeviceGetName.as_ref().ok().copied());
-    gpu.string("serial", "nvmlDeviceGetSerial", lib.nvmlDeviceGetSerial.as_ref().ok().copied());
+    gpu.string(
+        "uuid",
+        "nvmlDeviceGetUUID",
+        lib.nvmlDeviceGetUUID.as_ref().ok().copied(),
+    );
+    gpu.string(
+        "name",
+        "nvmlDeviceGetName",
+        lib.nvmlDeviceGetName.as_ref().ok().copied(),
+    );
+    gpu.string(
+        "serial",
+        "nvmlDeviceGetSerial",
+        lib.nvmlDeviceGetSerial.as_ref().ok().copied(),
+    );
     gpu.string(
         "vbios_version",
         "nvmlDeviceGetVbiosVersion",
@@ -383,7 +395,10 @@ fn readings(gpu: &mut Capture<'_>) {
     if call!(gpu, nvmlDeviceGetUtilizationRates(&mut utilization), "") {
         gpu.key(
             "utilization",
-            format!("{{ gpu = {}, memory = {} }}", utilization.gpu, utilization.memory),
+            format!(
+                "{{ gpu = {}, memory = {} }}",
+                utilization.gpu, utilization.memory
+            ),
         );
     }
     let mut memory = nvmlMemory_v2_t {
@@ -417,11 +432,18 @@ fn readings(gpu: &mut Capture<'_>) {
         );
     }
     let mut value: c_uint = 0;
-    if call!(gpu, nvmlDeviceGetTemperature(0, &mut value), "NVML_TEMPERATURE_GPU") {
+    if call!(
+        gpu,
+        nvmlDeviceGetTemperature(0, &mut value),
+        "NVML_TEMPERATURE_GPU"
+    ) {
         gpu.key("temperature", value);
     }
     let mut thresholds = Vec::new();
-    for (kind, key) in ["shutdown", "slowdown", "mem_max", "gpu_max"].into_iter().enumerate() {
+    for (kind, key) in ["shutdown", "slowdown", "mem_max", "gpu_max"]
+        .into_iter()
+        .enumerate()
+    {
         let mut value: c_uint = 0;
         let read = call!(
             gpu,
@@ -439,7 +461,11 @@ fn readings(gpu: &mut Capture<'_>) {
         gpu.key("margin_temperature", margin.marginTemperature);
     }
     for (key, symbol, f) in [
-        ("power_usage_mw", "nvmlDeviceGetPowerUsage", lib.nvmlDeviceGetPowerUsage.as_ref().ok().copied()),
+        (
+            "power_usage_mw",
+            "nvmlDeviceGetPowerUsage",
+            lib.nvmlDeviceGetPowerUsage.as_ref().ok().copied(),
+        ),
         (
             "power_limit_mw",
             "nvmlDeviceGetPowerManagementLimit",
@@ -453,7 +479,10 @@ fn readings(gpu: &mut Capture<'_>) {
         (
             "default_power_limit_mw",
             "nvmlDeviceGetPowerManagementDefaultLimit",
-            lib.nvmlDeviceGetPowerManagementDefaultLimit.as_ref().ok().copied(),
+            lib.nvmlDeviceGetPowerManagementDefaultLimit
+                .as_ref()
+                .ok()
+                .copied(),
         ),
     ] {
         gpu.u32_getter(key, symbol, f);
@@ -467,16 +496,30 @@ fn readings(gpu: &mut Capture<'_>) {
         gpu.key("total_energy_mj", energy);
     }
     let (mut min, mut max) = (0, 0);
-    if call!(gpu, nvmlDeviceGetPowerManagementLimitConstraints(&mut min, &mut max), "") {
-        gpu.key("power_limit_constraints_mw", format!("{{ min = {min}, max = {max} }}"));
+    if call!(
+        gpu,
+        nvmlDeviceGetPowerManagementLimitConstraints(&mut min, &mut max),
+        ""
+    ) {
+        gpu.key(
+            "power_limit_constraints_mw",
+            format!("{{ min = {min}, max = {max} }}"),
+        );
     }
     for (key, max_clock) in [("clocks_mhz", false), ("max_clocks_mhz", true)] {
         let mut entries = Vec::new();
-        for (kind, name) in ["graphics", "sm", "memory", "video"].into_iter().enumerate() {
+        for (kind, name) in ["graphics", "sm", "memory", "video"]
+            .into_iter()
+            .enumerate()
+        {
             let mut mhz: c_uint = 0;
             let what = format!("clock type {kind}");
             let read = if max_clock {
-                call!(gpu, nvmlDeviceGetMaxClockInfo(kind as c_uint, &mut mhz), &what)
+                call!(
+                    gpu,
+                    nvmlDeviceGetMaxClockInfo(kind as c_uint, &mut mhz),
+                    &what
+                )
             } else {
                 call!(gpu, nvmlDeviceGetClockInfo(kind as c_uint, &mut mhz), &what)
             };
@@ -489,17 +532,29 @@ fn readings(gpu: &mut Capture<'_>) {
         let mut speeds = Vec::new();
         for fan in 0..fans.min(16) {
             let mut speed: c_uint = 0;
-            if call!(gpu, nvmlDeviceGetFanSpeed_v2(fan, &mut speed), &format!("fan {fan}")) {
+            if call!(
+                gpu,
+                nvmlDeviceGetFanSpeed_v2(fan, &mut speed),
+                &format!("fan {fan}")
+            ) {
                 speeds.push(speed.to_string());
             }
         }
         gpu.key("fan_speeds", format!("[{}]", speeds.join(", ")));
     }
     let mut reasons: u64 = 0;
-    if call!(gpu, nvmlDeviceGetCurrentClocksEventReasons(&mut reasons), "") {
+    if call!(
+        gpu,
+        nvmlDeviceGetCurrentClocksEventReasons(&mut reasons),
+        ""
+    ) {
         gpu.key("clocks_event_reasons", reasons);
     }
-    if call!(gpu, nvmlDeviceGetSupportedClocksEventReasons(&mut reasons), "") {
+    if call!(
+        gpu,
+        nvmlDeviceGetSupportedClocksEventReasons(&mut reasons),
+        ""
+    ) {
         gpu.key("supported_clocks_event_reasons", reasons);
     }
     let mut violations = Vec::new();
@@ -557,7 +612,11 @@ fn ecc(gpu: &mut Capture<'_>) {
     if call!(gpu, nvmlDeviceGetEccMode(&mut current, &mut pending), "") {
         gpu.key(
             "ecc_mode",
-            format!("{{ current = {}, pending = {} }}", current == 1, pending == 1),
+            format!(
+                "{{ current = {}, pending = {} }}",
+                current == 1,
+                pending == 1
+            ),
         );
     }
     let mut errors = Vec::new();
@@ -580,14 +639,25 @@ fn ecc(gpu: &mut Capture<'_>) {
     for (cause, key) in [(0, "single_bit_ecc"), (1, "double_bit_ecc")] {
         let mut count: c_uint = 0;
         let null = std::ptr::null_mut();
-        let rc = raw!(gpu.lib, nvmlDeviceGetRetiredPages_v2(gpu.handle, cause, &mut count, null, null));
+        let rc = raw!(
+            gpu.lib,
+            nvmlDeviceGetRetiredPages_v2(gpu.handle, cause, &mut count, null, null)
+        );
         // A count asked with no buffer: SUCCESS or INSUFFICIENT_SIZE both tell it.
         let read = rc == 0 || rc == INSUFFICIENT_SIZE;
-        gpu.record("nvmlDeviceGetRetiredPages_v2", &format!("cause {cause}"), if read { 0 } else { rc });
+        gpu.record(
+            "nvmlDeviceGetRetiredPages_v2",
+            &format!("cause {cause}"),
+            if read { 0 } else { rc },
+        );
         pages.push((key, read.then(|| count.to_string())));
     }
     let mut pending: nvmlEnableState_t = 0;
-    let read = call!(gpu, nvmlDeviceGetRetiredPagesPendingStatus(&mut pending), "");
+    let read = call!(
+        gpu,
+        nvmlDeviceGetRetiredPagesPendingStatus(&mut pending),
+        ""
+    );
     pages.push(("pending", read.then(|| (pending == 1).to_string())));
     gpu.table("retired_pages", pages);
     let (mut corrected, mut uncorrected, mut pending, mut failure) = (0, 0, 0, 0);
@@ -610,12 +680,20 @@ fn ecc(gpu: &mut Capture<'_>) {
 fn media(gpu: &mut Capture<'_>) {
     let (mut utilization, mut period): (c_uint, c_uint) = (0, 0);
     let mut encoder = Vec::new();
-    if call!(gpu, nvmlDeviceGetEncoderUtilization(&mut utilization, &mut period), "") {
+    if call!(
+        gpu,
+        nvmlDeviceGetEncoderUtilization(&mut utilization, &mut period),
+        ""
+    ) {
         encoder.push(("utilization", Some(utilization.to_string())));
         encoder.push(("sampling_period_us", Some(period.to_string())));
     }
     let (mut sessions, mut fps, mut latency) = (0, 0, 0);
-    if call!(gpu, nvmlDeviceGetEncoderStats(&mut sessions, &mut fps, &mut latency), "") {
+    if call!(
+        gpu,
+        nvmlDeviceGetEncoderStats(&mut sessions, &mut fps, &mut latency),
+        ""
+    ) {
         encoder.push(("session_count", Some(sessions.to_string())));
         encoder.push(("average_fps", Some(fps.to_string())));
         encoder.push(("average_latency_us", Some(latency.to_string())));
@@ -623,9 +701,21 @@ fn media(gpu: &mut Capture<'_>) {
     gpu.table("encoder", encoder);
     for key in ["decoder", "jpeg", "ofa"] {
         let read = match key {
-            "decoder" => call!(gpu, nvmlDeviceGetDecoderUtilization(&mut utilization, &mut period), ""),
-            "jpeg" => call!(gpu, nvmlDeviceGetJpgUtilization(&mut utilization, &mut period), ""),
-            _ => call!(gpu, nvmlDeviceGetOfaUtilization(&mut utilization, &mut period), ""),
+            "decoder" => call!(
+                gpu,
+                nvmlDeviceGetDecoderUtilization(&mut utilization, &mut period),
+                ""
+            ),
+            "jpeg" => call!(
+                gpu,
+                nvmlDeviceGetJpgUtilization(&mut utilization, &mut period),
+                ""
+            ),
+            _ => call!(
+                gpu,
+                nvmlDeviceGetOfaUtilization(&mut utilization, &mut period),
+                ""
+            ),
         };
         if read {
             gpu.key(
@@ -647,7 +737,10 @@ fn modes(gpu: &mut Capture<'_>) {
     }
     let (mut current, mut pending): (c_uint, c_uint) = (0, 0);
     if call!(gpu, nvmlDeviceGetMigMode(&mut current, &mut pending), "") {
-        gpu.key("mig_mode", format!("{{ current = {current}, pending = {pending} }}"));
+        gpu.key(
+            "mig_mode",
+            format!("{{ current = {current}, pending = {pending} }}"),
+        );
     }
     let mut count: c_uint = 0;
     if call!(gpu, nvmlDeviceGetMaxMigDeviceCount(&mut count), "") {
@@ -659,7 +752,10 @@ fn nvlinks(gpu: &mut Capture<'_>) {
     let mut links = Vec::new();
     for link in 0..NVML_NVLINK_MAX_LINKS {
         let mut active: nvmlEnableState_t = 0;
-        let rc = raw!(gpu.lib, nvmlDeviceGetNvLinkState(gpu.handle, link, &mut active));
+        let rc = raw!(
+            gpu.lib,
+            nvmlDeviceGetNvLinkState(gpu.handle, link, &mut active)
+        );
         gpu.record("nvmlDeviceGetNvLinkState", &format!("link {link}"), rc);
         if rc == NOT_SUPPORTED && link == 0 || rc == INVALID_ARGUMENT {
             break;
@@ -672,7 +768,11 @@ fn nvlinks(gpu: &mut Capture<'_>) {
             let mut value: u64 = 0;
             let read = call!(
                 gpu,
-                nvmlDeviceGetNvLinkErrorCounter(link, counter as nvmlNvLinkErrorCounter_t, &mut value),
+                nvmlDeviceGetNvLinkErrorCounter(
+                    link,
+                    counter as nvmlNvLinkErrorCounter_t,
+                    &mut value
+                ),
                 &format!("link {link}, counter {counter}")
             );
             if read {
@@ -684,7 +784,10 @@ fn nvlinks(gpu: &mut Capture<'_>) {
         } else {
             String::new()
         };
-        links.push(format!("{{ {active}errors = {{ {} }} }}", errors.join(", ")));
+        links.push(format!(
+            "{{ {active}errors = {{ {} }} }}",
+            errors.join(", ")
+        ));
     }
     if !links.is_empty() {
         gpu.key("nvlinks", format!("[\n    {},\n]", links.join(",\n    ")));
@@ -728,7 +831,8 @@ fn fields(gpu: &mut Capture<'_>) {
         };
         if value.nvmlReturn != 0 {
             if value.nvmlReturn != NOT_SUPPORTED {
-                gpu.calls.push(format!("field {key} -> {}", code_name(value.nvmlReturn)));
+                gpu.calls
+                    .push(format!("field {key} -> {}", code_name(value.nvmlReturn)));
             }
             continue;
         }
@@ -747,13 +851,17 @@ fn fields(gpu: &mut Capture<'_>) {
         match unsigned {
             Some(v) => entries.push(format!("\"{key}\" = {v}")),
             // SAFETY: as above.
-            None => gpu.calls.push(format!("field {key} -> SUCCESS, value type {} (signed or double: {})", value.valueType, unsafe {
-                match value.valueType {
-                    0 => value.value.dVal.to_string(),
-                    4 => value.value.sllVal.to_string(),
-                    _ => value.value.siVal.to_string(),
+            None => gpu.calls.push(format!(
+                "field {key} -> SUCCESS, value type {} (signed or double: {})",
+                value.valueType,
+                unsafe {
+                    match value.valueType {
+                        0 => value.value.dVal.to_string(),
+                        4 => value.value.sllVal.to_string(),
+                        _ => value.value.siVal.to_string(),
+                    }
                 }
-            })),
+            )),
         }
     }
     if !entries.is_empty() {
@@ -767,7 +875,11 @@ fn processes(gpu: &mut Capture<'_>) {
     let zero: nvmlProcessInfo_t = unsafe { std::mem::zeroed() };
     let mut buffer = vec![zero; 256];
     let mut count = buffer.len() as c_uint;
-    if !call!(gpu, nvmlDeviceGetComputeRunningProcesses_v3(&mut count, buffer.as_mut_ptr()), "") {
+    if !call!(
+        gpu,
+        nvmlDeviceGetComputeRunningProcesses_v3(&mut count, buffer.as_mut_ptr()),
+        ""
+    ) {
         return;
     }
     let mut entries = Vec::new();
@@ -830,7 +942,11 @@ fn gpm(gpu: &mut Capture<'_>, window: Duration) -> Option<String> {
             get.metrics[slot].metricId = *id;
         }
         let rc = raw!(lib, nvmlGpmMetricsGet(&mut get));
-        gpu.record("nvmlGpmMetricsGet", &format!("{} ms", window.as_millis()), rc);
+        gpu.record(
+            "nvmlGpmMetricsGet",
+            &format!("{} ms", window.as_millis()),
+            rc,
+        );
         if rc == 0 {
             let read: Vec<String> = ids
                 .iter()
@@ -852,7 +968,10 @@ fn gpm(gpu: &mut Capture<'_>, window: Duration) -> Option<String> {
 fn recording(gpu: &mut Capture<'_>) -> String {
     let mut buffers = Vec::new();
     let mut stamps = Vec::new();
-    for (kind, name) in ["gpu", "memory", "encoder", "decoder"].into_iter().enumerate() {
+    for (kind, name) in ["gpu", "memory", "encoder", "decoder"]
+        .into_iter()
+        .enumerate()
+    {
         let kind = kind as nvmlSamplingType_t + 1;
         let mut value_type: nvmlValueType_t = 0;
         // SAFETY: plain data.
@@ -872,7 +991,10 @@ fn recording(gpu: &mut Capture<'_>) -> String {
             .map(|s| format!("[{}, {}]", s.timeStamp, unsafe { s.sampleValue.uiVal }))
             .collect();
         if kind == 1 {
-            stamps = buffer[..count as usize].iter().map(|s| s.timeStamp).collect();
+            stamps = buffer[..count as usize]
+                .iter()
+                .map(|s| s.timeStamp)
+                .collect();
         }
         buffers.push(format!("{name} = [{}]", points.join(", ")));
     }
@@ -896,7 +1018,11 @@ fn recording(gpu: &mut Capture<'_>) -> String {
             gpu.lib,
             nvmlDeviceGetProcessUtilization(gpu.handle, buffer.as_mut_ptr(), &mut count, last_seen)
         );
-        gpu.record("nvmlDeviceGetProcessUtilization", &format!("lastSeen {last_seen}"), rc);
+        gpu.record(
+            "nvmlDeviceGetProcessUtilization",
+            &format!("lastSeen {last_seen}"),
+            rc,
+        );
         let entries: Vec<String> = match rc {
             0 => buffer[..count as usize]
                 .iter()
