@@ -271,9 +271,13 @@ fn scenarios_dir() -> PathBuf {
 }
 
 #[test]
-fn every_shipped_scenario_parses() {
+fn every_shipped_scenario_and_capture_parses() {
     let mut seen = 0;
-    for entry in std::fs::read_dir(scenarios_dir()).expect("tests/scenarios exists") {
+    let captures = scenarios_dir().join("../captures");
+    let files = std::fs::read_dir(scenarios_dir())
+        .expect("tests/scenarios exists")
+        .chain(std::fs::read_dir(captures).expect("tests/captures exists"));
+    for entry in files {
         let path = entry.unwrap().path();
         if path.extension().and_then(|e| e.to_str()) != Some("toml") {
             continue;
@@ -288,7 +292,7 @@ fn every_shipped_scenario_parses() {
         );
         seen += 1;
     }
-    assert!(seen >= 7, "only {seen} scenarios found");
+    assert!(seen >= 9, "only {seen} scenarios and captures found");
 }
 
 #[test]
