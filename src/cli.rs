@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
-use crate::collectors::{self, Collector, GpmWindowRequest, Settings};
+use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
-use crate::watchdog;
+use crate::timing::{self, WindowRequest as GpmWindowRequest};
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
 /// that users may stretch to a few minutes.
@@ -211,11 +211,11 @@ impl Cli {
         Ok(())
     }
 
-    /// The GPM window this run uses (see `collectors::gpm_window`).
+    /// The GPM window this run asks for (see `timing::gpm_window`).
     fn gpm_window(&self) -> Result<Duration, String> {
         let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
-        let reading = self.timeout - watchdog::publish_reserve(self.timeout);
-        collectors::gpm_window(self.gpm_window, default, reading)
+        let reading = self.timeout - timing::publish_reserve(self.timeout);
+        timing::gpm_window(self.gpm_window, default, reading)
     }
 
     /// What this run's collectors are asked to do, with reading to end at

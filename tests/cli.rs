@@ -1092,7 +1092,7 @@ fn unit_start_timeout_outlasts_every_allowed_timeout() {
         .expect("TimeoutStartSec= in the unit");
     let start_timeout = humantime::parse_duration(value.trim()).unwrap();
     let longest = nvidia_textfile_exporter::cli::MAX_TIMEOUT
-        + nvidia_textfile_exporter::watchdog::HARD_STOP_GRACE;
+        + nvidia_textfile_exporter::timing::HARD_STOP_GRACE;
     assert!(start_timeout > longest + Duration::from_secs(5), "{value}");
     let refused = Command::new(EXE)
         .args(["--timeout", "301s", "--stdout"])
