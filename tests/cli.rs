@@ -1025,14 +1025,19 @@ fn per_link_families_only_with_the_opt_in_collector() {
 }
 
 /// The whole run keeps one deadline: a lock held for part of it and then a hung
-/// NVML (in init, or in a device call) still give the timeout file before
-/// `--timeout` (plus a small margin for a loaded machine), and by then the
-/// process and everything it started are gone.
+/// NVML (in init: the timeout file; in a device call: that GPU down with reason
+/// timeout, the others published) still give the file before `--timeout` (plus
+/// a small margin for a loaded machine), and by then the process and
+/// everything it started are gone.
 #[test]
 fn one_deadline_bounds_lock_wait_and_nvml_together() {
-    for (scenario_name, stuck) in [
-        ("fault-init-hang", "nvmlInit_v2 (host)"),
-        ("fault-device-hang", "nvmlDeviceGetPowerUsage (GPU 1)"),
+    for (scenario_name, stuck, whole_run) in [
+        ("fault-init-hang", "stuck in nvmlInit_v2 (host)", true),
+        (
+            "fault-device-hang",
+            "GPU 1 did not finish its reads by the deadline, stuck in nvmlDeviceGetPowerUsage",
+            false,
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
@@ -1053,8 +1058,16 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
         releaser.join().unwrap();
         let at = format!("{scenario_name}: {run:?}");
         assert_eq!(run.code(), Some(5), "{at}");
-        assert!(run.err().contains(&format!("stuck in {stuck}")), "{at}");
-        check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(run.err().contains(stuck), "{at}");
+        let failure = whole_run.then_some("timeout");
+        let samples = check_file(&run.path(), failure).unwrap_or_else(|e| panic!("{at}: {e}"));
+        if !whole_run {
+            assert_eq!(
+                test_support::checks::reasons(&samples),
+                ["gpu1:timeout"],
+                "{at}"
+            );
+        }
         let bound = 2.5 + 0.15;
         let t_file = run.t_file.expect("the file was replaced");
         assert!(t_file < bound, "{at}: file replaced after {t_file:.3} s");
@@ -2691,9 +2704,9 @@ fn a_gpu_down_keeps_its_uuid_and_the_others_are_unchanged() {
 
 /// Sequential reads keep the one deadline too, in the worst case: the lock is
 /// held until just before reading must end (0.1 s before, at 0.8 x --timeout),
-/// then a device call hangs. The timeout file names the call and is in place by
-/// --timeout (0.1 s of slack for a loaded machine), the process and all it
-/// started gone right after.
+/// then a device call hangs. The file, GPU 1 down with reason timeout and its
+/// call named, is in place by --timeout (0.1 s of slack for a loaded machine),
+/// the process and all it started gone right after.
 #[test]
 fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let (dir, state) = seeded("fault-read-error", false);
@@ -2715,11 +2728,17 @@ fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let at = format!("{run:?}");
     assert_eq!(run.code(), Some(5), "{at}");
     assert!(
-        run.err()
-            .contains("stuck in nvmlDeviceGetPowerUsage (GPU 1)"),
+        run.err().contains(
+            "GPU 1 did not finish its reads by the deadline, stuck in nvmlDeviceGetPowerUsage"
+        ),
         "{at}"
     );
-    check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+    let samples = check_file(&run.path(), None).unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert_eq!(
+        test_support::checks::reasons(&samples),
+        ["gpu1:timeout"],
+        "{at}"
+    );
     let t_file = run.t_file.expect("the file was replaced");
     assert!(t_file <= 2.1, "{at}: file replaced after {t_file:.3} s");
     assert!(
