@@ -10,6 +10,8 @@
 //! ```
 //!
 //! Invariants:
+//! - a wait for the state's lock leaves half the time to reading
+//!   ([`waiting_ends`]);
 //! - [`publish_reserve`] is kept for rendering and publishing, whatever
 //!   happens before: reading ends by `reading_ends`;
 //! - the identities of the GPUs are awaited for at most [`identities_end`]; a
@@ -34,6 +36,13 @@ const MAX_PUBLISH_RESERVE: Duration = Duration::from_secs(1);
 /// of it, at most [`MAX_PUBLISH_RESERVE`].
 pub fn publish_reserve(timeout: Duration) -> Duration {
     (timeout / 5).min(MAX_PUBLISH_RESERVE)
+}
+
+/// When a wait that starts `now` before reading (the state's lock) gives up:
+/// half of what is left until `reading_ends`, so that the reading keeps the
+/// other half.
+pub fn waiting_ends(now: Instant, reading_ends: Instant) -> Instant {
+    now + reading_ends.saturating_duration_since(now) / 2
 }
 
 /// How long past `reading_ends` the watchdog waits for the GPUs' readings

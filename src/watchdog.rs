@@ -76,10 +76,9 @@ impl Deadline {
     }
 
     /// When a wait before reading gives up that must leave the reading time
-    /// (the state's lock): half of what is left until [`Self::reading_ends`].
+    /// (the state's lock; see `timing::waiting_ends`).
     pub fn waiting_ends(&self) -> Instant {
-        let now = Instant::now();
-        now + self.reading_ends().saturating_duration_since(now) / 2
+        timing::waiting_ends(Instant::now(), self.reading_ends())
     }
 
     /// Records what the run is doing, for the hard stop's message.

@@ -4,7 +4,8 @@
 //!
 //! The window is the run's: [`open`] takes the first sample right after the
 //! GPU's identity, the other collectors read the GPU at the window's end (see
-//! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`,
+//! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`
+//! (shortened where the reads need the time: `timing::schedule`),
 //! takes the second sample and asks `nvmlGpmMetricsGet` for the metrics. So a
 //! run lasts about NVML init + the window, and what it publishes is as fresh as
 //! the window's end.
@@ -48,8 +49,8 @@ pub enum Unavailable {
     NoPermission,
     CountersInUse,
     Paused,
-    /// What `--timeout` leaves after NVML started is shorter than
-    /// [`MIN_WINDOW`] (a window that short reads zeros).
+    /// What `--timeout` leaves after NVML started, less the reads' time, is
+    /// shorter than [`MIN_WINDOW`] (a window that short reads zeros).
     WindowTooShort,
 }
 
@@ -81,8 +82,9 @@ impl Unavailable {
                 "the GPM pause file exists (--gpm-pause-file); remove it to resume"
             }
             Unavailable::WindowTooShort => {
-                "--timeout leaves the window less than 100ms once NVML has started; \
-                 lengthen --timeout, or turn GPM off with --gpm-window 0"
+                "--timeout leaves the window less than 100ms once NVML has started and \
+                 the reads have their time; lengthen --timeout, or turn GPM off with \
+                 --gpm-window 0"
             }
         }
     }

@@ -75,7 +75,8 @@ pub struct Reading {
 /// The state key that marks a GPU already reported as having left
 /// enumeration (its reading, once it is back, no longer leaves it).
 const LEFT_KEY: &str = "left_enumeration";
-/// The state key of how long a GPU's reads took in the previous run, µs.
+/// The state key of how long a GPU's reads took in the previous run (or had
+/// run when its deadline cut them), µs.
 const READS_KEY: &str = "reads_us";
 
 /// What a reading thread tells the coordinator.
@@ -142,7 +143,7 @@ pub fn read(
     });
     for (index, slot) in (0..).zip(&mut slots) {
         if slot.read.is_none() {
-            stuck(index, "its identity", settings, inflight);
+            stuck(index, "its identity reads", settings, inflight);
             slot.failed = Some(Reason::Timeout);
         }
     }
@@ -385,8 +386,8 @@ fn read_group(
         };
         opened.push(gpu.open(settings));
     }
-    // One GPU's reads follow another's: they start as long before the first
-    // window ends as all of them take.
+    // The reads of the GPUs of this thread follow one another: they start as
+    // long before the first window ends as all of them take.
     let ready: Vec<&Opened<'_>> = opened.iter().flatten().collect();
     let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
     let estimate = ready.iter().map(|gpu| gpu.estimate).sum();
