@@ -136,23 +136,50 @@ pub fn read(
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
     spawn_readers(session, settings, inflight, &report, waits, &mut slots);
     drop(report);
-
-    let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
-    receive(&reports, &mut slots, identities_end, |slot| {
-        slot.read.is_some()
-    });
-    for (index, slot) in (0..).zip(&mut slots) {
-        if slot.read.is_none() {
-            stuck(index, "its identity reads", settings, inflight);
-            slot.failed = Some(Reason::Timeout);
-        }
+    let missing = identify(
+        &reports, &mut slots, starts, &memory, recall, settings, inflight,
+    );
+    receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
+    let mut timed_out = false;
+    let mut devices = Vec::with_capacity(slots.len() + missing.len());
+    for (index, slot) in (0..).zip(slots) {
+        let (device, timeout) = slot.into_device(index, settings, inflight);
+        timed_out |= timeout;
+        devices.push(device);
     }
+    devices.extend(missing.into_iter().map(|gone| departed(gone, &memory)));
+    Ok(Reading {
+        host: session.host.clone(),
+        driver_version: session.driver_version.clone(),
+        devices,
+        timed_out,
+    })
+}
+
+/// Phase 1: awaits the GPUs' identities (a GPU that has not answered by
+/// `timing::identities_end` timed out), resolves them and starts each GPU's
+/// readings with its identity and memory. Returns the GPUs that left.
+fn identify(
+    reports: &Receiver<Report>,
+    slots: &mut [Slot],
+    starts: Vec<Sender<Start>>,
+    memory: &BTreeMap<String, BTreeMap<String, String>>,
+    recall: &Recall,
+    settings: &Settings,
+    inflight: &InFlight,
+) -> Vec<KnownGpu> {
+    let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
+    receive(reports, slots, identities_end, |slot| slot.read.is_some());
     let reads: Vec<identity::Read> = (0..)
-        .zip(&slots)
+        .zip(slots.iter_mut())
         .map(|(index, slot)| {
-            slot.read.clone().unwrap_or(identity::Read {
-                index,
-                ..identity::Read::default()
+            slot.read.clone().unwrap_or_else(|| {
+                stuck(index, "its identity reads", settings, inflight);
+                slot.failed = Some(Reason::Timeout);
+                identity::Read {
+                    index,
+                    ..identity::Read::default()
+                }
             })
         })
         .collect();
@@ -173,43 +200,35 @@ pub fn read(
         }
         slot.identity = identity;
     }
+    resolution.missing
+}
 
-    receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
-    let mut timed_out = false;
-    let mut devices = Vec::with_capacity(slots.len() + resolution.missing.len());
-    for (index, slot) in (0..).zip(slots) {
-        if let Some(device) = slot.device {
-            devices.push(device);
-            continue;
+impl Slot {
+    /// Phase 3: the GPU's readings, or it down; whether it timed out (still
+    /// inside its reads now, or in its identity reads before).
+    fn into_device(self, index: u32, settings: &Settings, inflight: &InFlight) -> (Device, bool) {
+        if let Some(device) = self.device {
+            return (device, false);
         }
-        let reason = slot.failed.unwrap_or_else(|| {
+        let reason = self.failed.unwrap_or_else(|| {
             stuck(index, "its reads", settings, inflight);
             Reason::Timeout
         });
-        timed_out |= reason == Reason::Timeout;
-        let mut device = reader::down(index, &slot.identity, reason);
-        if reason == Reason::Timeout {
-            // Kept for when it answers again, with the time its reads took
-            // at least (the next run starts them earlier).
-            device.remembered = slot.memory;
-            if let Some(started) = slot.reads_started {
-                let took = timing::cut_reads(started, settings.reading_ends);
-                device
-                    .remembered
-                    .insert(READS_KEY.to_owned(), took.as_micros().to_string());
-            }
+        let mut device = reader::down(index, &self.identity, reason);
+        if reason != Reason::Timeout {
+            return (device, false);
         }
-        devices.push(device);
+        // Kept for when it answers again, with the time its reads took at
+        // least (so the next run starts them earlier).
+        device.remembered = self.memory;
+        if let Some(started) = self.reads_started {
+            let took = timing::cut_reads(started, settings.reading_ends);
+            device
+                .remembered
+                .insert(READS_KEY.to_owned(), took.as_micros().to_string());
+        }
+        (device, true)
     }
-    for gone in resolution.missing {
-        devices.push(departed(gone, &memory));
-    }
-    Ok(Reading {
-        host: session.host.clone(),
-        driver_version: session.driver_version.clone(),
-        devices,
-        timed_out,
-    })
 }
 
 /// Takes the threads' reports into `slots` until every slot is `done` or
