@@ -948,14 +948,19 @@ fn per_link_families_only_with_the_opt_in_collector() {
 }
 
 /// The whole run keeps one deadline: a lock held for part of it and then a hung
-/// NVML (in init, or in a device call) still give the timeout file before
-/// `--timeout` (plus a small margin for a loaded machine), and by then the
-/// process and everything it started are gone.
+/// NVML (in init: the timeout file; in a device call: that GPU down with reason
+/// timeout, the others published) still give the file before `--timeout` (plus
+/// a small margin for a loaded machine), and by then the process and
+/// everything it started are gone.
 #[test]
 fn one_deadline_bounds_lock_wait_and_nvml_together() {
-    for (scenario_name, stuck) in [
-        ("fault-init-hang", "nvmlInit_v2 (host)"),
-        ("fault-device-hang", "nvmlDeviceGetPowerUsage (GPU 1)"),
+    for (scenario_name, stuck, whole_run) in [
+        ("fault-init-hang", "stuck in nvmlInit_v2 (host)", true),
+        (
+            "fault-device-hang",
+            "GPU 1 did not finish its reads by the deadline, stuck in nvmlDeviceGetPowerUsage",
+            false,
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
@@ -976,8 +981,16 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
         releaser.join().unwrap();
         let at = format!("{scenario_name}: {run:?}");
         assert_eq!(run.code(), Some(5), "{at}");
-        assert!(run.err().contains(&format!("stuck in {stuck}")), "{at}");
-        check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(run.err().contains(stuck), "{at}");
+        let failure = whole_run.then_some("timeout");
+        let samples = check_file(&run.path(), failure).unwrap_or_else(|e| panic!("{at}: {e}"));
+        if !whole_run {
+            assert_eq!(
+                test_support::checks::reasons(&samples),
+                ["gpu1:timeout"],
+                "{at}"
+            );
+        }
         let bound = 2.5 + 0.15;
         let t_file = run.t_file.expect("the file was replaced");
         assert!(t_file < bound, "{at}: file replaced after {t_file:.3} s");
@@ -1015,7 +1028,7 @@ fn unit_start_timeout_outlasts_every_allowed_timeout() {
         .expect("TimeoutStartSec= in the unit");
     let start_timeout = humantime::parse_duration(value.trim()).unwrap();
     let longest = nvidia_textfile_exporter::cli::MAX_TIMEOUT
-        + nvidia_textfile_exporter::watchdog::HARD_STOP_GRACE;
+        + nvidia_textfile_exporter::timing::HARD_STOP_GRACE;
     assert!(start_timeout > longest + Duration::from_secs(5), "{value}");
     let refused = Command::new(EXE)
         .args(["--timeout", "301s", "--stdout"])
@@ -2613,9 +2626,9 @@ fn a_gpu_down_keeps_its_uuid_and_the_others_are_unchanged() {
 
 /// Sequential reads keep the one deadline too, in the worst case: the lock is
 /// held until just before reading must end (0.1 s before, at 0.8 x --timeout),
-/// then a device call hangs. The timeout file names the call and is in place by
-/// --timeout (0.1 s of slack for a loaded machine), the process and all it
-/// started gone right after.
+/// then a device call hangs. The file, GPU 1 down with reason timeout and its
+/// call named, is in place by --timeout (0.1 s of slack for a loaded machine),
+/// the process and all it started gone right after.
 #[test]
 fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let (dir, state) = seeded("fault-read-error", false);
@@ -2637,11 +2650,24 @@ fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let at = format!("{run:?}");
     assert_eq!(run.code(), Some(5), "{at}");
     assert!(
-        run.err()
-            .contains("stuck in nvmlDeviceGetPowerUsage (GPU 1)"),
+        run.err().contains(
+            "GPU 1 did not finish its reads by the deadline, stuck in nvmlDeviceGetPowerUsage"
+        ),
         "{at}"
     );
-    check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+    // The state was seeded by a scenario with a third GPU, which this one
+    // lacks: it is reported as no longer enumerated.
+    let samples = check_file(&run.path(), None).unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert_eq!(
+        test_support::checks::reasons(&samples),
+        ["gpu1:timeout", "gpu2:not_enumerated"],
+        "{at}"
+    );
+    assert_eq!(
+        test_support::value(&samples, "nvidia_gpu_up", &[("gpu", "0")]),
+        Some(1.0),
+        "{at}"
+    );
     let t_file = run.t_file.expect("the file was replaced");
     assert!(t_file <= 2.1, "{at}: file replaced after {t_file:.3} s");
     assert!(
@@ -3029,10 +3055,12 @@ fn slow_reads_fit_an_auto_window() {
             let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
             assert_eq!(output.code(), Some(0), "{mode:?} run {run}: {output:?}");
             let text = String::from_utf8(output.stdout).unwrap();
-            // The window chosen, 1.96 s, or longer where the reads ran past
-            // it; always within the 2.4 s a run may read.
+            // The window chosen, 1.96 s, shortened where the reads need the
+            // room (with --sequential a first run expects 5 x 120 ms), or
+            // longer where the reads ran past it; always within the 2.4 s a
+            // run may read.
             let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
-            assert!((1.9..2.4).contains(&window), "{mode:?} run {run}: {window}");
+            assert!((1.8..2.4).contains(&window), "{mode:?} run {run}: {window}");
         }
     }
 }
