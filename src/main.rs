@@ -155,7 +155,7 @@ fn remembered_snapshot(
     let reading_settings = settings.clone();
     deadline.enter("reading NVML");
     let mut outcome = collect(
-        move |inflight| gpus::read(&library, &reading_settings, &recall, inflight),
+        move |inflight, opened| gpus::read(&library, &reading_settings, &recall, inflight, opened),
         deadline,
     );
     // Host steps (the kernel log, process owners) work on the GPUs NVML
