@@ -3294,7 +3294,7 @@ fn pcie_trained_low_shows_against_its_maxima() {
             "0",
             &[("kind", "l0_to_recovery")]
         ),
-        Some(57.0)
+        Some(3279.0)
     );
     assert_eq!(
         gpu_value(
