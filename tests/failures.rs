@@ -355,7 +355,7 @@ fn a_hung_gpu_costs_only_itself() {
     let stuck = [
         (0, "nvmlDeviceGetUUID"),
         (1, "nvmlDeviceGetHandleByIndex_v2"),
-        (2, "nvmlDeviceGetTemperature"),
+        (2, "nvmlDeviceGetTemperatureV"),
         (3, "nvmlDeviceGetPowerUsage"),
     ];
     let hangs: Vec<String> = stuck
@@ -508,7 +508,7 @@ fn sixty_four_gpus(read_ms: u32) -> String {
             )
             .replacen(
                 "[[gpu]]\n",
-                &format!("[[gpu]]\ndelays_ms = {{ nvmlDeviceGetTemperature = {read_ms} }}\n"),
+                &format!("[[gpu]]\ndelays_ms = {{ nvmlDeviceGetTemperatureV = {read_ms} }}\n"),
                 1,
             );
         out.push_str(&block);
@@ -526,10 +526,10 @@ fn the_auto_window_leaves_the_reads_room() {
     let dir = tempfile::tempdir().unwrap();
     let slow_start = h100x8_with(&[
         (None, "init_delay_ms = 1500"),
-        (Some(0), "delays_ms = { nvmlDeviceGetTemperature = 400 }"),
-        (Some(1), "delays_ms = { nvmlDeviceGetTemperature = 400 }"),
-        (Some(2), "delays_ms = { nvmlDeviceGetTemperature = 400 }"),
-        (Some(3), "delays_ms = { nvmlDeviceGetTemperature = 400 }"),
+        (Some(0), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+        (Some(1), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+        (Some(2), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+        (Some(3), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
     ]);
     let slow_start = scenario_file(dir.path(), "slow-start", &slow_start);
     let faster = scenario_file(dir.path(), "reads-50ms", &sixty_four_gpus(50));
