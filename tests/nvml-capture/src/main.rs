@@ -840,6 +840,8 @@ fn fields(gpu: &mut Capture<'_>) {
         let unsigned = unsafe {
             match value.valueType {
                 1 => Some(u64::from(value.value.uiVal)),
+                // `unsigned long` is 64 bits on the Linux targets NVML supports.
+                #[allow(clippy::unnecessary_cast)]
                 2 => Some(value.value.ulVal as u64),
                 3 => Some(value.value.ullVal),
                 6 => Some(u64::from(value.value.usVal)),
