@@ -83,6 +83,12 @@ impl Deadline {
         self.end() - publish_reserve(self.timeout)
     }
 
+    /// When storing the state gives up, so that the file is still published
+    /// by [`Self::end`]: half of the reserve after [`Self::reading_ends`].
+    pub fn storing_ends(&self) -> Instant {
+        self.reading_ends() + publish_reserve(self.timeout) / 2
+    }
+
     /// When a wait before reading gives up that must leave the reading time
     /// (the state's lock): half of what is left until [`Self::reading_ends`].
     pub fn waiting_ends(&self) -> Instant {

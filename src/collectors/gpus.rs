@@ -5,14 +5,14 @@
 //!    this boot has seen. A GPU that left enumeration is reported down
 //!    (`not_enumerated`) under the identity the state kept.
 //! 2. Per GPU (each on its own thread, or one after another with
-//!    `--sequential`): the previous run's memory of the resolved identity, every
+//!    `--sequential`): the previous run's state of the resolved identity, every
 //!    collector's `open` (GPM's first sample), a wait until the reads can end
 //!    as the windows do, the batched field read and every `read`, then every
 //!    window's close. So the point readings (temperature, power, memory) are
 //!    taken at the end of the windows, just before the file is written.
 //!
-//! How long the reads of a GPU take is remembered (`reads_us`), so that the
-//! next run starts them that long before its windows end.
+//! How long the reads of a GPU take is kept in the state (`reads_us`), so
+//! that the next run starts them that long before its windows end.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,18 +29,19 @@ use crate::nvml::reader::{self, DeviceReader};
 use crate::nvml::{InitError, Session};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
+use crate::state::schema::GpuState;
 
 /// What the previous run left that the GPUs' reading uses.
 #[derive(Debug, Clone, Default)]
-pub struct Recall {
-    /// Each GPU's entries by UUID, as the state holds them.
-    pub memory: BTreeMap<String, BTreeMap<String, String>>,
-    /// The driver version the memory was written under.
+pub struct PreviousState {
+    /// Each GPU's state by UUID.
+    pub gpus: BTreeMap<String, GpuState>,
+    /// The driver version the state was written under.
     pub driver_version: String,
     /// The GPUs this boot has seen.
     pub known: Vec<KnownGpu>,
     /// Whether running totals continue from the state this run (see
-    /// `state::Memory::continues_totals`).
+    /// `state::StateFile::continues_totals`).
     pub totals: bool,
 }
 
@@ -55,15 +56,10 @@ pub struct Reading {
     pub devices: Vec<Device>,
 }
 
-/// The state key that marks a GPU already reported as having left
-/// enumeration (its reading, once it is back, no longer leaves it).
-const LEFT_KEY: &str = "left_enumeration";
-/// The state key of how long a GPU's reads took in the previous run, µs.
-const READS_KEY: &str = "reads_us";
-/// Time added to the remembered duration of the reads, so that they end
+/// Time added to the kept duration of the reads, so that they end
 /// before the windows do.
 const READS_MARGIN: Duration = Duration::from_millis(20);
-/// The duration assumed for the reads when none is remembered (a cold run on
+/// The duration assumed for the reads when none is kept (a cold run on
 /// an H200 takes about 50 ms).
 const READS_FIRST: Duration = Duration::from_millis(100);
 
@@ -71,11 +67,11 @@ const READS_FIRST: Duration = Duration::from_millis(100);
 pub fn read(
     library: &Path,
     settings: &Settings,
-    recall: &Recall,
+    previous: &PreviousState,
     inflight: &InFlight,
 ) -> Result<Reading, InitError> {
     let session = Session::open(library, inflight)?;
-    let memory = recall_for(recall, &session.driver_version);
+    let states = states_for(previous, &session.driver_version);
     let handles: Vec<Result<NvmlDevice<'_>, Reason>> = (0..session.count)
         .map(|index| session.handle(index, inflight))
         .collect();
@@ -97,7 +93,7 @@ pub fn read(
             }
         }
     }
-    let resolution = identity::resolve(&reads, &recall.known);
+    let resolution = identity::resolve(&reads, &previous.known);
     let gpus: Vec<Gpu<'_>> = readers
         .into_iter()
         .zip(resolution.identities)
@@ -105,13 +101,13 @@ pub fn read(
         .map(|((reader, identity), index)| Gpu {
             index,
             reader,
-            // What is remembered under a UUID two GPUs share is neither's.
-            memory: memory
+            // What is kept under a UUID two GPUs share is neither's.
+            state: states
                 .get(&identity.uuid)
                 .filter(|_| identity.unique)
                 .cloned()
                 .unwrap_or_default(),
-            keeps_totals: recall.totals && identity.unique,
+            keeps_totals: previous.totals && identity.unique,
             identity,
         })
         .collect();
@@ -121,12 +117,9 @@ pub fn read(
         read_in_sequence(gpus, settings)
     };
     for gone in resolution.missing {
-        let mut remembered = memory.get(&gone.uuid).cloned().unwrap_or_default();
+        let mut state = states.get(&gone.uuid).cloned().unwrap_or_default();
         // Said once, when it leaves; the file says it every run.
-        if remembered
-            .insert(LEFT_KEY.to_owned(), "1".to_owned())
-            .is_none()
-        {
+        if !std::mem::replace(&mut state.left_enumeration, true) {
             log::warn!(
                 "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
                 gone.index,
@@ -142,7 +135,7 @@ pub fn read(
         };
         let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
         // Its running totals stay in the state for when it comes back.
-        device.remembered = remembered;
+        device.state = Some(state);
         devices.push(device);
     }
     Ok(Reading {
@@ -152,30 +145,24 @@ pub fn read(
     })
 }
 
-/// The memory the previous run left, as this driver may use it: all of it
-/// under the same driver, only the boot's running totals after a change.
-fn recall_for(recall: &Recall, driver_version: &str) -> BTreeMap<String, BTreeMap<String, String>> {
-    if recall.driver_version == driver_version {
-        return recall.memory.clone();
+/// The GPUs' state the previous run left, as this driver may use it: all of
+/// it under the same driver, only the identities and the boot's running
+/// totals after a change.
+fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String, GpuState> {
+    if previous.driver_version == driver_version {
+        return previous.gpus.clone();
     }
-    if !recall.memory.is_empty() {
+    if !previous.gpus.is_empty() {
         log::info!(
             "the driver changed ({} -> {driver_version}): using only the boot's running \
-             totals of the previous run's memory",
-            recall.driver_version
+             totals of the previous run's state",
+            previous.driver_version
         );
     }
-    recall
-        .memory
+    previous
+        .gpus
         .iter()
-        .map(|(uuid, entries)| {
-            let kept = entries
-                .iter()
-                .filter(|(key, _)| crate::state::lasts_the_boot(key))
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect();
-            (uuid.clone(), kept)
-        })
+        .map(|(uuid, gpu)| (uuid.clone(), gpu.after_driver_change()))
         .collect()
 }
 
@@ -184,7 +171,7 @@ struct Gpu<'n> {
     index: u32,
     reader: Result<DeviceReader<'n>, Reason>,
     identity: Identity,
-    memory: BTreeMap<String, String>,
+    state: GpuState,
     keeps_totals: bool,
 }
 
@@ -203,16 +190,17 @@ struct Opened<'n> {
 }
 
 impl<'n> Gpu<'n> {
-    /// Phase 2a: recalls the GPU's memory and opens every collector's window.
+    /// Phase 2a: hands the reader the GPU's previous state and opens every
+    /// collector's window.
     fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
             Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
         };
-        reader.recall_from(self.memory, self.keeps_totals);
+        reader.set_previous_state(self.state, self.keeps_totals);
         let lead = reader
-            .recall(READS_KEY)
-            .and_then(|us| us.parse().ok())
+            .previous_state()
+            .reads_us
             .map_or(READS_FIRST, Duration::from_micros)
             + READS_MARGIN;
         let windows: Vec<_> = settings
@@ -255,7 +243,7 @@ impl Opened<'_> {
             read(reader);
         }
         let ended = Instant::now();
-        reader.remember(READS_KEY, (ended - started).as_micros().to_string());
+        reader.next_state().reads_us = u64::try_from((ended - started).as_micros()).ok();
         self.reads = Some((started, ended));
     }
 

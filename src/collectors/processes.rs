@@ -5,11 +5,12 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use super::hooks::HostRun;
 use super::procfs::{self, Owner, Users};
-use super::utilization::{recall_carry, Engine};
+use super::utilization::{previous_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};
 use crate::snapshot::LabelValue;
+use crate::state::schema::Stream;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let Some(processes) = reader.compute_processes() else {
@@ -43,11 +44,6 @@ pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), String> {
     procfs::attribute(run.snapshot, run.procfs, &Users::new(run.until));
     Ok(())
 }
-
-/// The state key of the per-process window: the carry of the GPU engine's
-/// samples as this collector consumes them (its own, so that it does not
-/// depend on what `utilization` consumed).
-const KEY: &str = "boot.util.process";
 
 /// One run's per-process samples.
 #[derive(Debug, Default, PartialEq)]
@@ -84,14 +80,14 @@ impl Utilization {
 /// the GPU's newest sample counts in the next run, and after a clock step (the
 /// GPU's whole buffer read again) the entries are too.
 fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
-    let recalled = recall_carry(reader, KEY);
+    let previous = previous_carry(reader, Stream::Processes);
     let Outcome::Read { carry, window } =
-        samples::read(reader, Engine::Gpu.sampling_type(), recalled)
+        samples::read(reader, Engine::Gpu.sampling_type(), previous)
     else {
         return None;
     };
     if reader.keeps_totals() && carry != Carry::default() {
-        reader.remember(KEY, carry.render());
+        reader.next_state().carries.insert(Stream::Processes, carry);
     }
     let window = window?;
     let since = window.intervals.first()?.start_us;
