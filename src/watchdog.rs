@@ -38,7 +38,7 @@ pub struct Outcome {
     pub snapshot: Snapshot,
     pub exit: Exit,
     /// The driver version NVML was read under; `None` when NVML was not read
-    /// (then nothing of this run may be remembered).
+    /// (then nothing of this run may be stored).
     pub driver_version: Option<String>,
 }
 

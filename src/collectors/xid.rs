@@ -5,11 +5,11 @@
 //! the bus.` (older drivers: no pid). A run reads the kernel lines logged since
 //! the previous run, counts the XIDs by GPU (the PCI bus id in the message
 //! against the bus ids NVML reported) and code, and adds them to running totals
-//! kept in the state (host entries under `xid.`). The state is per boot, so the
+//! kept in the state (its `xid` field). The state is per boot, so the
 //! totals start at 0 each boot and never go backwards within one.
 //!
 //! This module touches neither NVML nor the textfile directory: it reads the
-//! kernel log and returns plain data (samples for the snapshot, entries for the
+//! kernel log and returns plain data (samples for the snapshot, counts for the
 //! state).
 //!
 //! Sources, in order:
@@ -48,9 +48,9 @@
 //!
 //! Recounting: where no position is left (the cursor refused and no time of
 //! its entry kept, or that refused too) or a stored count is impossible (more
-//! than [`MAX_COUNT`], or not a number: a damaged state), the collector
+//! than [`MAX_COUNT`]: a damaged state), the collector
 //! recounts this boot's kernel log from its start into a separate set of
-//! totals, kept in the state as `xid.recount.*` until the read reaches the end
+//! totals, kept in the state as its `recount` until the read reaches the end
 //! of the log (over several runs if the deadline cuts it). Meanwhile the
 //! counts known before are published, so no series goes backwards (which
 //! `increase()` would take for a counter reset, i.e. new XIDs). When the

@@ -218,15 +218,15 @@ pub enum Outcome {
     },
 }
 
-/// Reads the samples of `sampling_type` since `recalled` (the stream's carry
+/// Reads the samples of `sampling_type` since `previous` (the stream's carry
 /// from the previous run, `None` for none or damaged) and integrates them,
 /// rereading the whole buffer after a clock step.
 pub fn read(
     reader: &mut DeviceReader<'_>,
     sampling_type: nvmlSamplingType_t,
-    recalled: Option<Carry>,
+    previous: Option<Carry>,
 ) -> Outcome {
-    let carry = recalled.unwrap_or_default();
+    let carry = previous.unwrap_or_default();
     let answer = match fetch_samples(reader, sampling_type, carry.last_us) {
         None => None,
         Some(Err(error)) if super::unsupported(&error) => {

@@ -60,7 +60,7 @@ const LOCK_NAME: &str = ".state.lock";
 /// The start of a temporary state file's name (it ends in `.tmp`).
 const TEMP_PREFIX: &str = ".state.";
 
-/// The most GPUs a state remembers (more than any host has).
+/// The most GPUs a state keeps (more than any host has).
 pub const MAX_GPUS: usize = 64;
 
 /// The most XID series (GPU or bus id, and code) the totals keep, and a
