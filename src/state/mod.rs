@@ -270,7 +270,7 @@ impl StateDir {
 
 /// The text of `state`; an error if it would exceed [`MAX_SIZE`] (only
 /// identifiers far longer than NVML's can make it).
-pub fn render(state: &State) -> Result<String, Problem> {
+fn render(state: &State) -> Result<String, Problem> {
     let mut text = serde_json::to_string(state)
         .map_err(|e| Problem::Io(format!("cannot encode the state: {e}")))?;
     text.push('\n');
@@ -285,7 +285,7 @@ pub fn render(state: &State) -> Result<String, Problem> {
 
 /// Parses a state file of this version (or of version 1, converted); the
 /// error says what is wrong with it.
-pub fn parse(text: &str) -> Result<State, String> {
+fn parse(text: &str) -> Result<State, String> {
     if text.starts_with(v1::MAGIC) {
         return v1::parse(text).and_then(within_bounds);
     }
