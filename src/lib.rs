@@ -32,4 +32,5 @@ pub mod reason;
 pub mod render;
 pub mod snapshot;
 pub mod state;
+pub mod timing;
 pub mod watchdog;

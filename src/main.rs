@@ -155,7 +155,9 @@ fn snapshot_with_state(
     let reading_settings = settings.clone();
     deadline.enter("reading NVML");
     let mut outcome = collect(
-        move |inflight| gpus::read(&library, &reading_settings, &previous, inflight),
+        move |inflight, opened| {
+            gpus::read(&library, &reading_settings, &previous, inflight, opened)
+        },
         deadline,
     );
     // Host steps (the kernel log, process owners) work on the GPUs NVML

@@ -379,7 +379,7 @@ families! {
     PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
         "Device memory used by a compute process, with its owner (only with --collector processes).";
     PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
-        "Mean fraction of time the SMs ran a compute process's kernels, over NVML's per-process samples since the previous run (0-1), with its owner (only with --collector processes).";
+        "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
 }
 
 impl Family {

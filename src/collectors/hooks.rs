@@ -20,6 +20,8 @@ use crate::state::StateFile;
 pub trait Window<'n> {
     /// When the window closes.
     fn ends(&self) -> Instant;
+    /// Shortens the window to end by `latest` (see `timing::schedule`).
+    fn end_by(&mut self, latest: Instant);
     /// Closes the window (waiting for its end) and pushes its readings.
     fn close(self: Box<Self>, reader: &mut DeviceReader<'n>);
 }

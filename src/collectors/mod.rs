@@ -41,7 +41,6 @@ use crate::metrics::{self, Family};
 
 use hooks::Hooks;
 
-pub use gpm::{window as gpm_window, WindowRequest as GpmWindowRequest};
 pub use hooks::{run_host, Collector, HostRun, Settings, Window};
 
 /// Every collector, in output order.
