@@ -40,7 +40,7 @@ pub struct Identity {
     pub pci_bus_id: String,
     pub serial: String,
     /// The UUID is known and no other GPU of this run has it: what is
-    /// remembered under it is this GPU's alone.
+    /// kept in the state under it is this GPU's alone.
     pub unique: bool,
 }
 

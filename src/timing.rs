@@ -13,7 +13,8 @@
 //! - a wait for the state's lock leaves half the time to reading
 //!   ([`waiting_ends`]);
 //! - [`publish_reserve`] is kept for rendering and publishing, whatever
-//!   happens before: reading ends by `reading_ends`;
+//!   happens before: reading ends by `reading_ends`, storing the state by
+//!   [`storing_ends`];
 //! - the identities of the GPUs are awaited for at most [`identities_end`]; a
 //!   GPU that has not answered by then is read no further (it timed out);
 //! - a GPU's reads may run past what they are expected to take by half as
@@ -36,6 +37,14 @@ const MAX_PUBLISH_RESERVE: Duration = Duration::from_secs(1);
 /// of it, at most [`MAX_PUBLISH_RESERVE`].
 pub fn publish_reserve(timeout: Duration) -> Duration {
     (timeout / 5).min(MAX_PUBLISH_RESERVE)
+}
+
+/// When storing the state gives up, for a run reading until `reading_ends`
+/// with `timeout`: half of the publish reserve after it, so that a state
+/// directory that does not answer (a frozen file system) still leaves the
+/// other half to publish the file.
+pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
+    reading_ends + publish_reserve(timeout) / 2
 }
 
 /// When a wait that starts `now` before reading (the state's lock) gives up:
@@ -139,17 +148,17 @@ fn reads_reserve(reading: Duration) -> Duration {
     (reading / 10).min(Duration::from_secs(1))
 }
 
-/// Time added to the remembered duration of a GPU's reads.
+/// Time added to the duration of a GPU's reads the state kept.
 const READS_MARGIN: Duration = Duration::from_millis(20);
 
-/// The duration assumed for a GPU's reads when none is remembered (a cold run
+/// The duration assumed for a GPU's reads when the state kept none (a cold run
 /// on an H200 takes about 50 ms).
 const READS_FIRST: Duration = Duration::from_millis(100);
 
 /// How long a GPU's reads are expected to take: what they took in the
-/// previous run (`remembered`), or a first guess, plus a margin.
-pub fn reads_estimate(remembered: Option<Duration>) -> Duration {
-    remembered.unwrap_or(READS_FIRST) + READS_MARGIN
+/// previous run (`previous`, from the state), or a first guess, plus a margin.
+pub fn reads_estimate(previous: Option<Duration>) -> Duration {
+    previous.unwrap_or(READS_FIRST) + READS_MARGIN
 }
 
 /// What a GPU whose reads started at `started` and were cut by the deadline

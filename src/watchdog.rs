@@ -42,7 +42,7 @@ pub struct Outcome {
     pub snapshot: Snapshot,
     pub exit: Exit,
     /// The driver version NVML was read under; `None` when NVML was not read
-    /// (then nothing of this run may be remembered).
+    /// (then nothing of this run may be stored).
     pub driver_version: Option<String>,
 }
 
@@ -73,6 +73,11 @@ impl Deadline {
     /// need be) is still published by [`Self::end`].
     pub fn reading_ends(&self) -> Instant {
         self.end() - timing::publish_reserve(self.timeout)
+    }
+
+    /// When storing the state gives up (see `timing::storing_ends`).
+    pub fn storing_ends(&self) -> Instant {
+        timing::storing_ends(self.reading_ends(), self.timeout)
     }
 
     /// When a wait before reading gives up that must leave the reading time

@@ -19,7 +19,7 @@
 //!   (the driver's default `NVreg_RestrictProfilingToAdminUsers=1` keeps them
 //!   from processes without CAP_SYS_ADMIN), `counters_in_use` (a profiler such
 //!   as Nsight Compute or DCGM profiling holds them), `paused` (the pause file
-//!   exists). The reason is remembered so that the log says it once when it
+//!   exists). The reason is kept in the state so that the log says it once when it
 //!   starts, not every run.
 //! - MIG: on a GPU in MIG mode, each GPU instance is sampled with
 //!   `nvmlGpmMigSampleGet` and reported with its `gpu_instance_id`.
@@ -39,9 +39,6 @@ use crate::nvml::mig;
 use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
-
-/// The key under which a run remembers why GPM was unavailable.
-const MEMORY_KEY: &str = "gpm_unavailable";
 
 /// Why the GPM metrics of a GPU that supports GPM are missing from a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -449,7 +446,7 @@ fn metrics_get(
 /// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
 /// reason is new (the previous run had none, or another), not every run.
 fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
-    if reader.recall(MEMORY_KEY) != Some(why.label()) {
+    if reader.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
         let message = format!(
             "GPU {}: GPM metrics ({}) left out: {}",
             reader.index(),
@@ -463,7 +460,7 @@ fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
         }
     }
     reader.push(metrics::GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
-    reader.remember(MEMORY_KEY, why.label().to_owned());
+    reader.next_state().gpm_unavailable = Some(why.label().to_owned());
 }
 
 #[cfg(test)]

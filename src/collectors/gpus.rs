@@ -7,7 +7,7 @@
 //!    [`identity::resolve`] over them and the GPUs this boot has seen. A GPU
 //!    that left enumeration is reported down (`not_enumerated`) under the
 //!    identity the state kept.
-//! 2. Per GPU: the previous run's memory of the resolved identity, every
+//! 2. Per GPU: the previous run's state of the resolved identity, every
 //!    collector's `open` (GPM's first sample), a wait until the reads can end
 //!    as the windows do (`timing::schedule`, which shortens windows that would
 //!    leave the reads no room), the batched field read and every `read`, then
@@ -21,7 +21,7 @@
 //!    `timeout`, its call named in the log; its thread is abandoned, never
 //!    joined (the process ends without waiting for it).
 //!
-//! How long the reads of a GPU take is remembered (`reads_us`), also when the
+//! How long the reads of a GPU take is kept in the state (`reads_us`), also when the
 //! deadline cut them, so that the next run starts them that long before its
 //! windows end.
 
@@ -43,19 +43,20 @@ use crate::nvml::reader::{self, DeviceReader};
 use crate::nvml::{InitError, Session};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
+use crate::state::schema::GpuState;
 use crate::timing;
 
 /// What the previous run left that the GPUs' reading uses.
 #[derive(Debug, Clone, Default)]
-pub struct Recall {
-    /// Each GPU's entries by UUID, as the state holds them.
-    pub memory: BTreeMap<String, BTreeMap<String, String>>,
-    /// The driver version the memory was written under.
+pub struct PreviousState {
+    /// Each GPU's state by UUID.
+    pub gpus: BTreeMap<String, GpuState>,
+    /// The driver version the state was written under.
     pub driver_version: String,
     /// The GPUs this boot has seen.
     pub known: Vec<KnownGpu>,
     /// Whether running totals continue from the state this run (see
-    /// `state::Memory::continues_totals`).
+    /// `state::StateFile::continues_totals`).
     pub totals: bool,
 }
 
@@ -72,13 +73,6 @@ pub struct Reading {
     pub timed_out: bool,
 }
 
-/// The state key that marks a GPU already reported as having left
-/// enumeration (its reading, once it is back, no longer leaves it).
-const LEFT_KEY: &str = "left_enumeration";
-/// The state key of how long a GPU's reads took in the previous run (or had
-/// run when its deadline cut them), µs.
-const READS_KEY: &str = "reads_us";
-
 /// What a reading thread tells the coordinator.
 enum Report {
     /// A GPU's identity read (empty where it failed).
@@ -94,7 +88,7 @@ enum Report {
 /// What a GPU's thread needs, once the identities are resolved.
 struct Start {
     identity: Identity,
-    memory: BTreeMap<String, String>,
+    state: GpuState,
     keeps_totals: bool,
 }
 
@@ -103,7 +97,7 @@ struct Start {
 struct Slot {
     read: Option<identity::Read>,
     identity: Identity,
-    memory: BTreeMap<String, String>,
+    state: GpuState,
     reads_started: Option<Instant>,
     device: Option<Device>,
     /// Why it is down without readings of its own.
@@ -122,7 +116,7 @@ impl Slot {
 pub fn read(
     library: &Path,
     settings: &Settings,
-    recall: &Recall,
+    previous: &PreviousState,
     inflight: &Arc<InFlight>,
     opened: &dyn Fn(),
 ) -> Result<Reading, InitError> {
@@ -130,14 +124,14 @@ pub fn read(
     // never dropped (see `Session`), so it may as well live for ever.
     let session: &'static Session = Box::leak(Box::new(Session::open(library, inflight)?));
     opened();
-    let memory = recall_for(recall, &session.driver_version);
+    let states = states_for(previous, &session.driver_version);
     let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::default()).collect();
     let (report, reports) = mpsc::channel();
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
     spawn_readers(session, settings, inflight, &report, waits, &mut slots);
     drop(report);
     let missing = identify(
-        &reports, &mut slots, starts, &memory, recall, settings, inflight,
+        &reports, &mut slots, starts, &states, previous, settings, inflight,
     );
     receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
     let mut timed_out = false;
@@ -147,7 +141,7 @@ pub fn read(
         timed_out |= timeout;
         devices.push(device);
     }
-    devices.extend(missing.into_iter().map(|gone| departed(gone, &memory)));
+    devices.extend(missing.into_iter().map(|gone| departed(gone, &states)));
     Ok(Reading {
         host: session.host.clone(),
         driver_version: session.driver_version.clone(),
@@ -158,13 +152,13 @@ pub fn read(
 
 /// Phase 1: awaits the GPUs' identities (a GPU that has not answered by
 /// `timing::identities_end` timed out), resolves them and starts each GPU's
-/// readings with its identity and memory. Returns the GPUs that left.
+/// readings with its identity and state. Returns the GPUs that left.
 fn identify(
     reports: &Receiver<Report>,
     slots: &mut [Slot],
     starts: Vec<Sender<Start>>,
-    memory: &BTreeMap<String, BTreeMap<String, String>>,
-    recall: &Recall,
+    states: &BTreeMap<String, GpuState>,
+    previous: &PreviousState,
     settings: &Settings,
     inflight: &InFlight,
 ) -> Vec<KnownGpu> {
@@ -183,10 +177,10 @@ fn identify(
             })
         })
         .collect();
-    let resolution = identity::resolve(&reads, &recall.known);
+    let resolution = identity::resolve(&reads, &previous.known);
     for ((slot, identity), start) in slots.iter_mut().zip(resolution.identities).zip(starts) {
-        // What is remembered under a UUID two GPUs share is neither's.
-        slot.memory = memory
+        // What is kept under a UUID two GPUs share is neither's.
+        slot.state = states
             .get(&identity.uuid)
             .filter(|_| identity.unique)
             .cloned()
@@ -194,8 +188,8 @@ fn identify(
         if !slot.settled() {
             let _ = start.send(Start {
                 identity: identity.clone(),
-                memory: slot.memory.clone(),
-                keeps_totals: recall.totals && identity.unique,
+                state: slot.state.clone(),
+                keeps_totals: previous.totals && identity.unique,
             });
         }
         slot.identity = identity;
@@ -220,13 +214,12 @@ impl Slot {
         }
         // Kept for when it answers again, with the time its reads took at
         // least (so the next run starts them earlier).
-        device.remembered = self.memory;
+        let mut state = self.state;
         if let Some(started) = self.reads_started {
             let took = timing::cut_reads(started, settings.reading_ends);
-            device
-                .remembered
-                .insert(READS_KEY.to_owned(), took.as_micros().to_string());
+            state.reads_us = u64::try_from(took.as_micros()).ok();
         }
+        device.state = Some(state);
         (device, true)
     }
 }
@@ -285,14 +278,11 @@ fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) {
 }
 
 /// A GPU this boot knew that NVML no longer enumerates, down under the
-/// identity the state kept, its memory kept for when it comes back.
-fn departed(gone: KnownGpu, memory: &BTreeMap<String, BTreeMap<String, String>>) -> Device {
-    let mut remembered = memory.get(&gone.uuid).cloned().unwrap_or_default();
+/// identity the state kept, its state kept for when it comes back.
+fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
+    let mut state = states.get(&gone.uuid).cloned().unwrap_or_default();
     // Said once, when it leaves; the file says it every run.
-    if remembered
-        .insert(LEFT_KEY.to_owned(), "1".to_owned())
-        .is_none()
-    {
+    if !std::mem::replace(&mut state.left_enumeration, true) {
         log::warn!(
             "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
             gone.index,
@@ -308,7 +298,7 @@ fn departed(gone: KnownGpu, memory: &BTreeMap<String, BTreeMap<String, String>>)
     };
     let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
     // Its running totals stay in the state for when it comes back.
-    device.remembered = remembered;
+    device.state = Some(state);
     device
 }
 
@@ -400,7 +390,7 @@ fn read_group(
             index,
             reader,
             identity: start.identity,
-            memory: start.memory,
+            state: start.state,
             keeps_totals: start.keeps_totals,
         };
         opened.push(gpu.open(settings));
@@ -440,30 +430,24 @@ fn read_group(
     }
 }
 
-/// The memory the previous run left, as this driver may use it: all of it
-/// under the same driver, only the boot's running totals after a change.
-fn recall_for(recall: &Recall, driver_version: &str) -> BTreeMap<String, BTreeMap<String, String>> {
-    if recall.driver_version == driver_version {
-        return recall.memory.clone();
+/// The GPUs' state the previous run left, as this driver may use it: all of
+/// it under the same driver, only the identities and the boot's running
+/// totals after a change.
+fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String, GpuState> {
+    if previous.driver_version == driver_version {
+        return previous.gpus.clone();
     }
-    if !recall.memory.is_empty() {
+    if !previous.gpus.is_empty() {
         log::info!(
             "the driver changed ({} -> {driver_version}): using only the boot's running \
-             totals of the previous run's memory",
-            recall.driver_version
+             totals of the previous run's state",
+            previous.driver_version
         );
     }
-    recall
-        .memory
+    previous
+        .gpus
         .iter()
-        .map(|(uuid, entries)| {
-            let kept = entries
-                .iter()
-                .filter(|(key, _)| crate::state::lasts_the_boot(key))
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect();
-            (uuid.clone(), kept)
-        })
+        .map(|(uuid, gpu)| (uuid.clone(), gpu.after_driver_change()))
         .collect()
 }
 
@@ -472,7 +456,7 @@ struct Gpu<'n> {
     index: u32,
     reader: Result<DeviceReader<'n>, Reason>,
     identity: Identity,
-    memory: BTreeMap<String, String>,
+    state: GpuState,
     keeps_totals: bool,
 }
 
@@ -490,19 +474,16 @@ struct Opened<'n> {
 }
 
 impl<'n> Gpu<'n> {
-    /// Phase 2a: recalls the GPU's memory and opens every collector's window.
+    /// Phase 2a: hands the reader the GPU's previous state and opens every
+    /// collector's window.
     fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
             Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
         };
-        reader.recall_from(self.memory, self.keeps_totals);
-        let estimate = timing::reads_estimate(
-            reader
-                .recall(READS_KEY)
-                .and_then(|us| us.parse().ok())
-                .map(Duration::from_micros),
-        );
+        reader.set_previous_state(self.state, self.keeps_totals);
+        let estimate =
+            timing::reads_estimate(reader.previous_state().reads_us.map(Duration::from_micros));
         let windows: Vec<_> = settings
             .collectors
             .iter()
@@ -551,7 +532,7 @@ impl Opened<'_> {
             read(reader);
         }
         let ended = Instant::now();
-        reader.remember(READS_KEY, (ended - started).as_micros().to_string());
+        reader.next_state().reads_us = u64::try_from((ended - started).as_micros()).ok();
         self.reads = Some((started, ended));
     }
 

@@ -5,11 +5,12 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use super::hooks::HostRun;
 use super::procfs::{self, Owner, Users};
-use super::utilization::{recall_carry, Engine};
+use super::utilization::{previous_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
 use crate::snapshot::LabelValue;
+use crate::state::schema::Stream;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let Some(processes) = reader.compute_processes() else {
@@ -44,11 +45,6 @@ pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), String> {
     procfs::attribute(run.snapshot, run.procfs, &Users::new(run.until));
     Ok(())
 }
-
-/// The state key of the per-process window: the carry of the GPU engine's
-/// samples as this collector consumes them (its own, so that it does not
-/// depend on what `utilization` consumed).
-const KEY: &str = "boot.util.process";
 
 /// One run's per-process SM utilization: NVML's one entry per process,
 /// its mean SM percent over the GPU samples newer than the `lastSeenTimeStamp`
@@ -88,14 +84,14 @@ impl Utilization {
 /// step, the GPU's whole buffer read again, so is the process's); `None`
 /// when nothing can be read or the window covers no time.
 fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
-    let recalled = recall_carry(reader, KEY);
+    let previous = previous_carry(reader, Stream::Processes);
     let Outcome::Read { carry, window } =
-        samples::read(reader, Engine::Gpu.sampling_type(), recalled)
+        samples::read(reader, Engine::Gpu.sampling_type(), previous)
     else {
         return None;
     };
     if reader.keeps_totals() && carry != Carry::default() {
-        reader.remember(KEY, carry.render());
+        reader.next_state().carries.insert(Stream::Processes, carry);
     }
     let window = window?;
     if window.intervals.iter().all(|i| i.claimed_us == 0) {

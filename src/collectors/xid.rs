@@ -5,11 +5,11 @@
 //! the bus.` (older drivers: no pid). A run reads the kernel lines logged since
 //! the previous run, counts the XIDs by GPU (the PCI bus id in the message
 //! against the bus ids NVML reported) and code, and adds them to running totals
-//! kept in the state (host entries under `xid.`). The state is per boot, so the
+//! kept in the state (its `xid` field). The state is per boot, so the
 //! totals start at 0 each boot and never go backwards within one.
 //!
 //! This module touches neither NVML nor the textfile directory: it reads the
-//! kernel log and returns plain data (samples for the snapshot, entries for the
+//! kernel log and returns plain data (samples for the snapshot, counts for the
 //! state).
 //!
 //! Sources, in order:
@@ -48,9 +48,9 @@
 //!
 //! Recounting: where no position is left (the cursor refused and no time of
 //! its entry kept, or that refused too) or a stored count is impossible (more
-//! than [`MAX_COUNT`], or not a number: a damaged state), the collector
+//! than [`MAX_COUNT`]: a damaged state), the collector
 //! recounts this boot's kernel log from its start into a separate set of
-//! totals, kept in the state as `xid.recount.*` until the read reaches the end
+//! totals, kept in the state as its `recount` until the read reaches the end
 //! of the log (over several runs if the deadline cuts it). Meanwhile the
 //! counts known before are published, so no series goes backwards (which
 //! `increase()` would take for a counter reset, i.e. new XIDs). When the
@@ -66,7 +66,6 @@
 //! Impossible counts: a count is at most [`MAX_COUNT`] (2^32) per series and
 //! boot; counting saturates there, and a stored count above it is damage.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
@@ -156,14 +155,14 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
         log::warn!("cannot count XID errors: {error}");
         return Err(error.into());
     };
-    if !run.memory.continues_totals() {
+    if !run.state.continues_totals() {
         // The counts and the journal position are in a state this run cannot
         // use (already said when it was loaded): counting from nothing would
         // publish a reset, then a jump when the next run continues them.
         return Err("the state cannot be used this run; the XID counts are left out".into());
     }
-    let (mut counts, damage) = Counts::from_state(run.memory.host());
-    if let Some(damage) = damage {
+    let mut counts = run.state.previous().xid.clone();
+    if let Some(damage) = counts.take_damage() {
         log::warn!(
             "the state holds an impossible XID count ({damage}); ignoring it and recounting \
              this boot's kernel log from its start"
@@ -198,7 +197,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
         },
     };
     add_samples(&counts, run.snapshot);
-    run.memory.replace_host(STATE_PREFIX, counts.to_state());
+    run.state.set_xid(counts);
     result
 }
 
@@ -301,13 +300,7 @@ pub fn normalize_bus_id(text: &str) -> Option<String> {
 }
 
 /// XID counts per GPU UUID and per unattributed bus id, each per code.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Totals {
-    /// Per GPU UUID, per code.
-    pub gpus: BTreeMap<String, BTreeMap<u32, u64>>,
-    /// Per normalised bus id that matched no GPU, per code.
-    pub unattributed: BTreeMap<String, BTreeMap<u32, u64>>,
-}
+pub use crate::state::schema::XidTotals as Totals;
 
 impl Totals {
     /// Counts `xid` for the GPU at its bus id in `gpus` (normalised bus id,
@@ -336,144 +329,33 @@ impl Totals {
             }
         }
     }
-
-    /// The state entries of these totals, each key prefixed with `prefix`.
-    fn to_state(&self, prefix: &str, host: &mut BTreeMap<String, String>) {
-        for (kind, series) in [("gpu", &self.gpus), ("bus", &self.unattributed)] {
-            for (id, codes) in series {
-                for (code, count) in codes {
-                    host.insert(
-                        format!("{STATE_PREFIX}{prefix}{kind}.{id}.{code}"),
-                        count.to_string(),
-                    );
-                }
-            }
-        }
-    }
-
-    /// Takes the count of the state entry `key` (`gpu.<uuid>.<code>` or
-    /// `bus.<bus id>.<code>`, without the module's prefix). Unknown keys are
-    /// ignored; a count that is not a number or above [`MAX_COUNT`] is damage,
-    /// described in the error.
-    fn take_entry(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let Some((what, code)) = key.rsplit_once('.') else {
-            return Ok(());
-        };
-        let Ok(code) = code.parse::<u32>() else {
-            return Ok(());
-        };
-        let into = if let Some(uuid) = what.strip_prefix("gpu.") {
-            self.gpus.entry(uuid.to_owned()).or_default()
-        } else if let Some(bus) = what.strip_prefix("bus.") {
-            self.unattributed.entry(bus.to_owned()).or_default()
-        } else {
-            return Ok(());
-        };
-        match value.parse::<u64>() {
-            Ok(count) if count <= MAX_COUNT => {
-                into.insert(code, count);
-                Ok(())
-            }
-            _ => Err(format!(
-                "{STATE_PREFIX}{key} is {value:?}, not a count of at most {MAX_COUNT}"
-            )),
-        }
-    }
 }
 
-/// The running totals and the read position, as kept in the state's host
-/// entries (all under `xid.`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// `journal` or `kmsg`: the source the position belongs to; empty before
-    /// the first read of a boot.
-    pub source: String,
-    /// Set while no kernel log can be read (so that this is said once); the
-    /// position and totals of the last source stay as they were meanwhile.
-    pub unavailable: bool,
-    /// The journal cursor of the last kernel entry read (completely).
-    pub cursor: Option<String>,
-    /// That entry's `__MONOTONIC_TIMESTAMP` (µs since boot).
-    pub monotonic: Option<u64>,
-    /// The sequence number of the last /dev/kmsg record read.
-    pub kmsg_seq: Option<u64>,
-    /// The totals published: every XID from the start of this boot up to the
-    /// position (while no recount is under way).
-    pub totals: Totals,
-    /// A recount of this boot from its start, under way: the XIDs from the
-    /// start of the boot up to the position. See the module doc.
-    pub recount: Option<Totals>,
-}
-
-/// The prefix of every state entry of this module.
-pub const STATE_PREFIX: &str = "xid.";
-
-/// The prefix (after [`STATE_PREFIX`]) of a recount's entries; the entry
-/// `xid.recount` alone marks a recount under way that has counted nothing yet.
-const RECOUNT: &str = "recount";
+/// The running totals and the read position, as kept in the state.
+pub use crate::state::schema::XidCounts as Counts;
 
 impl Counts {
-    /// The counts kept in the state's host entries, and a description of the
-    /// damage if a stored count was impossible (that count is left out).
-    /// Entries this module does not know are ignored.
-    pub fn from_state(host: &BTreeMap<String, String>) -> (Self, Option<String>) {
-        let mut counts = Counts::default();
+    /// Drops every impossible count (above [`MAX_COUNT`]: damage, not
+    /// something the driver logged) and describes the first, if any.
+    pub fn take_damage(&mut self) -> Option<String> {
         let mut damage = None;
-        for (key, value) in host {
-            let Some(key) = key.strip_prefix(STATE_PREFIX) else {
-                continue;
-            };
-            match key {
-                "source" => counts.source.clone_from(value),
-                "cursor" => counts.cursor = Some(value.clone()),
-                "monotonic" => counts.monotonic = value.parse().ok(),
-                "kmsg_seq" => counts.kmsg_seq = value.parse().ok(),
-                "unavailable" => counts.unavailable = value == "1",
-                RECOUNT => {
-                    counts.recount.get_or_insert_with(Totals::default);
-                }
-                _ => {
-                    let taken = match key.strip_prefix(RECOUNT).and_then(|k| k.strip_prefix('.')) {
-                        Some(series) => counts
-                            .recount
-                            .get_or_insert_with(Totals::default)
-                            .take_entry(series, value),
-                        None => counts.totals.take_entry(key, value),
-                    };
-                    if let Err(why) = taken {
-                        damage.get_or_insert(why);
+        for (which, totals) in std::iter::once(("", &mut self.totals))
+            .chain(self.recount.iter_mut().map(|recount| ("recount ", recount)))
+        {
+            for (id, codes) in totals.gpus.iter_mut().chain(&mut totals.unattributed) {
+                codes.retain(|code, count| {
+                    let possible = *count <= MAX_COUNT;
+                    if !possible && damage.is_none() {
+                        damage = Some(format!(
+                            "the {which}count of XID {code} for {id} is {count}, more than \
+                             {MAX_COUNT}"
+                        ));
                     }
-                }
-            };
+                    possible
+                });
+            }
         }
-        (counts, damage)
-    }
-
-    /// The host entries that keep these counts.
-    pub fn to_state(&self) -> BTreeMap<String, String> {
-        let mut host = BTreeMap::new();
-        let mut set = |key: &str, value: String| {
-            host.insert(format!("{STATE_PREFIX}{key}"), value);
-        };
-        set("source", self.source.clone());
-        if let Some(cursor) = &self.cursor {
-            set("cursor", cursor.clone());
-        }
-        if let Some(monotonic) = self.monotonic {
-            set("monotonic", monotonic.to_string());
-        }
-        if let Some(seq) = self.kmsg_seq {
-            set("kmsg_seq", seq.to_string());
-        }
-        if self.unavailable {
-            set("unavailable", "1".into());
-        }
-        if let Some(recount) = &self.recount {
-            set(RECOUNT, "1".into());
-            recount.to_state(&format!("{RECOUNT}."), &mut host);
-        }
-        self.totals.to_state("", &mut host);
-        host
+        damage
     }
 
     /// Counts `xid` (see [`Totals::add`]) into the recount under way, if any,
@@ -1087,21 +969,21 @@ mod tests {
             .insert(79, MAX_COUNT);
         totals.add(&xid(79), &gpus);
         assert_eq!(totals.gpus["GPU-a"][&79], MAX_COUNT);
-        let mut host = BTreeMap::new();
-        host.insert("xid.source".to_owned(), "journal".to_owned());
-        host.insert("xid.gpu.GPU-a.13".to_owned(), MAX_COUNT.to_string());
-        assert_eq!(Counts::from_state(&host).1, None);
-        for damaged in [
-            u64::MAX.to_string(),
-            "18446744073709551616".into(),
-            "-1".into(),
-        ] {
-            host.insert("xid.gpu.GPU-a.79".to_owned(), damaged.clone());
-            let (counts, damage) = Counts::from_state(&host);
-            assert!(damage.unwrap().contains("xid.gpu.GPU-a.79"), "{damaged}");
-            assert_eq!(counts.totals.gpus["GPU-a"].get(&79), None, "{damaged}");
-            assert_eq!(counts.totals.gpus["GPU-a"][&13], MAX_COUNT);
-        }
+        let mut counts = Counts {
+            totals: totals.clone(),
+            ..Counts::default()
+        };
+        assert_eq!(counts.take_damage(), None);
+        counts
+            .totals
+            .gpus
+            .get_mut("GPU-a")
+            .unwrap()
+            .insert(13, MAX_COUNT + 1);
+        let damage = counts.take_damage().unwrap();
+        assert!(damage.contains("XID 13 for GPU-a"), "{damage}");
+        assert_eq!(counts.totals.gpus["GPU-a"].get(&13), None);
+        assert_eq!(counts.totals.gpus["GPU-a"][&79], MAX_COUNT);
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * (u64::from(MAX_CODE) + 1)) as f64;
         assert!(most < 2f64.powi(53));
@@ -1235,16 +1117,13 @@ mod tests {
         );
         assert_eq!(counts.totals.gpus["GPU-a"][&79], 2);
         assert_eq!(counts.totals.unattributed["00000000:99:00"][&79], 1);
-        assert_eq!(
-            Counts::from_state(&counts.to_state()),
-            (counts.clone(), None)
-        );
+        let round_trip = |counts: &Counts| -> Counts {
+            serde_json::from_str(&serde_json::to_string(counts).unwrap()).unwrap()
+        };
+        assert_eq!(round_trip(&counts), counts);
         // A recount under way, also before its first XID.
         counts.start_recount();
-        assert_eq!(
-            Counts::from_state(&counts.to_state()),
-            (counts.clone(), None)
-        );
+        assert_eq!(round_trip(&counts), counts);
         counts.add(
             &Xid {
                 bus: "00000000:3B:00".into(),
@@ -1254,7 +1133,7 @@ mod tests {
         );
         assert_eq!(counts.totals.gpus["GPU-a"][&13], 1, "published totals stay");
         assert_eq!(counts.recount.as_ref().unwrap().gpus["GPU-a"][&13], 1);
-        assert_eq!(Counts::from_state(&counts.to_state()), (counts, None));
+        assert_eq!(round_trip(&counts), counts);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! those newer than it, in the order they were taken, or `NVML_ERROR_NOT_FOUND`
 //! when there are none. Each run reads the samples since the last one the
 //! previous run consumed (the whole buffer on a first run) and keeps, in a
-//! [`Carry`] in the state: that timestamp, the sample period, and running
+//! [`Carry`] in the state (`state::schema`): that timestamp, the sample period, and running
 //! totals of busy and sampled time.
 //!
 //! The one integration rule (a sample is the average over the period that ends
@@ -50,53 +50,7 @@ use nvml_wrapper_sys::bindings::{
 
 use super::reader::DeviceReader;
 
-/// What one stream carries from run to run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Carry {
-    /// Timestamp (µs of CPU wall clock) of the last sample consumed; 0: none.
-    pub last_us: u64,
-    /// The sample period observed last; 0: not known yet.
-    pub period_us: u64,
-    /// Busy time so far: the sum of percent × µs.
-    pub busy_percent_us: u64,
-    /// Time the consumed samples covered so far, µs.
-    pub sampled_us: u64,
-}
-
-impl Carry {
-    /// Parses `last period busy sampled`; `None` for anything else.
-    pub fn parse(text: &str) -> Option<Carry> {
-        let numbers: Vec<u64> = text
-            .split(' ')
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let [last_us, period_us, busy_percent_us, sampled_us] = numbers[..] else {
-            return None;
-        };
-        (busy_percent_us <= sampled_us.saturating_mul(100)).then_some(Carry {
-            last_us,
-            period_us,
-            busy_percent_us,
-            sampled_us,
-        })
-    }
-
-    pub fn render(&self) -> String {
-        format!(
-            "{} {} {} {}",
-            self.last_us, self.period_us, self.busy_percent_us, self.sampled_us
-        )
-    }
-
-    pub fn busy_seconds(&self) -> f64 {
-        self.busy_percent_us as f64 / 1e8
-    }
-
-    pub fn sampled_seconds(&self) -> f64 {
-        self.sampled_us as f64 / 1e6
-    }
-}
+pub use crate::state::schema::Carry;
 
 /// The time one consumed sample stands for: `(start, end]` in µs, and how
 /// much of it is claimed (0 for a dropped or duplicate sample).
@@ -232,15 +186,15 @@ pub enum Outcome {
     },
 }
 
-/// Reads the samples of `sampling_type` since `recalled` (the stream's carry
+/// Reads the samples of `sampling_type` since `previous` (the stream's carry
 /// from the previous run, `None` for none or damaged) and integrates them,
 /// rereading the whole buffer after a clock step.
 pub fn read(
     reader: &mut DeviceReader<'_>,
     sampling_type: nvmlSamplingType_t,
-    recalled: Option<Carry>,
+    previous: Option<Carry>,
 ) -> Outcome {
-    let carry = recalled.unwrap_or_default();
+    let carry = previous.unwrap_or_default();
     let answer = match fetch_samples(reader, sampling_type, carry.last_us) {
         None => None,
         Some(Err(error)) if super::unsupported(&error) => {
@@ -522,20 +476,6 @@ mod tests {
         assert_eq!(window.ratio, Some(0.0));
         let claimed: u64 = window.intervals.iter().map(|i| i.claimed_us).sum();
         assert_eq!(claimed, window.carry.sampled_us);
-    }
-
-    #[test]
-    fn carry_round_trips_and_refuses_nonsense() {
-        let carry = Carry {
-            last_us: 1_717_200_000_000_000,
-            period_us: 200_000,
-            busy_percent_us: 100,
-            sampled_us: 1,
-        };
-        assert_eq!(Carry::parse(&carry.render()), Some(carry));
-        assert_eq!(Carry::parse("1 2 3"), None);
-        assert_eq!(Carry::parse("1 2 301 3"), None);
-        assert_eq!(Carry::parse("a b c d"), None);
     }
 
     #[test]
