@@ -52,11 +52,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## deb: the Debian package, in target/deb/ (its path is printed last);
-## ARCH=arm64 cross-builds the arm64 one (needs what `tests/install-deps.sh --arm64` installs)
+## deb: the Debian package, built by dpkg-buildpackage -b from packaging/debian,
+## in target/deb/ (its path is printed last); ARCH=arm64 cross-builds the arm64
+## one, dpkg-buildpackage -aarm64 (needs what `tests/install-deps.sh --arm64` installs)
 ARCH ?=
 deb:
-	CARGO="$(CARGO)" DEB_ARCH="$(ARCH)" packaging/build-deb.sh
+	CARGO="$(CARGO)" DEB_ARCH="$(ARCH)" packaging/build-package.sh
 
 ## copyright: regenerate packaging/debian/copyright from Cargo.lock (make test checks it)
 copyright:
