@@ -70,6 +70,11 @@ done
 if [ -f "$ROOT/README.md" ]; then
     check "package holds the README" grep -qxF "/usr/share/doc/$PACKAGE/README.md.gz" <<<"$contents"
 fi
+for doc in "$ROOT"/docs/*.md; do
+    # dh_compress compresses the ones over 4 kB.
+    path=/usr/share/doc/$PACKAGE/docs/$(basename "$doc")
+    check "package holds $path(.gz)" grep -qxE "$path(\.gz)?" <<<"$contents"
+done
 for file in "$ROOT"/packaging/prometheus/*.yml "$ROOT"/packaging/grafana/*.json; do
     [ -f "$file" ] || continue
     check "package holds /usr/share/$PACKAGE/$(basename "$file")" \
