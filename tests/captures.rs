@@ -70,7 +70,16 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
     let temp = tempfile::tempdir().unwrap();
     // Not h100-mig: the tool does not capture MIG devices (no MIG GPU has
     // been lent to record one; that scenario follows the NVML reference).
-    for scenario in ["h100x8", "geforce", "duty-cycle", "lost-gpu"] {
+    for scenario in [
+        "h100x8",
+        "geforce",
+        "duty-cycle",
+        "lost-gpu",
+        "hgx-h100-fabric",
+        "gb200-nvl72",
+        "b200",
+        "pcie-trained-low",
+    ] {
         let original = ex().scenario(scenario);
         let captured = Command::new(capture_tool())
             .args(["--lib", ex().lib.to_str().unwrap(), "--gpm-window-ms", "1"])
