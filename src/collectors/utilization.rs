@@ -2,12 +2,7 @@
 //! buffers (`nvml::samples`), their busy and sampled totals, and the count of
 //! compute processes. [`Engine`] and [`read_engine`] serve `media` too.
 
-use nvml_wrapper_sys::bindings::{
-    nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
-    nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
-    nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
-    nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES, nvmlSamplingType_t,
-};
+use nvml_wrapper::enum_wrappers::device::Sampling;
 
 use crate::metrics::{self, Labelled};
 use crate::nvml::reader::DeviceReader;
@@ -44,12 +39,13 @@ impl Engine {
         }
     }
 
-    pub fn sampling_type(self) -> nvmlSamplingType_t {
+    /// Its sample buffer.
+    pub fn sampling_type(self) -> Sampling {
         match self {
-            Engine::Gpu => nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
-            Engine::Memory => nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES,
-            Engine::Encoder => nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
-            Engine::Decoder => nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
+            Engine::Gpu => Sampling::GpuUtilization,
+            Engine::Memory => Sampling::MemoryUtilization,
+            Engine::Encoder => Sampling::EncoderUtilization,
+            Engine::Decoder => Sampling::DecoderUtilization,
         }
     }
 
