@@ -266,16 +266,9 @@ fn close<'n>(window: GpuWindow<'n>, reader: &mut DeviceReader<'n>) {
             continue;
         };
         let mut any = false;
-        for ((id, report), value) in METRICS.iter().zip(values) {
+        for ((_, report), value) in METRICS.iter().zip(values) {
             let Some(percent) = value else { continue };
-            let sample = report.sample(measurement.target, percent / 100.0);
-            if !(0.0..=100.0).contains(&percent) {
-                log::debug!("GPM metric {id:?}: {percent}");
-                reader.reject(sample.family, percent);
-                continue;
-            }
-            reader.push(sample);
-            any = true;
+            any |= reader.push_read(report.sample(measurement.target, percent / 100.0), percent);
         }
         if any && window_seconds.is_none() {
             window_seconds = Some((second_at - measurement.first_at).as_secs_f64());

@@ -8,7 +8,7 @@
 //!
 //! [`GpuFacts::has_video_encoder`]: crate::nvml::facts::GpuFacts::has_video_encoder
 
-use super::utilization::{percent_to_ratio, point, read_engine, Engine};
+use super::utilization::{point, read_engine, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::Accelerator;
@@ -65,11 +65,8 @@ fn read_accelerators(reader: &mut DeviceReader<'_>) {
         (Accelerator::Jpeg, metrics::JPEG_UTILIZATION),
         (Accelerator::OpticalFlow, metrics::OFA_UTILIZATION),
     ] {
-        if let Some(percent) = reader.accelerator_percent(engine) {
-            match percent_to_ratio(percent) {
-                Some(ratio) => reader.gauge(family, ratio),
-                None => reader.reject(family.family(), f64::from(percent)),
-            }
+        if let Some(percent) = reader.accelerator_percent(engine).map(f64::from) {
+            reader.push_read(family.sample(percent / 100.0), percent);
         }
     }
 }

@@ -105,19 +105,11 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
     true
 }
 
-/// NVML reports utilization in percent of its sample period; a reading above 100
-/// is not a utilization and is dropped rather than exported.
-pub(super) fn percent_to_ratio(percent: u32) -> Option<f64> {
-    (percent <= 100).then(|| f64::from(percent) / 100.0)
-}
-
-/// Pushes a point reading in percent as `engine`'s ratio (impossible values
-/// rejected).
+/// Pushes a point reading in percent of NVML's sample period as `engine`'s
+/// ratio (impossible values rejected).
 pub(super) fn point(reader: &mut DeviceReader<'_>, engine: Engine, percent: u32) {
-    match percent_to_ratio(percent) {
-        Some(ratio) => reader.gauge(engine.ratio(), ratio),
-        None => reader.reject(engine.ratio().family(), f64::from(percent)),
-    }
+    let percent = f64::from(percent);
+    reader.push_read(engine.ratio().sample(percent / 100.0), percent);
 }
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
@@ -142,19 +134,5 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
     if let Some(processes) = reader.compute_processes() {
         reader.gauge(metrics::PROCESSES, processes.len() as f64);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_converts_to_ratio_and_rejects_impossible_values() {
-        assert_eq!(percent_to_ratio(0), Some(0.0));
-        assert_eq!(percent_to_ratio(87), Some(0.87));
-        assert_eq!(percent_to_ratio(100), Some(1.0));
-        assert_eq!(percent_to_ratio(101), None);
-        assert_eq!(percent_to_ratio(u32::MAX), None);
     }
 }

@@ -313,14 +313,24 @@ impl<'n> DeviceReader<'n> {
         &mut self.next_state
     }
 
-    /// Adds a sample; a value no GPU can produce (non-finite, or outside
-    /// [`Family::plausible`]: a sentinel) is dropped, logged and counted.
+    /// Adds a sample; a value no GPU can produce (see [`Family::admits`]: a
+    /// sentinel) is dropped, logged and counted.
     pub fn push(&mut self, sample: Sample) {
-        if sample.value.is_finite() && sample.family.plausible().contains(&sample.value) {
+        let value = sample.value;
+        self.push_read(sample, value);
+    }
+
+    /// Adds a sample converted from what NVML read (`read`, a percentage
+    /// say): like [`Self::push`], but a rejection logs `read`. Whether the
+    /// sample was kept.
+    pub fn push_read(&mut self, sample: Sample, read: f64) -> bool {
+        let admitted = sample.family.admits(sample.value);
+        if admitted {
             self.samples.push(sample);
         } else {
-            self.reject(sample.family, sample.value);
+            self.reject(sample.family, read);
         }
+        admitted
     }
 
     /// Drops an impossible reading of `family` (a sentinel, a utilization above

@@ -50,6 +50,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::reader::DeviceReader;
+use crate::metrics;
 
 pub use crate::state::schema::Carry;
 
@@ -114,7 +115,7 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
             _ => period,
         };
         previous = Some(ts);
-        if value > 100 {
+        if !metrics::plausible_percent(value as f64) {
             rejected.push(value);
             intervals.push(Interval {
                 start_us: ts.saturating_sub(interval),

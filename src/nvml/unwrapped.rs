@@ -77,7 +77,7 @@ impl<'n> DeviceReader<'n> {
     /// One of the GPU's strings, invalid UTF-8 decoded lossily instead of
     /// failing, so a hostile or corrupted string cannot hide a GPU.
     pub fn text(&mut self, text: Text) -> Option<String> {
-        let (call, symbol): (_, fn(&NvmlLib) -> Result<&StringGetter, NvmlError>) = match text {
+        let (call, symbol): (_, Symbol<StringGetter>) = match text {
             Text::Uuid => ("nvmlDeviceGetUUID", |lib| {
                 nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
             }),
@@ -119,7 +119,7 @@ impl<'n> DeviceReader<'n> {
     /// The clock event reason bits (`nvmlClocksEventReason*`), through the
     /// deprecated `*ClocksThrottleReasons` names on drivers older than R535.
     pub fn clocks_event_reasons(&mut self, which: EventReasons) -> Option<u64> {
-        let (call, symbol): (_, fn(&NvmlLib) -> Result<&MaskGetter, _>) = match which {
+        let (call, symbol): (_, Symbol<MaskGetter>) = match which {
             EventReasons::Current => ("nvmlDeviceGetCurrentClocksEventReasons", |lib| {
                 let symbol = lib.nvmlDeviceGetCurrentClocksEventReasons.as_ref();
                 nvml_sym(symbol.or(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref()))
@@ -140,15 +140,14 @@ impl<'n> DeviceReader<'n> {
 
     /// Percent busy over the engine's last sampling period (driver 535+).
     pub fn accelerator_percent(&mut self, engine: Accelerator) -> Option<u32> {
-        let (call, symbol): (_, fn(&NvmlLib) -> Result<&AcceleratorGetter, NvmlError>) =
-            match engine {
-                Accelerator::Jpeg => ("nvmlDeviceGetJpgUtilization", |lib| {
-                    nvml_sym(lib.nvmlDeviceGetJpgUtilization.as_ref())
-                }),
-                Accelerator::OpticalFlow => ("nvmlDeviceGetOfaUtilization", |lib| {
-                    nvml_sym(lib.nvmlDeviceGetOfaUtilization.as_ref())
-                }),
-            };
+        let (call, symbol): (_, Symbol<AcceleratorGetter>) = match engine {
+            Accelerator::Jpeg => ("nvmlDeviceGetJpgUtilization", |lib| {
+                nvml_sym(lib.nvmlDeviceGetJpgUtilization.as_ref())
+            }),
+            Accelerator::OpticalFlow => ("nvmlDeviceGetOfaUtilization", |lib| {
+                nvml_sym(lib.nvmlDeviceGetOfaUtilization.as_ref())
+            }),
+        };
         self.read_raw(call, |lib, handle| {
             let get = symbol(lib)?;
             let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
@@ -217,6 +216,9 @@ impl<'n> DeviceReader<'n> {
         })
     }
 }
+
+/// Looks up one NVML function in the loaded library.
+type Symbol<F> = fn(&NvmlLib) -> Result<&F, NvmlError>;
 
 /// The signature shared by NVML's getters of one enum value.
 pub type EnumGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
