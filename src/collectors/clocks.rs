@@ -38,48 +38,39 @@ const EVENT_REASONS: [(u64, &str); 9] = [
 ];
 
 /// Violation policies, their field ids and their `policy` label values.
-const POLICIES: [(PerformancePolicy, u32, &str); 8] = [
-    (
-        PerformancePolicy::Power,
-        NVML_FI_DEV_PERF_POLICY_POWER,
-        "power",
-    ),
-    (
-        PerformancePolicy::Thermal,
-        NVML_FI_DEV_PERF_POLICY_THERMAL,
-        "thermal",
-    ),
-    (
-        PerformancePolicy::SyncBoost,
-        NVML_FI_DEV_PERF_POLICY_SYNC_BOOST,
-        "sync_boost",
-    ),
-    (
-        PerformancePolicy::BoardLimit,
-        NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
-        "board_limit",
-    ),
-    (
-        PerformancePolicy::LowUtilization,
-        NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
-        "low_utilization",
-    ),
-    (
-        PerformancePolicy::Reliability,
-        NVML_FI_DEV_PERF_POLICY_RELIABILITY,
-        "reliability",
-    ),
-    (
-        PerformancePolicy::TotalAppClocks,
-        NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
-        "app_clocks",
-    ),
-    (
-        PerformancePolicy::TotalBaseClocks,
-        NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
-        "base_clocks",
-    ),
-];
+const POLICIES: [(PerformancePolicy, u32, &str); 8] = {
+    use PerformancePolicy::*;
+    [
+        (Power, NVML_FI_DEV_PERF_POLICY_POWER, "power"),
+        (Thermal, NVML_FI_DEV_PERF_POLICY_THERMAL, "thermal"),
+        (SyncBoost, NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, "sync_boost"),
+        (
+            BoardLimit,
+            NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+            "board_limit",
+        ),
+        (
+            LowUtilization,
+            NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+            "low_utilization",
+        ),
+        (
+            Reliability,
+            NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+            "reliability",
+        ),
+        (
+            TotalAppClocks,
+            NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
+            "app_clocks",
+        ),
+        (
+            TotalBaseClocks,
+            NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
+            "base_clocks",
+        ),
+    ]
+};
 
 /// Dividing (rather than multiplying by 1e-9) keeps values like 912.4 exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;

@@ -65,11 +65,7 @@ const RECOVERY_ACTIONS: [&str; 5] = [
 ];
 
 fn flag(on: bool) -> f64 {
-    if on {
-        1.0
-    } else {
-        0.0
-    }
+    f64::from(u8::from(on))
 }
 
 /// Field values this collector takes from the per-GPU batch: ECC mode and the
