@@ -178,8 +178,8 @@ struct GpuWindow<'n> {
     ends: Instant,
 }
 
-/// Opens the GPM window of a GPU: checks support and takes the first samples. Nothing is opened when GPM is off, unsupported,
-/// paused or refused.
+/// Opens the GPM window of a GPU: checks support and takes the first samples.
+/// Nothing is opened when GPM is off, unsupported, paused or refused.
 pub(super) fn open<'n>(
     reader: &mut DeviceReader<'n>,
     settings: &Settings,
@@ -195,10 +195,12 @@ pub(super) fn open<'n>(
     // of that once NVML has started may be too short to read anything but
     // zeros (a slow start, a short --timeout).
     let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
-    if latest.is_none_or(|latest| latest.saturating_duration_since(Instant::now()) < MIN_WINDOW) {
+    let Some(latest) =
+        latest.filter(|latest| latest.saturating_duration_since(Instant::now()) >= MIN_WINDOW)
+    else {
         unavailable(reader, Unavailable::WindowTooShort);
         return None;
-    }
+    };
     let mut targets = vec![Target::Gpu];
     targets.extend(gpu_instances(reader).into_iter().map(Target::Instance));
     let mut measurements = Vec::with_capacity(targets.len());
@@ -217,11 +219,7 @@ pub(super) fn open<'n>(
             Taken::Down => return None,
         }
     }
-    let first = measurements.first()?;
-    let ends = match latest {
-        Some(latest) => latest.min(first.first_at + settings.gpm_window),
-        None => first.first_at + settings.gpm_window,
-    };
+    let ends = latest.min(measurements.first()?.first_at + settings.gpm_window);
     Some(Box::new(GpuWindow { measurements, ends }))
 }
 
