@@ -55,6 +55,13 @@ pub trait NvmlEnum: TryFrom<c_uint, Error = NvmlError> {
     fn getter(lib: &NvmlLib) -> Result<&EnumGetter, NvmlError>;
 }
 
+/// The name of NVML function `$name` and its lookup.
+macro_rules! symbol {
+    ($name:ident) => {
+        (stringify!($name), |lib| nvml_sym(lib.$name.as_ref()))
+    };
+}
+
 macro_rules! nvml_enums {
     ($($type:ty => $symbol:ident;)*) => {$(
         impl NvmlEnum for $type {
@@ -78,18 +85,10 @@ impl<'n> DeviceReader<'n> {
     /// failing, so a hostile or corrupted string cannot hide a GPU.
     pub fn text(&mut self, text: Text) -> Option<String> {
         let (call, symbol): (_, Symbol<StringGetter>) = match text {
-            Text::Uuid => ("nvmlDeviceGetUUID", |lib| {
-                nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
-            }),
-            Text::Name => ("nvmlDeviceGetName", |lib| {
-                nvml_sym(lib.nvmlDeviceGetName.as_ref())
-            }),
-            Text::Serial => ("nvmlDeviceGetSerial", |lib| {
-                nvml_sym(lib.nvmlDeviceGetSerial.as_ref())
-            }),
-            Text::VbiosVersion => ("nvmlDeviceGetVbiosVersion", |lib| {
-                nvml_sym(lib.nvmlDeviceGetVbiosVersion.as_ref())
-            }),
+            Text::Uuid => symbol!(nvmlDeviceGetUUID),
+            Text::Name => symbol!(nvmlDeviceGetName),
+            Text::Serial => symbol!(nvmlDeviceGetSerial),
+            Text::VbiosVersion => symbol!(nvmlDeviceGetVbiosVersion),
         };
         self.read_raw(call, |lib, handle| c_string(symbol(lib)?, handle))
     }
@@ -141,12 +140,8 @@ impl<'n> DeviceReader<'n> {
     /// Percent busy over the engine's last sampling period (driver 535+).
     pub fn accelerator_percent(&mut self, engine: Accelerator) -> Option<u32> {
         let (call, symbol): (_, Symbol<AcceleratorGetter>) = match engine {
-            Accelerator::Jpeg => ("nvmlDeviceGetJpgUtilization", |lib| {
-                nvml_sym(lib.nvmlDeviceGetJpgUtilization.as_ref())
-            }),
-            Accelerator::OpticalFlow => ("nvmlDeviceGetOfaUtilization", |lib| {
-                nvml_sym(lib.nvmlDeviceGetOfaUtilization.as_ref())
-            }),
+            Accelerator::Jpeg => symbol!(nvmlDeviceGetJpgUtilization),
+            Accelerator::OpticalFlow => symbol!(nvmlDeviceGetOfaUtilization),
         };
         self.read_raw(call, |lib, handle| {
             let get = symbol(lib)?;
