@@ -73,7 +73,7 @@ impl Utilization {
     /// From NVML's entries: the newest possible one per pid (an entry over
     /// 100 % is impossible and dropped).
     fn from_entries(mut entries: Vec<ProcessEntry>) -> Self {
-        entries.retain(|&(_, _, sm)| sm <= 100);
+        entries.retain(|&(_, _, sm)| metrics::plausible_percent(sm as f64));
         entries.sort_unstable_by_key(|&(pid, ts, _)| (pid, std::cmp::Reverse(ts)));
         entries.dedup_by_key(|&mut (pid, _, _)| pid);
         Utilization {
