@@ -22,6 +22,7 @@ pub mod exit;
 pub mod generate;
 pub mod identity;
 pub mod inflight;
+pub mod kernel_log;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;

@@ -333,6 +333,9 @@ pub static ALL: &[Collector] = &[
             metrics::XID_ERRORS.family(),
             metrics::XID_ERRORS_BY_CODE.family(),
             metrics::XID_UNATTRIBUTED.family(),
+            metrics::FALLEN_OFF_BUS.family(),
+            metrics::FALLEN_OFF_BUS_UNATTRIBUTED.family(),
+            metrics::NVSWITCH_SXID_ERRORS.family(),
         ],
         fields: &[],
         hooks: Hooks {
