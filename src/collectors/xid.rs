@@ -1,68 +1,107 @@
 //! XIDs, SXids and GPUs fallen off the bus, counted exactly between runs from
-//! the kernel log's events ([`crate::kernel_log`]).
+//! the kernel log's events ([`crate::kernel_log`]) into this boot's totals in
+//! the state (host entries `xid.*`): XIDs and fallen-off lines by GPU (the
+//! line's bus id against the snapshot's GPUs, else unattributed by bus id),
+//! SXids by switch, bus id, code and severity.
 //!
-//! A run reads the events logged since the previous run's position, counts
-//! them into running totals kept in the state (host entries under `xid.`):
-//! XIDs and fallen-off-the-bus lines by GPU (the PCI bus id in the line
-//! against the bus ids of the snapshot's GPUs; unattributed by bus id when
-//! none matches), SXids by switch, bus id, code and severity. The state is
-//! per boot, so the totals start at 0 each boot and never go backwards.
-//!
-//! No double counting: the position names the last entry read. Should
-//! journalctl fail with the saved cursor while a read from the time of its
-//! entry works (journalctl says no more: it exits 1 for a refused cursor as
-//! for a journal it cannot open), the read goes on from that time.
-//!
-//! Recounting: where no position is left (the cursor refused and no time of
-//! its entry kept) or a stored count is impossible (above [`MAX_COUNT`], not a
-//! number), this boot's kernel log is recounted from its start into separate
-//! totals (`xid.recount.*`), while the counts known before stay published, so
-//! no series goes backwards (`increase()` would take that for a reset). When
-//! the recount reaches the end of the log, each count becomes the larger of
-//! the two. That is exact: the totals are this boot's, so a read from the
-//! boot's start sees every line the old ones counted plus those since; only
-//! if journald already vacuumed the start of this boot can the recount be
-//! lower, and the old count is then the better bound.
+//! Recounting: with no position left or an impossible stored count, this boot
+//! is recounted from its start into separate totals (`xid.recount.*`) while
+//! the old ones stay published, so no series goes backwards; once it reaches
+//! the end of the log each count becomes the larger of the two. That is exact:
+//! a read from the boot's start sees every line the old counts came from plus
+//! those since (lower only if journald vacuumed the boot's start, and then the
+//! old count is the better bound).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::hooks::HostRun;
-use crate::kernel_log::{self, normalize_bus_id, Ended, Event, Position, Severity, Source};
+use crate::kernel_log::{self, normalize_bus_id, Ended, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
 
-/// The most events one series can count in one boot. An XID is a kernel line
-/// of about 100 bytes; 2^32 of them would be one every 7 ms for a year and
-/// over 400 GB of kernel log, so a stored count above this is a damaged
-/// state. Counting saturates here. The sum over all codes (at most 10,000)
-/// stays below 2^53, exact as an `f64` and within `Family::plausible`.
+/// The most events one series counts in one boot: 2^32 XIDs would be one
+/// every 7 ms for a year (over 400 GB of kernel log), so a stored count above
+/// it is a damaged state. Counting saturates here; the sum over all codes
+/// (at most 10,000) stays below 2^53, exact as an `f64` and plausible.
 pub const MAX_COUNT: u64 = 1 << 32;
 
 /// The prefix of every state entry of this module.
 pub const STATE_PREFIX: &str = "xid.";
 
-/// Whose series a GPU's event counts on.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Owner {
-    /// The GPU with this UUID.
-    Gpu(String),
-    /// No GPU of the snapshot: this normalised bus id.
-    Bus(String),
+/// What a series counts (the labels of each in [`KINDS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Xid,
+    XidUnattributed,
+    FallenOffBus,
+    FallenOffBusUnattributed,
+    SXid,
 }
 
-/// One counted series.
+/// Each kind's state key start and number of labels (none holds a dot).
+const KINDS: [(Kind, &str, usize); 5] = [
+    (Kind::Xid, "gpu.", 2),                             // UUID, code
+    (Kind::XidUnattributed, "bus.", 2),                 // bus id, code
+    (Kind::FallenOffBus, "fallen.gpu.", 1),             // UUID
+    (Kind::FallenOffBusUnattributed, "fallen.bus.", 1), // bus id
+    (Kind::SXid, "sxid.", 4),                           // switch, bus id, code, severity
+];
+
+/// One counted series: its kind and label values.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Series {
-    Xid(Owner, u32),
-    FallenOffBus(Owner),
-    SXid {
-        switch: u32,
-        bus: String,
-        code: u32,
-        severity: Severity,
-    },
+pub struct Series(pub Kind, pub Vec<String>);
+
+impl Series {
+    /// Its state key (after the prefix): `gpu.<uuid>.<code>`, `bus.<bus>.<code>`,
+    /// `fallen.gpu.<uuid>`, `fallen.bus.<bus>`, `sxid.<switch>.<bus>.<code>.<severity>`.
+    fn key(&self) -> String {
+        let start = KINDS
+            .iter()
+            .find(|(kind, ..)| *kind == self.0)
+            .map_or("", |k| k.1);
+        format!("{start}{}", self.1.join("."))
+    }
+
+    fn from_key(key: &str) -> Option<Series> {
+        KINDS.into_iter().find_map(|(kind, start, labels)| {
+            let values: Vec<String> = key
+                .strip_prefix(start)?
+                .split('.')
+                .map(str::to_owned)
+                .collect();
+            let valid = values.len() == labels && values.iter().all(|v| !v.is_empty());
+            valid.then_some(Series(kind, values))
+        })
+    }
+
+    /// The series of `event`, attributed to `gpus` (normalised bus id → UUID).
+    fn of(event: Event, gpus: &BTreeMap<String, String>) -> Series {
+        let owner = |bus: String, gpu, none| match gpus.get(&bus) {
+            Some(uuid) => (gpu, uuid.clone()),
+            None => (none, bus),
+        };
+        match event {
+            Event::Xid { bus, code } => {
+                let (kind, who) = owner(bus, Kind::Xid, Kind::XidUnattributed);
+                Series(kind, vec![who, code.to_string()])
+            }
+            Event::FallenOffBus { bus } => {
+                let (kind, who) = owner(bus, Kind::FallenOffBus, Kind::FallenOffBusUnattributed);
+                Series(kind, vec![who])
+            }
+            Event::SXid {
+                switch,
+                bus,
+                code,
+                severity,
+            } => {
+                let labels = [switch.to_string(), bus, code.to_string(), severity.into()];
+                Series(Kind::SXid, labels.into())
+            }
+        }
+    }
 }
 
 /// Counts per series.
@@ -77,8 +116,7 @@ pub struct Counts {
     /// Set while no kernel log can be read, so that this is said once.
     pub unavailable: bool,
     pub position: Position,
-    /// The totals published: every event of this boot up to the position
-    /// (while no recount is under way).
+    /// The totals published: this boot's events up to the position.
     pub totals: Totals,
     /// A recount of this boot from its start, under way.
     pub recount: Option<Totals>,
@@ -131,8 +169,11 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
 
 impl Counts {
     /// Reads `source` from the position until `until`, counting its events
-    /// (attributed to `gpus`: normalised bus id → UUID) and moving the
-    /// position, falling back as the module doc says.
+    /// (attributed to `gpus`: normalised bus id → UUID): from the saved
+    /// cursor; if that fails, from its entry's time; then, recounting, from
+    /// the boot's start. The first read that works counts; if none does,
+    /// nothing changes. journalctl gives no other sign of a refused cursor: it
+    /// exits 1 as for a journal it cannot open (systemd 252).
     pub fn read(
         &mut self,
         source: &Source,
@@ -141,12 +182,15 @@ impl Counts {
         until: Instant,
     ) -> Result<(), String> {
         self.unavailable = false;
-        if self.source != source.label() {
-            let previous = std::mem::replace(&mut self.source, source.label().into());
+        let previous = std::mem::replace(&mut self.source, source.label().into());
+        if previous != self.source {
             self.position = Position::default();
             if !previous.is_empty() {
                 // Lines counted from the other source would be counted again.
-                log::info!("kernel log source changed from {previous} to {} during this boot; counting new lines only", source.label());
+                log::info!(
+                    "the kernel log is read from {} since this boot; counting new lines only",
+                    self.source
+                );
                 self.recount = None;
                 let skipped =
                     kernel_log::read(source, &mut self.position, boot_id, until, &mut |_| {});
@@ -157,34 +201,21 @@ impl Counts {
         if self.position.cursor.is_some() {
             let mut by_time = self.clone();
             by_time.position.cursor = None;
-            if by_time.position.monotonic.is_some() {
-                tries.push(by_time);
-            }
-            let mut recount = self.clone();
-            recount.start_recount();
-            tries.push(recount);
+            tries.extend(by_time.position.monotonic.is_some().then_some(by_time));
+            tries.push(self.clone());
+            tries.last_mut().expect("pushed").start_recount();
         }
         let mut first_error = None;
         for mut attempt in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let read = kernel_log::read(
-                source,
-                &mut attempt.position,
-                boot_id,
-                until,
-                &mut |event| {
-                    count(into, event, gpus);
-                },
-            );
-            match read {
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
+            let mut count = |event| count(into, event, gpus);
+            match kernel_log::read(source, &mut attempt.position, boot_id, until, &mut count) {
+                Err(error) => drop(first_error.get_or_insert(error)),
                 Ok(ended) => {
                     if let Some(error) = first_error {
                         let now = match attempt.recount {
                             Some(_) => "recounting this boot's kernel log from its start",
-                            None => "read on from the time of the last line counted",
+                            None => "reading on from the time of the last line counted",
                         };
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");
                     }
@@ -198,7 +229,7 @@ impl Counts {
         Err(error)
     }
 
-    /// Ends a read: a complete one ends a recount under way (every total
+    /// Ends a read: a complete one ends a recount under way (each total
     /// becomes the larger of the two); a cut one says why.
     fn finish(&mut self, read: Result<Ended, kernel_log::Error>) -> Result<(), String> {
         let why = match read.map_err(|e| e.to_string())? {
@@ -209,9 +240,7 @@ impl Counts {
                 }
                 return Ok(());
             }
-            Ended::Deadline => {
-                "reading the kernel log did not finish by the run's deadline".to_owned()
-            }
+            Ended::Deadline => "reading the kernel log did not finish by the run's deadline".into(),
             Ended::Bound => format!(
                 "journalctl wrote more than {} bytes in this run",
                 kernel_log::journal::MAX_BYTES_PER_RUN
@@ -233,8 +262,7 @@ impl Counts {
     /// stored count was impossible (that count is left out). Entries this
     /// module does not know are ignored.
     pub fn from_state(host: &BTreeMap<String, String>) -> (Self, Option<String>) {
-        let mut counts = Counts::default();
-        let mut damage = None;
+        let (mut counts, mut damage) = (Counts::default(), None);
         for (key, value) in host
             .iter()
             .filter_map(|(k, v)| Some((k.strip_prefix(STATE_PREFIX)?, v)))
@@ -248,11 +276,11 @@ impl Counts {
                 "unavailable" => counts.unavailable = value == "1",
                 "recount" => drop(counts.recount.get_or_insert_with(Totals::default)),
                 _ => {
-                    let (into, key) = match key.strip_prefix("recount.") {
+                    let (into, series) = match key.strip_prefix("recount.") {
                         Some(key) => (counts.recount.get_or_insert_with(Totals::default), key),
                         None => (&mut counts.totals, key),
                     };
-                    let Some(series) = series_of(key) else {
+                    let Some(series) = Series::from_key(series) else {
                         continue;
                     };
                     match value.parse::<u64>() {
@@ -269,103 +297,33 @@ impl Counts {
 
     /// The host entries that keep these counts.
     pub fn to_state(&self) -> BTreeMap<String, String> {
-        let mut host = BTreeMap::new();
-        let mut set =
-            |key: &str, value: String| drop(host.insert(format!("{STATE_PREFIX}{key}"), value));
-        set("source", self.source.clone());
-        let p = &self.position;
-        p.cursor
-            .iter()
-            .for_each(|cursor| set("cursor", cursor.clone()));
-        p.monotonic
-            .iter()
-            .for_each(|m| set("monotonic", m.to_string()));
-        p.kmsg_seq
-            .iter()
-            .for_each(|seq| set("kmsg_seq", seq.to_string()));
-        if self.unavailable {
-            set("unavailable", "1".into());
-        }
-        if let Some(recount) = &self.recount {
-            set("recount", "1".into());
-            recount
-                .iter()
-                .for_each(|(s, n)| set(&format!("recount.{}", key_of(s)), n.to_string()));
-        }
-        self.totals
-            .iter()
-            .for_each(|(s, n)| set(&key_of(s), n.to_string()));
-        host
+        let (at, one) = (&self.position, || "1".to_owned());
+        let words = [
+            ("source", Some(self.source.clone())),
+            ("cursor", at.cursor.clone()),
+            ("monotonic", at.monotonic.map(|m| m.to_string())),
+            ("kmsg_seq", at.kmsg_seq.map(|seq| seq.to_string())),
+            ("unavailable", self.unavailable.then(one)),
+            ("recount", self.recount.as_ref().map(|_| one())),
+        ];
+        let words = words
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?)));
+        let recount = self.recount.iter().flatten();
+        let recount = recount.map(|(s, n)| (format!("recount.{}", s.key()), n.to_string()));
+        let totals = self.totals.iter().map(|(s, n)| (s.key(), n.to_string()));
+        let entries = words.chain(recount).chain(totals);
+        entries
+            .map(|(k, v)| (format!("{STATE_PREFIX}{k}"), v))
+            .collect()
     }
 }
 
-/// Counts `event` into `totals`, attributed to `gpus`; saturates at
+/// Counts `event` (attributed to `gpus`) into `totals`, saturating at
 /// [`MAX_COUNT`].
 fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<String, String>) {
-    let owner = |bus: String| match gpus.get(&bus) {
-        Some(uuid) => Owner::Gpu(uuid.clone()),
-        None => Owner::Bus(bus),
-    };
-    let series = match event {
-        Event::Xid { bus, code } => Series::Xid(owner(bus), code),
-        Event::FallenOffBus { bus } => Series::FallenOffBus(owner(bus)),
-        Event::SXid {
-            switch,
-            bus,
-            code,
-            severity,
-        } => Series::SXid {
-            switch,
-            bus,
-            code,
-            severity,
-        },
-    };
-    let total = totals.entry(series).or_default();
+    let total = totals.entry(Series::of(event, gpus)).or_default();
     *total = total.saturating_add(1).min(MAX_COUNT);
-}
-
-/// A series' state key (after the prefix): `gpu.<uuid>.<code>`,
-/// `bus.<bus id>.<code>`, `fallen.gpu.<uuid>`, `fallen.bus.<bus id>`,
-/// `sxid.<switch>.<bus id>.<code>.<severity>`. UUIDs and bus ids hold no dot.
-fn key_of(series: &Series) -> String {
-    let owner = |owner: &Owner| match owner {
-        Owner::Gpu(uuid) => format!("gpu.{uuid}"),
-        Owner::Bus(bus) => format!("bus.{bus}"),
-    };
-    match series {
-        Series::Xid(who, code) => format!("{}.{code}", owner(who)),
-        Series::FallenOffBus(who) => format!("fallen.{}", owner(who)),
-        Series::SXid {
-            switch,
-            bus,
-            code,
-            severity,
-        } => {
-            format!("sxid.{switch}.{bus}.{code}.{}", severity.label())
-        }
-    }
-}
-
-/// The series of a state key ([`key_of`]); `None` if it is none.
-fn series_of(key: &str) -> Option<Series> {
-    let owner = |kind: &str, id: &str| match kind {
-        "gpu" => Some(Owner::Gpu(id.to_owned())),
-        "bus" => Some(Owner::Bus(id.to_owned())),
-        _ => None,
-    };
-    let parts: Vec<&str> = key.split('.').collect();
-    Some(match parts[..] {
-        ["fallen", kind, id] => Series::FallenOffBus(owner(kind, id)?),
-        ["sxid", switch, bus, code, severity] => Series::SXid {
-            switch: switch.parse().ok()?,
-            bus: bus.to_owned(),
-            code: code.parse().ok()?,
-            severity: Severity::from_label(severity)?,
-        },
-        [kind, id, code] => Series::Xid(owner(kind, id)?, code.parse().ok()?),
-        _ => return None,
-    })
 }
 
 /// Adds the samples: for every GPU of the snapshot with a UUID its XID total
@@ -375,55 +333,32 @@ fn series_of(key: &str) -> Option<Series> {
 /// recount under way is not published (see the module doc).
 pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
-        let gpu = Owner::Gpu(device.uuid.clone());
-        let codes = counts
-            .totals
-            .range(Series::Xid(gpu.clone(), 0)..=Series::Xid(gpu.clone(), u32::MAX));
-        let codes: Vec<(u32, u64)> = codes
-            .filter_map(|(series, n)| match series {
-                Series::Xid(_, code) => Some((*code, *n)),
-                _ => None,
-            })
-            .collect();
-        let total = codes
-            .iter()
-            .fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
-        let fallen = counts
-            .totals
-            .get(&Series::FallenOffBus(gpu))
-            .copied()
-            .unwrap_or(0);
-        let samples = &mut device.samples;
-        samples.push(metrics::XID_ERRORS.sample(total as f64));
-        for (code, n) in codes {
-            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
+        let uuid = &device.uuid;
+        let mine = |kind| {
+            counts
+                .totals
+                .iter()
+                .filter(move |(s, _)| s.0 == kind && s.1[0] == *uuid)
+        };
+        let xids: Vec<(&String, u64)> = mine(Kind::Xid).map(|(s, n)| (&s.1[1], *n)).collect();
+        let total = xids.iter().fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
+        let fallen: u64 = mine(Kind::FallenOffBus).map(|(_, n)| *n).sum();
+        let mut samples = vec![metrics::XID_ERRORS.sample(total as f64)];
+        for (code, n) in xids {
+            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.clone()], n as f64));
         }
         samples.push(metrics::FALLEN_OFF_BUS.sample(fallen as f64));
+        device.samples.extend(samples);
     }
-    for (series, n) in &counts.totals {
-        let n = *n as f64;
-        snapshot.host.push(match series {
-            Series::Xid(Owner::Bus(bus), code) => {
-                metrics::XID_UNATTRIBUTED.sample_with([bus.clone(), code.to_string()], n)
+    for (Series(kind, labels), n) in &counts.totals {
+        let (n, l) = (*n as f64, |i: usize| labels[i].clone());
+        snapshot.host.push(match kind {
+            Kind::XidUnattributed => metrics::XID_UNATTRIBUTED.sample_with([l(0), l(1)], n),
+            Kind::FallenOffBusUnattributed => {
+                metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([l(0)], n)
             }
-            Series::FallenOffBus(Owner::Bus(bus)) => {
-                metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([bus.clone()], n)
-            }
-            Series::SXid {
-                switch,
-                bus,
-                code,
-                severity,
-            } => metrics::NVSWITCH_SXID_ERRORS.sample_with(
-                [
-                    switch.to_string(),
-                    bus.clone(),
-                    code.to_string(),
-                    severity.label().to_owned(),
-                ],
-                n,
-            ),
-            Series::Xid(Owner::Gpu(_), _) | Series::FallenOffBus(Owner::Gpu(_)) => continue,
+            Kind::SXid => metrics::NVSWITCH_SXID_ERRORS.sample_with([l(0), l(1), l(2), l(3)], n),
+            Kind::Xid | Kind::FallenOffBus => continue,
         });
     }
 }
@@ -437,4 +372,132 @@ pub fn gpus_of(snapshot: &Snapshot) -> BTreeMap<String, String> {
         .filter(|d| !d.uuid.is_empty())
         .filter_map(|d| Some((normalize_bus_id(&d.pci_bus_id)?, d.uuid.clone())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus() -> BTreeMap<String, String> {
+        BTreeMap::from([("00000000:3B:00".to_owned(), "GPU-a".to_owned())])
+    }
+
+    fn xid(code: u32) -> Event {
+        Event::Xid {
+            bus: "00000000:3B:00".into(),
+            code,
+        }
+    }
+
+    fn count(totals: &mut Totals, event: Event) {
+        super::count(totals, event, &gpus());
+    }
+
+    fn gpu_xid(code: &str) -> Series {
+        Series(Kind::Xid, vec!["GPU-a".into(), code.into()])
+    }
+
+    #[test]
+    fn counts_saturate_and_impossible_stored_counts_are_damage() {
+        let mut totals = Totals::from([(gpu_xid("79"), MAX_COUNT)]);
+        count(&mut totals, xid(79));
+        assert_eq!(totals[&gpu_xid("79")], MAX_COUNT);
+        let mut host = BTreeMap::from([
+            ("xid.source".to_owned(), "journal".to_owned()),
+            ("xid.gpu.GPU-a.13".to_owned(), MAX_COUNT.to_string()),
+        ]);
+        assert_eq!(Counts::from_state(&host).1, None);
+        for damaged in [
+            u64::MAX.to_string(),
+            "18446744073709551616".into(),
+            "-1".into(),
+        ] {
+            host.insert("xid.gpu.GPU-a.79".to_owned(), damaged.clone());
+            let (counts, damage) = Counts::from_state(&host);
+            assert!(damage.unwrap().contains("xid.gpu.GPU-a.79"), "{damaged}");
+            assert_eq!(counts.totals.get(&gpu_xid("79")), None, "{damaged}");
+            assert_eq!(counts.totals[&gpu_xid("13")], MAX_COUNT);
+        }
+        // The largest possible file stays exact and plausible.
+        let most = (MAX_COUNT * 10_000) as f64;
+        assert!(most < 2f64.powi(53));
+        assert!(metrics::XID_ERRORS.family().plausible().contains(&most));
+    }
+
+    #[test]
+    fn a_complete_recount_replaces_the_totals_but_never_lowers_them() {
+        let mut counts = Counts::default();
+        for code in [79, 79, 13] {
+            count(&mut counts.totals, xid(code));
+        }
+        counts.start_recount();
+        // The journal still holds 79 three times (one logged since) but lost
+        // the 13 to vacuuming; a new code 48.
+        for code in [79, 79, 79, 48] {
+            count(counts.recount.as_mut().unwrap(), xid(code));
+        }
+        assert_eq!(counts.totals[&gpu_xid("79")], 2, "not before it ends");
+        assert_eq!(counts.finish(Ok(Ended::Complete)), Ok(()));
+        assert_eq!(counts.recount, None);
+        let got = |code| counts.totals[&gpu_xid(code)];
+        assert_eq!((got("79"), got("13"), got("48")), (3, 1, 1));
+    }
+
+    #[test]
+    fn counts_round_trip_through_the_state() {
+        let mut counts = Counts {
+            source: "journal".into(),
+            position: Position {
+                cursor: Some("s=1;i=2;b=3;m=4;t=5;x=6".into()),
+                monotonic: Some(4),
+                kmsg_seq: None,
+            },
+            ..Counts::default()
+        };
+        let events = [
+            xid(79),
+            xid(13),
+            Event::Xid {
+                bus: "00000000:99:00".into(),
+                code: 79,
+            },
+            Event::FallenOffBus {
+                bus: "00000000:3B:00".into(),
+            },
+            Event::FallenOffBus {
+                bus: "00000000:B3:00".into(),
+            },
+            Event::SXid {
+                switch: 3,
+                bus: "00000000:04:00".into(),
+                code: 22013,
+                severity: "non_fatal",
+            },
+        ];
+        for event in events {
+            count(&mut counts.totals, event);
+        }
+        let keys: Vec<String> = counts.to_state().into_keys().collect();
+        for key in [
+            "xid.gpu.GPU-a.79",
+            "xid.bus.00000000:99:00.79",
+            "xid.fallen.gpu.GPU-a",
+            "xid.fallen.bus.00000000:B3:00",
+            "xid.sxid.3.00000000:04:00.22013.non_fatal",
+        ] {
+            assert!(keys.iter().any(|k| k == key), "{key} in {keys:?}");
+        }
+        assert_eq!(
+            Counts::from_state(&counts.to_state()),
+            (counts.clone(), None)
+        );
+        // A recount under way, also before its first event.
+        counts.start_recount();
+        assert_eq!(
+            Counts::from_state(&counts.to_state()),
+            (counts.clone(), None)
+        );
+        count(counts.recount.as_mut().unwrap(), xid(13));
+        assert_eq!(Counts::from_state(&counts.to_state()), (counts, None));
+    }
 }

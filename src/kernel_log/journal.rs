@@ -1,68 +1,59 @@
 //! This boot's kernel entries from the systemd journal: `journalctl -o export`
-//! from a [`Position`], parsed on a thread of its own as the output arrives
-//! (at most [`MAX_VALUE`] bytes of a field kept, a bounded queue of entries),
-//! until journalctl ends, the deadline passes or [`MAX_BYTES_PER_RUN`] bytes
-//! were read (then journalctl is killed; an entry cut off is not read).
+//! parsed on a thread of its own as it arrives (at most [`MAX_VALUE`] bytes of
+//! a field, a bounded queue of entries), until journalctl ends, the deadline
+//! passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is killed; an
+//! entry cut off is not read).
 //!
-//! journalctl starts at the cursor with `--cursor`, not `--after-cursor`: the
-//! latter always skips one entry after seeking, and once the file holding the
-//! cursor's entry is vacuumed the seek lands on the next entry, which is then
-//! skipped (systemd 252, tests/xid.rs). The entry equal to the cursor is
-//! dropped here instead. Without a cursor, a cursor of the boot id and
-//! monotonic time starts at that time, and entries at or before it are
-//! dropped.
+//! The read starts with `--cursor`, not `--after-cursor`, which always skips
+//! one entry after seeking: once the file holding the cursor's entry is
+//! vacuumed, the seek lands on the next entry and that one would be lost
+//! (systemd 252; tests/xid.rs). The entry equal to the cursor is dropped here.
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
 use super::{Ended, Error, Event, Position};
 
-/// Where journalctl is, in the order tried. Only these absolute paths: a
-/// `PATH` lookup by a program running as root would start whatever a writable
-/// directory early in `PATH` holds.
+/// Where journalctl is, in the order tried: never looked up in `PATH`, where
+/// a program running as root would start whatever a writable directory holds.
 pub const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
 
-/// The directories journald writes to.
-const SYSTEM_JOURNALS: [&str; 2] = ["/var/log/journal", "/run/log/journal"];
-
 /// The most bytes of journalctl's output one run reads: about 160,000 kernel
-/// lines of about 400 bytes. A larger backlog (the first run of a boot with a
-/// noisy kernel) is worked off over several runs of bounded time; memory does
-/// not depend on it.
+/// lines. A larger backlog is worked off over several runs of bounded time.
 pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
 
 /// The most bytes of a field's value kept: a kernel line is at most about
 /// 1 KiB (a /dev/kmsg record 8 KiB), a cursor about 150 bytes.
 pub const MAX_VALUE: usize = 8 << 10;
 
-/// Whether journalctl and journal files of the system exist.
+/// Whether journalctl and the system's journal files exist.
 pub(super) fn system_journal_exists() -> bool {
+    let journal = |path: &Path| {
+        path.extension()
+            .is_some_and(|e| e == "journal" || e == "journal~")
+    };
+    let files = |dir: &Path| fs::read_dir(dir).into_iter().flatten().flatten();
+    // The files are in the directory or in its `<machine-id>/`.
+    let has_files = |dir: &str| {
+        files(Path::new(dir))
+            .any(|e| journal(&e.path()) || files(&e.path()).any(|e| journal(&e.path())))
+    };
     journalctl().is_some()
-        && SYSTEM_JOURNALS
-            .iter()
-            .any(|dir| has_journal_files(Path::new(dir)))
+        && ["/var/log/journal", "/run/log/journal"]
+            .into_iter()
+            .any(has_files)
 }
 
 fn journalctl() -> Option<&'static Path> {
     JOURNALCTL.iter().map(Path::new).find(|path| path.is_file())
 }
 
-/// Whether `dir` or a directory in it (`<machine-id>/`) holds a journal file.
-fn has_journal_files(dir: &Path) -> bool {
-    let journal = |path: &Path| {
-        path.extension()
-            .is_some_and(|e| e == "journal" || e == "journal~")
-    };
-    let files = |dir: &Path| fs::read_dir(dir).into_iter().flatten().flatten();
-    files(dir).any(|e| journal(&e.path()) || files(&e.path()).any(|e| journal(&e.path())))
-}
-
-/// One journal entry: the fields read here.
+/// One journal entry: the fields used here.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Entry {
     cursor: String,
@@ -79,49 +70,34 @@ pub(super) fn read(
     until: Instant,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Ended, Error> {
-    let mut command = Command::new(journalctl().ok_or(Error::NoJournalctl)?);
+    let not_found = || io::Error::new(io::ErrorKind::NotFound, JOURNALCTL.join(" or "));
+    let start = |e| Error::Io("run journalctl".into(), e);
+    let mut command = Command::new(journalctl().ok_or_else(not_found).map_err(start)?);
     if let Some(dir) = dir {
         command.arg("--directory").arg(dir);
     }
-    command.args(["--no-pager", "--quiet", "--output=export"]);
-    command.arg("--output-fields=MESSAGE,SYSLOG_FACILITY");
     let (cursor, skip_through) = match (&at.cursor, at.monotonic) {
         (Some(cursor), _) => (Some(cursor.clone()), None),
-        (None, Some(monotonic)) => (
-            Some(format!("b={boot_id};m={monotonic:x}")),
-            Some(monotonic),
-        ),
+        (None, Some(m)) => (Some(format!("b={boot_id};m={m:x}")), Some(m)),
         (None, None) => (None, None),
     };
-    if let Some(cursor) = &cursor {
-        command.arg(format!("--cursor={cursor}"));
-    }
+    command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
     // journalctl's error lines go to our standard error as they are.
-    let mut child = command
-        .arg("_TRANSPORT=kernel")
+    let child = command
+        .args(["--no-pager", "--quiet", "--output=export"])
+        .args([
+            "--output-fields=MESSAGE,SYSLOG_FACILITY",
+            "_TRANSPORT=kernel",
+        ])
         .arg(format!("_BOOT_ID={boot_id}"))
         .env("SYSTEMD_COLORS", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
-        .map_err(Error::Journalctl)?;
-    let stdout = child.stdout.take().expect("piped");
-    let (entries, parsed) = mpsc::sync_channel(64);
-    let parser = thread::spawn(move || parse(stdout, &mut |entry| entries.send(entry).is_ok()));
-    let cut = loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let entry = match parsed.recv_timeout(left) {
-            Ok(entry) => entry,
-            Err(mpsc::RecvTimeoutError::Timeout) => break Ok(Ended::Deadline),
-            Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
-                Ok(Ok(true)) => break Ok(Ended::Bound),
-                Ok(Ok(false)) => break Err(None),
-                Ok(Err(e)) => break Err(Some(e)),
-                Err(panic) => std::panic::resume_unwind(panic),
-            },
-        };
+        .map_err(start)?;
+    stream(child, until, &mut |entry| {
         if Some(&entry.cursor) == at.cursor.as_ref() {
-            continue; // the entry read last, still in the journal
+            return; // the entry read last, still in the journal
         }
         let after = skip_through.is_none_or(|t| entry.monotonic.is_some_and(|m| m > t));
         if after && entry.facility.as_deref().is_none_or(|f| f == "0") {
@@ -131,27 +107,45 @@ pub(super) fn read(
         }
         at.cursor = Some(entry.cursor);
         at.monotonic = entry.monotonic.or(at.monotonic);
-    };
-    match cut {
-        Err(None) => match child.wait().map_err(Error::Journalctl)? {
-            status if status.success() => Ok(Ended::Complete),
-            status => Err(Error::Failed(status)),
-        },
-        cut => {
-            // The parser thread ends once journalctl's output closes.
-            let _ = child.kill();
-            let _ = child.wait();
-            cut.map_err(|e| Error::Journalctl(e.expect("a read error")))
-        }
-    }
+    })
 }
 
-/// A line of export output.
-enum Field {
-    /// A field's name and (the first [`MAX_VALUE`] bytes of) its value.
-    Value(Vec<u8>, Vec<u8>),
-    /// The empty line that ends an entry.
-    EndOfEntry,
+/// Hands each entry of `child`'s export output to `on_entry` until it exits
+/// (its status decides), `until` passes or the byte bound is reached (then it
+/// is killed).
+fn stream(
+    mut child: Child,
+    until: Instant,
+    on_entry: &mut dyn FnMut(Entry),
+) -> Result<Ended, Error> {
+    let stdout = child.stdout.take().expect("piped");
+    let (entries, parsed) = mpsc::sync_channel(64);
+    let parser = thread::spawn(move || parse(stdout, &mut |entry| entries.send(entry).is_ok()));
+    let failed = |e| Error::Io("read journalctl's output".into(), e);
+    let cut = loop {
+        match parsed.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(entry) => on_entry(entry),
+            Err(mpsc::RecvTimeoutError::Timeout) => break Ok(Ended::Deadline),
+            Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
+                Ok(Ok(true)) => break Ok(Ended::Bound),
+                Ok(Ok(false)) => break Err(None),
+                Ok(Err(e)) => break Err(Some(failed(e))),
+                Err(panic) => std::panic::resume_unwind(panic),
+            },
+        }
+    };
+    if let Err(None) = cut {
+        let status = child.wait().map_err(failed)?;
+        return if status.success() {
+            Ok(Ended::Complete)
+        } else {
+            Err(Error::Failed(status))
+        };
+    }
+    // The parser thread ends once journalctl's output closes.
+    let _ = child.kill();
+    let _ = child.wait();
+    cut.map_err(|e| e.expect("an error"))
 }
 
 /// Parses export output, handing each complete entry to `on_entry` until it
@@ -162,11 +156,20 @@ fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry) -> bool) -> io::Resu
     let mut entry = Entry::default();
     loop {
         match next_field(&mut reader) {
-            Ok(Some(Field::Value(key, value))) => set(&mut entry, &key, &value),
-            Ok(Some(Field::EndOfEntry)) => {
+            Ok(Some((key, value))) if key.is_empty() && value.is_empty() => {
                 let done = std::mem::take(&mut entry);
                 if !done.cursor.is_empty() && !on_entry(done) {
                     break;
+                }
+            }
+            Ok(Some((key, value))) => {
+                let text = || String::from_utf8_lossy(&value).into_owned();
+                match &key[..] {
+                    b"__CURSOR" => entry.cursor = text(),
+                    b"__MONOTONIC_TIMESTAMP" => entry.monotonic = text().parse().ok(),
+                    b"SYSLOG_FACILITY" => entry.facility = Some(text()),
+                    b"MESSAGE" => entry.message = text(),
+                    _ => {}
                 }
             }
             Ok(None) => break,
@@ -178,10 +181,11 @@ fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry) -> bool) -> io::Resu
     Ok(limited.limit() == 0)
 }
 
-/// The next line; `None` at the end of the output. Text fields are
-/// `KEY=value` lines; binary ones (a message with control characters) `KEY`,
-/// a 64-bit little-endian length, the data and a line feed.
-fn next_field(reader: &mut impl BufRead) -> io::Result<Option<Field>> {
+/// The next field, name and (the first [`MAX_VALUE`] bytes of) value; both
+/// empty for the empty line that ends an entry; `None` at the end. Text fields
+/// are `KEY=value` lines; binary ones (a message with control characters)
+/// `KEY`, a 64-bit little-endian length, the data and a line feed.
+fn next_field(reader: &mut impl BufRead) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut key = Vec::new();
     if reader
         .by_ref()
@@ -191,18 +195,16 @@ fn next_field(reader: &mut impl BufRead) -> io::Result<Option<Field>> {
     {
         return Ok(None);
     }
-    if key.last() == Some(&b'\n') {
-        key.pop();
-    } else {
-        reader.skip_until(b'\n')?; // longer than kept
-    }
-    if key.is_empty() {
-        return Ok(Some(Field::EndOfEntry));
+    if key.pop_if(|b| *b == b'\n').is_none() {
+        reader.skip_until(b'\n')?; // the rest of a line longer than kept
     }
     if let Some(eq) = key.iter().position(|&b| b == b'=') {
         let value = key.split_off(eq + 1);
         key.pop();
-        return Ok(Some(Field::Value(key, value)));
+        return Ok(Some((key, value)));
+    }
+    if key.is_empty() {
+        return Ok(Some((key, Vec::new())));
     }
     let mut length = [0u8; 8];
     reader.read_exact(&mut length)?;
@@ -217,16 +219,116 @@ fn next_field(reader: &mut impl BufRead) -> io::Result<Option<Field>> {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     reader.read_exact(&mut [0u8])?;
-    Ok(Some(Field::Value(key, value)))
+    Ok(Some((key, value)))
 }
 
-fn set(entry: &mut Entry, key: &[u8], value: &[u8]) {
-    let text = || String::from_utf8_lossy(value).into_owned();
-    match key {
-        b"__CURSOR" => entry.cursor = text(),
-        b"__MONOTONIC_TIMESTAMP" => entry.monotonic = text().parse().ok(),
-        b"SYSLOG_FACILITY" => entry.facility = Some(text()),
-        b"MESSAGE" => entry.message = text(),
-        _ => {}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Hands out one byte per read: fields split at every boundary.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.len().min(buf.len()).min(1);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    fn entries(data: &[u8]) -> Vec<Entry> {
+        let mut all = Vec::new();
+        assert!(!parse(data, &mut |e| {
+            all.push(e);
+            true
+        })
+        .unwrap());
+        let mut trickled = Vec::new();
+        parse(Trickle(data), &mut |e| {
+            trickled.push(e);
+            true
+        })
+        .unwrap();
+        assert_eq!(trickled, all);
+        all
+    }
+
+    #[test]
+    fn export_output_parses_with_binary_fields_and_a_truncated_end() {
+        let mut data =
+            b"__CURSOR=c1\n__MONOTONIC_TIMESTAMP=10\nSYSLOG_FACILITY=0\nMESSAGE=one\n\n".to_vec();
+        data.extend_from_slice(b"__CURSOR=c2\nMESSAGE\n");
+        data.extend_from_slice(&7u64.to_le_bytes());
+        data.extend_from_slice(b"a\n\nb=\x01c\n\n__CURSOR=c3\nMESSAGE=cut");
+        let entries = entries(&data);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].monotonic, Some(10));
+        assert_eq!(entries[0].facility.as_deref(), Some("0"));
+        assert_eq!(entries[1].message, "a\n\nb=\u{1}c");
+        assert_eq!(entries[1].cursor, "c2");
+    }
+
+    #[test]
+    fn a_huge_value_is_skipped_past_not_kept() {
+        let mut data = b"__CURSOR=c1\nMESSAGE=".to_vec();
+        data.extend(std::iter::repeat_n(b'x', 3 * MAX_VALUE));
+        data.extend_from_slice(b"\nSYSLOG_FACILITY=0\n\n__CURSOR=c2\nMESSAGE\n");
+        data.extend_from_slice(&(5 * MAX_VALUE as u64).to_le_bytes());
+        data.extend(std::iter::repeat_n(b'y', 5 * MAX_VALUE));
+        data.extend_from_slice(b"\nSYSLOG_FACILITY=0\n\n");
+        let entries = entries(&data);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].message.len(), MAX_VALUE + 64 - "MESSAGE=".len());
+        assert_eq!(entries[1].message.len(), MAX_VALUE);
+        assert_eq!(
+            (entries[1].cursor.as_str(), entries[1].facility.as_deref()),
+            ("c2", Some("0"))
+        );
+    }
+
+    fn child(script: &str) -> Child {
+        let mut command = Command::new("/bin/sh");
+        command
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        command.spawn().unwrap()
+    }
+
+    #[test]
+    fn a_stream_ends_at_the_byte_bound_the_deadline_and_the_exit_status() {
+        let far = Instant::now() + Duration::from_secs(60);
+        // One endless entry: never handed on, memory bounded, cut at the bound.
+        let mut seen = 0;
+        let ended = stream(child("yes __CURSOR=c"), far, &mut |_| seen += 1);
+        assert!(matches!(ended, Ok(Ended::Bound)), "{ended:?}");
+        assert_eq!(seen, 0);
+
+        let started = Instant::now();
+        let soon = started + Duration::from_millis(200);
+        let ended = stream(
+            child("printf '__CURSOR=c1\\n\\n'; exec sleep 30"),
+            soon,
+            &mut |e| {
+                assert_eq!(e.cursor, "c1");
+                seen += 1;
+            },
+        );
+        assert!(matches!(ended, Ok(Ended::Deadline)), "{ended:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(seen, 1);
+
+        let ended = stream(child("exit 3"), far, &mut |_| {});
+        assert!(
+            matches!(ended, Err(Error::Failed(s)) if s.code() == Some(3)),
+            "{ended:?}"
+        );
+        assert!(matches!(
+            stream(child("true"), far, &mut |_| {}),
+            Ok(Ended::Complete)
+        ));
     }
 }

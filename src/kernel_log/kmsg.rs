@@ -27,7 +27,7 @@ pub(super) fn read(
     until: Instant,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Ended, Error> {
-    let failed = |e| Error::Kmsg(path.to_path_buf(), e);
+    let failed = |e| Error::Io(format!("read {}", path.display()), e);
     let mut file = open(path).map_err(failed)?;
     // A record is at most about 8 KiB.
     let mut buffer = vec![0u8; 1 << 14];
@@ -41,45 +41,36 @@ pub(super) fn read(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(failed(e)),
         };
-        let Some(record) = Record::parse(&buffer[..n]) else {
+        let Some((facility, seq, message)) = parse(&buffer[..n]) else {
             continue;
         };
-        if at.kmsg_seq.is_some_and(|last| record.seq <= last) {
+        if at.kmsg_seq.is_some_and(|last| seq <= last) {
             continue;
         }
-        if record.facility == 0 {
-            if let Some(event) = Event::parse(&record.message) {
+        if facility == 0 {
+            if let Some(event) = Event::parse(&message) {
                 on_event(event);
             }
         }
-        at.kmsg_seq = Some(record.seq);
+        at.kmsg_seq = Some(seq);
     }
     Ok(Ended::Deadline)
 }
 
-/// One record: `<prio>,<seq>,<µs>,<flags>[,…];<message>\n`, then continuation
-/// lines (` KEY=value`). Line feeds within the message are escaped (`\x0a`).
-#[derive(Debug, PartialEq, Eq)]
-struct Record {
-    facility: u32,
-    seq: u64,
-    message: String,
-}
-
-impl Record {
-    fn parse(record: &[u8]) -> Option<Record> {
-        let text = String::from_utf8_lossy(record);
-        let (header, rest) = text.split_once(';')?;
-        let mut fields = header.split(',');
-        let prio: u32 = fields.next()?.parse().ok()?;
-        let seq: u64 = fields.next()?.parse().ok()?;
-        let message = rest.split('\n').next().unwrap_or_default().to_owned();
-        Some(Record {
-            facility: prio >> 3,
-            seq,
-            message,
-        })
-    }
+/// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,
+/// <flags>[,…];<message>\n`, then continuation lines (` KEY=value`). Line
+/// feeds within the message are escaped (`\x0a`).
+fn parse(record: &[u8]) -> Option<(u32, u64, String)> {
+    let text = String::from_utf8_lossy(record);
+    let (header, rest) = text.split_once(';')?;
+    let mut fields = header.split(',');
+    let prio: u32 = fields.next()?.parse().ok()?;
+    let seq = fields.next()?.parse().ok()?;
+    Some((
+        prio >> 3,
+        seq,
+        rest.split('\n').next().unwrap_or_default().into(),
+    ))
 }
 
 #[cfg(test)]
@@ -88,18 +79,17 @@ mod tests {
 
     #[test]
     fn records_give_facility_and_sequence() {
-        let kernel = Record::parse(
-            b"4,1021,5000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x\n SUBSYSTEM=pci\n",
-        )
-        .unwrap();
-        assert_eq!((kernel.facility, kernel.seq), (0, 1021));
+        let kernel =
+            b"4,1021,5000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x\n SUBSYSTEM=pci\n";
+        let (facility, seq, message) = parse(kernel).unwrap();
+        assert_eq!((facility, seq), (0, 1021));
         assert!(matches!(
-            Event::parse(&kernel.message),
+            Event::parse(&message),
             Some(Event::Xid { code: 79, .. })
         ));
         // A line written to /dev/kmsg from user space gets the user facility.
-        let user = Record::parse(b"12,1022,5001,-;NVRM: Xid (PCI:0000:3b:00): 79\n").unwrap();
-        assert_eq!(user.facility, 1);
-        assert_eq!(Record::parse(b"garbage"), None);
+        let user = parse(b"12,1022,5001,-;NVRM: Xid (PCI:0000:3b:00): 79\n").unwrap();
+        assert_eq!(user.0, 1);
+        assert_eq!(parse(b"garbage"), None);
     }
 }

@@ -1,15 +1,10 @@
 //! The kernel log as typed events: the driver's lines of this boot after a
-//! saved [`Position`], read from the systemd journal ([`journal`]) or, where
-//! there is none, `/dev/kmsg` ([`kmsg`]).
-//!
-//! Only the kernel's own lines count: facility kern (0), and in the journal
-//! the kernel transport. A line written from user space (`logger "NVRM: Xid
-//! …"`, a write to /dev/kmsg) has another transport or facility and is never
-//! an event. A read is bounded by the caller's deadline and, in the journal,
-//! by [`journal::MAX_BYTES_PER_RUN`]; the position then names the last entry
-//! read completely, so the next read goes on from there, skipping nothing and
-//! repeating nothing. This module knows neither NVML nor the state: the caller
-//! keeps the position and attributes the events.
+//! [`Position`], from the systemd journal ([`journal`]) or else `/dev/kmsg`
+//! ([`kmsg`]). Only the kernel's own lines are events (facility kern; in the
+//! journal, the kernel transport): `logger "NVRM: Xid …"` or a write to
+//! /dev/kmsg never is. A read ends by the caller's deadline with the position
+//! at the last entry read completely, so the next goes on from there. This
+//! module knows neither NVML nor the state.
 
 pub mod journal;
 pub mod kmsg;
@@ -41,75 +36,60 @@ impl Source {
     /// `journal_dir` if given; else the system journal if journalctl and
     /// journal files exist; else `/dev/kmsg` if it opens; else none.
     pub fn choose(journal_dir: Option<&Path>) -> Option<Source> {
-        if let Some(dir) = journal_dir {
-            return Some(Source::Journal(Some(dir.to_path_buf())));
-        }
-        if journal::system_journal_exists() {
-            return Some(Source::Journal(None));
-        }
-        let kmsg = Path::new(kmsg::KMSG);
-        match kmsg::open(kmsg) {
-            Ok(_) => Some(Source::Kmsg(kmsg.to_path_buf())),
-            Err(e) => {
-                log::debug!("cannot open {}: {e}", kmsg.display());
-                None
-            }
+        match journal_dir {
+            Some(dir) => Some(Source::Journal(Some(dir.to_path_buf()))),
+            None if journal::system_journal_exists() => Some(Source::Journal(None)),
+            None => match kmsg::open(Path::new(kmsg::KMSG)) {
+                Ok(_) => Some(Source::Kmsg(kmsg::KMSG.into())),
+                Err(e) => {
+                    log::debug!("cannot open {}: {e}", kmsg::KMSG);
+                    None
+                }
+            },
         }
     }
 }
 
-/// Where a read goes on from. A journal read starts after `cursor`; without
-/// one (journalctl refused it: the caller drops it), after the entries of
-/// `monotonic` µs since boot and before; without either, at the boot's start.
+/// Where a read goes on from: after the journal entry of `cursor`; without
+/// one (refused: the caller drops it), after the entries at or before
+/// `monotonic` µs since boot; without either, at the boot's start. /dev/kmsg:
+/// after the record `kmsg_seq`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Position {
-    /// The journal cursor of the last entry read.
     pub cursor: Option<String>,
-    /// That entry's `__MONOTONIC_TIMESTAMP`.
     pub monotonic: Option<u64>,
-    /// The sequence number of the last /dev/kmsg record read.
     pub kmsg_seq: Option<u64>,
 }
 
-/// How a read ended.
+/// How a read ended: everything logged by then read, or cut by the deadline
+/// or by [`journal::MAX_BYTES_PER_RUN`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
-    /// Everything logged by then was read.
     Complete,
-    /// The deadline passed first.
     Deadline,
-    /// journalctl wrote [`journal::MAX_BYTES_PER_RUN`] bytes first.
     Bound,
 }
 
-/// Why a read failed. The position names the last entry read before.
+/// Why a read failed; the position names the last entry read before.
 #[derive(Debug)]
 pub enum Error {
-    /// None of [`journal::JOURNALCTL`] is a file.
-    NoJournalctl,
-    /// journalctl could not be started, read or waited for.
-    Journalctl(io::Error),
+    /// What could not be done (start journalctl, read /dev/kmsg), and why.
+    Io(String, io::Error),
     /// journalctl exited with a failure (its reason is on our stderr).
     Failed(ExitStatus),
-    /// /dev/kmsg could not be opened or read.
-    Kmsg(PathBuf, io::Error),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NoJournalctl => {
-                write!(f, "no journalctl at {}", journal::JOURNALCTL.join(" or "))
-            }
-            Error::Journalctl(e) => write!(f, "cannot run journalctl: {e}"),
+            Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
             Error::Failed(status) => write!(f, "journalctl failed ({status})"),
-            Error::Kmsg(path, e) => write!(f, "cannot read {}: {e}", path.display()),
         }
     }
 }
 
 /// Reads `source` from `at` until `until`, handing each event of the kernel's
-/// own lines to `on_event` and moving `at` to each entry read. `boot_id` is
+/// own lines to `on_event` and moving `at` past each entry read. `boot_id` is
 /// this boot's as the journal writes it (no dashes).
 pub fn read(
     source: &Source,
@@ -136,7 +116,8 @@ pub enum Event {
         switch: u32,
         bus: String,
         code: u32,
-        severity: Severity,
+        /// `fatal` or `non_fatal`.
+        severity: &'static str,
     },
     /// A GPU that fell off the bus, in a line that is not an Xid:
     /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`, at probe time
@@ -144,29 +125,6 @@ pub enum Event {
     /// has fallen off the bus …`, older drivers `NVRM: GPU at 0000:01:00.0 has
     /// fallen off the bus.`
     FallenOffBus { bus: String },
-}
-
-/// An SXid's severity, as the NVSwitch driver writes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
-    Fatal,
-    NonFatal,
-}
-
-impl Severity {
-    /// The label value (and state word).
-    pub fn label(self) -> &'static str {
-        match self {
-            Severity::Fatal => "fatal",
-            Severity::NonFatal => "non_fatal",
-        }
-    }
-
-    pub fn from_label(label: &str) -> Option<Severity> {
-        [Severity::Fatal, Severity::NonFatal]
-            .into_iter()
-            .find(|s| s.label() == label)
-    }
 }
 
 /// Codes above these are not XIDs or SXids (NVIDIA's catalogs end well
@@ -188,8 +146,8 @@ impl Event {
             let bus = normalize_bus_id(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_SXID)?;
             let severity = match rest.split(',').nth(1).map(str::trim) {
-                Some("Fatal") => Severity::Fatal,
-                Some("Non-fatal") => Severity::NonFatal,
+                Some("Fatal") => "fatal",
+                Some("Non-fatal") => "non_fatal",
                 _ => return None,
             };
             return Some(Event::SXid {
@@ -232,24 +190,23 @@ fn leading_number(text: &str) -> Option<u32> {
 /// compare equal. `None` if it is not a bus id.
 pub fn normalize_bus_id(text: &str) -> Option<String> {
     let text = text.trim();
-    let text = text.split_once('.').map_or(text, |(id, _function)| id);
-    let parts: Vec<&str> = text.split(':').collect();
-    let (domain, bus, device) = match parts[..] {
-        [domain, bus, device] => (domain, bus, device),
-        [bus, device] => ("0", bus, device),
-        _ => return None,
+    let mut parts: Vec<&str> = text
+        .split_once('.')
+        .map_or(text, |(id, _)| id)
+        .split(':')
+        .collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    let hex = |part: &str, digits| {
+        let fits = !part.is_empty() && part.len() <= digits;
+        fits.then(|| u32::from_str_radix(part, 16).ok()).flatten()
     };
-    let hex = |part: &str, digits: usize| {
-        (!part.is_empty() && part.len() <= digits)
-            .then(|| u32::from_str_radix(part, 16).ok())
-            .flatten()
+    let [domain, bus, device] = parts[..] else {
+        return None;
     };
-    Some(format!(
-        "{:08X}:{:02X}:{:02X}",
-        hex(domain, 8)?,
-        hex(bus, 2)?,
-        hex(device, 2)?
-    ))
+    let (domain, bus, device) = (hex(domain, 8)?, hex(bus, 2)?, hex(device, 2)?);
+    Some(format!("{domain:08X}:{bus:02X}:{device:02X}"))
 }
 
 #[cfg(test)]
@@ -295,7 +252,7 @@ mod tests {
                 switch: 3,
                 bus: "00000000:04:00".into(),
                 code: 22013,
-                severity: Severity::NonFatal
+                severity: "non_fatal"
             })
         );
         let fatal =
@@ -305,7 +262,7 @@ mod tests {
             Some(Event::SXid {
                 switch: 0,
                 code: 20034,
-                severity: Severity::Fatal,
+                severity: "fatal",
                 ..
             })
         ));
