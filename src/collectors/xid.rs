@@ -4,7 +4,9 @@
 //! line's bus id against the snapshot's GPUs, else unattributed by bus id),
 //! SXids by switch, bus id, code and severity.
 //!
-//! Recounting: with no position left or an impossible stored count, this boot
+//! Recounting: with no position left (the source changed, or journalctl
+//! refused the cursor and no time of its entry is kept) or an impossible
+//! stored count, this boot
 //! is recounted from its start into separate totals (`xid.recount.*`) while
 //! the old ones stay published, so no series goes backwards; once it reaches
 //! the end of the log each count becomes the larger of the two. That is exact:
@@ -182,20 +184,14 @@ impl Counts {
         until: Instant,
     ) -> Result<(), String> {
         self.unavailable = false;
-        let previous = std::mem::replace(&mut self.source, source.label().into());
-        if previous != self.source {
-            self.position = Position::default();
-            if !previous.is_empty() {
-                // Lines counted from the other source would be counted again.
-                log::info!(
-                    "the kernel log is read from {} since this boot; counting new lines only",
-                    self.source
-                );
-                self.recount = None;
-                let skipped =
-                    kernel_log::read(source, &mut self.position, boot_id, until, &mut |_| {});
-                return self.finish(skipped);
+        if self.source != source.label() {
+            if !self.source.is_empty() {
+                // The position is the other source's: recount (exact, see the module doc).
+                log::info!("reading the kernel log from {} now", source.label());
+                self.start_recount();
             }
+            self.source = source.label().into();
+            self.position = Position::default();
         }
         let mut tries = vec![self.clone()];
         if self.position.cursor.is_some() {

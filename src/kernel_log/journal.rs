@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use super::{Ended, Error, Event, Position};
+use super::event::{Ended, Error, Event, Position};
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.

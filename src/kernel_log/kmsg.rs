@@ -7,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Instant;
 
-use super::{Ended, Error, Event, Position};
+use super::event::{Ended, Error, Event, Position};
 
 /// The ring buffer's device.
 pub const KMSG: &str = "/dev/kmsg";
