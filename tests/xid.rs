@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use tempfile::TempDir;
 
-use test_support::journal::{journal_entry, journal_entry_binary, write_journal, XID79};
+use test_support::journal::{journal_entry, journal_entry_binary, write_journal, write_journal_bytes, XID79};
 use test_support::{promtool, Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
@@ -295,7 +295,7 @@ fn sxids_and_gpus_fallen_off_the_bus_count_exactly_between_runs() {
     export.extend(journal_entry_binary(1030, probe));
     let state = tempfile::tempdir().unwrap();
     let journal = tempfile::tempdir().unwrap();
-    write_journal(journal.path(), "a.journal", &export);
+    write_journal_bytes(journal.path(), "a.journal", &export);
     let out = run(state.path(), journal.path(), None);
     let counts = |out: &Outcome| {
         [SXID_22013, SXID_20034, GPU0_FALLEN, B3_FALLEN, GPU0].map(|s| out.series(s))

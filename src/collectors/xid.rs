@@ -80,19 +80,10 @@ impl Series {
 
     /// The series of `event`, attributed to `gpus` (normalised bus id → UUID).
     fn of(event: Event, gpus: &BTreeMap<String, String>) -> Series {
-        let owner = |bus: String, gpu, none| match gpus.get(&bus) {
-            Some(uuid) => (gpu, uuid.clone()),
-            None => (none, bus),
-        };
-        match event {
-            Event::Xid { bus, code } => {
-                let (kind, who) = owner(bus, Kind::Xid, Kind::XidUnattributed);
-                Series(kind, vec![who, code.to_string()])
-            }
-            Event::FallenOffBus { bus } => {
-                let (kind, who) = owner(bus, Kind::FallenOffBus, Kind::FallenOffBusUnattributed);
-                Series(kind, vec![who])
-            }
+        use Kind::*;
+        let (mine, none, bus, code) = match event {
+            Event::Xid { bus, code } => (Xid, XidUnattributed, bus, Some(code)),
+            Event::FallenOffBus { bus } => (FallenOffBus, FallenOffBusUnattributed, bus, None),
             Event::SXid {
                 switch,
                 bus,
@@ -100,9 +91,16 @@ impl Series {
                 severity,
             } => {
                 let labels = [switch.to_string(), bus, code.to_string(), severity.into()];
-                Series(Kind::SXid, labels.into())
+                return Series(SXid, labels.into());
             }
-        }
+        };
+        let (kind, who) = match gpus.get(&bus) {
+            Some(uuid) => (mine, uuid.clone()),
+            None => (none, bus),
+        };
+        let mut labels = vec![who];
+        labels.extend(code.map(|code| code.to_string()));
+        Series(kind, labels)
     }
 }
 
@@ -124,17 +122,14 @@ pub struct Counts {
     pub recount: Option<Totals>,
 }
 
-/// The xid collector's host step: counts the events logged since the previous
-/// run into the totals and adds them to the snapshot. It runs only after NVML
-/// was read, whose GPUs' bus ids attribute the events. While no kernel log
-/// can be read the position and totals stay, so nothing is counted twice
-/// when it is back. An error says why this run did not read the log to its
-/// end (logged here); the counts known are published all the same.
+/// The xid collector's host step (after NVML was read, whose GPUs' bus ids
+/// attribute the events): counts the events logged since the previous run and
+/// adds the totals to the snapshot. An error says why this run did not read
+/// the log to its end (logged here); the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
     let Some(boot_id) = boot_id() else {
         // No state was loaded either (see `state::boot_id`).
-        let error = "cannot read this boot's id: the kernel log and the state cannot be told \
-                     to be this boot's";
+        let error = "cannot read this boot's id: nothing can be told to be this boot's";
         log::warn!("cannot count XID errors: {error}");
         return Err(error.into());
     };

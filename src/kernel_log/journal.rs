@@ -11,7 +11,7 @@
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -31,18 +31,21 @@ pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
 /// 1 KiB (a /dev/kmsg record 8 KiB), a cursor about 150 bytes.
 pub const MAX_VALUE: usize = 8 << 10;
 
-/// Whether journalctl and the system's journal files exist.
+/// Whether journalctl and the system's journal files exist (in the directory
+/// or its `<machine-id>/`).
 pub(super) fn system_journal_exists() -> bool {
-    let journal = |path: &Path| {
+    let files = |dir: &Path| {
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+    };
+    let journal = |path: PathBuf| {
         path.extension()
             .is_some_and(|e| e == "journal" || e == "journal~")
     };
-    let files = |dir: &Path| fs::read_dir(dir).into_iter().flatten().flatten();
-    // The files are in the directory or in its `<machine-id>/`.
-    let has_files = |dir: &str| {
-        files(Path::new(dir))
-            .any(|e| journal(&e.path()) || files(&e.path()).any(|e| journal(&e.path())))
-    };
+    let has_files = |dir| files(Path::new(dir)).any(|p| files(&p).any(journal) || journal(p));
     journalctl().is_some()
         && ["/var/log/journal", "/run/log/journal"]
             .into_iter()

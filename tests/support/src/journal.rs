@@ -64,7 +64,13 @@ pub fn journal_entry_binary(monotonic: u64, message: &str) -> Vec<u8> {
 ///
 /// # Panics
 /// When systemd-journal-remote is missing or refuses the text.
-pub fn write_journal(dir: &Path, name: &str, export: impl AsRef<[u8]>) {
+pub fn write_journal(dir: &Path, name: &str, export: &str) {
+    write_journal_bytes(dir, name, export.as_bytes());
+}
+
+/// [`write_journal`] for export text with binary fields
+/// ([`journal_entry_binary`]).
+pub fn write_journal_bytes(dir: &Path, name: &str, export: &[u8]) {
     let mut child = Command::new(JOURNAL_REMOTE)
         .arg(format!("--output={}", dir.join(name).display()))
         .arg("-")
@@ -76,7 +82,7 @@ pub fn write_journal(dir: &Path, name: &str, export: impl AsRef<[u8]>) {
         .stdin
         .take()
         .expect("piped stdin")
-        .write_all(export.as_ref())
+        .write_all(export)
         .expect("systemd-journal-remote reads the export");
     assert!(
         child.wait().expect("systemd-journal-remote ends").success(),
