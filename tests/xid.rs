@@ -11,7 +11,9 @@ use std::sync::OnceLock;
 
 use tempfile::TempDir;
 
-use test_support::journal::{journal_entry, journal_entry_binary, write_journal, write_journal_bytes, XID79};
+use test_support::journal::{
+    journal_entry, journal_entry_binary, write_journal, write_journal_bytes, XID79,
+};
 use test_support::{promtool, Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");

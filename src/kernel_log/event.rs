@@ -30,15 +30,16 @@ pub enum Ended {
 pub enum Error {
     /// What could not be done (start journalctl, read /dev/kmsg), and why.
     Io(String, io::Error),
-    /// journalctl exited with a failure (its reason is on our stderr).
-    Failed(ExitStatus),
+    /// journalctl exited with a failure, saying this on its stderr. A refused
+    /// cursor fails as a journal it cannot open does (status 1).
+    Failed(ExitStatus, String),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
-            Error::Failed(status) => write!(f, "journalctl failed ({status})"),
+            Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
         }
     }
 }

@@ -85,7 +85,6 @@ pub(super) fn read(
         (None, None) => (None, None),
     };
     command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
-    // journalctl's error lines go to our standard error as they are.
     let child = command
         .args(["--no-pager", "--quiet", "--output=export"])
         .args([
@@ -96,6 +95,7 @@ pub(super) fn read(
         .env("SYSTEMD_COLORS", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(start)?;
     stream(child, until, &mut |entry| {
@@ -124,9 +124,16 @@ fn stream(
     let stdout = child.stdout.take().expect("piped");
     let (entries, parsed) = mpsc::sync_channel(64);
     let parser = thread::spawn(move || parse(stdout, &mut |entry| entries.send(entry).is_ok()));
+    let stderr = child.stderr.take().expect("piped");
+    let said = thread::spawn(move || first_bytes(stderr));
     let failed = |e| Error::Io("read journalctl's output".into(), e);
     let cut = loop {
-        match parsed.recv_timeout(until.saturating_duration_since(Instant::now())) {
+        // A queued entry is received even after the deadline: look first.
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Ok(Ended::Deadline);
+        }
+        match parsed.recv_timeout(left) {
             Ok(entry) => on_entry(entry),
             Err(mpsc::RecvTimeoutError::Timeout) => break Ok(Ended::Deadline),
             Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
@@ -139,16 +146,26 @@ fn stream(
     };
     if let Err(None) = cut {
         let status = child.wait().map_err(failed)?;
+        let said = said.join().unwrap_or_default();
         return if status.success() {
             Ok(Ended::Complete)
         } else {
-            Err(Error::Failed(status))
+            Err(Error::Failed(status, said.trim().to_owned()))
         };
     }
     // The parser thread ends once journalctl's output closes.
     let _ = child.kill();
     let _ = child.wait();
     cut.map_err(|e| e.expect("an error"))
+}
+
+/// The first 64 KiB of what journalctl says on its standard error (read to
+/// the end, so that it never blocks on it).
+fn first_bytes(mut stderr: impl Read) -> String {
+    let mut said = Vec::new();
+    let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut said);
+    let _ = io::copy(&mut stderr, &mut io::sink());
+    String::from_utf8_lossy(&said).into_owned()
 }
 
 /// Parses export output, handing each complete entry to `on_entry` until it
@@ -297,7 +314,8 @@ mod tests {
         command
             .args(["-c", script])
             .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         command.spawn().unwrap()
     }
 
@@ -324,9 +342,9 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(seen, 1);
 
-        let ended = stream(child("exit 3"), far, &mut |_| {});
+        let ended = stream(child("echo no >&2; exit 3"), far, &mut |_| {});
         assert!(
-            matches!(ended, Err(Error::Failed(s)) if s.code() == Some(3)),
+            matches!(ended, Err(Error::Failed(s, ref said)) if s.code() == Some(3) && said == "no"),
             "{ended:?}"
         );
         assert!(matches!(
