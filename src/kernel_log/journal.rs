@@ -122,19 +122,28 @@ fn stream(
     on_entry: &mut dyn FnMut(Entry),
 ) -> Result<Ended, Error> {
     let stdout = child.stdout.take().expect("piped");
-    let (entries, parsed) = mpsc::sync_channel(64);
-    let parser = thread::spawn(move || parse(stdout, &mut |entry| entries.send(entry).is_ok()));
+    // Entries travel in batches of 256, at most four queued.
+    let (batches, parsed) = mpsc::sync_channel(4);
+    let parser = thread::spawn(move || {
+        let mut batch = Vec::new();
+        let ended = parse(stdout, &mut |entry| {
+            batch.push(entry);
+            batch.len() < 256 || batches.send(std::mem::take(&mut batch)).is_ok()
+        });
+        let _ = batches.send(batch);
+        ended
+    });
     let stderr = child.stderr.take().expect("piped");
     let said = thread::spawn(move || first_bytes(stderr));
     let failed = |e| Error::Io("read journalctl's output".into(), e);
     let cut = loop {
-        // A queued entry is received even after the deadline: look first.
+        // A queued batch is received even after the deadline: look first.
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break Ok(Ended::Deadline);
         }
         match parsed.recv_timeout(left) {
-            Ok(entry) => on_entry(entry),
+            Ok(batch) => batch.into_iter().for_each(&mut *on_entry),
             Err(mpsc::RecvTimeoutError::Timeout) => break Ok(Ended::Deadline),
             Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
                 Ok(Ok(true)) => break Ok(Ended::Bound),
