@@ -122,13 +122,14 @@ fn stream(
     on_entry: &mut dyn FnMut(Entry),
 ) -> Result<Ended, Error> {
     let stdout = child.stdout.take().expect("piped");
-    // Entries travel in batches of 256, at most four queued.
+    // Entries travel in batches of up to 256 (sent when the output read so
+    // far is used up), at most four queued.
     let (batches, parsed) = mpsc::sync_channel(4);
     let parser = thread::spawn(move || {
         let mut batch = Vec::new();
-        let ended = parse(stdout, &mut |entry| {
+        let ended = parse(stdout, &mut |entry, drained| {
             batch.push(entry);
-            batch.len() < 256 || batches.send(std::mem::take(&mut batch)).is_ok()
+            (batch.len() < 256 && !drained) || batches.send(std::mem::take(&mut batch)).is_ok()
         });
         let _ = batches.send(batch);
         ended
@@ -177,9 +178,10 @@ fn first_bytes(mut stderr: impl Read) -> String {
     String::from_utf8_lossy(&said).into_owned()
 }
 
-/// Parses export output, handing each complete entry to `on_entry` until it
-/// returns false or the output ends; true if it ended at the byte bound.
-fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry) -> bool) -> io::Result<bool> {
+/// Parses export output, handing each complete entry to `on_entry` (with
+/// whether the output read so far is used up) until it returns false or the
+/// output ends; true if it ended at the byte bound.
+fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io::Result<bool> {
     let mut limited = output.take(MAX_BYTES_PER_RUN);
     let mut reader = BufReader::new(&mut limited);
     let mut entry = Entry::default();
@@ -187,7 +189,7 @@ fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry) -> bool) -> io::Resu
         match next_field(&mut reader) {
             Ok(Some((key, value))) if key.is_empty() && value.is_empty() => {
                 let done = std::mem::take(&mut entry);
-                if !done.cursor.is_empty() && !on_entry(done) {
+                if !done.cursor.is_empty() && !on_entry(done, reader.buffer().is_empty()) {
                     break;
                 }
             }
@@ -270,13 +272,13 @@ mod tests {
 
     fn entries(data: &[u8]) -> Vec<Entry> {
         let mut all = Vec::new();
-        assert!(!parse(data, &mut |e| {
+        assert!(!parse(data, &mut |e, _| {
             all.push(e);
             true
         })
         .unwrap());
         let mut trickled = Vec::new();
-        parse(Trickle(data), &mut |e| {
+        parse(Trickle(data), &mut |e, _| {
             trickled.push(e);
             true
         })
