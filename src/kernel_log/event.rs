@@ -177,9 +177,10 @@ mod tests {
         }
     }
 
-    /// The lines of NVIDIA/nvtrust#124 (driver 570.195.03) and leptonai/gpud#338:
+    /// The lines of NVIDIA/nvtrust#124 (driver 570.195.03), leptonai/gpud#338
+    /// and Red Hat solution 6619941 (as leptonai/gpud's sxid tests quote it):
     /// an SXid is a `Data {…}` line, the line with its severity and a
-    /// `Severity 0 Engine instance` line; only the second is the event.
+    /// `Severity N Engine instance` line; only the second is the event.
     #[test]
     fn an_sxid_is_its_severity_line() {
         let at = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, ";
@@ -209,13 +210,16 @@ mod tests {
         for repeat in [
             "Data {0x0000002b, 0x0000002b, 0x00000000, 0x0000002b, 0x80005302}",
             "Severity 0 Engine instance 44 Sub-engine instance 00",
+            "Severity 1 Engine instance 30 Sub-engine instance 00",
         ] {
             assert_eq!(Event::parse(&format!("{at}{repeat}")), None, "{repeat}");
         }
     }
 
-    /// The formats of the brief, NVIDIA/NVSentinel#155 (driver 570.158.01, one
-    /// record of three lines) and Bumblebee-Project/Bumblebee#554 (old drivers).
+    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (the driver's
+    /// per-device line, logged after an Xid 79 or alone: NVIDIA/NVSentinel#155,
+    /// #195), NVSentinel#155's probe-time record of three lines (driver
+    /// 570.158.01) and Bumblebee-Project/Bumblebee#554 (old drivers).
     #[test]
     fn fallen_off_the_bus_lines_name_their_gpu() {
         let fallen = |bus: &str| Some(Event::FallenOffBus { bus: bus.into() });
