@@ -193,8 +193,9 @@ impl Counts {
             let mut by_time = self.clone();
             by_time.position.cursor = None;
             tries.extend(by_time.position.monotonic.is_some().then_some(by_time));
-            tries.push(self.clone());
-            tries.last_mut().expect("pushed").start_recount();
+            let mut recount = self.clone();
+            recount.start_recount();
+            tries.push(recount);
         }
         let mut first_error = None;
         for mut attempt in tries {
@@ -211,7 +212,7 @@ impl Counts {
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");
                     }
                     *self = attempt;
-                    return self.finish(Ok(ended));
+                    return self.finish(ended);
                 }
             }
         }
@@ -222,8 +223,8 @@ impl Counts {
 
     /// Ends a read: a complete one ends a recount under way (each total
     /// becomes the larger of the two); a cut one says why.
-    fn finish(&mut self, read: Result<Ended, kernel_log::Error>) -> Result<(), String> {
-        let why = match read.map_err(|e| e.to_string())? {
+    fn finish(&mut self, ended: Ended) -> Result<(), String> {
+        let why = match ended {
             Ended::Complete => {
                 for (series, count) in self.recount.take().into_iter().flatten() {
                     let total = self.totals.entry(series).or_default();
@@ -428,7 +429,7 @@ mod tests {
             count(counts.recount.as_mut().unwrap(), xid(code));
         }
         assert_eq!(counts.totals[&gpu_xid("79")], 2, "not before it ends");
-        assert_eq!(counts.finish(Ok(Ended::Complete)), Ok(()));
+        assert_eq!(counts.finish(Ended::Complete), Ok(()));
         assert_eq!(counts.recount, None);
         let got = |code| counts.totals[&gpu_xid(code)];
         assert_eq!((got("79"), got("13"), got("48")), (3, 1, 1));
