@@ -5,12 +5,12 @@ FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/demo-h100x8.toml
 
 .PHONY: build deps test demo run lint deb bench test-packaging test-arm64 copyright \
-	nspawn-both arm64-package
+	nspawn-both arm64-package gpu-bundle gpu-check
 
 ## build: the release binary and the fake NVML used by tests and the demo
 build:
 	$(CARGO) build --release --locked
-	$(CARGO) build --locked -p fake-nvml
+	$(CARGO) build --locked -p fake-nvml -p nvml-capture
 
 ## deps: install the Debian packages (and the arm64 cross toolchain) the tests need and are missing (as root)
 deps:
@@ -88,3 +88,20 @@ bench: build
 	$(CARGO) build --release --locked -p fake-nvml
 	python3 benches/snapshot.py --fake target/release/libfake_nvml.so
 	$(CARGO) bench --locked --bench render_publish
+
+## gpu-bundle: what gpu-check needs, built here into GPU_DIR (default target/gpu), to carry
+## to a GPU host that has no Rust toolchain
+GPU_DIR ?= target/gpu
+GPULOAD_SRC ?= ../shared/tools/gpuload.c
+gpu-bundle:
+	$(CARGO) build --release --locked -p nvidia-textfile-exporter -p nvml-capture
+	mkdir -p $(GPU_DIR)
+	cp $(BIN) target/release/nvml-capture $(GPULOAD_SRC) $(GPU_DIR)/
+
+## gpu-check: the hardware suite on this host's GPU (root, about 6 minutes): every default
+## reading against nvidia-smi, every windowed one against a known load's own timeline, and
+## NVML captures of the idle and loaded GPU into GPU_DIR; ends with `N passed, M failed`
+gpu-check:
+	gcc -O2 -o $(GPU_DIR)/gpuload $(GPU_DIR)/gpuload.c -ldl
+	python3 tests/gpu/check.py $(GPU_DIR)/nvidia-textfile-exporter $(GPU_DIR)/gpuload \
+		$(GPU_DIR)/nvml-capture $(GPU_DIR)

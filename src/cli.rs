@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
-use crate::collectors::{self, Collector, GpmWindowRequest, Settings};
+use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
-use crate::watchdog;
+use crate::timing::{self, WindowRequest as GpmWindowRequest};
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
 /// that users may stretch to a few minutes.
@@ -81,8 +81,9 @@ pub struct Cli {
     pub disable: Vec<&'static Collector>,
 
     /// Read the GPUs one after another on one thread instead of each on its
-    /// own: slower with several GPUs; for comparison, or for a driver that
-    /// misbehaves under concurrent calls.
+    /// own: slower with several GPUs, and a GPU stuck in a call also holds up
+    /// the GPUs after it; for comparison, or for a driver that misbehaves
+    /// under concurrent calls.
     #[arg(long)]
     pub sequential: bool,
 
@@ -114,7 +115,9 @@ pub struct Cli {
     /// cover most of the timer's period). The other readings are taken at the
     /// window's end, so a run on a GPU with GPM lasts about this long. A window
     /// given here must fit in --timeout; the default, 1s, is shortened to fit a
-    /// short --timeout (and GPM is off when not even 100ms fit).
+    /// short --timeout (and GPM is off when not even 100ms fit). Any window is
+    /// shortened in a run whose NVML started late or whose reads take longer
+    /// than the previous run's, so that the reads still end in time.
     #[arg(long, value_name = "DURATION|auto", value_parser = parse_gpm_window)]
     pub gpm_window: Option<GpmWindowRequest>,
 
@@ -211,11 +214,11 @@ impl Cli {
         Ok(())
     }
 
-    /// The GPM window this run uses (see `collectors::gpm_window`).
+    /// The GPM window this run asks for (see `timing::gpm_window`).
     fn gpm_window(&self) -> Result<Duration, String> {
         let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
-        let reading = self.timeout - watchdog::publish_reserve(self.timeout);
-        collectors::gpm_window(self.gpm_window, default, reading)
+        let reading = self.timeout - timing::publish_reserve(self.timeout);
+        timing::gpm_window(self.gpm_window, default, reading)
     }
 
     /// What this run's collectors are asked to do, with reading to end at

@@ -15,7 +15,8 @@ pub enum Exit {
     NvmlUnavailable = 3,
     /// At least one GPU is down; the file says which.
     DeviceDown = 4,
-    /// The run did not finish within `--timeout`; the file says so.
+    /// The run did not finish within `--timeout`, or a GPU's reads did not;
+    /// the file says so.
     Timeout = 5,
     /// Another run holds the output's lock; the file says so.
     Busy = 6,
@@ -67,8 +68,9 @@ impl Exit {
             }
             Exit::Timeout => {
                 "the run did not finish within --timeout (a hung driver call or file system, \
-                 standard output nobody reads); the file says so, unless even writing it could \
-                 not finish in time"
+                 standard output nobody reads), or a GPU's reads did not (that GPU is down \
+                 with reason timeout, the others are published); the file says so, unless \
+                 even writing it could not finish in time"
             }
             Exit::Busy => {
                 "another run held the lock of the output file until the deadline; the file \

@@ -9,9 +9,12 @@
 //!   known at that bus id (and serial, where both runs read one), unless a
 //!   UUID read this run already holds it;
 //! - a GPU with neither (a GPU that fell off the bus, a failed handle) takes
-//!   the identity known at its index only if that is the one GPU known there
-//!   and no GPU of this run read its UUID or bus id (the GPU at the index is
-//!   still the one that was there, not a renumbered neighbour);
+//!   the identity known at its index only if that is the one GPU known there,
+//!   no GPU of this run read its UUID or bus id, and no more GPUs the boot knew
+//!   are unaccounted for (matched by no UUID or bus id read this run) than
+//!   there are GPUs that can be told by neither: a GPU that left makes one
+//!   more, and the GPU at its index may be a renumbered neighbour, which must
+//!   not take the departed GPU's UUID (and continue its totals);
 //! - a UUID two GPUs of this run read is not unique: both keep it as a label,
 //!   but neither is [`Identity::unique`], so no running total is kept under it
 //!   (the two would overwrite each other's);
@@ -37,7 +40,7 @@ pub struct Identity {
     pub pci_bus_id: String,
     pub serial: String,
     /// The UUID is known and no other GPU of this run has it: what is
-    /// remembered under it is this GPU's alone.
+    /// kept in the state under it is this GPU's alone.
     pub unique: bool,
 }
 
@@ -61,6 +64,17 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
         .map(|r| r.pci_bus_id.as_str())
         .filter(|b| !b.is_empty())
         .collect();
+    let accounted = |k: &KnownGpu| {
+        read_uuids.contains(&k.uuid.as_str())
+            || (!k.pci_bus_id.is_empty() && read_buses.contains(&k.pci_bus_id.as_str()))
+    };
+    let untold = reads
+        .iter()
+        .filter(|r| r.uuid.is_empty() && r.pci_bus_id.is_empty())
+        .count();
+    // Every GPU the boot knew is here (told, or one of the untold): the GPU at
+    // an index is the one that was there, not a neighbour renumbered into it.
+    let none_left = known.iter().filter(|k| !accounted(k)).count() <= untold;
     let identities: Vec<Identity> = reads
         .iter()
         .map(|read| {
@@ -71,18 +85,18 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
                     k.is_at(&read.pci_bus_id, &read.serial)
                         && !read_uuids.contains(&k.uuid.as_str())
                 })
-            } else {
-                let mut at_index = known.iter().filter(|k| {
-                    k.index == read.index
-                        && !read_uuids.contains(&k.uuid.as_str())
-                        && (k.pci_bus_id.is_empty() || !read_buses.contains(&k.pci_bus_id.as_str()))
-                });
+            } else if none_left {
+                let mut at_index = known
+                    .iter()
+                    .filter(|k| k.index == read.index && !accounted(k));
                 // Two GPUs known at one index (one left enumeration, another
                 // took its index): which one this is cannot be told.
                 match (at_index.next(), at_index.next()) {
                     (Some(only), None) => Some(only),
                     _ => None,
                 }
+            } else {
+                None
             };
             let pick = |mine: &str, theirs: Option<&str>| {
                 if mine.is_empty() {
@@ -196,6 +210,15 @@ mod tests {
         assert!(resolution.missing.is_empty());
         let taken = resolve(&[read(0, "", ""), read(1, "GPU-a", "0:17")], &known);
         assert_eq!(uuids(&taken), ["", "GPU-a"]);
+    }
+
+    #[test]
+    fn a_gpu_renumbered_into_a_departed_gpus_index_is_not_it() {
+        // GPU-a left; GPU-b is index 0 now, and its UUID and bus id fail.
+        let known = [known(0, "GPU-a", "0:17"), known(1, "GPU-b", "0:2a")];
+        let resolution = resolve(&[read(0, "", "")], &known);
+        assert_eq!(uuids(&resolution), [""]);
+        assert!(resolution.missing.is_empty());
     }
 
     #[test]

@@ -50,6 +50,15 @@ impl InFlight {
         calls.retain(|(thread, _, _)| *thread != me);
     }
 
+    /// The call a thread working for `scope` is inside, if one is.
+    pub fn call_of(&self, scope: Scope) -> Option<&'static str> {
+        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        calls
+            .iter()
+            .find(|(_, of, _)| *of == scope)
+            .map(|&(_, _, call)| call)
+    }
+
     /// The calls in progress, e.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
     pub fn describe(&self) -> String {
         let mut calls: Vec<(Scope, &str)> = self
@@ -89,7 +98,9 @@ mod tests {
             inflight.describe(),
             "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetName (GPU 1), nvmlDeviceGetPowerUsage (GPU 1)"
         );
+        assert_eq!(inflight.call_of(Scope::Gpu(0)), Some("nvmlDeviceGetUUID"));
         inflight.leave();
         assert!(!inflight.describe().contains("GPU 0"));
+        assert_eq!(inflight.call_of(Scope::Gpu(0)), None);
     }
 }

@@ -7,7 +7,8 @@
 //! host alike; `collectors::gpus` runs their phases) → `snapshot` (plain data)
 //! → `render` (pure function to text) → `publish` (the only code that touches
 //! the textfile directory). `identity` resolves which GPU is which; `state` is
-//! what one run remembers for the next (its own directory); `watchdog` keeps
+//! what one run leaves for the next (its own directory); `fsutil` the file
+//! primitives `publish` and `state` share; `watchdog` keeps
 //! the run's one deadline; `reason` and `exit` are the failure reasons and exit
 //! statuses; `generate` prints the man page and the tables; `main` wires the
 //! stages.
@@ -19,6 +20,7 @@
 pub mod cli;
 pub mod collectors;
 pub mod exit;
+pub mod fsutil;
 pub mod generate;
 pub mod identity;
 pub mod inflight;
@@ -31,4 +33,5 @@ pub mod reason;
 pub mod render;
 pub mod snapshot;
 pub mod state;
+pub mod timing;
 pub mod watchdog;

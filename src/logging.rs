@@ -107,8 +107,10 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
         }
         // A pipe or a terminal: a new, non-blocking file description of the
         // same file, opened through /proc (a FIFO whose reader is gone fails
-        // to open rather than block).
-        _ => {
+        // to open rather than block). A process may not reopen a pipe or
+        // terminal of another user (a run under setpriv or runuser); then fd 2
+        // itself, in pieces it takes whole without waiting.
+        kind => {
             let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
             // SAFETY: a NUL-terminated path; the descriptor is closed below.
             let fd = unsafe { libc::open(c"/proc/self/fd/2".as_ptr(), flags) };
@@ -118,8 +120,46 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
                     libc::write(fd, bytes.as_ptr().cast(), bytes.len());
                     libc::close(fd);
                 }
+            } else {
+                write_while_ready(bytes, piece_that_never_waits(kind));
             }
         }
+    }
+}
+
+/// The most a write to a pipe or terminal that poll(2) says is writable
+/// takes without waiting: a pipe with a free slot takes `PIPE_BUF` bytes
+/// whole (pipe(7)); a terminal is writable while under 256 bytes wait in its
+/// buffer (`WAKEUP_CHARS`), with room for at least that many more.
+fn piece_that_never_waits(kind: libc::mode_t) -> usize {
+    if kind == libc::S_IFIFO {
+        libc::PIPE_BUF
+    } else {
+        256
+    }
+}
+
+/// Writes `bytes` to fd 2 in pieces of at most `piece` bytes, each only once
+/// poll(2) says fd 2 takes it now; what it does not take at once is dropped.
+fn write_while_ready(mut bytes: &[u8], piece: usize) {
+    while !bytes.is_empty() {
+        let mut ready = libc::pollfd {
+            fd: 2,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, no wait.
+        let polled = unsafe { libc::poll(&mut ready, 1, 0) };
+        if polled != 1 || ready.revents & libc::POLLOUT == 0 || ready.revents & libc::POLLERR != 0 {
+            return;
+        }
+        let len = bytes.len().min(piece);
+        // SAFETY: `bytes` is valid for `len` bytes; write only reads them.
+        let written = unsafe { libc::write(2, bytes.as_ptr().cast(), len) };
+        let Ok(written @ 1..) = usize::try_from(written) else {
+            return;
+        };
+        bytes = &bytes[written..];
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use nvidia_textfile_exporter::cli::Cli;
-use nvidia_textfile_exporter::collectors::gpus::{self, Recall};
+use nvidia_textfile_exporter::collectors::gpus::{self, PreviousState};
 use nvidia_textfile_exporter::collectors::{self, HostRun};
 use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
@@ -18,7 +18,7 @@ use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::publish::{write_stdout, Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
-use nvidia_textfile_exporter::state::{Memory, StateDir};
+use nvidia_textfile_exporter::state::{StateDir, StateFile};
 use nvidia_textfile_exporter::watchdog::{collect, exit_now, Deadline, Outcome};
 
 fn main() -> ExitCode {
@@ -62,13 +62,14 @@ fn main() -> ExitCode {
 fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
         let dir = StateDir::new(&cli.state_dir);
-        let mut memory = if cli.write_state {
+        let mut state = if cli.write_state {
             deadline.enter("waiting for the lock of the state");
-            Memory::load_to_store(dir, deadline.waiting_ends())
+            StateFile::load_to_store(dir, deadline.waiting_ends())
         } else {
-            Memory::load(dir)
+            deadline.enter("reading the state");
+            StateFile::load(dir, deadline.waiting_ends())
         };
-        let mut outcome = remembered_snapshot(cli, deadline, &mut memory, cli.write_state);
+        let mut outcome = snapshot_with_state(cli, deadline, &mut state, cli.write_state);
         deadline.enter("writing to standard output");
         deadline.stamp_duration(&mut outcome.snapshot);
         let text = render(&outcome.snapshot);
@@ -110,9 +111,9 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         return Exit::Busy;
     } else if session.holds_lock() {
         deadline.enter("waiting for the lock of the state");
-        let mut memory =
-            Memory::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
-        remembered_snapshot(cli, deadline, &mut memory, true)
+        let mut state =
+            StateFile::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
+        snapshot_with_state(cli, deadline, &mut state, true)
     } else {
         log::error!(
             "another run still holds {} at this run's deadline and published nothing \
@@ -134,28 +135,29 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     }
 }
 
-/// A snapshot read with the previous run's memory, the host steps run over
+/// A snapshot read with the previous run's state, the host steps run over
 /// it, and (with `store`) what this run leaves stored for the next. The
 /// state's health is in the snapshot.
-fn remembered_snapshot(
+fn snapshot_with_state(
     cli: &Cli,
     deadline: &Deadline,
-    memory: &mut Memory,
+    state: &mut StateFile,
     store: bool,
 ) -> Outcome {
     let settings = cli.settings(deadline.reading_ends());
-    let (entries, driver_version) = memory.entries();
-    let recall = Recall {
-        memory: entries,
-        driver_version,
-        known: memory.known_gpus(),
-        totals: memory.continues_totals(),
+    let previous = PreviousState {
+        gpus: state.previous().gpus.clone(),
+        driver_version: state.previous().driver_version.clone(),
+        known: state.known_gpus(),
+        totals: state.continues_totals(),
     };
     let library = cli.nvml_lib.clone();
     let reading_settings = settings.clone();
     deadline.enter("reading NVML");
     let mut outcome = collect(
-        move |inflight| gpus::read(&library, &reading_settings, &recall, inflight),
+        move |inflight, opened| {
+            gpus::read(&library, &reading_settings, &previous, inflight, opened)
+        },
         deadline,
     );
     // Host steps (the kernel log, process owners) work on the GPUs NVML
@@ -165,7 +167,7 @@ fn remembered_snapshot(
             &settings.collectors,
             &mut HostRun {
                 snapshot: &mut outcome.snapshot,
-                memory,
+                state,
                 until: deadline.reading_ends(),
                 journal_dir: cli.journal_dir.as_deref(),
                 procfs: &cli.procfs,
@@ -175,9 +177,9 @@ fn remembered_snapshot(
     }
     if let (true, Some(driver)) = (store, &outcome.driver_version) {
         deadline.enter("storing the state");
-        memory.store(&outcome.snapshot.devices, driver);
+        state.store(&outcome.snapshot.devices, driver, deadline.storing_ends());
     }
-    let ok = if memory.ok() { 1.0 } else { 0.0 };
+    let ok = if state.ok() { 1.0 } else { 0.0 };
     outcome
         .snapshot
         .host

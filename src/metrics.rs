@@ -211,6 +211,10 @@ families! {
         "Memory (HBM) temperature.";
     TEMPERATURE_THRESHOLD: Gauge(Celsius), "nvidia_gpu_temperature_threshold_celsius", ["threshold"],
         "Temperature at which the GPU acts, by threshold: slowdown, shutdown, gpu_max, memory_max.";
+    TEMPERATURE_MARGIN_THRESHOLD: Gauge(Celsius), "nvidia_gpu_temperature_margin_threshold_celsius", ["threshold"],
+        "Thermal margin (nvidia_gpu_temperature_margin_celsius) at which the GPU acts, by threshold: slowdown, shutdown; negative: past the nearest slowdown threshold.";
+    SLOWDOWN: Counter(Seconds), "nvidia_gpu_clocks_event_seconds_total", ["reason"],
+        "Time the clocks were held down by this reason since the driver was loaded, by reason: sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown.";
 
     // Power.
     POWER: Gauge(Watts), "nvidia_gpu_power_watts", [],
@@ -251,6 +255,8 @@ families! {
         "Current PCIe link width in lanes.";
     PCIE_MAX_WIDTH: Gauge(Number), "nvidia_gpu_pcie_link_max_width", [],
         "Widest PCIe link the GPU and system support, in lanes.";
+    PCIE_ERRORS: Counter(Count), "nvidia_gpu_pcie_errors_total", ["kind"],
+        "PCIe link events counted by the GPU since the driver was loaded, by kind: l0_to_recovery, correctable, nak_received, nak_sent, receiver, bad_tlp, bad_dllp, non_fatal, fatal, unsupported_request, lcrc, lane (only with --collector pcie-errors).";
     PCIE_REPLAYS: Counter(Count), "nvidia_gpu_pcie_replays_total", [],
         "PCIe replays (retransmitted packets) since the driver was loaded.";
     PCIE_TRANSMIT: Counter(Bytes), "nvidia_gpu_pcie_transmit_bytes_total", [],
@@ -308,17 +314,38 @@ families! {
     NVLINK_LINKS_ACTIVE: Gauge(Number), "nvidia_gpu_nvlink_links_active", [],
         "NVLink links that are active.";
     NVLINK_ERRORS: Counter(Count), "nvidia_gpu_nvlink_errors_total", ["counter"],
-        "NVLink errors summed over the GPU's links, by counter (replay, recovery, crc_flit, crc_data).";
+        "NVLink errors summed over the GPU's links, by counter (replay, recovery, crc_flit, crc_data; effective, symbol on NVLink 5).";
     NVLINK_TRANSMIT: Counter(Bytes), "nvidia_gpu_nvlink_transmit_bytes_total", [],
         "Data bytes sent over NVLink, summed over the GPU's links.";
     NVLINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_receive_bytes_total", [],
         "Data bytes received over NVLink, summed over the GPU's links.";
 
+    NVLINK_RECOVERIES: Counter(Count), "nvidia_gpu_nvlink_recoveries_total", ["result"],
+        "NVLink link recoveries summed over the GPU's links, by result (successful, failed); NVLink 5 (Blackwell) and newer.";
+    NVLINK_LINKS_LOST: Gauge(Number), "nvidia_gpu_nvlink_links_lost", [],
+        "NVLink links that were active earlier in this boot (under this driver) and are not active now.";
+
+    // NVLink fabric (NVSwitch systems; absent on GPUs on no fabric).
+    FABRIC_STATE: Gauge(Number), "nvidia_gpu_fabric_state", ["state"],
+        "Registration of the GPU with the NVLink fabric (Fabric Manager), as a state set: 1 for the current state (not_started, in_progress, completed), 0 for the others.";
+    FABRIC_STATUS: Gauge(Number), "nvidia_gpu_fabric_status", [],
+        "NVML return code of the GPU's fabric registration: 0 success; meaningful once the state is completed.";
+    FABRIC_INFO: Gauge(Number), "nvidia_gpu_fabric_info", ["cluster_uuid", "clique_id"],
+        "The NVLink fabric cluster and clique of the GPU as labels; always 1.";
+    FABRIC_HEALTH: Gauge(Number), "nvidia_gpu_fabric_health_condition", ["condition"],
+        "1 if this fabric health condition holds, 0 if not, by condition (degraded_bandwidth, route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration); absent where the driver does not report it.";
+    FABRIC_HEALTH_SUMMARY: Gauge(Number), "nvidia_gpu_fabric_health", ["summary"],
+        "The driver's summary of the fabric's health (struct version 3), as a state set: 1 for the current one (healthy, unhealthy, limited_capacity), 0 for the others.";
+
     // NVLink, per link (only with --collector nvlink-links).
     NVLINK_LINK_ACTIVE: Gauge(Number), "nvidia_gpu_nvlink_link_active", ["link"],
         "1 if the NVLink link is active, by link (only with --collector nvlink-links).";
     NVLINK_LINK_ERRORS: Counter(Count), "nvidia_gpu_nvlink_link_errors_total", ["link", "counter"],
-        "NVLink errors by link and counter: replay, recovery, crc_flit, crc_data (only with --collector nvlink-links).";
+        "NVLink errors by link and counter: replay, recovery, crc_flit, crc_data; effective, symbol on NVLink 5 (only with --collector nvlink-links).";
+    NVLINK_LINK_RECOVERIES: Counter(Count), "nvidia_gpu_nvlink_link_recoveries_total", ["link", "result"],
+        "NVLink link recoveries by link and result (successful, failed); NVLink 5 and newer (only with --collector nvlink-links).";
+    NVLINK_LINK_BIT_ERROR: Gauge(Ratio), "nvidia_gpu_nvlink_link_bit_error_ratio", ["link", "kind"],
+        "NVLink bit error rate the link reports, by link and kind (effective, symbol); NVLink 5 and newer (only with --collector nvlink-links).";
     NVLINK_LINK_TRANSMIT: Counter(Bytes), "nvidia_gpu_nvlink_link_transmit_bytes_total", ["link"],
         "Data bytes sent over the NVLink link, by link (only with --collector nvlink-links).";
     NVLINK_LINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],
@@ -385,7 +412,7 @@ families! {
     PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
         "Device memory used by a compute process, with its owner (only with --collector processes).";
     PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
-        "Mean fraction of time the SMs ran a compute process's kernels, over NVML's per-process samples since the previous run (0-1), with its owner (only with --collector processes).";
+        "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
 }
 
 impl Family {

@@ -20,12 +20,13 @@
 //! blocking: a FIFO or device in the place of the lock or of the published file
 //! is refused with a message instead of hanging the run.
 
-use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use crate::fsutil::{self, FileError, Replace};
 
 /// Mode of the published file: node_exporter runs as another user and must read it.
 const FILE_MODE: u32 = 0o644;
@@ -83,6 +84,23 @@ impl std::error::Error for PublishError {
     }
 }
 
+impl From<FileError> for PublishError {
+    fn from(error: FileError) -> Self {
+        match error {
+            FileError::NotRegularFile(path) => PublishError::NotRegularFile(path),
+            FileError::Io {
+                action,
+                path,
+                source,
+            } => PublishError::Io {
+                action,
+                path,
+                source,
+            },
+        }
+    }
+}
+
 /// A held run lock; dropping it releases the lock.
 #[derive(Debug)]
 pub struct RunLock {
@@ -112,50 +130,13 @@ impl Target {
         }
     }
 
-    fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> PublishError {
-        let path = path.to_path_buf();
-        move |source| PublishError::Io {
-            action,
-            path,
-            source,
-        }
-    }
-
     /// Takes the run lock, waiting until `deadline`. `Ok(None)` means another run
     /// still held it at the deadline.
     fn lock(&self, deadline: Instant) -> Result<Option<RunLock>, PublishError> {
         self.check_dir()?;
         let path = self.dir.join(format!(".{}.lock", self.file_name));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .custom_flags(NO_BLOCK_NO_FOLLOW)
-            .open(&path)
-            .map_err(|source| refused_or(&path, "open lock file", source))?;
-        if !file
-            .metadata()
-            .map_err(Self::io_error("inspect lock file", &path))?
-            .is_file()
-        {
-            return Err(PublishError::NotRegularFile(path));
-        }
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(Some(RunLock { _file: file })),
-                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    thread::sleep(Duration::from_millis(20));
-                }
-                Err(fs::TryLockError::WouldBlock) => return Ok(None),
-                Err(fs::TryLockError::Error(source)) => {
-                    return Err(PublishError::Io {
-                        action: "lock",
-                        path,
-                        source,
-                    })
-                }
-            }
-        }
+        let file = fsutil::lock_by(&path, deadline)?;
+        Ok(file.map(|file| RunLock { _file: file }))
     }
 
     fn temp_prefix(&self) -> String {
@@ -166,58 +147,28 @@ impl Target {
     /// many were removed. Call it while holding the run lock.
     fn remove_stale_temp_files(&self) -> Result<usize, PublishError> {
         let prefix = self.temp_prefix();
-        let entries = fs::read_dir(&self.dir).map_err(Self::io_error("list", &self.dir))?;
-        let mut removed = 0;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|n| temp_file_pid(n, &prefix)) else {
-                continue;
-            };
-            if Path::new("/proc").join(pid.to_string()).exists() {
-                continue;
-            }
-            match fs::remove_file(entry.path()) {
-                Ok(()) => removed += 1,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(PublishError::Io {
-                        action: "remove stale temporary file",
-                        path: entry.path(),
-                        source,
-                    })
-                }
-            }
-        }
-        Ok(removed)
+        let writer_gone = |name: &str| {
+            temp_file_pid(name, &prefix)
+                .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())
+        };
+        Ok(fsutil::remove_temp_files(&self.dir, &prefix, writer_gone)?)
     }
 
     /// Atomically replaces the target file with `text` (see the module contract).
     /// Sessions call it under the run lock; the benchmark calls it directly.
     pub fn publish(&self, text: &str) -> Result<(), PublishError> {
         self.check_dir()?;
-        let mut temp = tempfile::Builder::new()
-            .prefix(&format!("{}{}.", self.temp_prefix(), std::process::id()))
-            .suffix(".tmp")
-            .tempfile_in(&self.dir)
-            .map_err(Self::io_error("create a temporary file in", &self.dir))?;
-        let temp_path = temp.path().to_path_buf();
-        let file = temp.as_file_mut();
-        file.write_all(text.as_bytes())
-            .map_err(Self::io_error("write", &temp_path))?;
-        file.set_permissions(Permissions::from_mode(FILE_MODE))
-            .map_err(Self::io_error("set permissions of", &temp_path))?;
-        file.sync_all()
-            .map_err(Self::io_error("sync", &temp_path))?;
-        let target = self.path();
-        temp.persist(&target).map_err(|e| PublishError::Io {
-            action: "rename temporary file onto",
-            path: target.clone(),
-            source: e.error,
-        })?;
-        File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(Self::io_error("sync directory", &self.dir))?;
-        Ok(())
+        let how = Replace {
+            temp_prefix: &format!("{}{}.", self.temp_prefix(), std::process::id()),
+            mode: FILE_MODE,
+            sync: true,
+        };
+        Ok(fsutil::replace(
+            &self.dir,
+            &self.file_name,
+            text.as_bytes(),
+            how,
+        )?)
     }
 }
 
@@ -229,25 +180,6 @@ impl Target {
         fs::metadata(self.path())
             .ok()
             .map(|metadata| (metadata.dev(), metadata.ino()))
-    }
-}
-
-/// `open(2)` flags for every file the exporter opens by name in the shared
-/// directory: never block on a FIFO, never follow a symlink.
-const NO_BLOCK_NO_FOLLOW: i32 = libc::O_NONBLOCK | libc::O_NOFOLLOW;
-
-/// The error for a failed open: a symlink refused by `O_NOFOLLOW` (`ELOOP`) and
-/// a FIFO without a reader opened for writing with `O_NONBLOCK` (`ENXIO`) are
-/// not regular files; anything else is an I/O error.
-fn refused_or(path: &Path, action: &'static str, source: io::Error) -> PublishError {
-    if matches!(source.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) {
-        PublishError::NotRegularFile(path.to_path_buf())
-    } else {
-        PublishError::Io {
-            action,
-            path: path.to_path_buf(),
-            source,
-        }
     }
 }
 
@@ -373,6 +305,7 @@ fn temp_file_pid(name: &str, prefix: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn entries(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(dir)

@@ -40,7 +40,9 @@ pub enum Reason {
     OperatingSystem,
     /// An error NVML did not explain.
     Unknown,
-    /// The run did not finish within `--timeout`.
+    /// The run did not finish within `--timeout` (`nvidia_gpu_collector_error`:
+    /// NVML's init or the device count hung), or a GPU's calls did not
+    /// (`nvidia_gpu_down_reason`: that GPU is down, the others are published).
     Timeout,
     /// Another run held the output's lock until the deadline.
     Busy,
@@ -138,8 +140,10 @@ impl Reason {
             }
             Reason::ResetRequired => "the GPU needs a reset: drain it and run `nvidia-smi -r`.",
             Reason::Timeout => {
-                "the run did not finish within --timeout: the driver may be hung; check \
-                 `dmesg` for Xid errors and whether `nvidia-smi` also hangs."
+                "an NVML call did not return within --timeout (the log names it): the \
+                 driver or the GPU may be hung; check `dmesg` for Xid errors and whether \
+                 `nvidia-smi` also hangs (`nvidia-smi -i N` for one GPU); a GPU that stays \
+                 stuck usually needs a reset or a reboot."
             }
             Reason::Busy => {
                 "another run held the output's lock until the deadline: is a run stuck in \

@@ -15,9 +15,9 @@
 //!   partial readings.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use crate::metrics::{Family, Labelled};
+use crate::state::schema::GpuState;
 
 /// A label value that is usually a static string and only sometimes owned.
 pub type LabelValue = Cow<'static, str>;
@@ -113,8 +113,9 @@ pub struct Device {
     /// Board serial; empty when the GPU has none or NVML could not tell it.
     pub serial: String,
     pub samples: Vec<Sample>,
-    /// What the readers want the next run to know (see `state`), by key.
-    pub remembered: BTreeMap<String, String>,
+    /// What the readers leave for the next run (see `state`); `None` for a
+    /// GPU that could not be read, which keeps what it had.
+    pub state: Option<GpuState>,
 }
 
 /// Everything one run writes.

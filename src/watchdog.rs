@@ -2,12 +2,15 @@
 //!
 //! `--timeout` bounds the whole run, from start to the published file. A
 //! [`Deadline`] splits it in two: the lock wait and the NVML reading must end by
-//! [`Deadline::reading_ends`], which leaves a reserve (a fifth of the timeout, at
-//! most one second) for rendering and publishing the file, error file included.
+//! [`Deadline::reading_ends`], which leaves a reserve (`timing::publish_reserve`)
+//! for rendering and publishing the file, error file included.
 //!
 //! Invariants:
-//! - [`collect`] returns by `reading_ends` plus a few milliseconds, whatever NVML
-//!   does: a worker stuck in a driver call is abandoned, never joined;
+//! - [`collect`] returns by `reading_ends` plus a few milliseconds
+//!   (`timing::handoff`), whatever NVML does: a worker stuck in a driver call is
+//!   abandoned, never joined. A hang before the GPUs are read (NVML's init, the
+//!   device count) fails the whole run (`reason="timeout"`); once NVML is open,
+//!   a GPU stuck in a call costs only itself (see `collectors::gpus`);
 //! - the snapshot it returns always holds `nvidia_gpu_collector_up`, the build
 //!   info, the run's timestamp (when reading ended, or the failure) and a
 //!   duration that [`Deadline::stamp_duration`] sets again right before
@@ -31,6 +34,7 @@ use crate::metrics;
 use crate::nvml::InitError;
 use crate::reason::Reason;
 use crate::snapshot::{Sample, Snapshot};
+use crate::timing::{self, HARD_STOP_GRACE};
 
 /// The snapshot to publish and how the run should exit.
 #[derive(Debug)]
@@ -38,20 +42,8 @@ pub struct Outcome {
     pub snapshot: Snapshot,
     pub exit: Exit,
     /// The driver version NVML was read under; `None` when NVML was not read
-    /// (then nothing of this run may be remembered).
+    /// (then nothing of this run may be stored).
     pub driver_version: Option<String>,
-}
-
-/// How long after the deadline the hard stop ends a run that is still blocked.
-pub const HARD_STOP_GRACE: Duration = Duration::from_millis(250);
-
-/// The most a run keeps back from its timeout for rendering and publishing.
-const MAX_PUBLISH_RESERVE: Duration = Duration::from_secs(1);
-
-/// What a run with `timeout` keeps back for rendering and publishing: a fifth
-/// of it, at most [`MAX_PUBLISH_RESERVE`].
-pub fn publish_reserve(timeout: Duration) -> Duration {
-    (timeout / 5).min(MAX_PUBLISH_RESERVE)
 }
 
 /// When a run started and when it must be done.
@@ -80,14 +72,18 @@ impl Deadline {
     /// When waiting and reading must give up, so that the file (an error file if
     /// need be) is still published by [`Self::end`].
     pub fn reading_ends(&self) -> Instant {
-        self.end() - publish_reserve(self.timeout)
+        self.end() - timing::publish_reserve(self.timeout)
+    }
+
+    /// When storing the state gives up (see `timing::storing_ends`).
+    pub fn storing_ends(&self) -> Instant {
+        timing::storing_ends(self.reading_ends(), self.timeout)
     }
 
     /// When a wait before reading gives up that must leave the reading time
-    /// (the state's lock): half of what is left until [`Self::reading_ends`].
+    /// (the state's lock; see `timing::waiting_ends`).
     pub fn waiting_ends(&self) -> Instant {
-        let now = Instant::now();
-        now + self.reading_ends().saturating_duration_since(now) / 2
+        timing::waiting_ends(Instant::now(), self.reading_ends())
     }
 
     /// Records what the run is doing, for the hard stop's message.
@@ -188,28 +184,49 @@ pub fn exit_now(exit: Exit) -> ! {
     unsafe { _exit(i32::from(exit.code())) }
 }
 
+/// How the reading thread gets on.
+enum Progress {
+    /// NVML is open: from now on the reading hands over its GPUs by
+    /// `reading_ends`, stuck or not.
+    Opened,
+    Done(Result<Reading, InitError>),
+}
+
 /// Runs `read` (every NVML call of the run) on a thread of its own, giving
-/// up at `deadline.reading_ends()`.
+/// up at `deadline.reading_ends()` if NVML has not opened by then. `read`
+/// calls the function it is given once NVML is open.
 pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
 where
-    F: FnOnce(&InFlight) -> Result<Reading, InitError> + Send + 'static,
+    F: FnOnce(&Arc<InFlight>, &dyn Fn()) -> Result<Reading, InitError> + Send + 'static,
 {
     let inflight = Arc::new(InFlight::default());
     let (sender, receiver) = mpsc::channel();
     let worker = {
         let inflight = Arc::clone(&inflight);
         thread::Builder::new().name("nvml".into()).spawn(move || {
-            let _ = sender.send(read(&inflight));
+            let opened = sender.clone();
+            let reading = read(&inflight, &move || {
+                let _ = opened.send(Progress::Opened);
+            });
+            let _ = sender.send(Progress::Done(reading));
         })
     };
     if let Err(e) = worker {
         log::error!("cannot start the NVML thread: {e}");
         return deadline.failed(Reason::ExporterResources, Exit::NvmlUnavailable);
     }
-    let remaining = deadline
-        .reading_ends()
-        .saturating_duration_since(Instant::now());
-    match receiver.recv_timeout(remaining) {
+    let mut until = deadline.reading_ends();
+    let received = loop {
+        let remaining = until.saturating_duration_since(Instant::now());
+        match receiver.recv_timeout(remaining) {
+            Ok(Progress::Opened) => {
+                until = deadline.reading_ends() + timing::handoff(deadline.timeout)
+            }
+            Ok(Progress::Done(reading)) => break Ok(reading),
+            Err(error) => break Err(error),
+        }
+    };
+    match received {
         Ok(Ok(reading)) => {
             let any_down = reading.devices.iter().any(|d| {
                 d.samples
@@ -223,7 +240,9 @@ where
                     host,
                     devices: reading.devices,
                 },
-                exit: if any_down {
+                exit: if reading.timed_out {
+                    Exit::Timeout
+                } else if any_down {
                     Exit::DeviceDown
                 } else {
                     Exit::Success
@@ -253,24 +272,5 @@ where
             log::error!("the NVML thread ended without a result (see the panic above)");
             deadline.failed(Reason::ExporterBug, Exit::NvmlUnavailable)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reading_leaves_a_fifth_of_the_timeout_at_most_a_second_to_publish() {
-        let deadline = Deadline::start(Duration::from_secs(2));
-        assert_eq!(
-            deadline.end() - deadline.reading_ends(),
-            Duration::from_millis(400)
-        );
-        let deadline = Deadline::start(Duration::from_secs(30));
-        assert_eq!(
-            deadline.end() - deadline.reading_ends(),
-            MAX_PUBLISH_RESERVE
-        );
     }
 }

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use test_support::checks::{check_file, compare, gpus, uuid_of};
+use test_support::golden;
 use test_support::journal::{journal_entry, write_journal, XID79};
 use test_support::{exposition, promtool, select, value, Exporter, Outcome, Samples, Series};
 
@@ -63,93 +64,15 @@ fn exporter_with_state(
     run.finish().expect("run the exporter")
 }
 
+fn golden_dir() -> PathBuf {
+    Path::new(ROOT).join("tests/golden")
+}
+
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-/// Checks the per-run values and replaces them, in place, with placeholders;
-/// every other byte (line ends, the final line feed or its absence) is kept,
-/// so the comparison with the golden file sees them.
-fn normalize(bytes: &[u8], started: f64, finished: f64) -> Vec<u8> {
-    let run = finished - started + 0.001;
-    // The series whose value changes every run (a name ending in `{` stands
-    // for the name with any labels), the range the value must be in, and its
-    // placeholder. The GPM window is the one actually measured: at least the
-    // shortest --gpm-window, within the run.
-    let volatile = [
-        (
-            "nvidia_gpu_collector_duration_seconds",
-            0.0..=run,
-            "<duration>",
-        ),
-        (
-            "nvidia_gpu_collector_timestamp_seconds",
-            started - 0.001..=finished,
-            "<timestamp>",
-        ),
-        (
-            "nvidia_gpu_collector_step_duration_seconds{",
-            0.0..=run,
-            "<duration>",
-        ),
-        ("nvidia_gpu_gpm_window_seconds{", 0.1..=run, "<window>"),
-    ];
-    let text = std::str::from_utf8(bytes).expect("UTF-8 output");
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        let (body, end) = match line.strip_suffix('\n') {
-            Some(body) => (body, "\n"),
-            None => (line, ""),
-        };
-        let (series, value) = body.rsplit_once(' ').unwrap_or((body, ""));
-        let volatile = volatile.iter().find(|(name, _, _)| {
-            series == *name || (name.ends_with('{') && series.starts_with(name))
-        });
-        match volatile {
-            Some((_, range, placeholder)) => {
-                let value: f64 = value.parse().unwrap();
-                assert!(range.contains(&value), "{line}");
-                out.push_str(&format!("{series} {placeholder}{end}"));
-            }
-            None => out.push_str(line),
-        }
-    }
-    out.into_bytes()
-}
-
-fn check_golden(case: &str, bytes: &[u8]) {
-    let path = Path::new(ROOT)
-        .join("tests/golden")
-        .join(format!("{case}.prom"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, bytes).unwrap();
-        return;
-    }
-    let expected = fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
-    if expected != bytes {
-        let (want, got) = (
-            String::from_utf8_lossy(&expected),
-            String::from_utf8_lossy(bytes),
-        );
-        // The first differing line, line ends included.
-        for (number, (w, g)) in want
-            .split_inclusive('\n')
-            .zip(got.split_inclusive('\n'))
-            .enumerate()
-        {
-            assert_eq!(w, g, "{case}: first difference at line {}", number + 1);
-        }
-        panic!(
-            "{case}: {} bytes, the golden file {} (the same lines; one has more)",
-            bytes.len(),
-            expected.len()
-        );
-    }
 }
 
 /// `promtool check metrics` must print nothing and succeed.
@@ -176,8 +99,8 @@ fn golden_case(case: &str, scenario_name: &str, args: &[&str], status: i32) -> (
         panic!("{case}: {e}");
     }
     promtool_check(case, &output.text());
-    let normalized = normalize(&output.stdout, started, finished);
-    check_golden(case, &normalized);
+    let normalized = golden::normalize(&output.stdout, started, finished);
+    golden::check(&golden_dir(), case, &normalized);
     (String::from_utf8(normalized).unwrap(), output.samples())
 }
 
@@ -343,8 +266,8 @@ fn missing_library_is_library_not_found() {
         .finish()
         .unwrap();
     assert_eq!(output.code(), Some(3));
-    let text = normalize(&output.stdout, started, now());
-    check_golden("library-not-found", &text);
+    let text = golden::normalize(&output.stdout, started, now());
+    golden::check(&golden_dir(), "library-not-found", &text);
     assert!(output.err().contains("container toolkit"));
 }
 
@@ -1025,14 +948,19 @@ fn per_link_families_only_with_the_opt_in_collector() {
 }
 
 /// The whole run keeps one deadline: a lock held for part of it and then a hung
-/// NVML (in init, or in a device call) still give the timeout file before
-/// `--timeout` (plus a small margin for a loaded machine), and by then the
-/// process and everything it started are gone.
+/// NVML (in init: the timeout file; in a device call: that GPU down with reason
+/// timeout, the others published) still give the file before `--timeout` (plus
+/// a small margin for a loaded machine), and by then the process and
+/// everything it started are gone.
 #[test]
 fn one_deadline_bounds_lock_wait_and_nvml_together() {
-    for (scenario_name, stuck) in [
-        ("fault-init-hang", "nvmlInit_v2 (host)"),
-        ("fault-device-hang", "nvmlDeviceGetPowerUsage (GPU 1)"),
+    for (scenario_name, stuck, whole_run) in [
+        ("fault-init-hang", "stuck in nvmlInit_v2 (host)", true),
+        (
+            "fault-device-hang",
+            "GPU 1 did not finish its reads by the deadline, stuck in nvmlDeviceGetPowerUsage",
+            false,
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let lock = fs::File::create(dir.path().join(".nvidia_gpu.prom.lock")).unwrap();
@@ -1053,8 +981,16 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
         releaser.join().unwrap();
         let at = format!("{scenario_name}: {run:?}");
         assert_eq!(run.code(), Some(5), "{at}");
-        assert!(run.err().contains(&format!("stuck in {stuck}")), "{at}");
-        check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(run.err().contains(stuck), "{at}");
+        let failure = whole_run.then_some("timeout");
+        let samples = check_file(&run.path(), failure).unwrap_or_else(|e| panic!("{at}: {e}"));
+        if !whole_run {
+            assert_eq!(
+                test_support::checks::reasons(&samples),
+                ["gpu1:timeout"],
+                "{at}"
+            );
+        }
         let bound = 2.5 + 0.15;
         let t_file = run.t_file.expect("the file was replaced");
         assert!(t_file < bound, "{at}: file replaced after {t_file:.3} s");
@@ -1092,7 +1028,7 @@ fn unit_start_timeout_outlasts_every_allowed_timeout() {
         .expect("TimeoutStartSec= in the unit");
     let start_timeout = humantime::parse_duration(value.trim()).unwrap();
     let longest = nvidia_textfile_exporter::cli::MAX_TIMEOUT
-        + nvidia_textfile_exporter::watchdog::HARD_STOP_GRACE;
+        + nvidia_textfile_exporter::timing::HARD_STOP_GRACE;
     assert!(start_timeout > longest + Duration::from_secs(5), "{value}");
     let refused = Command::new(EXE)
         .args(["--timeout", "301s", "--stdout"])
@@ -1608,20 +1544,11 @@ fn an_invalid_cursor_restarts_from_the_last_entrys_time_without_double_counting(
     );
     // A damaged cursor (its monotonic time is kept): journalctl refuses it.
     let path = state.path().join("state");
-    let text = fs::read_to_string(&path).unwrap();
-    let damaged: String = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("host xid.cursor ") {
-                "host xid.cursor garbage".to_owned()
-            } else {
-                l.to_owned()
-            }
-        })
-        .map(|l| l + "\n")
-        .collect();
-    assert_ne!(damaged, text);
-    fs::write(&path, damaged).unwrap();
+    let mut file: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(file["xid"]["cursor"].is_string(), "{file}");
+    file["xid"]["cursor"] = "garbage".into();
+    fs::write(&path, file.to_string()).unwrap();
     write_journal(
         journal.path(),
         "b.journal",
@@ -1904,14 +1831,13 @@ fn process_utilization_is_the_mean_since_the_previous_run() {
         ("comm", "train"),
         ("systemd_unit", "train.service"),
     ];
+    // NVML's per-process entry is a whole percent: the process alone on its
+    // GPU reads the GPU's window to within its rounding.
     let first = run_at("duty-cycle", state.path(), T0, &args);
-    assert!(
-        close(
-            value_of(&first, "nvidia_gpu_process_utilization_ratio", owner).unwrap(),
-            36.0 / 71.0
-        ),
-        "{first}"
-    );
+    let process = value_of(&first, "nvidia_gpu_process_utilization_ratio", owner).unwrap();
+    let gpu = value_of(&first, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+    assert!((process - gpu).abs() <= 0.005, "{process} {gpu}\n{first}");
+    assert_eq!(process, 0.51);
     assert!(value_of(&first, "nvidia_gpu_process_memory_used_bytes", owner).is_some());
     for run in 1..=2 {
         let text = run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &args);
@@ -2695,9 +2621,9 @@ fn a_gpu_down_keeps_its_uuid_and_the_others_are_unchanged() {
 
 /// Sequential reads keep the one deadline too, in the worst case: the lock is
 /// held until just before reading must end (0.1 s before, at 0.8 x --timeout),
-/// then a device call hangs. The timeout file names the call and is in place by
-/// --timeout (0.1 s of slack for a loaded machine), the process and all it
-/// started gone right after.
+/// then a device call hangs. The file, GPU 1 down with reason timeout and its
+/// call named, is in place by --timeout (0.1 s of slack for a loaded machine),
+/// the process and all it started gone right after.
 #[test]
 fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let (dir, state) = seeded("fault-read-error", false);
@@ -2719,11 +2645,24 @@ fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let at = format!("{run:?}");
     assert_eq!(run.code(), Some(5), "{at}");
     assert!(
-        run.err()
-            .contains("stuck in nvmlDeviceGetPowerUsage (GPU 1)"),
+        run.err().contains(
+            "GPU 1 did not finish its reads by the deadline, stuck in nvmlDeviceGetPowerUsage"
+        ),
         "{at}"
     );
-    check_file(&run.path(), Some("timeout")).unwrap_or_else(|e| panic!("{at}: {e}"));
+    // The state was seeded by a scenario with a third GPU, which this one
+    // lacks: it is reported as no longer enumerated.
+    let samples = check_file(&run.path(), None).unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert_eq!(
+        test_support::checks::reasons(&samples),
+        ["gpu1:timeout", "gpu2:not_enumerated"],
+        "{at}"
+    );
+    assert_eq!(
+        test_support::value(&samples, "nvidia_gpu_up", &[("gpu", "0")]),
+        Some(1.0),
+        "{at}"
+    );
     let t_file = run.t_file.expect("the file was replaced");
     assert!(t_file <= 2.1, "{at}: file replaced after {t_file:.3} s");
     assert!(
@@ -3111,10 +3050,400 @@ fn slow_reads_fit_an_auto_window() {
             let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
             assert_eq!(output.code(), Some(0), "{mode:?} run {run}: {output:?}");
             let text = String::from_utf8(output.stdout).unwrap();
-            // The window chosen, 1.96 s, or longer where the reads ran past
-            // it; always within the 2.4 s a run may read.
+            // The window chosen, 1.96 s, shortened where the reads need the
+            // room (with --sequential a first run expects 5 x 120 ms), or
+            // longer where the reads ran past it; always within the 2.4 s a
+            // run may read.
             let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
-            assert!((1.9..2.4).contains(&window), "{mode:?} run {run}: {window}");
+            assert!((1.8..2.4).contains(&window), "{mode:?} run {run}: {window}");
+        }
+    }
+}
+
+/// A scenario file written from `name`'s text with each `(from, to)` replaced
+/// (each must occur), in `dir`.
+fn scenario_edited(dir: &Path, name: &str, edits: &[(&str, &str)]) -> String {
+    let mut text = fs::read_to_string(scenario(name)).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{name} lacks {from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.join(format!("{name}-edited.toml"));
+    fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The value of the series `name` with `labels` of GPU `gpu`.
+fn gpu_value(samples: &Samples, name: &str, gpu: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut all = vec![("gpu", gpu)];
+    all.extend_from_slice(labels);
+    test_support::exposition::value(samples, name, &all)
+}
+
+/// HGX H100 with NVSwitches: the fabric is completed on both GPUs; a health
+/// mask that is not zero (every condition "false") is no fault, and the
+/// degraded GPU says degraded bandwidth and limited capacity, nothing else.
+#[test]
+fn hgx_fabric_completed_healthy_and_degraded() {
+    let (_, samples) = golden_case("hgx-h100-fabric", "hgx-h100-fabric", &[], 0);
+    let condition = |gpu, condition| {
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health_condition",
+            gpu,
+            &[("condition", condition)],
+        )
+    };
+    for gpu in ["0", "1"] {
+        let state = |state| {
+            gpu_value(
+                &samples,
+                "nvidia_gpu_fabric_state",
+                gpu,
+                &[("state", state)],
+            )
+        };
+        assert_eq!(state("completed"), Some(1.0));
+        assert_eq!(state("not_started"), Some(0.0));
+        for healthy in [
+            "route_recovery",
+            "route_unhealthy",
+            "access_timeout_recovery",
+            "incorrect_configuration",
+        ] {
+            assert_eq!(condition(gpu, healthy), Some(0.0), "GPU {gpu} {healthy}");
+        }
+    }
+    assert_eq!(condition("0", "degraded_bandwidth"), Some(0.0));
+    assert_eq!(condition("1", "degraded_bandwidth"), Some(1.0));
+    let summary = |gpu, summary| {
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health",
+            gpu,
+            &[("summary", summary)],
+        )
+    };
+    assert_eq!(summary("0", "healthy"), Some(1.0));
+    assert_eq!(summary("1", "limited_capacity"), Some(1.0));
+}
+
+/// Older drivers: struct version 2 (no summary) and the unversioned call
+/// (no health at all) give what they have.
+#[test]
+fn fabric_from_older_drivers_gives_what_they_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = scenario_edited(
+        dir.path(),
+        "hgx-h100-fabric",
+        &[(
+            "health_summary = 1 }",
+            "health_summary = 1, max_version = 2 }",
+        )],
+    );
+    let run = ex().run(&v2).stdout().finish().unwrap();
+    run.assert_status(0);
+    let samples = run.samples();
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health_condition",
+            "0",
+            &[("condition", "degraded_bandwidth")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_health",
+            "0",
+            &[("summary", "healthy")]
+        ),
+        None
+    );
+    assert!(run.stderr.is_empty(), "{run:?}");
+
+    let lib = fake_without(dir.path(), &["nvmlDeviceGetGpuFabricInfoV"]);
+    let run = ex()
+        .run("hgx-h100-fabric")
+        .stdout()
+        .lib(lib)
+        .finish()
+        .unwrap();
+    run.assert_status(0);
+    assert!(run.stderr.is_empty(), "{run:?}");
+    let samples = run.samples();
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_state",
+            "1",
+            &[("state", "completed")]
+        ),
+        Some(1.0)
+    );
+    assert!(!samples
+        .keys()
+        .any(|s| s.name.starts_with("nvidia_gpu_fabric_health")));
+}
+
+/// GB200: the NVLink 5 counters, summed by default and per link on request
+/// (link 7's 505 recoveries, its bit error rates), the Hopper counters absent; the clock event
+/// times at the ids drivers from 580.82 answer them (269-271).
+#[test]
+fn gb200_nvlink5_counters_and_clique() {
+    golden_case("gb200-nvl72", "gb200-nvl72", &[], 0);
+    let (_, samples) = golden_case(
+        "gb200-nvl72-links",
+        "gb200-nvl72",
+        &["--collector", "nvlink-links"],
+        0,
+    );
+    let link = |name, link: &str, labels: &[(&str, &str)]| {
+        let mut all = vec![("link", link)];
+        all.extend_from_slice(labels);
+        gpu_value(&samples, name, "0", &all)
+    };
+    assert_eq!(
+        link(
+            "nvidia_gpu_nvlink_link_recoveries_total",
+            "7",
+            &[("result", "successful")]
+        ),
+        Some(505.0)
+    );
+    assert_eq!(
+        link(
+            "nvidia_gpu_nvlink_link_recoveries_total",
+            "6",
+            &[("result", "successful")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        link(
+            "nvidia_gpu_nvlink_link_errors_total",
+            "7",
+            &[("counter", "effective")]
+        ),
+        Some(12.0)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_clocks_event_seconds_total",
+            "0",
+            &[("reason", "sw_thermal_slowdown")]
+        ),
+        Some(2.5)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_fabric_info",
+            "0",
+            &[("clique_id", "3")]
+        ),
+        Some(1.0)
+    );
+}
+
+/// B200 on an HGX board: fabric and NVLink 5 counters at zero.
+#[test]
+fn b200_fabric_and_nvlink5() {
+    let (_, samples) = golden_case("b200", "b200", &[], 0);
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_nvlink_recoveries_total",
+            "0",
+            &[("result", "failed")]
+        ),
+        Some(0.0)
+    );
+}
+
+/// The H200 as it answers (driver 580): no fabric series, the PCIe counters,
+/// the T.Limit thresholds -8/-2; its link trained at Gen2 x8 of Gen5 x16.
+#[test]
+fn pcie_trained_low_shows_against_its_maxima() {
+    let (_, samples) = golden_case(
+        "pcie-trained-low",
+        "pcie-trained-low",
+        &["--collector", "pcie-errors"],
+        0,
+    );
+    assert!(!samples
+        .keys()
+        .any(|s| s.name.starts_with("nvidia_gpu_fabric")));
+    let value = |name| gpu_value(&samples, name, "0", &[]);
+    assert_eq!(value("nvidia_gpu_pcie_link_generation"), Some(2.0));
+    assert_eq!(value("nvidia_gpu_pcie_link_max_generation"), Some(5.0));
+    assert_eq!(value("nvidia_gpu_pcie_link_width"), Some(8.0));
+    assert_eq!(value("nvidia_gpu_pcie_link_max_width"), Some(16.0));
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_pcie_errors_total",
+            "0",
+            &[("kind", "l0_to_recovery")]
+        ),
+        Some(3279.0)
+    );
+    assert_eq!(
+        gpu_value(
+            &samples,
+            "nvidia_gpu_temperature_margin_threshold_celsius",
+            "0",
+            &[("threshold", "shutdown")]
+        ),
+        Some(-8.0)
+    );
+}
+
+/// Readings fixed per driver (PCIe maxima, T.Limit thresholds, "on no
+/// fabric") are read on the first run and taken from the state after: the
+/// second run gives the same values with none of those calls answering.
+#[test]
+fn fixed_readings_are_read_once_per_driver() {
+    let state = tempfile::tempdir().unwrap();
+    let first = exporter_with_state(
+        "pcie-trained-low",
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[],
+    );
+    assert_eq!(first.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let failing = scenario_edited(
+        dir.path(),
+        "pcie-trained-low",
+        &[(
+            "fabric = { state = 0 }",
+            "fabric = { state = 0 }\nerrors = { nvmlDeviceGetGpuFabricInfoV = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkGeneration = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkWidth = \"UNKNOWN\" }",
+        )],
+    );
+    let second = exporter_with_state(&failing, state.path(), &["--stdout", "--write-state"], &[]);
+    assert_eq!(second.code(), Some(0));
+    let samples = second.samples();
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_collector_read_errors", "0", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_pcie_link_max_width", "0", &[]),
+        Some(16.0)
+    );
+}
+
+/// A link active earlier in this boot that is down now is counted lost (the
+/// state remembers which links were seen active); a fresh state knows none,
+/// and a link asleep is not lost.
+#[test]
+fn a_link_that_went_down_is_counted_lost() {
+    let state = tempfile::tempdir().unwrap();
+    let first = exporter_with_state(
+        "nvlink-fields",
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[],
+    );
+    assert_eq!(first.code(), Some(0));
+    assert_eq!(
+        gpu_value(&first.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(0.0)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let down = scenario_edited(
+        dir.path(),
+        "nvlink-fields",
+        &[(
+            "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
+            "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
+        )],
+    );
+    let second = exporter_with_state(&down, state.path(), &["--stdout", "--write-state"], &[]);
+    assert_eq!(second.code(), Some(0));
+    let samples = second.samples();
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_active", "0", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(1.0)
+    );
+    let fresh = exporter(&down, &["--stdout"]);
+    assert_eq!(
+        gpu_value(&fresh.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(0.0)
+    );
+    // A link asleep (state field 2, NVML_NVLINK_STATE_SLEEP) is not active
+    // and not lost.
+    let asleep = scenario_edited(
+        dir.path(),
+        "nvlink-fields",
+        &[("field_values = { ", "field_values = { \"165:1\" = 2, ")],
+    );
+    let third = exporter_with_state(&asleep, state.path(), &["--stdout", "--write-state"], &[]);
+    assert_eq!(third.code(), Some(0), "{}", third.err());
+    let samples = third.samples();
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_active", "0", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        gpu_value(&samples, "nvidia_gpu_nvlink_links_lost", "0", &[]),
+        Some(0.0)
+    );
+}
+
+/// NVML 13 deprecates nvmlDeviceGetTemperature, nvmlDeviceGetViolationStatus
+/// and the *ClocksThrottleReasons calls: the replacements are used, and a
+/// driver without a call (old or new) costs only that reading, quietly.
+#[test]
+fn deprecated_calls_are_replaced_and_any_one_may_be_missing() {
+    let libs = tempfile::tempdir().unwrap();
+    let full = baseline("h100x8");
+    for (missing, lost) in [
+        (vec!["nvmlDeviceGetTemperature"], None),
+        (vec!["nvmlDeviceGetTemperatureV"], None),
+        (
+            vec!["nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"],
+            Some("nvidia_gpu_temperature_celsius"),
+        ),
+        // h100x8 has no violation fields: the function was its only source.
+        (
+            vec!["nvmlDeviceGetViolationStatus"],
+            Some("nvidia_gpu_violation_seconds_total"),
+        ),
+        (
+            vec![
+                "nvmlDeviceGetCurrentClocksThrottleReasons",
+                "nvmlDeviceGetSupportedClocksThrottleReasons",
+            ],
+            None,
+        ),
+    ] {
+        let lib = fake_without(libs.path(), &missing);
+        let run = ex().run("h100x8").stdout().lib(lib).finish().unwrap();
+        run.assert_status(0);
+        assert!(run.stderr.is_empty(), "{missing:?}: {run:?}");
+        let got = run.samples();
+        for (series, value) in &full {
+            if series.name.starts_with("nvidia_gpu_collector_")
+                || Some(series.name.as_str()) == lost
+            {
+                continue;
+            }
+            assert!(
+                got.contains_key(series),
+                "{missing:?}: {series:?} ({value}) is missing"
+            );
+        }
+        if let Some(lost) = lost {
+            assert!(!got.keys().any(|s| s.name == lost), "{missing:?}");
         }
     }
 }

@@ -312,3 +312,343 @@ fn the_duration_covers_the_reads_after_nvml() {
         "{duration} of {took}, the XID step {xid}"
     );
 }
+
+// ---- GPUs that hang, slow starts and reads, renumbered GPUs -------------------
+
+/// h100x8's text with `lines` added: `(Some(i), line)` to GPU `i`'s table,
+/// `(None, line)` to `[system]`.
+fn h100x8_with(lines: &[(Option<usize>, &str)]) -> String {
+    let text = fs::read_to_string(ex().scenario("h100x8")).unwrap();
+    let mut starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+    starts.push(text.len());
+    let mut out = text[..starts[0]].to_owned();
+    for (index, bounds) in starts.windows(2).enumerate() {
+        let table = &text[bounds[0]..bounds[1]];
+        let (header, rest) = table.split_at("[[gpu]]\n".len());
+        out.push_str(header);
+        for (_, line) in lines.iter().filter(|(gpu, _)| *gpu == Some(index)) {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str(rest);
+    }
+    for (_, line) in lines.iter().filter(|(gpu, _)| gpu.is_none()) {
+        out = out.replacen("[system]\n", &format!("[system]\n{line}\n"), 1);
+    }
+    out
+}
+
+/// `text` written as scenario `name` in `dir`; its path.
+fn scenario_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    fs::write(&path, text).unwrap();
+    path
+}
+
+/// Four GPUs of eight, each stuck in a different call (two in their identity:
+/// the handle and the UUID; two in their readings), cost only themselves: at
+/// the deadline the other four are published in full, each stuck GPU is down
+/// with reason `timeout` and its call named on stderr, the run exits 5 by its
+/// `--timeout`, and no thread stuck in the driver keeps the process.
+#[test]
+fn a_hung_gpu_costs_only_itself() {
+    let stuck = [
+        (0, "nvmlDeviceGetUUID"),
+        (1, "nvmlDeviceGetHandleByIndex_v2"),
+        (2, "nvmlDeviceGetTemperatureV"),
+        (3, "nvmlDeviceGetPowerUsage"),
+    ];
+    let hangs: Vec<String> = stuck
+        .iter()
+        .map(|(_, call)| format!("hang = [\"{call}\"]"))
+        .collect();
+    let lines: Vec<(Option<usize>, &str)> = stuck
+        .iter()
+        .zip(&hangs)
+        .map(|((gpu, _), line)| (Some(*gpu), line.as_str()))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let hung = scenario_file(dir.path(), "hung", &h100x8_with(&lines));
+    let healthy = ex()
+        .run("h100x8")
+        .args(["--timeout", "2s"])
+        .finish()
+        .unwrap();
+    healthy.assert_status(0);
+    let mut run = ex()
+        .run(hung.to_str().unwrap())
+        .args(["--timeout", "2s"])
+        .own_process_group()
+        .limit(5.0)
+        .finish()
+        .unwrap();
+    let at = format!("{run:?}");
+    run.assert_status(5);
+    assert!(
+        run.elapsed < 2.0 + GRACE.as_secs_f64(),
+        "{at}: {:.3} s",
+        run.elapsed
+    );
+    let samples = test_support::checks::check_file(&run.path(), None).unwrap();
+    let (gpus, _) = test_support::checks::gpus(&samples);
+    let (expected, _) = test_support::checks::gpus(&healthy.samples());
+    // In full, but for the GPM window, which the wait for the stuck
+    // identities shortened.
+    let window = test_support::Series::new("nvidia_gpu_gpm_window_seconds", &[]);
+    for gpu in 4..8 {
+        let gpu = gpu.to_string();
+        let (mut got, mut want) = (gpus[&gpu].clone(), expected[&gpu].clone());
+        assert!(
+            got.remove(&window).is_some() && want.remove(&window).is_some(),
+            "{at}"
+        );
+        test_support::checks::compare(&got, &want, &gpu).unwrap();
+    }
+    for (gpu, call) in stuck {
+        let labels = [("gpu", gpu.to_string())];
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            test_support::value(&samples, "nvidia_gpu_up", &labels),
+            Some(0.0),
+            "GPU {gpu}: {at}"
+        );
+        let mut timeout = labels.clone();
+        timeout.push(("reason", "timeout"));
+        assert_eq!(
+            test_support::value(&samples, "nvidia_gpu_down_reason", &timeout),
+            Some(1.0),
+            "GPU {gpu}: {at}"
+        );
+        // Its up and reason, and the kernel log's counters (XIDs, fallen off the bus).
+        let readings: Vec<&str> = gpus[&gpu.to_string()]
+            .keys()
+            .map(|s| s.name.as_str())
+            .filter(|name| {
+                !name.starts_with("nvidia_gpu_xid_") && *name != "nvidia_gpu_fallen_off_bus_total"
+            })
+            .collect();
+        assert_eq!(
+            readings,
+            ["nvidia_gpu_down_reason", "nvidia_gpu_up"],
+            "GPU {gpu}: {at}"
+        );
+        let said = format!("GPU {gpu} did not finish");
+        let line = run
+            .err()
+            .lines()
+            .find(|l| l.contains(&said))
+            .map(String::from);
+        assert!(
+            line.as_ref()
+                .is_some_and(|l| l.contains(&format!("stuck in {call}"))),
+            "GPU {gpu}, {call}: {line:?}: {at}"
+        );
+    }
+    // GPUs stuck after their identity keep it.
+    for gpu in ["2", "3"] {
+        assert_eq!(
+            test_support::checks::uuid_of(&samples, gpu),
+            test_support::checks::uuid_of(&healthy.samples(), gpu),
+            "{at}"
+        );
+    }
+    assert!(run.proc.group_gone(), "{at}: a process of the run is left");
+}
+
+/// A run's file under `--timeout 14s --gpm-window auto` (the unit's), its
+/// samples; asserts a full file (every GPU up) within the timeout.
+fn unit_run(scenario: &Path, state: &Path, extra: &[&str], at: &str) -> test_support::Samples {
+    let mut args = vec!["--timeout", "14s", "--gpm-window", "auto"];
+    args.extend_from_slice(extra);
+    let run = ex()
+        .run(scenario.to_str().unwrap())
+        .state_dir(state)
+        .args(&args)
+        .limit(20.0)
+        .finish()
+        .unwrap();
+    let at = format!("{at}: {run:?}");
+    assert_eq!(run.code(), Some(0), "{at}");
+    assert!(run.elapsed < 14.0, "{at}");
+    let samples = test_support::checks::check_file(&run.path(), None).unwrap();
+    let up: Vec<f64> = select(&samples, "nvidia_gpu_up", &[])
+        .iter()
+        .map(|(_, v)| *v)
+        .collect();
+    assert!(
+        !up.is_empty() && up.iter().all(|v| *v == 1.0),
+        "{at}: {up:?}"
+    );
+    let windows = select(&samples, "nvidia_gpu_gpm_window_seconds", &[]);
+    assert_eq!(windows.len(), up.len(), "{at}: GPM of every GPU");
+    samples
+}
+
+/// 64 GPUs: h100x8's first GPU 64 times, under UUIDs and bus ids of their
+/// own, each GPU's temperature read taking `read_ms`.
+fn sixty_four_gpus(read_ms: u32) -> String {
+    let text = fs::read_to_string(ex().scenario("h100x8")).unwrap();
+    let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+    let block = &text[starts[0]..starts[1]];
+    let uuid_line = block.lines().find(|l| l.starts_with("uuid = ")).unwrap();
+    let pci_line = block.lines().find(|l| l.starts_with("pci = ")).unwrap();
+    let mut out = text[..starts[0]].to_owned();
+    for gpu in 0..64 {
+        let block = block
+            .replace(
+                uuid_line,
+                &format!("uuid = \"GPU-00000000-0000-4000-8000-0000000000{gpu:02x}\""),
+            )
+            .replace(
+                pci_line,
+                &pci_line
+                    .replace(
+                        "00000000:18:00.0",
+                        &format!("00000000:{:02X}:00.0", gpu + 1),
+                    )
+                    .replace("bus = 0x18", &format!("bus = {}", gpu + 1)),
+            )
+            .replacen(
+                "[[gpu]]\n",
+                &format!("[[gpu]]\ndelays_ms = {{ nvmlDeviceGetTemperatureV = {read_ms} }}\n"),
+                1,
+            );
+        out.push_str(&block);
+    }
+    out
+}
+
+/// With the unit's `--timeout 14s --gpm-window auto`, reads that outgrow
+/// their estimate (64 GPUs one after another, 50 ms each and then 90 ms) and
+/// an NVML that starts late (1.5 s, without persistence mode; four GPUs whose
+/// reads take 400 ms) publish in full run after run: the window is what
+/// gives, never the run.
+#[test]
+fn the_auto_window_leaves_the_reads_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow_start = h100x8_with(&[
+        (None, "init_delay_ms = 1500"),
+        (Some(0), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+        (Some(1), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+        (Some(2), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+        (Some(3), "delays_ms = { nvmlDeviceGetTemperatureV = 400 }"),
+    ]);
+    let slow_start = scenario_file(dir.path(), "slow-start", &slow_start);
+    let faster = scenario_file(dir.path(), "reads-50ms", &sixty_four_gpus(50));
+    let slower = scenario_file(dir.path(), "reads-90ms", &sixty_four_gpus(90));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let state = tempfile::tempdir().unwrap();
+            for run in 0..2 {
+                unit_run(
+                    &slow_start,
+                    state.path(),
+                    &[],
+                    &format!("slow start, run {run}"),
+                );
+            }
+        });
+        s.spawn(|| {
+            let state = tempfile::tempdir().unwrap();
+            unit_run(&faster, state.path(), &["--sequential"], "64 GPUs, 50 ms");
+            unit_run(&slower, state.path(), &["--sequential"], "64 GPUs, 90 ms");
+        });
+    });
+}
+
+/// A GPU renumbered into the index of a GPU that left, whose UUID and PCI
+/// reads fail (or that is lost), is not published under the departed GPU's
+/// UUID (nor, up, continuing its totals): it cannot be told, so it has no
+/// UUID, and nothing is said to have left while it cannot be told.
+#[test]
+fn a_renumbered_gpu_never_takes_a_departed_gpus_uuid() {
+    let text = fs::read_to_string(ex().scenario("h100x8")).unwrap();
+    let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+    // GPU 0 left; the old GPU 1 is index 0 now.
+    let without_first = format!("{}{}", &text[..starts[0]], &text[starts[1]..]);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, fault) in [
+        (
+            "unreadable",
+            "errors = { nvmlDeviceGetUUID = \"UNKNOWN\", nvmlDeviceGetPciInfo_v3 = \"UNKNOWN\" }",
+        ),
+        ("lost", "lost = true"),
+    ] {
+        let state = tempfile::tempdir().unwrap();
+        let before = run(
+            "h100x8",
+            state.path(),
+            &["--write-state", "--gpm-window", "0"],
+        );
+        before.assert_status(0);
+        let departed = test_support::checks::uuid_of(&before.samples(), "0").unwrap();
+        let renumbered = without_first.replacen("[[gpu]]\n", &format!("[[gpu]]\n{fault}\n"), 1);
+        let file = scenario_file(dir.path(), name, &renumbered);
+        let after = run(
+            file.to_str().unwrap(),
+            state.path(),
+            &["--write-state", "--gpm-window", "0"],
+        );
+        let at = format!("{name}: {after:?}");
+        let samples = after.samples();
+        let uuid = test_support::checks::uuid_of(&samples, "0");
+        assert!(uuid.is_some(), "{at}");
+        assert_ne!(uuid.as_deref(), Some(departed.as_str()), "{at}");
+        assert!(
+            !samples
+                .keys()
+                .any(|s| s.label("uuid") == Some(departed.as_str())),
+            "{at}: a series under the departed GPU's UUID"
+        );
+    }
+}
+
+/// Standard error a pipe of another user (a run under setpriv): the run,
+/// which may not reopen it through /proc, still says why it exits 7 (an
+/// output directory it may not write). Needs root to change users; skipped
+/// otherwise.
+#[test]
+fn error_lines_reach_a_stderr_the_run_cannot_reopen() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run the exporter as another user");
+        return;
+    }
+    let (out, state, journal) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    // The output directory is root's (0755): the other user may not write it.
+    fs::set_permissions(out.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(state.path(), Some(65534), Some(65534)).unwrap();
+    fs::set_permissions(journal.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(EXE)
+        .arg("--nvml-lib")
+        .arg(&ex().lib)
+        .arg("--output-dir")
+        .arg(out.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .arg("--journal-dir")
+        .arg(journal.path())
+        .args(["--timeout", "3s", "--gpm-window", "0"])
+        .env("FAKE_NVML_SCENARIO", ex().scenario("geforce"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(7), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("nvidia-textfile-exporter: error: ")
+                && l.contains(&out.path().display().to_string())),
+        "{stderr}"
+    );
+}

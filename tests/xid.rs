@@ -70,24 +70,16 @@ fn add_xid79(journal: &Path, name: &str, monotonic: u64) {
     write_journal(journal, name, &journal_entry(monotonic, "kernel", XID79));
 }
 
-/// Replaces the state file's host entries for which `edit` gives a new line
-/// (`None` drops the line), keeping its end line's count right.
-fn edit_state(state: &Path, edit: impl Fn(&str) -> Option<Option<String>>) {
+/// Changes the xid collector's part of the state file (its `xid` object)
+/// with `edit`.
+fn edit_state(state: &Path, edit: impl Fn(&mut serde_json::Value)) {
     let path = state.join("state");
-    let text = fs::read_to_string(&path).unwrap();
-    let mut lines: Vec<String> = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with("end ")) {
-        match edit(line) {
-            Some(Some(new)) => lines.push(new),
-            Some(None) => {}
-            None => lines.push(line.to_owned()),
-        }
-    }
-    let count = lines.len();
-    lines.push(format!("end {count}"));
-    let edited = lines.join("\n") + "\n";
-    assert_ne!(edited, text, "the edit changed nothing");
-    fs::write(&path, edited).unwrap();
+    let mut file: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    let before = file.clone();
+    edit(&mut file["xid"]);
+    assert_ne!(file, before, "the edit changed nothing");
+    fs::write(&path, file.to_string()).unwrap();
 }
 
 /// A `journalctl` early in `PATH` is never run: the exporter runs as root and
@@ -163,14 +155,9 @@ fn a_refused_cursor_without_a_position_recounts_the_boot() {
         run(state.path(), journal.path(), None).series(GPU0),
         Some(1.0)
     );
-    edit_state(state.path(), |line| {
-        if line.starts_with("host xid.cursor ") {
-            Some(Some("host xid.cursor garbage".into()))
-        } else if line.starts_with("host xid.monotonic ") {
-            Some(None)
-        } else {
-            None
-        }
+    edit_state(state.path(), |xid| {
+        xid["cursor"] = "garbage".into();
+        xid["monotonic"] = serde_json::Value::Null;
     });
     add_xid79(journal.path(), "b.journal", 2000);
     let out = run(state.path(), journal.path(), None);
@@ -195,10 +182,12 @@ fn an_impossible_stored_count_is_recounted_not_published() {
         run(state.path(), journal.path(), None).series(GPU0_79),
         Some(1.0)
     );
-    edit_state(state.path(), |line| {
-        let (key, _) = line.rsplit_once(' ')?;
-        (key.starts_with("host xid.gpu.") && key.ends_with(".79"))
-            .then(|| Some(format!("{key} {}", u64::MAX)))
+    edit_state(state.path(), |xid| {
+        let gpus = xid["totals"]["gpus"].as_object_mut().unwrap();
+        assert_eq!(gpus.len(), 1);
+        for codes in gpus.values_mut() {
+            codes["79"] = u64::MAX.into();
+        }
     });
     add_xid79(journal.path(), "b.journal", 2000);
     let out = run(state.path(), journal.path(), None);

@@ -4,7 +4,8 @@
 //!
 //! The window is the run's: [`open`] takes the first sample right after the
 //! GPU's identity, the other collectors read the GPU at the window's end (see
-//! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`,
+//! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`
+//! (shortened where the reads need the time: `timing::schedule`),
 //! takes the second sample and asks `nvmlGpmMetricsGet` for the metrics. So a
 //! run lasts about NVML init + the window, and what it publishes is as fresh as
 //! the window's end.
@@ -18,13 +19,13 @@
 //!   (the driver's default `NVreg_RestrictProfilingToAdminUsers=1` keeps them
 //!   from processes without CAP_SYS_ADMIN), `counters_in_use` (a profiler such
 //!   as Nsight Compute or DCGM profiling holds them), `paused` (the pause file
-//!   exists). The reason is remembered so that the log says it once when it
+//!   exists). The reason is kept in the state so that the log says it once when it
 //!   starts, not every run.
 //! - MIG: on a GPU in MIG mode, each GPU instance is sampled with
 //!   `nvmlGpmMigSampleGet` and reported with its `gpu_instance_id`.
 
 use std::ffi::c_uint;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper_sys::bindings::{
@@ -37,90 +38,7 @@ use crate::metrics::{self, Labelled};
 use crate::nvml::mig;
 use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample as MetricSample;
-
-/// The key under which a run remembers why GPM was unavailable.
-const MEMORY_KEY: &str = "gpm_unavailable";
-
-/// The shortest `--gpm-window` accepted: on an H200 a 50 ms window read all
-/// zeros, 1 s windows read right.
-pub const MIN_WINDOW: Duration = Duration::from_millis(100);
-
-/// The time kept after the window for the second sample and the metrics
-/// (0.05-0.7 ms and 1-3 ms a GPU on an H200), before reading must end.
-pub const AFTER_WINDOW: Duration = Duration::from_millis(200);
-
-/// The `--gpm-window` a user asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowRequest {
-    /// `auto`: the longest window the run's time to read leaves.
-    Longest,
-    /// A duration; zero turns GPM off.
-    Exactly(Duration),
-}
-
-impl std::str::FromStr for WindowRequest {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        if text == "auto" {
-            return Ok(WindowRequest::Longest);
-        }
-        let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-        if !window.is_zero() && window < MIN_WINDOW {
-            return Err(format!(
-                "must be auto, 0 (off) or at least {}: shorter windows read zeros",
-                humantime::format_duration(MIN_WINDOW)
-            ));
-        }
-        Ok(WindowRequest::Exactly(window))
-    }
-}
-
-/// The GPM window a run uses: what was asked for (a duration must fit in
-/// `reading`, the time a run may read for, with the time the second sample
-/// needs; `auto` takes all of it but that and [`reads_reserve`]), or else
-/// `default` shortened to what `reading` leaves after both; zero (GPM off)
-/// when that is under [`MIN_WINDOW`].
-pub fn window(
-    given: Option<WindowRequest>,
-    default: Duration,
-    reading: Duration,
-) -> Result<Duration, String> {
-    let fits = reading.saturating_sub(AFTER_WINDOW);
-    // A window the exporter chooses also leaves the other reads room to run
-    // past its end: they are timed from how long they took in the previous
-    // run, and take longer on a first run, a slow driver, or GPUs read one
-    // after another.
-    let chosen = fits.saturating_sub(reads_reserve(reading));
-    let at_least_min = |window: Duration| {
-        if window < MIN_WINDOW {
-            Duration::ZERO
-        } else {
-            window
-        }
-    };
-    match given {
-        Some(WindowRequest::Exactly(window)) if window > fits => Err(format!(
-            "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
-             sample needs {} after the window; use a longer --timeout, a shorter \
-             --gpm-window or --gpm-window auto",
-            humantime::format_duration(window),
-            humantime::format_duration(reading),
-            humantime::format_duration(AFTER_WINDOW),
-        )),
-        Some(WindowRequest::Exactly(window)) => Ok(window),
-        Some(WindowRequest::Longest) => Ok(at_least_min(chosen)),
-        None => Ok(at_least_min(default.min(chosen))),
-    }
-}
-
-/// The time a window the exporter chooses (`auto`, or the default shortened
-/// to fit) keeps free before the second sample is due: a tenth of the time a
-/// run may read, at most 1 s. On an H200 the reads of one GPU take about
-/// 50 ms.
-fn reads_reserve(reading: Duration) -> Duration {
-    (reading / 10).min(Duration::from_secs(1))
-}
+use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
 
 /// Why the GPM metrics of a GPU that supports GPM are missing from a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,8 +46,8 @@ pub enum Unavailable {
     NoPermission,
     CountersInUse,
     Paused,
-    /// What `--timeout` leaves after NVML started is shorter than
-    /// [`MIN_WINDOW`] (a window that short reads zeros).
+    /// What `--timeout` leaves after NVML started, less the reads' time, is
+    /// shorter than [`MIN_WINDOW`] (a window that short reads zeros).
     WindowTooShort,
 }
 
@@ -161,8 +79,9 @@ impl Unavailable {
                 "the GPM pause file exists (--gpm-pause-file); remove it to resume"
             }
             Unavailable::WindowTooShort => {
-                "--timeout leaves the window less than 100ms once NVML has started; \
-                 lengthen --timeout, or turn GPM off with --gpm-window 0"
+                "--timeout leaves the window less than 100ms once NVML has started and \
+                 the reads have their time; lengthen --timeout, or turn GPM off with \
+                 --gpm-window 0"
             }
         }
     }
@@ -332,6 +251,10 @@ pub(super) fn open<'n>(
 impl<'n> Window<'n> for GpuWindow<'n> {
     fn ends(&self) -> Instant {
         self.ends
+    }
+
+    fn end_by(&mut self, latest: Instant) {
+        self.ends = self.ends.min(latest);
     }
 
     fn close(self: Box<Self>, reader: &mut DeviceReader<'n>) {
@@ -523,7 +446,7 @@ fn metrics_get(
 /// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
 /// reason is new (the previous run had none, or another), not every run.
 fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
-    if reader.recall(MEMORY_KEY) != Some(why.label()) {
+    if reader.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
         let message = format!(
             "GPU {}: GPM metrics ({}) left out: {}",
             reader.index(),
@@ -537,7 +460,7 @@ fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
         }
     }
     reader.push(metrics::GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
-    reader.remember(MEMORY_KEY, why.label().to_owned());
+    reader.next_state().gpm_unavailable = Some(why.label().to_owned());
 }
 
 #[cfg(test)]

@@ -1,21 +1,35 @@
-//! Reading every GPU: the phases of a run over the registry's hooks.
+//! Reading every GPU: the phases of a run over the registry's hooks, each GPU
+//! on a thread of its own from its first call (all on one with
+//! `--sequential`), so that a GPU stuck in a driver call costs only itself.
 //!
-//! 1. Identity: each GPU's handle and info (UUID, PCI bus id, serial), one GPU
-//!    after another, then [`identity::resolve`] over all of them and the GPUs
-//!    this boot has seen. A GPU that left enumeration is reported down
-//!    (`not_enumerated`) under the identity the state kept.
-//! 2. Per GPU (each on its own thread, or one after another with
-//!    `--sequential`): the previous run's memory of the resolved identity, every
+//! 1. Identity: each GPU's handle and info (UUID, PCI bus id, serial); once
+//!    every GPU answered (at `timing::identities_end` at the latest),
+//!    [`identity::resolve`] over them and the GPUs this boot has seen. A GPU
+//!    that left enumeration is reported down (`not_enumerated`) under the
+//!    identity the state kept.
+//! 2. Per GPU: the previous run's state of the resolved identity, every
 //!    collector's `open` (GPM's first sample), a wait until the reads can end
-//!    as the windows do, the batched field read and every `read`, then every
-//!    window's close. So the point readings (temperature, power, memory) are
-//!    taken at the end of the windows, just before the file is written.
+//!    as the windows do (`timing::schedule`, which shortens windows that would
+//!    leave the reads no room), the batched field read and every `read`, then
+//!    every window's close. So the point readings (temperature, power, memory)
+//!    are taken at the end of the windows, just before the file is written.
+//!    With `--sequential` every GPU's windows open, then the GPUs' reads run one
+//!    after another, then every window closes.
+//! 3. At `reading_ends` the GPUs that answered are handed over. A GPU still
+//!    inside a call then (or not reached, behind one with `--sequential`), or
+//!    whose identity did not come in time, is reported down with reason
+//!    `timeout`, its call named in the log; its thread is abandoned, never
+//!    joined (the process ends without waiting for it).
 //!
-//! How long the reads of a GPU take is remembered (`reads_us`), so that the
-//! next run starts them that long before its windows end.
+//! How long the reads of a GPU take is kept in the state (`reads_us`), also when the
+//! deadline cut them, so that the next run starts them that long before its
+//! windows end.
 
 use std::collections::BTreeMap;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,23 +38,25 @@ use nvml_wrapper::Device as NvmlDevice;
 use super::hooks::{Collector, Settings, Window};
 use super::info;
 use crate::identity::{self, Identity};
-use crate::inflight::InFlight;
+use crate::inflight::{InFlight, Scope};
 use crate::nvml::reader::{self, DeviceReader};
 use crate::nvml::{InitError, Session};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
+use crate::state::schema::GpuState;
+use crate::timing;
 
 /// What the previous run left that the GPUs' reading uses.
 #[derive(Debug, Clone, Default)]
-pub struct Recall {
-    /// Each GPU's entries by UUID, as the state holds them.
-    pub memory: BTreeMap<String, BTreeMap<String, String>>,
-    /// The driver version the memory was written under.
+pub struct PreviousState {
+    /// Each GPU's state by UUID.
+    pub gpus: BTreeMap<String, GpuState>,
+    /// The driver version the state was written under.
     pub driver_version: String,
     /// The GPUs this boot has seen.
     pub known: Vec<KnownGpu>,
     /// Whether running totals continue from the state this run (see
-    /// `state::Memory::continues_totals`).
+    /// `state::StateFile::continues_totals`).
     pub totals: bool,
 }
 
@@ -53,129 +69,385 @@ pub struct Reading {
     pub driver_version: String,
     /// One entry per GPU in index order, then the GPUs that left enumeration.
     pub devices: Vec<Device>,
+    /// A GPU did not answer by the deadline (it is down, reason `timeout`).
+    pub timed_out: bool,
 }
 
-/// The state key that marks a GPU already reported as having left
-/// enumeration (its reading, once it is back, no longer leaves it).
-const LEFT_KEY: &str = "left_enumeration";
-/// The state key of how long a GPU's reads took in the previous run, µs.
-const READS_KEY: &str = "reads_us";
-/// Time added to the remembered duration of the reads, so that they end
-/// before the windows do.
-const READS_MARGIN: Duration = Duration::from_millis(20);
-/// The duration assumed for the reads when none is remembered (a cold run on
-/// an H200 takes about 50 ms).
-const READS_FIRST: Duration = Duration::from_millis(100);
+/// What a reading thread tells the coordinator.
+enum Report {
+    /// A GPU's identity read (empty where it failed).
+    Identified(u32, identity::Read),
+    /// A GPU's reads started.
+    ReadsStarted(u32, Instant),
+    /// A GPU's readings.
+    Done(Box<Device>),
+    /// The thread of these GPUs panicked.
+    Panicked(Vec<u32>),
+}
 
-/// Loads NVML from `library` and reads every GPU as `settings` say.
+/// What a GPU's thread needs, once the identities are resolved.
+struct Start {
+    identity: Identity,
+    state: GpuState,
+    keeps_totals: bool,
+}
+
+/// What the coordinator knows of one GPU.
+#[derive(Default)]
+struct Slot {
+    read: Option<identity::Read>,
+    identity: Identity,
+    state: GpuState,
+    reads_started: Option<Instant>,
+    device: Option<Device>,
+    /// Why it is down without readings of its own.
+    failed: Option<Reason>,
+}
+
+impl Slot {
+    fn settled(&self) -> bool {
+        self.device.is_some() || self.failed.is_some()
+    }
+}
+
+/// Loads NVML from `library` and reads every GPU as `settings` say, calling
+/// `opened` once NVML is open. Returns by `settings.reading_ends` once NVML is
+/// open, whatever the GPUs do.
 pub fn read(
     library: &Path,
     settings: &Settings,
-    recall: &Recall,
-    inflight: &InFlight,
+    previous: &PreviousState,
+    inflight: &Arc<InFlight>,
+    opened: &dyn Fn(),
 ) -> Result<Reading, InitError> {
-    let session = Session::open(library, inflight)?;
-    let memory = recall_for(recall, &session.driver_version);
-    let handles: Vec<Result<NvmlDevice<'_>, Reason>> = (0..session.count)
-        .map(|index| session.handle(index, inflight))
-        .collect();
-    let mut reads = Vec::with_capacity(handles.len());
-    let mut readers = Vec::with_capacity(handles.len());
-    for (index, handle) in (0..session.count).zip(&handles) {
-        match handle {
-            Ok(device) => {
-                let mut reader = DeviceReader::new(device, index, inflight);
-                reads.push(info::read(&mut reader));
-                readers.push(Ok(reader));
-            }
-            Err(why) => {
-                reads.push(identity::Read {
-                    index,
-                    ..identity::Read::default()
-                });
-                readers.push(Err(*why));
-            }
-        }
-    }
-    let resolution = identity::resolve(&reads, &recall.known);
-    let gpus: Vec<Gpu<'_>> = readers
-        .into_iter()
-        .zip(resolution.identities)
-        .zip(0..session.count)
-        .map(|((reader, identity), index)| Gpu {
-            index,
-            reader,
-            // What is remembered under a UUID two GPUs share is neither's.
-            memory: memory
-                .get(&identity.uuid)
-                .filter(|_| identity.unique)
-                .cloned()
-                .unwrap_or_default(),
-            keeps_totals: recall.totals && identity.unique,
-            identity,
-        })
-        .collect();
-    let mut devices = if settings.parallel {
-        read_in_parallel(gpus, settings)
-    } else {
-        read_in_sequence(gpus, settings)
-    };
-    for gone in resolution.missing {
-        let mut remembered = memory.get(&gone.uuid).cloned().unwrap_or_default();
-        // Said once, when it leaves; the file says it every run.
-        if remembered
-            .insert(LEFT_KEY.to_owned(), "1".to_owned())
-            .is_none()
-        {
-            log::warn!(
-                "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
-                gone.index,
-                gone.uuid,
-                gone.pci_bus_id
-            );
-        }
-        let identity = Identity {
-            uuid: gone.uuid,
-            pci_bus_id: gone.pci_bus_id,
-            serial: gone.serial,
-            unique: true,
-        };
-        let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
-        // Its running totals stay in the state for when it comes back.
-        device.remembered = remembered;
+    // Threads stuck in a GPU's call may outlive this function: the session is
+    // never dropped (see `Session`), so it may as well live for ever.
+    let session: &'static Session = Box::leak(Box::new(Session::open(library, inflight)?));
+    opened();
+    let states = states_for(previous, &session.driver_version);
+    let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::default()).collect();
+    let (report, reports) = mpsc::channel();
+    let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
+    spawn_readers(session, settings, inflight, &report, waits, &mut slots);
+    drop(report);
+    let missing = identify(
+        &reports, &mut slots, starts, &states, previous, settings, inflight,
+    );
+    receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
+    let mut timed_out = false;
+    let mut devices = Vec::with_capacity(slots.len() + missing.len());
+    for (index, slot) in (0..).zip(slots) {
+        let (device, timeout) = slot.into_device(index, settings, inflight);
+        timed_out |= timeout;
         devices.push(device);
     }
+    devices.extend(missing.into_iter().map(|gone| departed(gone, &states)));
     Ok(Reading {
-        host: session.host,
-        driver_version: session.driver_version,
+        host: session.host.clone(),
+        driver_version: session.driver_version.clone(),
         devices,
+        timed_out,
     })
 }
 
-/// The memory the previous run left, as this driver may use it: all of it
-/// under the same driver, only the boot's running totals after a change.
-fn recall_for(recall: &Recall, driver_version: &str) -> BTreeMap<String, BTreeMap<String, String>> {
-    if recall.driver_version == driver_version {
-        return recall.memory.clone();
+/// Phase 1: awaits the GPUs' identities (a GPU that has not answered by
+/// `timing::identities_end` timed out), resolves them and starts each GPU's
+/// readings with its identity and state. Returns the GPUs that left.
+fn identify(
+    reports: &Receiver<Report>,
+    slots: &mut [Slot],
+    starts: Vec<Sender<Start>>,
+    states: &BTreeMap<String, GpuState>,
+    previous: &PreviousState,
+    settings: &Settings,
+    inflight: &InFlight,
+) -> Vec<KnownGpu> {
+    let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
+    receive(reports, slots, identities_end, |slot| slot.read.is_some());
+    let reads: Vec<identity::Read> = (0..)
+        .zip(slots.iter_mut())
+        .map(|(index, slot)| {
+            slot.read.clone().unwrap_or_else(|| {
+                stuck(index, "its identity reads", settings, inflight);
+                slot.failed = Some(Reason::Timeout);
+                identity::Read {
+                    index,
+                    ..identity::Read::default()
+                }
+            })
+        })
+        .collect();
+    let resolution = identity::resolve(&reads, &previous.known);
+    for ((slot, identity), start) in slots.iter_mut().zip(resolution.identities).zip(starts) {
+        // What is kept under a UUID two GPUs share is neither's.
+        slot.state = states
+            .get(&identity.uuid)
+            .filter(|_| identity.unique)
+            .cloned()
+            .unwrap_or_default();
+        if !slot.settled() {
+            let _ = start.send(Start {
+                identity: identity.clone(),
+                state: slot.state.clone(),
+                keeps_totals: previous.totals && identity.unique,
+            });
+        }
+        slot.identity = identity;
     }
-    if !recall.memory.is_empty() {
-        log::info!(
-            "the driver changed ({} -> {driver_version}): using only the boot's running \
-             totals of the previous run's memory",
-            recall.driver_version
+    resolution.missing
+}
+
+impl Slot {
+    /// Phase 3: the GPU's readings, or it down; whether it timed out (still
+    /// inside its reads now, or in its identity reads before).
+    fn into_device(self, index: u32, settings: &Settings, inflight: &InFlight) -> (Device, bool) {
+        if let Some(device) = self.device {
+            return (device, false);
+        }
+        let reason = self.failed.unwrap_or_else(|| {
+            stuck(index, "its reads", settings, inflight);
+            Reason::Timeout
+        });
+        let mut device = reader::down(index, &self.identity, reason);
+        if reason != Reason::Timeout {
+            return (device, false);
+        }
+        // Kept for when it answers again, with the time its reads took at
+        // least (so the next run starts them earlier).
+        let mut state = self.state;
+        if let Some(started) = self.reads_started {
+            let took = timing::cut_reads(started, settings.reading_ends);
+            state.reads_us = u64::try_from(took.as_micros()).ok();
+        }
+        device.state = Some(state);
+        (device, true)
+    }
+}
+
+/// Takes the threads' reports into `slots` until every slot is `done` or
+/// `until` has come.
+fn receive(
+    reports: &Receiver<Report>,
+    slots: &mut [Slot],
+    until: Instant,
+    done: impl Fn(&Slot) -> bool,
+) {
+    while !slots.iter().all(&done) {
+        let Ok(report) = reports.recv_timeout(until.saturating_duration_since(Instant::now()))
+        else {
+            return;
+        };
+        match report {
+            Report::Identified(index, read) => slots[index as usize].read = Some(read),
+            Report::ReadsStarted(index, at) => slots[index as usize].reads_started = Some(at),
+            Report::Done(device) => {
+                let slot = &mut slots[device.index as usize];
+                if slot.failed.is_none() {
+                    slot.device = Some(*device);
+                }
+            }
+            Report::Panicked(indices) => {
+                for index in indices {
+                    let slot = &mut slots[index as usize];
+                    slot.read.get_or_insert_with(|| identity::Read {
+                        index,
+                        ..identity::Read::default()
+                    });
+                    if !slot.settled() {
+                        slot.failed = Some(Reason::ExporterBug);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Logs that GPU `index` did not finish `what` by its deadline, naming the
+/// call it is stuck in.
+fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) {
+    let call = match inflight.call_of(Scope::Gpu(index)) {
+        Some(call) => format!("stuck in {call}"),
+        None if !settings.parallel => "behind another GPU's call (--sequential)".to_owned(),
+        None => "between NVML calls".to_owned(),
+    };
+    log::error!(
+        "GPU {index} did not finish {what} by the deadline, {call}; reporting it down \
+         (reason=\"timeout\"), the other GPUs as read\nhint: {}",
+        Reason::Timeout.hint()
+    );
+}
+
+/// A GPU this boot knew that NVML no longer enumerates, down under the
+/// identity the state kept, its state kept for when it comes back.
+fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
+    let mut state = states.get(&gone.uuid).cloned().unwrap_or_default();
+    // Said once, when it leaves; the file says it every run.
+    if !std::mem::replace(&mut state.left_enumeration, true) {
+        log::warn!(
+            "GPU {} ({}, {}) is no longer enumerated by NVML; reporting it down",
+            gone.index,
+            gone.uuid,
+            gone.pci_bus_id
         );
     }
-    recall
-        .memory
+    let identity = Identity {
+        uuid: gone.uuid,
+        pci_bus_id: gone.pci_bus_id,
+        serial: gone.serial,
+        unique: true,
+    };
+    let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
+    // Its running totals stay in the state for when it comes back.
+    device.state = Some(state);
+    device
+}
+
+/// Starts the reading threads: one per GPU, or one for all with
+/// `--sequential`. A GPU whose thread cannot start is down
+/// (`exporter_resources`).
+fn spawn_readers(
+    session: &'static Session,
+    settings: &Settings,
+    inflight: &Arc<InFlight>,
+    report: &Sender<Report>,
+    waits: Vec<Receiver<Start>>,
+    slots: &mut [Slot],
+) {
+    let gpus: Vec<(u32, Receiver<Start>)> = (0..).zip(waits).collect();
+    let groups: Vec<Vec<(u32, Receiver<Start>)>> = if settings.parallel {
+        gpus.into_iter().map(|gpu| vec![gpu]).collect()
+    } else {
+        vec![gpus]
+    };
+    for group in groups.into_iter().filter(|group| !group.is_empty()) {
+        let indices: Vec<u32> = group.iter().map(|(index, _)| *index).collect();
+        let name = if settings.parallel {
+            format!("gpu{}", indices[0])
+        } else {
+            "gpus".to_owned()
+        };
+        let (settings, inflight, report) = (settings.clone(), Arc::clone(inflight), report.clone());
+        let panicked = indices.clone();
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            let reading = panic::catch_unwind(AssertUnwindSafe(|| {
+                read_group(session, group, &settings, &inflight, &report)
+            }));
+            if reading.is_err() {
+                let _ = report.send(Report::Panicked(panicked));
+            }
+        });
+        if let Err(e) = spawned {
+            log::warn!("GPU {indices:?}: cannot start a reading thread: {e}");
+            for index in indices {
+                let slot = &mut slots[index as usize];
+                slot.read = Some(identity::Read {
+                    index,
+                    ..identity::Read::default()
+                });
+                slot.failed = Some(Reason::ExporterResources);
+            }
+        }
+    }
+}
+
+/// Reads the GPUs of `group` on this thread: their identities, then (each
+/// once its `Start` came) their windows and reads, as in the module's phases.
+fn read_group(
+    session: &'static Session,
+    group: Vec<(u32, Receiver<Start>)>,
+    settings: &Settings,
+    inflight: &InFlight,
+    report: &Sender<Report>,
+) {
+    let handles: Vec<Result<NvmlDevice<'static>, Reason>> = group
         .iter()
-        .map(|(uuid, entries)| {
-            let kept = entries
-                .iter()
-                .filter(|(key, _)| crate::state::lasts_the_boot(key))
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect();
-            (uuid.clone(), kept)
-        })
+        .map(|(index, _)| session.handle(*index, inflight))
+        .collect();
+    let mut identified = Vec::with_capacity(group.len());
+    for ((index, start), handle) in group.into_iter().zip(&handles) {
+        let (reader, read) = match handle {
+            Ok(device) => {
+                let mut reader = DeviceReader::new(device, index, inflight);
+                let read = info::read(&mut reader);
+                (Ok(reader), read)
+            }
+            Err(why) => (
+                Err(*why),
+                identity::Read {
+                    index,
+                    ..identity::Read::default()
+                },
+            ),
+        };
+        let _ = report.send(Report::Identified(index, read));
+        identified.push((index, reader, start));
+    }
+    let mut opened = Vec::with_capacity(identified.len());
+    for (index, reader, start) in identified {
+        // No start: the deadline came first; nothing of this GPU is wanted.
+        let Ok(start) = start.recv() else { continue };
+        let gpu = Gpu {
+            index,
+            reader,
+            identity: start.identity,
+            state: start.state,
+            keeps_totals: start.keeps_totals,
+        };
+        opened.push(gpu.open(settings));
+    }
+    // The reads of the GPUs of this thread follow one another: they start as
+    // long before the first window ends as all of them take.
+    let ready: Vec<&Opened<'_>> = opened.iter().flatten().collect();
+    let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
+    let estimate = ready.iter().map(|gpu| gpu.estimate).sum();
+    let plan = timing::schedule(Instant::now(), settings.reading_ends, windows_end, estimate);
+    let mut closing = Vec::with_capacity(opened.len());
+    for gpu in opened {
+        match gpu {
+            Ok(mut gpu) => {
+                gpu.end_windows_by(plan.windows_end_by);
+                closing.push(gpu);
+            }
+            Err(down) => {
+                let _ = report.send(Report::Done(down));
+            }
+        }
+    }
+    wait_until(plan.reads_start);
+    let mut windowed = Vec::with_capacity(closing.len());
+    for mut gpu in closing {
+        let _ = report.send(Report::ReadsStarted(gpu.reader.index(), Instant::now()));
+        gpu.read(&settings.collectors);
+        if gpu.windows.is_empty() {
+            // Nothing to wait for: handed over before the next GPU's reads.
+            let _ = report.send(Report::Done(Box::new(gpu.close())));
+        } else {
+            windowed.push(gpu);
+        }
+    }
+    for gpu in windowed {
+        let _ = report.send(Report::Done(Box::new(gpu.close())));
+    }
+}
+
+/// The GPUs' state the previous run left, as this driver may use it: all of
+/// it under the same driver, only the identities and the boot's running
+/// totals after a change.
+fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String, GpuState> {
+    if previous.driver_version == driver_version {
+        return previous.gpus.clone();
+    }
+    if !previous.gpus.is_empty() {
+        log::info!(
+            "the driver changed ({} -> {driver_version}): using only the boot's running \
+             totals of the previous run's state",
+            previous.driver_version
+        );
+    }
+    previous
+        .gpus
+        .iter()
+        .map(|(uuid, gpu)| (uuid.clone(), gpu.after_driver_change()))
         .collect()
 }
 
@@ -184,7 +456,7 @@ struct Gpu<'n> {
     index: u32,
     reader: Result<DeviceReader<'n>, Reason>,
     identity: Identity,
-    memory: BTreeMap<String, String>,
+    state: GpuState,
     keeps_totals: bool,
 }
 
@@ -195,26 +467,23 @@ struct Opened<'n> {
     windows: Vec<Box<dyn Window<'n> + 'n>>,
     /// When the first window ends, if one is open.
     windows_end: Option<Instant>,
-    /// How long the reads are expected to take (the previous run's, plus a
-    /// margin).
-    lead: Duration,
+    /// How long the reads are expected to take (`timing::reads_estimate`).
+    estimate: Duration,
     /// When the reads started and ended, once they ran.
     reads: Option<(Instant, Instant)>,
 }
 
 impl<'n> Gpu<'n> {
-    /// Phase 2a: recalls the GPU's memory and opens every collector's window.
+    /// Phase 2a: hands the reader the GPU's previous state and opens every
+    /// collector's window.
     fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
             Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
         };
-        reader.recall_from(self.memory, self.keeps_totals);
-        let lead = reader
-            .recall(READS_KEY)
-            .and_then(|us| us.parse().ok())
-            .map_or(READS_FIRST, Duration::from_micros)
-            + READS_MARGIN;
+        reader.set_previous_state(self.state, self.keeps_totals);
+        let estimate =
+            timing::reads_estimate(reader.previous_state().reads_us.map(Duration::from_micros));
         let windows: Vec<_> = settings
             .collectors
             .iter()
@@ -226,13 +495,21 @@ impl<'n> Gpu<'n> {
             identity: self.identity,
             windows,
             windows_end,
-            lead,
+            estimate,
             reads: None,
         })
     }
 }
 
 impl Opened<'_> {
+    /// Shortens the windows to end by `latest` (see `timing::schedule`).
+    fn end_windows_by(&mut self, latest: Instant) {
+        for window in &mut self.windows {
+            window.end_by(latest);
+        }
+        self.windows_end = self.windows.iter().map(|w| w.ends()).min();
+    }
+
     /// Phase 2b: the batched field read and every collector's `read`.
     fn read(&mut self, collectors: &[&'static Collector]) {
         let started = Instant::now();
@@ -255,7 +532,7 @@ impl Opened<'_> {
             read(reader);
         }
         let ended = Instant::now();
-        reader.remember(READS_KEY, (ended - started).as_micros().to_string());
+        reader.next_state().reads_us = u64::try_from((ended - started).as_micros()).ok();
         self.reads = Some((started, ended));
     }
 
@@ -278,12 +555,6 @@ impl Opened<'_> {
     }
 }
 
-/// When reads that take `lead` start so that they end as the windows do
-/// (`windows_end`); `None` (at once) without a window.
-fn reads_start(windows_end: Option<Instant>, lead: Duration) -> Option<Instant> {
-    windows_end.map(|ends| ends.checked_sub(lead).unwrap_or(ends))
-}
-
 /// Sleeps until `when`, if it is still ahead.
 fn wait_until(when: Option<Instant>) {
     if let Some(wait) = when.map(|when| when.saturating_duration_since(Instant::now())) {
@@ -291,64 +562,4 @@ fn wait_until(when: Option<Instant>) {
             thread::sleep(wait);
         }
     }
-}
-
-/// Reads each GPU on a thread of its own.
-fn read_in_parallel(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
-    thread::scope(|scope| {
-        let workers: Vec<_> = gpus
-            .into_iter()
-            .map(|gpu| {
-                let (index, identity) = (gpu.index, gpu.identity.clone());
-                let worker = thread::Builder::new()
-                    .name(format!("gpu{index}"))
-                    .spawn_scoped(scope, move || {
-                        let mut opened = match gpu.open(settings) {
-                            Ok(opened) => opened,
-                            Err(down) => return *down,
-                        };
-                        wait_until(reads_start(opened.windows_end, opened.lead));
-                        opened.read(&settings.collectors);
-                        opened.close()
-                    });
-                (index, identity, worker)
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|(index, identity, worker)| match worker {
-                Ok(handle) => handle
-                    .join()
-                    .unwrap_or_else(|_| reader::down(index, &identity, Reason::ExporterBug)),
-                Err(e) => {
-                    log::warn!("GPU {index}: cannot start a reading thread: {e}");
-                    reader::down(index, &identity, Reason::ExporterResources)
-                }
-            })
-            .collect()
-    })
-}
-
-/// Reads the GPUs one after another, but with their windows open together:
-/// every GPU's windows open, then every GPU's reads, then every window's
-/// close, so that N GPUs cost one window, not N.
-fn read_in_sequence(gpus: Vec<Gpu<'_>>, settings: &Settings) -> Vec<Device> {
-    let mut opened: Vec<Result<Opened<'_>, Box<Device>>> =
-        gpus.into_iter().map(|gpu| gpu.open(settings)).collect();
-    // One GPU's reads follow another's: they start as long before the first
-    // window ends as all of them take.
-    let ready: Vec<&Opened<'_>> = opened.iter().flatten().collect();
-    let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
-    let lead = ready.iter().map(|gpu| gpu.lead).sum();
-    wait_until(reads_start(windows_end, lead));
-    for gpu in opened.iter_mut().flatten() {
-        gpu.read(&settings.collectors);
-    }
-    opened
-        .into_iter()
-        .map(|gpu| match gpu {
-            Ok(gpu) => gpu.close(),
-            Err(down) => *down,
-        })
-        .collect()
 }

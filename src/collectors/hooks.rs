@@ -12,7 +12,7 @@ use crate::metrics::{self, Family};
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Snapshot;
-use crate::state::Memory;
+use crate::state::StateFile;
 
 /// A window a collector opened over one GPU (GPM's two samples): the other
 /// reads of the GPU are taken at its end, so that what they publish is as
@@ -20,6 +20,8 @@ use crate::state::Memory;
 pub trait Window<'n> {
     /// When the window closes.
     fn ends(&self) -> Instant;
+    /// Shortens the window to end by `latest` (see `timing::schedule`).
+    fn end_by(&mut self, latest: Instant);
     /// Closes the window (waiting for its end) and pushes its readings.
     fn close(self: Box<Self>, reader: &mut DeviceReader<'n>);
 }
@@ -100,7 +102,7 @@ pub struct Settings {
 /// the state, when it must be done, and where to read from.
 pub struct HostRun<'a> {
     pub snapshot: &'a mut Snapshot,
-    pub memory: &'a mut Memory,
+    pub state: &'a mut StateFile,
     pub until: Instant,
     /// Journal files to read instead of the system journal (`--journal-dir`).
     pub journal_dir: Option<&'a Path>,

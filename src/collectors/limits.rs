@@ -1,7 +1,7 @@
 //! Hardware maxima that cannot change while the driver stays loaded: maximum
-//! clocks, the range a power limit may be set in, the widest and fastest PCIe
-//! link the GPU and system support. Off by default: eight series per GPU that
-//! never move, and seven NVML calls per run.
+//! clocks and the range a power limit may be set in (the PCIe maxima are the
+//! `pcie` collector's, for downtraining). Off by default: six series per GPU
+//! that never move, and five NVML calls per run.
 
 use super::clocks::{DOMAINS, HERTZ_PER_MEGAHERTZ};
 use super::power::PER_MILLI;
@@ -27,13 +27,5 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             metrics::POWER_MAX_LIMIT,
             f64::from(limits.max_limit) / PER_MILLI,
         );
-    }
-    if let Some(generation) = reader.read("nvmlDeviceGetMaxPcieLinkGeneration", |d| {
-        d.max_pcie_link_gen()
-    }) {
-        reader.gauge(metrics::PCIE_MAX_GENERATION, f64::from(generation));
-    }
-    if let Some(width) = reader.read("nvmlDeviceGetMaxPcieLinkWidth", |d| d.max_pcie_link_width()) {
-        reader.gauge(metrics::PCIE_MAX_WIDTH, f64::from(width));
     }
 }

@@ -17,6 +17,7 @@
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
 mod clocks;
+mod fabric;
 mod gpm;
 pub mod gpus;
 mod health;
@@ -28,6 +29,7 @@ mod mig;
 mod modes;
 mod nvlink;
 mod pcie;
+mod pcie_errors;
 mod power;
 mod processes;
 pub mod procfs;
@@ -41,7 +43,6 @@ use crate::metrics::{self, Family};
 
 use hooks::Hooks;
 
-pub use gpm::{window as gpm_window, WindowRequest as GpmWindowRequest};
 pub use hooks::{run_host, Collector, HostRun, Settings, Window};
 
 /// Every collector, in output order.
@@ -84,13 +85,15 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "thermal",
         default: true,
-        help: "GPU and HBM temperatures, temperature thresholds, fans.",
+        help: "GPU and HBM temperatures, temperature thresholds, fans, thermal margin and the margins the GPU slows down and shuts down at, time held down by thermal and power-brake slowdown.",
         families: &[
             metrics::TEMPERATURE.family(),
             metrics::MEMORY_TEMPERATURE.family(),
             metrics::TEMPERATURE_THRESHOLD.family(),
             metrics::FAN_SPEED.family(),
             metrics::TEMPERATURE_MARGIN.family(),
+            metrics::TEMPERATURE_MARGIN_THRESHOLD.family(),
+            metrics::SLOWDOWN.family(),
         ],
         fields: thermal::FIELDS,
         hooks: Hooks {
@@ -136,10 +139,12 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "pcie",
         default: true,
-        help: "PCIe link generation and width now, replays, byte counters.",
+        help: "PCIe link generation and width now and their maxima (read once per driver), replays, byte counters.",
         families: &[
             metrics::PCIE_GENERATION.family(),
+            metrics::PCIE_MAX_GENERATION.family(),
             metrics::PCIE_WIDTH.family(),
+            metrics::PCIE_MAX_WIDTH.family(),
             metrics::PCIE_REPLAYS.family(),
             metrics::PCIE_TRANSMIT.family(),
             metrics::PCIE_RECEIVE.family(),
@@ -151,15 +156,24 @@ pub static ALL: &[Collector] = &[
         },
     },
     Collector {
+        name: "pcie-errors",
+        default: false,
+        help: "PCIe error counters by kind: L0 to recovery, correctable, NAKs, receiver, bad TLP/DLLP, non-fatal, fatal, unsupported request, LCRC, lane (12 field values a run).",
+        families: &[metrics::PCIE_ERRORS.family()],
+        fields: pcie_errors::FIELDS,
+        hooks: Hooks {
+            read: Some(pcie_errors::read),
+            ..Hooks::NONE
+        },
+    },
+    Collector {
         name: "limits",
         default: false,
-        help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range, PCIe max generation and width.",
+        help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range.",
         families: &[
             metrics::CLOCK_MAX.family(),
             metrics::POWER_MIN_LIMIT.family(),
             metrics::POWER_MAX_LIMIT.family(),
-            metrics::PCIE_MAX_GENERATION.family(),
-            metrics::PCIE_MAX_WIDTH.family(),
         ],
         fields: &[],
         hooks: Hooks {
@@ -242,11 +256,13 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "nvlink",
         default: true,
-        help: "NVLink links and active links, error and data counters summed over the links (batched field reads).",
+        help: "NVLink links, active links and links lost since they were active this boot, error, recovery and data counters summed over the links (batched field reads; NVLink 5 counters on Blackwell).",
         families: &[
             metrics::NVLINK_LINKS.family(),
             metrics::NVLINK_LINKS_ACTIVE.family(),
+            metrics::NVLINK_LINKS_LOST.family(),
             metrics::NVLINK_ERRORS.family(),
+            metrics::NVLINK_RECOVERIES.family(),
             metrics::NVLINK_TRANSMIT.family(),
             metrics::NVLINK_RECEIVE.family(),
         ],
@@ -259,16 +275,35 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "nvlink-links",
         default: false,
-        help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter).",
+        help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter), on NVLink 5 recoveries, effective and symbol errors and bit error rates instead of the Hopper counters (up to 9 a link, no extra calls).",
         families: &[
             metrics::NVLINK_LINK_ACTIVE.family(),
             metrics::NVLINK_LINK_ERRORS.family(),
+            metrics::NVLINK_LINK_RECOVERIES.family(),
+            metrics::NVLINK_LINK_BIT_ERROR.family(),
             metrics::NVLINK_LINK_TRANSMIT.family(),
             metrics::NVLINK_LINK_RECEIVE.family(),
         ],
         fields: nvlink::LINKS_FIELDS,
         hooks: Hooks {
             read: Some(nvlink::read_links),
+            ..Hooks::NONE
+        },
+    },
+    Collector {
+        name: "fabric",
+        default: true,
+        help: "NVLink fabric of NVSwitch systems: registration state and status, cluster and clique, health conditions and summary (nothing on GPUs on no fabric; that answer is read once per driver).",
+        families: &[
+            metrics::FABRIC_STATE.family(),
+            metrics::FABRIC_STATUS.family(),
+            metrics::FABRIC_INFO.family(),
+            metrics::FABRIC_HEALTH.family(),
+            metrics::FABRIC_HEALTH_SUMMARY.family(),
+        ],
+        fields: &[],
+        hooks: Hooks {
+            read: Some(fabric::read),
             ..Hooks::NONE
         },
     },

@@ -4,6 +4,14 @@
 //! default) costs up to seven series a link (126 on an 18-link H100) and, for
 //! the CRC counters, one `nvmlDeviceGetNvLinkErrorCounter` call per link and
 //! counter (about 0.9 ms each on an H200: 32 ms a GPU).
+//!
+//! Links of every generation: the count comes from the link count field or
+//! the links that answer, never from a compiled-in maximum (nvml.h's
+//! `NVML_NVLINK_MAX_LINKS` was 18 in the bindings and is 36 in CUDA 13.3).
+//! On NVLink 5 (Blackwell) the Hopper error counters are not supported and
+//! the link recovery, effective and symbol error counters are read instead
+//! (fields 213, 214, 219, 221, scoped by link); whether the GPU has them is
+//! read once per driver, so a Hopper GPU asks for none of them.
 
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::error::NvmlError;
@@ -16,12 +24,33 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::metrics;
-use crate::nvml::fields::Field;
+use crate::nvml::fields::{self, Field};
 use crate::nvml::reader::DeviceReader;
 use crate::snapshot::LabelValue;
 
-/// `NVML_NVLINK_MAX_LINKS` of nvml.h.
-const MAX_LINKS: u32 = 18;
+/// More links than any GPU has (GB200: 18, nvml.h of CUDA 13.3 allows 36): a
+/// larger count is a sentinel, and probing without a count stops here.
+const MAX_LINKS: u32 = 64;
+
+/// NVLink 5 counters per link (nvml.h `NVML_FI_DEV_NVLINK_COUNT_*`).
+const LINK_RECOVERY_SUCCESSFUL: u32 = 213;
+const LINK_RECOVERY_FAILED: u32 = 214;
+const LINK_RECOVERY_EVENTS: u32 = 215;
+const EFFECTIVE_ERRORS: u32 = 219;
+const SYMBOL_ERRORS: u32 = 221;
+const EFFECTIVE_BER: u32 = 220;
+const SYMBOL_BER: u32 = 222;
+
+/// The NVLink 5 fields read per link, in [`Nvlink5`] order.
+const NVLINK5_FIELDS: [u32; 4] = [
+    LINK_RECOVERY_SUCCESSFUL,
+    LINK_RECOVERY_FAILED,
+    EFFECTIVE_ERRORS,
+    SYMBOL_ERRORS,
+];
+
+/// The state key of the links seen active in this boot (a bit per link).
+const SEEN_ACTIVE_KEY: &str = "nvlink.seen_active";
 
 /// NVML counts NVLink data in KiB.
 const BYTES_PER_KIB: f64 = 1024.0;
@@ -42,8 +71,24 @@ pub(super) const FIELDS: &[u32] = &[
 /// count bounds the per-link probing.
 pub(super) const LINKS_FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
 
-/// `nvmlEnableState_t`: an active link's state.
-const ACTIVE: f64 = 1.0;
+/// A link's state (nvml.h `NVML_NVLINK_STATE_*` of field 165: 0 inactive,
+/// 1 active, 2 asleep, a low-power state a link wakes from, not lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkState {
+    Active,
+    Inactive,
+    Asleep,
+}
+
+impl LinkState {
+    fn from_active(active: bool) -> LinkState {
+        if active {
+            LinkState::Active
+        } else {
+            LinkState::Inactive
+        }
+    }
+}
 
 /// The per-GPU collector: links, active links and totals, from the batch and
 /// one more `nvmlDeviceGetFieldValues` call with the per-link fields (their
@@ -73,27 +118,32 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if count == 0 {
         return;
     }
-    let links = read_link_fields(reader, count);
+    let nvlink5 = has_nvlink5(reader);
+    let links = read_link_fields(reader, count, nvlink5);
     // Probed links count only when every probe answered: a link whose state
     // failed may not exist.
     if probed.iter().all(Option::is_some) {
         reader.gauge(metrics::NVLINK_LINKS, f64::from(count));
     }
-    let active: Option<u32> = links
+    let states: Vec<Option<LinkState>> = links
         .iter()
         .enumerate()
         .map(|(link, values)| match probed.get(link) {
-            Some(state) => *state,
-            None => link_active(reader, link as u32, values.state),
+            Some(active) => active.map(LinkState::from_active),
+            None => link_state(reader, link as u32, values.state),
         })
-        .map(|active| active.map(u32::from))
+        .collect();
+    let active: Option<u32> = states
+        .iter()
+        .map(|state| state.map(|state| u32::from(state == LinkState::Active)))
         .sum();
     if let Some(active) = active {
         reader.gauge(metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
     }
+    count_lost(reader, &states);
     // A total is written only when every link answered, so that a link that
     // stops answering cannot make the counter go down (a false reset).
-    let sum = |pick: fn(&LinkFields) -> Option<f64>| -> Option<f64> {
+    let sum = |pick: &dyn Fn(&LinkFields) -> Option<f64>| -> Option<f64> {
         if links.is_empty() {
             return None;
         }
@@ -105,25 +155,41 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     // make the series jump.
     let replay = reader
         .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(|l| l.replay));
+        .or_else(|| sum(&|l| l.replay));
     let recovery = reader
         .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(|l| l.recovery));
+        .or_else(|| sum(&|l| l.recovery));
     let crc_flit = reader.field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
     let crc_data = reader.field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    let nvlink5 = |pick: fn(&Nvlink5) -> Option<f64>| -> Option<f64> {
+        if !nvlink5 {
+            return None;
+        }
+        sum(&|l| l.nvlink5.as_ref().and_then(pick))
+    };
+    for (count, result) in [
+        (nvlink5(|l| l.recovery_successful), "successful"),
+        (nvlink5(|l| l.recovery_failed), "failed"),
+    ] {
+        if let Some(count) = count {
+            reader.push(metrics::NVLINK_RECOVERIES.sample_with([result], count));
+        }
+    }
     for (count, counter) in [
         (replay, "replay"),
         (recovery, "recovery"),
         (crc_flit, "crc_flit"),
         (crc_data, "crc_data"),
+        (nvlink5(|l| l.effective), "effective"),
+        (nvlink5(|l| l.symbol), "symbol"),
     ] {
         if let Some(count) = count {
             reader.push(metrics::NVLINK_ERRORS.sample_with([counter], count));
         }
     }
     for (kib, family) in [
-        (sum(|l| l.transmit), metrics::NVLINK_TRANSMIT),
-        (sum(|l| l.receive), metrics::NVLINK_RECEIVE),
+        (sum(&|l| l.transmit), metrics::NVLINK_TRANSMIT),
+        (sum(&|l| l.receive), metrics::NVLINK_RECEIVE),
     ] {
         if let Some(kib) = kib {
             reader.gauge(family, kib * BYTES_PER_KIB);
@@ -138,6 +204,60 @@ struct LinkFields {
     recovery: Option<f64>,
     transmit: Option<f64>,
     receive: Option<f64>,
+    /// Only where the GPU has NVLink 5 counters.
+    nvlink5: Option<Nvlink5>,
+}
+
+/// One link's NVLink 5 counters.
+struct Nvlink5 {
+    recovery_successful: Option<f64>,
+    recovery_failed: Option<f64>,
+    effective: Option<f64>,
+    symbol: Option<f64>,
+}
+
+impl Nvlink5 {
+    fn from_values(values: &[Option<f64>]) -> Nvlink5 {
+        Nvlink5 {
+            recovery_successful: values[0],
+            recovery_failed: values[1],
+            effective: values[2],
+            symbol: values[3],
+        }
+    }
+}
+
+/// Whether the GPU has the NVLink 5 counters, by link 0's recovery count
+/// (read once per driver: a GPU's NVLink generation does not change).
+fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
+    let probe = Field {
+        id: LINK_RECOVERY_EVENTS,
+        scope: 0,
+    };
+    reader.read_fixed("nvlink5", fields::CALL, |d| {
+        fields::read_one(d, probe).map(|_| true)
+    }) == Some(Some(true))
+}
+
+/// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
+/// (remembered in the state, which starts afresh on another boot or driver)
+/// whose state is now known to be inactive.
+fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<LinkState>]) {
+    let mut seen: u64 = reader
+        .recall(SEEN_ACTIVE_KEY)
+        .and_then(|bits| bits.parse().ok())
+        .unwrap_or(0);
+    let mut lost = 0;
+    for (link, state) in states.iter().enumerate().take(64) {
+        let bit = 1u64 << link;
+        match state {
+            Some(LinkState::Active) => seen |= bit,
+            Some(LinkState::Inactive) if seen & bit != 0 => lost += 1,
+            _ => {}
+        }
+    }
+    reader.remember(SEEN_ACTIVE_KEY, seen.to_string());
+    reader.gauge(metrics::NVLINK_LINKS_LOST, f64::from(lost));
 }
 
 /// Per-link fields of the per-GPU collector, in [`LinkFields`] order.
@@ -149,36 +269,49 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// Reads the per-link fields of links `0..count` in one call.
-fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32) -> Vec<LinkFields> {
+/// Reads the per-link fields of links `0..count` in one call (with the NVLink
+/// 5 counters where the GPU has them).
+fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
+    let extra: &[u32] = if nvlink5 { &NVLINK5_FIELDS } else { &[] };
+    let per_link = TOTALS_LINK_FIELDS.len() + extra.len();
     let requests: Vec<Field> = (0..count)
-        .flat_map(|link| TOTALS_LINK_FIELDS.map(|id| Field { id, scope: link }))
+        .flat_map(|link| {
+            TOTALS_LINK_FIELDS
+                .iter()
+                .chain(extra)
+                .map(move |&id| Field { id, scope: link })
+        })
         .collect();
     let values = reader.read_fields(&requests);
     values
-        .chunks(TOTALS_LINK_FIELDS.len())
+        .chunks(per_link)
         .map(|values| LinkFields {
             state: values[0],
             replay: values[1],
             recovery: values[2],
             transmit: values[3],
             receive: values[4],
+            nvlink5: nvlink5.then(|| Nvlink5::from_values(&values[TOTALS_LINK_FIELDS.len()..])),
         })
         .collect()
 }
 
-/// Whether `link` is active: from its state field, or where the driver does not
+/// The state of `link`: from its state field, or where the driver does not
 /// offer that field, from `nvmlDeviceGetNvLinkState`. `None` if unknown.
-fn link_active(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<bool> {
+fn link_state(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
     match state {
-        Some(state) if state == ACTIVE || state == 0.0 => Some(state == ACTIVE),
+        Some(0.0) => Some(LinkState::Inactive),
+        Some(1.0) => Some(LinkState::Active),
+        Some(2.0) => Some(LinkState::Asleep),
         Some(state) => {
             reader.reject(metrics::NVLINK_LINKS_ACTIVE.family(), state);
             None
         }
-        None => reader.read("nvmlDeviceGetNvLinkState", |d| {
-            d.link_wrapper_for(link).is_active()
-        }),
+        None => reader
+            .read("nvmlDeviceGetNvLinkState", |d| {
+                d.link_wrapper_for(link).is_active()
+            })
+            .map(LinkState::from_active),
     }
 }
 
@@ -233,7 +366,8 @@ fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bo
 pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
     let last = reader
         .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
-        .map_or(MAX_LINKS, |count| (count as u32).min(MAX_LINKS));
+        .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS))
+        .unwrap_or(MAX_LINKS);
     let Some(probed) = probe_links(reader, last) else {
         return;
     };
@@ -241,20 +375,32 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
         .zip(probed)
         .filter_map(|(link, active)| Some((link, active?)))
         .collect();
+    let nvlink5 = has_nvlink5(reader);
+    let extra: &[u32] = if nvlink5 { &NVLINK5_LINK_FIELDS } else { &[] };
+    let per_link = PER_LINK_FIELDS.len() + extra.len();
     let requests: Vec<Field> = links
         .iter()
-        .flat_map(|&(link, _)| PER_LINK_FIELDS.map(|id| Field { id, scope: link }))
+        .flat_map(|&(link, _)| {
+            PER_LINK_FIELDS
+                .iter()
+                .chain(extra)
+                .map(move |&id| Field { id, scope: link })
+        })
         .collect();
     let values = reader.read_fields(&requests);
-    for (&(link, active), values) in links.iter().zip(values.chunks(PER_LINK_FIELDS.len())) {
+    for (&(link, active), values) in links.iter().zip(values.chunks(per_link)) {
         let label = link.to_string();
         reader.push(
             metrics::NVLINK_LINK_ACTIVE
                 .sample_with([label.clone()], if active { 1.0 } else { 0.0 }),
         );
+        let (values, nvlink5_values) = values.split_at(PER_LINK_FIELDS.len());
         let [replay, recovery, transmit, receive] = values else {
             continue;
         };
+        if nvlink5 {
+            push_nvlink5_link(reader, &label, nvlink5_values);
+        }
         let counters = match (replay, recovery) {
             (Some(replay), Some(recovery)) => {
                 for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
@@ -265,6 +411,8 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
                 }
                 &ERROR_COUNTERS[2..]
             }
+            // NVLink 5 has none of the Hopper counters: nothing to call for.
+            _ if nvlink5 => &[],
             _ => &ERROR_COUNTERS[..],
         };
         read_error_counters(reader, link, &label, counters);
@@ -277,6 +425,57 @@ pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
             }
         }
     }
+}
+
+/// The per-link NVLink 5 fields of the per-link collector: the counters of
+/// [`NVLINK5_FIELDS`], then the effective and symbol bit error rates.
+const NVLINK5_LINK_FIELDS: [u32; 6] = [
+    LINK_RECOVERY_SUCCESSFUL,
+    LINK_RECOVERY_FAILED,
+    EFFECTIVE_ERRORS,
+    SYMBOL_ERRORS,
+    EFFECTIVE_BER,
+    SYMBOL_BER,
+];
+
+/// One link's NVLink 5 samples from its [`NVLINK5_LINK_FIELDS`] values.
+fn push_nvlink5_link(reader: &mut DeviceReader<'_>, label: &str, values: &[Option<f64>]) {
+    let counters = Nvlink5::from_values(values);
+    let link = || LabelValue::from(label.to_owned());
+    for (count, result) in [
+        (counters.recovery_successful, "successful"),
+        (counters.recovery_failed, "failed"),
+    ] {
+        if let Some(count) = count {
+            reader
+                .push(metrics::NVLINK_LINK_RECOVERIES.sample_with([link(), result.into()], count));
+        }
+    }
+    for (count, counter) in [
+        (counters.effective, "effective"),
+        (counters.symbol, "symbol"),
+    ] {
+        if let Some(count) = count {
+            reader.push(metrics::NVLINK_LINK_ERRORS.sample_with([link(), counter.into()], count));
+        }
+    }
+    for (raw, kind) in [(values[4], "effective"), (values[5], "symbol")] {
+        if let Some(raw) = raw {
+            reader
+                .push(metrics::NVLINK_LINK_BIT_ERROR.sample_with([link(), kind.into()], ber(raw)));
+        }
+    }
+}
+
+/// A bit error rate as NVML encodes it: mantissa × 10^-exponent, the
+/// exponent in bits 0-7 and the mantissa in bits 8-11 (nvml.h
+/// `NVML_NVLINK_BER_EXP_SHIFT`/`_WIDTH` 0/0xff, `NVML_NVLINK_BER_MANTISSA_SHIFT`/
+/// `_WIDTH` 8/0xf, read with `NVML_NVLINK_ERROR_COUNTER_BER_GET`).
+fn ber(raw: f64) -> f64 {
+    let bits = raw as u64;
+    let exponent = (bits & 0xff) as i32;
+    let mantissa = ((bits >> 8) & 0xf) as f64;
+    mantissa * 10f64.powi(-exponent)
 }
 
 /// Error counters of one link, one call each (all four on drivers without the
@@ -296,5 +495,18 @@ fn read_error_counters(
                 count as f64,
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bit_error_rates_decode_as_mantissa_times_ten_to_minus_exponent() {
+        // 3 × 10^-12: mantissa 3 in bits 8-11, exponent 12 in bits 0-7.
+        assert_eq!(ber(f64::from(3u32 << 8 | 12)), 3e-12);
+        assert_eq!(ber(0.0), 0.0);
+        assert_eq!(ber(f64::from(15u32 << 8 | 255)), 15.0 * 10f64.powi(-255));
     }
 }

@@ -1,4 +1,9 @@
-//! PCIe link state, replays and traffic.
+//! PCIe link state against its maxima, replays and traffic. The maxima (the
+//! widest and fastest link the GPU and its slot support) do not change while
+//! the driver is loaded: read once per driver and kept in the state, so that
+//! a link that trained low (a GPU at Gen2 or x8 for hours under load, with
+//! nothing logged) shows as the current value below the maximum at no cost
+//! per run.
 
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::sys_exports::field_id::{
@@ -13,6 +18,20 @@ use crate::nvml::reader::DeviceReader;
 const BYTES_PER_KIB: f64 = 1024.0;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    if let Some(Some(generation)) = reader.read_fixed(
+        "pcie.max_generation",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        |d| d.max_pcie_link_gen(),
+    ) {
+        reader.gauge(metrics::PCIE_MAX_GENERATION, f64::from(generation));
+    }
+    if let Some(Some(width)) =
+        reader.read_fixed("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth", |d| {
+            d.max_pcie_link_width()
+        })
+    {
+        reader.gauge(metrics::PCIE_MAX_WIDTH, f64::from(width));
+    }
     if let Some(generation) = reader.read("nvmlDeviceGetCurrPcieLinkGeneration", |d| {
         d.current_pcie_link_gen()
     }) {

@@ -5,11 +5,12 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use super::hooks::HostRun;
 use super::procfs::{self, Owner, Users};
-use super::utilization::{recall_carry, Engine};
+use super::utilization::{previous_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::nvml::samples::{self, Carry, Outcome};
+use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
 use crate::snapshot::LabelValue;
+use crate::state::schema::Stream;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     let Some(processes) = reader.compute_processes() else {
@@ -31,7 +32,8 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
             reader.push(metrics::PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64));
         }
-        if let Some(ratio) = utilization.as_ref().and_then(|u| u.ratio(process.pid)) {
+        if let Some(utilization) = &utilization {
+            let ratio = utilization.ratio(process.pid);
             reader.push(metrics::PROCESS_UTILIZATION.sample_some(labels.clone(), ratio));
         }
     }
@@ -44,70 +46,67 @@ pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), String> {
     Ok(())
 }
 
-/// The state key of the per-process window: the carry of the GPU engine's
-/// samples as this collector consumes them (its own, so that it does not
-/// depend on what `utilization` consumed).
-const KEY: &str = "boot.util.process";
-
-/// One run's per-process samples.
+/// One run's per-process SM utilization: NVML's one entry per process,
+/// its mean SM percent over the GPU samples newer than the `lastSeenTimeStamp`
+/// asked with (measured on an H200, driver 580: a process alone on the GPU
+/// reads the GPU's mean, two processes add up to it).
 #[derive(Debug, Default, PartialEq)]
 struct Utilization {
-    /// Busy percent × µs, by pid.
-    busy: Vec<(u32, u64)>,
-    /// The time the GPU's samples of the window cover, µs.
-    sampled_us: u64,
+    /// Mean SM percent by pid; a pid listed twice keeps its newest entry.
+    percent: Vec<(u32, u64)>,
 }
 
 impl Utilization {
-    /// The process's mean SM utilization over the window; NVML lists only
-    /// processes that used the GPU in a sample period, so a process missing
-    /// from a window that covers time was idle (0). `None` when the window
-    /// covers no time.
-    fn ratio(&self, pid: u32) -> Option<f64> {
-        if self.sampled_us == 0 {
-            return None;
+    /// From NVML's entries: the newest possible one per pid (an entry over
+    /// 100 % is impossible and dropped).
+    fn from_entries(mut entries: Vec<ProcessEntry>) -> Self {
+        entries.retain(|&(_, _, sm)| sm <= 100);
+        entries.sort_unstable_by_key(|&(pid, ts, _)| (pid, std::cmp::Reverse(ts)));
+        entries.dedup_by_key(|&mut (pid, _, _)| pid);
+        Utilization {
+            percent: entries.into_iter().map(|(pid, _, sm)| (pid, sm)).collect(),
         }
-        let busy = self
-            .busy
+    }
+
+    /// The process's mean SM utilization over the window; NVML lists only
+    /// processes that used the GPU in it, so a process missing was idle (0).
+    fn ratio(&self, pid: u32) -> f64 {
+        self.percent
             .iter()
             .find(|(p, _)| *p == pid)
-            .map_or(0, |(_, busy)| *busy);
-        Some((busy as f64 / self.sampled_us as f64 / 100.0).min(1.0))
+            .map_or(0.0, |&(_, sm)| sm as f64 / 100.0)
     }
 }
 
 /// Reads the GPU engine's samples since the previous run, then
-/// `nvmlDeviceGetProcessUtilization` over the time they cover, and integrates
-/// each process over the GPU's intervals (`nvml::samples`); `None` when
-/// nothing can be read. The process entries are fetched after the GPU's
-/// samples and from the start of their window, so that an entry newer than
-/// the GPU's newest sample counts in the next run, and after a clock step (the
-/// GPU's whole buffer read again) the entries are too.
+/// `nvmlDeviceGetProcessUtilization` from the start of the window they
+/// cover, so that a process's mean covers the GPU's window (after a clock
+/// step, the GPU's whole buffer read again, so is the process's); `None`
+/// when nothing can be read or the window covers no time.
 fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
-    let recalled = recall_carry(reader, KEY);
+    let previous = previous_carry(reader, Stream::Processes);
     let Outcome::Read { carry, window } =
-        samples::read(reader, Engine::Gpu.sampling_type(), recalled)
+        samples::read(reader, Engine::Gpu.sampling_type(), previous)
     else {
         return None;
     };
     if reader.keeps_totals() && carry != Carry::default() {
-        reader.remember(KEY, carry.render());
+        reader.next_state().carries.insert(Stream::Processes, carry);
     }
     let window = window?;
+    if window.intervals.iter().all(|i| i.claimed_us == 0) {
+        return None;
+    }
     let since = window.intervals.first()?.start_us;
     let call = "nvmlDeviceGetProcessUtilization";
-    let entries = match samples::fetch_processes(reader, since)? {
-        Ok(entries) => entries,
+    match samples::fetch_processes(reader, since)? {
+        Ok(entries) => Some(Utilization::from_entries(entries)),
         Err(error) => {
             // Unsupported is logged at debug level only; others are counted.
             reader.note(call, &error);
-            return None;
+            None
         }
-    };
-    Some(Utilization {
-        busy: samples::integrate_processes(&window.intervals, &entries),
-        sampled_us: window.intervals.iter().map(|i| i.claimed_us).sum(),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -115,14 +114,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_missing_pid_was_idle_and_no_window_gives_no_ratio() {
-        let utilization = Utilization {
-            busy: vec![(7, 50 * 1000)],
-            sampled_us: 1000,
-        };
-        assert_eq!(utilization.ratio(7), Some(0.5));
-        assert_eq!(utilization.ratio(8), Some(0.0));
-        let empty = Utilization::default();
-        assert_eq!(empty.ratio(7), None);
+    fn one_entry_per_process_is_its_mean_and_a_missing_pid_was_idle() {
+        let utilization =
+            Utilization::from_entries(vec![(7, 10, 40), (7, 20, 50), (9, 20, 101), (8, 5, 25)]);
+        assert_eq!(utilization.ratio(7), 0.5);
+        assert_eq!(utilization.ratio(8), 0.25);
+        assert_eq!(utilization.ratio(9), 0.0);
+        assert_eq!(utilization.ratio(6), 0.0);
     }
 }

@@ -1,9 +1,17 @@
-//! Temperatures, temperature thresholds and fans.
+//! Temperatures, temperature thresholds and fans, the thermal margin with the
+//! margins at which the GPU slows down and shuts down, and the time the clocks
+//! were held down for heat and power brake.
 
-use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
-use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_MEMORY_TEMP;
+use nvml_wrapper::enum_wrappers::device::TemperatureThreshold;
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, NVML_FI_DEV_MEMORY_TEMP,
+    NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
+};
 
 use crate::metrics;
+use crate::nvml::fields::{self, Field};
 use crate::nvml::reader::DeviceReader;
 
 /// Thresholds read, with their `threshold` label values.
@@ -14,17 +22,50 @@ const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
     (TemperatureThreshold::MemoryMax, "memory_max"),
 ];
 
+/// Margins at which the GPU acts, on the T.Limit scale (fixed per board: read
+/// once per driver), with their `threshold` label values. An H200 (driver
+/// 580) reads -8 and -2.
+const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
+    (NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, "shutdown"),
+    (NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "slowdown"),
+];
+
+/// Clock event times in ns, with their `reason` label values (those of
+/// `nvidia_gpu_clocks_event_active`). The ids are the bindings' (251-253);
+/// drivers from 580.82 answer them at 269-271 (`nvml::fields::driver_id`).
+/// An H200 (driver 580) reads 0 for each.
+const SLOWDOWNS: [(u32, &str); 3] = [
+    (
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+        "sw_thermal_slowdown",
+    ),
+    (
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+        "hw_thermal_slowdown",
+    ),
+    (
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        "hw_power_brake_slowdown",
+    ),
+];
+
+/// Dividing (rather than multiplying by 1e-9) keeps values exact in print.
+const NANOSECONDS_PER_SECOND: f64 = 1e9;
+
 /// Field values this collector takes from the per-GPU batch.
-pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_MEMORY_TEMP];
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_MEMORY_TEMP,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+];
 
 /// More fans than any board has (boards have one to four).
 const MAX_FANS: u32 = 16;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    if let Some(celsius) = reader.read("nvmlDeviceGetTemperature", |d| {
-        d.temperature(TemperatureSensor::Gpu)
-    }) {
-        reader.gauge(metrics::TEMPERATURE, f64::from(celsius));
+    if let Some(celsius) = reader.gpu_temperature() {
+        reader.gauge(metrics::TEMPERATURE, celsius);
     }
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
     if let Some(celsius) = reader.field(NVML_FI_DEV_MEMORY_TEMP) {
@@ -56,6 +97,26 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         }
     }
     read_margin(reader);
+    for (field, label) in MARGIN_THRESHOLDS {
+        let key = format!("margin_threshold.{label}");
+        if let Some(Some(celsius)) = reader.read_fixed(&key, fields::CALL, |d| {
+            fields::read_one(
+                d,
+                Field {
+                    id: field,
+                    scope: 0,
+                },
+            )
+        }) {
+            reader.push(metrics::TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius));
+        }
+    }
+    for (field, label) in SLOWDOWNS {
+        if let Some(nanoseconds) = reader.field(field) {
+            reader
+                .push(metrics::SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
+        }
+    }
 }
 
 /// The thermal margin (T.Limit): degrees below the nearest slowdown threshold,

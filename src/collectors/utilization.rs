@@ -12,6 +12,7 @@ use nvml_wrapper_sys::bindings::{
 use crate::metrics::{self, Labelled};
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};
+use crate::state::schema::Stream;
 
 /// One NVML sampling engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,31 +53,34 @@ impl Engine {
         }
     }
 
-    /// The state key of its carry: a `boot.` entry, kept across a driver
-    /// change within the boot (see `state`).
-    fn key(self) -> String {
-        format!("boot.util.{}", self.label())
+    /// The stream whose carry the state keeps for it.
+    fn stream(self) -> Stream {
+        match self {
+            Engine::Gpu => Stream::Gpu,
+            Engine::Memory => Stream::Memory,
+            Engine::Encoder => Stream::Encoder,
+            Engine::Decoder => Stream::Decoder,
+        }
     }
 }
 
-/// The carry remembered under `key`, if it is one (a damaged entry starts the
-/// totals afresh).
-pub(super) fn recall_carry(reader: &DeviceReader<'_>, key: &str) -> Option<Carry> {
-    let recalled = reader.recall(key)?;
-    let carry = Carry::parse(recalled);
-    if carry.is_none() {
-        log::debug!("state entry {key} unusable; starting its totals afresh");
+/// The carry the previous run left for `stream`, if it can be one (an
+/// impossible one starts the totals afresh).
+pub(super) fn previous_carry(reader: &DeviceReader<'_>, stream: Stream) -> Option<Carry> {
+    let carry = *reader.previous_state().carries.get(&stream)?;
+    if !carry.is_possible() {
+        log::debug!("the state's carry of {stream:?} is impossible; starting its totals afresh");
+        return None;
     }
-    carry
+    Some(carry)
 }
 
 /// Reads `engine`'s samples since the previous run and pushes its ratio (if
 /// any sample is new) and its busy and sampled totals. False where NVML keeps
 /// no samples for it: the caller falls back to a point reading.
 pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool {
-    let key = engine.key();
-    let recalled = recall_carry(reader, &key);
-    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling_type(), recalled)
+    let previous = previous_carry(reader, engine.stream());
+    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling_type(), previous)
     else {
         return false;
     };
@@ -94,7 +98,7 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
         return true;
     }
     if carry != Carry::default() {
-        reader.remember(&key, carry.render());
+        reader.next_state().carries.insert(engine.stream(), carry);
     }
     for (family, value) in [
         (metrics::BUSY, carry.busy_seconds()),

@@ -1,13 +1,13 @@
 //! XIDs, SXids and GPUs fallen off the bus, counted exactly between runs from
 //! the kernel log's events ([`crate::kernel_log`]) into this boot's totals in
-//! the state (host entries `xid.*`): XIDs and fallen-off lines by GPU (the
+//! the state (its `xid` field): XIDs and fallen-off lines by GPU (the
 //! line's bus id against the snapshot's GPUs, else unattributed by bus id),
 //! SXids by switch, bus id, code and severity.
 //!
 //! Recounting: with no position left (the source changed, or journalctl
 //! refused the cursor and no time of its entry is kept) or an impossible
 //! stored count, this boot
-//! is recounted from its start into separate totals (`xid.recount.*`) while
+//! is recounted from its start into separate totals (`recount`) while
 //! the old ones stay published, so no series goes backwards; once it reaches
 //! the end of the log each count becomes the larger of the two. That is exact:
 //! a read from the boot's start sees every line the old counts came from plus
@@ -29,98 +29,7 @@ use crate::state::boot_id;
 /// (at most 10,000) stays below 2^53, exact as an `f64` and plausible.
 pub const MAX_COUNT: u64 = 1 << 32;
 
-/// The prefix of every state entry of this module.
-pub const STATE_PREFIX: &str = "xid.";
-
-/// What a series counts (the labels of each in [`KINDS`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    Xid,
-    XidUnattributed,
-    FallenOffBus,
-    FallenOffBusUnattributed,
-    SXid,
-}
-
-/// Each kind's state key start and number of labels (none holds a dot).
-const KINDS: [(Kind, &str, usize); 5] = [
-    (Kind::Xid, "gpu.", 2),                             // UUID, code
-    (Kind::XidUnattributed, "bus.", 2),                 // bus id, code
-    (Kind::FallenOffBus, "fallen.gpu.", 1),             // UUID
-    (Kind::FallenOffBusUnattributed, "fallen.bus.", 1), // bus id
-    (Kind::SXid, "sxid.", 4),                           // switch, bus id, code, severity
-];
-
-/// One counted series: its kind and label values.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Series(pub Kind, pub Vec<String>);
-
-impl Series {
-    /// Its state key (after the prefix): `gpu.<uuid>.<code>`, `bus.<bus>.<code>`,
-    /// `fallen.gpu.<uuid>`, `fallen.bus.<bus>`, `sxid.<switch>.<bus>.<code>.<severity>`.
-    fn key(&self) -> String {
-        let start = KINDS
-            .iter()
-            .find(|(kind, ..)| *kind == self.0)
-            .map_or("", |k| k.1);
-        format!("{start}{}", self.1.join("."))
-    }
-
-    fn from_key(key: &str) -> Option<Series> {
-        KINDS.into_iter().find_map(|(kind, start, labels)| {
-            let values: Vec<String> = key
-                .strip_prefix(start)?
-                .split('.')
-                .map(str::to_owned)
-                .collect();
-            let valid = values.len() == labels && values.iter().all(|v| !v.is_empty());
-            valid.then_some(Series(kind, values))
-        })
-    }
-
-    /// The series of `event`, attributed to `gpus` (normalised bus id → UUID).
-    fn of(event: Event, gpus: &BTreeMap<String, String>) -> Series {
-        use Kind::*;
-        let (mine, none, bus, code) = match event {
-            Event::Xid { bus, code } => (Xid, XidUnattributed, bus, Some(code)),
-            Event::FallenOffBus { bus } => (FallenOffBus, FallenOffBusUnattributed, bus, None),
-            Event::SXid {
-                switch,
-                bus,
-                code,
-                severity,
-            } => {
-                let labels = [switch.to_string(), bus, code.to_string(), severity.into()];
-                return Series(SXid, labels.into());
-            }
-        };
-        let (kind, who) = match gpus.get(&bus) {
-            Some(uuid) => (mine, uuid.clone()),
-            None => (none, bus),
-        };
-        let mut labels = vec![who];
-        labels.extend(code.map(|code| code.to_string()));
-        Series(kind, labels)
-    }
-}
-
-/// Counts per series.
-pub type Totals = BTreeMap<Series, u64>;
-
-/// The running totals and the read position, as kept in the state.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// The source the position belongs to ([`Source::label`]); empty before
-    /// the first read of a boot.
-    pub source: String,
-    /// Set while no kernel log can be read, so that this is said once.
-    pub unavailable: bool,
-    pub position: Position,
-    /// The totals published: this boot's events up to the position.
-    pub totals: Totals,
-    /// A recount of this boot from its start, under way.
-    pub recount: Option<Totals>,
-}
+pub use crate::state::schema::{SxidCount, XidCounts as Counts, XidTotals as Totals};
 
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
@@ -133,12 +42,12 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
         log::warn!("cannot count XID errors: {error}");
         return Err(error.into());
     };
-    if !run.memory.continues_totals() {
+    if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
         return Err("the state cannot be used this run; the XID counts are left out".into());
     }
-    let (mut counts, damage) = Counts::from_state(run.memory.host());
-    if let Some(damage) = damage {
+    let mut counts = run.state.previous().xid.clone();
+    if let Some(damage) = take_damage(&mut counts) {
         log::warn!(
             "the state holds an impossible XID count ({damage}); ignoring it and recounting \
              this boot's kernel log from its start"
@@ -160,7 +69,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
         Some(source) => counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until),
     };
     add_samples(&counts, run.snapshot);
-    run.memory.replace_host(STATE_PREFIX, counts.to_state());
+    run.state.set_xid(counts);
     result
 }
 
@@ -186,22 +95,31 @@ impl Counts {
                 self.start_recount();
             }
             self.source = source.label().into();
-            self.position = Position::default();
+            self.start_over();
         }
         let mut tries = vec![self.clone()];
-        if self.position.cursor.is_some() {
+        if self.cursor.is_some() {
             let mut by_time = self.clone();
-            by_time.position.cursor = None;
-            tries.extend(by_time.position.monotonic.is_some().then_some(by_time));
+            by_time.cursor = None;
+            tries.extend(by_time.monotonic.is_some().then_some(by_time));
             let mut recount = self.clone();
             recount.start_recount();
             tries.push(recount);
         }
         let mut first_error = None;
         for mut attempt in tries {
+            let mut at = Position {
+                cursor: attempt.cursor.take(),
+                monotonic: attempt.monotonic,
+                kmsg_seq: attempt.kmsg_seq,
+            };
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let mut count = |event| count(into, event, gpus);
-            match kernel_log::read(source, &mut attempt.position, boot_id, until, &mut count) {
+            let read = kernel_log::read(source, &mut at, boot_id, until, &mut |event| {
+                count(into, event, gpus);
+            });
+            (attempt.cursor, attempt.monotonic, attempt.kmsg_seq) =
+                (at.cursor, at.monotonic, at.kmsg_seq);
+            match read {
                 Err(error) => drop(first_error.get_or_insert(error)),
                 Ok(ended) => {
                     if let Some(error) = first_error {
@@ -226,9 +144,8 @@ impl Counts {
     fn finish(&mut self, ended: Ended) -> Result<(), String> {
         let why = match ended {
             Ended::Complete => {
-                for (series, count) in self.recount.take().into_iter().flatten() {
-                    let total = self.totals.entry(series).or_default();
-                    *total = (*total).max(count);
+                if let Some(recount) = self.recount.take() {
+                    raise(&mut self.totals, recount);
                 }
                 return Ok(());
             }
@@ -247,74 +164,123 @@ impl Counts {
     /// Starts recounting this boot from its start (see the module doc).
     pub fn start_recount(&mut self) {
         self.recount = Some(Totals::default());
-        self.position = Position::default();
+        self.start_over();
     }
 
-    /// The counts kept in the state's host entries, and the damage if a
-    /// stored count was impossible (that count is left out). Entries this
-    /// module does not know are ignored.
-    pub fn from_state(host: &BTreeMap<String, String>) -> (Self, Option<String>) {
-        let (mut counts, mut damage) = (Counts::default(), None);
-        for (key, value) in host
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix(STATE_PREFIX)?, v)))
-        {
-            let position = &mut counts.position;
-            match key {
-                "source" => counts.source.clone_from(value),
-                "cursor" => position.cursor = Some(value.clone()),
-                "monotonic" => position.monotonic = value.parse().ok(),
-                "kmsg_seq" => position.kmsg_seq = value.parse().ok(),
-                "unavailable" => counts.unavailable = value == "1",
-                "recount" => drop(counts.recount.get_or_insert_with(Totals::default)),
-                _ => {
-                    let (into, series) = match key.strip_prefix("recount.") {
-                        Some(key) => (counts.recount.get_or_insert_with(Totals::default), key),
-                        None => (&mut counts.totals, key),
-                    };
-                    let Some(series) = Series::from_key(series) else {
-                        continue;
-                    };
-                    match value.parse::<u64>() {
-                        Ok(count) if count <= MAX_COUNT => drop(into.insert(series, count)),
-                        _ => drop(damage.get_or_insert(format!(
-                            "{STATE_PREFIX}{key} is {value:?}, not a count of at most {MAX_COUNT}"
-                        ))),
-                    }
-                }
-            }
-        }
-        (counts, damage)
-    }
-
-    /// The host entries that keep these counts.
-    pub fn to_state(&self) -> BTreeMap<String, String> {
-        let (at, one) = (&self.position, || "1".to_owned());
-        let words = [
-            ("source", Some(self.source.clone())),
-            ("cursor", at.cursor.clone()),
-            ("monotonic", at.monotonic.map(|m| m.to_string())),
-            ("kmsg_seq", at.kmsg_seq.map(|seq| seq.to_string())),
-            ("unavailable", self.unavailable.then(one)),
-            ("recount", self.recount.as_ref().map(|_| one())),
-        ];
-        let words = words
-            .into_iter()
-            .filter_map(|(k, v)| Some((k.to_owned(), v?)));
-        let recount = self.recount.iter().flatten();
-        let recount = recount.map(|(s, n)| (format!("recount.{}", s.key()), n.to_string()));
-        let totals = self.totals.iter().map(|(s, n)| (s.key(), n.to_string()));
-        let entries = words.chain(recount).chain(totals);
-        entries
-            .map(|(k, v)| (format!("{STATE_PREFIX}{k}"), v))
-            .collect()
+    /// Forgets the position: the next read starts at the boot's start.
+    fn start_over(&mut self) {
+        (self.cursor, self.monotonic, self.kmsg_seq) = (None, None, None);
     }
 }
 
-/// Counts `event` (attributed to `gpus`) into `totals`, saturating at
-/// [`MAX_COUNT`].
+/// Drops every impossible count (above [`MAX_COUNT`]: damage, not something
+/// the driver logged) and describes the first, if any.
+fn take_damage(counts: &mut Counts) -> Option<String> {
+    let mut damage = None;
+    let mut possible = |what: &dyn std::fmt::Display, count: u64| {
+        if count > MAX_COUNT && damage.is_none() {
+            damage = Some(format!(
+                "the count of {what} is {count}, more than {MAX_COUNT}"
+            ));
+        }
+        count <= MAX_COUNT
+    };
+    for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
+        for (id, codes) in totals.gpus.iter_mut().chain(&mut totals.unattributed) {
+            codes.retain(|code, n| possible(&format_args!("XID {code} for {id}"), *n));
+        }
+        let fallen = [
+            &mut totals.fallen_off_bus,
+            &mut totals.fallen_off_bus_unattributed,
+        ];
+        for ids in fallen {
+            ids.retain(|id, n| possible(&format_args!("{id} falling off the bus"), *n));
+        }
+        let sxid = |s: &SxidCount| format!("SXid {} of nvidia-nvswitch{}", s.code, s.switch);
+        totals.sxids.retain(|s| possible(&sxid(s), s.count));
+    }
+    damage
+}
+
+/// Raises every count of `totals` to at least the one in `recount`.
+fn raise(totals: &mut Totals, recount: Totals) {
+    let up = |at: &mut u64, n: u64| *at = (*at).max(n);
+    for (mine, theirs) in [
+        (&mut totals.gpus, recount.gpus),
+        (&mut totals.unattributed, recount.unattributed),
+    ] {
+        for (id, codes) in theirs {
+            let into = mine.entry(id).or_default();
+            codes
+                .into_iter()
+                .for_each(|(code, n)| up(into.entry(code).or_default(), n));
+        }
+    }
+    for (mine, theirs) in [
+        (&mut totals.fallen_off_bus, recount.fallen_off_bus),
+        (
+            &mut totals.fallen_off_bus_unattributed,
+            recount.fallen_off_bus_unattributed,
+        ),
+    ] {
+        theirs
+            .into_iter()
+            .for_each(|(id, n)| up(mine.entry(id).or_default(), n));
+    }
+    for sxid in recount.sxids {
+        let n = sxid.count;
+        up(&mut sxid_entry(&mut totals.sxids, sxid).count, n);
+    }
+}
+
+/// The record of `sxids` for the series of `key` (its count aside), added at
+/// 0 if missing.
+fn sxid_entry(sxids: &mut Vec<SxidCount>, key: SxidCount) -> &mut SxidCount {
+    let same = |s: &SxidCount| {
+        (s.switch, &s.pci_bus_id, s.code, &s.severity)
+            == (key.switch, &key.pci_bus_id, key.code, &key.severity)
+    };
+    let at = match sxids.iter().position(same) {
+        Some(at) => at,
+        None => {
+            sxids.push(SxidCount { count: 0, ..key });
+            sxids.len() - 1
+        }
+    };
+    &mut sxids[at]
+}
+
+/// Counts `event` (attributed to `gpus`: normalised bus id → UUID) into
+/// `totals`, saturating at [`MAX_COUNT`].
 fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<String, String>) {
-    let total = totals.entry(Series::of(event, gpus)).or_default();
+    let total = match event {
+        Event::Xid { bus, code } => {
+            let codes = match gpus.get(&bus) {
+                Some(uuid) => totals.gpus.entry(uuid.clone()),
+                None => totals.unattributed.entry(bus),
+            };
+            codes.or_default().entry(code).or_default()
+        }
+        Event::FallenOffBus { bus } => match gpus.get(&bus) {
+            Some(uuid) => totals.fallen_off_bus.entry(uuid.clone()).or_default(),
+            None => totals.fallen_off_bus_unattributed.entry(bus).or_default(),
+        },
+        Event::SXid {
+            switch,
+            bus,
+            code,
+            severity,
+        } => {
+            let key = SxidCount {
+                switch,
+                pci_bus_id: bus,
+                code,
+                severity: severity.into(),
+                count: 0,
+            };
+            &mut sxid_entry(&mut totals.sxids, key).count
+        }
+    };
     *total = total.saturating_add(1).min(MAX_COUNT);
 }
 
@@ -324,34 +290,42 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<String, String>) {
 /// samples. Down GPUs keep theirs: the counts come from the kernel log. A
 /// recount under way is not published (see the module doc).
 pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
+    let totals = &counts.totals;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
-        let uuid = &device.uuid;
-        let mine = |kind| {
-            counts
-                .totals
-                .iter()
-                .filter(move |(s, _)| s.0 == kind && s.1[0] == *uuid)
-        };
-        let xids: Vec<(&String, u64)> = mine(Kind::Xid).map(|(s, n)| (&s.1[1], *n)).collect();
-        let total = xids.iter().fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
-        let fallen: u64 = mine(Kind::FallenOffBus).map(|(_, n)| *n).sum();
-        let mut samples = vec![metrics::XID_ERRORS.sample(total as f64)];
-        for (code, n) in xids {
-            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.clone()], n as f64));
+        let codes = totals.gpus.get(&device.uuid).into_iter().flatten();
+        let total = codes
+            .clone()
+            .fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
+        let fallen = totals
+            .fallen_off_bus
+            .get(&device.uuid)
+            .copied()
+            .unwrap_or(0);
+        let samples = &mut device.samples;
+        samples.push(metrics::XID_ERRORS.sample(total as f64));
+        for (code, n) in codes {
+            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], *n as f64));
         }
         samples.push(metrics::FALLEN_OFF_BUS.sample(fallen as f64));
-        device.samples.extend(samples);
     }
-    for (Series(kind, labels), n) in &counts.totals {
-        let (n, l) = (*n as f64, |i: usize| labels[i].clone());
-        snapshot.host.push(match kind {
-            Kind::XidUnattributed => metrics::XID_UNATTRIBUTED.sample_with([l(0), l(1)], n),
-            Kind::FallenOffBusUnattributed => {
-                metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([l(0)], n)
-            }
-            Kind::SXid => metrics::NVSWITCH_SXID_ERRORS.sample_with([l(0), l(1), l(2), l(3)], n),
-            Kind::Xid | Kind::FallenOffBus => continue,
-        });
+    let host = &mut snapshot.host;
+    for (bus, codes) in &totals.unattributed {
+        for (code, n) in codes {
+            let labels = [bus.clone(), code.to_string()];
+            host.push(metrics::XID_UNATTRIBUTED.sample_with(labels, *n as f64));
+        }
+    }
+    for (bus, n) in &totals.fallen_off_bus_unattributed {
+        host.push(metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([bus.clone()], *n as f64));
+    }
+    for s in &totals.sxids {
+        let labels = [
+            s.switch.to_string(),
+            s.pci_bus_id.clone(),
+            s.code.to_string(),
+            s.severity.clone(),
+        ];
+        host.push(metrics::NVSWITCH_SXID_ERRORS.sample_with(labels, s.count as f64));
     }
 }
 
@@ -385,31 +359,37 @@ mod tests {
         super::count(totals, event, &gpus());
     }
 
-    fn gpu_xid(code: &str) -> Series {
-        Series(Kind::Xid, vec!["GPU-a".into(), code.into()])
+    fn gpu_a(totals: &Totals, code: u32) -> Option<u64> {
+        totals.gpus.get("GPU-a")?.get(&code).copied()
     }
 
     #[test]
     fn counts_saturate_and_impossible_stored_counts_are_damage() {
-        let mut totals = Totals::from([(gpu_xid("79"), MAX_COUNT)]);
-        count(&mut totals, xid(79));
-        assert_eq!(totals[&gpu_xid("79")], MAX_COUNT);
-        let mut host = BTreeMap::from([
-            ("xid.source".to_owned(), "journal".to_owned()),
-            ("xid.gpu.GPU-a.13".to_owned(), MAX_COUNT.to_string()),
-        ]);
-        assert_eq!(Counts::from_state(&host).1, None);
-        for damaged in [
-            u64::MAX.to_string(),
-            "18446744073709551616".into(),
-            "-1".into(),
-        ] {
-            host.insert("xid.gpu.GPU-a.79".to_owned(), damaged.clone());
-            let (counts, damage) = Counts::from_state(&host);
-            assert!(damage.unwrap().contains("xid.gpu.GPU-a.79"), "{damaged}");
-            assert_eq!(counts.totals.get(&gpu_xid("79")), None, "{damaged}");
-            assert_eq!(counts.totals[&gpu_xid("13")], MAX_COUNT);
-        }
+        let mut counts = Counts::default();
+        let codes = BTreeMap::from([(79, MAX_COUNT), (13, MAX_COUNT)]);
+        counts.totals.gpus.insert("GPU-a".into(), codes);
+        count(&mut counts.totals, xid(79));
+        assert_eq!(gpu_a(&counts.totals, 79), Some(MAX_COUNT));
+        assert_eq!(take_damage(&mut counts), None);
+        counts
+            .totals
+            .gpus
+            .get_mut("GPU-a")
+            .unwrap()
+            .insert(79, u64::MAX);
+        let sxid = SxidCount {
+            switch: 3,
+            pci_bus_id: "00000000:04:00".into(),
+            code: 22013,
+            severity: "non_fatal".into(),
+            count: MAX_COUNT + 1,
+        };
+        counts.totals.sxids.push(sxid);
+        let damage = take_damage(&mut counts).unwrap();
+        assert!(damage.contains("XID 79 for GPU-a"), "{damage}");
+        assert_eq!(gpu_a(&counts.totals, 79), None);
+        assert_eq!(gpu_a(&counts.totals, 13), Some(MAX_COUNT));
+        assert!(counts.totals.sxids.is_empty());
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * 10_000) as f64;
         assert!(most < 2f64.powi(53));
@@ -428,68 +408,43 @@ mod tests {
         for code in [79, 79, 79, 48] {
             count(counts.recount.as_mut().unwrap(), xid(code));
         }
-        assert_eq!(counts.totals[&gpu_xid("79")], 2, "not before it ends");
+        assert_eq!(gpu_a(&counts.totals, 79), Some(2), "not before it ends");
         assert_eq!(counts.finish(Ended::Complete), Ok(()));
         assert_eq!(counts.recount, None);
-        let got = |code| counts.totals[&gpu_xid(code)];
-        assert_eq!((got("79"), got("13"), got("48")), (3, 1, 1));
+        let got = |code| gpu_a(&counts.totals, code);
+        assert_eq!((got(79), got(13), got(48)), (Some(3), Some(1), Some(1)));
     }
 
     #[test]
-    fn counts_round_trip_through_the_state() {
-        let mut counts = Counts {
-            source: "journal".into(),
-            position: Position {
-                cursor: Some("s=1;i=2;b=3;m=4;t=5;x=6".into()),
-                monotonic: Some(4),
-                kmsg_seq: None,
-            },
-            ..Counts::default()
+    fn each_event_counts_on_its_series() {
+        let mut totals = Totals::default();
+        let sxid = || Event::SXid {
+            switch: 3,
+            bus: "00000000:04:00".into(),
+            code: 22013,
+            severity: "non_fatal",
         };
+        let fallen = |bus: &str| Event::FallenOffBus { bus: bus.into() };
         let events = [
             xid(79),
-            xid(13),
+            xid(79),
             Event::Xid {
                 bus: "00000000:99:00".into(),
                 code: 79,
             },
-            Event::FallenOffBus {
-                bus: "00000000:3B:00".into(),
-            },
-            Event::FallenOffBus {
-                bus: "00000000:B3:00".into(),
-            },
-            Event::SXid {
-                switch: 3,
-                bus: "00000000:04:00".into(),
-                code: 22013,
-                severity: "non_fatal",
-            },
+            fallen("00000000:3B:00"),
+            fallen("00000000:B3:00"),
+            sxid(),
+            sxid(),
         ];
         for event in events {
-            count(&mut counts.totals, event);
+            count(&mut totals, event);
         }
-        let keys: Vec<String> = counts.to_state().into_keys().collect();
-        for key in [
-            "xid.gpu.GPU-a.79",
-            "xid.bus.00000000:99:00.79",
-            "xid.fallen.gpu.GPU-a",
-            "xid.fallen.bus.00000000:B3:00",
-            "xid.sxid.3.00000000:04:00.22013.non_fatal",
-        ] {
-            assert!(keys.iter().any(|k| k == key), "{key} in {keys:?}");
-        }
-        assert_eq!(
-            Counts::from_state(&counts.to_state()),
-            (counts.clone(), None)
-        );
-        // A recount under way, also before its first event.
-        counts.start_recount();
-        assert_eq!(
-            Counts::from_state(&counts.to_state()),
-            (counts.clone(), None)
-        );
-        count(counts.recount.as_mut().unwrap(), xid(13));
-        assert_eq!(Counts::from_state(&counts.to_state()), (counts, None));
+        assert_eq!(gpu_a(&totals, 79), Some(2));
+        assert_eq!(totals.unattributed["00000000:99:00"][&79], 1);
+        assert_eq!(totals.fallen_off_bus["GPU-a"], 1);
+        assert_eq!(totals.fallen_off_bus_unattributed["00000000:B3:00"], 1);
+        assert_eq!(totals.sxids.len(), 1);
+        assert_eq!((totals.sxids[0].count, totals.series()), (2, 5));
     }
 }

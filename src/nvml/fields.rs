@@ -4,6 +4,7 @@
 use std::mem;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::{Device as NvmlDevice, FieldIdScheme};
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
     nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT as SIGNED_INT,
@@ -13,7 +14,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, NvmlLib,
 };
 
-/// One requested field: NVML field id and scope id (the link for NVLink fields).
+/// One requested field: NVML field id, in the numbering of the bindings (CUDA
+/// 12), and scope id (the link for NVLink fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
     pub id: u32,
@@ -23,13 +25,29 @@ pub struct Field {
 /// The NVML function behind every field read.
 pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
+/// The id the loaded driver answers for `id` of the bindings' numbering.
+/// Drivers from 580.82 (CUDA 13.0 Update 1) renumbered ids 251-273: the
+/// clock event reason times 251-255 became 269-273 and power smoothing
+/// 256-273 became 251-268 (NVML reference, "Known issues"; nvml-wrapper
+/// detects the scheme from the driver version at init).
+pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
+    match (scheme, id) {
+        (FieldIdScheme::V12, id) => id,
+        (FieldIdScheme::V13Update1, 251..=255) => id + 18,
+        (FieldIdScheme::V13Update1, 256..=273) => id - 5,
+        (FieldIdScheme::V13Update1, id) => id,
+    }
+}
+
 /// Reads `fields` in one `nvmlDeviceGetFieldValues` call on `handle`: the
 /// call's own error, or one entry per field with that entry's error (a value
 /// type NVML did not document is `UnexpectedVariant`). The reader applies its
 /// error policy to both (`DeviceReader::read_fields`, `prefetch`).
+/// Ids are translated to the driver's numbering (`scheme`, see [`driver_id`]).
 pub fn fetch(
     lib: &NvmlLib,
     handle: nvmlDevice_t,
+    scheme: FieldIdScheme,
     fields: &[Field],
 ) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
     let get = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref())?;
@@ -38,7 +56,7 @@ pub fn fetch(
         .map(|field| {
             // SAFETY: nvmlFieldValue_t is plain old data; all-zero is valid.
             let mut value: nvmlFieldValue_t = unsafe { mem::zeroed() };
-            value.fieldId = field.id;
+            value.fieldId = driver_id(scheme, field.id);
             value.scopeId = field.scope;
             value
         })
@@ -65,4 +83,44 @@ pub fn fetch(
             number.ok_or(NvmlError::UnexpectedVariant(value.valueType))
         })
         .collect())
+}
+
+/// One field value of `device` at `scope` through [`fetch`]: for readings
+/// taken once per driver (`DeviceReader::read_fixed`), outside the batch.
+pub fn read_one(device: &NvmlDevice<'_>, field: Field) -> Result<f64, NvmlError> {
+    let scheme = device.nvml().field_id_scheme();
+    // SAFETY: the handle stays valid while `device` (and so NVML) lives.
+    let handle = unsafe { device.handle() };
+    fetch(device.nvml().lib(), handle, scheme, &[field])?
+        .pop()
+        .unwrap_or(Err(NvmlError::NotSupported))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvml_wrapper_sys::bindings::field_id::{
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, NVML_FI_PWR_SMOOTHING_ENABLED,
+    };
+
+    #[test]
+    fn drivers_from_580_82_answer_the_clock_event_times_at_269_to_271() {
+        let new = FieldIdScheme::V13Update1;
+        assert_eq!(
+            driver_id(new, NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
+            269
+        );
+        assert_eq!(
+            driver_id(new, NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN),
+            271
+        );
+        assert_eq!(driver_id(new, NVML_FI_PWR_SMOOTHING_ENABLED), 251);
+        for id in [1, 91, 193, 250, 274] {
+            assert_eq!(driver_id(new, id), id);
+        }
+        for id in 0..300 {
+            assert_eq!(driver_id(FieldIdScheme::V12, id), id);
+        }
+    }
 }

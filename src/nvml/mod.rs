@@ -15,11 +15,13 @@
 //! enumeration) are the NVML reads that several collectors share; `facts` is
 //! what the info read found of a GPU (its chip) that decides how they read it.
 
+pub mod fabric;
 pub mod facts;
 pub mod fields;
 pub mod mig;
 pub mod reader;
 pub mod samples;
+pub mod temperature;
 
 use std::mem::ManuallyDrop;
 use std::path::Path;

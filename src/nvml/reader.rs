@@ -10,7 +10,7 @@ use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use super::facts::GpuFacts;
 use super::fields::{self, Field};
@@ -20,6 +20,7 @@ use crate::inflight::{InFlight, Scope};
 use crate::metrics::{self, Family, Labelled, Merge};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample};
+use crate::state::schema::GpuState;
 
 /// Collects the samples of one GPU while applying the error policy.
 pub struct DeviceReader<'n> {
@@ -33,11 +34,11 @@ pub struct DeviceReader<'n> {
     /// Field values read in one batch before the collectors run (see
     /// [`Self::prefetch`]); an entry's error is handled when it is taken.
     prefetched: Vec<(u32, Option<Result<f64, NvmlError>>)>,
-    /// What the previous run remembered of this GPU.
-    recalled: BTreeMap<String, String>,
+    /// What the previous run left for this GPU.
+    previous_state: GpuState,
     /// What this run leaves for the next.
-    remembered: BTreeMap<String, String>,
-    /// See [`Self::keeps_totals`]; false until [`Self::recall_from`].
+    next_state: GpuState,
+    /// See [`Self::keeps_totals`]; false until [`Self::set_previous_state`].
     keeps_totals: bool,
     /// What the info read found (see [`Self::facts`]).
     facts: GpuFacts,
@@ -63,8 +64,8 @@ impl<'n> DeviceReader<'n> {
             fault: None,
             prefetched: Vec::new(),
             seen: Vec::new(),
-            recalled: BTreeMap::new(),
-            remembered: BTreeMap::new(),
+            previous_state: GpuState::default(),
+            next_state: GpuState::default(),
             keeps_totals: false,
             facts: GpuFacts::default(),
             mig_mode: None,
@@ -182,8 +183,9 @@ impl<'n> DeviceReader<'n> {
         if requests.is_empty() {
             return Vec::new();
         }
+        let scheme = self.device.nvml().field_id_scheme();
         match self.read_raw(fields::CALL, |lib, handle| {
-            fields::fetch(lib, handle, requests)
+            fields::fetch(lib, handle, scheme, requests)
         }) {
             Some(values) => values.into_iter().map(Some).collect(),
             None => requests.iter().map(|_| None).collect(),
@@ -236,7 +238,7 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// The GPU's MIG mode (current and pending), read through NVML the first
-    /// time a collector asks in this run and remembered for the others.
+    /// time a collector asks in this run and kept for the others.
     pub fn mig_mode(&mut self) -> Option<MigMode> {
         if let Some(mode) = &self.mig_mode {
             return mode.clone();
@@ -247,7 +249,7 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// The GPU's running compute processes, read the first time a collector
-    /// asks in this run and remembered for the others.
+    /// asks in this run and kept for the others.
     pub fn compute_processes(&mut self) -> Option<Vec<ProcessInfo>> {
         if let Some(processes) = &self.compute_processes {
             return processes.clone();
@@ -260,26 +262,19 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// A reading that does not change while the driver is loaded (a property
-    /// of the board): the value the previous run remembered under `key` (the
-    /// state keeps it only under the same driver), else read through `call`
-    /// and remembered. `Some(None)`: NVML does not support it (remembered
-    /// too, logged at debug level); `None`: the read failed (counted, and read
-    /// again next run) or the GPU is down.
-    pub fn read_fixed<T: std::str::FromStr + ToString>(
+    /// of the board): the value the previous run left under `name` in the
+    /// state's fixed readings (kept only under the same driver), else read
+    /// through `call`; kept for the next run either way. `Some(None)`: NVML
+    /// does not support it (kept too, logged at debug level); `None`: the
+    /// read failed (counted, and read again next run) or the GPU is down.
+    pub fn read_fixed(
         &mut self,
-        key: &str,
+        name: &str,
         call: &'static str,
-        read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
-    ) -> Option<Option<T>> {
-        /// Remembered where NVML does not support the reading.
-        const NOT_SUPPORTED: &str = "not_supported";
-        let recalled = match self.recall(key) {
-            Some(NOT_SUPPORTED) => Some(None),
-            Some(text) => text.parse().ok().map(Some),
-            None => None,
-        };
-        let value = match recalled {
-            Some(value) => value,
+        read: impl FnOnce(&NvmlDevice<'n>) -> Result<u32, NvmlError>,
+    ) -> Option<Option<u32>> {
+        let value = match self.previous_state.fixed.get(name) {
+            Some(&value) => value,
             None => match self.try_read(call, read)? {
                 Ok(value) => Some(value),
                 Err(error) if unsupported(&error) => {
@@ -292,23 +287,20 @@ impl<'n> DeviceReader<'n> {
                 }
             },
         };
-        let text = value
-            .as_ref()
-            .map_or(NOT_SUPPORTED.to_owned(), T::to_string);
-        self.remember(key, text);
+        self.next_state.fixed.insert(name.to_owned(), value);
         Some(value)
     }
 
-    /// Hands the reader what the previous run remembered of this GPU, and
-    /// whether this GPU's running totals can continue from run to run
+    /// Hands the reader what the previous run left for this GPU, and whether
+    /// this GPU's running totals can continue from run to run
     /// ([`Self::keeps_totals`]).
-    pub fn recall_from(&mut self, memory: BTreeMap<String, String>, keeps_totals: bool) {
-        self.recalled = memory;
+    pub fn set_previous_state(&mut self, state: GpuState, keeps_totals: bool) {
+        self.previous_state = state;
         self.keeps_totals = keeps_totals;
     }
 
     /// Whether running totals (counters kept in the state) may be published
-    /// and remembered for this GPU: false when the state cannot be used or
+    /// and kept for this GPU: false when the state cannot be used or
     /// stored this run, or the GPU's identity is not its own (unknown, or a
     /// UUID two GPUs share). A counter that cannot continue would restart
     /// from 0, which `rate()` reads as a reset and a jump; it is left out.
@@ -316,15 +308,16 @@ impl<'n> DeviceReader<'n> {
         self.keeps_totals
     }
 
-    /// What the previous run remembered under `key`, if anything.
-    pub fn recall(&self, key: &str) -> Option<&str> {
-        self.recalled.get(key).map(String::as_str)
+    /// What the previous run left for this GPU.
+    pub fn previous_state(&self) -> &GpuState {
+        &self.previous_state
     }
 
-    /// Leaves `value` under `key` for the next run (a one-word key; the value
-    /// must hold no line break).
-    pub fn remember(&mut self, key: &str, value: String) {
-        self.remembered.insert(key.to_owned(), value);
+    /// What this run leaves for the next, for the collectors to fill in: it
+    /// starts empty, and the state keeps the running totals not carried
+    /// again (see `state::StateFile::store`).
+    pub fn next_state(&mut self) -> &mut GpuState {
+        &mut self.next_state
     }
 
     /// Adds a sample; a value no GPU can produce (non-finite, or outside
@@ -379,7 +372,7 @@ impl<'n> DeviceReader<'n> {
             pci_bus_id: identity.pci_bus_id.clone(),
             serial: identity.serial.clone(),
             samples: self.samples,
-            remembered: self.remembered,
+            state: Some(self.next_state),
         }
     }
 }

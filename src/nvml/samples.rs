@@ -10,7 +10,7 @@
 //! those newer than it, in the order they were taken, or `NVML_ERROR_NOT_FOUND`
 //! when there are none. Each run reads the samples since the last one the
 //! previous run consumed (the whole buffer on a first run) and keeps, in a
-//! [`Carry`] in the state: that timestamp, the sample period, and running
+//! [`Carry`] in the state (`state::schema`): that timestamp, the sample period, and running
 //! totals of busy and sampled time.
 //!
 //! The one integration rule (a sample is the average over the period that ends
@@ -31,10 +31,10 @@
 //!   timestamp, so when the system clock is behind it, the whole buffer is read
 //!   again and its samples up to now are taken ([`clock_step`]).
 //!
-//! Per-process utilization is integrated over the GPU engine's intervals: each
-//! process entry counts for the interval of the GPU sample whose period holds
-//! its timestamp, so a process and its GPU share one window, one period and one
-//! gap rule, and a process alone on a GPU reads what the GPU reads.
+//! Per-process utilization is NVML's own mean over the GPU's samples newer
+//! than the `lastSeenTimeStamp` it is asked with, one entry per process
+//! ([`fetch_processes`]): asked from the start of the GPU's window, it covers
+//! the same window.
 //!
 //! The totals only grow: within a boot the state keeps them across GPU resets
 //! and driver reloads; a lost or damaged state starts them at 0, which
@@ -50,53 +50,7 @@ use nvml_wrapper_sys::bindings::{
 
 use super::reader::DeviceReader;
 
-/// What one stream carries from run to run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Carry {
-    /// Timestamp (µs of CPU wall clock) of the last sample consumed; 0: none.
-    pub last_us: u64,
-    /// The sample period observed last; 0: not known yet.
-    pub period_us: u64,
-    /// Busy time so far: the sum of percent × µs.
-    pub busy_percent_us: u64,
-    /// Time the consumed samples covered so far, µs.
-    pub sampled_us: u64,
-}
-
-impl Carry {
-    /// Parses `last period busy sampled`; `None` for anything else.
-    pub fn parse(text: &str) -> Option<Carry> {
-        let numbers: Vec<u64> = text
-            .split(' ')
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let [last_us, period_us, busy_percent_us, sampled_us] = numbers[..] else {
-            return None;
-        };
-        (busy_percent_us <= sampled_us.saturating_mul(100)).then_some(Carry {
-            last_us,
-            period_us,
-            busy_percent_us,
-            sampled_us,
-        })
-    }
-
-    pub fn render(&self) -> String {
-        format!(
-            "{} {} {} {}",
-            self.last_us, self.period_us, self.busy_percent_us, self.sampled_us
-        )
-    }
-
-    pub fn busy_seconds(&self) -> f64 {
-        self.busy_percent_us as f64 / 1e8
-    }
-
-    pub fn sampled_seconds(&self) -> f64 {
-        self.sampled_us as f64 / 1e6
-    }
-}
+pub use crate::state::schema::Carry;
 
 /// The time one consumed sample stands for: `(start, end]` in µs, and how
 /// much of it is claimed (0 for a dropped or duplicate sample).
@@ -200,38 +154,6 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
 /// One process's entry as NVML gave it: pid, timestamp (µs), SM percent.
 pub type ProcessEntry = (u32, u64, u64);
 
-/// Per-process busy time (percent × µs) over the GPU's `intervals`: an entry
-/// counts for the claimed part of the interval that holds its timestamp, once
-/// per pid and interval; entries outside every interval (older than the
-/// window, or beyond the GPU's newest sample) and impossible values claim
-/// nothing. Returns `(pid, busy_percent_us)` in pid order.
-pub fn integrate_processes(intervals: &[Interval], entries: &[ProcessEntry]) -> Vec<(u32, u64)> {
-    let mut counted: Vec<(u32, usize)> = Vec::new();
-    let mut busy: Vec<(u32, u64)> = Vec::new();
-    for &(pid, ts, sm) in entries {
-        if sm > 100 {
-            continue;
-        }
-        let Some(slot) = intervals
-            .iter()
-            .position(|i| ts > i.start_us && ts <= i.end_us)
-        else {
-            continue;
-        };
-        if counted.contains(&(pid, slot)) {
-            continue;
-        }
-        counted.push((pid, slot));
-        let add = sm * intervals[slot].claimed_us;
-        match busy.iter_mut().find(|(p, _)| *p == pid) {
-            Some((_, total)) => *total += add,
-            None => busy.push((pid, add)),
-        }
-    }
-    busy.sort_unstable();
-    busy
-}
-
 /// How far behind our last timestamp the system clock must be before the
 /// buffer is read again as after a clock step (NVML stamps samples shortly
 /// before we read them; a second covers any skew between the two).
@@ -264,15 +186,15 @@ pub enum Outcome {
     },
 }
 
-/// Reads the samples of `sampling_type` since `recalled` (the stream's carry
+/// Reads the samples of `sampling_type` since `previous` (the stream's carry
 /// from the previous run, `None` for none or damaged) and integrates them,
 /// rereading the whole buffer after a clock step.
 pub fn read(
     reader: &mut DeviceReader<'_>,
     sampling_type: nvmlSamplingType_t,
-    recalled: Option<Carry>,
+    previous: Option<Carry>,
 ) -> Outcome {
-    let carry = recalled.unwrap_or_default();
+    let carry = previous.unwrap_or_default();
     let answer = match fetch_samples(reader, sampling_type, carry.last_us) {
         None => None,
         Some(Err(error)) if super::unsupported(&error) => {
@@ -554,60 +476,6 @@ mod tests {
         assert_eq!(window.ratio, Some(0.0));
         let claimed: u64 = window.intervals.iter().map(|i| i.claimed_us).sum();
         assert_eq!(claimed, window.carry.sampled_us);
-    }
-
-    #[test]
-    fn a_process_reads_what_its_gpu_reads_over_a_window_longer_than_the_buffer() {
-        // Runs 15 s apart, a 71-sample (14.2 s) buffer, the GPU and its one
-        // process busy 1 s / idle 1 s.
-        let busy = |ts: u64| {
-            if (ts / (1000 * MS)).is_multiple_of(2) {
-                100
-            } else {
-                0
-            }
-        };
-        let buffer_at = |end: u64| -> Vec<Point> {
-            (0..71u64)
-                .map(|k| end - (70 - k) * 200 * MS)
-                .map(|ts| (ts, busy(ts)))
-                .collect()
-        };
-        let first = integrate(Carry::default(), &buffer_at(100_000 * MS), true);
-        let second = integrate(first.carry, &buffer_at(115_000 * MS), true);
-        let entries: Vec<ProcessEntry> = buffer_at(115_000 * MS)
-            .into_iter()
-            .filter(|&(_, percent)| percent > 0)
-            .map(|(ts, percent)| (4242, ts, percent))
-            .collect();
-        let processes = integrate_processes(&second.intervals, &entries);
-        let sampled: u64 = second.intervals.iter().map(|i| i.claimed_us).sum();
-        let process_ratio = processes[0].1 as f64 / sampled as f64 / 100.0;
-        let gpu_ratio = second.ratio.unwrap();
-        assert!(
-            (process_ratio - gpu_ratio).abs() < 0.01,
-            "{process_ratio} {gpu_ratio}"
-        );
-        assert!((gpu_ratio - 0.5).abs() < 0.02, "{gpu_ratio}");
-        // An entry older than the window or listed twice claims nothing more.
-        let mut doubled = entries.clone();
-        doubled.extend_from_slice(&entries);
-        doubled.push((4242, 1_000, 100));
-        assert_eq!(integrate_processes(&second.intervals, &doubled), processes);
-    }
-
-    #[test]
-    fn carry_round_trips_and_refuses_nonsense() {
-        let carry = Carry {
-            last_us: 1_717_200_000_000_000,
-            period_us: 200_000,
-            busy_percent_us: 100,
-            sampled_us: 1,
-        };
-        assert_eq!(Carry::parse(&carry.render()), Some(carry));
-        assert_eq!(Carry::parse("1 2 3"), None);
-        assert_eq!(Carry::parse("1 2 301 3"), None);
-        assert_eq!(Carry::parse("a b c d"), None);
     }
 
     #[test]

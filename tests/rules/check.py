@@ -437,6 +437,10 @@ def exporter_output(binary, fake):
                  [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", "--journal-dir", xid_journal(),
                   "--state-dir", temporary_directory("xid-state.")],
                  dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "h100x8.toml"))))
+    # a GPU stuck in a call: down with reason timeout, the other GPU as read
+    runs.append(("fault-device-hang.toml (GPU 1 hangs)",
+                 [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *no_state],
+                 dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "fault-device-hang.toml"))))
     # and the reasons the collector writes when NVML cannot even be loaded
     runs.append(("no library", [binary, "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--stdout", *no_state],
                  dict(os.environ)))

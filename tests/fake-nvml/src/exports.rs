@@ -9,7 +9,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::ffi::*;
-use crate::scenario::{pattern_value, Gpu, Memory, Scenario, Text, CLOCK_ENV, MAX_MIG_SLOTS};
+use crate::scenario::{
+    pattern_value, Gpu, Memory, Scenario, Text, CLOCK_ENV, DEFAULT_CLOCK_US, MAX_MIG_SLOTS,
+};
 use crate::state::{
     device_call, gpu_call, gpu_handle, guard, handle_by_index, init, loaded, mig_handle,
     sample_alloc, sample_free, sample_live, sample_take, sample_taken, shutdown, system_call,
@@ -361,6 +363,67 @@ export! {
         put(temp, d.gpu().temperature)
     }
 
+    fn nvmlDeviceGetTemperatureV(device: nvmlDevice_t, temperature: *mut nvmlTemperature_t) {
+        let d = device_call(SYM, device, !temperature.is_null(), OnMig::NotSupported)?;
+        if (*temperature).version != NVML_TEMPERATURE_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        if (*temperature).sensorType != 0 {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let celsius = d.gpu().temperature.ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        // A sentinel beyond the signed range stays one (INT_MAX), rather
+        // than wrapping to a plausible -1.
+        (*temperature).temperature = c_int::try_from(celsius).unwrap_or(c_int::MAX);
+        Ok(())
+    }
+
+    fn nvmlDeviceGetGpuFabricInfo(device: nvmlDevice_t, gpuFabricInfo: *mut nvmlGpuFabricInfo_t) {
+        let d = device_call(SYM, device, !gpuFabricInfo.is_null(), OnMig::NotSupported)?;
+        let f = d.gpu().fabric.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        gpuFabricInfo.write(nvmlGpuFabricInfo_t {
+            clusterUuid: f.cluster_uuid,
+            status: f.status,
+            cliqueId: f.clique_id,
+            state: f.state,
+        });
+        Ok(())
+    }
+
+    fn nvmlDeviceGetGpuFabricInfoV(
+        device: nvmlDevice_t,
+        gpuFabricInfo: *mut nvmlGpuFabricInfo_v3_t,
+    ) {
+        let d = device_call(SYM, device, !gpuFabricInfo.is_null(), OnMig::NotSupported)?;
+        let f = d.gpu().fabric.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let version = (*gpuFabricInfo).version;
+        match (version, f.max_version) {
+            (NVML_GPU_FABRIC_INFO_V3, 3) => gpuFabricInfo.write(nvmlGpuFabricInfo_v3_t {
+                version,
+                clusterUuid: f.cluster_uuid,
+                status: f.status,
+                cliqueId: f.clique_id,
+                state: f.state,
+                healthMask: f.health_mask,
+                healthSummary: f.health_summary,
+            }),
+            (NVML_GPU_FABRIC_INFO_V2, 2) => {
+                gpuFabricInfo
+                    .cast::<nvmlGpuFabricInfo_v2_t>()
+                    .write(nvmlGpuFabricInfo_v2_t {
+                        version,
+                        clusterUuid: f.cluster_uuid,
+                        status: f.status,
+                        cliqueId: f.clique_id,
+                        state: f.state,
+                        healthMask: f.health_mask,
+                    })
+            }
+            _ => return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
+        }
+        Ok(())
+    }
+
     fn nvmlDeviceGetTemperatureThreshold(
         device: nvmlDevice_t,
         thresholdType: nvmlTemperatureThresholds_t,
@@ -463,21 +526,29 @@ export! {
         let outs_ok = valuesCount >= 0 && (valuesCount == 0 || !values.is_null());
         let d = device_call(SYM, device, outs_ok, OnMig::NotSupported)?;
         let fields = &d.gpu().fields;
+        let signed = &d.gpu().signed_fields;
         let timestamp = now_us();
         for i in 0..valuesCount as usize {
             let v = &mut *values.add(i);
-            let found = fields
-                .get(&(v.fieldId, Some(v.scopeId)))
-                .or_else(|| fields.get(&(v.fieldId, None)));
+            let key = (v.fieldId, Some(v.scopeId));
+            let any_scope = (v.fieldId, None);
+            let found = fields.get(&key).or_else(|| fields.get(&any_scope));
+            let found_signed = signed.get(&key).or_else(|| signed.get(&any_scope));
             v.timestamp = timestamp;
             v.latencyUsec = 0;
             v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-            match found {
-                Some(value) => {
+            match (found, found_signed) {
+                (Some(value), _) => {
                     v.nvmlReturn = NVML_SUCCESS;
                     v.value.ullVal = *value;
                 }
-                None => {
+                (None, Some(value)) => {
+                    v.nvmlReturn = NVML_SUCCESS;
+                    v.valueType = NVML_VALUE_TYPE_SIGNED_INT;
+                    v.value.ullVal = 0;
+                    v.value.siVal = *value;
+                }
+                (None, None) => {
                     v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
                     v.value.ullVal = 0;
                 }
@@ -826,10 +897,98 @@ export! {
 fn clock_us(scenario: &Scenario) -> Result<u64, nvmlReturn_t> {
     let env = std::env::var(CLOCK_ENV).ok();
     let wall = u64::try_from(now_us()).unwrap_or(0);
-    scenario.clock.now_us(env.as_deref(), wall).map_err(|why| {
-        eprintln!("fake-nvml: {why}");
-        NVML_ERROR_UNKNOWN
-    })
+    scenario
+        .clock
+        .now_us(
+            env.as_deref(),
+            wall,
+            scenario.recorded_at_us.unwrap_or(DEFAULT_CLOCK_US),
+        )
+        .map_err(|why| {
+            eprintln!("fake-nvml: {why}");
+            NVML_ERROR_UNKNOWN
+        })
+}
+
+/// The sample buffer of sampling type `kind` at `now` as `(timestamp,
+/// percent)`, oldest first: the recording's, else generated from the
+/// scenario's streams; `None`: not supported.
+fn sample_buffer(gpu: &Gpu, kind: c_uint, now: u64) -> Option<Vec<(u64, u32)>> {
+    if let Some(recording) = &gpu.recording {
+        return recording.samples(kind, now);
+    }
+    let buffers = gpu.samples.as_ref()?;
+    let pattern = buffers.pattern(kind)?;
+    Some(
+        buffers
+            .timestamps(now)
+            .into_iter()
+            .map(|ts| (ts, pattern_value(pattern, ts, buffers.period_us)))
+            .collect(),
+    )
+}
+
+/// `nvmlDeviceGetProcessUtilization`'s entries since `last_seen`: the
+/// recording's, else one entry per process as the H200 answers (driver 580,
+/// tests/captures/h200-load.toml): its mean SM percent over the GPU samples
+/// newer than `last_seen` (idle periods count 0), stamped with the newest of
+/// them it was busy in; a process idle over all of them is not listed.
+/// (The synthetic streams of `samples`; a `recording` answers as recorded.)
+/// `None`: not supported.
+fn process_entries(gpu: &Gpu, last_seen: u64, now: u64) -> Option<Vec<[u64; 6]>> {
+    if let Some(recording) = &gpu.recording {
+        return recording.process_entries(last_seen);
+    }
+    let buffers = gpu.samples.as_ref()?;
+    let mut stamps: Vec<u64> = buffers
+        .timestamps(now)
+        .into_iter()
+        .filter(|&ts| ts > last_seen)
+        .collect();
+    // A sample NVML returns twice (`duplicate_last`) is one sample period.
+    stamps.dedup();
+    let mut entries = Vec::new();
+    for process in gpu.processes.iter().flatten() {
+        let Some(pattern) = &process.sm else { continue };
+        let values: Vec<(u64, u64)> = stamps
+            .iter()
+            .map(|&ts| (ts, u64::from(pattern_value(pattern, ts, buffers.period_us))))
+            .collect();
+        let Some(&(newest, _)) = values.iter().rev().find(|&&(_, sm)| sm > 0) else {
+            continue;
+        };
+        let total: u64 = values.iter().map(|&(_, sm)| sm).sum();
+        let mean = (total + values.len() as u64 / 2) / values.len() as u64;
+        entries.push([u64::from(process.pid), newest, mean, 0, 0, 0]);
+    }
+    Some(entries)
+}
+
+/// NVML's sizing protocol for the sample calls: none → `NOT_FOUND`; a null
+/// buffer → the count; a count smaller than the entries → the count and
+/// `INSUFFICIENT_SIZE`; else the entries to write (none for a null
+/// buffer), the count set.
+///
+/// # Safety
+/// `count` is valid.
+unsafe fn sized<T, B>(
+    entries: Vec<T>,
+    buffer: *mut B,
+    count: *mut c_uint,
+) -> Result<Vec<T>, nvmlReturn_t> {
+    if entries.is_empty() {
+        return Err(NVML_ERROR_NOT_FOUND);
+    }
+    let n = entries.len() as c_uint;
+    let room = *count;
+    *count = n;
+    if buffer.is_null() {
+        return Ok(Vec::new());
+    }
+    if room < n {
+        return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    Ok(entries)
 }
 
 /// `NVML_VALUE_TYPE_UNSIGNED_INT`, the type of utilization samples.
@@ -849,35 +1008,20 @@ export! {
         if kind > 6 {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        let buffers = d.gpu().samples.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
-        let pattern = buffers.pattern(kind).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
-        let stamps: Vec<u64> = buffers
-            .timestamps(clock_us(&d.scenario)?)
+        let now = clock_us(&d.scenario)?;
+        let buffer = sample_buffer(d.gpu(), kind, now).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let newer: Vec<(u64, u32)> = buffer
             .into_iter()
-            .filter(|&ts| ts > lastSeenTimeStamp)
+            .filter(|&(ts, _)| ts > lastSeenTimeStamp)
             .collect();
-        if stamps.is_empty() {
-            return Err(NVML_ERROR_NOT_FOUND);
-        }
-        let n = stamps.len() as c_uint;
         *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
-        if samples.is_null() {
-            *sampleCount = n;
-            return Ok(());
-        }
-        if *sampleCount < n {
-            *sampleCount = n;
-            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
-        }
-        for (i, &ts) in stamps.iter().enumerate() {
+        let out = sized(newer, samples, sampleCount)?;
+        for (i, (ts, value)) in out.into_iter().enumerate() {
             samples.add(i).write(nvmlSample_t {
                 timeStamp: ts,
-                sampleValue: nvmlValue_t {
-                    uiVal: pattern_value(pattern, ts, buffers.period_us),
-                },
+                sampleValue: nvmlValue_t { uiVal: value },
             });
         }
-        *sampleCount = n;
         Ok(())
     }
 
@@ -888,44 +1032,21 @@ export! {
         lastSeenTimeStamp: c_ulonglong,
     ) {
         let d = device_call(SYM, device, !processSamplesCount.is_null(), OnMig::NotSupported)?;
-        let buffers = d.gpu().samples.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
-        let mut entries = Vec::new();
-        for ts in buffers.timestamps(clock_us(&d.scenario)?) {
-            if ts <= lastSeenTimeStamp {
-                continue;
-            }
-            for process in d.gpu().processes.iter().flatten() {
-                let Some(pattern) = &process.sm else { continue };
-                let sm = pattern_value(pattern, ts, buffers.period_us);
-                // NVML lists a process only for sample periods it used the GPU in.
-                if sm > 0 {
-                    entries.push(nvmlProcessUtilizationSample_t {
-                        pid: process.pid,
-                        timeStamp: ts,
-                        smUtil: sm,
-                        memUtil: 0,
-                        encUtil: 0,
-                        decUtil: 0,
-                    });
-                }
-            }
+        let now = clock_us(&d.scenario)?;
+        let entries = process_entries(d.gpu(), lastSeenTimeStamp, now)
+            .ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let out = sized(entries, utilization, processSamplesCount)?;
+        for (i, [pid, ts, sm, mem, enc, dec]) in out.into_iter().enumerate() {
+            let percent = |v: u64| v as c_uint;
+            utilization.add(i).write(nvmlProcessUtilizationSample_t {
+                pid: pid as c_uint,
+                timeStamp: ts,
+                smUtil: percent(sm),
+                memUtil: percent(mem),
+                encUtil: percent(enc),
+                decUtil: percent(dec),
+            });
         }
-        if entries.is_empty() {
-            return Err(NVML_ERROR_NOT_FOUND);
-        }
-        let n = entries.len() as c_uint;
-        if utilization.is_null() {
-            *processSamplesCount = n;
-            return Ok(());
-        }
-        if *processSamplesCount < n {
-            *processSamplesCount = n;
-            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
-        }
-        for (i, entry) in entries.into_iter().enumerate() {
-            utilization.add(i).write(entry);
-        }
-        *processSamplesCount = n;
         Ok(())
     }
 }

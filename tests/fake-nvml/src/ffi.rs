@@ -181,6 +181,8 @@ pub const NVML_FEATURE_DISABLED: nvmlEnableState_t = 0;
 pub const NVML_FEATURE_ENABLED: nvmlEnableState_t = 1;
 
 pub const NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: nvmlValueType_t = 3;
+/// `NVML_VALUE_TYPE_SIGNED_INT`
+pub const NVML_VALUE_TYPE_SIGNED_INT: nvmlValueType_t = 5;
 
 /// `NVML_VALUE_NOT_AVAILABLE` as an unsigned long long (used memory of a process
 /// that NVML cannot attribute).
@@ -233,6 +235,63 @@ pub struct nvmlMarginTemperature_t {
 /// `NVML_STRUCT_VERSION(MarginTemperature, 1)`.
 pub const NVML_MARGIN_TEMPERATURE_V1: c_uint =
     (std::mem::size_of::<nvmlMarginTemperature_t>() as c_uint) | (1 << 24);
+
+/// `nvmlTemperature_v1_t` (`nvmlDeviceGetTemperatureV`): callers set
+/// `version` to [`NVML_TEMPERATURE_V1`] and `sensorType`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlTemperature_t {
+    pub version: c_uint,
+    pub sensorType: nvmlTemperatureSensors_t,
+    pub temperature: c_int,
+}
+
+/// `NVML_STRUCT_VERSION(Temperature, 1)`.
+pub const NVML_TEMPERATURE_V1: c_uint =
+    (std::mem::size_of::<nvmlTemperature_t>() as c_uint) | (1 << 24);
+
+/// `nvmlGpuFabricInfo_t` (`nvmlDeviceGetGpuFabricInfo`, unversioned).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlGpuFabricInfo_t {
+    pub clusterUuid: [u8; 16],
+    pub status: nvmlReturn_t,
+    pub cliqueId: c_uint,
+    pub state: u8,
+}
+
+/// `nvmlGpuFabricInfo_v2_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlGpuFabricInfo_v2_t {
+    pub version: c_uint,
+    pub clusterUuid: [u8; 16],
+    pub status: nvmlReturn_t,
+    pub cliqueId: c_uint,
+    pub state: u8,
+    pub healthMask: c_uint,
+}
+
+/// `nvmlGpuFabricInfo_v3_t` (`nvmlGpuFabricInfoV_t`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlGpuFabricInfo_v3_t {
+    pub version: c_uint,
+    pub clusterUuid: [u8; 16],
+    pub status: nvmlReturn_t,
+    pub cliqueId: c_uint,
+    pub state: u8,
+    pub healthMask: c_uint,
+    pub healthSummary: u8,
+}
+
+/// `NVML_STRUCT_VERSION(GpuFabricInfo, 3)`.
+pub const NVML_GPU_FABRIC_INFO_V3: c_uint =
+    (std::mem::size_of::<nvmlGpuFabricInfo_v3_t>() as c_uint) | (3 << 24);
+
+/// `NVML_STRUCT_VERSION(GpuFabricInfo, 2)`.
+pub const NVML_GPU_FABRIC_INFO_V2: c_uint =
+    (std::mem::size_of::<nvmlGpuFabricInfo_v2_t>() as c_uint) | (2 << 24);
 
 /// `nvmlBAR1Memory_t`
 #[repr(C)]

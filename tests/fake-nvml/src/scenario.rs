@@ -44,6 +44,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetBAR1MemoryInfo",
     "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTemperatureV",
     "nvmlDeviceGetTemperatureThreshold",
     "nvmlDeviceGetMarginTemperature",
     "nvmlDeviceGetPowerUsage",
@@ -95,6 +96,8 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetSamples",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetGpuFabricInfoV",
     "nvmlGpmQueryDeviceSupport",
     "nvmlGpmSampleGet",
     "nvmlGpmMigSampleGet",
@@ -131,6 +134,9 @@ pub struct Scenario {
     /// is unset.
     #[serde(default)]
     pub clock: Clock,
+    /// A capture's time (µs): "now" of the fixed clock, so that a recording
+    /// replays at the moment it was taken.
+    pub recorded_at_us: Option<u64>,
     /// Read by the tests, which load a copy of the library in which these
     /// exports are made local (tests/fake-nvml/README.md); the fake itself
     /// only checks the names.
@@ -212,12 +218,21 @@ pub struct Gpu {
     pub nvlink_fields: bool,
     #[serde(default)]
     pub field_values: BTreeMap<String, u64>,
+    /// Like `field_values`, answered as `NVML_VALUE_TYPE_SIGNED_INT` (a
+    /// negative T.Limit threshold); a key in both is rejected.
+    #[serde(default)]
+    pub signed_field_values: BTreeMap<String, i32>,
+    /// `nvmlDeviceGetGpuFabricInfo(V)`; absent: both answer NOT_SUPPORTED.
+    pub fabric: Option<Fabric>,
     pub max_mig_device_count: Option<u32>,
     pub mig_devices: Option<Vec<MigDevice>>,
     pub processes: Option<Vec<Process>>,
     /// NVML's utilization sample buffers (`nvmlDeviceGetSamples`,
     /// `nvmlDeviceGetProcessUtilization`); absent: not supported.
     pub samples: Option<Samples>,
+    /// What a real GPU's sample calls answered, replayed instead of
+    /// `samples` (tests/nvml-capture writes it).
+    pub recording: Option<Recording>,
     /// GPM metrics of the whole GPU; present means the GPU supports GPM.
     pub gpm: Option<Gpm>,
     #[serde(default)]
@@ -231,6 +246,40 @@ pub struct Gpu {
     /// `field_values` keyed by `(fieldId, scopeId)`; filled by validation.
     #[serde(skip)]
     pub fields: HashMap<(u32, Option<u32>), u64>,
+    /// `signed_field_values` keyed likewise; filled by validation.
+    #[serde(skip)]
+    pub signed_fields: HashMap<(u32, Option<u32>), i32>,
+}
+
+/// The GPU's NVLink fabric info, raw (nvml.h `nvmlGpuFabricInfo_v3_t`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fabric {
+    /// `NVML_GPU_FABRIC_STATE_*`: 0 not supported, 1 not started, 2 in progress, 3 completed.
+    pub state: u8,
+    /// An NVML return code (0 success).
+    #[serde(default)]
+    pub status: u32,
+    /// 16 bytes.
+    #[serde(default)]
+    pub cluster_uuid: [u8; 16],
+    #[serde(default)]
+    pub clique_id: u32,
+    /// Written by struct versions 2 and 3 only.
+    #[serde(default)]
+    pub health_mask: u32,
+    /// Written by struct version 3 only.
+    #[serde(default)]
+    pub health_summary: u8,
+    /// The one struct version `nvmlDeviceGetGpuFabricInfoV` accepts (2 or 3,
+    /// default 3); any other answers ARGUMENT_VERSION_MISMATCH, as the H200
+    /// of driver 580 answers v1 and v2.
+    #[serde(default = "fabric_version")]
+    pub max_version: u32,
+}
+
+fn fabric_version() -> u32 {
+    3
 }
 
 #[derive(Debug, Deserialize)]
@@ -465,6 +514,67 @@ pub struct Process {
     pub sm: Option<Vec<u32>>,
 }
 
+/// A real GPU's answers to the sample calls, as tests/nvml-capture recorded
+/// them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recording {
+    /// `nvmlDeviceGetSamples`' buffer per engine (`gpu`, `memory`, `encoder`,
+    /// `decoder`) as `[timestamp_us, percent]`, oldest first; an engine left
+    /// out answers NOT_SUPPORTED.
+    #[serde(default)]
+    pub samples: BTreeMap<String, Vec<(u64, u32)>>,
+    /// `nvmlDeviceGetProcessUtilization`'s answers, each for the
+    /// `lastSeenTimeStamp` it was asked with; absent: NOT_SUPPORTED.
+    pub process_utilization: Option<Vec<ProcessAnswer>>,
+}
+
+/// One `nvmlDeviceGetProcessUtilization` answer of a recording.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessAnswer {
+    pub last_seen_us: u64,
+    /// `[pid, timeStamp, smUtil, memUtil, encUtil, decUtil]` as NVML wrote
+    /// them; none: NOT_FOUND.
+    pub entries: Vec<[u64; 6]>,
+}
+
+impl Recording {
+    /// The recorded samples of sampling type `kind` (1 GPU, 2 memory, 3
+    /// encoder, 4 decoder) taken at or before `now_us`.
+    pub fn samples(&self, kind: u32, now_us: u64) -> Option<Vec<(u64, u32)>> {
+        let name = ["gpu", "memory", "encoder", "decoder"].get(kind.checked_sub(1)? as usize)?;
+        let recorded = self.samples.get(*name)?;
+        Some(
+            recorded
+                .iter()
+                .copied()
+                .filter(|&(ts, _)| ts <= now_us)
+                .collect(),
+        )
+    }
+
+    /// The answer recorded for `last_seen`: the one asked with the latest
+    /// `lastSeenTimeStamp` not after it (else the earliest), its entries
+    /// newer than `last_seen`.
+    pub fn process_entries(&self, last_seen: u64) -> Option<Vec<[u64; 6]>> {
+        let answers = self.process_utilization.as_ref()?;
+        let answer = answers
+            .iter()
+            .filter(|a| a.last_seen_us <= last_seen)
+            .max_by_key(|a| a.last_seen_us)
+            .or_else(|| answers.iter().min_by_key(|a| a.last_seen_us))?;
+        Some(
+            answer
+                .entries
+                .iter()
+                .copied()
+                .filter(|e| e[1] > last_seen)
+                .collect(),
+        )
+    }
+}
+
 /// A GPU's sample buffers: every `period_us` (timestamps are multiples of
 /// it) one sample per engine, the newest `buffer` kept, generated from the
 /// clock `FAKE_NVML_CLOCK_US`.
@@ -529,14 +639,14 @@ impl Clock {
     /// "Now" in µs: `env` (the value of [`CLOCK_ENV`], if set) parsed, else
     /// this clock, with `wall_us` the system's time. An `env` that is not a
     /// number is an error naming it.
-    pub fn now_us(self, env: Option<&str>, wall_us: u64) -> Result<u64, String> {
+    pub fn now_us(self, env: Option<&str>, wall_us: u64, fixed_us: u64) -> Result<u64, String> {
         match env {
             Some(text) => text
                 .trim()
                 .parse()
                 .map_err(|_| format!("{CLOCK_ENV}={text:?} is not a number of µs")),
             None => Ok(match self {
-                Clock::Fixed => DEFAULT_CLOCK_US,
+                Clock::Fixed => fixed_us,
                 Clock::Wall => wall_us,
             }),
         }
@@ -786,6 +896,9 @@ impl Scenario {
                 )?;
                 check_text(&at(&format!("mig_devices[{m}].name")), &mig.name, MAX_TEXT)?;
             }
+            if gpu.samples.is_some() && gpu.recording.is_some() {
+                return Err(at("samples and recording exclude each other"));
+            }
             if let Some(samples) = &gpu.samples {
                 if samples.period_us == 0 || samples.buffer == 0 {
                     return Err(at("samples: period_us and buffer must be positive"));
@@ -814,7 +927,22 @@ impl Scenario {
                 })?;
                 fields.insert(parsed, *value);
             }
+            let mut signed = HashMap::new();
+            for (key, value) in &gpu.signed_field_values {
+                let parsed = parse_field_key(key).ok_or_else(|| {
+                    at(&format!(
+                        "signed_field_values: key `{key}` is neither \"fieldId\" nor \"fieldId:scopeId\""
+                    ))
+                })?;
+                if fields.contains_key(&parsed) {
+                    return Err(at(&format!(
+                        "signed_field_values: key `{key}` is in field_values too"
+                    )));
+                }
+                signed.insert(parsed, *value);
+            }
             gpu.fields = fields;
+            gpu.signed_fields = signed;
         }
         Ok(())
     }

@@ -75,6 +75,34 @@ fn layouts_match_nvml_bindings() {
         [version, marginTemperature]
     );
     same_layout!(
+        nvmlTemperature_t,
+        sys::nvmlTemperature_v1_t,
+        [version, sensorType, temperature]
+    );
+    same_layout!(
+        nvmlGpuFabricInfo_t,
+        sys::nvmlGpuFabricInfo_t,
+        [clusterUuid, status, cliqueId, state]
+    );
+    same_layout!(
+        nvmlGpuFabricInfo_v2_t,
+        sys::nvmlGpuFabricInfo_v2_t,
+        [version, clusterUuid, status, cliqueId, state, healthMask]
+    );
+    same_layout!(
+        nvmlGpuFabricInfo_v3_t,
+        sys::nvmlGpuFabricInfo_v3_t,
+        [
+            version,
+            clusterUuid,
+            status,
+            cliqueId,
+            state,
+            healthMask,
+            healthSummary
+        ]
+    );
+    same_layout!(
         nvmlViolationTime_t,
         sys::nvmlViolationTime_t,
         [referenceTime, violationTime]
@@ -252,7 +280,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 80);
+    assert_eq!(n, 83);
 }
 
 #[test]
@@ -271,9 +299,13 @@ fn scenarios_dir() -> PathBuf {
 }
 
 #[test]
-fn every_shipped_scenario_parses() {
+fn every_shipped_scenario_and_capture_parses() {
     let mut seen = 0;
-    for entry in std::fs::read_dir(scenarios_dir()).expect("tests/scenarios exists") {
+    let captures = scenarios_dir().join("../captures");
+    let files = std::fs::read_dir(scenarios_dir())
+        .expect("tests/scenarios exists")
+        .chain(std::fs::read_dir(captures).expect("tests/captures exists"));
+    for entry in files {
         let path = entry.unwrap().path();
         if path.extension().and_then(|e| e.to_str()) != Some("toml") {
             continue;
@@ -288,7 +320,7 @@ fn every_shipped_scenario_parses() {
         );
         seen += 1;
     }
-    assert!(seen >= 7, "only {seen} scenarios found");
+    assert!(seen >= 9, "only {seen} scenarios and captures found");
 }
 
 #[test]
@@ -1413,7 +1445,9 @@ fn sample_buffers_follow_the_clock_gaps_resets_and_lastseen() {
             NVML_ERROR_NOT_SUPPORTED
         );
 
-        // Per process: an entry only for a period the process used the GPU in.
+        // Per process: one entry, its mean over the samples since
+        // lastSeenTimeStamp (100, 200, 500: 30, 0, 30), stamped with the
+        // newest it was busy in, as the H200 answers.
         let mut entries = [nvmlProcessUtilizationSample_t::default(); 8];
         count = 8;
         assert_eq!(
@@ -1424,13 +1458,75 @@ fn sample_buffers_follow_the_clock_gaps_resets_and_lastseen() {
             .iter()
             .map(|e| (e.pid, e.timeStamp, e.smUtil))
             .collect();
-        assert_eq!(got, [(7, 100, 30), (7, 500, 30), (7, 500, 30)]);
+        assert_eq!(got, [(7, 500, 20)]);
+        count = 8;
+        assert_eq!(
+            nvmlDeviceGetProcessUtilization(h, entries.as_mut_ptr(), &mut count, 150),
+            NVML_SUCCESS
+        );
+        assert_eq!((count, entries[0].smUtil), (1, 15));
         assert_eq!(
             nvmlDeviceGetProcessUtilization(h, entries.as_mut_ptr(), &mut count, 500),
             NVML_ERROR_NOT_FOUND
         );
     }
     std::env::remove_var(scenario::CLOCK_ENV);
+}
+
+const RECORDED: &str = r#"
+description = "unit test: a recording replayed"
+recorded_at_us = 1000
+[[gpu]]
+processes = [ { pid = 7 } ]
+[gpu.recording]
+samples = { gpu = [[600, 50], [800, 40], [1200, 10]] }
+process_utilization = [
+    { last_seen_us = 0, entries = [[7, 800, 45, 1, 0, 0]] },
+    { last_seen_us = 700, entries = [[7, 800, 40, 1, 0, 0]] },
+]
+"#;
+
+#[test]
+fn a_recording_answers_as_recorded_at_its_own_time() {
+    let _s = start(RECORDED);
+    let h = handle(0);
+    unsafe {
+        let mut kind: nvmlValueType_t = 9;
+        let mut count: c_uint = 8;
+        let mut buf = [nvmlSample_t {
+            timeStamp: 0,
+            sampleValue: nvmlValue_t { ullVal: 0 },
+        }; 8];
+        // "now" is the recording's time: the sample at 1200 is not taken yet.
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 1, 0, &mut kind, &mut count, buf.as_mut_ptr()),
+            NVML_SUCCESS
+        );
+        let got: Vec<(u64, u32)> = buf[..count as usize]
+            .iter()
+            .map(|s| (s.timeStamp, s.sampleValue.uiVal))
+            .collect();
+        assert_eq!(got, [(600, 50), (800, 40)]);
+        assert_eq!(
+            nvmlDeviceGetSamples(h, 2, 0, &mut kind, &mut count, buf.as_mut_ptr()),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        let mut entries = [nvmlProcessUtilizationSample_t::default(); 8];
+        // The answer asked with the latest lastSeenTimeStamp not after ours.
+        for (last_seen, sm) in [(0, 45), (650, 45), (700, 40), (750, 40)] {
+            count = 8;
+            assert_eq!(
+                nvmlDeviceGetProcessUtilization(h, entries.as_mut_ptr(), &mut count, last_seen),
+                NVML_SUCCESS
+            );
+            assert_eq!((count, entries[0].pid, entries[0].smUtil), (1, 7, sm));
+        }
+        count = 8;
+        assert_eq!(
+            nvmlDeviceGetProcessUtilization(h, entries.as_mut_ptr(), &mut count, 800),
+            NVML_ERROR_NOT_FOUND
+        );
+    }
 }
 
 const WALL: &str = r#"
@@ -1451,10 +1547,13 @@ fn wall_us() -> u64 {
 fn clock_wall_follows_the_system_clock_unless_the_variable_is_set() {
     use scenario::Clock;
     // The variable wins; else the scenario's clock; `fixed` is the default.
-    assert_eq!(Clock::Fixed.now_us(None, 5), Ok(scenario::DEFAULT_CLOCK_US));
-    assert_eq!(Clock::Wall.now_us(None, 5), Ok(5));
-    assert_eq!(Clock::Wall.now_us(Some(" 520 "), 5), Ok(520));
-    let why = Clock::Wall.now_us(Some("soon"), 5).unwrap_err();
+    assert_eq!(
+        Clock::Fixed.now_us(None, 5, scenario::DEFAULT_CLOCK_US),
+        Ok(scenario::DEFAULT_CLOCK_US)
+    );
+    assert_eq!(Clock::Wall.now_us(None, 5, 0), Ok(5));
+    assert_eq!(Clock::Wall.now_us(Some(" 520 "), 5, 0), Ok(520));
+    let why = Clock::Wall.now_us(Some("soon"), 5, 0).unwrap_err();
     assert!(why.contains(scenario::CLOCK_ENV), "{why}");
     assert_eq!(scenario::parse("").unwrap().clock, Clock::Fixed);
     assert!(scenario::parse("clock = \"lunar\"\n").is_err());

@@ -7,12 +7,14 @@
 //! - [`promtool`]: `promtool check metrics` on a text;
 //! - [`journal`]: journal files with chosen kernel lines, for the xid collector;
 //! - [`checks`]: what every published file must be;
+//! - [`golden`]: golden files of the output, its per-run values replaced;
 //! - [`scenario`]: what a scenario file says the exporter must report;
 //! - [`library_without`]: a copy of the fake NVML lacking some exports.
 
 pub mod checks;
 mod elf;
 pub mod exposition;
+pub mod golden;
 pub mod journal;
 mod process;
 mod reader;

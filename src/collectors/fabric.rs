@@ -1,0 +1,48 @@
+//! The NVLink fabric of NVSwitch systems (HGX, NVL72): the GPU's registration
+//! with the Fabric Manager, its cluster and clique, and the fabric's health.
+//! Nothing on a GPU on no fabric (an H200 NVL or PCIe board answers state
+//! NOT_SUPPORTED); that answer does not change while the driver is loaded, so
+//! it is read once per driver and kept in the state.
+//!
+//! A health mask that is not zero is not a fault: each condition is a field of
+//! its own whose "does not hold" value is non-zero (see
+//! [`crate::nvml::fabric::Condition`]).
+
+use crate::metrics;
+use crate::nvml::fabric::{self, Condition, FabricState, Summary};
+use crate::nvml::reader::DeviceReader;
+
+/// The state key under which "this GPU is on a fabric" is kept per driver.
+const KEY: &str = "fabric";
+
+pub(super) fn read(reader: &mut DeviceReader<'_>) {
+    // Read once per driver: `Some(None)` is a GPU on no fabric.
+    if reader.read_fixed(KEY, fabric::CALL, |d| fabric::on_fabric(d)) != Some(Some(true)) {
+        return;
+    }
+    let Some(info) = reader.fabric_info() else {
+        return;
+    };
+    for state in FabricState::ALL {
+        let value = if state == info.state { 1.0 } else { 0.0 };
+        reader.push(metrics::FABRIC_STATE.sample_with([state.label()], value));
+    }
+    reader.gauge(metrics::FABRIC_STATUS, f64::from(info.status));
+    reader.push(
+        metrics::FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0),
+    );
+    if let Some(mask) = info.health_mask {
+        for condition in Condition::ALL {
+            if let Some(holds) = condition.holds(mask) {
+                let value = if holds { 1.0 } else { 0.0 };
+                reader.push(metrics::FABRIC_HEALTH.sample_with([condition.label()], value));
+            }
+        }
+    }
+    if let Some(summary) = info.summary {
+        for each in Summary::ALL {
+            let value = if each == summary { 1.0 } else { 0.0 };
+            reader.push(metrics::FABRIC_HEALTH_SUMMARY.sample_with([each.label()], value));
+        }
+    }
+}

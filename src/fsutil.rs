@@ -1,0 +1,279 @@
+//! The file primitives of the two modules that write files, `publish` (the
+//! textfile directory) and `state` (the state directory), each written once:
+//! opening only regular files, without following a symlink or blocking on a
+//! FIFO; a lock taken by a deadline; an atomic replace; removing the
+//! temporary files of killed runs; and work on the file system bounded by a
+//! deadline. None of them knows which directory it works in.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Why a file operation failed; each names the path involved.
+#[derive(Debug)]
+pub enum FileError {
+    /// A path that must be a regular file is not (a FIFO, a device, a
+    /// symlink, a directory).
+    NotRegularFile(PathBuf),
+    /// Creating, opening, writing, syncing, renaming or removing failed.
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileError::NotRegularFile(path) => write!(
+                f,
+                "{} is not a regular file (a FIFO, device, symlink or directory?); \
+                 remove it so the exporter can use the name",
+                path.display()
+            ),
+            FileError::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FileError::NotRegularFile(_) => None,
+            FileError::Io { source, .. } => Some(source),
+        }
+    }
+}
+
+/// The error of `action` on `path`, as a closure for `map_err`.
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
+    let path = path.to_path_buf();
+    move |source| FileError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Opens `path` with `options`, never following a symlink (`O_NOFOLLOW`)
+/// nor blocking on a FIFO (`O_NONBLOCK`), and only if it is a regular file:
+/// a symlink (`ELOOP`), a FIFO without a reader opened for writing (`ENXIO`)
+/// and anything else that is not a regular file are
+/// [`FileError::NotRegularFile`].
+pub fn open_regular(
+    path: &Path,
+    options: &mut OpenOptions,
+    action: &'static str,
+) -> Result<File, FileError> {
+    let file = options
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| match source.raw_os_error() {
+            Some(libc::ELOOP | libc::ENXIO) => FileError::NotRegularFile(path.to_path_buf()),
+            _ => io_error(action, path)(source),
+        })?;
+    if !file.metadata().map_err(io_error(action, path))?.is_file() {
+        return Err(FileError::NotRegularFile(path.to_path_buf()));
+    }
+    Ok(file)
+}
+
+/// Takes an exclusive `flock` on the lock file `path` (created mode 0600 if
+/// missing), waiting until `until`: `Ok(None)` if another process still held
+/// it then. The lock is released when the file is dropped, or by the kernel
+/// when its holder dies, so a crashed run never blocks the next.
+pub fn lock_by(path: &Path, until: Instant) -> Result<Option<File>, FileError> {
+    let file = open_regular(
+        path,
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600),
+        "open lock file",
+    )?;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(fs::TryLockError::Error(source)) => return Err(io_error("lock", path)(source)),
+        }
+    }
+}
+
+/// How [`replace`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Replace<'a> {
+    /// The temporary file's name starts with this (and ends in `.tmp`).
+    pub temp_prefix: &'a str,
+    /// The new file's mode.
+    pub mode: u32,
+    /// Whether the file and the directory are fsynced, so that the new file
+    /// survives a crash of the machine.
+    pub sync: bool,
+}
+
+/// Replaces `dir/name` with `bytes` atomically: readers see the old file or
+/// the new one, never a mix. The bytes go to a temporary file in `dir` (so
+/// that the rename cannot cross file systems), which is removed if anything
+/// fails, leaving the old file as it was.
+pub fn replace(dir: &Path, name: &str, bytes: &[u8], how: Replace<'_>) -> Result<(), FileError> {
+    let mut temp = tempfile::Builder::new()
+        .prefix(how.temp_prefix)
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io_error("create a temporary file in", dir))?;
+    let temp_path = temp.path().to_path_buf();
+    let file = temp.as_file_mut();
+    file.write_all(bytes)
+        .map_err(io_error("write", &temp_path))?;
+    file.set_permissions(Permissions::from_mode(how.mode))
+        .map_err(io_error("set permissions of", &temp_path))?;
+    if how.sync {
+        file.sync_all().map_err(io_error("sync", &temp_path))?;
+    }
+    let target = dir.join(name);
+    temp.persist(&target)
+        .map_err(|e| io_error("rename temporary file onto", &target)(e.error))?;
+    if how.sync {
+        File::open(dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io_error("sync directory", dir))?;
+    }
+    Ok(())
+}
+
+/// Removes the temporary files in `dir` (names `<prefix>….tmp`) for which
+/// `stale` says their writer is gone; returns how many were removed.
+pub fn remove_temp_files(
+    dir: &Path,
+    prefix: &str,
+    stale: impl Fn(&str) -> bool,
+) -> Result<usize, FileError> {
+    let entries = fs::read_dir(dir).map_err(io_error("list", dir))?;
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !(name.starts_with(prefix) && name.ends_with(".tmp") && stale(name)) {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(io_error("remove stale temporary file", &entry.path())(
+                    source,
+                ))
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Runs `work` on a thread of its own and waits for it until `until`: `None`
+/// if it had not ended by then. A file system can block a thread for as long
+/// as it likes (frozen with `fsfreeze`, a hung NFS server); the thread is
+/// then left behind, never joined, and whatever it holds (a lock) stays held
+/// until it ends.
+pub fn within<T: Send + 'static>(
+    until: Instant,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (sender, receiver) = mpsc::channel();
+    let spawned = thread::Builder::new().name("files".into()).spawn(move || {
+        let _ = sender.send(work());
+    });
+    if let Err(e) = spawned {
+        log::warn!("cannot start a thread for file I/O: {e}");
+        return None;
+    }
+    receiver
+        .recv_timeout(until.saturating_duration_since(Instant::now()))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_files_are_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let path =
+            std::ffi::CString::new(fifo.clone().into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        for path in [&fifo, &link] {
+            let opened = open_regular(path, OpenOptions::new().read(true), "open");
+            assert!(
+                matches!(opened, Err(FileError::NotRegularFile(_))),
+                "{path:?}"
+            );
+            let locked = lock_by(path, Instant::now());
+            assert!(
+                matches!(locked, Err(FileError::NotRegularFile(_))),
+                "{path:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lock_is_exclusive_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".lock");
+        let held = lock_by(&path, Instant::now()).unwrap().expect("first lock");
+        let started = Instant::now();
+        let until = started + Duration::from_millis(100);
+        assert!(lock_by(&path, until).unwrap().is_none(), "taken twice");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        drop(held);
+        assert!(lock_by(&path, Instant::now()).unwrap().is_some());
+    }
+
+    #[test]
+    fn only_stale_temp_files_of_the_prefix_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [".a.1.tmp", ".a.2.tmp", ".a.lock", ".b.1.tmp", "a"] {
+            fs::write(dir.path().join(name), "x").unwrap();
+        }
+        let removed = remove_temp_files(dir.path(), ".a.", |name| name != ".a.2.tmp").unwrap();
+        assert_eq!(removed, 1);
+        let mut left: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".a.2.tmp", ".a.lock", ".b.1.tmp", "a"]);
+    }
+
+    #[test]
+    fn work_past_the_deadline_is_left_behind() {
+        let now = Instant::now();
+        assert_eq!(within(now + Duration::from_secs(5), || 7), Some(7));
+        let started = Instant::now();
+        let late = within(started + Duration::from_millis(50), || {
+            thread::sleep(Duration::from_secs(2));
+        });
+        assert_eq!(late, None);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""The hardware suite: every reading the exporter takes, checked on a real GPU.
+
+Run on a host with an NVIDIA GPU (Hopper or newer for GPM), as root, from the
+repository root (`make gpu-check` builds what it needs and runs it):
+
+    python3 tests/gpu/check.py EXPORTER GPULOAD [CAPTURE_TOOL OUT_DIR]
+
+- every default reading against nvidia-smi (tests/gpu/compare.py, with the
+  opt-in maxima);
+- every windowed reading against a known load's own timeline: the load
+  generator (gpuload, with GPULOAD_LOG) logs each busy phase as START END, and
+  the truth of a window is the busy fraction of that timeline over it. The
+  exporter runs as the unit runs it (--timeout 14s --gpm-window auto, every
+  15 s on the wall clock, its own state), with --collector processes:
+  - one load filling every SM 5 s busy / 5 s idle, 6 runs: the utilization
+    ratio and Δbusy/Δsampled over [previous timestamp, timestamp], the load's
+    per-process ratio over the same window, GPM SM activity and occupancy over
+    [timestamp - GPM window, timestamp], each within 0.05;
+  - two loads of different duty cycles (3 s / 7 s and 5 s / 5 s), 6 runs: the
+    utilization ratio against the union of both timelines, and the two
+    per-process ratios adding up to the GPU's, within 0.05;
+  - tensor and DRAM loads 5 s / 5 s, 3 runs each: the tensor and DRAM
+    activity against the load's known activity while busy (77 % and 95 % on
+    an H200, tests/gpu/gpm.py) times the timeline's busy fraction, within 0.05;
+  - encoder and decoder: the H200 has no NVENC, and no load here drives the
+    decoder: both are left out of the suite (said in a line).
+- with CAPTURE_TOOL and OUT_DIR: an NVML capture of the idle GPU and one under
+  the first load (OUT_DIR/h200-idle.toml, OUT_DIR/h200-load.toml).
+
+One PASS/FAIL line a reading; the last line is `N passed, M failed`; exit
+status 1 when any failed. About six minutes.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from exposition import parse_all  # noqa: E402
+
+EXPORTER, GPULOAD = sys.argv[1], sys.argv[2]
+CAPTURE = sys.argv[3] if len(sys.argv) > 3 else None
+OUT = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+GPU = os.environ.get("GPU", "0")
+PERIOD = 15.0
+TOLERANCE = 0.05
+# RUNS=1 is a quick smoke test of the suite itself (the issue asks for 6).
+RUNS = int(os.environ.get("RUNS", "6"))
+TENSOR_WHILE_BUSY = 0.774
+DRAM_WHILE_BUSY = 0.95
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, ours, truth, tolerance=TOLERANCE):
+    ok = ours is not None and truth is not None and abs(ours - truth) <= tolerance
+    results["passed" if ok else "failed"] += 1
+    shown = lambda v: "absent" if v is None else f"{v:.4f}"  # noqa: E731
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {shown(ours)}, truth {shown(truth)} (±{tolerance})", flush=True)
+
+
+def busy_fraction(phases, start, end):
+    """The share of [start, end] that the union of `phases` covers."""
+    merged = []
+    for a, b in sorted(phases):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    covered = sum(max(0.0, min(b, end) - max(a, start)) for a, b in merged)
+    return covered / (end - start)
+
+
+def read_log(path):
+    with open(path) as log:
+        return [tuple(map(float, line.split())) for line in log if line.strip()]
+
+
+class Load:
+    """gpuload running in the background, its timeline in a log."""
+
+    # Longer than any busy phase here: a phase is logged when it ends.
+    PHASE_END = 6.0
+
+    def __init__(self, *args):
+        self.log = tempfile.mktemp(prefix="gpuload-", suffix=".log")
+        self.proc = subprocess.Popen([GPULOAD, *map(str, args)],
+                                     env={**os.environ, "GPULOAD_LOG": self.log},
+                                     stdout=subprocess.DEVNULL)
+
+    def stop(self):
+        """Ends the load once the busy phase it is in has been logged."""
+        time.sleep(self.PHASE_END)
+        self.proc.kill()
+        self.proc.wait()
+        return read_log(self.log)
+
+
+class Exporter:
+    """Runs on the 15 s grid, as the timer does, with its own state."""
+
+    def __init__(self):
+        self.state = tempfile.mkdtemp(prefix="check-state-")
+        self.journal = tempfile.mkdtemp(prefix="check-journal-")
+
+    def run(self):
+        # The timer's grid: the next multiple of 15 s of the wall clock.
+        time.sleep(PERIOD - time.time() % PERIOD)
+        out = subprocess.run(
+            [EXPORTER, "--stdout", "--write-state", "--state-dir", self.state,
+             "--journal-dir", self.journal, "--timeout", "14s", "--gpm-window", "auto",
+             "--collector", "processes"],
+            capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"exporter exit status {out.returncode}: {out.stderr.strip()}")
+        samples, _ = parse_all(out.stdout)
+        return samples
+
+
+def value(samples, name, **labels):
+    for series, v in samples.items():
+        found = dict(series.labels)
+        if series.name == name and found.get("gpu", GPU) == GPU and all(found.get(k) == w for k, w in labels.items()):
+            return v
+    return None
+
+
+def window_values(samples):
+    return {
+        "ts": value(samples, "nvidia_gpu_collector_timestamp_seconds"),
+        "ratio": value(samples, "nvidia_gpu_utilization_ratio"),
+        "busy": value(samples, "nvidia_gpu_busy_seconds_total", engine="gpu"),
+        "sampled": value(samples, "nvidia_gpu_sampled_seconds_total", engine="gpu"),
+        "gpm_window": value(samples, "nvidia_gpu_gpm_window_seconds"),
+        "sm_active": value(samples, "nvidia_gpu_sm_active_ratio"),
+        "occupancy": value(samples, "nvidia_gpu_sm_occupancy_ratio"),
+        "tensor": value(samples, "nvidia_gpu_pipe_active_ratio", pipe="tensor"),
+        "dram": value(samples, "nvidia_gpu_dram_active_ratio"),
+        "processes": {dict(s.labels)["pid"]: v for s, v in samples.items()
+                      if s.name == "nvidia_gpu_process_utilization_ratio" and dict(s.labels).get("gpu") == GPU},
+    }
+
+
+def runs(count, during=None):
+    """A warm-up run (its window reaches before the load), then `count` runs."""
+    exporter = Exporter()
+    taken = [window_values(exporter.run())]
+    side = None
+    for i in range(count):
+        taken.append(window_values(exporter.run()))
+        if during and i == count // 2:
+            side = threading.Thread(target=during)
+            side.start()
+    if side:
+        side.join()
+    return taken
+
+
+def static():
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("compare.py")), EXPORTER],
+                         capture_output=True, text=True)
+    row = re.compile(r"^\s*(\d+) (\S+)\s+(\S+)\s+(\S+)\s+(ok.*|DIFFERS|MISSING|EXTRA.*)$")
+    for line in out.stdout.splitlines():
+        m = row.match(line)
+        if not m:
+            continue
+        ok = m.group(5).startswith("ok")
+        results["passed" if ok else "failed"] += 1
+        print(f"{'PASS' if ok else 'FAIL'} gpu {m.group(1)} {m.group(2)} against nvidia-smi: "
+              f"exporter {m.group(4)}, nvidia-smi {m.group(3)} ({m.group(5)})", flush=True)
+
+
+def capture(name, description, gpm_ms=1000):
+    if CAPTURE and OUT:
+        with open(OUT / name, "w") as out:
+            subprocess.run([CAPTURE, "--gpm-window-ms", str(gpm_ms), description], stdout=out, check=False)
+
+
+def driver():
+    return subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main():
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, GPU {GPU}: {driver()}", flush=True)
+    static()
+    capture("h200-idle.toml", f"NVIDIA H200 idle ({driver()}), captured by tests/nvml-capture")
+
+    print("# one load: every SM 5 s busy / 5 s idle (spin 5000 5000 ... 264 1024)", flush=True)
+    load = Load("spin", 5000, 5000, 140, 0, 264, 1024)
+    time.sleep(1)
+    pid = str(load.proc.pid)
+    taken = runs(RUNS, during=lambda: capture(
+        "h200-load.toml",
+        f"NVIDIA H200 under gpuload spin 5000 5000 (every SM 5 s busy / 5 s idle, pid {pid}) "
+        f"({driver()}), captured by tests/nvml-capture", gpm_ms=5000))
+    phases = load.stop()
+    for i, (before, now) in enumerate(zip(taken, taken[1:]), 1):
+        truth = busy_fraction(phases, before["ts"], now["ts"])
+        check(f"run {i} utilization ratio", now["ratio"], truth)
+        counted = None
+        if None not in (now["busy"], before["busy"], now["sampled"], before["sampled"]):
+            counted = (now["busy"] - before["busy"]) / (now["sampled"] - before["sampled"])
+        check(f"run {i} busy/sampled seconds", counted, truth)
+        check(f"run {i} process {pid} utilization ratio", now["processes"].get(pid), truth)
+        gpm = busy_fraction(phases, now["ts"] - (now["gpm_window"] or 0), now["ts"])
+        check(f"run {i} GPM SM active ratio", now["sm_active"], gpm)
+        check(f"run {i} GPM SM occupancy ratio", now["occupancy"], gpm)
+
+    print("# two loads: 3 s / 7 s and 5 s / 5 s, every SM", flush=True)
+    loads = [Load("spin", 3000, 7000, 140, 0, 264, 1024), Load("spin", 5000, 5000, 140, 0, 264, 1024)]
+    taken = runs(RUNS)
+    timelines = [load.stop() for load in loads]
+    union = [phase for timeline in timelines for phase in timeline]
+    pids = [str(load.proc.pid) for load in loads]
+    for i, (before, now) in enumerate(zip(taken, taken[1:]), 1):
+        check(f"run {i} utilization ratio (two loads)", now["ratio"], busy_fraction(union, before["ts"], now["ts"]))
+        shares = [now["processes"].get(p) for p in pids]
+        total = None if None in shares else sum(shares)
+        check(f"run {i} per-process ratios add up to the GPU's ({' + '.join(map(str, shares))})",
+              total, now["ratio"])
+
+    for mode, args, key, scale in [
+        ("tensor", ("tensor", 5000, 5000, 65, 0, 1056, 256), "tensor", TENSOR_WHILE_BUSY),
+        ("dram", ("dram", 5000, 5000, 65, 8192), "dram", DRAM_WHILE_BUSY),
+    ]:
+        print(f"# {mode}: 5 s busy / 5 s idle", flush=True)
+        load = Load(*args)
+        taken = runs(max(1, RUNS // 2))
+        phases = load.stop()
+        for i, now in enumerate(taken[1:], 1):
+            gpm = busy_fraction(phases, now["ts"] - (now["gpm_window"] or 0), now["ts"])
+            check(f"run {i} GPM {key} active ratio ({scale:.0%} while busy)", now[key], scale * gpm)
+
+    print("# encoder/decoder: not checked (no NVENC on this chip, no decoder load)")
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    return 1 if results["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
