@@ -4,7 +4,7 @@ BIN := target/release/nvidia-textfile-exporter
 FAKE_NVML := target/debug/libfake_nvml.so
 SCENARIO ?= tests/scenarios/demo-h100x8.toml
 
-.PHONY: build deps test demo run lint deb bench test-packaging test-arm64 copyright \
+.PHONY: build deps test demo run lint deb docs bench test-packaging test-arm64 copyright \
 	nspawn-both arm64-package gpu-bundle gpu-check
 
 ## build: the release binary and the fake NVML used by tests and the demo
@@ -24,6 +24,7 @@ test: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked
 	python3 packaging/copyright.py --check
+	python3 docs/generate.py --check $(BIN)
 	tests/e2e/node-exporter.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/e2e/nss-users.sh
 	EXPORTER=$(BIN) FAKE_NVML=$(FAKE_NVML) tests/rules/run.sh
@@ -37,10 +38,52 @@ test: deps
 
 ## demo: run the real binary against the fake 8x H100 node (its samples follow the wall clock,
 ## so every run shows the utilization since the previous one); writes demo/nvidia_gpu.prom
+## and prints one line per GPU from it
 demo: build
 	mkdir -p demo
-	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state
-	cat demo/nvidia_gpu.prom
+	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state; \
+	status=$$?; python3 -c "$$DEMO_SUMMARY" demo/nvidia_gpu.prom $$status
+
+# The demo's summary: per GPU what a person looks at first, read from the
+# file the exporter wrote (argv: the file, the run's exit status).
+define DEMO_SUMMARY
+import re, sys
+path, status = sys.argv[1], sys.argv[2]
+sample = re.compile(r"^([a-z_]+)(?:\{(.*)\})? (\S+)$$")
+label = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
+host, gpus, lines = {}, {}, 0
+for line in open(path, encoding="utf-8"):
+    lines += 1
+    match = sample.match(line.rstrip("\n"))
+    if not match:
+        continue
+    name, labels, value = match.group(1), dict(label.findall(match.group(2) or "")), match.group(3)
+    if name == "nvidia_gpu_collector_error" and value == "1":
+        host["error"] = labels["reason"]
+    elif name == "nvidia_gpu_collector_up":
+        host["up"] = value
+    elif "gpu" in labels and "gpu_instance_id" not in labels and "pid" not in labels:
+        gpu = gpus.setdefault(int(labels["gpu"]), {})
+        if name == "nvidia_gpu_down_reason" and value == "1":
+            gpu["down"] = labels["reason"]
+        elif not labels.keys() - {"gpu", "uuid"}:
+            gpu[name[len("nvidia_gpu_"):]] = float(value)
+def show(gpu, key, scale, unit):
+    return f"{gpu[key] * scale:.0f} {unit}" if key in gpu else "-"
+print(f"\nexit status {status}; nvidia_gpu_collector_up {host.get('up', '?')}"
+      + (f", reason {host['error']}" if "error" in host else "") + f"; {len(gpus)} GPUs")
+if gpus:
+    print(f"{'gpu':>3}  {'up':>2}  {'util':>5}  {'memory used/total':>20}  {'temp':>6}  {'power':>6}  down reason")
+for index, gpu in sorted(gpus.items()):
+    memory = "-"
+    if "memory_used_bytes" in gpu and "memory_total_bytes" in gpu:
+        memory = f"{gpu['memory_used_bytes'] / 2**30:.1f} / {gpu['memory_total_bytes'] / 2**30:.1f} GiB"
+    print(f"{index:>3}  {gpu.get('up', 0):>2.0f}  {show(gpu, 'utilization_ratio', 100, '%'):>5}  {memory:>20}  "
+          f"{show(gpu, 'temperature_celsius', 1, '°C'):>6}  {show(gpu, 'power_watts', 1, 'W'):>6}  {gpu.get('down', '')}".rstrip())
+print(f"full file: {path} ({lines} lines)")
+sys.exit(int(status))
+endef
+export DEMO_SUMMARY
 
 ## run: one snapshot of this host's real GPUs, printed
 run:
@@ -52,11 +95,17 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## deb: the Debian package, in target/deb/ (its path is printed last);
-## ARCH=arm64 cross-builds the arm64 one (needs what `tests/install-deps.sh --arm64` installs)
+## deb: the Debian package, built by dpkg-buildpackage -b from packaging/debian,
+## in target/deb/ (its path is printed last); ARCH=arm64 cross-builds the arm64
+## one, dpkg-buildpackage -aarm64 (needs what `tests/install-deps.sh --arm64` installs)
 ARCH ?=
 deb:
-	CARGO="$(CARGO)" DEB_ARCH="$(ARCH)" packaging/build-deb.sh
+	CARGO="$(CARGO)" DEB_ARCH="$(ARCH)" packaging/build-package.sh
+
+## docs: regenerate the tables of docs/ that come from the binary (make test checks them)
+docs:
+	$(CARGO) build --release --locked
+	python3 docs/generate.py $(BIN)
 
 ## copyright: regenerate packaging/debian/copyright from Cargo.lock (make test checks it)
 copyright:

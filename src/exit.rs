@@ -1,6 +1,6 @@
 //! The process exit statuses, defined once: `--help`, the man page
-//! (`--generate man`), `--generate exit-codes` and the README all come from or
-//! are checked against [`Exit::ALL`].
+//! (`--generate man`), `--generate exit-codes` and docs/failures.md all come
+//! from or are checked against [`Exit::ALL`].
 
 use std::process::ExitCode;
 
@@ -114,11 +114,14 @@ mod tests {
     }
 
     #[test]
-    fn readme_lists_every_status() {
-        let readme = include_str!("../README.md");
+    fn failures_doc_lists_every_status() {
+        let doc = include_str!("../docs/failures.md");
         for exit in Exit::ALL {
             let row = format!("\n| {} | ", exit.code());
-            assert!(readme.contains(&row), "README lacks a row for {exit:?}");
+            assert!(
+                doc.contains(&row),
+                "docs/failures.md lacks a row for {exit:?}"
+            );
         }
     }
 }

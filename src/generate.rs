@@ -79,6 +79,18 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
         roff.text([bold(exit.code().to_string())]);
         roff.text([roman(format!("{}.", exit.meaning()))]);
     }
+    roff.control("SH", ["DIAGNOSTICS"]);
+    roff.text([roman(
+        "A run that fails writes nvidia_gpu_collector_up 0 and \
+         nvidia_gpu_collector_error{reason}; a GPU that is down, nvidia_gpu_up 0 and \
+         nvidia_gpu_down_reason{reason}. Standard error (the journal, for the timer's \
+         runs) names the reason, then what to check:",
+    )]);
+    for reason in Reason::ALL {
+        roff.control("TP", []);
+        roff.text([bold(reason.label())]);
+        roff.text([roman(reason.hint())]);
+    }
     roff.control("SH", ["ENVIRONMENT"]);
     roff.control("TP", []);
     roff.text([bold("RUST_LOG")]);
@@ -120,7 +132,10 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
         bold("systemd.timer"),
         roman("(5), "),
         bold("nvidia-textfile-exporter.timer"),
-        roman(", /usr/share/doc/nvidia-textfile-exporter/README.md.gz"),
+        roman(
+            ", /usr/share/doc/nvidia-textfile-exporter/README.md.gz and, beside it, docs/ \
+             (metrics, failures, XID runbook, alerts, operations, design)",
+        ),
     ]);
     roff.to_writer(out)
 }
@@ -144,6 +159,7 @@ mod tests {
             "DESCRIPTION",
             "OPTIONS",
             "\"EXIT STATUS\"",
+            "DIAGNOSTICS",
             "ENVIRONMENT",
             "FILES",
             "\"SEE ALSO\"",
@@ -153,6 +169,13 @@ mod tests {
         for exit in Exit::ALL {
             let entry = format!(".TP\n\\fB{}\\fR\n", exit.code());
             assert!(page.contains(&entry), "{exit:?} missing under EXIT STATUS");
+        }
+        for reason in Reason::ALL {
+            let entry = format!(".TP\n\\fB{}\\fR\n", reason.label());
+            assert!(
+                page.contains(&entry),
+                "{reason:?} missing under DIAGNOSTICS"
+            );
         }
         assert!(
             !page.contains("EXTRA"),

@@ -418,8 +418,8 @@ families! {
 impl Family {
     /// The values a reading of this family can take on any GPU. A reading
     /// outside is a sentinel or garbage (4294967295 °C, 1.8e19 J) and is
-    /// dropped and counted by the reader, never exported. The README lists
-    /// the bounds.
+    /// dropped and counted by the reader, never exported. docs/metrics.md
+    /// lists the bounds.
     pub fn plausible(&self) -> std::ops::RangeInclusive<f64> {
         let counter = self.kind == Kind::Counter;
         match self.unit {

@@ -29,8 +29,10 @@ needs=(
     systemd-analyze systemd
     crontab cron
     curl curl
+    dpkg-buildpackage dpkg-dev
     dpkg-shlibdeps dpkg-dev
     dpkg-parsechangelog dpkg-dev
+    dh debhelper
     flock util-linux
     runuser util-linux
     nsenter util-linux

@@ -17,7 +17,9 @@ const KEY: &str = "fabric";
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     // Read once per driver: `Some(None)` is a GPU on no fabric.
-    if reader.read_fixed(KEY, fabric::CALL, |d| fabric::on_fabric(d)) != Some(Some(true)) {
+    if reader.read_fixed(KEY, fabric::CALL, |d| fabric::on_fabric(d).map(i64::from))
+        != Some(Some(1))
+    {
         return;
     }
     let Some(info) = reader.fabric_info() else {

@@ -49,9 +49,6 @@ const NVLINK5_FIELDS: [u32; 4] = [
     SYMBOL_ERRORS,
 ];
 
-/// The state key of the links seen active in this boot (a bit per link).
-const SEEN_ACTIVE_KEY: &str = "nvlink.seen_active";
-
 /// NVML counts NVLink data in KiB.
 const BYTES_PER_KIB: f64 = 1024.0;
 
@@ -235,18 +232,15 @@ fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
         scope: 0,
     };
     reader.read_fixed("nvlink5", fields::CALL, |d| {
-        fields::read_one(d, probe).map(|_| true)
-    }) == Some(Some(true))
+        fields::read_one(d, probe).map(|_| 1)
+    }) == Some(Some(1))
 }
 
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
 /// (remembered in the state, which starts afresh on another boot or driver)
 /// whose state is now known to be inactive.
 fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<LinkState>]) {
-    let mut seen: u64 = reader
-        .recall(SEEN_ACTIVE_KEY)
-        .and_then(|bits| bits.parse().ok())
-        .unwrap_or(0);
+    let mut seen = reader.previous_state().links_seen_active;
     let mut lost = 0;
     for (link, state) in states.iter().enumerate().take(64) {
         let bit = 1u64 << link;
@@ -256,7 +250,7 @@ fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<LinkState>]) {
             _ => {}
         }
     }
-    reader.remember(SEEN_ACTIVE_KEY, seen.to_string());
+    reader.next_state().links_seen_active = seen;
     reader.gauge(metrics::NVLINK_LINKS_LOST, f64::from(lost));
 }
 

@@ -21,16 +21,16 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     if let Some(Some(generation)) = reader.read_fixed(
         "pcie.max_generation",
         "nvmlDeviceGetMaxPcieLinkGeneration",
-        |d| d.max_pcie_link_gen(),
+        |d| d.max_pcie_link_gen().map(i64::from),
     ) {
-        reader.gauge(metrics::PCIE_MAX_GENERATION, f64::from(generation));
+        reader.gauge(metrics::PCIE_MAX_GENERATION, generation as f64);
     }
     if let Some(Some(width)) =
         reader.read_fixed("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth", |d| {
-            d.max_pcie_link_width()
+            d.max_pcie_link_width().map(i64::from)
         })
     {
-        reader.gauge(metrics::PCIE_MAX_WIDTH, f64::from(width));
+        reader.gauge(metrics::PCIE_MAX_WIDTH, width as f64);
     }
     if let Some(generation) = reader.read("nvmlDeviceGetCurrPcieLinkGeneration", |d| {
         d.current_pcie_link_gen()

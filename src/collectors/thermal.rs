@@ -79,10 +79,10 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
             reader.read_fixed(&key, "nvmlDeviceGetTemperatureThreshold", |d| {
-                d.temperature_threshold(threshold)
+                d.temperature_threshold(threshold).map(i64::from)
             })
         {
-            reader.push(metrics::TEMPERATURE_THRESHOLD.sample_with([label], f64::from(celsius)));
+            reader.push(metrics::TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     let fans = reader
@@ -107,8 +107,10 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
                     scope: 0,
                 },
             )
+            // Whole degrees: NVML answers these offsets as integers.
+            .map(|celsius| celsius.round() as i64)
         }) {
-            reader.push(metrics::TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius));
+            reader.push(metrics::TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     for (field, label) in SLOWDOWNS {

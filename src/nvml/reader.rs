@@ -271,8 +271,8 @@ impl<'n> DeviceReader<'n> {
         &mut self,
         name: &str,
         call: &'static str,
-        read: impl FnOnce(&NvmlDevice<'n>) -> Result<u32, NvmlError>,
-    ) -> Option<Option<u32>> {
+        read: impl FnOnce(&NvmlDevice<'n>) -> Result<i64, NvmlError>,
+    ) -> Option<Option<i64>> {
         let value = match self.previous_state.fixed.get(name) {
             Some(&value) => value,
             None => match self.try_read(call, read)? {

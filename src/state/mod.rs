@@ -816,7 +816,7 @@ mod tests {
             };
             gpu.fixed.clear();
             for f in 0..MAX_FIXED {
-                gpu.fixed.insert(long(f), Some(u32::MAX));
+                gpu.fixed.insert(long(f), Some(i64::MAX));
             }
             state.gpus.insert(long(n), gpu);
         }

@@ -53,7 +53,10 @@ pub struct GpuState {
     pub gpm_unavailable: Option<String>,
     /// Readings that do not change while the driver is loaded, by name
     /// (`threshold.shutdown`, …); `None`: NVML does not support it.
-    pub fixed: BTreeMap<String, Option<u32>>,
+    pub fixed: BTreeMap<String, Option<i64>>,
+    /// The NVLink links seen active under this driver, one bit per link
+    /// (`nvlink`).
+    pub links_seen_active: u64,
 }
 
 impl GpuState {

@@ -34,11 +34,11 @@ trap 'rm -rf "$WORK"' EXIT
 # ---------------------------------------------------------------------------
 say "build the packages"
 t0=$(date +%s)
-DEB_ARM64=$(DEB_OUT_DIR=$WORK/arm64 DEB_ARCH=arm64 "$ROOT/packaging/build-deb.sh" | tail -n 1)
+DEB_ARM64=$(DEB_OUT_DIR=$WORK/arm64 DEB_ARCH=arm64 "$ROOT/packaging/build-package.sh" | tail -n 1)
 [ -f "$DEB_ARM64" ] || die "arm64 package build failed"
 note "arm64 package (cross build): $(($(date +%s) - t0)) s"
 t0=$(date +%s)
-DEB_AMD64=$(DEB_OUT_DIR=$WORK/amd64 DEB_ARCH=amd64 "$ROOT/packaging/build-deb.sh" | tail -n 1)
+DEB_AMD64=$(DEB_OUT_DIR=$WORK/amd64 DEB_ARCH=amd64 "$ROOT/packaging/build-package.sh" | tail -n 1)
 [ -f "$DEB_AMD64" ] || die "amd64 package build failed"
 note "amd64 package: $(($(date +%s) - t0)) s"
 t0=$(date +%s)

@@ -51,13 +51,13 @@ need_commands() {
 }
 
 # build_debs DIR: builds the package twice into DIR, as the version `make deb`
-# gives (Cargo.toml's + "-1") and as the next Debian revision for the upgrade
-# test; sets DEB_OLD and DEB_NEW.
+# gives (Cargo.toml's + "-1", the newest in packaging/debian/changelog) and as
+# the next Debian revision for the upgrade test; sets DEB_OLD and DEB_NEW.
 build_debs() {
     local dir=$1 cargo_version
     cargo_version=$(python3 -c 'import tomllib; print(tomllib.load(open("'"$ROOT"'/Cargo.toml", "rb"))["package"]["version"])')
-    DEB_OLD=$(DEB_OUT_DIR=$dir/old DEB_VERSION=$cargo_version-1 "$ROOT/packaging/build-deb.sh" | tail -n 1)
-    DEB_NEW=$(DEB_OUT_DIR=$dir/new DEB_VERSION=$cargo_version-2 "$ROOT/packaging/build-deb.sh" | tail -n 1)
+    DEB_OLD=$(DEB_OUT_DIR=$dir/old DEB_VERSION=$cargo_version-1 "$ROOT/packaging/build-package.sh" | tail -n 1)
+    DEB_NEW=$(DEB_OUT_DIR=$dir/new DEB_VERSION=$cargo_version-2 "$ROOT/packaging/build-package.sh" | tail -n 1)
     if [ ! -f "$DEB_OLD" ] || [ ! -f "$DEB_NEW" ]; then die "package build failed"; fi
     note "built $(basename "$DEB_OLD") and $(basename "$DEB_NEW")"
 }

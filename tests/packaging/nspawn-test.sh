@@ -24,7 +24,7 @@
 # /var/cache/nvidia-textfile-exporter-tests); without it debootstrap fetches it
 # (DEBOOTSTRAP_MIRROR overrides apt's default mirror).
 # Needs: root, debootstrap, systemd-container, util-linux (nsenter), curl,
-# dpkg-dev, cargo, python3. The host's PID 1 need not be systemd.
+# dpkg-dev, debhelper, cargo, python3. The host's PID 1 need not be systemd.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -144,7 +144,7 @@ note "root file system ready: $(($(date +%s) - t0)) s"
 
 say "package and fake NVML"
 mkdir "$WORK/share"
-DEB=$(DEB_OUT_DIR=$WORK/deb "$ROOT/packaging/build-deb.sh" | tail -n 1)
+DEB=$(DEB_OUT_DIR=$WORK/deb "$ROOT/packaging/build-package.sh" | tail -n 1)
 [ -f "$DEB" ] || die "package build failed"
 cp "$DEB" "$WORK/share/package.deb"
 fake_nvml
@@ -362,9 +362,10 @@ check "timer active before" test "$(ct systemctl is-active nvidia-textfile-expor
 check "dpkg -r" logged "$WORK/dpkg.log" ct dpkg -r nvidia-textfile-exporter
 check "timer stopped" test "$(ct systemctl is-active nvidia-textfile-exporter.timer)" = inactive
 check "service not running" test "$(ct systemctl is-active nvidia-textfile-exporter.service)" = inactive
-# Removed but not purged, the timer is masked (as dh_installsystemd does it).
-check "timer masked (LoadState=masked)" \
-    test "$(ct systemctl show -P LoadState nvidia-textfile-exporter.timer)" = masked
+# Removed but not purged, the timer's unit is gone: debhelper 13.11 no longer
+# masks it (Debian bug #1021027).
+check "timer unit gone (LoadState=not-found)" \
+    test "$(ct systemctl show -P LoadState nvidia-textfile-exporter.timer)" = not-found
 check "nvidia_gpu.prom gone" ct test ! -e "$OUT"
 check "lock file gone" ct test ! -e "$TEXTFILE_DIR/.nvidia_gpu.prom.lock"
 check "node_exporter scraped" scrape "$WORK/metrics"
