@@ -17,8 +17,8 @@
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
 // NVML's C functions are called only in `nvml`: no collector may use `unsafe`.
-// `procfs` and `xid` call libc (the user database, poll) and keep their own
-// `unsafe` until they leave the collectors (issue 27).
+// `procfs` calls libc (the user database) and keeps its own `unsafe` until it
+// leaves the collectors (issue 27).
 #[forbid(unsafe_code)]
 mod clocks;
 #[forbid(unsafe_code)]
@@ -58,6 +58,7 @@ pub mod procfs;
 mod thermal;
 #[forbid(unsafe_code)]
 mod utilization;
+#[forbid(unsafe_code)]
 pub mod xid;
 
 use crate::metrics::{self, Family};
@@ -389,6 +390,9 @@ pub static ALL: &[Collector] = &[
             metrics::XID_ERRORS.family(),
             metrics::XID_ERRORS_BY_CODE.family(),
             metrics::XID_UNATTRIBUTED.family(),
+            metrics::FALLEN_OFF_BUS.family(),
+            metrics::FALLEN_OFF_BUS_UNATTRIBUTED.family(),
+            metrics::NVSWITCH_SXID_ERRORS.family(),
         ],
         fields: &[],
         hooks: Hooks {
