@@ -385,7 +385,7 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "xid",
         default: true,
-        help: "XID errors counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
+        help: "XID errors, NVSwitch SXids and GPUs fallen off the bus, counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
         families: &[
             metrics::XID_ERRORS.family(),
             metrics::XID_ERRORS_BY_CODE.family(),
