@@ -676,7 +676,11 @@ fn runs_in_a_row(scenario: &Path, state: &Path, args: &[&str], count: u64) -> Ve
 /// The exit statuses of `runs`, and what they said, for a failure message.
 fn statuses(runs: &[Outcome]) -> (Vec<Option<i32>>, String) {
     let codes = runs.iter().map(Outcome::code).collect();
-    let said = runs.iter().map(|r| r.err()).collect::<Vec<_>>().join("\n---\n");
+    let said = runs
+        .iter()
+        .map(|r| r.err())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
     (codes, said)
 }
 
@@ -703,14 +707,14 @@ fn a_slow_window_close_times_out_once_at_most() {
     }
 }
 
-/// Reads that grow past their estimate (the batched field read taking
-/// 1.5 s, `--timeout 3s`) cost one timed-out run: the next run gives them
-/// all the time it has, and measures them. Before, the cut duration the
-/// state kept grew by half a run, and two runs timed out.
+/// Reads that grow past their estimate (GPU 0's field value reads taking
+/// 1.5 s, five calls of 300 ms; `--timeout 3s`) cost one timed-out run: the
+/// next run gives them all the time it has, and measures them. Before, the
+/// cut duration the state kept grew by half a run, and two runs timed out.
 #[test]
 fn reads_cut_by_the_deadline_recover_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
-    let line = "delays_ms = { nvmlDeviceGetFieldValues = 1500 }";
+    let line = "delays_ms = { nvmlDeviceGetFieldValues = 300 }";
     let slow = scenario_file(dir.path(), "slow-fields", &h100x8_with(&[(Some(0), line)]));
     let state = tempfile::tempdir().unwrap();
     let runs = runs_in_a_row(&slow, state.path(), &["--timeout", "3s"], 3);
@@ -780,8 +784,11 @@ fn slow_identities_that_answer_are_read() {
         let samples = run.samples();
         let up = select(&samples, "nvidia_gpu_up", &[]);
         assert!(
-            !up.is_empty() && up.iter().all(|(series, v)| *v == 1.0
-                && series.label("uuid").is_some_and(|u| !u.is_empty())),
+            !up.is_empty()
+                && up
+                    .iter()
+                    .all(|(series, v)| *v == 1.0
+                        && series.label("uuid").is_some_and(|u| !u.is_empty())),
             "{at}: {up:?}"
         );
     }
