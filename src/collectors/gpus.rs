@@ -10,20 +10,23 @@
 //! 2. Per GPU: the previous run's state of the resolved identity, every
 //!    collector's `open` (GPM's first sample), a wait until the reads can end
 //!    as the windows do (`timing::schedule`, which shortens windows that would
-//!    leave the reads no room), the batched field read and every `read`, then
-//!    every window's close. So the point readings (temperature, power, memory)
-//!    are taken at the end of the windows, just before the file is written.
-//!    With `--sequential` every GPU's windows open, then the GPUs' reads run one
-//!    after another, then every window closes.
+//!    leave the reads and the windows' close no room), the batched field read
+//!    and every `read`, then every window's close. So the point readings
+//!    (temperature, power, memory) are taken at the end of the windows, just
+//!    before the file is written. With `--sequential` every GPU's windows
+//!    open, then the GPUs follow one another, each its reads and then its
+//!    windows' close (each GPU's windows end as its reads do), so that a GPU
+//!    is handed over before the next one's reads.
 //! 3. At `reading_ends` the GPUs that answered are handed over. A GPU still
 //!    inside a call then (or not reached, behind one with `--sequential`), or
 //!    whose identity did not come in time, is reported down with reason
 //!    `timeout`, its call named in the log; its thread is abandoned, never
 //!    joined (the process ends without waiting for it).
 //!
-//! How long the reads of a GPU take is kept in the state (`reads_us`), also when the
-//! deadline cut them, so that the next run starts them that long before its
-//! windows end.
+//! How long the reads of a GPU take is kept in the state (`reads_us`), and
+//! how long its windows took to close from their end (`closing_us`), so that
+//! the next run plans with them; a phase the deadline cut keeps all the time
+//! the run had (`timing::cut`), so that the next run gives it that.
 
 use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
