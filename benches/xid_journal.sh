@@ -78,9 +78,10 @@ for _ in $(seq 10); do
     first_rss+=("$(hwm "$exe" "${args[@]}" --state-dir "$work/state.rss")")
     common+=("$(ms run --state-dir "$work/state")")
     none+=("$(ms run --state-dir "$work/state" --no-collector xid)")
-    cursor=$(sed -n 's/^host xid.cursor //p' "$work/state/state")
+    # The state is JSON (version 2); the exporter reads from --cursor.
+    cursor=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["xid"]["cursor"])' "$work/state/state")
     jc+=("$(ms journalctl --directory="$work/journal" -q -o export --output-fields=MESSAGE,SYSLOG_FACILITY \
-        --after-cursor="$cursor" _TRANSPORT=kernel _BOOT_ID="$boot")")
+        --cursor="$cursor" _TRANSPORT=kernel _BOOT_ID="$boot")")
 done
 jc_rss=$(rss journalctl --directory="$work/journal" -q -o export --output-fields=MESSAGE,SYSLOG_FACILITY \
     _TRANSPORT=kernel _BOOT_ID="$boot")

@@ -11,7 +11,7 @@ use clap::Parser;
 
 use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
-use crate::timing::{self, WindowRequest as GpmWindowRequest};
+use crate::timing::{self, WindowError, WindowRequest as GpmWindowRequest};
 
 /// The longest `--timeout` accepted: a run must end well within a timer period
 /// that users may stretch to a few minutes.
@@ -194,9 +194,9 @@ impl Cli {
     /// Checks what the parser cannot check option by option: a `--gpm-window`
     /// must fit in the time a run may read for, if a collector that is on opens
     /// a window.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Conflict> {
         if self.collectors().iter().any(|c| c.opens_window()) {
-            self.gpm_window()?;
+            self.gpm_window().map_err(Conflict::GpmWindow)?;
         }
         // The state is the exporter's own: node_exporter's directory is shared
         // with other collectors and readable by its user.
@@ -205,17 +205,13 @@ impl Cli {
                 || matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
         };
         if !self.stdout && same(&self.state_dir, &self.output_dir) {
-            return Err(format!(
-                "--state-dir {} is the textfile directory (--output-dir); the state needs a \
-                 directory of its own",
-                self.state_dir.display()
-            ));
+            return Err(Conflict::StateInOutput(self.state_dir.clone()));
         }
         Ok(())
     }
 
     /// The GPM window this run asks for (see `timing::gpm_window`).
-    fn gpm_window(&self) -> Result<Duration, String> {
+    fn gpm_window(&self) -> Result<Duration, WindowError> {
         let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
         let reading = self.timeout - timing::publish_reserve(self.timeout);
         timing::gpm_window(self.gpm_window, default, reading)
@@ -246,6 +242,29 @@ impl Cli {
     }
 }
 
+/// Options that cannot be used together (see [`Cli::check`]).
+#[derive(Debug)]
+pub enum Conflict {
+    /// `--gpm-window` does not fit in `--timeout`.
+    GpmWindow(WindowError),
+    /// `--state-dir` is the textfile directory.
+    StateInOutput(PathBuf),
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Conflict::GpmWindow(error) => error.fmt(f),
+            Conflict::StateInOutput(dir) => write!(
+                f,
+                "--state-dir {} is the textfile directory (--output-dir); the state needs a \
+                 directory of its own",
+                dir.display()
+            ),
+        }
+    }
+}
+
 fn parse_output_file(name: &str) -> Result<String, String> {
     if name.contains('/') {
         return Err("must be a file name, not a path (use --output-dir for the directory)".into());
@@ -262,7 +281,7 @@ fn parse_output_file(name: &str) -> Result<String, String> {
 }
 
 fn parse_gpm_window(text: &str) -> Result<GpmWindowRequest, String> {
-    let request: GpmWindowRequest = text.parse()?;
+    let request: GpmWindowRequest = text.parse().map_err(|e: WindowError| e.to_string())?;
     // No window longer than the longest timeout fits in any run: bad input
     // whether or not GPM is on (and far from any overflow).
     match request {
@@ -319,7 +338,7 @@ mod tests {
     #[test]
     fn the_state_directory_is_not_the_textfile_directory() {
         let same = parse(&["--output-dir", "/srv/prom", "--state-dir", "/srv/prom/"]);
-        assert!(same.check().unwrap_err().contains("directory of its own"));
+        assert!(matches!(same.check(), Err(Conflict::StateInOutput(_))));
         let apart = parse(&["--output-dir", "/srv/prom", "--state-dir", "/srv/state"]);
         assert!(apart.check().is_ok());
     }
@@ -365,7 +384,10 @@ mod tests {
         assert_eq!(window(&["--timeout", "300ms"]), Ok(Duration::ZERO));
         assert!(parse(&["--timeout", "300ms"]).check().is_ok());
         let given = parse(&["--timeout", "1s", "--gpm-window", "1s"]);
-        assert!(given.check().unwrap_err().contains("does not fit"));
+        assert!(matches!(
+            given.check(),
+            Err(Conflict::GpmWindow(WindowError::DoesNotFit { .. }))
+        ));
         assert_eq!(
             window(&["--timeout", "2s", "--gpm-window", "1400ms"]),
             Ok(ms(1400))
@@ -377,6 +399,9 @@ mod tests {
         // A window no run can hold is refused while parsing, GPM on or off.
         assert!(Cli::try_parse_from(["x", "--gpm-window", "18446744073709551615s"]).is_err());
         let longest = parse(&["--gpm-window", "5m", "--timeout", "5m"]);
-        assert!(longest.check().unwrap_err().contains("does not fit"));
+        assert!(matches!(
+            longest.check(),
+            Err(Conflict::GpmWindow(WindowError::DoesNotFit { .. }))
+        ));
     }
 }

@@ -24,6 +24,8 @@ pub mod fsutil;
 pub mod generate;
 pub mod identity;
 pub mod inflight;
+#[forbid(unsafe_code)]
+pub mod kernel_log;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;

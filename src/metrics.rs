@@ -359,6 +359,12 @@ families! {
         "XID errors logged for this GPU during this boot, by XID code; a code appears when it is first logged.";
     XID_UNATTRIBUTED: Counter(Count), "nvidia_gpu_xid_unattributed_errors_total", ["pci_bus_id", "code"],
         "XID errors logged during this boot for a PCI bus id that matches no GPU NVML reports, by bus id (domain:bus:device) and code.";
+    FALLEN_OFF_BUS: Counter(Count), "nvidia_gpu_fallen_off_bus_total", [],
+        "Kernel lines of this boot saying this GPU has fallen off the bus, outside an Xid line (the driver may log one without an Xid 79); 0 until the first.";
+    FALLEN_OFF_BUS_UNATTRIBUTED: Counter(Count), "nvidia_gpu_fallen_off_bus_unattributed_total", ["pci_bus_id"],
+        "Kernel lines of this boot saying a GPU has fallen off the bus, for a PCI bus id that matches no GPU NVML reports (one that fell off before it enumerated), by bus id (domain:bus:device).";
+    NVSWITCH_SXID_ERRORS: Counter(Count), "nvidia_gpu_nvswitch_sxid_errors_total", ["switch", "pci_bus_id", "code", "severity"],
+        "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal); a series appears at its first count.";
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
         "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
 
@@ -409,15 +415,16 @@ families! {
         "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
 }
 
+/// The one plausibility rule: what a reading can be, by what it measures.
+/// A reading outside is a sentinel or garbage (4294967295 °C, 1.8e19 J, 101 %)
+/// and is dropped and counted by the reader, never exported. docs/metrics.md
+/// lists the bounds.
 impl Family {
-    /// The values a reading of this family can take on any GPU. A reading
-    /// outside is a sentinel or garbage (4294967295 °C, 1.8e19 J) and is
-    /// dropped and counted by the reader, never exported. docs/metrics.md
-    /// lists the bounds.
+    /// The values a reading of this family can take on any GPU.
     pub fn plausible(&self) -> std::ops::RangeInclusive<f64> {
         let counter = self.kind == Kind::Counter;
         match self.unit {
-            Unit::Ratio => 0.0..=1.0,
+            Unit::Ratio => RATIO,
             Unit::RatioOfMax => 0.0..=2.55,
             Unit::Celsius => -40.0..=200.0,
             Unit::Watts => 0.0..=5_000.0,
@@ -433,6 +440,12 @@ impl Family {
         }
     }
 
+    /// Whether `value` can be a reading of this family: finite, and
+    /// [`Family::plausible`].
+    pub fn admits(&self, value: f64) -> bool {
+        value.is_finite() && self.plausible().contains(&value)
+    }
+
     /// How duplicate samples of this family merge: bytes and counters sum,
     /// everything else keeps the larger.
     pub fn merge(&self) -> Merge {
@@ -442,6 +455,15 @@ impl Family {
             Merge::Max
         }
     }
+}
+
+/// A fraction of time or capacity.
+const RATIO: std::ops::RangeInclusive<f64> = 0.0..=1.0;
+
+/// Whether an NVML reading in percent of a period (a utilization sample, a GPM
+/// metric) can be one: a ratio in percent.
+pub fn plausible_percent(percent: f64) -> bool {
+    RATIO.contains(&(percent / 100.0))
 }
 
 #[cfg(test)]
@@ -529,9 +551,10 @@ mod tests {
             (ENERGY.family(), 1.8e19),
             (ECC_ERRORS.family(), 1.8e19),
             (UTILIZATION.family(), 1.01),
+            (SM_ACTIVE.family(), f64::NAN),
             (MEMORY_USED.family(), 1.8e19),
         ] {
-            assert!(!family.plausible().contains(&sentinel), "{}", family.name);
+            assert!(!family.admits(sentinel), "{}", family.name);
         }
         for (family, real) in [
             (TEMPERATURE.family(), 44.0),
@@ -542,8 +565,11 @@ mod tests {
             (FAN_SPEED.family(), 1.1),
             (PCIE_TRANSMIT.family(), 9.2e16),
         ] {
-            assert!(family.plausible().contains(&real), "{}", family.name);
+            assert!(family.admits(real), "{}", family.name);
         }
+        assert!(plausible_percent(0.0) && plausible_percent(100.0));
+        assert!(!plausible_percent(101.0) && !plausible_percent(-1.0));
+        assert!(!plausible_percent(f64::NAN) && !plausible_percent(4_294_967_295.0));
     }
 
     #[test]

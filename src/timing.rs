@@ -98,20 +98,52 @@ pub enum WindowRequest {
 }
 
 impl std::str::FromStr for WindowRequest {
-    type Err = String;
+    type Err = WindowError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, WindowError> {
         if text == "auto" {
             return Ok(WindowRequest::Longest);
         }
-        let window = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+        let window = humantime::parse_duration(text).map_err(WindowError::Unreadable)?;
         if !window.is_zero() && window < MIN_WINDOW {
-            return Err(format!(
-                "must be auto, 0 (off) or at least {}: shorter windows read zeros",
-                humantime::format_duration(MIN_WINDOW)
-            ));
+            return Err(WindowError::TooShort);
         }
         Ok(WindowRequest::Exactly(window))
+    }
+}
+
+/// Why a `--gpm-window` cannot be used.
+#[derive(Debug, PartialEq)]
+pub enum WindowError {
+    /// Neither `auto` nor a duration.
+    Unreadable(humantime::DurationError),
+    /// Neither 0 nor at least [`MIN_WINDOW`].
+    TooShort,
+    /// `window` and the second sample do not fit in `reading`, the time a run
+    /// may read.
+    DoesNotFit { window: Duration, reading: Duration },
+}
+
+impl std::fmt::Display for WindowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let format = humantime::format_duration;
+        match self {
+            WindowError::Unreadable(error) => error.fmt(f),
+            WindowError::TooShort => write!(
+                f,
+                "must be auto, 0 (off) or at least {}: shorter windows read zeros",
+                format(MIN_WINDOW)
+            ),
+            WindowError::DoesNotFit { window, reading } => write!(
+                f,
+                "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
+                 sample needs {} after the window; use a longer --timeout, a shorter \
+                 --gpm-window or --gpm-window auto",
+                format(*window),
+                format(*reading),
+                format(AFTER_WINDOW),
+            ),
+        }
     }
 }
 
@@ -124,7 +156,7 @@ pub fn gpm_window(
     given: Option<WindowRequest>,
     default: Duration,
     reading: Duration,
-) -> Result<Duration, String> {
+) -> Result<Duration, WindowError> {
     let fits = reading.saturating_sub(AFTER_WINDOW);
     // A window the exporter chooses also leaves the other reads room to run
     // past its end.
@@ -137,14 +169,9 @@ pub fn gpm_window(
         }
     };
     match given {
-        Some(WindowRequest::Exactly(window)) if window > fits => Err(format!(
-            "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
-             sample needs {} after the window; use a longer --timeout, a shorter \
-             --gpm-window or --gpm-window auto",
-            humantime::format_duration(window),
-            humantime::format_duration(reading),
-            humantime::format_duration(AFTER_WINDOW),
-        )),
+        Some(WindowRequest::Exactly(window)) if window > fits => {
+            Err(WindowError::DoesNotFit { window, reading })
+        }
         Some(WindowRequest::Exactly(window)) => Ok(window),
         Some(WindowRequest::Longest) => Ok(at_least_min(chosen)),
         None => Ok(at_least_min(default.min(chosen))),

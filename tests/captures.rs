@@ -70,7 +70,16 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
     let temp = tempfile::tempdir().unwrap();
     // Not h100-mig: the tool does not capture MIG devices (no MIG GPU has
     // been lent to record one; that scenario follows the NVML reference).
-    for scenario in ["h100x8", "geforce", "duty-cycle", "lost-gpu"] {
+    for scenario in [
+        "h100x8",
+        "geforce",
+        "duty-cycle",
+        "lost-gpu",
+        "hgx-h100-fabric",
+        "gb200-nvl72",
+        "b200",
+        "pcie-trained-low",
+    ] {
         let original = ex().scenario(scenario);
         let captured = Command::new(capture_tool())
             .args(["--lib", ex().lib.to_str().unwrap(), "--gpm-window-ms", "1"])
@@ -151,5 +160,53 @@ fn a_process_alone_on_the_loaded_h200_reads_its_gpus_utilization() {
     assert!(
         (process - gpu).abs() <= 0.01,
         "process {process}, GPU {gpu}"
+    );
+}
+
+/// A process that used the GPU in the window and exited before the run (in
+/// NVML's utilization answer, no longer in its process list) keeps its share:
+/// the processes still add up to the GPU.
+#[test]
+fn a_process_gone_by_the_run_keeps_its_share_of_the_window() {
+    let capture = std::fs::read_to_string(captures().join("h200-load.toml")).unwrap();
+    let whole_buffer = capture
+        .lines()
+        .find(|l| l.trim_start().starts_with("{ last_seen_us = 0,"))
+        .unwrap();
+    let sm: u64 = whole_buffer.split(", ").nth(3).unwrap().parse().unwrap();
+    // The load's share split between it and a process that has exited.
+    let split = whole_buffer
+        .replace(&format!(", {sm}, "), ", 22, ")
+        .replace(
+            "]] },",
+            &format!("], [999, 1796158120000000, {}, 0, 0, 0]] }},", sm - 22),
+        );
+    let temp = tempfile::tempdir().unwrap();
+    let path = temp.path().join("exited.toml");
+    std::fs::write(&path, capture.replace(whole_buffer, &split)).unwrap();
+    let output = snapshot(
+        &path,
+        &["--collector", "processes", "--gpm-window", "100ms"],
+    );
+    assert_eq!(
+        output.status,
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let samples = steady_file(&output);
+    let share = |pid| {
+        value(
+            &samples,
+            "nvidia_gpu_process_utilization_ratio",
+            &[("gpu", "0"), ("pid", pid)],
+        )
+    };
+    assert_eq!(share("653"), Some(0.22));
+    assert_eq!(share("999"), Some((sm - 22) as f64 / 100.0));
+    let gpu = value(&samples, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+    assert!(
+        (0.22 + (sm - 22) as f64 / 100.0 - gpu).abs() <= 0.01,
+        "{gpu}"
     );
 }

@@ -2596,7 +2596,11 @@ fn a_gpu_down_keeps_its_uuid_and_the_others_are_unchanged() {
                 want.extend(
                     series
                         .iter()
-                        .filter(|(s, _)| s.name.starts_with("nvidia_gpu_xid_"))
+                        .filter(|(s, _)| {
+                            // Counts from the kernel log stay with a down GPU.
+                            s.name.starts_with("nvidia_gpu_xid_")
+                                || s.name == "nvidia_gpu_fallen_off_bus_total"
+                        })
                         .map(|(s, v)| (s.clone(), *v)),
                 );
                 want

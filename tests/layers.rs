@@ -1,8 +1,9 @@
-//! The source's layering, checked on the files themselves: no two files
-//! import each other in a cycle (directly or through others), `nvml` never
-//! imports the collectors above it, `snapshot` and `render` touch neither NVML
-//! nor the file system, and no code outside `src/collectors/` names a
-//! collector.
+//! The source's layering, checked on the paths each file imports or names
+//! (`use` trees expanded, main.rs included): no two files import each other
+//! in a cycle (directly or through others), `nvml` never imports the
+//! collectors above it, only `nvml` uses NVML's raw bindings, code outside
+//! `src/collectors/` imports only their registry and never names a collector,
+//! and `snapshot` and `render` touch neither NVML nor the file system.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -23,17 +24,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a file (`collectors::gpm`; `""` for lib.rs and main.rs).
+/// The module path of a file (`collectors::gpm`; `""` for lib.rs, `main`
+/// for main.rs).
 fn module_of(file: &Path) -> String {
+    if file.ends_with("main.rs") {
+        return "main".to_owned();
+    }
     let relative = file.strip_prefix(SRC).unwrap().with_extension("");
     let mut parts: Vec<String> = relative
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
-    if matches!(
-        parts.last().map(String::as_str),
-        Some("mod" | "lib" | "main")
-    ) {
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
         parts.pop();
     }
     parts.join("::")
@@ -56,64 +58,122 @@ fn product_text(file: &Path) -> String {
         .join("\n")
 }
 
-/// The module paths named in `text` (`crate::a::b`, `super::c`, and in a
-/// module root the paths of its own children), as written.
-fn named_paths(text: &str, module: &str, children: &[String]) -> Vec<Vec<String>> {
-    let parent: Vec<String> = module
+/// The paths `text` names: each `use` tree expanded (`use a::{self, b::c as
+/// d}` names `a` and `a::b::c`), then every other `a::b` path in the code.
+fn paths_in(text: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut code = String::new();
+    let mut rest = text;
+    while let Some(at) = find_use(rest) {
+        code.push_str(&rest[..at]);
+        let end = at + rest[at..].find(';').expect("a use item ends with ;");
+        let tree: String = rest[at + "use ".len()..end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        expand("", &tree, &mut paths);
+        rest = &rest[end + 1..];
+    }
+    code.push_str(rest);
+    paths.extend(
+        code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .filter(|w| w.contains("::"))
+            .map(|w| w.trim_start_matches("::").trim_end_matches("::").to_owned()),
+    );
+    paths
+}
+
+/// Where the next `use` item of `text` starts: a line (formatted code) that
+/// begins with `use`, or `pub use`, `pub(crate) use`, ...
+fn find_use(text: &str) -> Option<usize> {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let code = line.trim_start();
+        let item = match code.strip_prefix("pub") {
+            Some(rest) if rest.starts_with('(') => rest.split_once(") ").map(|(_, r)| r),
+            Some(rest) => Some(rest.trim_start()),
+            None => Some(code),
+        };
+        if let Some(item) = item.filter(|item| item.starts_with("use ")) {
+            return Some(at + line.len() - item.len());
+        }
+        at += line.len();
+    }
+    None
+}
+
+/// Adds the paths of the use tree `tree` under `prefix` to `out`.
+fn expand(prefix: &str, tree: &str, out: &mut Vec<String>) {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let item = tree.split(" as ").next().unwrap().replace(' ', "");
+        out.push(match item.as_str() {
+            "self" => prefix.trim_end_matches("::").to_owned(),
+            _ => format!("{prefix}{item}"),
+        });
+        return;
+    };
+    let head = format!("{prefix}{}", tree[..open].replace(' ', ""));
+    let inner = &tree[open + 1..tree.rfind('}').unwrap()];
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                expand(&head, &inner[start..i], out);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if !inner[start..].trim().is_empty() {
+        expand(&head, &inner[start..], out);
+    }
+}
+
+/// The module paths among `paths` named from `module` (`crate::a::b`,
+/// `super::c`, `self::d`, and its own children's), made absolute; the crate's
+/// own name counts as `crate` (main.rs names the library so).
+fn module_paths(paths: &[String], module: &str, children: &[String]) -> Vec<Vec<String>> {
+    let own: Vec<String> = module
         .split("::")
-        .filter(|p| !p.is_empty())
+        .filter(|p| !p.is_empty() && *p != "main")
         .map(str::to_owned)
         .collect();
-    let mut paths = Vec::new();
-    let words: Vec<&str> = text
-        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-        .filter(|w| w.contains("::"))
-        .collect();
-    for word in words {
-        let parts: Vec<&str> = word.split("::").filter(|p| !p.is_empty()).collect();
+    let mut found = Vec::new();
+    for path in paths {
+        let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
         let Some((&first, rest)) = parts.split_first() else {
             continue;
         };
-        let base: Vec<String> = match first {
-            "crate" => Vec::new(),
-            "super" => parent[..parent.len().saturating_sub(1)].to_vec(),
-            child if children.iter().any(|c| c == child) => {
-                let mut base = parent.clone();
-                base.push(child.to_owned());
-                paths.push(
-                    base.iter()
-                        .cloned()
-                        .chain(rest.iter().map(|s| s.to_string()))
-                        .collect(),
-                );
-                continue;
-            }
+        let (base, rest): (Vec<String>, &[&str]) = match first {
+            "crate" | "nvidia_textfile_exporter" => (Vec::new(), rest),
+            "super" => (own[..own.len().saturating_sub(1)].to_vec(), rest),
+            "self" => (own.clone(), rest),
+            child if children.iter().any(|c| c == child) => (own.clone(), &parts[..]),
             _ => continue,
         };
-        paths.push(
+        found.push(
             base.into_iter()
                 .chain(rest.iter().map(|s| s.to_string()))
                 .collect(),
         );
     }
-    paths
+    found
 }
 
 /// File-level import graph: module → modules (files) it names.
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(Path::new(SRC), &mut files);
-    let modules: BTreeMap<String, PathBuf> = files
-        .iter()
-        .filter(|f| !f.ends_with("main.rs"))
-        .map(|f| (module_of(f), f.clone()))
-        .collect();
+    let modules: BTreeMap<String, PathBuf> =
+        files.iter().map(|f| (module_of(f), f.clone())).collect();
     let mut edges = BTreeMap::new();
     for (module, file) in &modules {
-        let prefix = if module.is_empty() {
-            String::new()
-        } else {
-            format!("{module}::")
+        let prefix = match module.as_str() {
+            "" | "main" => String::new(),
+            _ => format!("{module}::"),
         };
         let children: Vec<String> = modules
             .keys()
@@ -122,7 +182,8 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             .map(str::to_owned)
             .collect();
         let mut targets = BTreeSet::new();
-        for path in named_paths(&product_text(file), module, &children) {
+        let paths = paths_in(&product_text(file));
+        for path in module_paths(&paths, module, &children) {
             // The longest prefix of the path that is a file of its own.
             let target = (1..=path.len())
                 .rev()
@@ -203,6 +264,75 @@ fn nvml_is_below_the_collectors() {
             }
         }
     }
+}
+
+/// Imports of a collector file from outside `collectors/` that are known and
+/// due to go: `gpus` runs the phases and is to leave the collectors (issue 27).
+const KNOWN_REACHES_INTO_COLLECTORS: &[(&str, &str)] = &[
+    ("main", "collectors::gpus"),
+    ("watchdog", "collectors::gpus"),
+];
+
+#[test]
+fn outside_the_collectors_only_their_registry_is_imported() {
+    for (module, targets) in graph() {
+        if module == "collectors" || module.starts_with("collectors::") {
+            continue;
+        }
+        for target in targets.iter().filter(|t| t.starts_with("collectors::")) {
+            assert!(
+                KNOWN_REACHES_INTO_COLLECTORS.contains(&(module.as_str(), target.as_str())),
+                "{} imports {target}; use what `collectors` exports",
+                if module.is_empty() { "lib" } else { &module }
+            );
+        }
+    }
+}
+
+/// The NVML bindings and the helpers for calling them raw, which only `nvml`
+/// may use (the collectors also forbid `unsafe`, without which no raw call
+/// can be made).
+const NVML_RAW: &[&str] = &[
+    "nvml_wrapper_sys",
+    "nvml_wrapper::error::nvml_sym",
+    "nvml_wrapper::error::nvml_try",
+];
+
+#[test]
+fn only_nvml_calls_nvml_raw() {
+    let mut files = Vec::new();
+    rust_files(Path::new(SRC), &mut files);
+    let nvml = Path::new(SRC).join("nvml");
+    for file in files.iter().filter(|f| !f.starts_with(&nvml)) {
+        for path in paths_in(&product_text(file)) {
+            assert!(
+                !NVML_RAW.iter().any(|raw| path.starts_with(raw)),
+                "{} uses {path}: add a typed read to nvml instead",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn imports_are_read_through_use_trees() {
+    let text = "use std::fs;\npub(crate) use crate::collectors::{\n    gpus::{self, Recall},\n    HostRun as Run,\n};\nfn f() { nvml_wrapper_sys::bindings::x(); }\n";
+    assert_eq!(
+        paths_in(text),
+        [
+            "std::fs",
+            "crate::collectors::gpus",
+            "crate::collectors::gpus::Recall",
+            "crate::collectors::HostRun",
+            "nvml_wrapper_sys::bindings::x",
+        ]
+    );
+    let edges = graph();
+    assert!(
+        edges["main"].contains("collectors::gpus"),
+        "{:?}",
+        edges["main"]
+    );
 }
 
 #[test]

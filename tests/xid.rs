@@ -1,6 +1,8 @@
 //! The xid collector against real journal files (written by
 //! systemd-journal-remote, package systemd-journal-remote): how it fails,
-//! says so and recovers. Counting itself is in `tests/cli.rs`.
+//! says so and recovers, how it keeps counting across vacuuming, and the
+//! NVSwitch and fallen-off-the-bus lines it counts beside the XIDs. XID
+//! counting itself is in `tests/cli.rs`.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -9,8 +11,10 @@ use std::sync::OnceLock;
 
 use tempfile::TempDir;
 
-use test_support::journal::{journal_entry, write_journal, XID79};
-use test_support::{Exporter, Outcome};
+use test_support::journal::{
+    journal_entry, journal_entry_binary, write_journal, write_journal_bytes, XID79,
+};
+use test_support::{promtool, Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -194,4 +198,128 @@ fn an_impossible_stored_count_is_recounted_not_published() {
     let out = run(state.path(), journal.path(), None);
     assert_eq!(out.series(GPU0), Some(2.0));
     assert_eq!(out.err(), "", "said once");
+}
+
+/// journald vacuums the archived file that holds the cursor's entry while an
+/// older file of this boot stays. `journalctl --after-cursor` then seeks to
+/// the cursor's place, lands on the next entry and skips it as if it were the
+/// cursor's own (systemd 252): the next XID was lost, with success 1.
+#[test]
+fn the_first_xid_after_a_vacuumed_cursor_entry_is_counted() {
+    let (state, journal) = state_and_journal(&journal_entry(1000, "kernel", XID79));
+    let after = journal_entry(
+        1500,
+        "kernel",
+        "nvidia-nvlink: Nvlink Core is being initialized",
+    );
+    write_journal(journal.path(), "b.journal", &after);
+    assert_eq!(
+        run(state.path(), journal.path(), None).series(GPU0),
+        Some(1.0)
+    );
+
+    fs::remove_file(journal.path().join("b.journal")).unwrap();
+    add_xid79(journal.path(), "c.journal", 3000);
+    let out = run(state.path(), journal.path(), None);
+    assert_eq!(
+        out.series(GPU0),
+        Some(2.0),
+        "the XID after the vacuumed cursor: {}",
+        out.err()
+    );
+    assert_eq!(out.series(SUCCESS), Some(1.0));
+    assert_eq!(out.err(), "");
+    // Nothing counted twice: not the older file's XID, not the cursor's own.
+    assert_eq!(
+        run(state.path(), journal.path(), None).series(GPU0),
+        Some(2.0)
+    );
+    // Rotation: a new file beside the cursor's.
+    add_xid79(journal.path(), "d.journal", 4000);
+    assert_eq!(
+        run(state.path(), journal.path(), None).series(GPU0),
+        Some(3.0)
+    );
+}
+
+/// An SXid as driver 570.195.03 logs it (NVIDIA/nvtrust#124): a `Data` line,
+/// the line with its severity, a `Severity 0 Engine instance` line.
+fn sxid_22013(monotonic: u64) -> String {
+    let at = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, ";
+    [
+        "Data {0x0000002b, 0x0000002b, 0x00000000, 0x0000002b, 0x80005302, 0x00000000}",
+        "Non-fatal, Link 44 Minion Link DLREQ interrupt",
+        "Severity 0 Engine instance 44 Sub-engine instance 00",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, line)| journal_entry(monotonic + i as u64, "kernel", &format!("{at}{line}")))
+    .collect()
+}
+
+const SXID_22013: &str = r#"nvidia_gpu_nvswitch_sxid_errors_total{switch="3",pci_bus_id="00000000:04:00",code="22013",severity="non_fatal"}"#;
+const SXID_20034: &str = r#"nvidia_gpu_nvswitch_sxid_errors_total{switch="0",pci_bus_id="00000000:05:00",code="20034",severity="fatal"}"#;
+const GPU0_FALLEN: &str =
+    r#"nvidia_gpu_fallen_off_bus_total{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"}"#;
+const B3_FALLEN: &str =
+    r#"nvidia_gpu_fallen_off_bus_unattributed_total{pci_bus_id="00000000:B3:00"}"#;
+
+/// SXids by switch, bus id, code and severity, and GPUs fallen off the bus
+/// without an Xid line (NVIDIA/NVSentinel#155: a GPU that fell off at probe
+/// time, one record of three lines, never enumerated), counted exactly between
+/// runs like XIDs; the same lines from user space count nothing.
+#[test]
+fn sxids_and_gpus_fallen_off_the_bus_count_exactly_between_runs() {
+    let fatal = "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up";
+    let fallen = "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.";
+    let probe = "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this \
+                 system has\nNVRM: fallen off the bus and is not responding to commands.";
+    let mut export = sxid_22013(1000).into_bytes();
+    for (at, transport, line) in [
+        (1010, "kernel", fatal),
+        (1011, "syslog", fatal),
+        (1020, "kernel", fallen),
+        (1021, "syslog", fallen),
+    ] {
+        export.extend(journal_entry(at, transport, line).into_bytes());
+    }
+    export.extend(journal_entry_binary(1030, probe));
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal_bytes(journal.path(), "a.journal", &export);
+    let out = run(state.path(), journal.path(), None);
+    let counts = |out: &Outcome| {
+        [SXID_22013, SXID_20034, GPU0_FALLEN, B3_FALLEN, GPU0].map(|s| out.series(s))
+    };
+    assert_eq!(
+        counts(&out),
+        [1.0, 1.0, 1.0, 1.0, 0.0].map(Some),
+        "{}",
+        out.text()
+    );
+    let other_gpu = r#"nvidia_gpu_fallen_off_bus_total{gpu="1",uuid="GPU-"#;
+    assert!(
+        out.text().contains(other_gpu),
+        "every GPU has its count from 0"
+    );
+    assert_eq!(out.series(SUCCESS), Some(1.0));
+    if let Err(said) = promtool(out.text().as_bytes()) {
+        panic!("promtool: {said}");
+    }
+    assert_eq!(
+        counts(&run(state.path(), journal.path(), None)),
+        counts(&out),
+        "nothing new"
+    );
+
+    let mut more = sxid_22013(2000);
+    more += &journal_entry(2010, "kernel", fallen);
+    write_journal(journal.path(), "b.journal", &more);
+    let out = run(state.path(), journal.path(), None);
+    assert_eq!(
+        counts(&out),
+        [2.0, 1.0, 2.0, 1.0, 0.0].map(Some),
+        "{}",
+        out.text()
+    );
 }

@@ -2,18 +2,16 @@
 //! clock event reasons now, and violation time per policy as counters.
 
 use nvml_wrapper::enum_wrappers::device::{Clock, PerformancePolicy, PerformanceState};
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
     NVML_FI_DEV_PERF_POLICY_POWER, NVML_FI_DEV_PERF_POLICY_RELIABILITY,
     NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, NVML_FI_DEV_PERF_POLICY_THERMAL,
     NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
 };
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
-use std::ffi::c_ulonglong;
 
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
+use crate::nvml::unwrapped::EventReasons;
 
 /// The clock domains read, with their `clock` label values.
 pub(super) const DOMAINS: [(Clock, &str); 4] = [
@@ -40,48 +38,39 @@ const EVENT_REASONS: [(u64, &str); 9] = [
 ];
 
 /// Violation policies, their field ids and their `policy` label values.
-const POLICIES: [(PerformancePolicy, u32, &str); 8] = [
-    (
-        PerformancePolicy::Power,
-        NVML_FI_DEV_PERF_POLICY_POWER,
-        "power",
-    ),
-    (
-        PerformancePolicy::Thermal,
-        NVML_FI_DEV_PERF_POLICY_THERMAL,
-        "thermal",
-    ),
-    (
-        PerformancePolicy::SyncBoost,
-        NVML_FI_DEV_PERF_POLICY_SYNC_BOOST,
-        "sync_boost",
-    ),
-    (
-        PerformancePolicy::BoardLimit,
-        NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
-        "board_limit",
-    ),
-    (
-        PerformancePolicy::LowUtilization,
-        NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
-        "low_utilization",
-    ),
-    (
-        PerformancePolicy::Reliability,
-        NVML_FI_DEV_PERF_POLICY_RELIABILITY,
-        "reliability",
-    ),
-    (
-        PerformancePolicy::TotalAppClocks,
-        NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
-        "app_clocks",
-    ),
-    (
-        PerformancePolicy::TotalBaseClocks,
-        NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
-        "base_clocks",
-    ),
-];
+const POLICIES: [(PerformancePolicy, u32, &str); 8] = {
+    use PerformancePolicy::*;
+    [
+        (Power, NVML_FI_DEV_PERF_POLICY_POWER, "power"),
+        (Thermal, NVML_FI_DEV_PERF_POLICY_THERMAL, "thermal"),
+        (SyncBoost, NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, "sync_boost"),
+        (
+            BoardLimit,
+            NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+            "board_limit",
+        ),
+        (
+            LowUtilization,
+            NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+            "low_utilization",
+        ),
+        (
+            Reliability,
+            NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+            "reliability",
+        ),
+        (
+            TotalAppClocks,
+            NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
+            "app_clocks",
+        ),
+        (
+            TotalBaseClocks,
+            NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
+            "base_clocks",
+        ),
+    ]
+};
 
 /// Dividing (rather than multiplying by 1e-9) keeps values like 912.4 exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
@@ -92,9 +81,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             reader.push(metrics::CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
-    if let Some(Ok(state)) = reader.read_enum("nvmlDeviceGetPerformanceState", |lib| {
-        nvml_sym(lib.nvmlDeviceGetPerformanceState.as_ref())
-    }) {
+    if let Some(Ok(state)) = reader.read_enum() {
         if let Some(number) = pstate_number(state) {
             reader.gauge(metrics::PERFORMANCE_STATE, f64::from(number));
         }
@@ -137,43 +124,20 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 /// One 0/1 sample per reason the GPU supports (every known reason if it cannot
-/// say). Uses `nvmlDeviceGet*ClocksEventReasons`, falling back to the deprecated
-/// `*ClocksThrottleReasons` names on drivers older than R535.
+/// say).
 fn read_event_reasons(reader: &mut DeviceReader<'_>) {
-    let Some(active) = read_mask(reader, "nvmlDeviceGetCurrentClocksEventReasons", |lib| {
-        let symbol = lib.nvmlDeviceGetCurrentClocksEventReasons.as_ref();
-        nvml_sym(symbol.or(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref()))
-    }) else {
+    let Some(active) = reader.clocks_event_reasons(EventReasons::Current) else {
         return;
     };
-    let supported = read_mask(reader, "nvmlDeviceGetSupportedClocksEventReasons", |lib| {
-        let symbol = lib.nvmlDeviceGetSupportedClocksEventReasons.as_ref();
-        nvml_sym(symbol.or(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref()))
-    })
-    .unwrap_or(u64::MAX);
+    let supported = reader
+        .clocks_event_reasons(EventReasons::Supported)
+        .unwrap_or(u64::MAX);
     for (bit, label) in EVENT_REASONS {
         if supported & bit != 0 {
             let value = if active & bit != 0 { 1.0 } else { 0.0 };
             reader.push(metrics::CLOCKS_EVENT.sample_with([label], value));
         }
     }
-}
-
-/// The signature of the clock event reason getters.
-type MaskGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_ulonglong) -> nvmlReturn_t;
-
-fn read_mask(
-    reader: &mut DeviceReader<'_>,
-    call: &'static str,
-    symbol: impl FnOnce(&NvmlLib) -> Result<&MaskGetter, NvmlError>,
-) -> Option<u64> {
-    reader.read_raw(call, |lib, handle| {
-        let get = symbol(lib)?;
-        let mut mask = 0;
-        // SAFETY: NVML writes one u64 through the pointer.
-        nvml_try(unsafe { get(handle, &mut mask) })?;
-        Ok(mask)
-    })
 }
 
 /// P0..P15 as 0..15; NVML's "unknown" state is not a number and is left out.

@@ -25,14 +25,12 @@
 //! - MIG: on a GPU in MIG mode, each GPU instance is sampled with
 //!   `nvmlGpmMigSampleGet` and reported with its `gpu_instance_id`.
 
-use std::ffi::c_uint;
 use std::time::Instant;
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t, NvmlLib,
-    NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,
-};
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::gpm::gpm_metrics_get;
+use nvml_wrapper::GpmSample;
 
 use super::hooks::{Settings, Window};
 use crate::metrics::{self, Labelled};
@@ -98,37 +96,37 @@ impl Unavailable {
     }
 }
 
-/// What GPM measures, by NVML metric id (`nvmlGpmMetricId_t`, nvml.h), and
-/// how it is reported.
-const METRICS: &[(c_uint, Report)] = &[
-    (
-        1,
-        Report::Engine(
-            metrics::GRAPHICS_ENGINE_ACTIVE,
-            metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
+/// What GPM measures and how it is reported.
+const METRICS: [(GpmMetricId, Report); 12] = {
+    use GpmMetricId::*;
+    use Report::{Engine, Pipe};
+    [
+        (
+            GraphicsUtil,
+            Engine(
+                metrics::GRAPHICS_ENGINE_ACTIVE,
+                metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
+            ),
         ),
-    ), // GRAPHICS_UTIL
-    (
-        2,
-        Report::Engine(metrics::SM_ACTIVE, metrics::MIG_SM_ACTIVE),
-    ), // SM_UTIL
-    (
-        3,
-        Report::Engine(metrics::SM_OCCUPANCY, metrics::MIG_SM_OCCUPANCY),
-    ), // SM_OCCUPANCY
-    (
-        10,
-        Report::Engine(metrics::DRAM_ACTIVE, metrics::MIG_DRAM_ACTIVE),
-    ), // DRAM_BW_UTIL
-    (5, Report::Pipe("tensor")),      // ANY_TENSOR_UTIL
-    (7, Report::Pipe("tensor_hmma")), // HMMA_TENSOR_UTIL
-    (9, Report::Pipe("tensor_imma")), // IMMA_TENSOR_UTIL
-    (6, Report::Pipe("tensor_dfma")), // DFMA_TENSOR_UTIL
-    (11, Report::Pipe("fp64")),       // FP64_UTIL
-    (12, Report::Pipe("fp32")),       // FP32_UTIL
-    (13, Report::Pipe("fp16")),       // FP16_UTIL
-    (4, Report::Pipe("integer")),     // INTEGER_UTIL
-];
+        (SmUtil, Engine(metrics::SM_ACTIVE, metrics::MIG_SM_ACTIVE)),
+        (
+            SmOccupancy,
+            Engine(metrics::SM_OCCUPANCY, metrics::MIG_SM_OCCUPANCY),
+        ),
+        (
+            DramBwUtil,
+            Engine(metrics::DRAM_ACTIVE, metrics::MIG_DRAM_ACTIVE),
+        ),
+        (AnyTensorUtil, Pipe("tensor")),
+        (HmmaTensorUtil, Pipe("tensor_hmma")),
+        (ImmaTensorUtil, Pipe("tensor_imma")),
+        (DfmaTensorUtil, Pipe("tensor_dfma")),
+        (Fp64Util, Pipe("fp64")),
+        (Fp32Util, Pipe("fp32")),
+        (Fp16Util, Pipe("fp16")),
+        (IntegerUtil, Pipe("integer")),
+    ]
+};
 
 /// How one GPM metric is reported.
 #[derive(Debug, Clone, Copy)]
@@ -159,21 +157,6 @@ impl Report {
 /// The most GPU instances one GPU has (7 on H100/H200).
 const MAX_GPU_INSTANCES: usize = 8;
 
-/// A sample buffer from `nvmlGpmSampleAlloc`, freed when dropped.
-struct GpmSample<'n> {
-    lib: &'n NvmlLib,
-    handle: nvmlGpmSample_t,
-}
-
-impl Drop for GpmSample<'_> {
-    fn drop(&mut self) {
-        if let Ok(free) = nvml_sym(self.lib.nvmlGpmSampleFree.as_ref()) {
-            // SAFETY: the handle came from nvmlGpmSampleAlloc and is freed once.
-            unsafe { free(self.handle) };
-        }
-    }
-}
-
 /// What is sampled: the whole GPU, or one MIG GPU instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
@@ -181,11 +164,10 @@ enum Target {
     Instance(u32),
 }
 
-/// The two samples of one target and when the first was taken.
+/// The first sample of one target and when it was taken.
 struct Measurement<'n> {
     target: Target,
     first: GpmSample<'n>,
-    second: GpmSample<'n>,
     /// Midpoint of the first sample's call.
     first_at: Instant,
 }
@@ -197,9 +179,8 @@ struct GpuWindow<'n> {
     ends: Instant,
 }
 
-/// Opens the GPM window of a GPU: checks support, allocates the samples and
-/// takes the first ones. Nothing is opened when GPM is off, unsupported,
-/// paused or refused.
+/// Opens the GPM window of a GPU: checks support and takes the first samples.
+/// Nothing is opened when GPM is off, unsupported, paused or refused.
 pub(super) fn open<'n>(
     reader: &mut DeviceReader<'n>,
     settings: &Settings,
@@ -215,22 +196,20 @@ pub(super) fn open<'n>(
     // of that once NVML has started may be too short to read anything but
     // zeros (a slow start, a short --timeout).
     let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
-    if latest.is_none_or(|latest| latest.saturating_duration_since(Instant::now()) < MIN_WINDOW) {
+    let Some(latest) =
+        latest.filter(|latest| latest.saturating_duration_since(Instant::now()) >= MIN_WINDOW)
+    else {
         unavailable(reader, Unavailable::WindowTooShort);
         return None;
-    }
+    };
     let mut targets = vec![Target::Gpu];
     targets.extend(gpu_instances(reader).into_iter().map(Target::Instance));
     let mut measurements = Vec::with_capacity(targets.len());
     for target in targets {
-        let (Some(first), Some(second)) = (alloc(reader), alloc(reader)) else {
-            break;
-        };
-        match take(reader, target, &first) {
-            Taken::At(first_at) => measurements.push(Measurement {
+        match take(reader, target) {
+            Taken::At(first_at, first) => measurements.push(Measurement {
                 target,
                 first,
-                second,
                 first_at,
             }),
             Taken::Skipped => {}
@@ -241,11 +220,7 @@ pub(super) fn open<'n>(
             Taken::Down => return None,
         }
     }
-    let first = measurements.first()?;
-    let ends = match latest {
-        Some(latest) => latest.min(first.first_at + settings.gpm_window),
-        None => first.first_at + settings.gpm_window,
-    };
+    let ends = latest.min(measurements.first()?.first_at + settings.gpm_window);
     Some(Box::new(GpuWindow { measurements, ends }))
 }
 
@@ -264,42 +239,35 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 }
 
 /// Takes the second samples when the window ends and exports the metrics.
-fn close(window: GpuWindow<'_>, reader: &mut DeviceReader<'_>) {
+fn close<'n>(window: GpuWindow<'n>, reader: &mut DeviceReader<'n>) {
     let wait = window.ends.saturating_duration_since(Instant::now());
     if !wait.is_zero() {
         std::thread::sleep(wait);
     }
     let mut results = Vec::with_capacity(window.measurements.len());
     for measurement in &window.measurements {
-        match take(reader, measurement.target, &measurement.second) {
-            Taken::At(second_at) => results.push((measurement, second_at)),
+        match take(reader, measurement.target) {
+            Taken::At(second_at, second) => results.push((measurement, second, second_at)),
             Taken::Skipped => {}
             Taken::Unavailable(why) => return unavailable(reader, why),
             Taken::Down => return,
         }
     }
     let mut window_seconds = None;
-    for (measurement, second_at) in results {
+    for (measurement, second, second_at) in results {
         // A window cut short by the deadline (the first samples came late)
         // reads zeros, not the GPU's activity: nothing is better than a false
         // idle, and the file says why.
         if second_at - measurement.first_at < MIN_WINDOW {
             return unavailable(reader, Unavailable::WindowTooShort);
         }
-        let Some(values) = metrics_get(reader, measurement) else {
+        let Some(values) = metrics_get(reader, &measurement.first, &second) else {
             continue;
         };
         let mut any = false;
-        for ((id, report), value) in METRICS.iter().zip(values) {
+        for ((_, report), value) in METRICS.iter().zip(values) {
             let Some(percent) = value else { continue };
-            let sample = report.sample(measurement.target, percent / 100.0);
-            if !(0.0..=100.0).contains(&percent) {
-                log::debug!("GPM metric {id}: {percent}");
-                reader.reject(sample.family, percent);
-                continue;
-            }
-            reader.push(sample);
-            any = true;
+            any |= reader.push_read(report.sample(measurement.target, percent / 100.0), percent);
         }
         if any && window_seconds.is_none() {
             window_seconds = Some((second_at - measurement.first_at).as_secs_f64());
@@ -313,16 +281,7 @@ fn close(window: GpuWindow<'_>, reader: &mut DeviceReader<'_>) {
 /// Whether NVML says the GPU supports GPM.
 fn supported(reader: &mut DeviceReader<'_>) -> bool {
     reader
-        .read_raw("nvmlGpmQueryDeviceSupport", |lib, device| {
-            let query = nvml_sym(lib.nvmlGpmQueryDeviceSupport.as_ref())?;
-            let mut support = nvmlGpmSupport_t {
-                version: NVML_GPM_SUPPORT_VERSION,
-                isSupportedDevice: 0,
-            };
-            // SAFETY: one versioned struct, written by NVML.
-            nvml_try(unsafe { query(device, &mut support) })?;
-            Ok(support.isSupportedDevice != 0)
-        })
+        .read("nvmlGpmQueryDeviceSupport", |d| d.gpm_support())
         .unwrap_or(false)
 }
 
@@ -337,21 +296,9 @@ fn gpu_instances(reader: &mut DeviceReader<'_>) -> Vec<u32> {
     ids
 }
 
-fn alloc<'n>(reader: &mut DeviceReader<'n>) -> Option<GpmSample<'n>> {
-    let lib = reader.lib();
-    let handle = reader.read_raw("nvmlGpmSampleAlloc", |lib, _| {
-        let alloc = nvml_sym(lib.nvmlGpmSampleAlloc.as_ref())?;
-        let mut sample: nvmlGpmSample_t = std::ptr::null_mut();
-        // SAFETY: one out-pointer.
-        nvml_try(unsafe { alloc(&mut sample) })?;
-        Ok(sample)
-    })?;
-    Some(GpmSample { lib, handle })
-}
-
-enum Taken {
-    /// The sample was taken; the midpoint of the call.
-    At(Instant),
+enum Taken<'n> {
+    /// The sample, taken at the midpoint of the call.
+    At(Instant, GpmSample<'n>),
     /// This target cannot be sampled (not supported, or a counted error).
     Skipped,
     Unavailable(Unavailable),
@@ -359,36 +306,23 @@ enum Taken {
     Down,
 }
 
-/// Takes a sample of `target` into `sample`.
-fn take(reader: &mut DeviceReader<'_>, target: Target, sample: &GpmSample<'_>) -> Taken {
-    let handle = sample.handle;
+/// Takes a sample of `target`.
+fn take<'n>(reader: &mut DeviceReader<'n>, target: Target) -> Taken<'n> {
     let before = Instant::now();
     let (call, result) = match target {
-        Target::Gpu => (
-            "nvmlGpmSampleGet",
-            reader.try_read("nvmlGpmSampleGet", |d| {
-                raw(d, |lib, device| {
-                    let get = nvml_sym(lib.nvmlGpmSampleGet.as_ref())?;
-                    // SAFETY: a live device handle and sample buffer.
-                    nvml_try(unsafe { get(device, handle) })
-                })
-            }),
-        ),
-        Target::Instance(gi) => (
-            "nvmlGpmMigSampleGet",
-            reader.try_read("nvmlGpmMigSampleGet", |d| {
-                raw(d, |lib, device| {
-                    let get = nvml_sym(lib.nvmlGpmMigSampleGet.as_ref())?;
-                    // SAFETY: a live device handle and sample buffer.
-                    nvml_try(unsafe { get(device, gi, handle) })
-                })
-            }),
-        ),
+        Target::Gpu => {
+            let call = "nvmlGpmSampleGet";
+            (call, reader.try_read(call, |d| d.gpm_sample()))
+        }
+        Target::Instance(gi) => {
+            let call = "nvmlGpmMigSampleGet";
+            (call, reader.try_read(call, |d| d.gpm_mig_sample(gi)))
+        }
     };
     let after = Instant::now();
     match result {
         None => Taken::Down,
-        Some(Ok(())) => Taken::At(before + (after - before) / 2),
+        Some(Ok(sample)) => Taken::At(before + (after - before) / 2, sample),
         Some(Err(error)) => match Unavailable::from_error(&error) {
             Some(why) => Taken::Unavailable(why),
             None => {
@@ -399,48 +333,27 @@ fn take(reader: &mut DeviceReader<'_>, target: Target, sample: &GpmSample<'_>) -
     }
 }
 
-/// Calls `f` with the raw library and device handle of `device`.
-fn raw<T>(
-    device: &nvml_wrapper::Device<'_>,
-    f: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
-) -> Result<T, NvmlError> {
-    // SAFETY: the handle stays valid while `device` (and so NVML) lives.
-    f(device.nvml().lib(), unsafe { device.handle() })
-}
-
-/// The percentages of [`METRICS`] between the two samples of `measurement`, in
-/// that order; `None` for a metric NVML does not give (not supported quietly,
+/// The percentages of [`METRICS`] between two samples of one target, in that
+/// order; `None` for a metric NVML does not give (not supported quietly,
 /// other errors counted). `None` in all when the call failed.
-fn metrics_get(
-    reader: &mut DeviceReader<'_>,
-    measurement: &Measurement<'_>,
+fn metrics_get<'n>(
+    reader: &mut DeviceReader<'n>,
+    first: &GpmSample<'n>,
+    second: &GpmSample<'n>,
 ) -> Option<Vec<Option<f64>>> {
-    let (first, second) = (measurement.first.handle, measurement.second.handle);
-    let request = reader.read_raw("nvmlGpmMetricsGet", |lib, _| {
-        let get = nvml_sym(lib.nvmlGpmMetricsGet.as_ref())?;
-        // SAFETY: nvmlGpmMetricsGet_t is plain data; zero is a valid value.
-        let mut request: Box<nvmlGpmMetricsGet_t> = Box::new(unsafe { std::mem::zeroed() });
-        request.version = NVML_GPM_METRICS_GET_VERSION;
-        request.numMetrics = METRICS.len() as c_uint;
-        request.sample1 = first;
-        request.sample2 = second;
-        for (slot, (id, ..)) in request.metrics.iter_mut().zip(METRICS) {
-            slot.metricId = *id;
-        }
-        // SAFETY: a versioned request holding two samples of the same target.
-        nvml_try(unsafe { get(&mut *request) })?;
-        Ok(request)
-    })?;
-    let mut values = Vec::with_capacity(METRICS.len());
-    for metric in &request.metrics[..METRICS.len()] {
-        values.push(match nvml_try(metric.nvmlReturn) {
-            Ok(()) => Some(metric.value),
+    let call = "nvmlGpmMetricsGet";
+    let ids = METRICS.map(|(id, _)| id);
+    let results = reader.read(call, |d| gpm_metrics_get(d.nvml(), first, second, &ids))?;
+    let values = results
+        .into_iter()
+        .map(|result| match result {
+            Ok(metric) => Some(metric.value),
             Err(error) => {
-                reader.note("nvmlGpmMetricsGet", &error);
+                reader.note(call, &error);
                 None
             }
-        });
-    }
+        })
+        .collect();
     Some(values)
 }
 
@@ -467,29 +380,6 @@ fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nvml_wrapper_sys::bindings as sys;
-
-    #[test]
-    fn metric_ids_are_nvmls() {
-        let ids: Vec<c_uint> = METRICS.iter().map(|m| m.0).collect();
-        assert_eq!(
-            ids,
-            [
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_HMMA_TENSOR_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_IMMA_TENSOR_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_DFMA_TENSOR_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_FP64_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_FP32_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_FP16_UTIL,
-                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_INTEGER_UTIL,
-            ]
-        );
-    }
 
     #[test]
     fn reasons_round_trip_and_errors_classify() {

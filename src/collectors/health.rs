@@ -1,9 +1,6 @@
 //! Memory health: ECC mode and error counters, retired pages, remapped rows.
 
-use std::ffi::c_uint;
-
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
-use nvml_wrapper::error::{nvml_sym, nvml_try};
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_ECC_CURRENT, NVML_FI_DEV_ECC_DBE_AGG_TOTAL, NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
     NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
@@ -68,11 +65,7 @@ const RECOVERY_ACTIONS: [&str; 5] = [
 ];
 
 fn flag(on: bool) -> f64 {
-    if on {
-        1.0
-    } else {
-        0.0
-    }
+    f64::from(u8::from(on))
 }
 
 /// Field values this collector takes from the per-GPU batch: ECC mode and the
@@ -131,24 +124,15 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }) {
         reader.gauge(metrics::RETIRED_PAGES_PENDING, flag(pending));
     }
-    if let Some([correctable, uncorrectable, pending, failure]) =
-        reader.read_raw("nvmlDeviceGetRemappedRows", |lib, handle| {
-            let get = nvml_sym(lib.nvmlDeviceGetRemappedRows.as_ref())?;
-            let mut rows: [c_uint; 4] = [0; 4];
-            let [a, b, c, d] = &mut rows;
-            // SAFETY: four valid out-pointers.
-            nvml_try(unsafe { get(handle, a, b, c, d) })?;
-            Ok(rows)
-        })
-    {
+    if let Some(rows) = reader.remapped_rows() {
         for (count, label) in [
-            (correctable, "correctable"),
-            (uncorrectable, "uncorrectable"),
+            (rows.correctable, "correctable"),
+            (rows.uncorrectable, "uncorrectable"),
         ] {
             reader.push(metrics::REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
-        reader.gauge(metrics::REMAPPED_ROWS_PENDING, flag(pending != 0));
-        reader.gauge(metrics::REMAPPED_ROWS_FAILURE, flag(failure != 0));
+        reader.gauge(metrics::REMAPPED_ROWS_PENDING, flag(rows.pending));
+        reader.gauge(metrics::REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
 }
 

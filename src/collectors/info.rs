@@ -11,39 +11,27 @@
 
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::DeviceArchitecture;
-use nvml_wrapper::error::nvml_sym;
 
 use crate::identity;
 use crate::metrics;
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
+use crate::nvml::unwrapped::Text;
 
 /// Reads the GPU's identity and pushes its info sample. A UUID that cannot be
 /// read does not stop the reading: the GPU is still reported (under the
 /// identity the state knew); a fatal error marks it down through the reader as
 /// for any other call.
 pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
-    let uuid = reader.read_string("nvmlDeviceGetUUID", |lib| {
-        nvml_sym(lib.nvmlDeviceGetUUID.as_ref())
-    });
-    let name = reader.read_string("nvmlDeviceGetName", |lib| {
-        nvml_sym(lib.nvmlDeviceGetName.as_ref())
-    });
+    let uuid = reader.text(Text::Uuid);
+    let name = reader.text(Text::Name);
     let pci = reader.read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info());
     let pci_device_id = pci.as_ref().map(|pci| pci.pci_device_id);
     let pci_bus_id = pci.map(|pci| pci.bus_id);
-    let serial = reader.read_string("nvmlDeviceGetSerial", |lib| {
-        nvml_sym(lib.nvmlDeviceGetSerial.as_ref())
-    });
-    let vbios = reader.read_string("nvmlDeviceGetVbiosVersion", |lib| {
-        nvml_sym(lib.nvmlDeviceGetVbiosVersion.as_ref())
-    });
-    let brand = reader.read_enum::<Brand>("nvmlDeviceGetBrand", |lib| {
-        nvml_sym(lib.nvmlDeviceGetBrand.as_ref())
-    });
-    let architecture = reader.read_enum::<DeviceArchitecture>("nvmlDeviceGetArchitecture", |lib| {
-        nvml_sym(lib.nvmlDeviceGetArchitecture.as_ref())
-    });
+    let serial = reader.text(Text::Serial);
+    let vbios = reader.text(Text::VbiosVersion);
+    let brand = reader.read_enum::<Brand>();
+    let architecture = reader.read_enum::<DeviceArchitecture>();
     let minor = reader.read("nvmlDeviceGetMinorNumber", |d| d.minor_number());
     let name = name.unwrap_or_default();
     reader.set_facts(GpuFacts {

@@ -11,6 +11,7 @@
 use super::utilization::{point, read_engine, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
+use crate::nvml::unwrapped::Accelerator;
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
@@ -32,7 +33,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             point(reader, Engine::Decoder, info.utilization);
         }
     }
-    engines::read(reader);
+    read_accelerators(reader);
 }
 
 /// The encoder's utilization (samples, else the point reading) and sessions.
@@ -55,52 +56,17 @@ fn read_encoder(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// JPEG decoders and optical flow accelerator (nvml-wrapper wraps neither call).
-mod engines {
-    use std::ffi::c_uint;
-
-    use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-    use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
-
-    use crate::collectors::utilization::percent_to_ratio;
-    use crate::metrics;
-    use crate::nvml::reader::DeviceReader;
-
-    /// JPEG decoder (NVJPG) and optical flow accelerator (OFA) utilization, on
-    /// GPUs that have them (A100, H100/H200 and later; driver 535+): each a raw
-    /// call that NVML answers like the decoder's, percent over a sampling period.
-    pub(super) fn read(reader: &mut DeviceReader<'_>) {
-        let jpeg = reader.read_raw("nvmlDeviceGetJpgUtilization", |lib, handle| {
-            engine_utilization(nvml_sym(lib.nvmlDeviceGetJpgUtilization.as_ref())?, handle)
-        });
-        let ofa = reader.read_raw("nvmlDeviceGetOfaUtilization", |lib, handle| {
-            engine_utilization(nvml_sym(lib.nvmlDeviceGetOfaUtilization.as_ref())?, handle)
-        });
-        for (percent, family) in [
-            (jpeg, metrics::JPEG_UTILIZATION),
-            (ofa, metrics::OFA_UTILIZATION),
-        ] {
-            let Some(percent) = percent else { continue };
-            match percent_to_ratio(percent) {
-                Some(ratio) => reader.gauge(family, ratio),
-                None => reader.reject(family.family(), f64::from(percent)),
-            }
+/// JPEG decoder (NVJPG) and optical flow accelerator (OFA) utilization, on
+/// GPUs that have them (A100, H100/H200 and later; driver 535+): NVML answers
+/// each like the decoder, percent over a sampling period (the period is not
+/// exported, as for the encoder and decoder).
+fn read_accelerators(reader: &mut DeviceReader<'_>) {
+    for (engine, family) in [
+        (Accelerator::Jpeg, metrics::JPEG_UTILIZATION),
+        (Accelerator::OpticalFlow, metrics::OFA_UTILIZATION),
+    ] {
+        if let Some(percent) = reader.accelerator_percent(engine).map(f64::from) {
+            reader.push_read(family.sample(percent / 100.0), percent);
         }
-    }
-
-    /// The signature of `nvmlDeviceGetJpgUtilization` and `…OfaUtilization`.
-    type EngineUtilizationGetter =
-        unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
-
-    /// Percent busy over the engine's last sampling period (the period is not
-    /// exported, as for the encoder and decoder).
-    fn engine_utilization(
-        get: &EngineUtilizationGetter,
-        handle: nvmlDevice_t,
-    ) -> Result<u32, NvmlError> {
-        let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
-        // SAFETY: two valid out-pointers.
-        nvml_try(unsafe { get(handle, &mut percent, &mut period_us) })?;
-        Ok(percent)
     }
 }

@@ -2,11 +2,9 @@
 //! (from the one enumeration, `nvml::mig`), under the parent GPU's
 //! `gpu`/`uuid` labels.
 
-use nvml_wrapper::error::nvml_sym;
-
 use crate::metrics;
 use crate::nvml::mig::{self, MigDevice};
-use crate::nvml::reader::{c_string, DeviceReader};
+use crate::nvml::reader::DeviceReader;
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
     for device in mig::devices(reader) {
@@ -24,11 +22,7 @@ fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &MigDevice<'_>) {
     // instance's profile, not a smaller compute instance's ("1c.2g.20gb").
     // Kept empty when unreadable, so the series keeps its labels.
     let profile = reader
-        .read("nvmlDeviceGetName", |_| {
-            // SAFETY: a live MIG handle of the NVML instance in use.
-            let (lib, handle) = unsafe { (mig.handle.nvml().lib(), mig.handle.handle()) };
-            c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref())?, handle)
-        })
+        .read("nvmlDeviceGetName", |_| mig.name())
         .map(|name| profile(&name).to_owned())
         .unwrap_or_default();
     let gi = mig.gpu_instance_id.to_string();

@@ -1,7 +1,6 @@
 //! Persistence, compute and MIG modes.
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
-use nvml_wrapper::error::nvml_sym;
 
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
@@ -12,9 +11,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }) {
         reader.gauge(metrics::PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
     }
-    if let Some(mode) = reader.read_enum::<ComputeMode>("nvmlDeviceGetComputeMode", |lib| {
-        nvml_sym(lib.nvmlDeviceGetComputeMode.as_ref())
-    }) {
+    if let Some(mode) = reader.read_enum::<ComputeMode>() {
         let label = match mode {
             Ok(ComputeMode::Default) => "default",
             Ok(ComputeMode::ExclusiveThread) => "exclusive_thread",

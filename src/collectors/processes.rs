@@ -17,6 +17,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         return;
     };
     let utilization = utilization(reader);
+    let listed: Vec<u32> = processes.iter().map(|p| p.pid).collect();
     for process in processes {
         let id = |id: Option<u32>| id.map(|id| LabelValue::Owned(id.to_string()));
         let ids = [
@@ -35,6 +36,18 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         if let Some(utilization) = &utilization {
             let ratio = utilization.ratio(process.pid);
             reader.push(metrics::PROCESS_UTILIZATION.sample_some(labels.clone(), ratio));
+        }
+    }
+    // A process that used the GPU in the window but is gone by now (or is
+    // not a compute process) still has its share: without it the processes
+    // would not add up to the GPU.
+    for (pid, ratio) in utilization.iter().flat_map(Utilization::ratios) {
+        if !listed.contains(&pid) {
+            let labels = procfs::labels(
+                [Some(LabelValue::Owned(pid.to_string())), None, None],
+                &Owner::default(),
+            );
+            reader.push(metrics::PROCESS_UTILIZATION.sample_some(labels, ratio));
         }
     }
 }
@@ -60,7 +73,7 @@ impl Utilization {
     /// From NVML's entries: the newest possible one per pid (an entry over
     /// 100 % is impossible and dropped).
     fn from_entries(mut entries: Vec<ProcessEntry>) -> Self {
-        entries.retain(|&(_, _, sm)| sm <= 100);
+        entries.retain(|&(_, _, sm)| metrics::plausible_percent(sm as f64));
         entries.sort_unstable_by_key(|&(pid, ts, _)| (pid, std::cmp::Reverse(ts)));
         entries.dedup_by_key(|&mut (pid, _, _)| pid);
         Utilization {
@@ -68,13 +81,19 @@ impl Utilization {
         }
     }
 
+    /// Every listed process's ratio, by pid.
+    fn ratios(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+        self.percent
+            .iter()
+            .map(|&(pid, sm)| (pid, sm as f64 / 100.0))
+    }
+
     /// The process's mean SM utilization over the window; NVML lists only
     /// processes that used the GPU in it, so a process missing was idle (0).
     fn ratio(&self, pid: u32) -> f64 {
-        self.percent
-            .iter()
-            .find(|(p, _)| *p == pid)
-            .map_or(0.0, |&(_, sm)| sm as f64 / 100.0)
+        self.ratios()
+            .find(|&(p, _)| p == pid)
+            .map_or(0.0, |(_, r)| r)
     }
 }
 

@@ -121,28 +121,11 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// The thermal margin (T.Limit): degrees below the nearest slowdown threshold,
-/// from `nvmlDeviceGetMarginTemperature` (driver 555+; nvml-wrapper does not
-/// wrap it). No field value holds it: `NVML_FI_DEV_TEMPERATURE_*_TLIMIT` are
-/// the thresholds on the T.Limit scale, not the current margin.
+/// The thermal margin (T.Limit): degrees below the nearest slowdown threshold.
+/// No field value holds it: `NVML_FI_DEV_TEMPERATURE_*_TLIMIT` are the
+/// thresholds on the T.Limit scale, not the current margin.
 fn read_margin(reader: &mut DeviceReader<'_>) {
-    use nvml_wrapper::error::{nvml_sym, nvml_try};
-    use nvml_wrapper_sys::bindings::nvmlMarginTemperature_t;
-
-    /// `NVML_STRUCT_VERSION(MarginTemperature, 1)`.
-    const VERSION_1: u32 = std::mem::size_of::<nvmlMarginTemperature_t>() as u32 | (1 << 24);
-
-    let margin = reader.read_raw("nvmlDeviceGetMarginTemperature", |lib, handle| {
-        let get = nvml_sym(lib.nvmlDeviceGetMarginTemperature.as_ref())?;
-        let mut info = nvmlMarginTemperature_t {
-            version: VERSION_1,
-            marginTemperature: 0,
-        };
-        // SAFETY: one valid out-pointer to a struct of the version it names.
-        nvml_try(unsafe { get(handle, &mut info) })?;
-        Ok(info.marginTemperature)
-    });
-    if let Some(celsius) = margin {
+    if let Some(celsius) = reader.margin_temperature() {
         reader.gauge(metrics::TEMPERATURE_MARGIN, f64::from(celsius));
     }
 }

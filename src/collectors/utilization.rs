@@ -2,12 +2,7 @@
 //! buffers (`nvml::samples`), their busy and sampled totals, and the count of
 //! compute processes. [`Engine`] and [`read_engine`] serve `media` too.
 
-use nvml_wrapper_sys::bindings::{
-    nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
-    nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
-    nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
-    nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES, nvmlSamplingType_t,
-};
+use nvml_wrapper::enum_wrappers::device::Sampling;
 
 use crate::metrics::{self, Labelled};
 use crate::nvml::reader::DeviceReader;
@@ -44,12 +39,13 @@ impl Engine {
         }
     }
 
-    pub fn sampling_type(self) -> nvmlSamplingType_t {
+    /// Its sample buffer.
+    pub fn sampling_type(self) -> Sampling {
         match self {
-            Engine::Gpu => nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
-            Engine::Memory => nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES,
-            Engine::Encoder => nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES,
-            Engine::Decoder => nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES,
+            Engine::Gpu => Sampling::GpuUtilization,
+            Engine::Memory => Sampling::MemoryUtilization,
+            Engine::Encoder => Sampling::EncoderUtilization,
+            Engine::Decoder => Sampling::DecoderUtilization,
         }
     }
 
@@ -109,19 +105,11 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
     true
 }
 
-/// NVML reports utilization in percent of its sample period; a reading above 100
-/// is not a utilization and is dropped rather than exported.
-pub(super) fn percent_to_ratio(percent: u32) -> Option<f64> {
-    (percent <= 100).then(|| f64::from(percent) / 100.0)
-}
-
-/// Pushes a point reading in percent as `engine`'s ratio (impossible values
-/// rejected).
+/// Pushes a point reading in percent of NVML's sample period as `engine`'s
+/// ratio (impossible values rejected).
 pub(super) fn point(reader: &mut DeviceReader<'_>, engine: Engine, percent: u32) {
-    match percent_to_ratio(percent) {
-        Some(ratio) => reader.gauge(engine.ratio(), ratio),
-        None => reader.reject(engine.ratio().family(), f64::from(percent)),
-    }
+    let percent = f64::from(percent);
+    reader.push_read(engine.ratio().sample(percent / 100.0), percent);
 }
 
 pub(super) fn read(reader: &mut DeviceReader<'_>) {
@@ -146,19 +134,5 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
     if let Some(processes) = reader.compute_processes() {
         reader.gauge(metrics::PROCESSES, processes.len() as f64);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_converts_to_ratio_and_rejects_impossible_values() {
-        assert_eq!(percent_to_ratio(0), Some(0.0));
-        assert_eq!(percent_to_ratio(87), Some(0.87));
-        assert_eq!(percent_to_ratio(100), Some(1.0));
-        assert_eq!(percent_to_ratio(101), None);
-        assert_eq!(percent_to_ratio(u32::MAX), None);
     }
 }

@@ -16,6 +16,7 @@ use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 
 use super::reader::DeviceReader;
+use super::unwrapped::c_string;
 
 /// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
 /// limit is 8 GPU instances).
@@ -76,6 +77,16 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
         }
     }
     found
+}
+
+impl MigDevice<'_> {
+    /// The MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), decoded
+    /// lossily; read as `nvmlDeviceGetName`.
+    pub fn name(&self) -> Result<String, NvmlError> {
+        // SAFETY: a live MIG handle of the NVML instance in use.
+        let (lib, handle) = unsafe { (self.handle.nvml().lib(), self.handle.handle()) };
+        c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref())?, handle)
+    }
 }
 
 enum Instance {

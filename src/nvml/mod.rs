@@ -12,8 +12,10 @@
 //!
 //! Every call is bracketed in [`InFlight`] so a watchdog can name a call that hangs.
 //! `fields` (the batched field read), `samples` (sample buffers) and `mig` (MIG
-//! enumeration) are the NVML reads that several collectors share; `facts` is
-//! what the info read found of a GPU (its chip) that decides how they read it.
+//! enumeration) are the NVML reads that several collectors share; `unwrapped`
+//! the functions nvml-wrapper lacks; `facts` is what the info read found of a
+//! GPU (its chip) that decides how they read it. Every `unsafe` call into NVML
+//! is in this module: the collectors forbid `unsafe`.
 
 pub mod fabric;
 pub mod facts;
@@ -22,6 +24,7 @@ pub mod mig;
 pub mod reader;
 pub mod samples;
 pub mod temperature;
+pub mod unwrapped;
 
 use std::mem::ManuallyDrop;
 use std::path::Path;

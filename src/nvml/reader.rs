@@ -1,13 +1,11 @@
 //! Reading one GPU: the error policy of `nvml` in one place.
 
-use std::ffi::{c_char, c_uint, CStr};
 use std::time::Instant;
 
-use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::structs::device::MigMode;
 use nvml_wrapper::Device as NvmlDevice;
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -86,11 +84,6 @@ impl<'n> DeviceReader<'n> {
     /// What the info read found of this GPU (all empty before it ran).
     pub fn facts(&self) -> &GpuFacts {
         &self.facts
-    }
-
-    /// The NVML library, for buffers that outlive one call (GPM samples).
-    pub fn lib(&self) -> &'n NvmlLib {
-        self.device.nvml().lib()
     }
 
     /// Calls NVML function `call` through `read`. `None` when the field is not
@@ -320,14 +313,24 @@ impl<'n> DeviceReader<'n> {
         &mut self.next_state
     }
 
-    /// Adds a sample; a value no GPU can produce (non-finite, or outside
-    /// [`Family::plausible`]: a sentinel) is dropped, logged and counted.
+    /// Adds a sample; a value no GPU can produce (see [`Family::admits`]: a
+    /// sentinel) is dropped, logged and counted.
     pub fn push(&mut self, sample: Sample) {
-        if sample.value.is_finite() && sample.family.plausible().contains(&sample.value) {
+        let value = sample.value;
+        self.push_read(sample, value);
+    }
+
+    /// Adds a sample converted from what NVML read (`read`, a percentage
+    /// say): like [`Self::push`], but a rejection logs `read`. Whether the
+    /// sample was kept.
+    pub fn push_read(&mut self, sample: Sample, read: f64) -> bool {
+        let admitted = sample.family.admits(sample.value);
+        if admitted {
             self.samples.push(sample);
         } else {
-            self.reject(sample.family, sample.value);
+            self.reject(sample.family, read);
         }
+        admitted
     }
 
     /// Drops an impossible reading of `family` (a sentinel, a utilization above
@@ -432,93 +435,6 @@ pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
         ..Device::default()
     }
 }
-
-/// Raw access for the calls nvml-wrapper does not wrap, or wraps lossily.
-impl<'n> DeviceReader<'n> {
-    /// Like [`DeviceReader::read`], but hands `read` the raw library and handle.
-    pub fn read_raw<T>(
-        &mut self,
-        call: &'static str,
-        read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
-    ) -> Option<T> {
-        // SAFETY: the handle stays valid while `self.device` (and so NVML) lives.
-        self.read(call, |device| unsafe {
-            read(device.nvml().lib(), device.handle())
-        })
-    }
-
-    /// Like [`DeviceReader::try_read`], but hands `read` the raw library and
-    /// handle: for calls whose errors are partly answers (NOT_FOUND meaning
-    /// "no new samples").
-    pub fn try_read_raw<T>(
-        &mut self,
-        call: &'static str,
-        read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
-    ) -> Option<Result<T, NvmlError>> {
-        // SAFETY: the handle stays valid while `self.device` (and so NVML) lives.
-        self.try_read(call, |device| unsafe {
-            read(device.nvml().lib(), device.handle())
-        })
-    }
-
-    /// Reads a string getter, decoding invalid UTF-8 lossily instead of failing,
-    /// so a hostile or corrupted string cannot hide a GPU.
-    pub fn read_string(
-        &mut self,
-        call: &'static str,
-        symbol: impl FnOnce(&NvmlLib) -> Result<&StringGetter, NvmlError>,
-    ) -> Option<String> {
-        self.read_raw(call, |lib, handle| c_string(symbol(lib)?, handle))
-    }
-}
-
-impl<'n> DeviceReader<'n> {
-    /// Reads a getter that writes one C enum and converts the value with
-    /// nvml-wrapper's `TryFrom`. Only the return code goes through the error
-    /// policy (so a return code newer than nvml-wrapper is a counted error); a
-    /// value newer than nvml-wrapper knows is `Some(Err(raw))`, for the caller
-    /// to label as unknown.
-    pub fn read_enum<E: TryFrom<c_uint, Error = NvmlError>>(
-        &mut self,
-        call: &'static str,
-        symbol: impl FnOnce(&NvmlLib) -> Result<&EnumGetter, NvmlError>,
-    ) -> Option<Result<E, c_uint>> {
-        let raw = self.read_raw(call, |lib, handle| {
-            let getter = symbol(lib)?;
-            let mut value: c_uint = 0;
-            // SAFETY: the getter writes one C enum (an unsigned int) through the pointer.
-            nvml_try(unsafe { getter(handle, &mut value) })?;
-            Ok(value)
-        })?;
-        Some(E::try_from(raw).map_err(|_| {
-            log::debug!(
-                "GPU {}: {call}: value {raw} is newer than this exporter",
-                self.index
-            );
-            raw
-        }))
-    }
-}
-
-/// The signature shared by NVML's getters of one enum value.
-pub type EnumGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-
-/// Large enough for every NVML string (the longest documented buffer is 96 bytes).
-const STRING_BUFFER: usize = 256;
-
-/// Calls a string getter on `handle` with the one buffer size every string is
-/// read with, decoding invalid UTF-8 lossily.
-pub fn c_string(getter: &StringGetter, handle: nvmlDevice_t) -> Result<String, NvmlError> {
-    let mut buffer = [0 as c_char; STRING_BUFFER];
-    // SAFETY: the buffer's length is passed; NVML NUL-terminates within it.
-    nvml_try(unsafe { getter(handle, buffer.as_mut_ptr(), STRING_BUFFER as c_uint) })?;
-    // SAFETY: NVML returned success, so the buffer holds a C string.
-    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
-    Ok(text.to_string_lossy().into_owned())
-}
-
-/// The signature shared by NVML's string getters (name, UUID, serial, ...).
-pub type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
 
 impl<'n> DeviceReader<'n> {
     /// Calls `read` without applying the error policy, for callers that treat some

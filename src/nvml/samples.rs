@@ -43,12 +43,14 @@
 use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper_sys::bindings::{
-    nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlSample_t, nvmlSamplingType_t, nvmlValueType_t,
+    nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlSample_t, nvmlValueType_t,
 };
 
 use super::reader::DeviceReader;
+use crate::metrics;
 
 pub use crate::state::schema::Carry;
 
@@ -113,7 +115,7 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
             _ => period,
         };
         previous = Some(ts);
-        if value > 100 {
+        if !metrics::plausible_percent(value as f64) {
             rejected.push(value);
             intervals.push(Interval {
                 start_us: ts.saturating_sub(interval),
@@ -186,16 +188,12 @@ pub enum Outcome {
     },
 }
 
-/// Reads the samples of `sampling_type` since `previous` (the stream's carry
-/// from the previous run, `None` for none or damaged) and integrates them,
+/// Reads the samples of `sampling` since `previous` (the stream's carry from
+/// the previous run, `None` for none or damaged) and integrates them,
 /// rereading the whole buffer after a clock step.
-pub fn read(
-    reader: &mut DeviceReader<'_>,
-    sampling_type: nvmlSamplingType_t,
-    previous: Option<Carry>,
-) -> Outcome {
+pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<Carry>) -> Outcome {
     let carry = previous.unwrap_or_default();
-    let answer = match fetch_samples(reader, sampling_type, carry.last_us) {
+    let answer = match fetch_samples(reader, sampling, carry.last_us) {
         None => None,
         Some(Err(error)) if super::unsupported(&error) => {
             reader.note("nvmlDeviceGetSamples", &error);
@@ -209,7 +207,7 @@ pub fn read(
                 reader.index(),
                 carry.last_us
             );
-            fetch_samples(reader, sampling_type, 0).map(|answer| {
+            fetch_samples(reader, sampling, 0).map(|answer| {
                 answer.map(|samples| {
                     let now = now_us();
                     let taken: Vec<Point> =
@@ -268,7 +266,7 @@ fn fetch<T: Clone>(
 /// NVML's order. `None` when the GPU is already down.
 fn fetch_samples(
     reader: &mut DeviceReader<'_>,
-    sampling_type: nvmlSamplingType_t,
+    sampling: Sampling,
     last_seen: u64,
 ) -> Option<Result<Vec<Point>, NvmlError>> {
     reader.try_read_raw("nvmlDeviceGetSamples", |lib, handle| {
@@ -281,7 +279,7 @@ fn fetch_samples(
             unsafe {
                 call(
                     handle,
-                    sampling_type,
+                    sampling.as_c(),
                     last_seen,
                     &mut value_type,
                     count,

@@ -327,18 +327,21 @@ fn within_bounds(state: State) -> Result<State, String> {
     Ok(state)
 }
 
-/// Drops whole ids (unattributed bus ids first, then GPUs, the last first)
+/// Drops whole ids (SXids and unattributed bus ids first, then GPUs, the last first)
 /// from `totals` until they hold at most [`MAX_XID_SERIES`] series; returns
 /// how many ids were dropped.
 fn shed(totals: &mut XidTotals) -> usize {
     let mut dropped = 0;
     while totals.series() > MAX_XID_SERIES {
-        let ids = if totals.unattributed.is_empty() {
-            &mut totals.gpus
-        } else {
-            &mut totals.unattributed
-        };
-        ids.pop_last();
+        // Host-level series first (SXids, bus ids no GPU has), then GPUs.
+        let popped = totals.sxids.pop().is_some()
+            || totals.fallen_off_bus_unattributed.pop_last().is_some()
+            || totals.unattributed.pop_last().is_some()
+            || totals.gpus.pop_last().is_some()
+            || totals.fallen_off_bus.pop_last().is_some();
+        if !popped {
+            break;
+        }
         dropped += 1;
     }
     dropped

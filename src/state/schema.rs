@@ -152,15 +152,37 @@ pub struct XidTotals {
     pub gpus: BTreeMap<String, BTreeMap<u32, u64>>,
     /// Per normalised bus id that matched no GPU, per code.
     pub unattributed: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// Lines saying a GPU fell off the bus (outside an Xid line), per GPU UUID.
+    pub fallen_off_bus: BTreeMap<String, u64>,
+    /// The same, per normalised bus id that matched no GPU.
+    pub fallen_off_bus_unattributed: BTreeMap<String, u64>,
+    /// NVSwitch SXids: one record per switch, bus id, code and severity.
+    pub sxids: Vec<SxidCount>,
+}
+
+/// The count of one NVSwitch SXid series.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SxidCount {
+    /// N of `nvidia-nvswitchN`.
+    pub switch: u32,
+    /// The switch's normalised PCI bus id.
+    pub pci_bus_id: String,
+    pub code: u32,
+    /// `fatal` or `non_fatal`.
+    pub severity: String,
+    pub count: u64,
 }
 
 impl XidTotals {
     /// How many series (id and code) the totals hold.
     pub fn series(&self) -> usize {
-        self.gpus
+        let xids: usize = self
+            .gpus
             .values()
             .chain(self.unattributed.values())
             .map(BTreeMap::len)
-            .sum()
+            .sum();
+        let fallen = self.fallen_off_bus.len() + self.fallen_off_bus_unattributed.len();
+        xids + fallen + self.sxids.len()
     }
 }

@@ -17,7 +17,7 @@ the GPU (default 0). About 1.5 minutes.
 3. Run time on the idle GPU with the window and without (--gpm-window 0).
 
 Exit status 0 when every check passes. A run whose GPM is unavailable prints its
-reason (no_permission: run as root, or see the README, GPM).
+reason (no_permission: run as root, or see docs/operations.md, "GPM: permission and profilers").
 """
 import os
 import re

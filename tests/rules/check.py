@@ -396,15 +396,22 @@ def temporary_directory(prefix):
 
 def xid_journal():
     """A directory with one journal file of this boot's kernel lines: XID 79 for
-    00000000:18:00 (GPU 0 of h100x8) and XID 79 for 00000000:EE:00 (no GPU)."""
+    00000000:18:00 (GPU 0 of h100x8) and XID 79 for 00000000:EE:00 (no GPU), a
+    fatal and a non-fatal NVSwitch SXid, and a GPU fallen off the bus for
+    00000000:B3:00 (no GPU)."""
     directory = temporary_directory("xid-journal.")
     with open("/proc/sys/kernel/random/boot_id") as f:
         boot = f.read().strip().replace("-", "")
+    messages = [f"NVRM: Xid (PCI:0000:{bus}:00): 79, pid=1, name=x, GPU has fallen off the bus."
+                for bus in ["18", "ee"]]
+    messages += ["nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+                 "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt",
+                 "NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus."]
     export = "".join(
         f"__REALTIME_TIMESTAMP={1700000000000000 + i}\n__MONOTONIC_TIMESTAMP={1000 + i}\n"
         f"_BOOT_ID={boot}\n_TRANSPORT=kernel\nSYSLOG_FACILITY=0\n_HOSTNAME=gpu1\n"
-        f"MESSAGE=NVRM: Xid (PCI:0000:{bus}:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\n"
-        for i, bus in enumerate(["18", "ee"]))
+        f"MESSAGE={message}\n\n"
+        for i, message in enumerate(messages))
     subprocess.run(["/lib/systemd/systemd-journal-remote", f"--output={directory}/system.journal", "-"],
                    input=export, text=True, check=True, capture_output=True)
     return directory
@@ -424,7 +431,8 @@ def exporter_output(binary, fake):
              dict(os.environ, FAKE_NVML_SCENARIO=s))
             for s in scenarios for extra in ([], ["--collector", "processes"])]
     # XID series: a journal with an XID for GPU 0 of h100x8 and one for a bus id
-    # that no GPU has, written as journald would (systemd-journal-remote)
+    # that no GPU has, SXids and a GPU fallen off the bus, written as journald
+    # would (systemd-journal-remote)
     runs.append(("h100x8.toml with XIDs in the journal",
                  [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", "--journal-dir", xid_journal(),
                   "--state-dir", temporary_directory("xid-state.")],

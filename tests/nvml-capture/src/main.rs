@@ -196,8 +196,10 @@ fn now_us() -> u64 {
 /// The field ids the exporter asks `nvmlDeviceGetFieldValues` for, and the
 /// neighbours a newer exporter may ask for: 1–300 per GPU (scope 0).
 const FIELD_IDS: std::ops::RangeInclusive<u32> = 1..=300;
-/// Per-link NVLink fields (state, DL replay/recovery, data TX/RX), scope = link.
-const LINK_FIELDS: [u32; 5] = [165, 161, 162, 138, 139];
+/// Per-link NVLink fields, scope = link: state, DL replay/recovery, data
+/// TX/RX, and NVLink 5's recoveries (successful, failed, total), effective
+/// and symbol errors and their bit error rates.
+const LINK_FIELDS: [u32; 12] = [165, 161, 162, 138, 139, 213, 214, 215, 219, 220, 221, 222];
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -432,6 +434,17 @@ fn readings(gpu: &mut Capture<'_>) {
         );
     }
     let mut value: c_uint = 0;
+    let mut versioned = nvmlTemperature_t {
+        version: std::mem::size_of::<nvmlTemperature_t>() as c_uint | 1 << 24,
+        sensorType: 0,
+        temperature: 0,
+    };
+    // The fake answers both from one key; the versioned call's code is kept.
+    call!(
+        gpu,
+        nvmlDeviceGetTemperatureV(&mut versioned),
+        "NVML_TEMPERATURE_GPU"
+    );
     if call!(
         gpu,
         nvmlDeviceGetTemperature(0, &mut value),
@@ -585,6 +598,24 @@ fn readings(gpu: &mut Capture<'_>) {
     media(gpu);
     modes(gpu);
     nvlinks(gpu);
+    fabric(gpu);
+}
+
+/// `nvmlDeviceGetGpuFabricInfoV` with struct version 3 (an H200 of driver 580
+/// answers v1 and v2 with ARGUMENT_VERSION_MISMATCH), as `fabric`.
+fn fabric(gpu: &mut Capture<'_>) {
+    // SAFETY: plain data.
+    let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
+    info.version = std::mem::size_of::<nvmlGpuFabricInfo_v3_t>() as c_uint | 3 << 24;
+    if call!(gpu, nvmlDeviceGetGpuFabricInfoV(&mut info), "version 3") {
+        gpu.key(
+            "fabric",
+            format!(
+                "{{ state = {}, status = {}, cluster_uuid = {:?}, clique_id = {}, health_mask = {}, health_summary = {} }}",
+                info.state, info.status, info.clusterUuid, info.cliqueId, info.healthMask, info.healthSummary
+            ),
+        );
+    }
 }
 
 fn pcie(gpu: &mut Capture<'_>) {
@@ -822,7 +853,7 @@ fn fields(gpu: &mut Capture<'_>) {
     ) {
         return;
     }
-    let mut entries = Vec::new();
+    let (mut entries, mut signed) = (Vec::new(), Vec::new());
     for value in &values {
         let key = if LINK_FIELDS.contains(&value.fieldId) {
             format!("{}:{}", value.fieldId, value.scopeId)
@@ -837,37 +868,39 @@ fn fields(gpu: &mut Capture<'_>) {
             continue;
         }
         // SAFETY: NVML says which member of the union it wrote.
-        let unsigned = unsafe {
+        let (unsigned, signed_value) = unsafe {
             match value.valueType {
-                1 => Some(u64::from(value.value.uiVal)),
+                1 => (Some(u64::from(value.value.uiVal)), None),
                 // `unsigned long` is 64 bits on the Linux targets NVML supports.
                 #[allow(clippy::unnecessary_cast)]
-                2 => Some(value.value.ulVal as u64),
-                3 => Some(value.value.ullVal),
-                6 => Some(u64::from(value.value.usVal)),
-                4 => u64::try_from(value.value.sllVal).ok(),
-                5 => u64::try_from(value.value.siVal).ok(),
-                _ => None,
+                2 => (Some(value.value.ulVal as u64), None),
+                3 => (Some(value.value.ullVal), None),
+                6 => (Some(u64::from(value.value.usVal)), None),
+                4 => (None, Some(value.value.sllVal)),
+                5 => (None, Some(i64::from(value.value.siVal))),
+                _ => (None, None),
             }
         };
-        match unsigned {
-            Some(v) => entries.push(format!("\"{key}\" = {v}")),
-            // SAFETY: as above.
-            None => gpu.calls.push(format!(
-                "field {key} -> SUCCESS, value type {} (signed or double: {})",
+        match (unsigned, signed_value) {
+            (Some(v), _) => entries.push(format!("\"{key}\" = {v}")),
+            // A non-negative signed answer is still answered as signed.
+            (None, Some(v)) => signed.push(format!("\"{key}\" = {v}")),
+            // SAFETY: as above (a double).
+            (None, None) => gpu.calls.push(format!(
+                "field {key} -> SUCCESS, value type {} (a double: {})",
                 value.valueType,
-                unsafe {
-                    match value.valueType {
-                        0 => value.value.dVal.to_string(),
-                        4 => value.value.sllVal.to_string(),
-                        _ => value.value.siVal.to_string(),
-                    }
-                }
+                unsafe { value.value.dVal }
             )),
         }
     }
     if !entries.is_empty() {
         gpu.key("field_values", format!("{{ {} }}", entries.join(", ")));
+    }
+    if !signed.is_empty() {
+        gpu.key(
+            "signed_field_values",
+            format!("{{ {} }}", signed.join(", ")),
+        );
     }
 }
 

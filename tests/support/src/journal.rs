@@ -42,12 +42,35 @@ pub fn journal_entry(monotonic: u64, transport: &str, message: &str) -> String {
     )
 }
 
+/// [`journal_entry`] for a message of several lines (the driver's probe-time
+/// "fallen off the bus" record), which export format writes as a binary field:
+/// `MESSAGE`, its 64-bit little-endian length, the bytes and a line feed.
+pub fn journal_entry_binary(monotonic: u64, message: &str) -> Vec<u8> {
+    let text = journal_entry(monotonic, "kernel", "");
+    let mut entry = text
+        .strip_suffix("MESSAGE=\n\n")
+        .expect("MESSAGE last")
+        .as_bytes()
+        .to_vec();
+    entry.extend_from_slice(b"MESSAGE\n");
+    entry.extend_from_slice(&(message.len() as u64).to_le_bytes());
+    entry.extend_from_slice(message.as_bytes());
+    entry.extend_from_slice(b"\n\n");
+    entry
+}
+
 /// Writes `export` (entries from [`journal_entry`]) as the journal file
 /// `dir/name`.
 ///
 /// # Panics
 /// When systemd-journal-remote is missing or refuses the text.
 pub fn write_journal(dir: &Path, name: &str, export: &str) {
+    write_journal_bytes(dir, name, export.as_bytes());
+}
+
+/// [`write_journal`] for export text with binary fields
+/// ([`journal_entry_binary`]).
+pub fn write_journal_bytes(dir: &Path, name: &str, export: &[u8]) {
     let mut child = Command::new(JOURNAL_REMOTE)
         .arg(format!("--output={}", dir.join(name).display()))
         .arg("-")
@@ -59,7 +82,7 @@ pub fn write_journal(dir: &Path, name: &str, export: &str) {
         .stdin
         .take()
         .expect("piped stdin")
-        .write_all(export.as_bytes())
+        .write_all(export)
         .expect("systemd-journal-remote reads the export");
     assert!(
         child.wait().expect("systemd-journal-remote ends").success(),

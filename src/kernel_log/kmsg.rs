@@ -1,0 +1,95 @@
+//! The kernel's ring buffer, `/dev/kmsg`, where no journal exists: read
+//! without blocking, one record per read, after the last sequence number read.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::Instant;
+
+use super::event::{Ended, Error, Event, Position};
+
+/// The ring buffer's device.
+pub const KMSG: &str = "/dev/kmsg";
+
+/// Opens `path` for reads that never block.
+pub(super) fn open(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// See [`super::read`].
+pub(super) fn read(
+    path: &Path,
+    at: &mut Position,
+    until: Instant,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Ended, Error> {
+    let failed = |e| Error::Io(format!("read {}", path.display()), e);
+    let mut file = open(path).map_err(failed)?;
+    // A record is at most about 8 KiB.
+    let mut buffer = vec![0u8; 1 << 14];
+    while Instant::now() < until {
+        let n = match file.read(&mut buffer) {
+            Ok(0) => return Ok(Ended::Complete),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Ended::Complete),
+            // Records were overwritten while reading: go on with the next.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(failed(e)),
+        };
+        let Some((facility, seq, message)) = parse(&buffer[..n]) else {
+            continue;
+        };
+        if at.kmsg_seq.is_some_and(|last| seq <= last) {
+            continue;
+        }
+        if facility == 0 {
+            if let Some(event) = Event::parse(&message) {
+                on_event(event);
+            }
+        }
+        at.kmsg_seq = Some(seq);
+    }
+    Ok(Ended::Deadline)
+}
+
+/// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,
+/// <flags>[,…];<message>\n`, then continuation lines (` KEY=value`). Line
+/// feeds within the message are escaped (`\x0a`).
+fn parse(record: &[u8]) -> Option<(u32, u64, String)> {
+    let text = String::from_utf8_lossy(record);
+    let (header, rest) = text.split_once(';')?;
+    let mut fields = header.split(',');
+    let prio: u32 = fields.next()?.parse().ok()?;
+    let seq = fields.next()?.parse().ok()?;
+    Some((
+        prio >> 3,
+        seq,
+        rest.split('\n').next().unwrap_or_default().into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_give_facility_and_sequence() {
+        let kernel =
+            b"4,1021,5000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x\n SUBSYSTEM=pci\n";
+        let (facility, seq, message) = parse(kernel).unwrap();
+        assert_eq!((facility, seq), (0, 1021));
+        assert!(matches!(
+            Event::parse(&message),
+            Some(Event::Xid { code: 79, .. })
+        ));
+        // A line written to /dev/kmsg from user space gets the user facility.
+        let user = parse(b"12,1022,5001,-;NVRM: Xid (PCI:0000:3b:00): 79\n").unwrap();
+        assert_eq!(user.0, 1);
+        assert_eq!(parse(b"garbage"), None);
+    }
+}
