@@ -363,7 +363,7 @@ families! {
         "Kernel lines of this boot saying this GPU has fallen off the bus, outside an Xid line (the driver may log one without an Xid 79); 0 until the first.";
     FALLEN_OFF_BUS_UNATTRIBUTED: Counter(Count), "nvidia_gpu_fallen_off_bus_unattributed_total", ["pci_bus_id"],
         "Kernel lines of this boot saying a GPU has fallen off the bus, for a PCI bus id that matches no GPU NVML reports (one that fell off before it enumerated), by bus id (domain:bus:device).";
-    NVSWITCH_SXID_ERRORS: Counter(Count), "nvidia_gpu_nvswitch_sxid_errors_total", ["switch", "pci_bus_id", "code", "severity"],
+    NVSWITCH_SXID_ERRORS: Counter(Count), "nvidia_gpu_nvswitch_sxid_errors_total", ["switch", "pci_bus_id", "code", "sxid_severity"],
         "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal); a series appears at its first count.";
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
         "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";

@@ -257,8 +257,8 @@ fn sxid_22013(monotonic: u64) -> String {
     .collect()
 }
 
-const SXID_22013: &str = r#"nvidia_gpu_nvswitch_sxid_errors_total{switch="3",pci_bus_id="00000000:04:00",code="22013",severity="non_fatal"}"#;
-const SXID_20034: &str = r#"nvidia_gpu_nvswitch_sxid_errors_total{switch="0",pci_bus_id="00000000:05:00",code="20034",severity="fatal"}"#;
+const SXID_22013: &str = r#"nvidia_gpu_nvswitch_sxid_errors_total{switch="3",pci_bus_id="00000000:04:00",code="22013",sxid_severity="non_fatal"}"#;
+const SXID_20034: &str = r#"nvidia_gpu_nvswitch_sxid_errors_total{switch="0",pci_bus_id="00000000:05:00",code="20034",sxid_severity="fatal"}"#;
 const GPU0_FALLEN: &str =
     r#"nvidia_gpu_fallen_off_bus_total{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"}"#;
 const B3_FALLEN: &str =
