@@ -652,3 +652,189 @@ fn error_lines_reach_a_stderr_the_run_cannot_reopen() {
         "{stderr}"
     );
 }
+
+// ---- Timing that learns: slow calls cost one run at most ---------------------
+
+/// `count` runs of `scenario` in a row with the state in `state`, the fake
+/// clock 15 s further each run (the unit's timer), `args` added; their exit
+/// statuses, each run's stderr kept for the message.
+fn runs_in_a_row(scenario: &Path, state: &Path, args: &[&str], count: u64) -> Vec<Outcome> {
+    const T0: u64 = 1_717_200_000_000_000;
+    (1..=count)
+        .map(|run| {
+            ex().run(scenario.to_str().unwrap())
+                .stdout()
+                .state_dir(state)
+                .args(["--write-state", "--gpm-window", "auto"])
+                .args(args)
+                .env("FAKE_NVML_CLOCK_US", (T0 + run * 15_000_000).to_string())
+                .limit(10.0)
+                .finish()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The exit statuses of `runs`, and what they said, for a failure message.
+fn statuses(runs: &[Outcome]) -> (Vec<Option<i32>>, String) {
+    let codes = runs.iter().map(Outcome::code).collect();
+    let said = runs
+        .iter()
+        .map(|r| r.err())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    (codes, said)
+}
+
+/// A GPM call slower than the time kept after the window for the second
+/// sample and the metrics (600 ms, `--timeout 3s`) times out once at most:
+/// the time the windows took to close is remembered, and the next runs keep
+/// it after the window. Before, it timed out about three runs in four.
+#[test]
+fn a_slow_window_close_times_out_once_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    for call in ["nvmlGpmSampleGet", "nvmlGpmMetricsGet"] {
+        let line = format!("delays_ms = {{ {call} = 600 }}");
+        let slow = scenario_file(dir.path(), call, &h100x8_with(&[(Some(0), &line)]));
+        let state = tempfile::tempdir().unwrap();
+        let runs = runs_in_a_row(&slow, state.path(), &["--timeout", "3s"], 4);
+        let (codes, said) = statuses(&runs);
+        assert_eq!(codes[1..], [Some(0); 3], "{call}: {codes:?}\n{said}");
+        let samples = runs[3].samples();
+        assert!(
+            test_support::value(&samples, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")])
+                .is_some_and(|seconds| seconds >= 0.1),
+            "{call}: GPU 0's GPM window\n{said}"
+        );
+    }
+}
+
+/// Reads that grow past their estimate (GPU 0's field value reads taking
+/// 1.5 s, five calls of 300 ms; `--timeout 3s`) cost one timed-out run: the
+/// next run gives them all the time it has, and measures them. Before, the
+/// cut duration the state kept grew by half a run, and two runs timed out.
+#[test]
+fn reads_cut_by_the_deadline_recover_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = "delays_ms = { nvmlDeviceGetFieldValues = 300 }";
+    let slow = scenario_file(dir.path(), "slow-fields", &h100x8_with(&[(Some(0), line)]));
+    let state = tempfile::tempdir().unwrap();
+    let runs = runs_in_a_row(&slow, state.path(), &["--timeout", "3s"], 3);
+    let (codes, said) = statuses(&runs);
+    assert_eq!(codes, [Some(5), Some(0), Some(0)], "{said}");
+}
+
+/// `count` GPUs: h100x8's first GPU `count` times, under UUIDs and bus ids
+/// of their own, with `line` added to each.
+fn gpus_like_the_first(count: u32, line: &str) -> String {
+    let text = fs::read_to_string(ex().scenario("h100x8")).unwrap();
+    let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+    let block = &text[starts[0]..starts[1]];
+    let uuid_line = block.lines().find(|l| l.starts_with("uuid = ")).unwrap();
+    let pci_line = block.lines().find(|l| l.starts_with("pci = ")).unwrap();
+    let mut out = text[..starts[0]].to_owned();
+    for gpu in 0..count {
+        let block = block
+            .replace(
+                uuid_line,
+                &format!("uuid = \"GPU-00000000-0000-4000-8000-0000000000{gpu:02x}\""),
+            )
+            .replace(
+                pci_line,
+                &pci_line
+                    .replace(
+                        "00000000:18:00.0",
+                        &format!("00000000:{:02X}:00.0", gpu + 1),
+                    )
+                    .replace("bus = 0x18", &format!("bus = {}", gpu + 1)),
+            )
+            .replacen("[[gpu]]\n", &format!("[[gpu]]\n{line}\n"), 1);
+        out.push_str(&block);
+    }
+    out
+}
+
+/// Identities that are slow but answer get the time they need where the run
+/// has it: one GPU's UUID taking 1 s, and 16 GPUs read one after another
+/// whose UUIDs take 60 ms each (`--timeout 4s`: 3.2 s to read), are
+/// published in full, not down as stuck in `nvmlDeviceGetUUID`.
+#[test]
+fn slow_identities_that_answer_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = scenario_file(
+        dir.path(),
+        "slow-uuid",
+        &h100x8_with(&[(Some(0), "delays_ms = { nvmlDeviceGetUUID = 1000 }")]),
+    );
+    let many = scenario_file(
+        dir.path(),
+        "sixteen-slow-uuids",
+        &gpus_like_the_first(16, "delays_ms = { nvmlDeviceGetUUID = 60 }"),
+    );
+    for (scenario, extra) in [(&one, None), (&many, Some("--sequential"))] {
+        let mut args = vec!["--timeout", "4s", "--gpm-window", "auto"];
+        args.extend(extra);
+        let run = ex()
+            .run(scenario.to_str().unwrap())
+            .stdout()
+            .args(&args)
+            .limit(8.0)
+            .finish()
+            .unwrap();
+        let at = format!("{run:?}");
+        assert_eq!(run.code(), Some(0), "{at}");
+        let samples = run.samples();
+        let up = select(&samples, "nvidia_gpu_up", &[]);
+        assert!(
+            !up.is_empty()
+                && up
+                    .iter()
+                    .all(|(series, v)| *v == 1.0
+                        && series.label("uuid").is_some_and(|u| !u.is_empty())),
+            "{at}: {up:?}"
+        );
+    }
+}
+
+/// With `--sequential` and GPM on, a GPU stuck in its readings (GPU 5, in
+/// its temperature) costs itself and the GPUs after it, as `--help` says:
+/// the GPUs before it are published. Before, every GPU's windows closed only
+/// after every GPU's reads, so all eight were down.
+#[test]
+fn a_stuck_gpu_read_in_sequence_costs_only_those_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hung = scenario_file(
+        dir.path(),
+        "hung-5",
+        &h100x8_with(&[(Some(5), "hang = [\"nvmlDeviceGetTemperatureV\"]")]),
+    );
+    let mut run = ex()
+        .run(hung.to_str().unwrap())
+        .stdout()
+        .args(["--timeout", "3s", "--sequential"])
+        .own_process_group()
+        .limit(6.0)
+        .finish()
+        .unwrap();
+    let at = format!("{run:?}");
+    assert_eq!(run.code(), Some(5), "{at}");
+    let samples = run.samples();
+    for index in 0..8 {
+        let gpu = index.to_string();
+        let up = test_support::value(&samples, "nvidia_gpu_up", &[("gpu", &gpu)]);
+        let window =
+            test_support::value(&samples, "nvidia_gpu_gpm_window_seconds", &[("gpu", &gpu)]);
+        if index < 5 {
+            assert_eq!((up, window.is_some()), (Some(1.0), true), "GPU {gpu}: {at}");
+        } else {
+            let timeout = [("gpu", gpu.as_str()), ("reason", "timeout")];
+            assert_eq!(up, Some(0.0), "GPU {gpu}: {at}");
+            assert_eq!(
+                test_support::value(&samples, "nvidia_gpu_down_reason", &timeout),
+                Some(1.0),
+                "GPU {gpu}: {at}"
+            );
+        }
+    }
+    assert!(run.proc.group_gone(), "{at}: a process of the run is left");
+}

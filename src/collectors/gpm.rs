@@ -5,7 +5,8 @@
 //! The window is the run's: [`open`] takes the first sample right after the
 //! GPU's identity, the other collectors read the GPU at the window's end (see
 //! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`
-//! (shortened where the reads need the time: `timing::schedule`),
+//! (shortened where the reads, and the close itself, need the time:
+//! `timing::schedule`, which learns how long the close took from the state),
 //! takes the second sample and asks `nvmlGpmMetricsGet` for the metrics. So a
 //! run lasts about NVML init + the window, and what it publishes is as fresh as
 //! the window's end.

@@ -10,20 +10,23 @@
 //! 2. Per GPU: the previous run's state of the resolved identity, every
 //!    collector's `open` (GPM's first sample), a wait until the reads can end
 //!    as the windows do (`timing::schedule`, which shortens windows that would
-//!    leave the reads no room), the batched field read and every `read`, then
-//!    every window's close. So the point readings (temperature, power, memory)
-//!    are taken at the end of the windows, just before the file is written.
-//!    With `--sequential` every GPU's windows open, then the GPUs' reads run one
-//!    after another, then every window closes.
+//!    leave the reads and the windows' close no room), the batched field read
+//!    and every `read`, then every window's close. So the point readings
+//!    (temperature, power, memory) are taken at the end of the windows, just
+//!    before the file is written. With `--sequential` every GPU's windows
+//!    open, then the GPUs follow one another, each its reads and then its
+//!    windows' close (each GPU's windows end as its reads do), so that a GPU
+//!    is handed over before the next one's reads.
 //! 3. At `reading_ends` the GPUs that answered are handed over. A GPU still
 //!    inside a call then (or not reached, behind one with `--sequential`), or
 //!    whose identity did not come in time, is reported down with reason
 //!    `timeout`, its call named in the log; its thread is abandoned, never
 //!    joined (the process ends without waiting for it).
 //!
-//! How long the reads of a GPU take is kept in the state (`reads_us`), also when the
-//! deadline cut them, so that the next run starts them that long before its
-//! windows end.
+//! How long the reads of a GPU take is kept in the state (`reads_us`), and
+//! how long its windows took to close from their end (`closing_us`), so that
+//! the next run plans with them; a phase the deadline cut keeps all the time
+//! the run had (`timing::cut`), so that the next run gives it that.
 
 use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
@@ -78,7 +81,9 @@ enum Report {
     /// A GPU's identity read (empty where it failed).
     Identified(u32, identity::Read),
     /// A GPU's reads started.
-    ReadsStarted(u32, Instant),
+    ReadsStarted(u32),
+    /// A GPU's reads ended, after this long; its windows' close follows.
+    ReadsEnded(u32, Duration),
     /// A GPU's readings.
     Done(Box<Device>),
     /// The thread of these GPUs panicked.
@@ -98,7 +103,9 @@ struct Slot {
     read: Option<identity::Read>,
     identity: Identity,
     state: GpuState,
-    reads_started: Option<Instant>,
+    reads_started: bool,
+    /// How long its reads took, once they ended.
+    reads_took: Option<Duration>,
     device: Option<Device>,
     /// Why it is down without readings of its own.
     failed: Option<Reason>,
@@ -123,6 +130,7 @@ pub fn read(
     // Threads stuck in a GPU's call may outlive this function: the session is
     // never dropped (see `Session`), so it may as well live for ever.
     let session: &'static Session = Box::leak(Box::new(Session::open(library, inflight)?));
+    let opened_at = Instant::now();
     opened();
     let states = states_for(previous, &session.driver_version);
     let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::default()).collect();
@@ -137,7 +145,7 @@ pub fn read(
     let mut timed_out = false;
     let mut devices = Vec::with_capacity(slots.len() + missing.len());
     for (index, slot) in (0..).zip(slots) {
-        let (device, timeout) = slot.into_device(index, settings, inflight);
+        let (device, timeout) = slot.into_device(index, settings, inflight, opened_at);
         timed_out |= timeout;
         devices.push(device);
     }
@@ -199,8 +207,15 @@ fn identify(
 
 impl Slot {
     /// Phase 3: the GPU's readings, or it down; whether it timed out (still
-    /// inside its reads now, or in its identity reads before).
-    fn into_device(self, index: u32, settings: &Settings, inflight: &InFlight) -> (Device, bool) {
+    /// inside its reads or its windows' close now, or in its identity reads
+    /// before), in a run whose NVML opened at `opened`.
+    fn into_device(
+        self,
+        index: u32,
+        settings: &Settings,
+        inflight: &InFlight,
+        opened: Instant,
+    ) -> (Device, bool) {
         if let Some(device) = self.device {
             return (device, false);
         }
@@ -212,12 +227,19 @@ impl Slot {
         if reason != Reason::Timeout {
             return (device, false);
         }
-        // Kept for when it answers again, with the time its reads took at
-        // least (so the next run starts them earlier).
+        // Kept for when it answers again, the phase the deadline cut with
+        // all the time the run had (so the next run gives it that).
         let mut state = self.state;
-        if let Some(started) = self.reads_started {
-            let took = timing::cut_reads(started, settings.reading_ends);
-            state.reads_us = u64::try_from(took.as_micros()).ok();
+        let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
+        let cut = micros(timing::cut(opened, settings.reading_ends));
+        match (self.reads_started, self.reads_took) {
+            (true, None) => state.reads_us = cut,
+            (true, Some(took)) => {
+                state.reads_us = micros(took);
+                state.closing_us = cut;
+            }
+            // Not reached (behind another GPU's call): nothing learnt.
+            (false, _) => {}
         }
         device.state = Some(state);
         (device, true)
@@ -239,7 +261,8 @@ fn receive(
         };
         match report {
             Report::Identified(index, read) => slots[index as usize].read = Some(read),
-            Report::ReadsStarted(index, at) => slots[index as usize].reads_started = Some(at),
+            Report::ReadsStarted(index) => slots[index as usize].reads_started = true,
+            Report::ReadsEnded(index, took) => slots[index as usize].reads_took = Some(took),
             Report::Done(device) => {
                 let slot = &mut slots[device.index as usize];
                 if slot.failed.is_none() {
@@ -395,37 +418,34 @@ fn read_group(
         };
         opened.push(gpu.open(settings));
     }
-    // The reads of the GPUs of this thread follow one another: they start as
-    // long before the first window ends as all of them take.
-    let ready: Vec<&Opened<'_>> = opened.iter().flatten().collect();
-    let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
-    let estimate = ready.iter().map(|gpu| gpu.estimate).sum();
-    let plan = timing::schedule(Instant::now(), settings.reading_ends, windows_end, estimate);
-    let mut closing = Vec::with_capacity(opened.len());
+    // The GPUs of this thread follow one another, each its reads and then
+    // its windows' close: each is handed over before the next one's reads.
+    let mut ready = Vec::with_capacity(opened.len());
     for gpu in opened {
         match gpu {
-            Ok(mut gpu) => {
-                gpu.end_windows_by(plan.windows_end_by);
-                closing.push(gpu);
-            }
+            Ok(gpu) => ready.push(gpu),
             Err(down) => {
                 let _ = report.send(Report::Done(down));
             }
         }
     }
-    wait_until(plan.reads_start);
-    let mut windowed = Vec::with_capacity(closing.len());
-    for mut gpu in closing {
-        let _ = report.send(Report::ReadsStarted(gpu.reader.index(), Instant::now()));
-        gpu.read(&settings.collectors);
-        if gpu.windows.is_empty() {
-            // Nothing to wait for: handed over before the next GPU's reads.
-            let _ = report.send(Report::Done(Box::new(gpu.close())));
-        } else {
-            windowed.push(gpu);
-        }
+    let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
+    let estimates: Vec<timing::Estimate> = ready.iter().map(|gpu| gpu.estimate).collect();
+    let plan = timing::schedule(
+        Instant::now(),
+        settings.reading_ends,
+        windows_end,
+        &estimates,
+    );
+    for (gpu, end_by) in ready.iter_mut().zip(&plan.windows_end_by) {
+        gpu.end_windows_by(*end_by);
     }
-    for gpu in windowed {
+    wait_until(plan.reads_start);
+    for mut gpu in ready {
+        let index = gpu.reader.index();
+        let _ = report.send(Report::ReadsStarted(index));
+        let took = gpu.read(&settings.collectors);
+        let _ = report.send(Report::ReadsEnded(index, took));
         let _ = report.send(Report::Done(Box::new(gpu.close())));
     }
 }
@@ -467,8 +487,8 @@ struct Opened<'n> {
     windows: Vec<Box<dyn Window<'n> + 'n>>,
     /// When the first window ends, if one is open.
     windows_end: Option<Instant>,
-    /// How long the reads are expected to take (`timing::reads_estimate`).
-    estimate: Duration,
+    /// How long the reads and the windows' close are expected to take.
+    estimate: timing::Estimate,
     /// When the reads started and ended, once they ran.
     reads: Option<(Instant, Instant)>,
 }
@@ -482,14 +502,18 @@ impl<'n> Gpu<'n> {
             Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
         };
         reader.set_previous_state(self.state, self.keeps_totals);
-        let estimate =
-            timing::reads_estimate(reader.previous_state().reads_us.map(Duration::from_micros));
         let windows: Vec<_> = settings
             .collectors
             .iter()
             .filter_map(|c| c.hooks.open.and_then(|open| open(&mut reader, settings)))
             .collect();
         let windows_end = windows.iter().map(|w| w.ends()).min();
+        let previous = reader.previous_state();
+        let estimate = timing::Estimate::new(
+            previous.reads_us.map(Duration::from_micros),
+            previous.closing_us.map(Duration::from_micros),
+            !windows.is_empty(),
+        );
         Ok(Opened {
             reader,
             identity: self.identity,
@@ -510,8 +534,9 @@ impl Opened<'_> {
         self.windows_end = self.windows.iter().map(|w| w.ends()).min();
     }
 
-    /// Phase 2b: the batched field read and every collector's `read`.
-    fn read(&mut self, collectors: &[&'static Collector]) {
+    /// Phase 2b: the batched field read and every collector's `read`; how
+    /// long they took.
+    fn read(&mut self, collectors: &[&'static Collector]) -> Duration {
         let started = Instant::now();
         let reader = &mut self.reader;
         let facts = reader.facts().clone();
@@ -534,16 +559,21 @@ impl Opened<'_> {
         let ended = Instant::now();
         reader.next_state().reads_us = u64::try_from((ended - started).as_micros()).ok();
         self.reads = Some((started, ended));
+        ended - started
     }
 
-    /// Phase 2c: closes the windows and returns the GPU's readings.
+    /// Phase 2c: closes the windows (once they end), keeping how long that
+    /// took from their end, and returns the GPU's readings.
     fn close(mut self) -> Device {
         let had_windows = !self.windows.is_empty();
+        let ended = self.windows_end.map(|end| end.max(Instant::now()));
         for window in self.windows {
             window.close(&mut self.reader);
         }
+        let closed = Instant::now();
+        self.reader.next_state().closing_us =
+            ended.and_then(|ended| u64::try_from((closed - ended).as_micros()).ok());
         if let (true, Some((started, ended))) = (had_windows, self.reads) {
-            let closed = Instant::now();
             log::debug!(
                 "GPU {}: point readings taken from {} ms to {} ms before the windows closed",
                 self.reader.index(),

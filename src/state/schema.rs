@@ -47,6 +47,9 @@ pub struct GpuState {
     pub carries: BTreeMap<Stream, Carry>,
     /// How long the GPU's reads took in the previous run, µs (`gpus`).
     pub reads_us: Option<u64>,
+    /// How long its windows took to close in the previous run (the second
+    /// GPM samples and the metrics), µs (`gpus`).
+    pub closing_us: Option<u64>,
     /// Already reported as having left enumeration (`gpus`).
     pub left_enumeration: bool,
     /// Why GPM was unavailable in the previous run, its label (`gpm`).
