@@ -50,10 +50,11 @@ def main():
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         old, new = runs(old_exporter, a), runs(new_exporter, b)
     differences = 0
-    for series in sorted(set(old) ^ set(new)):
+    order = lambda series: (series.name, sorted(series.labels))  # noqa: E731
+    for series in sorted(set(old) ^ set(new), key=order):
         differences += 1
         print(f"only in {'old' if series in old else 'new'}: {series.name} {dict(series.labels)}")
-    for series in sorted(set(old) & set(new)):
+    for series in sorted(set(old) & set(new), key=order):
         if series.name in FIXED and old[series] != new[series]:
             differences += 1
             print(f"differs: {series.name} {dict(series.labels)}: {old[series]} -> {new[series]}")
