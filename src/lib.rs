@@ -10,14 +10,15 @@
 //! what one run leaves for the next (its own directory); `fsutil` the file
 //! primitives `publish` and `state` share; `watchdog` keeps
 //! the run's one deadline; `reason` and `exit` are the failure reasons and exit
-//! statuses; `generate` prints the man page and the tables; `main` wires the
-//! stages.
+//! statuses; `generate` prints the man page and the tables; `procfs` tells a
+//! process's owner; `main` wires the stages.
 
 // The documentation is for the people who work on this crate: links to private
 // items are meant (`cargo doc --document-private-items`).
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod cli;
+#[forbid(unsafe_code)]
 pub mod collectors;
 pub mod exit;
 pub mod fsutil;
@@ -29,6 +30,7 @@ pub mod kernel_log;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;
+pub mod procfs;
 pub mod publish;
 pub mod reason;
 pub mod render;

@@ -16,49 +16,27 @@
 //! values are split between collectors; a collector's reader emits only its
 //! families (checked end to end against every scenario in `tests/cli.rs`).
 
-// NVML's C functions are called only in `nvml`: no collector may use `unsafe`.
-// `procfs` calls libc (the user database) and keeps its own `unsafe` until it
-// leaves the collectors (issue 27).
-#[forbid(unsafe_code)]
+// NVML's C functions are called only in `nvml`: the collectors module forbids
+// `unsafe` (lib.rs).
 mod clocks;
-#[forbid(unsafe_code)]
 mod fabric;
-#[forbid(unsafe_code)]
 mod gpm;
-#[forbid(unsafe_code)]
 pub mod gpus;
-#[forbid(unsafe_code)]
 mod health;
-#[forbid(unsafe_code)]
 mod hooks;
-#[forbid(unsafe_code)]
 mod info;
-#[forbid(unsafe_code)]
 mod limits;
-#[forbid(unsafe_code)]
 mod media;
-#[forbid(unsafe_code)]
 mod memory;
-#[forbid(unsafe_code)]
 mod mig;
-#[forbid(unsafe_code)]
 mod modes;
-#[forbid(unsafe_code)]
 mod nvlink;
-#[forbid(unsafe_code)]
 mod pcie;
-#[forbid(unsafe_code)]
 mod pcie_errors;
-#[forbid(unsafe_code)]
 mod power;
-#[forbid(unsafe_code)]
 mod processes;
-pub mod procfs;
-#[forbid(unsafe_code)]
 mod thermal;
-#[forbid(unsafe_code)]
 mod utilization;
-#[forbid(unsafe_code)]
 pub mod xid;
 
 use crate::metrics::{self, Family};

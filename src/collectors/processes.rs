@@ -4,7 +4,7 @@
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use super::hooks::HostRun;
-use super::procfs::{self, Owner, Users};
+use crate::procfs::{self, Owner, Users};
 use super::utilization::{previous_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
