@@ -4,11 +4,11 @@
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use super::hooks::HostRun;
-use crate::procfs::{self, Owner, Users};
 use super::utilization::{previous_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
+use crate::procfs::{self, Owner, Users};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Stream;
 
