@@ -43,15 +43,8 @@ pub struct Target {
 pub enum PublishError {
     /// The output directory does not exist or is not a directory.
     MissingDirectory(PathBuf),
-    /// A path the exporter must open is not a regular file (a FIFO, a device,
-    /// a symlink, a directory).
-    NotRegularFile(PathBuf),
-    /// Creating, writing, syncing or renaming failed.
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
+    /// A file in it could not be opened, written, synced or renamed.
+    File(FileError),
 }
 
 impl std::fmt::Display for PublishError {
@@ -60,17 +53,7 @@ impl std::fmt::Display for PublishError {
             PublishError::MissingDirectory(dir) => {
                 write!(f, "output directory {} does not exist", dir.display())
             }
-            PublishError::NotRegularFile(path) => write!(
-                f,
-                "{} is not a regular file (a FIFO, device, symlink or directory?); \
-                 remove it so the exporter can use the name",
-                path.display()
-            ),
-            PublishError::Io {
-                action,
-                path,
-                source,
-            } => write!(f, "cannot {action} {}: {source}", path.display()),
+            PublishError::File(error) => error.fmt(f),
         }
     }
 }
@@ -78,26 +61,15 @@ impl std::fmt::Display for PublishError {
 impl std::error::Error for PublishError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PublishError::MissingDirectory(_) | PublishError::NotRegularFile(_) => None,
-            PublishError::Io { source, .. } => Some(source),
+            PublishError::MissingDirectory(_) => None,
+            PublishError::File(error) => error.source(),
         }
     }
 }
 
 impl From<FileError> for PublishError {
     fn from(error: FileError) -> Self {
-        match error {
-            FileError::NotRegularFile(path) => PublishError::NotRegularFile(path),
-            FileError::Io {
-                action,
-                path,
-                source,
-            } => PublishError::Io {
-                action,
-                path,
-                source,
-            },
-        }
+        PublishError::File(error)
     }
 }
 
@@ -380,11 +352,17 @@ mod tests {
         };
         fifo(".x.prom.lock");
         let err = Session::begin(&target, Instant::now()).unwrap_err();
-        assert!(matches!(err, PublishError::NotRegularFile(_)), "{err}");
+        assert!(
+            matches!(err, PublishError::File(FileError::NotRegularFile(_))),
+            "{err}"
+        );
         fs::remove_file(dir.path().join(".x.prom.lock")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join(".x.prom.lock")).unwrap();
         let err = Session::begin(&target, Instant::now()).unwrap_err();
-        assert!(matches!(err, PublishError::NotRegularFile(_)), "{err}");
+        assert!(
+            matches!(err, PublishError::File(FileError::NotRegularFile(_))),
+            "{err}"
+        );
     }
 
     #[test]

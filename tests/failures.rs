@@ -487,35 +487,10 @@ fn unit_run(scenario: &Path, state: &Path, extra: &[&str], at: &str) -> test_sup
 /// 64 GPUs: h100x8's first GPU 64 times, under UUIDs and bus ids of their
 /// own, each GPU's temperature read taking `read_ms`.
 fn sixty_four_gpus(read_ms: u32) -> String {
-    let text = fs::read_to_string(ex().scenario("h100x8")).unwrap();
-    let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
-    let block = &text[starts[0]..starts[1]];
-    let uuid_line = block.lines().find(|l| l.starts_with("uuid = ")).unwrap();
-    let pci_line = block.lines().find(|l| l.starts_with("pci = ")).unwrap();
-    let mut out = text[..starts[0]].to_owned();
-    for gpu in 0..64 {
-        let block = block
-            .replace(
-                uuid_line,
-                &format!("uuid = \"GPU-00000000-0000-4000-8000-0000000000{gpu:02x}\""),
-            )
-            .replace(
-                pci_line,
-                &pci_line
-                    .replace(
-                        "00000000:18:00.0",
-                        &format!("00000000:{:02X}:00.0", gpu + 1),
-                    )
-                    .replace("bus = 0x18", &format!("bus = {}", gpu + 1)),
-            )
-            .replacen(
-                "[[gpu]]\n",
-                &format!("[[gpu]]\ndelays_ms = {{ nvmlDeviceGetTemperatureV = {read_ms} }}\n"),
-                1,
-            );
-        out.push_str(&block);
-    }
-    out
+    gpus_like_the_first(
+        64,
+        &format!("delays_ms = {{ nvmlDeviceGetTemperatureV = {read_ms} }}"),
+    )
 }
 
 /// With the unit's `--timeout 14s --gpm-window auto`, reads that outgrow
