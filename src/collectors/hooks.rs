@@ -67,7 +67,10 @@ pub(super) struct Hooks {
 type OpenHook = for<'n> fn(&mut DeviceReader<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
 
 /// A host step; the error says why it did not work.
-type HostHook = fn(&mut HostRun<'_>) -> Result<(), String>;
+type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
+
+/// Why a host step did not work: the step's own typed error.
+pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Hooks {
     pub(super) const NONE: Hooks = Hooks {

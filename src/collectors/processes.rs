@@ -3,7 +3,7 @@
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
-use super::hooks::HostRun;
+use super::hooks::{HostError, HostRun};
 use super::utilization::{previous_carry, Engine};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
@@ -54,7 +54,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 
 /// The collector's host step: adds owner labels (comm, user, unit,
 /// container, job) from procfs to the per-process samples of every GPU.
-pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), String> {
+pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
     procfs::attribute(run.snapshot, run.procfs, &Users::new(run.until));
     Ok(())
 }

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::hooks::HostRun;
+use super::hooks::{HostError, HostRun};
 use crate::kernel_log::{self, normalize_bus_id, Ended, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;
@@ -35,7 +35,7 @@ pub use crate::state::schema::{SxidCount, XidCounts as Counts, XidTotals as Tota
 /// attribute the events): counts the events logged since the previous run and
 /// adds the totals to the snapshot. An error says why this run did not read
 /// the log to its end (logged here); the counts known are published anyway.
-pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
+pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let Some(boot_id) = boot_id() else {
         // No state was loaded either (see `state::boot_id`).
         let error = "cannot read this boot's id: nothing can be told to be this boot's";
@@ -70,7 +70,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), String> {
     };
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
-    result
+    result.map_err(HostError::from)
 }
 
 impl Counts {
