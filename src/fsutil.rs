@@ -1,9 +1,7 @@
-//! The file primitives of the two modules that write files, `publish` (the
-//! textfile directory) and `state` (the state directory), each written once:
-//! opening only regular files, without following a symlink or blocking on a
-//! FIFO; a lock taken by a deadline; an atomic replace; removing the
-//! temporary files of killed runs; and work on the file system bounded by a
-//! deadline. None of them knows which directory it works in.
+//! The file primitives `publish` and `state` share, none knowing which
+//! directory it works in: opening only regular files, a lock by a deadline,
+//! an atomic replace, removing temporary files of killed runs, and work on the
+//! file system bounded by a deadline.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -17,10 +15,8 @@ use std::time::{Duration, Instant};
 /// Why a file operation failed; each names the path involved.
 #[derive(Debug)]
 pub enum FileError {
-    /// A path that must be a regular file is not (a FIFO, a device, a
-    /// symlink, a directory).
+    /// Not a regular file (a FIFO, a device, a symlink, a directory).
     NotRegularFile(PathBuf),
-    /// Creating, opening, writing, syncing, renaming or removing failed.
     Io {
         action: &'static str,
         path: PathBuf,
@@ -46,17 +42,10 @@ impl fmt::Display for FileError {
     }
 }
 
-impl std::error::Error for FileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FileError::NotRegularFile(_) => None,
-            FileError::Io { source, .. } => Some(source),
-        }
-    }
-}
+impl std::error::Error for FileError {}
 
 /// The error of `action` on `path`, as a closure for `map_err`.
-fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
+pub fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
     let path = path.to_path_buf();
     move |source| FileError::Io {
         action,
@@ -65,11 +54,8 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> File
     }
 }
 
-/// Opens `path` with `options`, never following a symlink (`O_NOFOLLOW`)
-/// nor blocking on a FIFO (`O_NONBLOCK`), and only if it is a regular file:
-/// a symlink (`ELOOP`), a FIFO without a reader opened for writing (`ENXIO`)
-/// and anything else that is not a regular file are
-/// [`FileError::NotRegularFile`].
+/// Opens `path` only if it is a regular file, never following a symlink
+/// (`O_NOFOLLOW`) nor blocking on a FIFO (`O_NONBLOCK`).
 pub fn open_regular(
     path: &Path,
     options: &mut OpenOptions,
@@ -88,10 +74,9 @@ pub fn open_regular(
     Ok(file)
 }
 
-/// Takes an exclusive `flock` on the lock file `path` (created mode 0600 if
-/// missing), waiting until `until`: `Ok(None)` if another process still held
-/// it then. The lock is released when the file is dropped, or by the kernel
-/// when its holder dies, so a crashed run never blocks the next.
+/// Takes an exclusive `flock` on the lock file `path` (created mode 0600),
+/// waiting until `until`: `Ok(None)` if another process still held it then.
+/// Dropping the file, or the holder's death, releases it.
 pub fn lock_by(path: &Path, until: Instant) -> Result<Option<File>, FileError> {
     let file = open_regular(
         path,
@@ -114,25 +99,18 @@ pub fn lock_by(path: &Path, until: Instant) -> Result<Option<File>, FileError> {
     }
 }
 
-/// How [`replace`] writes.
-#[derive(Debug, Clone, Copy)]
-pub struct Replace<'a> {
-    /// The temporary file's name starts with this (and ends in `.tmp`).
-    pub temp_prefix: &'a str,
-    /// The new file's mode.
-    pub mode: u32,
-    /// Whether the file and the directory are fsynced, so that the new file
-    /// survives a crash of the machine.
-    pub sync: bool,
-}
-
-/// Replaces `dir/name` with `bytes` atomically: readers see the old file or
-/// the new one, never a mix. The bytes go to a temporary file in `dir` (so
-/// that the rename cannot cross file systems), which is removed if anything
-/// fails, leaving the old file as it was.
-pub fn replace(dir: &Path, name: &str, bytes: &[u8], how: Replace<'_>) -> Result<(), FileError> {
+/// Replaces `dir/name` with `bytes` (mode 0644) atomically, through a
+/// temporary file `<temp_prefix>….tmp` in `dir` that is removed if anything
+/// fails; with `sync`, the file and the directory are fsynced.
+pub fn replace(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    temp_prefix: &str,
+    sync: bool,
+) -> Result<(), FileError> {
     let mut temp = tempfile::Builder::new()
-        .prefix(how.temp_prefix)
+        .prefix(temp_prefix)
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(io_error("create a temporary file in", dir))?;
@@ -140,15 +118,15 @@ pub fn replace(dir: &Path, name: &str, bytes: &[u8], how: Replace<'_>) -> Result
     let file = temp.as_file_mut();
     file.write_all(bytes)
         .map_err(io_error("write", &temp_path))?;
-    file.set_permissions(Permissions::from_mode(how.mode))
+    file.set_permissions(Permissions::from_mode(0o644))
         .map_err(io_error("set permissions of", &temp_path))?;
-    if how.sync {
+    if sync {
         file.sync_all().map_err(io_error("sync", &temp_path))?;
     }
     let target = dir.join(name);
     temp.persist(&target)
         .map_err(|e| io_error("rename temporary file onto", &target)(e.error))?;
-    if how.sync {
+    if sync {
         File::open(dir)
             .and_then(|dir| dir.sync_all())
             .map_err(io_error("sync directory", dir))?;
@@ -156,8 +134,8 @@ pub fn replace(dir: &Path, name: &str, bytes: &[u8], how: Replace<'_>) -> Result
     Ok(())
 }
 
-/// Removes the temporary files in `dir` (names `<prefix>….tmp`) for which
-/// `stale` says their writer is gone; returns how many were removed.
+/// Removes the temporary files `<prefix>….tmp` in `dir` that `stale` says
+/// no writer holds; returns how many were removed.
 pub fn remove_temp_files(
     dir: &Path,
     prefix: &str,
@@ -176,21 +154,15 @@ pub fn remove_temp_files(
         match fs::remove_file(entry.path()) {
             Ok(()) => removed += 1,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(io_error("remove stale temporary file", &entry.path())(
-                    source,
-                ))
-            }
+            Err(e) => return Err(io_error("remove stale temporary file", &entry.path())(e)),
         }
     }
     Ok(removed)
 }
 
-/// Runs `work` on a thread of its own and waits for it until `until`: `None`
-/// if it had not ended by then. A file system can block a thread for as long
-/// as it likes (frozen with `fsfreeze`, a hung NFS server); the thread is
-/// then left behind, never joined, and whatever it holds (a lock) stays held
-/// until it ends.
+/// Runs `work` on a thread of its own until `until`: `None` if it had not
+/// ended by then. The thread is then left behind (a frozen file system
+/// blocks it for as long as it likes), and what it holds stays held.
 pub fn within<T: Send + 'static>(
     until: Instant,
     work: impl FnOnce() -> T + Send + 'static,

@@ -1,24 +1,9 @@
-//! The only code that touches the textfile directory.
-//!
-//! Contract of [`Target::publish`]:
-//! - readers of `<dir>/<file>` see either the previous complete file or the new
-//!   complete file, never a mix: the text goes to a temporary file in the same
-//!   directory (so the rename cannot cross file systems), is flushed, fsynced and
-//!   made mode 0644, then renamed over the target, and the directory is fsynced;
-//! - temporary files are named `.<file>.<pid>.<random>.tmp`: hidden and not ending
-//!   in `.prom`, so node_exporter's textfile collector never reads them;
-//! - a failed publish removes its temporary file and leaves the old file untouched;
-//! - temporary files left by runs that were killed are removed by the next run
-//!   ([`Target::remove_stale_temp_files`]), recognised by a pid that no longer exists.
-//!
-//! [`Session`] serialises runs that share a target: the lock is an advisory
-//! `flock` on `.<file>.lock`, released by the kernel when its holder dies, so a
-//! crashed run never blocks the next one. A run that cannot get the lock by its
-//! deadline publishes a `busy` file, unless the holder published meanwhile.
-//!
-//! Only regular files are opened, without following symlinks and without
-//! blocking: a FIFO or device in the place of the lock or of the published file
-//! is refused with a message instead of hanging the run.
+//! The only code that touches the textfile directory. A [`Session`] takes
+//! the run lock `.<file>.lock` by a deadline, removes the temporary files of
+//! killed runs (by their pid) and replaces `<file>` atomically, through a
+//! temporary `.<file>.<pid>.<random>.tmp` (ignored by node_exporter) fsynced
+//! with its directory. A FIFO, device or symlink in the place of the lock or
+//! the file is refused, not waited on.
 
 use std::fs::{self, File};
 use std::io;
@@ -26,10 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::fsutil::{self, FileError, Replace};
-
-/// Mode of the published file: node_exporter runs as another user and must read it.
-const FILE_MODE: u32 = 0o644;
+use crate::fsutil::{self, FileError};
 
 /// Where the metrics go.
 #[derive(Debug, Clone)]
@@ -43,7 +25,6 @@ pub struct Target {
 pub enum PublishError {
     /// The output directory does not exist or is not a directory.
     MissingDirectory(PathBuf),
-    /// A file in it could not be opened, written, synced or renamed.
     File(FileError),
 }
 
@@ -58,14 +39,7 @@ impl std::fmt::Display for PublishError {
     }
 }
 
-impl std::error::Error for PublishError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PublishError::MissingDirectory(_) => None,
-            PublishError::File(error) => error.source(),
-        }
-    }
-}
+impl std::error::Error for PublishError {}
 
 impl From<FileError> for PublishError {
     fn from(error: FileError) -> Self {
@@ -73,15 +47,8 @@ impl From<FileError> for PublishError {
     }
 }
 
-/// A held run lock; dropping it releases the lock.
-#[derive(Debug)]
-pub struct RunLock {
-    _file: File,
-}
-
 impl Target {
-    /// A target file `file_name` in `dir`. The caller has validated `file_name`
-    /// (a plain `*.prom` name, see `cli`).
+    /// A target file `file_name` (a plain `*.prom` name `cli` checked) in `dir`.
     pub fn new(dir: impl Into<PathBuf>, file_name: impl Into<String>) -> Self {
         Target {
             dir: dir.into(),
@@ -102,56 +69,44 @@ impl Target {
         }
     }
 
-    /// Takes the run lock, waiting until `deadline`. `Ok(None)` means another run
-    /// still held it at the deadline.
-    fn lock(&self, deadline: Instant) -> Result<Option<RunLock>, PublishError> {
+    /// Takes the run lock, waiting until `until`: `Ok(None)` if another run
+    /// still held it then.
+    fn lock(&self, until: Instant) -> Result<Option<File>, PublishError> {
         self.check_dir()?;
         let path = self.dir.join(format!(".{}.lock", self.file_name));
-        let file = fsutil::lock_by(&path, deadline)?;
-        Ok(file.map(|file| RunLock { _file: file }))
+        Ok(fsutil::lock_by(&path, until)?)
     }
 
-    fn temp_prefix(&self) -> String {
-        format!(".{}.", self.file_name)
-    }
-
-    /// Removes temporary files whose writer process no longer exists. Returns how
-    /// many were removed. Call it while holding the run lock.
-    fn remove_stale_temp_files(&self) -> Result<usize, PublishError> {
-        let prefix = self.temp_prefix();
+    /// Removes the temporary files whose writer process no longer exists
+    /// (call it holding the run lock); returns how many.
+    fn remove_stale_temp_files(&self) -> Result<usize, FileError> {
+        let prefix = format!(".{}.", self.file_name);
         let writer_gone = |name: &str| {
             temp_file_pid(name, &prefix)
                 .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())
         };
-        Ok(fsutil::remove_temp_files(&self.dir, &prefix, writer_gone)?)
+        fsutil::remove_temp_files(&self.dir, &prefix, writer_gone)
     }
 
-    /// Atomically replaces the target file with `text` (see the module contract).
-    /// Sessions call it under the run lock; the benchmark calls it directly.
+    /// Replaces the target file with `text` atomically. Sessions call it
+    /// under the run lock; the benchmark calls it directly.
     pub fn publish(&self, text: &str) -> Result<(), PublishError> {
         self.check_dir()?;
-        let how = Replace {
-            temp_prefix: &format!("{}{}.", self.temp_prefix(), std::process::id()),
-            mode: FILE_MODE,
-            sync: true,
-        };
+        let prefix = format!(".{}.{}.", self.file_name, std::process::id());
         Ok(fsutil::replace(
             &self.dir,
             &self.file_name,
             text.as_bytes(),
-            how,
+            &prefix,
+            true,
         )?)
     }
-}
 
-impl Target {
-    /// Which file is published now: device and inode, `None` if there is none.
-    /// Every publish renames a new file into place, so a change means another
-    /// run published.
+    /// Which file is published now (device and inode): every publish renames
+    /// a new file into place, so a change means another run published.
     pub fn published_file(&self) -> Option<(u64, u64)> {
-        fs::metadata(self.path())
-            .ok()
-            .map(|metadata| (metadata.dev(), metadata.ino()))
+        let metadata = fs::metadata(self.path()).ok()?;
+        Some((metadata.dev(), metadata.ino()))
     }
 }
 
@@ -160,24 +115,22 @@ impl Target {
 pub enum Published {
     /// This run's file is in place.
     Written,
-    /// This run did not get the lock, and the holder published while it waited:
-    /// the holder's fresh file is left in place.
+    /// This run did not get the lock, and the holder published while it
+    /// waited: its fresh file is left in place.
     LeftHoldersFile,
 }
 
-/// One run's use of a target: lock, busy or superseded, previous identities,
-/// publish. Dropping it releases the lock.
+/// One run's use of a target; dropping it releases the lock.
 #[derive(Debug)]
 pub struct Session<'t> {
     target: &'t Target,
-    lock: Option<RunLock>,
+    lock: Option<File>,
     published_before: Option<(u64, u64)>,
 }
 
 impl<'t> Session<'t> {
-    /// Waits for the run lock until `until`. Without the lock by then the
-    /// session is busy ([`Self::holds_lock`] is false). With it, temporary files
-    /// left by killed runs are removed.
+    /// Waits for the run lock until `until` (without it the session is
+    /// busy); with it, removes the temporary files of killed runs.
     pub fn begin(target: &'t Target, until: Instant) -> Result<Self, PublishError> {
         let published_before = target.published_file();
         let lock = target.lock(until)?;
@@ -200,8 +153,7 @@ impl<'t> Session<'t> {
         self.lock.is_some()
     }
 
-    /// Whether another run published since this session began. Every publish
-    /// renames a new file into place, so a new inode means another run wrote.
+    /// Whether another run published since this session began.
     pub fn superseded(&self) -> bool {
         self.target.published_file() != self.published_before
     }
@@ -218,14 +170,10 @@ impl<'t> Session<'t> {
 }
 
 /// Writes `text` to standard output (`--stdout`) by `until`: `Ok(false)` when
-/// the reader had not taken all of it by then (the rest is not written).
-///
-/// The bytes go straight to fd 1, bypassing Rust's buffered and locked
-/// `Stdout` (which nothing else uses in a `--stdout` run, so nothing is left
-/// in its buffer for the hard stop's `_exit` to lose), each write only after
-/// poll(2) says fd 1 takes more, and at most `PIPE_BUF` bytes at once, which
-/// a pipe with room takes whole: so no write blocks past `until` on a reader
-/// that stalls. Fd 1's flags are left alone (a shell may share them).
+/// the reader had not taken all of it by then. Straight to fd 1 (no buffer
+/// for the hard stop's `_exit` to lose), each write after poll(2) says it
+/// takes more and at most `PIPE_BUF` bytes, which a pipe with room takes
+/// whole: no write blocks past `until`. Fd 1's flags are left alone.
 pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
     let mut rest = text;
     while !rest.is_empty() {
@@ -239,13 +187,8 @@ pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
         // SAFETY: one valid pollfd.
         match unsafe { libc::poll(&mut fd, 1, wait_ms) } {
             0 => return Ok(false),
-            -1 => {
-                let error = io::Error::last_os_error();
-                if error.kind() != io::ErrorKind::Interrupted {
-                    return Err(error);
-                }
-                continue;
-            }
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            -1 => return Err(io::Error::last_os_error()),
             // Ready, or POLLERR/POLLHUP: the write says which (EPIPE).
             _ => {}
         }
@@ -268,10 +211,7 @@ pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
 fn temp_file_pid(name: &str, prefix: &str) -> Option<u32> {
     let rest = name.strip_prefix(prefix)?.strip_suffix(".tmp")?;
     let (pid, random) = rest.split_once('.')?;
-    if random.is_empty() {
-        return None;
-    }
-    pid.parse().ok()
+    pid.parse().ok().filter(|_| !random.is_empty())
 }
 
 #[cfg(test)]

@@ -1,39 +1,10 @@
-//! The only code that touches the state directory: what one short-lived run
-//! leaves for the next.
-//!
-//! One small file, `<dir>/state`, in the one versioned schema of
-//! [`schema::State`] (JSON), replaced atomically (temporary file, rename). A
-//! run that stores the state holds an advisory `flock` on `<dir>/.state.lock`
-//! from loading to storing ([`StateFile::load_to_store`]), so that two writers
-//! (two output files, or `--stdout --write-state` next to the timer's run)
-//! take turns instead of storing totals computed from the same previous state.
-//! It belongs to one boot and one driver version. The format before the
-//! schema (version 1, `v1`) is read once, on the upgrade, and replaced.
-//!
-//! The state decides what the exporter publishes as fact (running totals), so
-//! it is used only if nobody but the running user and root can have written it
-//! (OpenSSH's `StrictModes`, [`untrusted_dir`], [`untrusted_file`]): the
-//! directory is owned by the running user or root and neither group- nor
-//! world-writable (a sticky world-writable directory such as /tmp included:
-//! others could create the state's names first); the file is a regular file
-//! with the same owners and modes. Nothing is stored in a directory that fails
-//! this. Its parent directories are not checked.
-//!
-//! Bounds: the file is read only up to [`MAX_SIZE`], what [`MAX_GPUS`] GPUs
-//! can need, so a planted file cannot cost the run more than a little memory;
-//! a file holding more than the bounds ([`MAX_GPUS`] GPUs, [`MAX_XID_SERIES`]
-//! XID series, [`MAX_FIXED`] fixed readings a GPU) is damaged. What is stored
-//! never exceeds them: a bound costs totals (left out, `state_ok 0`), never
-//! the kernel log's position, so nothing is ever counted twice.
-//!
-//! State is an optimisation of truth, never a condition for a snapshot:
-//! [`StateFile::load`], [`StateFile::load_to_store`] and [`StateFile::store`]
-//! never fail the run, and every access to the directory is bounded by the
-//! run's deadline (a frozen or hung file system costs the state, not the
-//! snapshot). A missing, corrupt, truncated, foreign-version, other-boot,
-//! untrusted, locked or unanswered file gives an empty [`State`] and a
-//! [`Problem`] that the run shows as `nvidia_gpu_collector_state_ok 0` and one
-//! line on stderr.
+//! The only code that touches the state directory: one file, `state`, in
+//! the schema of [`schema::State`] (the previous release's format, `v1`, is
+//! read once on the upgrade), replaced atomically under the lock
+//! `.state.lock`. It is used only if no one but the running user and root can
+//! have written it (like OpenSSH's `StrictModes`) and within the bounds, and
+//! only by the run's deadline. It never fails the run: a [`Problem`] costs the
+//! state, shown as `nvidia_gpu_collector_state_ok 0` and one line on stderr.
 
 pub mod schema;
 mod v1;
@@ -47,65 +18,63 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::fsutil::{self, FileError, Replace};
+use crate::fsutil::{self, io_error, FileError};
 use crate::snapshot::{Device, KnownGpu};
 use schema::{State, XidCounts, XidTotals, VERSION};
 
-/// The state file's name inside the state directory.
 const FILE_NAME: &str = "state";
-
-/// The lock file's name inside the state directory.
 const LOCK_NAME: &str = ".state.lock";
-
-/// The start of a temporary state file's name (it ends in `.tmp`).
+/// A temporary state file's name starts with this (and ends in `.tmp`).
 const TEMP_PREFIX: &str = ".state.";
 
 /// The most GPUs a state keeps (more than any host has).
-pub const MAX_GPUS: usize = 64;
-
-/// The most XID series (GPU or bus id, and code) the totals keep, and a
-/// recount beside them: 64 GPUs with 64 distinct codes each in one boot.
-pub const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
-
+const MAX_GPUS: usize = 64;
+/// The most XID series (id and code) in the totals, and in a recount.
+const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
 /// The most fixed readings one GPU keeps (its readers keep four).
-pub const MAX_FIXED: usize = 32;
-
-/// How long a file system that works may take to answer beyond a wait for
-/// the lock: loading gives up then.
+const MAX_FIXED: usize = 32;
+/// A larger state file is not ours: the bounds fit in it with identifiers
+/// as long as NVML's.
+const MAX_SIZE: u64 = 2 << 20;
+/// How long a working file system may take beyond the lock wait: loading
+/// gives up then.
 const ANSWER: Duration = Duration::from_millis(100);
 
-/// A state file larger than this is not ours: the bounds above with long
-/// identifiers as long as NVML's fit in it.
-pub const MAX_SIZE: u64 = 2 << 20;
-
 /// Why the previous state could not be used, or this run's not stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Problem {
     /// No state file yet: the first run, or a new state directory.
     Missing,
-    /// The file is not a state file of a version this exporter reads, or is
-    /// damaged.
-    Corrupt(String),
-    /// The file was written during another boot: its counters and timestamps
-    /// mean nothing now.
+    /// Not a state file of a version this exporter reads, or damaged.
+    Corrupt(Damage),
+    /// Written during another boot: its counters mean nothing now.
     OtherBoot,
-    /// The state could not be read or written.
-    Io(String),
-    /// The directory or the file could have been written by another user
-    /// (see the module's rule); the state is neither used nor stored.
-    Untrusted(String),
-    /// Another run held the state's lock until this run's wait ended; the
-    /// state is neither used nor stored.
+    /// This boot's id cannot be read: no state can be told to be this boot's.
+    UnknownBoot,
+    Io(FileError),
+    Encode(serde_json::Error),
+    /// The state directory could have been written by another user: nothing
+    /// is stored in it.
+    UntrustedDir(PathBuf, Distrust),
+    /// The state file could have been written by another user.
+    UntrustedFile(PathBuf, Distrust),
+    /// Another run held this lock until this run's wait ended.
     Busy(PathBuf),
-    /// The state directory did not answer by the deadline (a frozen or hung
-    /// file system): `what` is what the run was doing.
+    /// The state directory did not answer by the deadline while doing this.
     TimedOut(&'static str),
-    /// More than the bounds would have been stored: what was left out.
-    Bounded(String),
+    /// The state would be this many bytes, more than [`MAX_SIZE`].
+    TooLarge(usize),
+    /// This many GPUs, more than [`MAX_GPUS`].
+    TooManyGpus(usize),
+    /// The XID counts of this many ids were dropped, beyond [`MAX_XID_SERIES`].
+    XidDropped(usize),
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = "starting afresh. Only the running user or root may be able to write the \
+                    state directory and file (owner, and no group or world write permission)";
+        let bound = "the state keeps no more:";
         match self {
             Problem::Missing => f.write_str("no state yet (first run with this state directory)"),
             Problem::Corrupt(why) => {
@@ -114,12 +83,22 @@ impl fmt::Display for Problem {
             Problem::OtherBoot => {
                 f.write_str("the state file is from another boot; starting afresh")
             }
-            Problem::Io(why) => f.write_str(why),
-            Problem::Untrusted(why) => write!(
+            Problem::UnknownBoot => f.write_str(
+                "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
+                 the state is neither used nor stored",
+            ),
+            Problem::Io(error) => error.fmt(f),
+            Problem::Encode(e) => write!(f, "cannot encode the state: {e}"),
+            Problem::UntrustedDir(dir, why) => write!(
                 f,
-                "the state is not trusted: {why}; starting afresh. Only the running user \
-                 or root may be able to write the state directory and file (owner, and no \
-                 group or world write permission)"
+                "the state is not trusted: the state directory {} is {why}; nothing is \
+                 stored in it; {rule}",
+                dir.display()
+            ),
+            Problem::UntrustedFile(path, why) => write!(
+                f,
+                "the state is not trusted: {} is {why}; this run replaces it; {rule}",
+                path.display()
             ),
             Problem::Busy(lock) => write!(
                 f,
@@ -132,14 +111,120 @@ impl fmt::Display for Problem {
                 "the state directory did not answer in time while {what} (a frozen or \
                  hung file system?); this run's totals are left out or not stored"
             ),
-            Problem::Bounded(what) => write!(f, "the state keeps no more: {what}"),
+            Problem::TooLarge(bytes) => write!(
+                f,
+                "{bound} the state would be {bytes} bytes, more than {MAX_SIZE}; not stored"
+            ),
+            Problem::TooManyGpus(n) => {
+                write!(f, "{bound} {n} GPUs, more than {MAX_GPUS}; not stored")
+            }
+            Problem::XidDropped(n) => write!(
+                f,
+                "{bound} the XID counts of {n} GPU(s) or bus id(s) beyond {MAX_XID_SERIES} \
+                 series are dropped and start again at 0"
+            ),
         }
     }
 }
 
 impl From<FileError> for Problem {
     fn from(error: FileError) -> Self {
-        Problem::Io(error.to_string())
+        Problem::Io(error)
+    }
+}
+
+/// What is wrong with a state file.
+#[derive(Debug)]
+pub enum Damage {
+    NotJson(serde_json::Error),
+    Version(u32),
+    Schema(serde_json::Error),
+    Gpus,
+    Fixed(String),
+    XidSeries,
+    NotV1,
+    Truncated,
+    LineCount,
+    NoEnd,
+    AfterEnd,
+    HostWithoutValue,
+    GpuLine(String),
+    Index(String),
+    SetLine(String),
+    UnknownLine(String),
+    UnlistedGpu(String),
+    XidCount { key: String, value: String },
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Damage::NotJson(e) => write!(f, "not a state file: {e}"),
+            Damage::Version(version) => write!(f, "version {version} is not {VERSION}"),
+            Damage::Schema(e) => e.fmt(f),
+            Damage::Gpus => write!(f, "more than {MAX_GPUS} GPUs"),
+            Damage::Fixed(uuid) => write!(f, "more than {MAX_FIXED} fixed readings for {uuid}"),
+            Damage::XidSeries => write!(f, "more than {MAX_XID_SERIES} XID series"),
+            Damage::NotV1 => f.write_str("not a state file"),
+            Damage::Truncated => f.write_str("truncated"),
+            Damage::LineCount => f.write_str("truncated (line count does not match)"),
+            Damage::NoEnd => f.write_str("truncated (no end line)"),
+            Damage::AfterEnd => f.write_str("text after the end line"),
+            Damage::HostWithoutValue => f.write_str("a host line without a value"),
+            Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
+            Damage::Index(line) => write!(f, "bad index in {line:?}"),
+            Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
+            Damage::UnknownLine(line) => write!(f, "unknown line {line:?}"),
+            Damage::UnlistedGpu(uuid) => write!(f, "an entry for an unlisted GPU {uuid:?}"),
+            Damage::XidCount { key, value } => {
+                write!(f, "the XID count xid.{key} is {value:?}, not a number")
+            }
+        }
+    }
+}
+
+/// Why the state directory or file could have been written by another user.
+#[derive(Debug)]
+pub enum Distrust {
+    NotADirectory,
+    /// Opened as a file, it is none (a symlink, a FIFO, a directory).
+    NotARegularFile,
+    TooLong(u64),
+    Owner {
+        uid: u32,
+        euid: u32,
+    },
+    Writable(u32),
+}
+
+impl fmt::Display for Distrust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Distrust::NotADirectory => f.write_str("not a directory"),
+            Distrust::NotARegularFile => f.write_str("not a regular file (a symbolic link?)"),
+            Distrust::TooLong(len) => write!(
+                f,
+                "{len} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need"
+            ),
+            Distrust::Owner { uid, euid } => write!(
+                f,
+                "owned by uid {uid}, neither the running user (uid {euid}) nor root"
+            ),
+            Distrust::Writable(mode) => write!(f, "writable by others (mode {mode:04o})"),
+        }
+    }
+}
+
+/// Why a file or directory could have been written by a user other than the
+/// running one and root, if it could: its owner or its mode.
+fn distrust(metadata: &fs::Metadata) -> Option<Distrust> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
+    if uid != euid && uid != 0 {
+        Some(Distrust::Owner { uid, euid })
+    } else {
+        (mode & 0o022 != 0).then_some(Distrust::Writable(mode))
     }
 }
 
@@ -154,64 +239,44 @@ impl StateDir {
         StateDir { dir: dir.into() }
     }
 
-    fn path(&self) -> PathBuf {
-        self.dir.join(FILE_NAME)
+    /// An error if the directory is not trusted; one that does not exist
+    /// (yet) is no problem here.
+    fn check(&self) -> Result<(), Problem> {
+        let why = match fs::metadata(&self.dir) {
+            Ok(metadata) if !metadata.is_dir() => Some(Distrust::NotADirectory),
+            Ok(metadata) => distrust(&metadata),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error("inspect", &self.dir)(e).into()),
+        };
+        why.map_or(Ok(()), |why| {
+            Err(Problem::UntrustedDir(self.dir.clone(), why))
+        })
     }
 
-    /// Why the directory is not trusted, if it is not; a directory that does
-    /// not exist (yet) is not a problem here.
-    fn check_dir(&self) -> Result<(), Problem> {
-        match fs::metadata(&self.dir) {
-            Ok(metadata) => match untrusted_dir(&metadata) {
-                Some(why) => Err(Problem::Untrusted(format!(
-                    "the state directory {} is {why}; nothing is stored in it",
-                    self.dir.display()
-                ))),
-                None => Ok(()),
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Problem::Io(format!(
-                "cannot inspect {}: {e}",
-                self.dir.display()
-            ))),
-        }
-    }
-
-    /// Creates the directory if it is missing: systemd's StateDirectory=
-    /// creates it for the service; a run by hand creates the last component
-    /// itself, like systemd would (mode 0755 whatever the umask allows more).
-    /// An existing directory is left alone (no mkdir, which waits on a
-    /// frozen file system even when the directory exists).
+    /// Creates the directory if missing (mode 0755, as systemd's
+    /// StateDirectory= would), then checks it. An existing one is not made
+    /// again: mkdir waits on a frozen file system even then.
     fn create(&self) -> Result<(), Problem> {
-        if self.dir.is_dir() {
-            return Ok(());
-        }
-        match fs::DirBuilder::new().mode(0o755).create(&self.dir) {
-            Ok(()) => log::info!("created the state directory {}", self.dir.display()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(Problem::Io(format!(
-                    "cannot create the state directory {}: {e}",
-                    self.dir.display()
-                )))
+        if !self.dir.is_dir() {
+            match fs::DirBuilder::new().mode(0o755).create(&self.dir) {
+                Ok(()) => log::info!("created the state directory {}", self.dir.display()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error("create the state directory", &self.dir)(e).into()),
             }
         }
-        Ok(())
+        self.check()
     }
 
-    /// Takes the state's lock, creating the directory if need be, waiting
-    /// until `until`; `Busy` if another run still holds it then. The lock is
-    /// released when the file returned is dropped (or its process dies).
-    pub fn lock(&self, until: Instant) -> Result<File, Problem> {
+    /// Takes the state's lock by `until`, creating the directory if need be;
+    /// it is released when the file is dropped (or its process dies).
+    fn lock(&self, until: Instant) -> Result<File, Problem> {
         self.create()?;
-        self.check_dir()?;
         let path = self.dir.join(LOCK_NAME);
         fsutil::lock_by(&path, until)?.ok_or(Problem::Busy(path))
     }
 
-    /// Removes the temporary files of runs killed while storing. Call it
-    /// holding the lock: every writer holds it while its temporary file
-    /// exists, so any other is stale.
+    /// Removes the temporary files of killed runs. Call it holding the lock:
+    /// every writer holds it while its temporary file exists.
     fn remove_stale_temp_files(&self) {
         match fsutil::remove_temp_files(&self.dir, TEMP_PREFIX, |_| true) {
             Ok(0) => {}
@@ -223,117 +288,104 @@ impl StateDir {
         }
     }
 
-    /// The state the previous run left for this boot, or why there is none.
-    pub fn load(&self, boot_id: &str) -> Result<State, Problem> {
-        self.check_dir()?;
-        let path = self.path();
-        let text = match read_trusted(&path) {
-            Ok(text) => text,
-            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(Problem::Missing)
-            }
-            Err(ReadError::Io(e)) => {
-                return Err(Problem::Io(format!("cannot read {}: {e}", path.display())))
-            }
-            Err(ReadError::Untrusted(why)) => {
-                return Err(Problem::Untrusted(format!(
-                    "{} is {why}; this run replaces it",
-                    path.display()
-                )))
-            }
-        };
-        let state = parse(&text).map_err(Problem::Corrupt)?;
+    /// The state the previous run left for this boot.
+    fn load(&self, boot_id: &str) -> Result<State, Problem> {
+        self.check()?;
+        let state = parse(&read_trusted(&self.dir.join(FILE_NAME))?).map_err(Problem::Corrupt)?;
         if state.boot_id != boot_id {
             return Err(Problem::OtherBoot);
         }
         Ok(state)
     }
 
-    /// Replaces the state file with `state`, atomically.
-    pub fn store(&self, state: &State) -> Result<(), Problem> {
+    /// Replaces the state file with `state`. No fsync: the state belongs to
+    /// one boot, so a crash of the machine discards it anyway.
+    fn store(&self, state: &State) -> Result<(), Problem> {
         let text = render(state)?;
         self.create()?;
-        self.check_dir()?;
-        // No fsync: the state belongs to one boot, so after a crash of the
-        // machine it is discarded anyway, and a rename is atomic for every
-        // reader while the machine runs. Syncing would only add a wait on the
-        // disk to every run.
-        let how = Replace {
-            temp_prefix: TEMP_PREFIX,
-            mode: 0o644,
-            sync: false,
-        };
-        fsutil::replace(&self.dir, FILE_NAME, text.as_bytes(), how)?;
+        fsutil::replace(&self.dir, FILE_NAME, text.as_bytes(), TEMP_PREFIX, false)?;
         Ok(())
     }
 }
 
-/// The text of `state`; an error if it would exceed [`MAX_SIZE`] (only
-/// identifiers far longer than NVML's can make it).
+/// The state file's text if it can be trusted: opened without following a
+/// symlink or blocking on a FIFO, read up to [`MAX_SIZE`].
+fn read_trusted(path: &Path) -> Result<String, Problem> {
+    let untrusted = |why| Err(Problem::UntrustedFile(path.to_path_buf(), why));
+    let file = match fsutil::open_regular(path, OpenOptions::new().read(true), "read") {
+        Err(FileError::NotRegularFile(_)) => return untrusted(Distrust::NotARegularFile),
+        Err(FileError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Err(Problem::Missing)
+        }
+        opened => opened?,
+    };
+    let metadata = file.metadata().map_err(io_error("read", path))?;
+    if metadata.len() > MAX_SIZE {
+        return untrusted(Distrust::TooLong(metadata.len()));
+    }
+    if let Some(why) = distrust(&metadata) {
+        return untrusted(why);
+    }
+    let mut text = String::new();
+    let read = file.take(MAX_SIZE).read_to_string(&mut text);
+    read.map_err(io_error("read", path))?;
+    Ok(text)
+}
+
+/// The text of `state`; an error past [`MAX_SIZE`] (only identifiers far
+/// longer than NVML's can make it).
 fn render(state: &State) -> Result<String, Problem> {
-    let mut text = serde_json::to_string(state)
-        .map_err(|e| Problem::Io(format!("cannot encode the state: {e}")))?;
-    text.push('\n');
+    let text = serde_json::to_string(state).map_err(Problem::Encode)? + "\n";
     if text.len() as u64 > MAX_SIZE {
-        return Err(Problem::Bounded(format!(
-            "the state would be {} bytes, more than {MAX_SIZE}; not stored",
-            text.len()
-        )));
+        return Err(Problem::TooLarge(text.len()));
     }
     Ok(text)
 }
 
-/// Parses a state file of this version (or of version 1, converted); the
-/// error says what is wrong with it.
-fn parse(text: &str) -> Result<State, String> {
-    if text.starts_with(v1::MAGIC) {
-        return v1::parse(text).and_then(within_bounds);
-    }
+/// A state file of this version, or of version 1 converted, within the bounds.
+fn parse(text: &str) -> Result<State, Damage> {
     /// The one field every version has.
     #[derive(Deserialize)]
     struct Version {
         version: u32,
     }
-    let version: Version =
-        serde_json::from_str(text).map_err(|e| format!("not a state file: {e}"))?;
-    if version.version != VERSION {
-        return Err(format!("version {} is not {VERSION}", version.version));
-    }
-    let state: State = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let state = if text.starts_with(v1::MAGIC) {
+        v1::parse(text)?
+    } else {
+        let Version { version } = serde_json::from_str(text).map_err(Damage::NotJson)?;
+        if version != VERSION {
+            return Err(Damage::Version(version));
+        }
+        serde_json::from_str(text).map_err(Damage::Schema)?
+    };
     within_bounds(state)
 }
 
 /// `state` if it holds no more than what is ever stored.
-fn within_bounds(state: State) -> Result<State, String> {
+fn within_bounds(state: State) -> Result<State, Damage> {
     if state.gpus.len() > MAX_GPUS {
-        return Err(format!("more than {MAX_GPUS} GPUs"));
+        return Err(Damage::Gpus);
     }
     if let Some((uuid, _)) = state
         .gpus
         .iter()
         .find(|(_, gpu)| gpu.fixed.len() > MAX_FIXED)
     {
-        return Err(format!("more than {MAX_FIXED} fixed readings for {uuid}"));
+        return Err(Damage::Fixed(uuid.clone()));
     }
-    let xid = &state.xid;
-    if xid.totals.series() > MAX_XID_SERIES
-        || xid
-            .recount
-            .as_ref()
-            .is_some_and(|r| r.series() > MAX_XID_SERIES)
-    {
-        return Err(format!("more than {MAX_XID_SERIES} XID series"));
+    let recount = state.xid.recount.as_ref().map_or(0, XidTotals::series);
+    if state.xid.totals.series().max(recount) > MAX_XID_SERIES {
+        return Err(Damage::XidSeries);
     }
     Ok(state)
 }
 
-/// Drops whole ids (SXids and unattributed bus ids first, then GPUs, the last first)
-/// from `totals` until they hold at most [`MAX_XID_SERIES`] series; returns
-/// how many ids were dropped.
+/// Drops whole ids from `totals` (SXids and bus ids no GPU has first, then
+/// GPUs, the last first) until at most [`MAX_XID_SERIES`] series are left;
+/// returns how many ids were dropped.
 fn shed(totals: &mut XidTotals) -> usize {
     let mut dropped = 0;
     while totals.series() > MAX_XID_SERIES {
-        // Host-level series first (SXids, bus ids no GPU has), then GPUs.
         let popped = totals.sxids.pop().is_some()
             || totals.fallen_off_bus_unattributed.pop_last().is_some()
             || totals.unattributed.pop_last().is_some()
@@ -347,7 +399,7 @@ fn shed(totals: &mut XidTotals) -> usize {
     dropped
 }
 
-/// One run's use of the state file: what the previous run left, what this run
+/// One run's use of the state: what the previous run left, what this run
 /// leaves, and whether both went right (`nvidia_gpu_collector_state_ok`).
 #[derive(Debug)]
 pub struct StateFile {
@@ -356,107 +408,62 @@ pub struct StateFile {
     problem: Option<Problem>,
     /// The xid collector's counts for the next run, if it ran.
     xid_next: Option<XidCounts>,
-    /// The state's lock, held until the run ends (or the store ends); `None`
-    /// for a run that only reads the state, or did not get the lock
-    /// ([`Self::store`] stores nothing then).
+    /// The lock, held from loading to storing; `None`: nothing is stored.
     lock: Option<File>,
 }
 
 impl StateFile {
-    /// Loads the state of this boot from `dir` (giving up [`ANSWER`] after
-    /// `until`), for a run that
-    /// does not store it (`--stdout`): no lock, [`Self::store`] stores
-    /// nothing. A problem is logged here, once: a missing state (the first
-    /// run) at info level, anything else as a warning; the run goes on with
-    /// an empty state.
+    /// Loads this boot's state for a run that does not store it (`--stdout`):
+    /// no lock. Gives up [`ANSWER`] after `until`.
     pub fn load(dir: StateDir, until: Instant) -> Self {
-        let Some(boot_id) = boot_id() else {
-            return Self::unknown_boot(dir);
-        };
-        let reading = dir.clone();
-        let id = boot_id.clone();
-        let loaded = fsutil::within(until + ANSWER, move || reading.load(&id))
-            .unwrap_or(Err(Problem::TimedOut("reading the state")));
-        Self::with(dir, boot_id, loaded, None)
+        Self::open(dir, until, false)
     }
 
-    /// Takes the state's lock, waiting until `until`, and loads the state of
-    /// this boot from `dir`, for a run that stores it: the lock is held until
-    /// this is dropped (or its store ends), so no other writer stores in
-    /// between; temporary files of killed runs are removed. Without the lock
-    /// (another run held it, the directory is untrusted, cannot be created or
-    /// did not answer in time) the run goes on with an empty state and
-    /// stores nothing.
+    /// Takes the lock by `until`, removes the temporary files of killed runs
+    /// and loads this boot's state, for a run that stores it; the lock is held
+    /// until this is dropped or stored. Without it nothing is stored.
     pub fn load_to_store(dir: StateDir, until: Instant) -> Self {
-        let Some(boot_id) = boot_id() else {
-            return Self::unknown_boot(dir);
-        };
-        let locking = dir.clone();
-        let id = boot_id.clone();
-        let taken = fsutil::within(until + ANSWER, move || {
-            let lock = locking.lock(until)?;
-            locking.remove_stale_temp_files();
-            Ok((lock, locking.load(&id)))
-        });
-        match taken {
-            Some(Ok((lock, loaded))) => Self::with(dir, boot_id, loaded, Some(lock)),
-            Some(Err(problem)) => Self::with(dir, boot_id, Err(problem), None),
-            None => Self::with(
-                dir,
-                boot_id,
-                Err(Problem::TimedOut("taking the lock and reading the state")),
-                None,
-            ),
-        }
+        Self::open(dir, until, true)
     }
 
-    /// A run whose boot id cannot be read: no state can be told to be this
-    /// boot's, so none is used and (without the lock) none is stored.
-    fn unknown_boot(dir: StateDir) -> Self {
-        let problem = Problem::Io(
-            "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
-             the state is neither used nor stored"
-                .into(),
-        );
-        log::warn!("{problem}");
-        StateFile {
-            dir,
+    /// A problem is logged here, once; the run goes on with an empty state.
+    fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
+        let mut file = StateFile {
+            dir: dir.clone(),
             previous: State::default(),
-            problem: Some(problem),
+            problem: None,
             xid_next: None,
             lock: None,
-        }
-    }
-
-    fn with(
-        dir: StateDir,
-        boot_id: String,
-        loaded: Result<State, Problem>,
-        lock: Option<File>,
-    ) -> Self {
-        let (previous, problem) = match loaded {
-            Ok(state) => (state, None),
-            Err(problem) => {
-                if problem == Problem::Missing {
-                    log::info!("{problem}");
-                } else {
-                    log::warn!("{problem}");
-                }
-                let empty = State {
-                    version: VERSION,
-                    boot_id,
-                    ..State::default()
-                };
-                (empty, Some(problem))
-            }
         };
-        StateFile {
-            dir,
-            previous,
-            problem,
-            xid_next: None,
-            lock,
+        let Some(boot_id) = boot_id() else {
+            file.fail(Problem::UnknownBoot);
+            return file;
+        };
+        file.previous = State {
+            version: VERSION,
+            boot_id: boot_id.clone(),
+            ..State::default()
+        };
+        let (what, taken) = if to_store {
+            let taken = fsutil::within(until + ANSWER, move || {
+                let lock = dir.lock(until)?;
+                dir.remove_stale_temp_files();
+                Ok((Some(lock), dir.load(&boot_id)))
+            });
+            ("taking the lock and reading the state", taken)
+        } else {
+            let taken = fsutil::within(until + ANSWER, move || Ok((None, dir.load(&boot_id))));
+            ("reading the state", taken)
+        };
+        match taken.unwrap_or(Err(Problem::TimedOut(what))) {
+            Ok((lock, Ok(state))) => (file.lock, file.previous) = (lock, state),
+            Ok((lock, Err(problem))) => {
+                file.lock = lock;
+                file.fail(problem);
+            }
+            Err(problem) => file.fail(problem),
         }
+        file
     }
 
     /// What the previous run left (empty when it cannot be used).
@@ -475,13 +482,8 @@ impl StateFile {
     }
 
     /// Whether running totals continue this run: the previous state was used,
-    /// or there was none to use (the first run of a boot, a damaged or
-    /// another boot's file: the totals start at 0 and the next run continues
-    /// them). False when a state may exist but this run cannot use it (another
-    /// run holds its lock, it is untrusted, unreadable or did not answer in
-    /// time, the boot id is unknown): totals published from 0 would read as a
-    /// reset and then a jump when the next run continues the stored ones, so
-    /// they are left out.
+    /// or there was none to use (they start at 0). False when a state may
+    /// exist but cannot be used now: totals from 0 would read as a reset.
     pub fn continues_totals(&self) -> bool {
         matches!(
             self.problem,
@@ -503,49 +505,45 @@ impl StateFile {
             .collect()
     }
 
-    /// Stores what `devices` leave for the next run, read under
-    /// `driver_version` (a driver change drops all but the identities and
-    /// running totals), by `until`. A GPU that is down this run keeps what it
-    /// had, so its running totals continue when it comes back; running
-    /// totals a GPU did not carry this run (an engine not supported this run,
-    /// a collector switched off for a while) are kept, so they never go back
-    /// within a boot; GPUs not seen this run are kept (by UUID) for as long as
-    /// this boot lasts, up to [`MAX_GPUS`] in all. Stores nothing without the
-    /// state's lock.
+    /// Stores, by `until`, what `devices` read under `driver_version` leave
+    /// for the next run (see [`Self::next`]); nothing without the lock.
     pub fn store(&mut self, devices: &[Device], driver_version: &str, until: Instant) {
         let Some(lock) = self.lock.take() else {
             return;
         };
-        match self.next(devices, driver_version) {
-            Ok(next) => {
-                let dir = self.dir.clone();
-                // The lock goes with the store: held until it ends, even
-                // past this run's deadline, so that no other run takes the
-                // lock while this one's temporary file is being written.
-                let stored = fsutil::within(until, move || {
-                    let stored = dir.store(&next);
-                    drop(lock);
-                    stored
-                });
-                match stored {
-                    Some(Ok(())) => {}
-                    Some(Err(problem)) => self.fail(problem),
-                    None => self.fail(Problem::TimedOut("storing the state")),
-                }
-            }
-            Err(problem) => self.fail(problem),
+        let next = match self.next(devices, driver_version) {
+            Ok(next) => next,
+            Err(problem) => return self.fail(problem),
+        };
+        let dir = self.dir.clone();
+        // The lock goes with the store, held until it ends even past the
+        // deadline: no other run takes it while the temporary file exists.
+        let stored = fsutil::within(until, move || {
+            let stored = dir.store(&next);
+            drop(lock);
+            stored
+        });
+        if let Err(problem) = stored.unwrap_or(Err(Problem::TimedOut("storing the state"))) {
+            self.fail(problem);
         }
     }
 
+    /// Logs `problem` (a missing state at info level) and keeps it.
     fn fail(&mut self, problem: Problem) {
-        log::warn!("{problem}");
+        if let Problem::Missing = problem {
+            log::info!("{problem}");
+        } else {
+            log::warn!("{problem}");
+        }
         self.problem = Some(problem);
     }
 
-    /// The state this run leaves: the previous one with this run's readings
-    /// merged in, within the bounds. An error when it cannot be (more GPUs
-    /// seen this run than a state keeps); a bound that cost totals is logged
-    /// and sets the problem, the state is stored all the same.
+    /// The previous state with this run's readings merged in, within the
+    /// bounds: a driver change keeps only identities and running totals; a
+    /// GPU down this run, and running totals not carried this run, keep what
+    /// they had; GPUs not seen this run are kept while there is room. An
+    /// error with more GPUs this run than a state keeps; a bound that costs
+    /// XID counts is a problem, the state is stored all the same.
     fn next(&mut self, devices: &[Device], driver_version: &str) -> Result<State, Problem> {
         let mut next = self.previous.clone();
         next.version = VERSION;
@@ -560,16 +558,10 @@ impl StateFile {
         }
         for device in devices.iter().filter(|d| !d.uuid.is_empty()) {
             let before = next.gpus.remove(&device.uuid).unwrap_or_default();
-            let mut gpu = match &device.state {
-                Some(state) => {
-                    let mut gpu = state.clone();
-                    for (stream, carry) in &before.carries {
-                        gpu.carries.entry(*stream).or_insert(*carry);
-                    }
-                    gpu
-                }
-                None => before.clone(),
-            };
+            let mut gpu = device.state.clone().unwrap_or_else(|| before.clone());
+            for (stream, carry) in &before.carries {
+                gpu.carries.entry(*stream).or_insert(*carry);
+            }
             gpu.index = device.index;
             let or_before =
                 |read: &String, known: &String| if read.is_empty() { known } else { read }.clone();
@@ -580,116 +572,27 @@ impl StateFile {
             }
             next.gpus.insert(device.uuid.clone(), gpu);
         }
-        // Beyond what a state file may hold, GPUs not seen this run go first.
-        let unseen: Vec<String> = next
-            .gpus
-            .keys()
-            .filter(|uuid| !devices.iter().any(|d| &d.uuid == *uuid))
-            .cloned()
-            .collect();
-        for uuid in unseen {
-            if next.gpus.len() <= MAX_GPUS {
-                break;
-            }
-            next.gpus.remove(&uuid);
-        }
+        let mut excess = next.gpus.len().saturating_sub(MAX_GPUS);
+        next.gpus.retain(|uuid, _| {
+            let unseen = excess > 0 && !devices.iter().any(|d| &d.uuid == uuid);
+            excess -= usize::from(unseen);
+            !unseen
+        });
         if next.gpus.len() > MAX_GPUS {
-            return Err(Problem::Bounded(format!(
-                "{} GPUs, more than {MAX_GPUS}; not stored",
-                next.gpus.len()
-            )));
+            return Err(Problem::TooManyGpus(next.gpus.len()));
         }
         let dropped = shed(&mut next.xid.totals) + next.xid.recount.as_mut().map_or(0, shed);
         if dropped > 0 {
-            // The kernel log's position is kept: these ids count from 0 again
-            // (a reset), the others go on, and nothing is counted twice.
-            self.fail(Problem::Bounded(format!(
-                "the XID counts of {dropped} GPU(s) or bus id(s) beyond {MAX_XID_SERIES} \
-                 series are dropped and start again at 0"
-            )));
+            // The kernel log's position is kept: these ids count from 0
+            // again, and nothing is counted twice.
+            self.fail(Problem::XidDropped(dropped));
         }
         Ok(next)
     }
 }
 
-/// Why a file or directory that the running user did not write cannot be
-/// trusted: `None` if it can.
-fn untrusted_owner_or_mode(metadata: &fs::Metadata) -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if metadata.uid() != euid && metadata.uid() != 0 {
-        return Some(format!(
-            "owned by uid {}, neither the running user (uid {euid}) nor root",
-            metadata.uid()
-        ));
-    }
-    let mode = metadata.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Some(format!("writable by others (mode {mode:04o})"));
-    }
-    None
-}
-
-/// Why the state directory cannot be trusted, if it cannot: it must be a
-/// directory owned by the running user or root and writable by no one else
-/// (sticky or not).
-fn untrusted_dir(metadata: &fs::Metadata) -> Option<String> {
-    if !metadata.is_dir() {
-        return Some("not a directory".into());
-    }
-    untrusted_owner_or_mode(metadata)
-}
-
-/// Why the state file cannot be trusted, if it cannot: it must be a regular
-/// file owned by the running user or root, writable by no one else, of at
-/// most [`MAX_SIZE`] bytes.
-fn untrusted_file(metadata: &fs::Metadata) -> Option<String> {
-    if !metadata.is_file() {
-        return Some("not a regular file".into());
-    }
-    if metadata.len() > MAX_SIZE {
-        return Some(format!(
-            "{} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need",
-            metadata.len()
-        ));
-    }
-    untrusted_owner_or_mode(metadata)
-}
-
-/// Why [`read_trusted`] gave nothing.
-enum ReadError {
-    Io(io::Error),
-    Untrusted(String),
-}
-
-/// Reads the state file without following a symlink or blocking on a FIFO,
-/// if it passes [`untrusted_file`]; never more than [`MAX_SIZE`] bytes.
-fn read_trusted(path: &Path) -> Result<String, ReadError> {
-    let file =
-        fsutil::open_regular(path, OpenOptions::new().read(true), "open").map_err(|error| {
-            match error {
-                FileError::NotRegularFile(_) => {
-                    ReadError::Untrusted("not a regular file (a symbolic link?)".into())
-                }
-                FileError::Io { source, .. } => ReadError::Io(source),
-            }
-        })?;
-    let metadata = file.metadata().map_err(ReadError::Io)?;
-    if let Some(why) = untrusted_file(&metadata) {
-        return Err(ReadError::Untrusted(why));
-    }
-    let mut text = String::new();
-    file.take(MAX_SIZE)
-        .read_to_string(&mut text)
-        .map_err(ReadError::Io)?;
-    Ok(text)
-}
-
-/// The boot id of the running kernel, as the kernel writes it (with dashes);
-/// `None` if it cannot be read or is not one. Without it nothing can be told
-/// to belong to this boot: [`StateFile`] neither loads nor stores a state, and
-/// the XID collector does not read the journal (whose `_BOOT_ID=` filter with
-/// an empty id would match nothing) and reports its failure.
+/// The running kernel's boot id (with dashes); `None` if it cannot be read
+/// or is not one: then nothing can be told to be this boot's.
 pub fn boot_id() -> Option<String> {
     boot_id_in(Path::new("/proc/sys/kernel/random/boot_id"))
 }
@@ -759,8 +662,131 @@ mod tests {
     }
 
     #[test]
+    fn every_problem_says_what_it_said_as_a_string() {
+        let rule = "starting afresh. Only the running user or root may be able to write the \
+                    state directory and file (owner, and no group or world write permission)";
+        let dir = PathBuf::from("/var/lib/x");
+        let io = io::Error::from(io::ErrorKind::PermissionDenied);
+        let cases = [
+            (
+                Problem::Missing,
+                "no state yet (first run with this state directory)".to_owned(),
+            ),
+            (
+                Problem::Corrupt(Damage::XidCount {
+                    key: "gpu.G.79".into(),
+                    value: "x".into(),
+                }),
+                "the state file is unusable (the XID count xid.gpu.G.79 is \"x\", not a number); \
+                 starting afresh"
+                    .into(),
+            ),
+            (
+                Problem::OtherBoot,
+                "the state file is from another boot; starting afresh".into(),
+            ),
+            (
+                Problem::UnknownBoot,
+                "cannot read this boot's id (/proc/sys/kernel/random/boot_id); the state is \
+                 neither used nor stored"
+                    .into(),
+            ),
+            (
+                Problem::Io(io_error("read", &dir)(io)),
+                "cannot read /var/lib/x: permission denied".into(),
+            ),
+            (
+                Problem::UntrustedDir(dir.clone(), Distrust::Writable(0o1777)),
+                format!(
+                    "the state is not trusted: the state directory /var/lib/x is writable by \
+                     others (mode 1777); nothing is stored in it; {rule}"
+                ),
+            ),
+            (
+                Problem::UntrustedFile(dir.join("state"), Distrust::Owner { uid: 7, euid: 0 }),
+                format!(
+                    "the state is not trusted: /var/lib/x/state is owned by uid 7, neither the \
+                     running user (uid 0) nor root; this run replaces it; {rule}"
+                ),
+            ),
+            (
+                Problem::UntrustedFile(dir.join("state"), Distrust::TooLong(3 << 20)),
+                format!(
+                    "the state is not trusted: /var/lib/x/state is 3145728 bytes long, more \
+                     than the 2097152 that 64 GPUs need; this run replaces it; {rule}"
+                ),
+            ),
+            (
+                Problem::Busy(dir.join(".state.lock")),
+                "another run held /var/lib/x/.state.lock until this run stopped waiting; this \
+                 run neither uses nor stores the state"
+                    .into(),
+            ),
+            (
+                Problem::TimedOut("storing the state"),
+                "the state directory did not answer in time while storing the state (a frozen \
+                 or hung file system?); this run's totals are left out or not stored"
+                    .into(),
+            ),
+            (
+                Problem::TooLarge(3 << 20),
+                "the state keeps no more: the state would be 3145728 bytes, more than 2097152; \
+                 not stored"
+                    .into(),
+            ),
+            (
+                Problem::TooManyGpus(65),
+                "the state keeps no more: 65 GPUs, more than 64; not stored".into(),
+            ),
+            (
+                Problem::XidDropped(2),
+                "the state keeps no more: the XID counts of 2 GPU(s) or bus id(s) beyond 4096 \
+                 series are dropped and start again at 0"
+                    .into(),
+            ),
+        ];
+        for (problem, text) in cases {
+            assert_eq!(problem.to_string(), text);
+        }
+        let damages = [
+            (Damage::Version(3), "version 3 is not 2"),
+            (Damage::Gpus, "more than 64 GPUs"),
+            (
+                Damage::Fixed("GPU-a".into()),
+                "more than 32 fixed readings for GPU-a",
+            ),
+            (Damage::XidSeries, "more than 4096 XID series"),
+            (Damage::NotV1, "not a state file"),
+            (Damage::Truncated, "truncated"),
+            (Damage::LineCount, "truncated (line count does not match)"),
+            (Damage::NoEnd, "truncated (no end line)"),
+            (Damage::AfterEnd, "text after the end line"),
+            (Damage::HostWithoutValue, "a host line without a value"),
+            (Damage::GpuLine("gpu a".into()), "bad gpu line \"gpu a\""),
+            (Damage::Index("gpu a x".into()), "bad index in \"gpu a x\""),
+            (Damage::SetLine("set a".into()), "bad set line \"set a\""),
+            (Damage::UnknownLine("x".into()), "unknown line \"x\""),
+            (
+                Damage::UnlistedGpu("GPU-b".into()),
+                "an entry for an unlisted GPU \"GPU-b\"",
+            ),
+        ];
+        for (damage, text) in damages {
+            assert_eq!(damage.to_string(), text);
+        }
+        assert_eq!(Distrust::NotADirectory.to_string(), "not a directory");
+        let not_regular = Distrust::NotARegularFile.to_string();
+        assert_eq!(not_regular, "not a regular file (a symbolic link?)");
+        let garbage = parse("garbage\n").unwrap_err().to_string();
+        assert!(
+            garbage.starts_with("not a state file: expected value"),
+            "{garbage}"
+        );
+    }
+
+    #[test]
     fn round_trips() {
-        assert_eq!(parse(&render(&sample()).unwrap()), Ok(sample()));
+        assert_eq!(parse(&render(&sample()).unwrap()).unwrap(), sample());
     }
 
     #[test]
@@ -769,7 +795,10 @@ mod tests {
         assert!(parse(&text[..text.len() - 8]).is_err());
         assert!(parse("garbage\n").is_err());
         let newer = text.replacen("\"version\":2", "\"version\":3", 1);
-        assert!(parse(&newer).unwrap_err().contains("version"), "{newer}");
+        assert!(
+            parse(&newer).unwrap_err().to_string().contains("version"),
+            "{newer}"
+        );
         let wrong_type = text.replacen("\"reads_us\":98", "\"reads_us\":\"x\"", 1);
         assert!(parse(&wrong_type).is_err());
     }
@@ -778,10 +807,10 @@ mod tests {
     fn load_and_store_through_the_directory() {
         let dir = tempfile::tempdir().unwrap();
         let states = StateDir::new(dir.path());
-        assert_eq!(states.load("b0"), Err(Problem::Missing));
+        assert!(matches!(states.load("b0"), Err(Problem::Missing)));
         states.store(&sample()).unwrap();
-        assert_eq!(states.load("b0"), Ok(sample()));
-        assert_eq!(states.load("b1"), Err(Problem::OtherBoot));
+        assert_eq!(states.load("b0").unwrap(), sample());
+        assert!(matches!(states.load("b1"), Err(Problem::OtherBoot)));
         fs::write(
             dir.path().join("state"),
             "{\"version\":2,\"boot_id\":\"b0\"",
@@ -790,7 +819,7 @@ mod tests {
         assert!(matches!(states.load("b0"), Err(Problem::Corrupt(_))));
         let created = StateDir::new(dir.path().join("created"));
         created.store(&sample()).unwrap();
-        assert_eq!(created.load("b0"), Ok(sample()));
+        assert_eq!(created.load("b0").unwrap(), sample());
         let missing = StateDir::new(dir.path().join("absent/deeper"));
         assert!(matches!(missing.store(&sample()), Err(Problem::Io(_))));
     }
@@ -827,10 +856,13 @@ mod tests {
     fn the_largest_state_the_bounds_allow_fits_and_no_more_is_read() {
         let text = render(&largest()).unwrap();
         assert!(text.len() as u64 <= MAX_SIZE, "{} bytes", text.len());
-        assert!(parse(&text) == Ok(largest()), "not read back");
+        assert!(parse(&text).unwrap() == largest(), "not read back");
         let mut more = largest();
         more.gpus.insert("GPU-65".into(), GpuState::default());
-        assert!(parse(&render(&more).unwrap()).unwrap_err().contains("GPUs"));
+        assert!(parse(&render(&more).unwrap())
+            .unwrap_err()
+            .to_string()
+            .contains("GPUs"));
         let mut more = largest();
         more.xid
             .totals
@@ -838,18 +870,22 @@ mod tests {
             .entry("GPU-a".into())
             .or_default()
             .insert(1, 1);
-        assert!(parse(&render(&more).unwrap()).unwrap_err().contains("XID"));
+        assert!(parse(&render(&more).unwrap())
+            .unwrap_err()
+            .to_string()
+            .contains("XID"));
         let mut more = largest();
         let fixed = &mut more.gpus.values_mut().next().unwrap().fixed;
         fixed.insert("one more".into(), None);
         assert!(parse(&render(&more).unwrap())
             .unwrap_err()
+            .to_string()
             .contains("fixed"));
     }
 
     #[test]
     fn a_bound_drops_totals_never_the_position() {
-        let mut memory = StateFile {
+        let mut state_file = StateFile {
             dir: StateDir::new("/nonexistent"),
             previous: sample(),
             problem: None,
@@ -863,15 +899,15 @@ mod tests {
             .entry("00000000:3B:00".into())
             .or_default()
             .insert(13, 1);
-        memory.set_xid(counts.clone());
-        let next = memory.next(&[], "580.1").unwrap();
+        state_file.set_xid(counts.clone());
+        let next = state_file.next(&[], "580.1").unwrap();
         assert_eq!(next.xid.cursor, counts.cursor);
         assert!(
             next.xid.totals.unattributed.is_empty(),
             "the unattributed go first"
         );
         assert_eq!(next.xid.totals.gpus, counts.totals.gpus);
-        assert!(matches!(memory.problem, Some(Problem::Bounded(_))));
+        assert!(matches!(state_file.problem, Some(Problem::XidDropped(_))));
         assert!(within_bounds(next).is_ok());
     }
 
@@ -909,23 +945,32 @@ mod tests {
         let mode = |path: &Path, mode: u32| {
             fs::set_permissions(path, Permissions::from_mode(mode)).unwrap();
         };
-        assert_eq!(states.load("b0"), Ok(sample()));
+        assert_eq!(states.load("b0").unwrap(), sample());
         let file = dir.path().join("state/state");
         mode(&file, 0o646);
-        assert!(matches!(states.load("b0"), Err(Problem::Untrusted(_))));
+        assert!(matches!(
+            states.load("b0"),
+            Err(Problem::UntrustedFile(..) | Problem::UntrustedDir(..))
+        ));
         mode(&file, 0o644);
         for writable in [0o775, 0o757, 0o1777] {
             mode(states.dir.as_path(), writable);
-            assert!(matches!(states.load("b0"), Err(Problem::Untrusted(_))));
+            assert!(matches!(
+                states.load("b0"),
+                Err(Problem::UntrustedFile(..) | Problem::UntrustedDir(..))
+            ));
             assert!(matches!(
                 states.store(&sample()),
-                Err(Problem::Untrusted(_))
+                Err(Problem::UntrustedFile(..) | Problem::UntrustedDir(..))
             ));
         }
         mode(states.dir.as_path(), 0o755);
         fs::remove_file(&file).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", &file).unwrap();
-        assert!(matches!(states.load("b0"), Err(Problem::Untrusted(_))));
+        assert!(matches!(
+            states.load("b0"),
+            Err(Problem::UntrustedFile(..) | Problem::UntrustedDir(..))
+        ));
     }
 
     #[test]
@@ -945,12 +990,12 @@ mod tests {
             ..Device::default()
         };
         let far = || Instant::now() + Duration::from_secs(5);
-        let mut memory = StateFile::load_to_store(StateDir::new(dir.path()), far());
+        let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
         let first = device(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some("paused"));
-        memory.store(&[first], "580", far());
-        drop(memory);
-        let mut memory = StateFile::load_to_store(StateDir::new(dir.path()), far());
-        memory.store(&[device(&[(Stream::Gpu, 5)], None)], "580", far());
+        state_file.store(&[first], "580", far());
+        drop(state_file);
+        let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
+        state_file.store(&[device(&[(Stream::Gpu, 5)], None)], "580", far());
         let gpu = &StateDir::new(dir.path())
             .load(&boot_id().unwrap())
             .unwrap()

@@ -1,11 +1,7 @@
-//! The state file's one schema (version [`VERSION`]): what one run leaves for
-//! the next, each collector's part a typed field, its codec derived by serde
-//! (JSON). A type here only holds values; the code that decides what they mean
-//! is in the collector that owns the field, the rules of the file (trust,
-//! bounds, lock) in `state`.
-//!
-//! A field missing from a file is its default, so that a field added later
-//! needs no new version: the version changes when a field's meaning does.
+//! The state file's one schema (version [`VERSION`], JSON by serde): each
+//! collector's part a typed field, which only holds values (what they mean
+//! is the owning collector's). A field missing from a file is its default:
+//! the version changes when a field's meaning does.
 
 use std::collections::BTreeMap;
 
@@ -18,21 +14,18 @@ pub const VERSION: u32 = 2;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct State {
-    /// Always [`VERSION`] in a file this exporter wrote.
     pub version: u32,
     /// `/proc/sys/kernel/random/boot_id` of the boot that wrote it.
     pub boot_id: String,
     /// The NVIDIA driver version it was written under; empty if unknown.
     pub driver_version: String,
-    /// The xid collector's position in the kernel log and its counts.
     pub xid: XidCounts,
-    /// Per GPU, by UUID.
+    /// Per GPU UUID.
     pub gpus: BTreeMap<String, GpuState>,
 }
 
-/// What the previous runs left for one GPU. Its identity and [`Self::carries`]
-/// last the boot; the other fields belong to the driver they were read under
-/// and are dropped when it changes ([`Self::after_driver_change`]).
+/// One GPU's state: its identity and [`Self::carries`] last the boot, the
+/// rest belongs to the driver it was read under.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GpuState {
@@ -41,30 +34,24 @@ pub struct GpuState {
     pub pci_bus_id: String,
     /// Empty when the GPU has none or it could not be read.
     pub serial: String,
-    /// The sample streams' positions and running totals (`nvml::samples`),
-    /// which a driver reload does not invalidate: they are integrated from
-    /// wall-clock-stamped samples.
+    /// The sample streams' positions and running totals (`nvml::samples`).
     pub carries: BTreeMap<Stream, Carry>,
-    /// How long the GPU's reads took in the previous run, µs (`gpus`).
+    /// How long the GPU's reads took in the previous run, µs.
     pub reads_us: Option<u64>,
-    /// How long its windows took to close in the previous run (the second
-    /// GPM samples and the metrics), µs (`gpus`).
+    /// How long its windows took to close in the previous run, µs.
     pub closing_us: Option<u64>,
-    /// Already reported as having left enumeration (`gpus`).
+    /// Already reported as having left enumeration.
     pub left_enumeration: bool,
-    /// Why GPM was unavailable in the previous run, its label (`gpm`).
+    /// Why GPM was unavailable in the previous run, its label.
     pub gpm_unavailable: Option<String>,
-    /// Readings that do not change while the driver is loaded, by name
-    /// (`threshold.shutdown`, …); `None`: NVML does not support it.
+    /// Readings fixed while the driver is loaded, by name; `None`: not supported.
     pub fixed: BTreeMap<String, Option<i64>>,
-    /// The NVLink links seen active under this driver, one bit per link
-    /// (`nvlink`).
+    /// The NVLink links seen active under this driver, one bit per link.
     pub links_seen_active: u64,
 }
 
 impl GpuState {
-    /// What of this GPU's state lasts a change of the driver: its identity
-    /// and its running totals.
+    /// What lasts a change of the driver: the identity and running totals.
     pub fn after_driver_change(&self) -> GpuState {
         GpuState {
             index: self.index,
@@ -76,7 +63,7 @@ impl GpuState {
     }
 }
 
-/// One of NVML's sample streams whose totals the state carries.
+/// One of NVML's sample streams whose running totals the state keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stream {
@@ -84,12 +71,11 @@ pub enum Stream {
     Memory,
     Encoder,
     Decoder,
-    /// The GPU engine's samples as per-process utilization reads them (its
-    /// own carry, so that it does not depend on what `utilization` consumed).
+    /// The GPU engine's samples as per-process utilization reads them.
     Processes,
 }
 
-/// What one sample stream carries from run to run (see `nvml::samples`).
+/// One sample stream's position and running totals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Carry {
@@ -118,17 +104,14 @@ impl Carry {
     }
 }
 
-/// The xid collector's running totals and its position in the kernel log.
-/// The position is kept whatever happens to the totals: a position lost with
-/// totals kept would count the boot again.
+/// The xid collector's position in the kernel log, kept whatever happens to
+/// its totals (a position lost with totals kept would count the boot again).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct XidCounts {
-    /// `journal` or `kmsg`: the source the position belongs to; empty before
-    /// the first read of a boot.
+    /// `journal` or `kmsg`, the position's source; empty before a boot's first read.
     pub source: String,
-    /// Set while no kernel log can be read (so that this is said once); the
-    /// position and totals of the last source stay as they were meanwhile.
+    /// Set while no kernel log can be read (so that this is said once).
     pub unavailable: bool,
     /// The journal cursor of the last kernel entry read (completely).
     pub cursor: Option<String>,
@@ -136,25 +119,21 @@ pub struct XidCounts {
     pub monotonic: Option<u64>,
     /// The sequence number of the last /dev/kmsg record read.
     pub kmsg_seq: Option<u64>,
-    /// The totals published: every XID from the start of this boot up to the
-    /// position (while no recount is under way).
+    /// Every XID from the start of this boot up to the position (published
+    /// while no recount is under way).
     pub totals: XidTotals,
-    /// A recount of this boot from its start, under way: the XIDs from the
-    /// start of the boot up to the position.
+    /// A recount of this boot up to the position, under way.
     pub recount: Option<XidTotals>,
 }
 
-/// XID counts per GPU UUID and per unattributed bus id, each per code.
+/// XID counts per GPU UUID and per bus id that matched no GPU, each per code.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct XidTotals {
-    /// Per GPU UUID, per code.
     pub gpus: BTreeMap<String, BTreeMap<u32, u64>>,
-    /// Per normalised bus id that matched no GPU, per code.
     pub unattributed: BTreeMap<String, BTreeMap<u32, u64>>,
     /// Lines saying a GPU fell off the bus (outside an Xid line), per GPU UUID.
     pub fallen_off_bus: BTreeMap<String, u64>,
-    /// The same, per normalised bus id that matched no GPU.
     pub fallen_off_bus_unattributed: BTreeMap<String, u64>,
     /// NVSwitch SXids: one record per switch, bus id, code and severity.
     pub sxids: Vec<SxidCount>,
@@ -165,7 +144,6 @@ pub struct XidTotals {
 pub struct SxidCount {
     /// N of `nvidia-nvswitchN`.
     pub switch: u32,
-    /// The switch's normalised PCI bus id.
     pub pci_bus_id: String,
     pub code: u32,
     /// `fatal` or `non_fatal`.
@@ -176,13 +154,8 @@ pub struct SxidCount {
 impl XidTotals {
     /// How many series (id and code) the totals hold.
     pub fn series(&self) -> usize {
-        let xids: usize = self
-            .gpus
-            .values()
-            .chain(self.unattributed.values())
-            .map(BTreeMap::len)
-            .sum();
+        let per_code = self.gpus.values().chain(self.unattributed.values());
         let fallen = self.fallen_off_bus.len() + self.fallen_off_bus_unattributed.len();
-        xids + fallen + self.sxids.len()
+        per_code.map(BTreeMap::len).sum::<usize>() + fallen + self.sxids.len()
     }
 }

@@ -1,10 +1,6 @@
-//! The reader of the state format before the schema (version 1, written up
-//! to release 0.1.0), so that the running totals continue across the package
-//! upgrade: the first run of the new release reads it, converts it once, and
-//! stores the schema's version in its place.
-//!
-//! Version 1 is a line format, one record per line, fields separated by one
-//! space, the last field running to the end of the line:
+//! The state format of release 0.1.0 (version 1), read once on the package
+//! upgrade so that running totals continue. One record a line, fields split
+//! by one space, the last running to the end of the line:
 //! ```text
 //! nvidia-textfile-exporter-state 1
 //! boot <boot id>
@@ -14,24 +10,25 @@
 //! set <uuid> <key> <value>
 //! end <number of lines before this one>
 //! ```
-//! The keys are the readers' of that release; entries this converter does not
-//! know are dropped (as that release dropped them on a driver change).
+//! Keys this reader does not know are dropped (as that release did on a
+//! driver change).
 
 use std::collections::BTreeMap;
 
-use super::schema::{Carry, GpuState, State, Stream, XidCounts, XidTotals, VERSION};
+use super::schema::{Carry, GpuState, State, Stream, XidCounts, VERSION};
+use super::Damage;
 
 /// The first line of a version 1 file.
 pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
 
-/// The version 1 file `text` in the schema; the error says what is wrong.
-pub fn parse(text: &str) -> Result<State, String> {
+/// The version 1 file `text` in the schema.
+pub fn parse(text: &str) -> Result<State, Damage> {
     let mut lines = text.lines();
     if lines.next() != Some(MAGIC) {
-        return Err("not a state file".into());
+        return Err(Damage::NotV1);
     }
     if !text.ends_with('\n') {
-        return Err("truncated".into());
+        return Err(Damage::Truncated);
     }
     let mut state = State {
         version: VERSION,
@@ -42,25 +39,24 @@ pub fn parse(text: &str) -> Result<State, String> {
     let mut ended = false;
     for line in lines {
         if ended {
-            return Err("text after the end line".into());
+            return Err(Damage::AfterEnd);
         }
+        let bad = |damage: fn(String) -> Damage| damage(line.to_owned());
         let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
         match kind {
             "boot" => state.boot_id = rest.to_owned(),
             "driver" => state.driver_version = rest.to_owned(),
             "host" => {
-                let (key, value) = rest.split_once(' ').ok_or("a host line without a value")?;
+                let (key, value) = rest.split_once(' ').ok_or(Damage::HostWithoutValue)?;
                 host.insert(key, value);
             }
             "gpu" => {
                 let [uuid, index, bus, serial] = rest.split(' ').collect::<Vec<_>>()[..] else {
-                    return Err(format!("bad gpu line {line:?}"));
+                    return Err(bad(Damage::GpuLine));
                 };
                 let undash = |text: &str| if text == "-" { "" } else { text }.to_owned();
                 let gpu = GpuState {
-                    index: index
-                        .parse()
-                        .map_err(|_| format!("bad index in {line:?}"))?,
+                    index: index.parse().map_err(|_| bad(Damage::Index))?,
                     pci_bus_id: undash(bus),
                     serial: undash(serial),
                     ..GpuState::default()
@@ -68,66 +64,59 @@ pub fn parse(text: &str) -> Result<State, String> {
                 state.gpus.insert(uuid.to_owned(), gpu);
             }
             "set" => {
-                let mut fields = rest.splitn(3, ' ');
-                let (Some(uuid), Some(key), Some(value)) =
-                    (fields.next(), fields.next(), fields.next())
-                else {
-                    return Err(format!("bad set line {line:?}"));
+                let [uuid, key, value] = rest.splitn(3, ' ').collect::<Vec<_>>()[..] else {
+                    return Err(bad(Damage::SetLine));
                 };
-                let gpu = state
-                    .gpus
-                    .get_mut(uuid)
-                    .ok_or_else(|| format!("an entry for an unlisted GPU {uuid:?}"))?;
-                set(gpu, key, value);
+                let gpu = state.gpus.get_mut(uuid);
+                set(
+                    gpu.ok_or_else(|| Damage::UnlistedGpu(uuid.to_owned()))?,
+                    key,
+                    value,
+                );
             }
-            "end" => {
-                if rest.parse() != Ok(count) {
-                    return Err("truncated (line count does not match)".into());
-                }
+            "end" if rest.parse() == Ok(count) => {
                 ended = true;
                 continue;
             }
-            _ => return Err(format!("unknown line {line:?}")),
+            "end" => return Err(Damage::LineCount),
+            _ => return Err(bad(Damage::UnknownLine)),
         }
         count += 1;
     }
     if !ended {
-        return Err("truncated (no end line)".into());
+        return Err(Damage::NoEnd);
     }
     state.xid = xid_counts(&host)?;
     Ok(state)
 }
 
-/// Takes the version 1 entry `key value` into `gpu`. A carry that is not
-/// one is dropped (its totals start afresh, as that release did).
+/// Takes the version 1 record `key value` into `gpu`.
 fn set(gpu: &mut GpuState, key: &str, value: &str) {
     let stream = match key {
-        "boot.util.gpu" => Some(Stream::Gpu),
-        "boot.util.memory" => Some(Stream::Memory),
-        "boot.util.encoder" => Some(Stream::Encoder),
-        "boot.util.decoder" => Some(Stream::Decoder),
-        "boot.util.process" => Some(Stream::Processes),
-        _ => None,
+        "boot.util.gpu" => Stream::Gpu,
+        "boot.util.memory" => Stream::Memory,
+        "boot.util.encoder" => Stream::Encoder,
+        "boot.util.decoder" => Stream::Decoder,
+        "boot.util.process" => Stream::Processes,
+        "reads_us" => return gpu.reads_us = value.parse().ok(),
+        "left_enumeration" => return gpu.left_enumeration = true,
+        "gpm_unavailable" => return gpu.gpm_unavailable = Some(value.to_owned()),
+        _ if key.starts_with("threshold.") => {
+            let reading = match value {
+                "not_supported" => Some(None),
+                _ => value.parse().ok().map(Some),
+            };
+            if let Some(reading) = reading {
+                gpu.fixed.insert(key.to_owned(), reading);
+            }
+            return;
+        }
+        _ => return,
     };
-    if let Some(stream) = stream {
-        if let Some(carry) = carry(value) {
-            gpu.carries.insert(stream, carry);
-        }
-    } else if key == "reads_us" {
-        gpu.reads_us = value.parse().ok();
-    } else if key == "left_enumeration" {
-        gpu.left_enumeration = true;
-    } else if key == "gpm_unavailable" {
-        gpu.gpm_unavailable = Some(value.to_owned());
-    } else if key.starts_with("threshold.") {
-        let reading = if value == "not_supported" {
-            Some(None)
-        } else {
-            value.parse().ok().map(Some)
-        };
-        if let Some(reading) = reading {
-            gpu.fixed.insert(key.to_owned(), reading);
-        }
+    // A carry that is not one is dropped: its totals start afresh, as that
+    // release did.
+    if let Some(carry) = carry(value) {
+        gpu.carries.insert(stream, carry);
     }
 }
 
@@ -150,13 +139,13 @@ fn carry(text: &str) -> Option<Carry> {
     carry.is_possible().then_some(carry)
 }
 
-/// The xid collector's version 1 host entries (`xid.source`, `xid.cursor`,
+/// The xid collector's version 1 host records: `xid.source`, `xid.cursor`,
 /// `xid.monotonic`, `xid.kmsg_seq`, `xid.unavailable`, `xid.recount` and the
 /// counts `xid.[recount.]gpu.<uuid>.<code>` and `xid.[recount.]bus.<bus
-/// id>.<code>`). A count that is not a number is damage: the file is refused.
-fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, String> {
+/// id>.<code>`, where a count that is not a number is damage.
+fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
     let mut counts = XidCounts::default();
-    for (&key, &value) in host {
+    for (key, &value) in host {
         let Some(key) = key.strip_prefix("xid.") else {
             continue;
         };
@@ -167,20 +156,17 @@ fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, String> {
             "kmsg_seq" => counts.kmsg_seq = value.parse().ok(),
             "unavailable" => counts.unavailable = value == "1",
             "recount" => {
-                counts.recount.get_or_insert_with(XidTotals::default);
+                counts.recount.get_or_insert_default();
             }
             _ => {
                 let (totals, series) = match key.strip_prefix("recount.") {
-                    Some(series) => (
-                        counts.recount.get_or_insert_with(XidTotals::default),
-                        series,
-                    ),
+                    Some(series) => (counts.recount.get_or_insert_default(), series),
                     None => (&mut counts.totals, key),
                 };
-                let Some((what, code)) = series.rsplit_once('.') else {
-                    continue;
-                };
-                let Ok(code) = code.parse::<u32>() else {
+                let Some((what, Ok(code))) = series
+                    .rsplit_once('.')
+                    .map(|(what, code)| (what, code.parse::<u32>()))
+                else {
                     continue;
                 };
                 let into = if let Some(uuid) = what.strip_prefix("gpu.") {
@@ -190,9 +176,10 @@ fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, String> {
                 } else {
                     continue;
                 };
-                let count = value
-                    .parse()
-                    .map_err(|_| format!("the XID count xid.{key} is {value:?}, not a number"))?;
+                let count = value.parse().map_err(|_| Damage::XidCount {
+                    key: key.to_owned(),
+                    value: value.to_owned(),
+                })?;
                 into.insert(code, count);
             }
         }
@@ -272,12 +259,21 @@ end 19
     #[test]
     fn damaged_files_are_refused_with_a_reason() {
         let truncated = &FILE[..FILE.len() - 8];
-        assert!(parse(truncated).unwrap_err().contains("truncated"));
+        assert!(parse(truncated)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
         let without_end: String = FILE.lines().take(4).map(|l| format!("{l}\n")).collect();
-        assert!(parse(&without_end).unwrap_err().contains("truncated"));
+        assert!(parse(&without_end)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
         assert!(parse("garbage\n").is_err());
         assert!(parse(&FILE.replace("set GPU-a reads", "set GPU-b reads")).is_err());
         let not_a_count = FILE.replace("GPU-a.79 3", "GPU-a.79 x");
-        assert!(parse(&not_a_count).unwrap_err().contains("not a number"));
+        assert!(parse(&not_a_count)
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
     }
 }
