@@ -17,11 +17,8 @@ use std::time::{Duration, Instant};
 pub enum FileError {
     /// Not a regular file (a FIFO, a device, a symlink, a directory).
     NotRegularFile(PathBuf),
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
+    /// What failed (`open`, `rename temporary file onto`, …), on which path, why.
+    Io(&'static str, PathBuf, io::Error),
 }
 
 impl fmt::Display for FileError {
@@ -33,11 +30,9 @@ impl fmt::Display for FileError {
                  remove it so the exporter can use the name",
                 path.display()
             ),
-            FileError::Io {
-                action,
-                path,
-                source,
-            } => write!(f, "cannot {action} {}: {source}", path.display()),
+            FileError::Io(action, path, error) => {
+                write!(f, "cannot {action} {}: {error}", path.display())
+            }
         }
     }
 }
@@ -47,11 +42,7 @@ impl std::error::Error for FileError {}
 /// The error of `action` on `path`, as a closure for `map_err`.
 pub fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
     let path = path.to_path_buf();
-    move |source| FileError::Io {
-        action,
-        path,
-        source,
-    }
+    move |error| FileError::Io(action, path, error)
 }
 
 /// Opens `path` only if it is a regular file, never following a symlink
@@ -145,10 +136,8 @@ pub fn remove_temp_files(
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(name) = name.to_str() else {
-            continue;
-        };
-        if !(name.starts_with(prefix) && name.ends_with(".tmp") && stale(name)) {
+        let ours = |name: &&str| name.starts_with(prefix) && name.ends_with(".tmp") && stale(name);
+        if name.to_str().filter(ours).is_none() {
             continue;
         }
         match fs::remove_file(entry.path()) {

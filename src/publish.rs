@@ -62,23 +62,12 @@ impl Target {
     }
 
     fn check_dir(&self) -> Result<(), PublishError> {
-        if self.dir.is_dir() {
-            Ok(())
-        } else {
-            Err(PublishError::MissingDirectory(self.dir.clone()))
-        }
+        let missing = || PublishError::MissingDirectory(self.dir.clone());
+        self.dir.is_dir().then_some(()).ok_or_else(missing)
     }
 
-    /// Takes the run lock, waiting until `until`: `Ok(None)` if another run
-    /// still held it then.
-    fn lock(&self, until: Instant) -> Result<Option<File>, PublishError> {
-        self.check_dir()?;
-        let path = self.dir.join(format!(".{}.lock", self.file_name));
-        Ok(fsutil::lock_by(&path, until)?)
-    }
-
-    /// Removes the temporary files whose writer process no longer exists
-    /// (call it holding the run lock); returns how many.
+    /// Removes the temporary files whose writer process is gone (call it
+    /// holding the run lock); returns how many.
     fn remove_stale_temp_files(&self) -> Result<usize, FileError> {
         let prefix = format!(".{}.", self.file_name);
         let writer_gone = |name: &str| {
@@ -93,13 +82,8 @@ impl Target {
     pub fn publish(&self, text: &str) -> Result<(), PublishError> {
         self.check_dir()?;
         let prefix = format!(".{}.{}.", self.file_name, std::process::id());
-        Ok(fsutil::replace(
-            &self.dir,
-            &self.file_name,
-            text.as_bytes(),
-            &prefix,
-            true,
-        )?)
+        fsutil::replace(&self.dir, &self.file_name, text.as_bytes(), &prefix, true)?;
+        Ok(())
     }
 
     /// Which file is published now (device and inode): every publish renames
@@ -133,7 +117,9 @@ impl<'t> Session<'t> {
     /// busy); with it, removes the temporary files of killed runs.
     pub fn begin(target: &'t Target, until: Instant) -> Result<Self, PublishError> {
         let published_before = target.published_file();
-        let lock = target.lock(until)?;
+        target.check_dir()?;
+        let path = target.dir.join(format!(".{}.lock", target.file_name));
+        let lock = fsutil::lock_by(&path, until)?;
         if lock.is_some() {
             match target.remove_stale_temp_files() {
                 Ok(0) => {}
@@ -352,15 +338,14 @@ mod tests {
     fn lock_is_exclusive_and_released_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "nvidia_gpu.prom");
-        let held = target.lock(Instant::now()).unwrap().expect("first lock");
+        let held = Session::begin(&target, Instant::now()).unwrap();
+        assert!(held.holds_lock(), "first lock");
         let started = Instant::now();
         let deadline = started + Duration::from_millis(100);
-        assert!(
-            target.lock(deadline).unwrap().is_none(),
-            "second lock taken"
-        );
+        let second = Session::begin(&target, deadline).unwrap();
+        assert!(!second.holds_lock(), "second lock taken");
         assert!(started.elapsed() >= Duration::from_millis(100));
         drop(held);
-        assert!(target.lock(Instant::now()).unwrap().is_some());
+        assert!(Session::begin(&target, Instant::now()).unwrap().holds_lock());
     }
 }

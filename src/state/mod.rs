@@ -16,6 +16,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use log::Level;
 use serde::Deserialize;
 
 use crate::fsutil::{self, io_error, FileError};
@@ -33,40 +34,31 @@ const MAX_GPUS: usize = 64;
 const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
 /// The most fixed readings one GPU keeps (its readers keep four).
 const MAX_FIXED: usize = 32;
-/// A larger state file is not ours: the bounds fit in it with identifiers
-/// as long as NVML's.
+/// A larger state file is not ours (the bounds fit with NVML's identifiers).
 const MAX_SIZE: u64 = 2 << 20;
-/// How long a working file system may take beyond the lock wait: loading
-/// gives up then.
+/// How long past the lock wait loading may take on a file system that works.
 const ANSWER: Duration = Duration::from_millis(100);
 
 /// Why the previous state could not be used, or this run's not stored.
 #[derive(Debug)]
 pub enum Problem {
-    /// No state file yet: the first run, or a new state directory.
     Missing,
     /// Not a state file of a version this exporter reads, or damaged.
     Corrupt(Damage),
-    /// Written during another boot: its counters mean nothing now.
     OtherBoot,
-    /// This boot's id cannot be read: no state can be told to be this boot's.
     UnknownBoot,
     Io(FileError),
     Encode(serde_json::Error),
-    /// The state directory could have been written by another user: nothing
-    /// is stored in it.
+    /// The directory could have been written by another user: nothing is stored in it.
     UntrustedDir(PathBuf, Distrust),
-    /// The state file could have been written by another user.
     UntrustedFile(PathBuf, Distrust),
     /// Another run held this lock until this run's wait ended.
     Busy(PathBuf),
     /// The state directory did not answer by the deadline while doing this.
     TimedOut(&'static str),
-    /// The state would be this many bytes, more than [`MAX_SIZE`].
+    /// Bounds: the bytes the state would have, the GPUs, the ids whose XID counts are dropped.
     TooLarge(usize),
-    /// This many GPUs, more than [`MAX_GPUS`].
     TooManyGpus(usize),
-    /// The XID counts of this many ids were dropped, beyond [`MAX_XID_SERIES`].
     XidDropped(usize),
 }
 
@@ -190,10 +182,8 @@ pub enum Distrust {
     /// Opened as a file, it is none (a symlink, a FIFO, a directory).
     NotARegularFile,
     TooLong(u64),
-    Owner {
-        uid: u32,
-        euid: u32,
-    },
+    /// The owner's uid, and the running user's.
+    Owner(u32, u32),
     Writable(u32),
 }
 
@@ -206,7 +196,7 @@ impl fmt::Display for Distrust {
                 f,
                 "{len} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need"
             ),
-            Distrust::Owner { uid, euid } => write!(
+            Distrust::Owner(uid, euid) => write!(
                 f,
                 "owned by uid {uid}, neither the running user (uid {euid}) nor root"
             ),
@@ -215,14 +205,13 @@ impl fmt::Display for Distrust {
     }
 }
 
-/// Why a file or directory could have been written by a user other than the
-/// running one and root, if it could: its owner or its mode.
+/// Why a user other than the running one and root could have written it.
 fn distrust(metadata: &fs::Metadata) -> Option<Distrust> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
     if uid != euid && uid != 0 {
-        Some(Distrust::Owner { uid, euid })
+        Some(Distrust::Owner(uid, euid))
     } else {
         (mode & 0o022 != 0).then_some(Distrust::Writable(mode))
     }
@@ -239,8 +228,7 @@ impl StateDir {
         StateDir { dir: dir.into() }
     }
 
-    /// An error if the directory is not trusted; one that does not exist
-    /// (yet) is no problem here.
+    /// An error if the directory is not trusted (a missing one is not).
     fn check(&self) -> Result<(), Problem> {
         let why = match fs::metadata(&self.dir) {
             Ok(metadata) if !metadata.is_dir() => Some(Distrust::NotADirectory),
@@ -253,9 +241,8 @@ impl StateDir {
         })
     }
 
-    /// Creates the directory if missing (mode 0755, as systemd's
-    /// StateDirectory= would), then checks it. An existing one is not made
-    /// again: mkdir waits on a frozen file system even then.
+    /// Creates the directory if missing (mode 0755, like StateDirectory=;
+    /// no mkdir otherwise: it waits on a frozen file system), then checks it.
     fn create(&self) -> Result<(), Problem> {
         if !self.dir.is_dir() {
             match fs::DirBuilder::new().mode(0o755).create(&self.dir) {
@@ -267,17 +254,13 @@ impl StateDir {
         self.check()
     }
 
-    /// Takes the state's lock by `until`, creating the directory if need be;
-    /// it is released when the file is dropped (or its process dies).
+    /// Takes the state's lock by `until`, creating the directory if need be,
+    /// and removes the temporary files of killed runs: every writer holds the
+    /// lock while its temporary file exists.
     fn lock(&self, until: Instant) -> Result<File, Problem> {
         self.create()?;
         let path = self.dir.join(LOCK_NAME);
-        fsutil::lock_by(&path, until)?.ok_or(Problem::Busy(path))
-    }
-
-    /// Removes the temporary files of killed runs. Call it holding the lock:
-    /// every writer holds it while its temporary file exists.
-    fn remove_stale_temp_files(&self) {
+        let lock = fsutil::lock_by(&path, until)?.ok_or(Problem::Busy(path))?;
         match fsutil::remove_temp_files(&self.dir, TEMP_PREFIX, |_| true) {
             Ok(0) => {}
             Ok(n) => log::info!(
@@ -286,6 +269,7 @@ impl StateDir {
             ),
             Err(error) => log::warn!("{error}"),
         }
+        Ok(lock)
     }
 
     /// The state the previous run left for this boot.
@@ -298,8 +282,7 @@ impl StateDir {
         Ok(state)
     }
 
-    /// Replaces the state file with `state`. No fsync: the state belongs to
-    /// one boot, so a crash of the machine discards it anyway.
+    /// Replaces the state file; no fsync: a crash of the machine ends its boot.
     fn store(&self, state: &State) -> Result<(), Problem> {
         let text = render(state)?;
         self.create()?;
@@ -308,13 +291,12 @@ impl StateDir {
     }
 }
 
-/// The state file's text if it can be trusted: opened without following a
-/// symlink or blocking on a FIFO, read up to [`MAX_SIZE`].
+/// The state file's text if it can be trusted, at most [`MAX_SIZE`] bytes.
 fn read_trusted(path: &Path) -> Result<String, Problem> {
     let untrusted = |why| Err(Problem::UntrustedFile(path.to_path_buf(), why));
     let file = match fsutil::open_regular(path, OpenOptions::new().read(true), "read") {
         Err(FileError::NotRegularFile(_)) => return untrusted(Distrust::NotARegularFile),
-        Err(FileError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+        Err(FileError::Io(_, _, e)) if e.kind() == io::ErrorKind::NotFound => {
             return Err(Problem::Missing)
         }
         opened => opened?,
@@ -332,8 +314,7 @@ fn read_trusted(path: &Path) -> Result<String, Problem> {
     Ok(text)
 }
 
-/// The text of `state`; an error past [`MAX_SIZE`] (only identifiers far
-/// longer than NVML's can make it).
+/// The text of `state`, at most [`MAX_SIZE`] bytes.
 fn render(state: &State) -> Result<String, Problem> {
     let text = serde_json::to_string(state).map_err(Problem::Encode)? + "\n";
     if text.len() as u64 > MAX_SIZE {
@@ -380,20 +361,17 @@ fn within_bounds(state: State) -> Result<State, Damage> {
     Ok(state)
 }
 
-/// Drops whole ids from `totals` (SXids and bus ids no GPU has first, then
-/// GPUs, the last first) until at most [`MAX_XID_SERIES`] series are left;
-/// returns how many ids were dropped.
+/// Drops whole ids (SXids and bus ids no GPU has first, then GPUs, the last
+/// first) down to [`MAX_XID_SERIES`] series; returns how many.
 fn shed(totals: &mut XidTotals) -> usize {
     let mut dropped = 0;
-    while totals.series() > MAX_XID_SERIES {
-        let popped = totals.sxids.pop().is_some()
+    while totals.series() > MAX_XID_SERIES
+        && (totals.sxids.pop().is_some()
             || totals.fallen_off_bus_unattributed.pop_last().is_some()
             || totals.unattributed.pop_last().is_some()
             || totals.gpus.pop_last().is_some()
-            || totals.fallen_off_bus.pop_last().is_some();
-        if !popped {
-            break;
-        }
+            || totals.fallen_off_bus.pop_last().is_some())
+    {
         dropped += 1;
     }
     dropped
@@ -413,54 +391,50 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    /// Loads this boot's state for a run that does not store it (`--stdout`):
-    /// no lock. Gives up [`ANSWER`] after `until`.
+    /// Loads this boot's state by `until` + [`ANSWER`], without the lock:
+    /// for a run that does not store it (`--stdout`).
     pub fn load(dir: StateDir, until: Instant) -> Self {
         Self::open(dir, until, false)
     }
 
-    /// Takes the lock by `until`, removes the temporary files of killed runs
-    /// and loads this boot's state, for a run that stores it; the lock is held
-    /// until this is dropped or stored. Without it nothing is stored.
+    /// Takes the lock by `until` (held until stored or dropped; without it
+    /// nothing is stored), removes stale temporary files and loads the state.
     pub fn load_to_store(dir: StateDir, until: Instant) -> Self {
         Self::open(dir, until, true)
     }
 
     /// A problem is logged here, once; the run goes on with an empty state.
     fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
+        let boot = boot_id();
         let mut file = StateFile {
             dir: dir.clone(),
-            previous: State::default(),
+            previous: State {
+                version: VERSION,
+                boot_id: boot.clone().unwrap_or_default(),
+                ..State::default()
+            },
             problem: None,
             xid_next: None,
             lock: None,
         };
-        let Some(boot_id) = boot_id() else {
+        let Some(boot_id) = boot else {
             file.fail(Problem::UnknownBoot);
             return file;
         };
-        file.previous = State {
-            version: VERSION,
-            boot_id: boot_id.clone(),
-            ..State::default()
+        let taken = fsutil::within(until + ANSWER, move || {
+            let lock = to_store.then(|| dir.lock(until)).transpose()?;
+            Ok((lock, dir.load(&boot_id)))
+        });
+        let what = match to_store {
+            true => "taking the lock and reading the state",
+            false => "reading the state",
         };
-        let (what, taken) = if to_store {
-            let taken = fsutil::within(until + ANSWER, move || {
-                let lock = dir.lock(until)?;
-                dir.remove_stale_temp_files();
-                Ok((Some(lock), dir.load(&boot_id)))
-            });
-            ("taking the lock and reading the state", taken)
-        } else {
-            let taken = fsutil::within(until + ANSWER, move || Ok((None, dir.load(&boot_id))));
-            ("reading the state", taken)
-        };
-        match taken.unwrap_or(Err(Problem::TimedOut(what))) {
-            Ok((lock, Ok(state))) => (file.lock, file.previous) = (lock, state),
-            Ok((lock, Err(problem))) => {
-                file.lock = lock;
-                file.fail(problem);
-            }
+        let (lock, loaded) = taken
+            .unwrap_or(Err(Problem::TimedOut(what)))
+            .unwrap_or_else(|problem| (None, Err(problem)));
+        file.lock = lock;
+        match loaded {
+            Ok(state) => file.previous = state,
             Err(problem) => file.fail(problem),
         }
         file
@@ -481,9 +455,8 @@ impl StateFile {
         self.problem.is_none()
     }
 
-    /// Whether running totals continue this run: the previous state was used,
-    /// or there was none to use (they start at 0). False when a state may
-    /// exist but cannot be used now: totals from 0 would read as a reset.
+    /// Whether running totals continue: false when a state may exist but
+    /// cannot be used now (totals from 0 would read as a reset).
     pub fn continues_totals(&self) -> bool {
         matches!(
             self.problem,
@@ -505,8 +478,7 @@ impl StateFile {
             .collect()
     }
 
-    /// Stores, by `until`, what `devices` read under `driver_version` leave
-    /// for the next run (see [`Self::next`]); nothing without the lock.
+    /// Stores, by `until`, what `devices` leave for the next run ([`Self::next`]).
     pub fn store(&mut self, devices: &[Device], driver_version: &str, until: Instant) {
         let Some(lock) = self.lock.take() else {
             return;
@@ -516,8 +488,8 @@ impl StateFile {
             Err(problem) => return self.fail(problem),
         };
         let dir = self.dir.clone();
-        // The lock goes with the store, held until it ends even past the
-        // deadline: no other run takes it while the temporary file exists.
+        // Held until the store ends, even past the deadline: no other run
+        // takes the lock while the temporary file exists.
         let stored = fsutil::within(until, move || {
             let stored = dir.store(&next);
             drop(lock);
@@ -530,20 +502,14 @@ impl StateFile {
 
     /// Logs `problem` (a missing state at info level) and keeps it.
     fn fail(&mut self, problem: Problem) {
-        if let Problem::Missing = problem {
-            log::info!("{problem}");
-        } else {
-            log::warn!("{problem}");
-        }
+        let missing = matches!(problem, Problem::Missing);
+        log::log!(if missing { Level::Info } else { Level::Warn }, "{problem}");
         self.problem = Some(problem);
     }
 
     /// The previous state with this run's readings merged in, within the
-    /// bounds: a driver change keeps only identities and running totals; a
-    /// GPU down this run, and running totals not carried this run, keep what
-    /// they had; GPUs not seen this run are kept while there is room. An
-    /// error with more GPUs this run than a state keeps; a bound that costs
-    /// XID counts is a problem, the state is stored all the same.
+    /// bounds: a GPU down, running totals not carried and GPUs not seen this
+    /// run keep what they had (unseen GPUs while there is room).
     fn next(&mut self, devices: &[Device], driver_version: &str) -> Result<State, Problem> {
         let mut next = self.previous.clone();
         next.version = VERSION;
@@ -583,16 +549,14 @@ impl StateFile {
         }
         let dropped = shed(&mut next.xid.totals) + next.xid.recount.as_mut().map_or(0, shed);
         if dropped > 0 {
-            // The kernel log's position is kept: these ids count from 0
-            // again, and nothing is counted twice.
+            // The kernel log's position is kept: nothing is counted twice.
             self.fail(Problem::XidDropped(dropped));
         }
         Ok(next)
     }
 }
 
-/// The running kernel's boot id (with dashes); `None` if it cannot be read
-/// or is not one: then nothing can be told to be this boot's.
+/// The running kernel's boot id (with dashes), if it reads as one.
 pub fn boot_id() -> Option<String> {
     boot_id_in(Path::new("/proc/sys/kernel/random/boot_id"))
 }
@@ -703,7 +667,7 @@ mod tests {
                 ),
             ),
             (
-                Problem::UntrustedFile(dir.join("state"), Distrust::Owner { uid: 7, euid: 0 }),
+                Problem::UntrustedFile(dir.join("state"), Distrust::Owner(7, 0)),
                 format!(
                     "the state is not trusted: /var/lib/x/state is owned by uid 7, neither the \
                      running user (uid 0) nor root; this run replaces it; {rule}"

@@ -35,9 +35,8 @@ pub fn parse(text: &str) -> Result<State, Damage> {
         ..State::default()
     };
     let mut host = BTreeMap::new();
-    let mut count = 1;
     let mut ended = false;
-    for line in lines {
+    for (before, line) in (1..).zip(lines) {
         if ended {
             return Err(Damage::AfterEnd);
         }
@@ -74,14 +73,10 @@ pub fn parse(text: &str) -> Result<State, Damage> {
                     value,
                 );
             }
-            "end" if rest.parse() == Ok(count) => {
-                ended = true;
-                continue;
-            }
+            "end" if rest.parse() == Ok(before) => ended = true,
             "end" => return Err(Damage::LineCount),
             _ => return Err(bad(Damage::UnknownLine)),
         }
-        count += 1;
     }
     if !ended {
         return Err(Damage::NoEnd);
@@ -122,21 +117,15 @@ fn set(gpu: &mut GpuState, key: &str, value: &str) {
 
 /// A version 1 carry, `last period busy sampled`.
 fn carry(text: &str) -> Option<Carry> {
-    let numbers: Vec<u64> = text
-        .split(' ')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let [last_us, period_us, busy_percent_us, sampled_us] = numbers[..] else {
-        return None;
-    };
+    let mut numbers = text.split(' ').map(str::parse);
+    let mut next = || numbers.next()?.ok();
     let carry = Carry {
-        last_us,
-        period_us,
-        busy_percent_us,
-        sampled_us,
+        last_us: next()?,
+        period_us: next()?,
+        busy_percent_us: next()?,
+        sampled_us: next()?,
     };
-    carry.is_possible().then_some(carry)
+    (numbers.next().is_none() && carry.is_possible()).then_some(carry)
 }
 
 /// The xid collector's version 1 host records: `xid.source`, `xid.cursor`,
