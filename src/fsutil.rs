@@ -1,7 +1,5 @@
 //! The file primitives `publish` and `state` share, none knowing which
-//! directory it works in: opening only regular files, a lock by a deadline,
-//! an atomic replace, removing temporary files of killed runs, and work on the
-//! file system bounded by a deadline.
+//! directory it works in.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -150,8 +148,7 @@ pub fn remove_temp_files(
 }
 
 /// Runs `work` on a thread of its own until `until`: `None` if it had not
-/// ended by then. The thread is then left behind (a frozen file system
-/// blocks it for as long as it likes), and what it holds stays held.
+/// ended by then (the thread is left behind, holding what it holds).
 pub fn within<T: Send + 'static>(
     until: Instant,
     work: impl FnOnce() -> T + Send + 'static,

@@ -1,9 +1,6 @@
-//! The only code that touches the textfile directory. A [`Session`] takes
-//! the run lock `.<file>.lock` by a deadline, removes the temporary files of
-//! killed runs (by their pid) and replaces `<file>` atomically, through a
-//! temporary `.<file>.<pid>.<random>.tmp` (ignored by node_exporter) fsynced
-//! with its directory. A FIFO, device or symlink in the place of the lock or
-//! the file is refused, not waited on.
+//! The only code that touches the textfile directory: a [`Session`] takes
+//! the lock `.<file>.lock` by a deadline and replaces `<file>` atomically
+//! through `.<file>.<pid>.<random>.tmp` (which node_exporter ignores).
 
 use std::fs::{self, File};
 use std::io;
@@ -20,7 +17,7 @@ pub struct Target {
     file_name: String,
 }
 
-/// Why publishing failed; each names the path involved.
+/// Why publishing failed.
 #[derive(Debug)]
 pub enum PublishError {
     /// The output directory does not exist or is not a directory.
@@ -77,8 +74,7 @@ impl Target {
         fsutil::remove_temp_files(&self.dir, &prefix, writer_gone)
     }
 
-    /// Replaces the target file with `text` atomically. Sessions call it
-    /// under the run lock; the benchmark calls it directly.
+    /// Replaces the target file with `text` (under the lock, but for the benchmark).
     pub fn publish(&self, text: &str) -> Result<(), PublishError> {
         self.check_dir()?;
         let prefix = format!(".{}.{}.", self.file_name, std::process::id());
@@ -113,8 +109,8 @@ pub struct Session<'t> {
 }
 
 impl<'t> Session<'t> {
-    /// Waits for the run lock until `until` (without it the session is
-    /// busy); with it, removes the temporary files of killed runs.
+    /// Waits for the lock until `until`; with it, removes the temporary
+    /// files of killed runs.
     pub fn begin(target: &'t Target, until: Instant) -> Result<Self, PublishError> {
         let published_before = target.published_file();
         target.check_dir()?;
@@ -144,8 +140,7 @@ impl<'t> Session<'t> {
         self.target.published_file() != self.published_before
     }
 
-    /// Publishes `text`, unless this run is busy and the holder published
-    /// meanwhile (checked again just before writing).
+    /// Publishes `text`, unless this run is busy and the holder published.
     pub fn publish(self, text: &str) -> Result<Published, PublishError> {
         if !self.holds_lock() && self.superseded() {
             return Ok(Published::LeftHoldersFile);
@@ -155,11 +150,9 @@ impl<'t> Session<'t> {
     }
 }
 
-/// Writes `text` to standard output (`--stdout`) by `until`: `Ok(false)` when
-/// the reader had not taken all of it by then. Straight to fd 1 (no buffer
-/// for the hard stop's `_exit` to lose), each write after poll(2) says it
-/// takes more and at most `PIPE_BUF` bytes, which a pipe with room takes
-/// whole: no write blocks past `until`. Fd 1's flags are left alone.
+/// Writes `text` to fd 1 by `until` (`Ok(false)`: the reader had not taken
+/// it all), unbuffered, each write at most `PIPE_BUF` bytes after poll(2)
+/// says fd 1 takes more, so none blocks past `until`.
 pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
     let mut rest = text;
     while !rest.is_empty() {
@@ -346,6 +339,8 @@ mod tests {
         assert!(!second.holds_lock(), "second lock taken");
         assert!(started.elapsed() >= Duration::from_millis(100));
         drop(held);
-        assert!(Session::begin(&target, Instant::now()).unwrap().holds_lock());
+        assert!(Session::begin(&target, Instant::now())
+            .unwrap()
+            .holds_lock());
     }
 }

@@ -1,7 +1,6 @@
-//! The state file's one schema (version [`VERSION`], JSON by serde): each
-//! collector's part a typed field, which only holds values (what they mean
-//! is the owning collector's). A field missing from a file is its default:
-//! the version changes when a field's meaning does.
+//! The state file's one schema (JSON by serde), each collector's part a
+//! typed field. A field missing from a file is its default: the version
+//! changes when a field's meaning does.
 
 use std::collections::BTreeMap;
 
@@ -111,7 +110,7 @@ impl Carry {
 pub struct XidCounts {
     /// `journal` or `kmsg`, the position's source; empty before a boot's first read.
     pub source: String,
-    /// Set while no kernel log can be read (so that this is said once).
+    /// Set while no kernel log can be read (so that it is said once).
     pub unavailable: bool,
     /// The journal cursor of the last kernel entry read (completely).
     pub cursor: Option<String>,
@@ -119,10 +118,9 @@ pub struct XidCounts {
     pub monotonic: Option<u64>,
     /// The sequence number of the last /dev/kmsg record read.
     pub kmsg_seq: Option<u64>,
-    /// Every XID from the start of this boot up to the position (published
-    /// while no recount is under way).
+    /// Every XID from the start of this boot up to the position.
     pub totals: XidTotals,
-    /// A recount of this boot up to the position, under way.
+    /// A recount of this boot up to the position, under way (not published).
     pub recount: Option<XidTotals>,
 }
 

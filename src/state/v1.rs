@@ -10,8 +10,7 @@
 //! set <uuid> <key> <value>
 //! end <number of lines before this one>
 //! ```
-//! Keys this reader does not know are dropped (as that release did on a
-//! driver change).
+//! Keys this reader does not know are dropped.
 
 use std::collections::BTreeMap;
 
@@ -66,12 +65,8 @@ pub fn parse(text: &str) -> Result<State, Damage> {
                 let [uuid, key, value] = rest.splitn(3, ' ').collect::<Vec<_>>()[..] else {
                     return Err(bad(Damage::SetLine));
                 };
-                let gpu = state.gpus.get_mut(uuid);
-                set(
-                    gpu.ok_or_else(|| Damage::UnlistedGpu(uuid.to_owned()))?,
-                    key,
-                    value,
-                );
+                let unlisted = || Damage::UnlistedGpu(uuid.to_owned());
+                set(state.gpus.get_mut(uuid).ok_or_else(unlisted)?, key, value);
             }
             "end" if rest.parse() == Ok(before) => ended = true,
             "end" => return Err(Damage::LineCount),
@@ -97,19 +92,16 @@ fn set(gpu: &mut GpuState, key: &str, value: &str) {
         "left_enumeration" => return gpu.left_enumeration = true,
         "gpm_unavailable" => return gpu.gpm_unavailable = Some(value.to_owned()),
         _ if key.starts_with("threshold.") => {
-            let reading = match value {
-                "not_supported" => Some(None),
-                _ => value.parse().ok().map(Some),
-            };
-            if let Some(reading) = reading {
-                gpu.fixed.insert(key.to_owned(), reading);
+            if value == "not_supported" {
+                gpu.fixed.insert(key.to_owned(), None);
+            } else if let Ok(reading) = value.parse() {
+                gpu.fixed.insert(key.to_owned(), Some(reading));
             }
             return;
         }
         _ => return,
     };
-    // A carry that is not one is dropped: its totals start afresh, as that
-    // release did.
+    // A carry that is not one is dropped: its totals start afresh.
     if let Some(carry) = carry(value) {
         gpu.carries.insert(stream, carry);
     }
@@ -128,10 +120,8 @@ fn carry(text: &str) -> Option<Carry> {
     (numbers.next().is_none() && carry.is_possible()).then_some(carry)
 }
 
-/// The xid collector's version 1 host records: `xid.source`, `xid.cursor`,
-/// `xid.monotonic`, `xid.kmsg_seq`, `xid.unavailable`, `xid.recount` and the
-/// counts `xid.[recount.]gpu.<uuid>.<code>` and `xid.[recount.]bus.<bus
-/// id>.<code>`, where a count that is not a number is damage.
+/// The xid collector's version 1 host records (`xid.cursor`, …, the counts
+/// `xid.[recount.]gpu.<uuid>.<code>` and `xid.[recount.]bus.<bus id>.<code>`).
 fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
     let mut counts = XidCounts::default();
     for (key, &value) in host {
