@@ -145,7 +145,8 @@ pub enum Damage {
     SetLine(String),
     UnknownLine(String),
     UnlistedGpu(String),
-    XidCount { key: String, value: String },
+    /// A version 1 XID count's key (after `xid.`) and its value, no number.
+    XidCount(String, String),
 }
 
 impl fmt::Display for Damage {
@@ -168,7 +169,7 @@ impl fmt::Display for Damage {
             Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
             Damage::UnknownLine(line) => write!(f, "unknown line {line:?}"),
             Damage::UnlistedGpu(uuid) => write!(f, "an entry for an unlisted GPU {uuid:?}"),
-            Damage::XidCount { key, value } => {
+            Damage::XidCount(key, value) => {
                 write!(f, "the XID count xid.{key} is {value:?}, not a number")
             }
         }
@@ -637,10 +638,7 @@ mod tests {
                 "no state yet (first run with this state directory)".to_owned(),
             ),
             (
-                Problem::Corrupt(Damage::XidCount {
-                    key: "gpu.G.79".into(),
-                    value: "x".into(),
-                }),
+                Problem::Corrupt(Damage::XidCount("gpu.G.79".into(), "x".into())),
                 "the state file is unusable (the XID count xid.gpu.G.79 is \"x\", not a number); \
                  starting afresh"
                     .into(),

@@ -155,11 +155,8 @@ fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
                 } else {
                     continue;
                 };
-                let count = value.parse().map_err(|_| Damage::XidCount {
-                    key: key.to_owned(),
-                    value: value.to_owned(),
-                })?;
-                into.insert(code, count);
+                let not_a_number = |_| Damage::XidCount(key.to_owned(), value.to_owned());
+                into.insert(code, value.parse().map_err(not_a_number)?);
             }
         }
     }
@@ -170,7 +167,7 @@ fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
 mod tests {
     use super::*;
 
-    /// A version 1 file as release 0.1.0 wrote it, with every kind of entry.
+    /// A version 1 file as release 0.1.0 wrote it, with every kind of record.
     const FILE: &str = "nvidia-textfile-exporter-state 1
 boot b0
 driver 580.1
@@ -194,7 +191,7 @@ end 19
 ";
 
     #[test]
-    fn every_entry_of_the_old_format_is_converted() {
+    fn every_record_of_the_old_format_is_converted() {
         let state = parse(FILE).unwrap();
         assert_eq!(
             (
