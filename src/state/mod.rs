@@ -21,21 +21,14 @@ use serde::Deserialize;
 
 use crate::fsutil::{self, io_error, FileError};
 use crate::snapshot::{Device, KnownGpu};
-use schema::{State, XidCounts, XidTotals, VERSION};
+use schema::{Damage, State, XidCounts, XidTotals};
+use schema::{MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES, VERSION};
 
 const FILE_NAME: &str = "state";
 const LOCK_NAME: &str = ".state.lock";
 /// A temporary state file's name starts with this (and ends in `.tmp`).
 const TEMP_PREFIX: &str = ".state.";
 
-/// The most GPUs a state keeps (more than any host has).
-const MAX_GPUS: usize = 64;
-/// The most XID series (id and code) in the totals, and in a recount.
-const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
-/// The most fixed readings one GPU keeps (its readers keep four).
-const MAX_FIXED: usize = 32;
-/// A larger state file is not ours (the bounds fit with NVML's identifiers).
-const MAX_SIZE: u64 = 2 << 20;
 /// How long past the lock wait loading may take on a file system that works.
 const ANSWER: Duration = Duration::from_millis(100);
 
@@ -122,57 +115,6 @@ impl fmt::Display for Problem {
 impl From<FileError> for Problem {
     fn from(error: FileError) -> Self {
         Problem::Io(error)
-    }
-}
-
-/// What is wrong with a state file.
-#[derive(Debug)]
-pub enum Damage {
-    NotJson(serde_json::Error),
-    Version(u32),
-    Schema(serde_json::Error),
-    Gpus,
-    Fixed(String),
-    XidSeries,
-    NotV1,
-    Truncated,
-    LineCount,
-    NoEnd,
-    AfterEnd,
-    HostWithoutValue,
-    GpuLine(String),
-    Index(String),
-    SetLine(String),
-    UnknownLine(String),
-    UnlistedGpu(String),
-    /// A version 1 XID count's key (after `xid.`) and its value, no number.
-    XidCount(String, String),
-}
-
-impl fmt::Display for Damage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Damage::NotJson(e) => write!(f, "not a state file: {e}"),
-            Damage::Version(version) => write!(f, "version {version} is not {VERSION}"),
-            Damage::Schema(e) => e.fmt(f),
-            Damage::Gpus => write!(f, "more than {MAX_GPUS} GPUs"),
-            Damage::Fixed(uuid) => write!(f, "more than {MAX_FIXED} fixed readings for {uuid}"),
-            Damage::XidSeries => write!(f, "more than {MAX_XID_SERIES} XID series"),
-            Damage::NotV1 => f.write_str("not a state file"),
-            Damage::Truncated => f.write_str("truncated"),
-            Damage::LineCount => f.write_str("truncated (line count does not match)"),
-            Damage::NoEnd => f.write_str("truncated (no end line)"),
-            Damage::AfterEnd => f.write_str("text after the end line"),
-            Damage::HostWithoutValue => f.write_str("a host line without a value"),
-            Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
-            Damage::Index(line) => write!(f, "bad index in {line:?}"),
-            Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
-            Damage::UnknownLine(line) => write!(f, "unknown line {line:?}"),
-            Damage::UnlistedGpu(uuid) => write!(f, "an entry for an unlisted GPU {uuid:?}"),
-            Damage::XidCount(key, value) => {
-                write!(f, "the XID count xid.{key} is {value:?}, not a number")
-            }
-        }
     }
 }
 
@@ -392,7 +334,7 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    /// Loads this boot's state by `until` + [`ANSWER`], without the lock:
+    /// Loads this boot's state by `until` + `ANSWER`, without the lock:
     /// for a run that does not store it (`--stdout`).
     pub fn load(dir: StateDir, until: Instant) -> Self {
         Self::open(dir, until, false)
@@ -479,7 +421,7 @@ impl StateFile {
             .collect()
     }
 
-    /// Stores, by `until`, what `devices` leave for the next run ([`Self::next`]).
+    /// Stores, by `until`, what `devices` leave for the next run (`next`).
     pub fn store(&mut self, devices: &[Device], driver_version: &str, until: Instant) {
         let Some(lock) = self.lock.take() else {
             return;

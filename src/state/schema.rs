@@ -1,13 +1,74 @@
 //! The state file's one schema (JSON by serde), each collector's part a
-//! typed field. A field missing from a file is its default: the version
-//! changes when a field's meaning does.
+//! typed field, its bounds, and what makes a file [`Damage`]d. A field missing
+//! from a file is its default: the version changes when a field's meaning does.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 /// The version this exporter writes; `state::v1` reads the one before.
 pub const VERSION: u32 = 2;
+
+/// The most GPUs a state keeps (more than any host has).
+pub const MAX_GPUS: usize = 64;
+/// The most XID series (id and code) in the totals, and in a recount.
+pub const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
+/// The most fixed readings one GPU keeps (its readers keep four).
+pub const MAX_FIXED: usize = 32;
+/// A larger state file is not ours (the bounds fit with NVML's identifiers).
+pub const MAX_SIZE: u64 = 2 << 20;
+
+/// What is wrong with a state file.
+#[derive(Debug)]
+pub enum Damage {
+    NotJson(serde_json::Error),
+    Version(u32),
+    Schema(serde_json::Error),
+    Gpus,
+    Fixed(String),
+    XidSeries,
+    NotV1,
+    Truncated,
+    LineCount,
+    NoEnd,
+    AfterEnd,
+    HostWithoutValue,
+    GpuLine(String),
+    Index(String),
+    SetLine(String),
+    UnknownLine(String),
+    UnlistedGpu(String),
+    /// A version 1 XID count's key (after `xid.`) and its value, no number.
+    XidCount(String, String),
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Damage::NotJson(e) => write!(f, "not a state file: {e}"),
+            Damage::Version(version) => write!(f, "version {version} is not {VERSION}"),
+            Damage::Schema(e) => e.fmt(f),
+            Damage::Gpus => write!(f, "more than {MAX_GPUS} GPUs"),
+            Damage::Fixed(uuid) => write!(f, "more than {MAX_FIXED} fixed readings for {uuid}"),
+            Damage::XidSeries => write!(f, "more than {MAX_XID_SERIES} XID series"),
+            Damage::NotV1 => f.write_str("not a state file"),
+            Damage::Truncated => f.write_str("truncated"),
+            Damage::LineCount => f.write_str("truncated (line count does not match)"),
+            Damage::NoEnd => f.write_str("truncated (no end line)"),
+            Damage::AfterEnd => f.write_str("text after the end line"),
+            Damage::HostWithoutValue => f.write_str("a host line without a value"),
+            Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
+            Damage::Index(line) => write!(f, "bad index in {line:?}"),
+            Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
+            Damage::UnknownLine(line) => write!(f, "unknown line {line:?}"),
+            Damage::UnlistedGpu(uuid) => write!(f, "an entry for an unlisted GPU {uuid:?}"),
+            Damage::XidCount(key, value) => {
+                write!(f, "the XID count xid.{key} is {value:?}, not a number")
+            }
+        }
+    }
+}
 
 /// Everything one run leaves for the next.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,8 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::schema::{Carry, GpuState, State, Stream, XidCounts, VERSION};
-use super::Damage;
+use super::schema::{Carry, Damage, GpuState, State, Stream, XidCounts, VERSION};
 
 /// The first line of a version 1 file.
 pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
