@@ -1,4 +1,4 @@
-//! The checks the fault matrix and tests/cli.rs share about a published file.
+//! The checks the fault matrix and tests/cli/ share about a published file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -1,4 +1,4 @@
-//! What the exporter's Rust tests share (tests/cli.rs and the fault matrix):
+//! What the exporter's Rust tests share (tests/cli/ and the fault matrix):
 //! - [`exposition`]: the one strict parser of the text format;
 //! - [`Exporter`] and [`Run`]: the one way to run the real binary against the
 //!   fake NVML, with its own temporary output, state and journal directories;

@@ -1,0 +1,244 @@
+//! Which GPU is which from run to run: UUIDs kept, GPUs lost or gone, identities that cannot be told.
+
+use super::*;
+
+#[test]
+fn lost_gpu_keeps_the_uuid_it_had() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let state = dir.path().join("state");
+    // A healthy run (the same scenario without its faults) lets the state
+    // learn every GPU's identity.
+    let healthy = exporter_with_state(
+        "lost-gpu",
+        &state,
+        &["--output-dir", out],
+        &[("FAKE_NVML_FAULTS", "off")],
+    );
+    assert_eq!(healthy.code(), Some(0), "{healthy:?}");
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    let uuid = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nvidia_gpu_up{gpu=\"2\",uuid=\""))
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("nvidia_gpu_collector_state_ok 0\n"),
+        "first run: {text}"
+    );
+    // Then GPU 2 is lost, twice in a row: it keeps its UUID both times.
+    for run in 1..=2 {
+        let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
+        assert_eq!(output.code(), Some(4), "run {run}");
+        let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+        for series in [
+            format!("nvidia_gpu_up{{gpu=\"2\",uuid=\"{uuid}\"}} 0\n"),
+            format!("nvidia_gpu_down_reason{{gpu=\"2\",uuid=\"{uuid}\",reason=\"gpu_lost\"}} 1\n"),
+            "nvidia_gpu_collector_state_ok 1\n".to_owned(),
+        ] {
+            assert!(text.contains(&series), "run {run}: {text}");
+        }
+    }
+    // A damaged state costs nothing but the memory: the run publishes in full
+    // and says so.
+    fs::write(
+        state.join("state"),
+        "nvidia-textfile-exporter-state 1\nboot x\n",
+    )
+    .unwrap();
+    let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
+    assert_eq!(output.code(), Some(4));
+    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"), "{text}");
+    assert!(
+        text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"\"} 0\n"),
+        "{text}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("state file"), "{stderr}");
+}
+
+/// A GPU whose UUID cannot be read for one run continues the running totals
+/// the state keeps for it (found by its PCI bus id): no counter goes back
+/// within a boot.
+#[test]
+fn a_uuid_read_failure_does_not_reset_the_busy_counters() {
+    busy_counters_survive("errors = { nvmlDeviceGetUUID = \"UNKNOWN\" }");
+}
+
+/// Neither the UUID nor the PCI bus id can be read for one run (errors that
+/// do not mark the GPU down): the GPU is known by its index, and its running
+/// totals still only grow.
+#[test]
+fn uuid_and_bus_id_read_failures_do_not_reset_the_busy_counters() {
+    busy_counters_survive(
+        "errors = { nvmlDeviceGetUUID = \"UNKNOWN\", nvmlDeviceGetPciInfo_v3 = \"UNKNOWN\" }",
+    );
+}
+
+/// A GPU that fell off the bus keeps the bus id the state knew, so the Xid 79
+/// that explains it counts on its own counter, not as unattributed.
+#[test]
+fn a_lost_gpus_xid_79_counts_as_its_own() {
+    let runs = after_a_healthy_run(
+        XID79,
+        |text| text.replacen("[[gpu]]\n", "[[gpu]]\nlost = true\n", 1),
+        1,
+    );
+    let (status, text, _) = &runs[0];
+    assert_eq!(*status, Some(4), "{text}");
+    assert!(
+        text.contains(
+            r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#
+        ),
+        "{text}"
+    );
+    let run = parsed(text);
+    assert_eq!(value(&run, GPU0.0, GPU0.1), Some(1.0), "{text}");
+    assert_eq!(value(&run, GPU0_79.0, GPU0_79.1), Some(1.0), "{text}");
+    assert!(
+        !text.contains("nvidia_gpu_xid_unattributed_errors_total{"),
+        "{text}"
+    );
+}
+
+/// A GPU that leaves enumeration within a boot (the count falls after a driver
+/// reload) is reported down as not_enumerated, with its XID counters, under
+/// the identity the state kept, run after run; the others keep theirs.
+#[test]
+fn a_gpu_that_leaves_enumeration_is_reported_down() {
+    // The second GPU (index 1, bus 00000000:2A:00.0) is gone.
+    let runs = after_a_healthy_run(
+        "NVRM: Xid (PCI:0000:2a:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+        without_the_second_gpu,
+        2,
+    );
+    // Logged when it leaves, not again every run.
+    let said: Vec<usize> = runs
+        .iter()
+        .map(|(_, _, stderr)| stderr.matches("is no longer enumerated").count())
+        .collect();
+    assert_eq!(said, [1, 0], "{runs:?}");
+    for (status, text, _) in &runs {
+        assert_eq!(*status, Some(4), "{text}");
+        let gone = r#"{gpu="1",uuid="GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354""#;
+        for line in [
+            format!("nvidia_gpu_up{gone}}} 0"),
+            format!(r#"nvidia_gpu_down_reason{gone},reason="not_enumerated"}} 1"#),
+            format!("nvidia_gpu_xid_errors_total{gone}}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        // The GPU now at index 1 is the old index 2, up, under its own UUID.
+        assert!(
+            text.contains(
+                r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"} 1"#
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("nvidia_gpu_up{").count(), 8, "{text}");
+        promtool_check("not-enumerated", text);
+    }
+}
+
+/// UNKNOWN from nvmlDeviceGetUUID (a transient error, not a lost GPU): the GPU
+/// stays up with every reading a run without the fault has, the failed read
+/// counted, and its UUID continues from the state (the previous run's). It is
+/// never reported up with its readings dropped, nor down.
+#[test]
+fn a_uuid_read_failure_keeps_the_gpu_up_with_all_its_readings() {
+    let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let run = |faults: bool| {
+        let run = ex()
+            .run("fault-uuid-error")
+            .output_dir(dir.path())
+            .state_dir(state.path());
+        let run = if faults { run } else { run.faults_off() };
+        let done = run.finish().unwrap();
+        let samples = check_file(&done.path(), None).unwrap_or_else(|e| panic!("{done:?}: {e}"));
+        (done, samples)
+    };
+    let (healthy, before) = run(false);
+    healthy.assert_status(0);
+    let (faulty, after) = run(true);
+    faulty.assert_status(0);
+    let mut want = gpus(&before).0["1"].clone();
+    want.insert(Series::new("nvidia_gpu_collector_read_errors", &[]), 1.0);
+    compare(&gpus(&after).0["1"], &want, "GPU 1").unwrap();
+    compare(&gpus(&after).0["0"], &gpus(&before).0["0"], "GPU 0").unwrap();
+    assert_eq!(uuid_of(&after, "1"), uuid_of(&before, "1"));
+    assert!(uuid_of(&after, "1").is_some_and(|u| u.starts_with("GPU-")));
+    assert!(faulty.err().contains("nvmlDeviceGetUUID"), "{faulty:?}");
+}
+
+/// A GPU whose UUID is not known (its read fails, the state knows none) and
+/// two GPUs that read the same UUID publish no running totals: they could not
+/// continue from run to run, or would overwrite each other's.
+#[test]
+fn gpus_without_an_identity_of_their_own_publish_no_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let unknown = duty_cycle_with(dir.path(), "unknown", |t| {
+        t.replacen(
+            "[[gpu]]\n",
+            "[[gpu]]\nerrors = { nvmlDeviceGetUUID = \"UNKNOWN\" }\n",
+            1,
+        )
+    });
+    let twins = duty_cycle_with(dir.path(), "twins", |t| {
+        let gpu = &t[t.find("[[gpu]]").unwrap()..];
+        let second = gpu.replace("00000000:19:00.0", "00000000:1A:00.0");
+        format!("{t}\n{second}")
+    });
+    for scenario in [unknown, twins] {
+        let state = tempfile::tempdir().unwrap();
+        for n in 0..3 {
+            let output = stored_run(&scenario, state.path(), T0 + n * 15 * SECOND, &[]);
+            let text = String::from_utf8(output.stdout).unwrap();
+            assert!(text.contains("nvidia_gpu_up{gpu=\"0\""), "{text}");
+            assert!(!text.contains("nvidia_gpu_busy_seconds_total{"), "{text}");
+            assert!(
+                !text.contains("nvidia_gpu_sampled_seconds_total{"),
+                "{text}"
+            );
+            promtool_check("no-own-identity", &text);
+        }
+    }
+}
+
+/// Two GPUs the state knows at one index (one left enumeration, the other took
+/// its index) and the GPU there cannot be read: it is not given either's UUID,
+/// and no GPU is said to have left while one cannot be told.
+#[test]
+fn an_index_two_known_gpus_share_tells_no_identity() {
+    let seven = without_the_second_gpu;
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let run = |path: &Path| {
+        let output = journal_run(path.to_str().unwrap(), state.path(), journal.path());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    run(&edited_scenario(dir.path(), "healthy", |t| t));
+    run(&edited_scenario(dir.path(), "seven", seven));
+    // The GPU now at index 1 (GPU-7e2d…, formerly index 2) reads neither its
+    // UUID nor its bus id.
+    let text = run(&edited_scenario(dir.path(), "unreadable", |t| {
+        let t = seven(t);
+        let second = t.match_indices("[[gpu]]\n").nth(1).unwrap().0 + "[[gpu]]\n".len();
+        format!(
+            "{}errors = {{ nvmlDeviceGetUUID = \"UNKNOWN\", nvmlDeviceGetPciInfo_v3 = \"UNKNOWN\" }}\n{}",
+            &t[..second],
+            &t[second..]
+        )
+    }));
+    assert!(
+        text.contains("nvidia_gpu_up{gpu=\"1\",uuid=\"\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("uuid=\"GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("not_enumerated"), "{text}");
+}

@@ -1,0 +1,254 @@
+//! Utilization from NVML's sample buffer: windows, running totals, clock steps, lost state.
+
+use super::*;
+
+/// A 50 % duty cycle (1 s busy, 1 s idle) read every 10 s gives 0.5 every run
+/// and busy/sampled grow by exactly 5 s/10 s; the first run takes NVML's whole
+/// buffer (71 samples, 14.2 s; the duplicated newest sample covers nothing).
+#[test]
+fn duty_cycle_is_read_completely_every_window() {
+    let state = tempfile::tempdir().unwrap();
+    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    let (busy, sampled, ratio) = window_of(&first);
+    assert!(close(sampled, 14.2), "{first}");
+    // Samples k-70..=k with k at a busy start: 36 busy of 71.
+    assert!(close(busy, 7.2), "{first}");
+    assert!(close(ratio.unwrap(), 36.0 / 71.0));
+    assert!(close(
+        value_of(
+            &first,
+            "nvidia_gpu_memory_utilization_ratio",
+            &[("gpu", "0")]
+        )
+        .unwrap(),
+        0.8 * 36.0 / 71.0
+    ));
+    let (mut busy, mut sampled) = (busy, sampled);
+    for run in 1..=4 {
+        let text = run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &[]);
+        let (now_busy, now_sampled, ratio) = window_of(&text);
+        assert_eq!(ratio, Some(0.5), "run {run}");
+        assert!(
+            close(now_busy - busy, 5.0),
+            "run {run}: {now_busy} after {busy}"
+        );
+        assert!(close(now_sampled - sampled, 10.0), "run {run}");
+        (busy, sampled) = (now_busy, now_sampled);
+    }
+    // Encoder and decoder keep no samples here: point readings, no counters.
+    let text = run_at("duty-cycle", state.path(), T0 + 50 * SECOND, &[]);
+    assert_eq!(
+        value_of(
+            &text,
+            "nvidia_gpu_decoder_utilization_ratio",
+            &[("gpu", "0")]
+        ),
+        Some(0.03)
+    );
+    assert!(!text.contains("engine=\"decoder\""), "{text}");
+    assert!(text.contains("nvidia_gpu_collector_state_ok 1\n"));
+}
+
+/// A timer period longer than NVML's buffer: the missing time is not invented,
+/// it shows as sampled time growing slower than wall time.
+#[test]
+fn a_gap_longer_than_the_buffer_shows_in_sampled_time() {
+    let state = tempfile::tempdir().unwrap();
+    let (_, before, _) = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
+    let (_, after, ratio) = window_of(&run_at("duty-cycle", state.path(), T0 + 30 * SECOND, &[]));
+    assert!(close(after - before, 14.2), "{before} -> {after}");
+    assert!(ratio.is_some());
+}
+
+/// Two runs with no sample in between: the ratio is left out (nothing new to
+/// average), the counters stay as they were.
+#[test]
+fn no_new_samples_leave_the_ratio_out_and_the_counters_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let first = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
+    let second = window_of(&run_at("duty-cycle", state.path(), T0 + 100_000, &[]));
+    assert_eq!((second.0, second.1), (first.0, first.1));
+    assert_eq!(second.2, None);
+}
+
+/// The clock stepped back: nothing is counted twice and the counters never go
+/// back; a small step costs the time until the clock passes the last sample
+/// again, a large one (the system clock behind the last sample) re-reads the
+/// buffer.
+#[test]
+fn a_clock_stepped_back_counts_nothing_twice() {
+    let state = tempfile::tempdir().unwrap();
+    let first = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
+    let stepped = window_of(&run_at("duty-cycle", state.path(), T0 - 5 * SECOND, &[]));
+    assert_eq!((stepped.0, stepped.1, stepped.2), (first.0, first.1, None));
+    let later = window_of(&run_at("duty-cycle", state.path(), T0 + 10 * SECOND, &[]));
+    assert!(close(later.1 - first.1, 10.0));
+    assert_eq!(later.2, Some(0.5));
+
+    // Samples stamped a day ahead of the system clock, then the clock put right.
+    let aligned = now_on_the_sample_grid();
+    let ahead = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        aligned + 86_400 * SECOND,
+        &[],
+    ));
+    let back = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        aligned - 3_600 * SECOND,
+        &[],
+    ));
+    assert!(ahead.1 >= later.1 && ahead.0 >= later.0);
+    assert!(close(back.1 - ahead.1, 14.2), "{ahead:?} -> {back:?}");
+    assert!(back.2.is_some());
+    let after = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        aligned - 3_590 * SECOND,
+        &[],
+    ));
+    assert!(close(after.1 - back.1, 10.0));
+    assert_eq!(after.2, Some(0.5));
+}
+
+/// A GPU reset empties NVML's buffer: the counters continue from the state and
+/// cover only the samples taken since.
+#[test]
+fn a_gpu_reset_continues_the_counters() {
+    let reset = 1_800_000_000_000_000;
+    let state = tempfile::tempdir().unwrap();
+    let before = window_of(&run_at(
+        "duty-cycle",
+        state.path(),
+        reset - 10 * SECOND,
+        &[],
+    ));
+    let after = window_of(&run_at("duty-cycle", state.path(), reset + 4 * SECOND, &[]));
+    assert!(close(after.1 - before.1, 4.0), "{before:?} -> {after:?}");
+    assert!(after.0 >= before.0);
+}
+
+/// Lost or damaged state: the run still publishes, from the whole buffer,
+/// and says so in nvidia_gpu_collector_state_ok.
+#[test]
+fn missing_or_corrupt_state_still_publishes() {
+    let state = tempfile::tempdir().unwrap();
+    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    assert!(first.contains("nvidia_gpu_collector_state_ok 0\n"));
+    fs::write(state.path().join("state"), "garbage\n").unwrap();
+    let output = exporter_with_state(
+        "duty-cycle",
+        state.path(),
+        &["--stdout"],
+        &[("FAKE_NVML_CLOCK_US", &(T0 + 10 * SECOND).to_string())],
+    );
+    assert_eq!(output.code(), Some(0));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"));
+    let (_, sampled, ratio) = window_of(&text);
+    assert!(close(sampled, 14.2));
+    assert!(ratio.is_some());
+}
+
+/// Where NVML keeps no samples (MIG mode), the point reading, said in HELP;
+/// no counters are invented.
+#[test]
+fn mig_mode_falls_back_to_the_point_reading() {
+    let state = tempfile::tempdir().unwrap();
+    let text = run_at("mig-point-reading", state.path(), T0, &[]);
+    assert_eq!(
+        value_of(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]),
+        Some(0.42)
+    );
+    assert_eq!(
+        value_of(
+            &text,
+            "nvidia_gpu_memory_utilization_ratio",
+            &[("gpu", "0")]
+        ),
+        Some(0.07)
+    );
+    assert!(!text.contains("nvidia_gpu_busy_seconds_total{"));
+    assert!(
+        text.contains("# HELP nvidia_gpu_utilization_ratio ")
+            && text.contains("(MIG mode), the point reading")
+    );
+}
+
+/// Samples with an impossible value (101 %) are dropped and claim no time: a
+/// first run over a full 71-sample buffer alternating 0 % and 101 % counts the
+/// 36 good samples' 7.2 s, never more than the buffer holds.
+#[test]
+fn impossible_samples_claim_no_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("impossible.toml");
+    let text = fs::read_to_string(scenario("duty-cycle"))
+        .unwrap()
+        .replace(
+            "gpu = [100, 100, 100, 100, 100, 0, 0, 0, 0, 0]",
+            "gpu = [0, 101]",
+        )
+        .replace(", duplicate_last = true", "");
+    fs::write(&path, text).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let output = exporter_with_state(
+        "duty-cycle",
+        state.path(),
+        &["--stdout", "--gpm-window", "0"],
+        &[
+            ("FAKE_NVML_SCENARIO", path.to_str().unwrap()),
+            ("FAKE_NVML_CLOCK_US", &T0.to_string()),
+        ],
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let engine = &[("engine", "gpu")];
+    let sampled = value_of(&text, "nvidia_gpu_sampled_seconds_total", engine).unwrap();
+    let busy = value_of(&text, "nvidia_gpu_busy_seconds_total", engine).unwrap();
+    assert!((sampled - 7.2).abs() < 1e-9, "sampled {sampled}\n{text}");
+    assert_eq!(busy, 0.0, "{text}");
+    assert_eq!(
+        value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]),
+        Some(35.0),
+        "{text}"
+    );
+}
+
+/// A run whose state another run holds (its lock) publishes no running
+/// totals rather than totals from 0, so the counters never go back; the next
+/// run continues the stored ones.
+#[test]
+fn a_run_without_the_state_leaves_the_totals_out() {
+    let state = tempfile::tempdir().unwrap();
+    let busy = |o: &Outcome| {
+        let text = String::from_utf8(o.stdout.clone()).unwrap();
+        value_of(&text, "nvidia_gpu_busy_seconds_total", &[("engine", "gpu")])
+    };
+    let first = stored_run("duty-cycle", state.path(), T0, &[]);
+    let before = busy(&first).expect("a first run keeps totals");
+    let lock = fs::File::create(state.path().join(".state.lock")).unwrap();
+    lock.lock().unwrap();
+    let locked = stored_run(
+        "duty-cycle",
+        state.path(),
+        T0 + 15 * SECOND,
+        &["--timeout", "1s"],
+    );
+    let text = String::from_utf8(locked.stdout.clone()).unwrap();
+    assert_eq!(busy(&locked), None, "{text}");
+    assert!(
+        !text.contains("nvidia_gpu_sampled_seconds_total{"),
+        "{text}"
+    );
+    assert!(!text.contains("nvidia_gpu_xid_errors_total{"), "{text}");
+    assert!(
+        text.contains("nvidia_gpu_collector_success{collector=\"xid\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"), "{text}");
+    // The window's own ratio is still published.
+    assert!(text.contains("nvidia_gpu_utilization_ratio{"), "{text}");
+    drop(lock);
+    let after = stored_run("duty-cycle", state.path(), T0 + 30 * SECOND, &[]);
+    assert!(busy(&after).unwrap() > before);
+}
