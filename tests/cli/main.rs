@@ -14,7 +14,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use test_support::checks::{check_file, compare, gpus, uuid_of};
 use test_support::golden;
 use test_support::journal::{journal_entry, write_journal, XID79};
-use test_support::{exposition, promtool, select, value, Exporter, Outcome, Samples, Series};
+use test_support::{
+    any_named, exposition, lookup, promtool, select, value, Calls, Exporter, Outcome, Samples,
+    Series,
+};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -149,14 +152,18 @@ fn demo_h100x8_with(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> 
 }
 
 /// One run of `scenario_path` at the fixed clock, without GPM (not needed
-/// here, and its window would slow the test).
-fn run_without_gpm(scenario_path: &Path, state: &Path) -> String {
-    run_at(
+/// here, and its window would slow the test): its text and the NVML calls it
+/// made.
+fn run_without_gpm(scenario_path: &Path, state: &Path) -> (String, Calls) {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let text = run_at_with(
         scenario_path.to_str().unwrap(),
         state,
         T0,
         &["--no-collector", "gpm"],
-    )
+        &[("FAKE_NVML_CALL_LOG", log.path().to_str().unwrap())],
+    );
+    (text, Calls::read(log.path()))
 }
 
 /// A fault injected into `symbol` (called `per_gpu` times a GPU) is seen on
@@ -195,27 +202,26 @@ fn fixed_reading_is_read_once_per_driver(symbol: &str, per_gpu: f64) -> String {
     );
     // Without a remembered value the injected fault is seen on every GPU.
     let fresh = tempfile::tempdir().unwrap();
-    assert_eq!(
-        errors(&run_without_gpm(&same_driver, fresh.path())),
-        8.0 * per_gpu
-    );
-    // Remembered by a healthy first run, it is not read again.
+    let (text, calls) = run_without_gpm(&same_driver, fresh.path());
+    assert_eq!(errors(&text), 8.0 * per_gpu);
+    assert_eq!(calls.total(symbol) as f64, 8.0 * per_gpu, "{calls:?}");
+    // Remembered by a healthy first run, it is not read again: not called.
     run_without_gpm(
         &demo_h100x8_with(dir.path(), "healthy", |t| t),
         state.path(),
     );
-    let text = run_without_gpm(&same_driver, state.path());
+    let (text, calls) = run_without_gpm(&same_driver, state.path());
     assert_eq!(errors(&text), 0.0, "{text}");
+    assert_eq!(calls.total(symbol), 0, "{calls:?}");
     // A new driver forgets it: read again, and the fault is seen.
     let new_driver = demo_h100x8_with(
         dir.path(),
         "new-driver",
         failing("driver_version = \"580.65.06\""),
     );
-    assert_eq!(
-        errors(&run_without_gpm(&new_driver, state.path())),
-        8.0 * per_gpu
-    );
+    let (again, calls) = run_without_gpm(&new_driver, state.path());
+    assert_eq!(errors(&again), 8.0 * per_gpu);
+    assert_eq!(calls.total(symbol) as f64, 8.0 * per_gpu, "{calls:?}");
     text
 }
 
@@ -280,15 +286,23 @@ fn xids(run: &Samples, (name, labels): (&str, &[(&str, &str)])) -> Option<f64> {
 /// One run of `scenario_name` at the fake NVML clock `clock_us` with the state
 /// directory `state` (read and stored); checks it succeeded and returns its text.
 fn run_at(scenario_name: &str, state: &Path, clock_us: u64, args: &[&str]) -> String {
+    run_at_with(scenario_name, state, clock_us, args, &[])
+}
+
+/// [`run_at`] with the extra environment `env`.
+fn run_at_with(
+    scenario_name: &str,
+    state: &Path,
+    clock_us: u64,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
     let clock = clock_us.to_string();
     let mut all_args = vec!["--stdout", "--write-state"];
     all_args.extend_from_slice(args);
-    let output = exporter_with_state(
-        scenario_name,
-        state,
-        &all_args,
-        &[("FAKE_NVML_CLOCK_US", &clock)],
-    );
+    let mut all_env = vec![("FAKE_NVML_CLOCK_US", clock.as_str())];
+    all_env.extend_from_slice(env);
+    let output = exporter_with_state(scenario_name, state, &all_args, &all_env);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.code(), Some(0), "{stderr}");
     let text = String::from_utf8(output.stdout).unwrap();

@@ -5,15 +5,14 @@ use super::*;
 /// What each golden case shows.
 #[test]
 fn h100x8_healthy_every_gpu_complete() {
-    let (text, _) = golden_case("h100x8", "h100x8", &[], 0);
+    let (text, samples) = golden_case("h100x8", "h100x8", &[], 0);
     for gpu in 0..8 {
-        assert!(
-            text.contains(&format!("nvidia_gpu_up{{gpu=\"{gpu}\",")),
-            "gpu {gpu}"
-        );
+        let gpu = gpu.to_string();
+        let up = value(&samples, "nvidia_gpu_up", &[("gpu", &gpu)]);
+        assert_eq!(up, Some(1.0), "gpu {gpu}");
     }
-    assert!(text.contains("nvidia_gpu_collector_up 1\n"));
-    assert!(!text.contains("nvidia_gpu_collector_error{"));
+    assert_eq!(lookup(&samples, "nvidia_gpu_collector_up"), Some(1.0));
+    assert!(select(&samples, "nvidia_gpu_collector_error", &[]).is_empty());
     assert_eq!(
         text.matches("# TYPE nvidia_gpu_energy_joules_total counter\n")
             .count(),
@@ -21,65 +20,77 @@ fn h100x8_healthy_every_gpu_complete() {
     );
     // The small families, with the scenario's raw values in base units.
     let id = "gpu=\"7\",uuid=\"GPU-94f06ad3-7b1c-4e3f-85a2-1d8e4c9b0f67\"";
-    for series in [
-        format!("nvidia_gpu_jpeg_utilization_ratio{{{id}}} 0.31\n"),
-        format!("nvidia_gpu_ofa_utilization_ratio{{{id}}} 0\n"),
-        format!("nvidia_gpu_temperature_margin_celsius{{{id}}} 26\n"),
-        format!("nvidia_gpu_power_instant_watts{{{id}}} 451.342\n"),
+    for (family, want) in [
+        ("nvidia_gpu_jpeg_utilization_ratio", 0.31),
+        ("nvidia_gpu_ofa_utilization_ratio", 0.0),
+        ("nvidia_gpu_temperature_margin_celsius", 26.0),
+        ("nvidia_gpu_power_instant_watts", 451.342),
     ] {
-        assert!(text.contains(&series), "missing {series}");
+        let series = format!("{family}{{{id}}}");
+        assert_eq!(lookup(&samples, &series), Some(want), "{series}");
     }
     // GPM on every GPU: percentages as ratios, eight pipes, the window.
-    assert_eq!(text.matches("nvidia_gpu_sm_active_ratio{").count(), 8);
-    assert_eq!(text.matches("nvidia_gpu_pipe_active_ratio{").count(), 8 * 8);
-    assert_eq!(text.matches("nvidia_gpu_gpm_window_seconds{").count(), 8);
-    assert!(text.contains("nvidia_gpu_sm_active_ratio{gpu=\"7\",uuid=\"GPU-94f06ad3-7b1c-4e3f-85a2-1d8e4c9b0f67\"} 0.008\n"));
-    assert!(text.contains(",pipe=\"tensor\"} 0.643\n"));
+    for (family, count) in [
+        ("nvidia_gpu_sm_active_ratio", 8),
+        ("nvidia_gpu_pipe_active_ratio", 8 * 8),
+        ("nvidia_gpu_gpm_window_seconds", 8),
+    ] {
+        assert_eq!(select(&samples, family, &[]).len(), count, "{family}");
+    }
+    let sm_active = format!("nvidia_gpu_sm_active_ratio{{{id}}}");
+    assert_eq!(lookup(&samples, &sm_active), Some(0.008));
+    let tensor = [("gpu", "0"), ("pipe", "tensor")];
+    assert_eq!(
+        value(&samples, "nvidia_gpu_pipe_active_ratio", &tensor),
+        Some(0.643)
+    );
 }
 
 #[test]
 fn geforce_unsupported_fields_are_absent_not_zero() {
-    let (text, _) = golden_case("geforce", "geforce", &[], 0);
+    let (text, samples) = golden_case("geforce", "geforce", &[], 0);
     assert!(
         !text.contains("nvidia_gpu_ecc_"),
         "ECC on a card without ECC"
     );
     assert!(!text.contains("nvidia_gpu_nvlink_"));
     // The info series keeps one label set: an unsupported serial is empty.
-    assert!(text.contains(",serial=\"\","));
-    assert!(text.contains("nvidia_gpu_fan_speed_ratio{"));
+    let info = select(&samples, "nvidia_gpu_info", &[("gpu", "0")]);
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].0.label("serial"), Some(""));
+    assert!(!select(&samples, "nvidia_gpu_fan_speed_ratio", &[]).is_empty());
     // No GPM before Hopper, and nothing says it is missing.
     assert!(!text.contains("_active_ratio") && !text.contains("nvidia_gpu_gpm_"));
 }
 
 #[test]
 fn mig_devices_listed_under_their_parent() {
-    let (text, _) = golden_case("h100-mig", "h100-mig", &[], 0);
-    assert_eq!(text.matches("nvidia_gpu_mig_info{").count(), 3);
+    let (text, samples) = golden_case("h100-mig", "h100-mig", &[], 0);
+    assert_eq!(select(&samples, "nvidia_gpu_mig_info", &[]).len(), 3);
     for profile in ["3g.40gb", "2g.20gb", "1g.10gb"] {
-        assert!(
-            text.contains(&format!(",profile=\"{profile}\"}} 1\n")),
-            "{profile}"
-        );
+        let info = value(&samples, "nvidia_gpu_mig_info", &[("profile", profile)]);
+        assert_eq!(info, Some(1.0), "{profile}");
     }
-    assert_eq!(text.matches("nvidia_gpu_mig_memory_free_bytes{").count(), 3);
-    assert_eq!(
-        text.matches("nvidia_gpu_mig_memory_reserved_bytes{")
-            .count(),
-        3
-    );
-    assert!(text.contains("nvidia_gpu_mig_enabled{gpu=\"0\""));
+    for family in [
+        "nvidia_gpu_mig_memory_free_bytes",
+        "nvidia_gpu_mig_memory_reserved_bytes",
+    ] {
+        assert_eq!(select(&samples, family, &[]).len(), 3, "{family}");
+    }
+    assert!(value(&samples, "nvidia_gpu_mig_enabled", &[("gpu", "0")]).is_some());
     // GPM per GPU instance, labelled like the other MIG series.
-    for (gi, sm_active) in [("2", "0.855"), ("3", "0.27399999999999997"), ("9", "0")] {
-        assert!(
-            text.contains(&format!(
-                "nvidia_gpu_mig_sm_active_ratio{{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\",gpu_instance_id=\"{gi}\"}} {sm_active}\n"
-            )),
+    for (gi, sm_active) in [("2", 0.855), ("3", 0.27399999999999997), ("9", 0.0)] {
+        let series = format!(
+            "nvidia_gpu_mig_sm_active_ratio{{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\",gpu_instance_id=\"{gi}\"}}"
+        );
+        assert_eq!(
+            lookup(&samples, &series),
+            Some(sm_active),
             "GPU instance {gi}"
         );
     }
     assert_eq!(
-        text.matches("nvidia_gpu_mig_pipe_active_ratio{").count(),
+        select(&samples, "nvidia_gpu_mig_pipe_active_ratio", &[]).len(),
         3 * 8
     );
     // The whole GPU answers no GPM metric in MIG mode (in this scenario).
@@ -88,21 +99,40 @@ fn mig_devices_listed_under_their_parent() {
 
 #[test]
 fn batched_field_values_are_used_before_single_calls() {
-    let (text, _) = golden_case("fields-preferred", "fields-preferred", &[], 0);
-    for series in [
-        "nvidia_gpu_ecc_enabled{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 1",
-        "type=\"corrected\",scope=\"volatile\"} 12",
-        "type=\"uncorrected\",scope=\"aggregate\"} 2",
-        "policy=\"power\"} 1.5",
-        "policy=\"low_utilization\"} 9",
-        "nvidia_gpu_energy_joules_total{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 123456.789",
-        "nvidia_gpu_pcie_replays_total{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 7",
-        "nvidia_gpu_memory_temperature_celsius{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 64",
+    let (_, samples) = golden_case("fields-preferred", "fields-preferred", &[], 0);
+    let id = "gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"";
+    for (series, want) in [
+        (format!("nvidia_gpu_ecc_enabled{{{id}}}"), 1.0),
+        (
+            format!("nvidia_gpu_ecc_errors_total{{{id},type=\"corrected\",scope=\"volatile\"}}"),
+            12.0,
+        ),
+        (
+            format!("nvidia_gpu_ecc_errors_total{{{id},type=\"uncorrected\",scope=\"aggregate\"}}"),
+            2.0,
+        ),
+        (
+            format!("nvidia_gpu_violation_seconds_total{{{id},policy=\"power\"}}"),
+            1.5,
+        ),
+        (
+            format!("nvidia_gpu_violation_seconds_total{{{id},policy=\"low_utilization\"}}"),
+            9.0,
+        ),
+        (
+            format!("nvidia_gpu_energy_joules_total{{{id}}}"),
+            123456.789,
+        ),
+        (format!("nvidia_gpu_pcie_replays_total{{{id}}}"), 7.0),
+        (
+            format!("nvidia_gpu_memory_temperature_celsius{{{id}}}"),
+            64.0,
+        ),
+        // The failing single functions were never needed.
+        (format!("nvidia_gpu_collector_read_errors{{{id}}}"), 0.0),
     ] {
-        assert!(text.contains(series), "missing {series}");
+        assert_eq!(lookup(&samples, &series), Some(want), "{series}");
     }
-    // The failing single functions were never needed.
-    assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"} 0"));
 }
 
 #[test]
@@ -110,7 +140,7 @@ fn the_second_power_reading_is_the_one_the_draw_is_not() {
     // Hopper: the draw is a 1 s average; field 185 is answered but not read.
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path());
+    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path()).0;
     let instant =
         |text: &str, gpu: &str| value_of(text, "nvidia_gpu_power_instant_watts", &[("gpu", gpu)]);
     let average =
@@ -147,27 +177,29 @@ fn the_second_power_reading_is_the_one_the_draw_is_not() {
 #[test]
 fn a_gpu_without_a_video_encoder_reads_no_encoder() {
     let dir = tempfile::tempdir().unwrap();
+    let engine = |text: &str, engine: &str| {
+        let samples = parsed(text);
+        samples.keys().any(|s| s.label("engine") == Some(engine))
+    };
     let encoder_families =
-        |text: &str| text.contains("nvidia_gpu_encoder_") || text.contains("engine=\"encoder\"");
+        |text: &str| any_named(&parsed(text), "nvidia_gpu_encoder_") || engine(text, "encoder");
     // GH100 (H100) by its PCI device id: NVML answers the encoder's calls (an
     // idle encoder, as on a real H200), yet no encoder family is written; the
     // decoder is still read.
     let state = tempfile::tempdir().unwrap();
-    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path());
+    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path()).0;
     assert!(!encoder_families(&text), "{text}");
-    assert!(text.contains("engine=\"decoder\""), "{text}");
+    assert!(engine(&text, "decoder"), "{text}");
     // The same answers from another chip (AD102, L40S): the encoder is read.
     let with_encoder = demo_h100x8_with(dir.path(), "with-encoder", |t| {
         t.replace("pci_device_id = 0x233010de", "pci_device_id = 0x26b910de")
             .replace("NVIDIA H100 80GB HBM3", "NVIDIA L40S")
     });
     let state = tempfile::tempdir().unwrap();
-    let text = run_without_gpm(&with_encoder, state.path());
-    assert!(
-        text.contains("nvidia_gpu_encoder_sessions{gpu=\"7\","),
-        "{text}"
-    );
-    assert!(text.contains("engine=\"encoder\""), "{text}");
+    let text = run_without_gpm(&with_encoder, state.path()).0;
+    let sessions = value_of(&text, "nvidia_gpu_encoder_sessions", &[("gpu", "7")]);
+    assert!(sessions.is_some(), "{text}");
+    assert!(engine(&text, "encoder"), "{text}");
 }
 
 /// Temperature thresholds are the board's: read once per driver, and
@@ -195,24 +227,30 @@ fn sentinels_are_dropped_and_counted() {
     );
     assert_eq!(output.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
+    let samples = parsed(&text);
     for family in [
-        "nvidia_gpu_temperature_celsius{",
-        "nvidia_gpu_memory_temperature_celsius{",
-        "nvidia_gpu_power_watts{",
-        "nvidia_gpu_energy_joules_total{",
+        "nvidia_gpu_temperature_celsius",
+        "nvidia_gpu_memory_temperature_celsius",
+        "nvidia_gpu_power_watts",
+        "nvidia_gpu_energy_joules_total",
     ] {
-        assert!(!text.contains(family), "{family} exported: {text}");
+        let exported = select(&samples, family, &[]);
+        assert!(exported.is_empty(), "{family} exported: {text}");
     }
     // An impossible MIG slot count (4294967295) is counted and clamped: the
     // MIG devices that exist are still listed.
-    assert!(text.contains("nvidia_gpu_mig_info{"), "{text}");
-    assert!(text.contains("nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\"} 5\n"), "{text}");
+    let mig = select(&samples, "nvidia_gpu_mig_info", &[]);
+    assert!(!mig.is_empty(), "{text}");
+    let errors = "nvidia_gpu_collector_read_errors{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\"}";
+    assert_eq!(lookup(&samples, errors), Some(5.0), "{text}");
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 5, "{stderr}");
 }
 
 /// MIG mode and the process list are read once per GPU and run, however many
-/// collectors use them: a failing call is seen (and counted) once.
+/// collectors use them (the fake's call log shows it on every GPU, as it
+/// shows each GPU's handle asked once): a failing call is seen (and counted)
+/// once.
 #[test]
 fn shared_readings_are_read_once_per_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -223,6 +261,7 @@ fn shared_readings_are_read_once_per_run() {
     );
     let path = dir.path().join("scenario.toml");
     fs::write(&path, text).unwrap();
+    let log = dir.path().join("calls");
     let output = exporter_with_state(
         "h100x8",
         &dir.path().join("state"),
@@ -235,14 +274,36 @@ fn shared_readings_are_read_once_per_run() {
             "--procfs",
             dir.path().to_str().unwrap(),
         ],
-        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        &[
+            ("FAKE_NVML_SCENARIO", path.to_str().unwrap()),
+            ("FAKE_NVML_CALL_LOG", log.to_str().unwrap()),
+        ],
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    let errors = text
-        .lines()
-        .find(|l| l.starts_with("nvidia_gpu_collector_read_errors{gpu=\"0\""))
-        .unwrap();
-    assert!(errors.ends_with(" 2"), "{errors}");
+    let errors = value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]);
+    assert_eq!(errors, Some(2.0), "{text}");
+    let calls = Calls::read(&log);
+    let samples = parsed(&text);
+    for gpu in 0..8 {
+        let gpu = gpu.to_string();
+        // nvml-wrapper asks the count, then the list: one read is two calls,
+        // or one where the count fails (GPU 0) or is 0.
+        let processes = select(
+            &samples,
+            "nvidia_gpu_process_memory_used_bytes",
+            &[("gpu", &gpu)],
+        );
+        for (call, want) in [
+            ("nvmlDeviceGetHandleByIndex_v2", 1),
+            ("nvmlDeviceGetMigMode", 1),
+            (
+                "nvmlDeviceGetComputeRunningProcesses_v3",
+                if processes.is_empty() { 1 } else { 2 },
+            ),
+        ] {
+            assert_eq!(calls.count(call, &gpu), want, "GPU {gpu}: {call}");
+        }
+    }
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(
         stderr.matches("nvmlDeviceGetMigMode").count(),
@@ -280,15 +341,14 @@ fn only_not_supported_is_quiet_every_other_code_is_counted() {
         );
         let text = String::from_utf8(output.stdout).unwrap();
         let stderr = String::from_utf8(output.stderr).unwrap();
-        let errors = text
-            .lines()
-            .find(|l| l.starts_with("nvidia_gpu_collector_read_errors{gpu=\"0\""))
-            .unwrap();
-        assert!(
-            !text.contains("nvidia_gpu_power_watts{gpu=\"0\""),
+        let errors = value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]);
+        assert_eq!(
+            value_of(&text, "nvidia_gpu_power_watts", &[("gpu", "0")]),
+            None,
             "{code}: power exported"
         );
-        assert_eq!(errors.ends_with(" 1"), counted, "{code}: {errors}");
+        let want = if counted { 1.0 } else { 0.0 };
+        assert_eq!(errors, Some(want), "{code}: {text}");
         assert_eq!(
             stderr.contains("GPU 0: nvmlDeviceGetPowerUsage"),
             counted,
@@ -337,17 +397,29 @@ fn pcie_trained_low_shows_against_its_maxima() {
 
 /// Readings fixed per driver (PCIe maxima, T.Limit thresholds, "on no
 /// fabric") are read on the first run and taken from the state after: the
-/// second run gives the same values with none of those calls answering.
+/// second run makes none of those calls (the fake's call log) and gives the
+/// same values with none of them answering.
 #[test]
 fn fixed_readings_are_read_once_per_driver() {
     let state = tempfile::tempdir().unwrap();
+    let fixed = [
+        "nvmlDeviceGetGpuFabricInfoV",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+    ];
+    let logs = tempfile::tempdir().unwrap();
+    let (first_log, second_log) = (logs.path().join("first"), logs.path().join("second"));
     let first = exporter_with_state(
         "pcie-trained-low",
         state.path(),
         &["--stdout", "--write-state"],
-        &[],
+        &[("FAKE_NVML_CALL_LOG", first_log.to_str().unwrap())],
     );
     assert_eq!(first.code(), Some(0));
+    let calls = Calls::read(&first_log);
+    for call in fixed {
+        assert_eq!(calls.count(call, "0"), 1, "{call}: {calls:?}");
+    }
     let dir = tempfile::tempdir().unwrap();
     let failing = scenario_edited(
         dir.path(),
@@ -357,8 +429,17 @@ fn fixed_readings_are_read_once_per_driver() {
             "fabric = { state = 0 }\nerrors = { nvmlDeviceGetGpuFabricInfoV = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkGeneration = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkWidth = \"UNKNOWN\" }",
         )],
     );
-    let second = exporter_with_state(&failing, state.path(), &["--stdout", "--write-state"], &[]);
+    let second = exporter_with_state(
+        &failing,
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[("FAKE_NVML_CALL_LOG", second_log.to_str().unwrap())],
+    );
     assert_eq!(second.code(), Some(0));
+    let calls = Calls::read(&second_log);
+    for call in fixed {
+        assert_eq!(calls.total(call), 0, "{call} called again: {calls:?}");
+    }
     let samples = second.samples();
     assert_eq!(
         gpu_value(&samples, "nvidia_gpu_collector_read_errors", "0", &[]),

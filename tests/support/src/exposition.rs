@@ -350,6 +350,22 @@ pub fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> Option<f
     found.first().map(|(_, v)| *v)
 }
 
+/// The value of exactly the series `series`, written as the text format
+/// writes it (`name` or `name{label="value",...}`, labels in any order);
+/// `None` when `samples` has no such series.
+///
+/// # Panics
+/// When `series` is not a series.
+pub fn lookup(samples: &Samples, series: &str) -> Option<f64> {
+    let key = self::series(series).unwrap_or_else(|e| panic!("{e}"));
+    samples.get(&key).copied()
+}
+
+/// Whether any sample's name starts with `prefix`.
+pub fn any_named(samples: &Samples, prefix: &str) -> bool {
+    samples.keys().any(|s| s.name.starts_with(prefix))
+}
+
 /// The family a sample belongs to: `x_sum` of a summary `x` is `x`.
 fn family_of(name: &str, meta: &HashMap<String, [Option<String>; 2]>) -> String {
     let suffixes = [
@@ -454,6 +470,9 @@ mod tests {
         assert_eq!(value(&e.samples, "v", &[("x", "3")]), Some(-0.0005));
         assert_eq!(value(&e.samples, "v", &[("x", "4")]), None);
         assert_eq!(select(&e.samples, "v", &[]).len(), 3);
+        assert_eq!(lookup(&e.samples, r#"v{x="3"}"#), Some(-0.0005));
+        assert_eq!(lookup(&e.samples, "v"), None);
+        assert!(any_named(&e.samples, "g_") && !any_named(&e.samples, "forged"));
     }
 
     #[test]

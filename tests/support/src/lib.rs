@@ -3,6 +3,7 @@
 //! - [`Exporter`] and [`Run`]: the one way to run the real binary against the
 //!   fake NVML, with its own temporary output, state and journal directories;
 //! - [`Proc`]: a child process that is killed when dropped;
+//! - [`Calls`]: the NVML calls a run made, from the fake's call log;
 //! - [`Reader`]: a thread reading the published file without pause;
 //! - [`promtool`]: `promtool check metrics` on a text;
 //! - [`journal`]: journal files with chosen kernel lines, for the xid collector;
@@ -11,6 +12,7 @@
 //! - [`scenario`]: what a scenario file says the exporter must report;
 //! - [`library_without`]: a copy of the fake NVML lacking some exports.
 
+mod calls;
 pub mod checks;
 mod elf;
 pub mod exposition;
@@ -21,8 +23,11 @@ mod reader;
 mod run;
 pub mod scenario;
 
+pub use calls::Calls;
 pub use elf::library_without;
-pub use exposition::{parse, parse_all, parse_bytes, select, value, Exposition, Samples, Series};
+pub use exposition::{
+    any_named, lookup, parse, parse_all, parse_bytes, select, value, Exposition, Samples, Series,
+};
 pub use process::{kill_all, Proc};
 pub use reader::{Reader, ReaderStats};
 pub use run::{Exporter, Outcome, Run, Started, LOCK_FILE, OUT_FILE};

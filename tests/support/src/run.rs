@@ -212,6 +212,12 @@ impl<'a> Run<'a> {
         self.env("FAKE_NVML_FAULTS", "off")
     }
 
+    /// `FAKE_NVML_CALL_LOG=path`: the fake logs the NVML calls it answers
+    /// there ([`crate::Calls::read`] reads them).
+    pub fn call_log(self, path: impl AsRef<OsStr>) -> Self {
+        self.env("FAKE_NVML_CALL_LOG", path)
+    }
+
     /// Stdout and stderr to `<prefix>.out` and `<prefix>.err` (kept for a look).
     pub fn logs(mut self, prefix: impl Into<PathBuf>) -> Self {
         self.logs = Some(prefix.into());
