@@ -16,28 +16,27 @@ fn lost_gpu_keeps_the_uuid_it_had() {
         &[("FAKE_NVML_FAULTS", "off")],
     );
     assert_eq!(healthy.code(), Some(0), "{healthy:?}");
-    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
-    let uuid = text
-        .lines()
-        .find_map(|l| l.strip_prefix("nvidia_gpu_up{gpu=\"2\",uuid=\""))
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
-    assert!(
-        text.contains("nvidia_gpu_collector_state_ok 0\n"),
-        "first run: {text}"
+    let samples = healthy.samples();
+    let uuid = uuid_of(&samples, "2").unwrap();
+    assert_eq!(
+        lookup(&samples, "nvidia_gpu_collector_state_ok"),
+        Some(0.0),
+        "first run"
     );
     // Then GPU 2 is lost, twice in a row: it keeps its UUID both times.
     for run in 1..=2 {
         let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
         assert_eq!(output.code(), Some(4), "run {run}");
-        let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
-        for series in [
-            format!("nvidia_gpu_up{{gpu=\"2\",uuid=\"{uuid}\"}} 0\n"),
-            format!("nvidia_gpu_down_reason{{gpu=\"2\",uuid=\"{uuid}\",reason=\"gpu_lost\"}} 1\n"),
-            "nvidia_gpu_collector_state_ok 1\n".to_owned(),
+        let samples = output.samples();
+        for (series, want) in [
+            (format!("nvidia_gpu_up{{gpu=\"2\",uuid=\"{uuid}\"}}"), 0.0),
+            (
+                format!("nvidia_gpu_down_reason{{gpu=\"2\",uuid=\"{uuid}\",reason=\"gpu_lost\"}}"),
+                1.0,
+            ),
+            ("nvidia_gpu_collector_state_ok".to_owned(), 1.0),
         ] {
-            assert!(text.contains(&series), "run {run}: {text}");
+            assert_eq!(lookup(&samples, &series), Some(want), "run {run}: {series}");
         }
     }
     // A damaged state costs nothing but the memory: the run publishes in full
@@ -49,11 +48,11 @@ fn lost_gpu_keeps_the_uuid_it_had() {
     .unwrap();
     let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
     assert_eq!(output.code(), Some(4));
-    let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
-    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"), "{text}");
-    assert!(
-        text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"\"} 0\n"),
-        "{text}"
+    let samples = output.samples();
+    assert_eq!(lookup(&samples, "nvidia_gpu_collector_state_ok"), Some(0.0));
+    assert_eq!(
+        lookup(&samples, r#"nvidia_gpu_up{gpu="2",uuid=""}"#),
+        Some(0.0)
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("state file"), "{stderr}");
@@ -88,19 +87,19 @@ fn a_lost_gpus_xid_79_counts_as_its_own() {
     );
     let (status, text, _) = &runs[0];
     assert_eq!(*status, Some(4), "{text}");
-    assert!(
-        text.contains(
-            r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#
+    let run = parsed(text);
+    assert_eq!(
+        lookup(
+            &run,
+            r#"nvidia_gpu_up{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"}"#
         ),
+        Some(0.0),
         "{text}"
     );
-    let run = parsed(text);
     assert_eq!(value(&run, GPU0.0, GPU0.1), Some(1.0), "{text}");
     assert_eq!(value(&run, GPU0_79.0, GPU0_79.1), Some(1.0), "{text}");
-    assert!(
-        !text.contains("nvidia_gpu_xid_unattributed_errors_total{"),
-        "{text}"
-    );
+    let unattributed = select(&run, "nvidia_gpu_xid_unattributed_errors_total", &[]);
+    assert!(unattributed.is_empty(), "{text}");
 }
 
 /// A GPU that leaves enumeration within a boot (the count falls after a driver
@@ -122,22 +121,19 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
     assert_eq!(said, [1, 0], "{runs:?}");
     for (status, text, _) in &runs {
         assert_eq!(*status, Some(4), "{text}");
+        let samples = parsed(text);
         let gone = r#"{gpu="1",uuid="GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354""#;
-        for line in [
-            format!("nvidia_gpu_up{gone}}} 0"),
-            format!(r#"nvidia_gpu_down_reason{gone},reason="not_enumerated"}} 1"#),
-            format!("nvidia_gpu_xid_errors_total{gone}}} 1"),
+        for (series, want) in [
+            (format!("nvidia_gpu_up{gone}}}"), 0.0),
+            (format!(r#"nvidia_gpu_down_reason{gone},reason="not_enumerated"}}"#), 1.0),
+            (format!("nvidia_gpu_xid_errors_total{gone}}}"), 1.0),
         ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+            assert_eq!(lookup(&samples, &series), Some(want), "{series}:\n{text}");
         }
         // The GPU now at index 1 is the old index 2, up, under its own UUID.
-        assert!(
-            text.contains(
-                r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"} 1"#
-            ),
-            "{text}"
-        );
-        assert_eq!(text.matches("nvidia_gpu_up{").count(), 8, "{text}");
+        let now = r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"}"#;
+        assert_eq!(lookup(&samples, now), Some(1.0), "{text}");
+        assert_eq!(select(&samples, "nvidia_gpu_up", &[]).len(), 8, "{text}");
         promtool_check("not-enumerated", text);
     }
 }
@@ -195,12 +191,15 @@ fn gpus_without_an_identity_of_their_own_publish_no_totals() {
         for n in 0..3 {
             let output = stored_run(&scenario, state.path(), T0 + n * 15 * SECOND, &[]);
             let text = String::from_utf8(output.stdout).unwrap();
-            assert!(text.contains("nvidia_gpu_up{gpu=\"0\""), "{text}");
-            assert!(!text.contains("nvidia_gpu_busy_seconds_total{"), "{text}");
-            assert!(
-                !text.contains("nvidia_gpu_sampled_seconds_total{"),
-                "{text}"
-            );
+            let samples = parsed(&text);
+            let up = value(&samples, "nvidia_gpu_up", &[("gpu", "0")]);
+            assert!(up.is_some(), "{text}");
+            for family in [
+                "nvidia_gpu_busy_seconds_total",
+                "nvidia_gpu_sampled_seconds_total",
+            ] {
+                assert!(select(&samples, family, &[]).is_empty(), "{text}");
+            }
             promtool_check("no-own-identity", &text);
         }
     }
@@ -232,13 +231,15 @@ fn an_index_two_known_gpus_share_tells_no_identity() {
             &t[second..]
         )
     }));
-    assert!(
-        text.contains("nvidia_gpu_up{gpu=\"1\",uuid=\"\"} 1\n"),
+    let samples = parsed(&text);
+    assert_eq!(
+        lookup(&samples, r#"nvidia_gpu_up{gpu="1",uuid=""}"#),
+        Some(1.0),
         "{text}"
     );
-    assert!(
-        !text.contains("uuid=\"GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354\"} 1"),
-        "{text}"
-    );
+    let either = samples.iter().filter(|(s, v)| {
+        s.label("uuid") == Some("GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354") && **v == 1.0
+    });
+    assert_eq!(either.count(), 0, "{text}");
     assert!(!text.contains("not_enumerated"), "{text}");
 }

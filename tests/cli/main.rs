@@ -365,10 +365,12 @@ fn busy_counters_survive(errors: &str) {
     );
     let second = String::from_utf8(output.stdout).unwrap();
     let third = run_at("duty-cycle", state.path(), T0 + 20 * SECOND, &[]);
-    assert!(
-        second.contains("uuid=\"GPU-d0c7c1e5-5a1e-4b0d-9c3e-200000000001\""),
-        "{second}"
-    );
+    let own = "GPU-d0c7c1e5-5a1e-4b0d-9c3e-200000000001";
+    let samples = parsed(&second);
+    assert_eq!(uuid_of(&samples, "0").as_deref(), Some(own), "{second}");
+    let engine = [("uuid", own), ("engine", "gpu")];
+    let under_own = value(&samples, "nvidia_gpu_busy_seconds_total", &engine);
+    assert!(under_own.is_some(), "{second}");
     assert!(
         busy(&second) > busy(&first),
         "{} then {}",

@@ -4,42 +4,51 @@ use super::*;
 
 #[test]
 fn nvlink_counters_come_from_one_batched_read() {
-    let (text, _) = golden_case(
+    let (_, samples) = golden_case(
         "nvlink-fields",
         "nvlink-fields",
         &["--no-collector", "mig", "--collector", "nvlink-links"],
         0,
     );
     let id = "gpu=\"0\",uuid=\"GPU-0c7e5a91-2b3d-4f60-8e14-a9d2c6b07f35\"";
-    for series in [
-        format!("nvidia_gpu_nvlink_link_active{{{id},link=\"2\"}} 0"),
-        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"0\",counter=\"crc_data\"}} 20"),
-        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"3\",counter=\"crc_flit\"}} 2"),
-        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"3\",counter=\"replay\"}} 5"),
-        format!("nvidia_gpu_nvlink_link_errors_total{{{id},link=\"1\",counter=\"recovery\"}} 1"),
-        format!("nvidia_gpu_nvlink_link_transmit_bytes_total{{{id},link=\"0\"}} 1024000"),
-        format!("nvidia_gpu_nvlink_link_receive_bytes_total{{{id},link=\"3\"}} 9216"),
+    let link_errors = "nvidia_gpu_nvlink_link_errors_total";
+    for (series, want) in [
+        (format!("nvidia_gpu_nvlink_link_active{{{id},link=\"2\"}}"), 0.0),
+        (format!("{link_errors}{{{id},link=\"0\",counter=\"crc_data\"}}"), 20.0),
+        (format!("{link_errors}{{{id},link=\"3\",counter=\"crc_flit\"}}"), 2.0),
+        (format!("{link_errors}{{{id},link=\"3\",counter=\"replay\"}}"), 5.0),
+        (format!("{link_errors}{{{id},link=\"1\",counter=\"recovery\"}}"), 1.0),
+        (format!("nvidia_gpu_nvlink_link_transmit_bytes_total{{{id},link=\"0\"}}"), 1024000.0),
+        (format!("nvidia_gpu_nvlink_link_receive_bytes_total{{{id},link=\"3\"}}"), 9216.0),
         // The per-GPU totals: link state by function where the state field is
         // not offered; replay/recovery/data summed over the per-link fields.
-        format!("nvidia_gpu_nvlink_links{{{id}}} 4"),
-        format!("nvidia_gpu_nvlink_links_active{{{id}}} 3"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},counter=\"replay\"}} 8"),
-        format!("nvidia_gpu_nvlink_errors_total{{{id},counter=\"recovery\"}} 1"),
-        format!("nvidia_gpu_nvlink_transmit_bytes_total{{{id}}} 1041408"),
-        format!("nvidia_gpu_nvlink_receive_bytes_total{{{id}}} 2077696"),
-        format!("nvidia_gpu_collector_read_errors{{{id}}} 0"),
+        (format!("nvidia_gpu_nvlink_links{{{id}}}"), 4.0),
+        (format!("nvidia_gpu_nvlink_links_active{{{id}}}"), 3.0),
+        (format!("nvidia_gpu_nvlink_errors_total{{{id},counter=\"replay\"}}"), 8.0),
+        (format!("nvidia_gpu_nvlink_errors_total{{{id},counter=\"recovery\"}}"), 1.0),
+        (format!("nvidia_gpu_nvlink_transmit_bytes_total{{{id}}}"), 1041408.0),
+        (format!("nvidia_gpu_nvlink_receive_bytes_total{{{id}}}"), 2077696.0),
+        (format!("nvidia_gpu_collector_read_errors{{{id}}}"), 0.0),
     ] {
-        assert!(text.contains(&series), "missing {series}");
+        assert_eq!(lookup(&samples, &series), Some(want), "{series}");
     }
-    assert!(!text.contains("link=\"4\""), "probed past the link count");
+    let probed: Vec<_> = samples.keys().filter(|s| s.label("link") == Some("4")).collect();
+    assert!(probed.is_empty(), "probed past the link count: {probed:?}");
     assert!(
-        !text.contains("} 999\n"),
+        !samples.values().any(|v| *v == 999.0),
         "replay/recovery read by function, not field"
     );
     // No cheap CRC source (the per-GPU CRC fields are not offered, as on an
     // H200): the totals leave the CRC counters out rather than call per link.
-    assert!(!text.contains(",counter=\"crc_flit\"} 3\n"));
-    assert!(!text.contains("uuid=\"GPU-0c7e5a91-2b3d-4f60-8e14-a9d2c6b07f35\",counter=\"crc_"));
+    let crc = |s: &Series| s.label("counter").is_some_and(|c| c.starts_with("crc_"));
+    assert!(!samples
+        .iter()
+        .any(|(s, v)| s.label("counter") == Some("crc_flit") && *v == 3.0));
+    let totals: Vec<_> = samples
+        .keys()
+        .filter(|s| crc(s) && s.label("link").is_none())
+        .collect();
+    assert!(totals.is_empty(), "{totals:?}");
 }
 
 /// The NVLink scenarios: the default set stays within 100 series a GPU (it was

@@ -9,8 +9,9 @@ use super::*;
 #[test]
 fn lost_gpu_reported_down_others_complete() {
     let (text, samples) = golden_case("lost-gpu", "lost-gpu", &[], 4);
-    assert!(text.contains("nvidia_gpu_up{gpu=\"2\",uuid=\"\"} 0\n"));
-    assert!(text.contains("nvidia_gpu_down_reason{gpu=\"2\",uuid=\"\",reason=\"gpu_lost\"} 1\n"));
+    assert_eq!(lookup(&samples, r#"nvidia_gpu_up{gpu="2",uuid=""}"#), Some(0.0));
+    let reason = r#"nvidia_gpu_down_reason{gpu="2",uuid="",reason="gpu_lost"}"#;
+    assert_eq!(lookup(&samples, reason), Some(1.0), "{text}");
     let gpu2: Vec<_> = device_series(&samples)
         .into_iter()
         .filter(|s| s.label("gpu") == Some("2"))
@@ -20,10 +21,11 @@ fn lost_gpu_reported_down_others_complete() {
         2,
         "only up and down_reason for the lost GPU: {gpu2:?}"
     );
-    for gpu in [0, 1, 3] {
-        assert!(text.contains(&format!("nvidia_gpu_power_watts{{gpu=\"{gpu}\"")));
+    for gpu in ["0", "1", "3"] {
+        let power = value(&samples, "nvidia_gpu_power_watts", &[("gpu", gpu)]);
+        assert!(power.is_some(), "GPU {gpu}");
     }
-    assert!(text.contains("nvidia_gpu_collector_up 1\n"));
+    assert_eq!(lookup(&samples, "nvidia_gpu_collector_up"), Some(1.0));
 }
 
 #[test]
@@ -35,16 +37,10 @@ fn init_failures_write_only_collector_metrics_with_reason() {
         ("init-unknown", "unknown"),
     ] {
         let (text, samples) = golden_case(scenario_name, scenario_name, &[], 3);
-        assert!(
-            text.contains("nvidia_gpu_collector_up 0\n"),
-            "{scenario_name}"
-        );
-        assert!(
-            text.contains(&format!(
-                "nvidia_gpu_collector_error{{reason=\"{reason}\"}} 1\n"
-            )),
-            "{scenario_name}: {text}"
-        );
+        let up = lookup(&samples, "nvidia_gpu_collector_up");
+        assert_eq!(up, Some(0.0), "{scenario_name}");
+        let error = format!("nvidia_gpu_collector_error{{reason=\"{reason}\"}}");
+        assert_eq!(lookup(&samples, &error), Some(1.0), "{scenario_name}: {text}");
         assert!(
             device_series(&samples).is_empty(),
             "{scenario_name}: {text}"
