@@ -11,18 +11,23 @@ fn gpm_faults_leave_out_only_what_failed() {
     assert_eq!(output.code(), Some(0), "{stderr}");
     let text = String::from_utf8(output.stdout).unwrap();
     promtool_check("gpm-faults", &text);
+    let samples = parsed(&text);
+    let of = |family: &str, gpu: &str| select(&samples, family, &[("gpu", gpu)]);
+    let one = |family: &str, gpu: &str| value(&samples, family, &[("gpu", gpu)]);
     // GPU 0: NaN, 130 % and -1 % are dropped and counted; the rest is kept.
-    assert!(gpu_lines(&text, "nvidia_gpu_sm_active_ratio", 0).is_empty());
-    assert!(gpu_lines(&text, "nvidia_gpu_dram_active_ratio", 0).is_empty());
-    assert_eq!(
-        gpu_lines(&text, "nvidia_gpu_pipe_active_ratio", 0),
-        ["nvidia_gpu_pipe_active_ratio{gpu=\"0\",uuid=\"GPU-0a000000-0000-4000-8000-000000000000\",pipe=\"fp32\"} 0.005"]
+    assert!(of("nvidia_gpu_sm_active_ratio", "0").is_empty());
+    assert!(of("nvidia_gpu_dram_active_ratio", "0").is_empty());
+    let fp32 = Series::new(
+        "nvidia_gpu_pipe_active_ratio",
+        &[
+            ("gpu", "0"),
+            ("uuid", "GPU-0a000000-0000-4000-8000-000000000000"),
+            ("pipe", "fp32"),
+        ],
     );
-    assert_eq!(
-        gpu_lines(&text, "nvidia_gpu_sm_occupancy_ratio", 0).len(),
-        1
-    );
-    assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", 0)[0].ends_with("} 3"));
+    assert_eq!(of("nvidia_gpu_pipe_active_ratio", "0"), [(&fp32, 0.005)]);
+    assert_eq!(of("nvidia_gpu_sm_occupancy_ratio", "0").len(), 1);
+    assert_eq!(one("nvidia_gpu_collector_read_errors", "0"), Some(3.0));
     for impossible in ["NaN", "130", "-1"] {
         assert!(
             stderr.contains(&format!("read {impossible}, which is impossible")),
@@ -31,18 +36,23 @@ fn gpm_faults_leave_out_only_what_failed() {
     }
     // GPU 1: a profiler holds the counters; GPU 2: no permission. Left out with
     // their reason, not counted as read errors, one line each.
-    for (gpu, reason) in [(1, "counters_in_use"), (2, "no_permission")] {
-        assert_eq!(
-            gpu_lines(&text, "nvidia_gpu_gpm_unavailable", gpu),
-            [format!(
-                "nvidia_gpu_gpm_unavailable{{gpu=\"{gpu}\",uuid=\"GPU-0{}000000-0000-4000-8000-000000000000\",reason=\"{reason}\"}} 1",
-                ["a", "b", "c"][gpu as usize]
-            )]
+    for (gpu, reason) in [("1", "counters_in_use"), ("2", "no_permission")] {
+        let uuid = format!(
+            "GPU-0{}000000-0000-4000-8000-000000000000",
+            ["a", "b", "c"][gpu.parse::<usize>().unwrap()]
         );
-        assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", gpu).is_empty());
-        assert!(gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", gpu).is_empty());
-        assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", gpu)[0].ends_with("} 0"));
-        assert!(gpu_lines(&text, "nvidia_gpu_utilization_ratio", gpu)[0].ends_with("} 0.8"));
+        let unavailable = Series::new(
+            "nvidia_gpu_gpm_unavailable",
+            &[("gpu", gpu), ("uuid", &uuid), ("reason", reason)],
+        );
+        assert_eq!(
+            of("nvidia_gpu_gpm_unavailable", gpu),
+            [(&unavailable, 1.0)]
+        );
+        assert!(of("nvidia_gpu_graphics_engine_active_ratio", gpu).is_empty());
+        assert!(of("nvidia_gpu_gpm_window_seconds", gpu).is_empty());
+        assert_eq!(one("nvidia_gpu_collector_read_errors", gpu), Some(0.0));
+        assert_eq!(one("nvidia_gpu_utilization_ratio", gpu), Some(0.8));
         assert_eq!(
             stderr
                 .lines()
@@ -57,11 +67,13 @@ fn gpm_faults_leave_out_only_what_failed() {
         "{stderr}"
     );
     // GPU 3: nvmlGpmMetricsGet fails: a counted read error.
-    assert!(gpu_lines(&text, "nvidia_gpu_collector_read_errors", 3)[0].ends_with("} 1"));
-    assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 3).is_empty());
-    // GPU 4 has no GPM: nothing at all.
-    assert!(!text.contains("{gpu=\"4\",uuid=\"GPU-0e000000-0000-4000-8000-000000000000\",reason"));
-    assert!(device_series(&parsed(&text))
+    assert_eq!(one("nvidia_gpu_collector_read_errors", "3"), Some(1.0));
+    assert!(of("nvidia_gpu_graphics_engine_active_ratio", "3").is_empty());
+    // GPU 4 has no GPM: nothing at all, no reason either.
+    assert!(!samples
+        .keys()
+        .any(|s| s.label("gpu") == Some("4") && s.label("reason").is_some()));
+    assert!(device_series(&samples)
         .iter()
         .all(|s| !(s.label("gpu") == Some("4")
             && (s.name.contains("_active_ratio") || s.name.contains("gpm")))));
@@ -70,7 +82,9 @@ fn gpm_faults_leave_out_only_what_failed() {
     let again = exporter_with_state("gpm-faults", state.path(), &args, &[]);
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(!stderr.contains("GPM metrics"), "{stderr}");
-    assert!(String::from_utf8_lossy(&again.stdout).contains("reason=\"no_permission\"} 1"));
+    let reason = [("gpu", "2"), ("reason", "no_permission")];
+    let unavailable = value(&again.samples(), "nvidia_gpu_gpm_unavailable", &reason);
+    assert_eq!(unavailable, Some(1.0));
 }
 
 #[test]
@@ -93,14 +107,10 @@ fn gpm_window_holds_the_other_reads() {
         "{wall:?}: reads outside the window?"
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    let window: f64 = gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", 0)[0]
-        .rsplit(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
     assert!((0.5..0.6).contains(&window), "{window}");
-    assert!(text.contains("nvidia_gpu_temperature_celsius{gpu=\"0\""));
+    let temperature = value_of(&text, "nvidia_gpu_temperature_celsius", &[("gpu", "0")]);
+    assert!(temperature.is_some(), "{text}");
 }
 
 #[test]
@@ -112,9 +122,10 @@ fn gpm_window_is_honoured_and_zero_turns_it_off() {
     assert!(wall >= Duration::from_millis(200), "{wall:?}");
     let text = String::from_utf8(output.stdout).unwrap();
     for gpu in 0..8 {
-        let line = gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", gpu);
-        let window: f64 = line[0].rsplit(' ').next().unwrap().parse().unwrap();
-        assert!((0.2..0.5).contains(&window), "{line:?}");
+        let gpu = gpu.to_string();
+        let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", &gpu)]);
+        let window = window.unwrap_or_else(|| panic!("GPU {gpu}: no window"));
+        assert!((0.2..0.5).contains(&window), "GPU {gpu}: {window}");
     }
     let output = exporter("h100x8", &["--stdout", "--gpm-window", "0"]);
     let text = String::from_utf8(output.stdout).unwrap();
@@ -149,8 +160,11 @@ fn gpm_pause_file_pauses_sampling() {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(text.matches("reason=\"paused\"} 1\n").count(), 8);
-    assert!(!text.contains("nvidia_gpu_sm_active_ratio{"));
+    let samples = parsed(&text);
+    let paused = select(&samples, "nvidia_gpu_gpm_unavailable", &[("reason", "paused")]);
+    assert_eq!(paused.len(), 8, "{text}");
+    assert!(paused.iter().all(|(_, v)| *v == 1.0), "{paused:?}");
+    assert!(select(&samples, "nvidia_gpu_sm_active_ratio", &[]).is_empty());
 }
 
 #[test]
@@ -205,19 +219,29 @@ fn gpm_window_cut_short_by_the_deadline_is_left_out() {
     assert_eq!(output.code(), Some(0), "{stderr}");
     let text = String::from_utf8(output.stdout).unwrap();
     // Said in the file and logged once (not again while it stays so).
-    assert!(
-        text.contains(
-            r#"uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10",reason="window_too_short"} 1"#
-        ),
+    let samples = parsed(&text);
+    let too_short = [
+        ("gpu", "0"),
+        ("uuid", "GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"),
+        ("reason", "window_too_short"),
+    ];
+    assert_eq!(
+        lookup(&samples, &Series::new("nvidia_gpu_gpm_unavailable", &too_short).to_string()),
+        Some(1.0),
         "{text}"
     );
     assert!(
         stderr.contains("GPU 0: GPM metrics (window_too_short) left out"),
         "{stderr}"
     );
-    assert!(gpu_lines(&text, "nvidia_gpu_gpm_window_seconds", 0).is_empty());
-    assert!(gpu_lines(&text, "nvidia_gpu_graphics_engine_active_ratio", 0).is_empty());
-    assert!(gpu_lines(&text, "nvidia_gpu_utilization_ratio", 0)[0].contains("} 0.97"));
+    let of = |family: &str| select(&samples, family, &[("gpu", "0")]);
+    assert!(of("nvidia_gpu_gpm_window_seconds").is_empty());
+    assert!(of("nvidia_gpu_graphics_engine_active_ratio").is_empty());
+    let utilization = value(&samples, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]);
+    assert!(
+        utilization.is_some_and(|u| (0.97..0.98).contains(&u)),
+        "{text}"
+    );
 }
 
 /// A window the exporter chooses (`auto`) leaves the other reads room to run

@@ -334,12 +334,6 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
 
-/// The lines of `family` (with its `{`), of GPU `gpu`.
-fn gpu_lines<'t>(text: &'t str, family: &str, gpu: u32) -> Vec<&'t str> {
-    let prefix = format!("{family}{{gpu=\"{gpu}\",");
-    text.lines().filter(|l| l.starts_with(&prefix)).collect()
-}
-
 /// Three runs of duty-cycle 10 s apart, the second with `errors` on its GPU:
 /// the busy total keeps growing under the GPU's own UUID.
 fn busy_counters_survive(errors: &str) {
