@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn collectors_can_be_switched() {
-    let (text, _) = golden_case(
+    let (text, samples) = golden_case(
         "h100x8-minimal",
         "h100x8",
         &[
@@ -20,7 +20,8 @@ fn collectors_can_be_switched() {
     assert!(!text.contains("nvidia_gpu_nvlink_"));
     assert!(!text.contains("nvidia_gpu_clock_hertz"));
     assert!(!text.contains("nvidia_gpu_ecc_"));
-    assert!(text.contains("nvidia_gpu_power_watts"));
+    let power = select(&samples, "nvidia_gpu_power_watts", &[]);
+    assert_eq!(power.len(), 8, "{text}");
 }
 
 /// The labels of every sample of every golden file, beyond `gpu` and `uuid`,
@@ -219,11 +220,10 @@ fn no_series_is_ever_written_twice() {
         .stdout,
     )
     .unwrap();
-    let pid = text
-        .lines()
-        .find(|l| {
-            l.starts_with("nvidia_gpu_process_memory_used_bytes{") && l.contains("pid=\"61377\"")
-        })
-        .unwrap();
-    assert!(pid.ends_with(" 7516193768"), "{pid}");
+    let memory = value(
+        &parsed(&text),
+        "nvidia_gpu_process_memory_used_bytes",
+        &[("pid", "61377")],
+    );
+    assert_eq!(memory, Some(7516193768.0), "{text}");
 }

@@ -45,10 +45,7 @@ fn gpm_faults_leave_out_only_what_failed() {
             "nvidia_gpu_gpm_unavailable",
             &[("gpu", gpu), ("uuid", &uuid), ("reason", reason)],
         );
-        assert_eq!(
-            of("nvidia_gpu_gpm_unavailable", gpu),
-            [(&unavailable, 1.0)]
-        );
+        assert_eq!(of("nvidia_gpu_gpm_unavailable", gpu), [(&unavailable, 1.0)]);
         assert!(of("nvidia_gpu_graphics_engine_active_ratio", gpu).is_empty());
         assert!(of("nvidia_gpu_gpm_window_seconds", gpu).is_empty());
         assert_eq!(one("nvidia_gpu_collector_read_errors", gpu), Some(0.0));
@@ -161,7 +158,11 @@ fn gpm_pause_file_pauses_sampling() {
     );
     let text = String::from_utf8(output.stdout).unwrap();
     let samples = parsed(&text);
-    let paused = select(&samples, "nvidia_gpu_gpm_unavailable", &[("reason", "paused")]);
+    let paused = select(
+        &samples,
+        "nvidia_gpu_gpm_unavailable",
+        &[("reason", "paused")],
+    );
     assert_eq!(paused.len(), 8, "{text}");
     assert!(paused.iter().all(|(_, v)| *v == 1.0), "{paused:?}");
     assert!(select(&samples, "nvidia_gpu_sm_active_ratio", &[]).is_empty());
@@ -226,7 +227,10 @@ fn gpm_window_cut_short_by_the_deadline_is_left_out() {
         ("reason", "window_too_short"),
     ];
     assert_eq!(
-        lookup(&samples, &Series::new("nvidia_gpu_gpm_unavailable", &too_short).to_string()),
+        lookup(
+            &samples,
+            &Series::new("nvidia_gpu_gpm_unavailable", &too_short).to_string()
+        ),
         Some(1.0),
         "{text}"
     );

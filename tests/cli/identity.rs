@@ -125,7 +125,10 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
         let gone = r#"{gpu="1",uuid="GPU-c41e7b92-6d30-4a8f-b1e5-7d09f2c6a354""#;
         for (series, want) in [
             (format!("nvidia_gpu_up{gone}}}"), 0.0),
-            (format!(r#"nvidia_gpu_down_reason{gone},reason="not_enumerated"}}"#), 1.0),
+            (
+                format!(r#"nvidia_gpu_down_reason{gone},reason="not_enumerated"}}"#),
+                1.0,
+            ),
             (format!("nvidia_gpu_xid_errors_total{gone}}}"), 1.0),
         ] {
             assert_eq!(lookup(&samples, &series), Some(want), "{series}:\n{text}");

@@ -9,7 +9,10 @@ use super::*;
 #[test]
 fn lost_gpu_reported_down_others_complete() {
     let (text, samples) = golden_case("lost-gpu", "lost-gpu", &[], 4);
-    assert_eq!(lookup(&samples, r#"nvidia_gpu_up{gpu="2",uuid=""}"#), Some(0.0));
+    assert_eq!(
+        lookup(&samples, r#"nvidia_gpu_up{gpu="2",uuid=""}"#),
+        Some(0.0)
+    );
     let reason = r#"nvidia_gpu_down_reason{gpu="2",uuid="",reason="gpu_lost"}"#;
     assert_eq!(lookup(&samples, reason), Some(1.0), "{text}");
     let gpu2: Vec<_> = device_series(&samples)
@@ -40,7 +43,11 @@ fn init_failures_write_only_collector_metrics_with_reason() {
         let up = lookup(&samples, "nvidia_gpu_collector_up");
         assert_eq!(up, Some(0.0), "{scenario_name}");
         let error = format!("nvidia_gpu_collector_error{{reason=\"{reason}\"}}");
-        assert_eq!(lookup(&samples, &error), Some(1.0), "{scenario_name}: {text}");
+        assert_eq!(
+            lookup(&samples, &error),
+            Some(1.0),
+            "{scenario_name}: {text}"
+        );
         assert!(
             device_series(&samples).is_empty(),
             "{scenario_name}: {text}"

@@ -44,35 +44,42 @@ fn processes_are_attributed_from_procfs() {
     assert_eq!(output.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
     promtool_check("processes", &text);
-    let line = |pid: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with("nvidia_gpu_process_memory_used_bytes{")
-                    && l.contains(&format!("pid=\"{pid}\""))
-            })
-            .unwrap_or_else(|| panic!("no series for pid {pid}:\n{text}"))
-            .to_owned()
+    let samples = parsed(&text);
+    // The process's series without its GPU's labels, and its value.
+    let series = |pid: &str| {
+        let found = select(
+            &samples,
+            "nvidia_gpu_process_memory_used_bytes",
+            &[("pid", pid)],
+        );
+        assert_eq!(found.len(), 1, "pid {pid}:\n{text}");
+        (found[0].0.without(&["gpu", "uuid"]), found[0].1)
     };
-    let slurm = line("301122");
-    assert!(
-        slurm.contains(
-            "comm=\"python\",user=\"root\",systemd_unit=\"slurmstepd.scope\",slurm_job_id=\"4711\""
-        ),
-        "{slurm}"
-    );
-    assert!(slurm.ends_with("} 77842087936"), "{slurm}");
-    let container = line("301123");
-    assert!(
-        container.contains("comm=\"tricky\\\"comm\\\\\""),
+    let owner = |pid, labels: &[(&str, &str)]| {
+        let mut all = vec![("pid", pid)];
+        all.extend_from_slice(labels);
+        Series::new("nvidia_gpu_process_memory_used_bytes", &all)
+    };
+    let slurm = [
+        ("comm", "python"),
+        ("user", "root"),
+        ("systemd_unit", "slurmstepd.scope"),
+        ("slurm_job_id", "4711"),
+    ];
+    assert_eq!(series("301122"), (owner("301122", &slurm), 77842087936.0));
+    let (container, _) = series("301123");
+    assert_eq!(
+        container.label("comm"),
+        Some("tricky\"comm\\"),
         "{container}"
     );
-    assert!(
-        container.contains(&format!("container_id=\"{docker}\"")),
+    assert_eq!(
+        container.label("container_id"),
+        Some(docker.as_str()),
         "{container}"
     );
     // A pid with no /proc entry (another pid namespace, or gone) keeps only its pid.
-    let gone = line("77310");
-    assert!(gone.contains("pid=\"77310\"} "), "{gone}");
+    assert_eq!(series("77310").0, owner("77310", &[]));
 }
 
 /// Per process: the mean SM utilization since the previous run, with the same

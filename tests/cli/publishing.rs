@@ -17,7 +17,7 @@ fn publishes_world_readable_file_and_no_temp_files() {
     let file = dir.path().join("nvidia_gpu.prom");
     assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o644);
     let text = fs::read_to_string(&file).unwrap();
-    assert!(text.contains("nvidia_gpu_collector_up 1\n"));
+    assert_eq!(lookup(&parsed(&text), "nvidia_gpu_collector_up"), Some(1.0));
     let mut names: Vec<String> = fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -58,11 +58,13 @@ fn busy_lock_writes_busy_unless_the_holder_published_meanwhile() {
     let output = exporter("h100x8", &["--output-dir", out, "--timeout", "300ms"]);
     assert_eq!(output.code(), Some(6));
     let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
-    assert!(
-        text.contains("nvidia_gpu_collector_error{reason=\"busy\"} 1\n"),
+    let samples = parsed(&text);
+    assert_eq!(
+        lookup(&samples, r#"nvidia_gpu_collector_error{reason="busy"}"#),
+        Some(1.0),
         "{text}"
     );
-    assert!(device_series(&parsed(&text)).is_empty());
+    assert!(device_series(&samples).is_empty());
 
     // A holder that publishes while we wait: its fresh file stays.
     let child = Command::new(EXE)

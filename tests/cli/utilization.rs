@@ -45,8 +45,12 @@ fn duty_cycle_is_read_completely_every_window() {
         ),
         Some(0.03)
     );
-    assert!(!text.contains("engine=\"decoder\""), "{text}");
-    assert!(text.contains("nvidia_gpu_collector_state_ok 1\n"));
+    let samples = parsed(&text);
+    let decoder = samples
+        .keys()
+        .filter(|s| s.label("engine") == Some("decoder"));
+    assert_eq!(decoder.count(), 0, "{text}");
+    assert_eq!(lookup(&samples, "nvidia_gpu_collector_state_ok"), Some(1.0));
 }
 
 /// A timer period longer than NVML's buffer: the missing time is not invented,
@@ -135,7 +139,10 @@ fn a_gpu_reset_continues_the_counters() {
 fn missing_or_corrupt_state_still_publishes() {
     let state = tempfile::tempdir().unwrap();
     let first = run_at("duty-cycle", state.path(), T0, &[]);
-    assert!(first.contains("nvidia_gpu_collector_state_ok 0\n"));
+    assert_eq!(
+        lookup(&parsed(&first), "nvidia_gpu_collector_state_ok"),
+        Some(0.0)
+    );
     fs::write(state.path().join("state"), "garbage\n").unwrap();
     let output = exporter_with_state(
         "duty-cycle",
@@ -145,7 +152,10 @@ fn missing_or_corrupt_state_still_publishes() {
     );
     assert_eq!(output.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
-    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"));
+    assert_eq!(
+        lookup(&parsed(&text), "nvidia_gpu_collector_state_ok"),
+        Some(0.0)
+    );
     let (_, sampled, ratio) = window_of(&text);
     assert!(close(sampled, 14.2));
     assert!(ratio.is_some());
@@ -169,10 +179,14 @@ fn mig_mode_falls_back_to_the_point_reading() {
         ),
         Some(0.07)
     );
-    assert!(!text.contains("nvidia_gpu_busy_seconds_total{"));
+    let file = exposition::parse_all(&text).unwrap();
+    assert!(select(&file.samples, "nvidia_gpu_busy_seconds_total", &[]).is_empty());
+    let help = file.families["nvidia_gpu_utilization_ratio"]
+        .help
+        .as_deref();
     assert!(
-        text.contains("# HELP nvidia_gpu_utilization_ratio ")
-            && text.contains("(MIG mode), the point reading")
+        help.is_some_and(|h| h.contains("(MIG mode), the point reading")),
+        "{help:?}"
     );
 }
 
@@ -236,18 +250,22 @@ fn a_run_without_the_state_leaves_the_totals_out() {
     );
     let text = String::from_utf8(locked.stdout.clone()).unwrap();
     assert_eq!(busy(&locked), None, "{text}");
-    assert!(
-        !text.contains("nvidia_gpu_sampled_seconds_total{"),
-        "{text}"
-    );
-    assert!(!text.contains("nvidia_gpu_xid_errors_total{"), "{text}");
-    assert!(
-        text.contains("nvidia_gpu_collector_success{collector=\"xid\"} 0\n"),
-        "{text}"
-    );
-    assert!(text.contains("nvidia_gpu_collector_state_ok 0\n"), "{text}");
+    let samples = parsed(&text);
+    for family in [
+        "nvidia_gpu_sampled_seconds_total",
+        "nvidia_gpu_xid_errors_total",
+    ] {
+        assert!(select(&samples, family, &[]).is_empty(), "{family}: {text}");
+    }
+    for (series, want) in [
+        ("nvidia_gpu_collector_success{collector=\"xid\"}", 0.0),
+        ("nvidia_gpu_collector_state_ok", 0.0),
+    ] {
+        assert_eq!(lookup(&samples, series), Some(want), "{series}: {text}");
+    }
     // The window's own ratio is still published.
-    assert!(text.contains("nvidia_gpu_utilization_ratio{"), "{text}");
+    let ratio = select(&samples, "nvidia_gpu_utilization_ratio", &[]);
+    assert!(!ratio.is_empty(), "{text}");
     drop(lock);
     let after = stored_run("duty-cycle", state.path(), T0 + 30 * SECOND, &[]);
     assert!(busy(&after).unwrap() > before);
