@@ -71,3 +71,12 @@ fn unit_start_timeout_outlasts_every_allowed_timeout() {
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
 }
+
+fn bad_input(args: &[&str], status: i32, message: &str) {
+    let output = Command::new(EXE).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(status), "{args:?}: {stderr}");
+    let first = stderr.lines().next().unwrap_or("");
+    assert!(first.contains(message), "{args:?}: first line {first:?}");
+    assert!(output.stdout.is_empty());
+}

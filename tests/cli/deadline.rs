@@ -50,7 +50,7 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
             std::thread::sleep(Duration::from_millis(1000));
             drop(lock);
         });
-        let started = now();
+        let started = golden::now();
         let mut run = ex()
             .run(scenario_name)
             .output_dir(dir.path())
@@ -58,7 +58,7 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
             .own_process_group()
             .finish()
             .unwrap();
-        let ended = now();
+        let ended = golden::now();
         releaser.join().unwrap();
         let at = format!("{scenario_name}: {run:?}");
         assert_eq!(run.code(), Some(5), "{at}");
@@ -103,7 +103,7 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
 /// the process and all it started gone right after.
 #[test]
 fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
-    let (dir, state) = seeded("fault-read-error", false);
+    let (dir, state) = ex().seeded("fault-read-error", false);
     let lock = fs::File::open(dir.path().join(test_support::LOCK_FILE)).unwrap();
     lock.lock().unwrap();
     let releaser = std::thread::spawn(move || {

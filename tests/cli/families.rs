@@ -4,7 +4,8 @@ use super::*;
 
 #[test]
 fn collectors_can_be_switched() {
-    let (text, samples) = golden_case(
+    let (text, samples) = golden::case(
+        ex(),
         "h100x8-minimal",
         "h100x8",
         &[
@@ -226,4 +227,18 @@ fn no_series_is_ever_written_twice() {
         &[("pid", "61377")],
     );
     assert_eq!(memory, Some(7516193768.0), "{text}");
+}
+
+/// The exit status a run of `scenario_name` with only `collector` must have:
+/// 3 where NVML is unusable, 4 where a GPU is down (in fault-lost-midread only
+/// when the collector makes the call that finds it lost: the temperature, read
+/// by `thermal`), else 0.
+fn expected_status(scenario_name: &str, collector: &str) -> i32 {
+    match scenario_name {
+        "fault-device-count" => 3,
+        s if s.starts_with("init-") => 3,
+        "lost-gpu" | "fault-handle-error" => 4,
+        "fault-lost-midread" if collector == "thermal" => 4,
+        _ => 0,
+    }
 }

@@ -6,11 +6,11 @@ use super::*;
 fn gpm_faults_leave_out_only_what_failed() {
     let state = tempfile::tempdir().unwrap();
     let args = ["--stdout", "--write-state", "--gpm-window", "200ms"];
-    let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    let output = ex().run_args("gpm-faults", state.path(), &args, &[]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.code(), Some(0), "{stderr}");
     let text = String::from_utf8(output.stdout).unwrap();
-    promtool_check("gpm-faults", &text);
+    assert_promtool("gpm-faults", &text);
     let samples = parsed(&text);
     let of = |family: &str, gpu: &str| select(&samples, family, &[("gpu", gpu)]);
     let one = |family: &str, gpu: &str| value(&samples, family, &[("gpu", gpu)]);
@@ -76,7 +76,7 @@ fn gpm_faults_leave_out_only_what_failed() {
             && (s.name.contains("_active_ratio") || s.name.contains("gpm")))));
 
     // The next run says nothing more about what has not changed.
-    let again = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    let again = ex().run_args("gpm-faults", state.path(), &args, &[]);
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(!stderr.contains("GPM metrics"), "{stderr}");
     let reason = [("gpu", "2"), ("reason", "no_permission")];
@@ -92,10 +92,10 @@ fn gpm_window_holds_the_other_reads() {
     // the window, not window + reads.
     let state = tempfile::tempdir().unwrap();
     let args = ["--stdout", "--write-state", "--gpm-window", "500ms"];
-    let first = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    let first = ex().run_args("gpm-faults", state.path(), &args, &[]);
     assert_eq!(first.code(), Some(0));
     let started = Instant::now();
-    let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+    let output = ex().run_args("gpm-faults", state.path(), &args, &[]);
     let wall = started.elapsed();
     assert_eq!(output.code(), Some(0));
     assert!(wall >= Duration::from_millis(500), "{wall:?}");
@@ -104,9 +104,9 @@ fn gpm_window_holds_the_other_reads() {
         "{wall:?}: reads outside the window?"
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
+    let window = value_in(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
     assert!((0.5..0.6).contains(&window), "{window}");
-    let temperature = value_of(&text, "nvidia_gpu_temperature_celsius", &[("gpu", "0")]);
+    let temperature = value_in(&text, "nvidia_gpu_temperature_celsius", &[("gpu", "0")]);
     assert!(temperature.is_some(), "{text}");
 }
 
@@ -120,7 +120,7 @@ fn gpm_window_is_honoured_and_zero_turns_it_off() {
     let text = String::from_utf8(output.stdout).unwrap();
     for gpu in 0..8 {
         let gpu = gpu.to_string();
-        let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", &gpu)]);
+        let window = value_in(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", &gpu)]);
         let window = window.unwrap_or_else(|| panic!("GPU {gpu}: no window"));
         assert!((0.2..0.5).contains(&window), "GPU {gpu}: {window}");
     }
@@ -210,7 +210,7 @@ fn gpm_window_cut_short_by_the_deadline_is_left_out() {
         .replace("[system]\n", "[system]\ninit_delay_ms = 1350\n");
     fs::write(&path, text).unwrap();
     let state = tempfile::tempdir().unwrap();
-    let output = exporter_with_state(
+    let output = ex().run_args(
         "h100x8",
         state.path(),
         &["--stdout", "--timeout", "2s"],
@@ -266,7 +266,7 @@ fn slow_reads_fit_an_auto_window() {
         ];
         args.extend_from_slice(mode);
         for run in 0..2 {
-            let output = exporter_with_state("gpm-faults", state.path(), &args, &[]);
+            let output = ex().run_args("gpm-faults", state.path(), &args, &[]);
             assert_eq!(output.code(), Some(0), "{mode:?} run {run}: {output:?}");
             let text = String::from_utf8(output.stdout).unwrap();
             // The window chosen, 1.96 s, shortened where the reads need the
@@ -275,7 +275,7 @@ fn slow_reads_fit_an_auto_window() {
             // its reads do, before the other GPUs' reads and closes (a first
             // run expects 5 x 130 ms of them, and half as much again).
             let shortest = if mode.is_empty() { 1.8 } else { 1.2 };
-            let window = value_of(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
+            let window = value_in(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
             assert!(
                 (shortest..2.4).contains(&window),
                 "{mode:?} run {run}: {window}"

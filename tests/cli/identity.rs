@@ -1,5 +1,6 @@
 //! Which GPU is which from run to run: UUIDs kept, GPUs lost or gone, identities that cannot be told.
 
+use super::xid::{GPU0, GPU0_79};
 use super::*;
 
 #[test]
@@ -9,7 +10,7 @@ fn lost_gpu_keeps_the_uuid_it_had() {
     let state = dir.path().join("state");
     // A healthy run (the same scenario without its faults) lets the state
     // learn every GPU's identity.
-    let healthy = exporter_with_state(
+    let healthy = ex().run_args(
         "lost-gpu",
         &state,
         &["--output-dir", out],
@@ -25,7 +26,7 @@ fn lost_gpu_keeps_the_uuid_it_had() {
     );
     // Then GPU 2 is lost, twice in a row: it keeps its UUID both times.
     for run in 1..=2 {
-        let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
+        let output = ex().run_args("lost-gpu", &state, &["--output-dir", out], &[]);
         assert_eq!(output.code(), Some(4), "run {run}");
         let samples = output.samples();
         for (series, want) in [
@@ -46,7 +47,7 @@ fn lost_gpu_keeps_the_uuid_it_had() {
         "nvidia-textfile-exporter-state 1\nboot x\n",
     )
     .unwrap();
-    let output = exporter_with_state("lost-gpu", &state, &["--output-dir", out], &[]);
+    let output = ex().run_args("lost-gpu", &state, &["--output-dir", out], &[]);
     assert_eq!(output.code(), Some(4));
     let samples = output.samples();
     assert_eq!(lookup(&samples, "nvidia_gpu_collector_state_ok"), Some(0.0));
@@ -137,7 +138,7 @@ fn a_gpu_that_leaves_enumeration_is_reported_down() {
         let now = r#"nvidia_gpu_up{gpu="1",uuid="GPU-7e2d94a1-38c5-4f0b-a6d7-e51b0c83f926"}"#;
         assert_eq!(lookup(&samples, now), Some(1.0), "{text}");
         assert_eq!(select(&samples, "nvidia_gpu_up", &[]).len(), 8, "{text}");
-        promtool_check("not-enumerated", text);
+        assert_promtool("not-enumerated", text);
     }
 }
 
@@ -177,14 +178,14 @@ fn a_uuid_read_failure_keeps_the_gpu_up_with_all_its_readings() {
 #[test]
 fn gpus_without_an_identity_of_their_own_publish_no_totals() {
     let dir = tempfile::tempdir().unwrap();
-    let unknown = duty_cycle_with(dir.path(), "unknown", |t| {
+    let unknown = ex().edited("duty-cycle", dir.path(), "unknown", |t| {
         t.replacen(
             "[[gpu]]\n",
             "[[gpu]]\nerrors = { nvmlDeviceGetUUID = \"UNKNOWN\" }\n",
             1,
         )
     });
-    let twins = duty_cycle_with(dir.path(), "twins", |t| {
+    let twins = ex().edited("duty-cycle", dir.path(), "twins", |t| {
         let gpu = &t[t.find("[[gpu]]").unwrap()..];
         let second = gpu.replace("00000000:19:00.0", "00000000:1A:00.0");
         format!("{t}\n{second}")
@@ -192,7 +193,12 @@ fn gpus_without_an_identity_of_their_own_publish_no_totals() {
     for scenario in [unknown, twins] {
         let state = tempfile::tempdir().unwrap();
         for n in 0..3 {
-            let output = stored_run(&scenario, state.path(), T0 + n * 15 * SECOND, &[]);
+            let output = ex().stored_run(
+                scenario.to_str().unwrap(),
+                state.path(),
+                T0 + n * 15 * SECOND,
+                &[],
+            );
             let text = String::from_utf8(output.stdout).unwrap();
             let samples = parsed(&text);
             let up = value(&samples, "nvidia_gpu_up", &[("gpu", "0")]);
@@ -203,7 +209,7 @@ fn gpus_without_an_identity_of_their_own_publish_no_totals() {
             ] {
                 assert!(select(&samples, family, &[]).is_empty(), "{text}");
             }
-            promtool_check("no-own-identity", &text);
+            assert_promtool("no-own-identity", &text);
         }
     }
 }
@@ -218,14 +224,14 @@ fn an_index_two_known_gpus_share_tells_no_identity() {
     let dir = tempfile::tempdir().unwrap();
     let journal = tempfile::tempdir().unwrap();
     let run = |path: &Path| {
-        let output = journal_run(path.to_str().unwrap(), state.path(), journal.path());
+        let output = ex().journal_run(path.to_str().unwrap(), state.path(), journal.path());
         String::from_utf8(output.stdout).unwrap()
     };
-    run(&edited_scenario(dir.path(), "healthy", |t| t));
-    run(&edited_scenario(dir.path(), "seven", seven));
+    run(&ex().edited("h100x8", dir.path(), "healthy", |t| t));
+    run(&ex().edited("h100x8", dir.path(), "seven", seven));
     // The GPU now at index 1 (GPU-7e2d…, formerly index 2) reads neither its
     // UUID nor its bus id.
-    let text = run(&edited_scenario(dir.path(), "unreadable", |t| {
+    let text = run(&ex().edited("h100x8", dir.path(), "unreadable", |t| {
         let t = seven(t);
         let second = t.match_indices("[[gpu]]\n").nth(1).unwrap().0 + "[[gpu]]\n".len();
         format!(
@@ -245,4 +251,86 @@ fn an_index_two_known_gpus_share_tells_no_identity() {
     });
     assert_eq!(either.count(), 0, "{text}");
     assert!(!text.contains("not_enumerated"), "{text}");
+}
+
+/// Three runs of duty-cycle 10 s apart, the second with `errors` on its GPU:
+/// the busy total keeps growing under the GPU's own UUID.
+fn busy_counters_survive(errors: &str) {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let failing = fs::read_to_string(scenario("duty-cycle"))
+        .unwrap()
+        .replacen("[[gpu]]\n", &format!("[[gpu]]\n{errors}\n"), 1);
+    let failing_path = dir.path().join("uuid-fails.toml");
+    fs::write(&failing_path, failing).unwrap();
+    let busy =
+        |text: &str| value_in(text, "nvidia_gpu_busy_seconds_total", &[("engine", "gpu")]).unwrap();
+    let first = ex().run_at("duty-cycle", state.path(), T0, &[]);
+    let clock = (T0 + 10 * SECOND).to_string();
+    let output = ex().run_args(
+        "duty-cycle",
+        state.path(),
+        &["--stdout", "--write-state"],
+        &[
+            ("FAKE_NVML_SCENARIO", failing_path.to_str().unwrap()),
+            ("FAKE_NVML_CLOCK_US", &clock),
+        ],
+    );
+    let second = String::from_utf8(output.stdout).unwrap();
+    let third = ex().run_at("duty-cycle", state.path(), T0 + 20 * SECOND, &[]);
+    let own = "GPU-d0c7c1e5-5a1e-4b0d-9c3e-200000000001";
+    let samples = parsed(&second);
+    assert_eq!(uuid_of(&samples, "0").as_deref(), Some(own), "{second}");
+    let engine = [("uuid", own), ("engine", "gpu")];
+    let under_own = value(&samples, "nvidia_gpu_busy_seconds_total", &engine);
+    assert!(under_own.is_some(), "{second}");
+    assert!(
+        busy(&second) > busy(&first),
+        "{} then {}",
+        busy(&first),
+        busy(&second)
+    );
+    assert!(
+        busy(&third) > busy(&second),
+        "{} then {}",
+        busy(&second),
+        busy(&third)
+    );
+}
+
+/// A healthy h100x8 run with a state directory, then a kernel line `xid` in
+/// the journal and runs of h100x8 changed by `edit` (their exit statuses,
+/// texts and standard errors, `runs` of them): how a GPU that fails after a
+/// good run is reported.
+fn after_a_healthy_run(
+    xid: &str,
+    edit: impl FnOnce(String) -> String,
+    runs: usize,
+) -> Vec<(Option<i32>, String, String)> {
+    let (state, dir, journal) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let run = |scenario_file: &Path| {
+        let output = ex().journal_run(
+            scenario_file.to_str().unwrap(),
+            state.path(),
+            journal.path(),
+        );
+        (
+            output.code(),
+            String::from_utf8(output.stdout.clone()).unwrap(),
+            output.err(),
+        )
+    };
+    let healthy = ex().edited("h100x8", dir.path(), "healthy", |text| text);
+    assert_eq!(run(&healthy).0, Some(0));
+    write_journal(
+        journal.path(),
+        "system.journal",
+        &journal_entry(5_000_000, "kernel", xid),
+    );
+    let failing = ex().edited("h100x8", dir.path(), "failing", edit);
+    (0..runs).map(|_| run(&failing)).collect()
 }

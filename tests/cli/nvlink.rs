@@ -4,7 +4,8 @@ use super::*;
 
 #[test]
 fn nvlink_counters_come_from_one_batched_read() {
-    let (_, samples) = golden_case(
+    let (_, samples) = golden::case(
+        ex(),
         "nvlink-fields",
         "nvlink-fields",
         &["--no-collector", "mig", "--collector", "nvlink-links"],
@@ -232,7 +233,7 @@ fn per_link_families_only_with_the_opt_in_collector() {
 /// degraded GPU says degraded bandwidth and limited capacity, nothing else.
 #[test]
 fn hgx_fabric_completed_healthy_and_degraded() {
-    let (_, samples) = golden_case("hgx-h100-fabric", "hgx-h100-fabric", &[], 0);
+    let (_, samples) = golden::case(ex(), "hgx-h100-fabric", "hgx-h100-fabric", &[], 0);
     let condition = |gpu, condition| {
         gpu_value(
             &samples,
@@ -280,7 +281,7 @@ fn hgx_fabric_completed_healthy_and_degraded() {
 #[test]
 fn fabric_from_older_drivers_gives_what_they_have() {
     let dir = tempfile::tempdir().unwrap();
-    let v2 = scenario_edited(
+    let v2 = ex().replaced(
         dir.path(),
         "hgx-h100-fabric",
         &[(
@@ -311,7 +312,7 @@ fn fabric_from_older_drivers_gives_what_they_have() {
     );
     assert!(run.stderr.is_empty(), "{run:?}");
 
-    let lib = fake_without(dir.path(), &["nvmlDeviceGetGpuFabricInfoV"]);
+    let lib = ex().fake_without(dir.path(), &["nvmlDeviceGetGpuFabricInfoV"]);
     let run = ex()
         .run("hgx-h100-fabric")
         .stdout()
@@ -340,8 +341,9 @@ fn fabric_from_older_drivers_gives_what_they_have() {
 /// times at the ids drivers from 580.82 answer them (269-271).
 #[test]
 fn gb200_nvlink5_counters_and_clique() {
-    golden_case("gb200-nvl72", "gb200-nvl72", &[], 0);
-    let (_, samples) = golden_case(
+    golden::case(ex(), "gb200-nvl72", "gb200-nvl72", &[], 0);
+    let (_, samples) = golden::case(
+        ex(),
         "gb200-nvl72-links",
         "gb200-nvl72",
         &["--collector", "nvlink-links"],
@@ -399,7 +401,7 @@ fn gb200_nvlink5_counters_and_clique() {
 /// B200 on an HGX board: fabric and NVLink 5 counters at zero.
 #[test]
 fn b200_fabric_and_nvlink5() {
-    let (_, samples) = golden_case("b200", "b200", &[], 0);
+    let (_, samples) = golden::case(ex(), "b200", "b200", &[], 0);
     assert_eq!(
         gpu_value(
             &samples,
@@ -417,7 +419,7 @@ fn b200_fabric_and_nvlink5() {
 #[test]
 fn a_link_that_went_down_is_counted_lost() {
     let state = tempfile::tempdir().unwrap();
-    let first = exporter_with_state(
+    let first = ex().run_args(
         "nvlink-fields",
         state.path(),
         &["--stdout", "--write-state"],
@@ -429,7 +431,7 @@ fn a_link_that_went_down_is_counted_lost() {
         Some(0.0)
     );
     let dir = tempfile::tempdir().unwrap();
-    let down = scenario_edited(
+    let down = ex().replaced(
         dir.path(),
         "nvlink-fields",
         &[(
@@ -437,7 +439,7 @@ fn a_link_that_went_down_is_counted_lost() {
             "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
         )],
     );
-    let second = exporter_with_state(&down, state.path(), &["--stdout", "--write-state"], &[]);
+    let second = ex().run_args(&down, state.path(), &["--stdout", "--write-state"], &[]);
     assert_eq!(second.code(), Some(0));
     let samples = second.samples();
     assert_eq!(
@@ -455,12 +457,12 @@ fn a_link_that_went_down_is_counted_lost() {
     );
     // A link asleep (state field 2, NVML_NVLINK_STATE_SLEEP) is not active
     // and not lost.
-    let asleep = scenario_edited(
+    let asleep = ex().replaced(
         dir.path(),
         "nvlink-fields",
         &[("field_values = { ", "field_values = { \"165:1\" = 2, ")],
     );
-    let third = exporter_with_state(&asleep, state.path(), &["--stdout", "--write-state"], &[]);
+    let third = ex().run_args(&asleep, state.path(), &["--stdout", "--write-state"], &[]);
     assert_eq!(third.code(), Some(0), "{}", third.err());
     let samples = third.samples();
     assert_eq!(

@@ -8,7 +8,7 @@ use super::*;
 
 #[test]
 fn lost_gpu_reported_down_others_complete() {
-    let (text, samples) = golden_case("lost-gpu", "lost-gpu", &[], 4);
+    let (text, samples) = golden::case(ex(), "lost-gpu", "lost-gpu", &[], 4);
     assert_eq!(
         lookup(&samples, r#"nvidia_gpu_up{gpu="2",uuid=""}"#),
         Some(0.0)
@@ -39,7 +39,7 @@ fn init_failures_write_only_collector_metrics_with_reason() {
         ("init-lib-rm-version-mismatch", "driver_library_mismatch"),
         ("init-unknown", "unknown"),
     ] {
-        let (text, samples) = golden_case(scenario_name, scenario_name, &[], 3);
+        let (text, samples) = golden::case(ex(), scenario_name, scenario_name, &[], 3);
         let up = lookup(&samples, "nvidia_gpu_collector_up");
         assert_eq!(up, Some(0.0), "{scenario_name}");
         let error = format!("nvidia_gpu_collector_error{{reason=\"{reason}\"}}");
@@ -66,7 +66,7 @@ fn init_failure_stderr_says_what_to_check() {
 
 #[test]
 fn missing_library_is_library_not_found() {
-    let started = now();
+    let started = golden::now();
     let output = ex()
         .run("h100x8")
         .stdout()
@@ -74,8 +74,8 @@ fn missing_library_is_library_not_found() {
         .finish()
         .unwrap();
     assert_eq!(output.code(), Some(3));
-    let text = golden::normalize(&output.stdout, started, now());
-    golden::check(&golden_dir(), "library-not-found", &text);
+    let text = golden::normalize(&output.stdout, started, golden::now());
+    golden::check(&ex().golden_dir(), "library-not-found", &text);
     assert!(output.err().contains("container toolkit"));
 }
 
@@ -131,20 +131,17 @@ fn unusable_nvml_replaces_a_good_file_with_its_reason() {
         ),
         (
             "fault-missing-init",
-            Some(fake_without(libs.path(), &init)),
+            Some(ex().fake_without(libs.path(), &init)),
             "missing_symbol",
         ),
         (
             "h100x8",
-            Some(fake_without(
-                libs.path(),
-                &["nvmlDeviceGetHandleByIndex_v2"],
-            )),
+            Some(ex().fake_without(libs.path(), &["nvmlDeviceGetHandleByIndex_v2"])),
             "missing_symbol",
         ),
     ];
     for (scenario_name, lib, reason) in cases {
-        let (dir, state) = seeded("fault-read-error", false);
+        let (dir, state) = ex().seeded("fault-read-error", false);
         let mut run = ex()
             .run(scenario_name)
             .output_dir(dir.path())
@@ -176,7 +173,7 @@ fn missing_optional_symbols_leave_out_only_their_readings() {
         test_support::scenario::missing_symbols(&test_support::scenario::load(&path).unwrap());
     let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
     assert!(missing.contains(&"nvmlDeviceGetTotalEnergyConsumption"));
-    let lib = fake_without(libs.path(), &missing);
+    let lib = ex().fake_without(libs.path(), &missing);
     let run = ex()
         .run("fault-missing-optional")
         .lib(lib)
@@ -185,7 +182,8 @@ fn missing_optional_symbols_leave_out_only_their_readings() {
     run.assert_status(0);
     assert!(run.stderr.is_empty(), "{run:?}");
     let samples = check_file(&run.path(), None).unwrap();
-    let (energy, rest): (Samples, Samples) = baseline("fault-missing-optional")
+    let (energy, rest): (Samples, Samples) = ex()
+        .baseline("fault-missing-optional")
         .into_iter()
         .partition(|(s, _)| s.name == "nvidia_gpu_energy_joules_total");
     assert!(
@@ -208,7 +206,7 @@ fn missing_optional_symbols_leave_out_only_their_readings() {
 /// without the faults.
 #[test]
 fn a_failing_getter_leaves_out_only_its_reading() {
-    let mut expected = baseline("fault-read-error");
+    let mut expected = ex().baseline("fault-read-error");
     let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let run = ex()
         .run("fault-read-error")
@@ -270,7 +268,7 @@ fn a_gpu_down_keeps_its_uuid_and_the_others_are_unchanged() {
         ("fault-lost-midread", "0", "gpu_lost"),
         ("fault-handle-error", "1", "no_permission"),
     ] {
-        let (dir, state) = seeded(scenario_name, true);
+        let (dir, state) = ex().seeded(scenario_name, true);
         let before = check_file(&dir.path().join(test_support::OUT_FILE), None).unwrap();
         let run = ex()
             .run(scenario_name)

@@ -43,7 +43,7 @@ fn processes_are_attributed_from_procfs() {
     );
     assert_eq!(output.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
-    promtool_check("processes", &text);
+    assert_promtool("processes", &text);
     let samples = parsed(&text);
     // The process's series without its GPU's labels, and its value.
     let series = |pid: &str| {
@@ -105,16 +105,16 @@ fn process_utilization_is_the_mean_since_the_previous_run() {
     ];
     // NVML's per-process entry is a whole percent: the process alone on its
     // GPU reads the GPU's window to within its rounding.
-    let first = run_at("duty-cycle", state.path(), T0, &args);
-    let process = value_of(&first, "nvidia_gpu_process_utilization_ratio", owner).unwrap();
-    let gpu = value_of(&first, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+    let first = ex().run_at("duty-cycle", state.path(), T0, &args);
+    let process = value_in(&first, "nvidia_gpu_process_utilization_ratio", owner).unwrap();
+    let gpu = value_in(&first, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
     assert!((process - gpu).abs() <= 0.005, "{process} {gpu}\n{first}");
     assert_eq!(process, 0.51);
-    assert!(value_of(&first, "nvidia_gpu_process_memory_used_bytes", owner).is_some());
+    assert!(value_in(&first, "nvidia_gpu_process_memory_used_bytes", owner).is_some());
     for run in 1..=2 {
-        let text = run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &args);
+        let text = ex().run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &args);
         assert_eq!(
-            value_of(&text, "nvidia_gpu_process_utilization_ratio", owner),
+            value_in(&text, "nvidia_gpu_process_utilization_ratio", owner),
             Some(0.5)
         );
     }
@@ -127,11 +127,11 @@ fn process_utilization_is_the_mean_since_the_previous_run() {
 fn a_process_reads_what_its_gpu_reads_when_runs_are_longer_apart_than_the_buffer() {
     let state = tempfile::tempdir().unwrap();
     let args = ["--collector", "processes", "--gpm-window", "0"];
-    run_at("duty-cycle", state.path(), T0, &args);
+    ex().run_at("duty-cycle", state.path(), T0, &args);
     for n in 1..=3 {
-        let text = run_at("duty-cycle", state.path(), T0 + n * 15 * SECOND, &args);
-        let gpu = value_of(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
-        let process = value_of(
+        let text = ex().run_at("duty-cycle", state.path(), T0 + n * 15 * SECOND, &args);
+        let gpu = value_in(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+        let process = value_in(
             &text,
             "nvidia_gpu_process_utilization_ratio",
             &[("pid", "4242")],
@@ -154,11 +154,11 @@ fn a_process_reads_its_gpus_utilization_after_a_clock_step() {
     let aligned = now_on_the_sample_grid();
     let state = tempfile::tempdir().unwrap();
     let args = ["--collector", "processes"];
-    stored_run("duty-cycle", state.path(), aligned + 86_400 * SECOND, &args);
-    let stepped = stored_run("duty-cycle", state.path(), aligned - 3_600 * SECOND, &args);
+    ex().stored_run("duty-cycle", state.path(), aligned + 86_400 * SECOND, &args);
+    let stepped = ex().stored_run("duty-cycle", state.path(), aligned - 3_600 * SECOND, &args);
     let text = String::from_utf8(stepped.stdout).unwrap();
-    let gpu = value_of(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
-    let process = value_of(
+    let gpu = value_in(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+    let process = value_in(
         &text,
         "nvidia_gpu_process_utilization_ratio",
         &[("pid", "4242")],

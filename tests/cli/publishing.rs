@@ -202,7 +202,7 @@ fn journal_lines_carry_their_priority() {
 /// left.
 #[test]
 fn a_directory_in_the_files_place_fails_cleanly() {
-    let (dir, state) = seeded("geforce", false);
+    let (dir, state) = ex().seeded("geforce", false);
     let target = dir.path().join(test_support::OUT_FILE);
     fs::remove_file(&target).unwrap();
     fs::create_dir(&target).unwrap();
@@ -233,7 +233,7 @@ fn a_directory_in_the_files_place_fails_cleanly() {
 /// render or a complete busy file, and so is the file left at the end.
 #[test]
 fn overlapping_runs_only_ever_show_complete_files() {
-    let complete = test_support::checks::keys(&baseline("fault-slow"));
+    let complete = test_support::checks::keys(&ex().baseline("fault-slow"));
     let busy = {
         let dir = tempfile::tempdir().unwrap();
         let lock = fs::File::create(dir.path().join(test_support::LOCK_FILE)).unwrap();
@@ -247,7 +247,7 @@ fn overlapping_runs_only_ever_show_complete_files() {
         run.assert_status(6);
         test_support::checks::keys(&check_file(&run.path(), Some("busy")).unwrap())
     };
-    let (dir, state) = seeded("fault-slow", false);
+    let (dir, state) = ex().seeded("fault-slow", false);
     let file = dir.path().join(test_support::OUT_FILE);
     let reader = test_support::Reader::start(
         file.clone(),

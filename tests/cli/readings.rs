@@ -5,7 +5,7 @@ use super::*;
 /// What each golden case shows.
 #[test]
 fn h100x8_healthy_every_gpu_complete() {
-    let (text, samples) = golden_case("h100x8", "h100x8", &[], 0);
+    let (text, samples) = golden::case(ex(), "h100x8", "h100x8", &[], 0);
     for gpu in 0..8 {
         let gpu = gpu.to_string();
         let up = value(&samples, "nvidia_gpu_up", &[("gpu", &gpu)]);
@@ -48,7 +48,7 @@ fn h100x8_healthy_every_gpu_complete() {
 
 #[test]
 fn geforce_unsupported_fields_are_absent_not_zero() {
-    let (text, samples) = golden_case("geforce", "geforce", &[], 0);
+    let (text, samples) = golden::case(ex(), "geforce", "geforce", &[], 0);
     assert!(
         !text.contains("nvidia_gpu_ecc_"),
         "ECC on a card without ECC"
@@ -65,7 +65,7 @@ fn geforce_unsupported_fields_are_absent_not_zero() {
 
 #[test]
 fn mig_devices_listed_under_their_parent() {
-    let (text, samples) = golden_case("h100-mig", "h100-mig", &[], 0);
+    let (_, samples) = golden::case(ex(), "h100-mig", "h100-mig", &[], 0);
     assert_eq!(select(&samples, "nvidia_gpu_mig_info", &[]).len(), 3);
     for profile in ["3g.40gb", "2g.20gb", "1g.10gb"] {
         let info = value(&samples, "nvidia_gpu_mig_info", &[("profile", profile)]);
@@ -99,7 +99,7 @@ fn mig_devices_listed_under_their_parent() {
 
 #[test]
 fn batched_field_values_are_used_before_single_calls() {
-    let (_, samples) = golden_case("fields-preferred", "fields-preferred", &[], 0);
+    let (_, samples) = golden::case(ex(), "fields-preferred", "fields-preferred", &[], 0);
     let id = "gpu=\"0\",uuid=\"GPU-6b1d3e0a-4c52-4f7e-9a18-0d2c5e7b3f41\"";
     for (series, want) in [
         (format!("nvidia_gpu_ecc_enabled{{{id}}}"), 1.0),
@@ -140,11 +140,15 @@ fn the_second_power_reading_is_the_one_the_draw_is_not() {
     // Hopper: the draw is a 1 s average; field 185 is answered but not read.
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path()).0;
+    let text = run_without_gpm(
+        &ex().edited("demo-h100x8", dir.path(), "as-is", |t| t),
+        state.path(),
+    )
+    .0;
     let instant =
-        |text: &str, gpu: &str| value_of(text, "nvidia_gpu_power_instant_watts", &[("gpu", gpu)]);
+        |text: &str, gpu: &str| value_in(text, "nvidia_gpu_power_instant_watts", &[("gpu", gpu)]);
     let average =
-        |text: &str, gpu: &str| value_of(text, "nvidia_gpu_power_average_watts", &[("gpu", gpu)]);
+        |text: &str, gpu: &str| value_in(text, "nvidia_gpu_power_average_watts", &[("gpu", gpu)]);
     for gpu in 0..8 {
         let gpu = gpu.to_string();
         assert!(instant(&text, &gpu).is_some(), "GPU {gpu}:\n{text}");
@@ -187,17 +191,21 @@ fn a_gpu_without_a_video_encoder_reads_no_encoder() {
     // idle encoder, as on a real H200), yet no encoder family is written; the
     // decoder is still read.
     let state = tempfile::tempdir().unwrap();
-    let text = run_without_gpm(&demo_h100x8_with(dir.path(), "as-is", |t| t), state.path()).0;
+    let text = run_without_gpm(
+        &ex().edited("demo-h100x8", dir.path(), "as-is", |t| t),
+        state.path(),
+    )
+    .0;
     assert!(!encoder_families(&text), "{text}");
     assert!(engine(&text, "decoder"), "{text}");
     // The same answers from another chip (AD102, L40S): the encoder is read.
-    let with_encoder = demo_h100x8_with(dir.path(), "with-encoder", |t| {
+    let with_encoder = ex().edited("demo-h100x8", dir.path(), "with-encoder", |t| {
         t.replace("pci_device_id = 0x233010de", "pci_device_id = 0x26b910de")
             .replace("NVIDIA H100 80GB HBM3", "NVIDIA L40S")
     });
     let state = tempfile::tempdir().unwrap();
     let text = run_without_gpm(&with_encoder, state.path()).0;
-    let sessions = value_of(&text, "nvidia_gpu_encoder_sessions", &[("gpu", "7")]);
+    let sessions = value_in(&text, "nvidia_gpu_encoder_sessions", &[("gpu", "7")]);
     assert!(sessions.is_some(), "{text}");
     assert!(engine(&text, "encoder"), "{text}");
 }
@@ -262,7 +270,7 @@ fn shared_readings_are_read_once_per_run() {
     let path = dir.path().join("scenario.toml");
     fs::write(&path, text).unwrap();
     let log = dir.path().join("calls");
-    let output = exporter_with_state(
+    let output = ex().run_args(
         "h100x8",
         &dir.path().join("state"),
         &[
@@ -280,7 +288,7 @@ fn shared_readings_are_read_once_per_run() {
         ],
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    let errors = value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]);
+    let errors = value_in(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]);
     assert_eq!(errors, Some(2.0), "{text}");
     let calls = Calls::read(&log);
     let samples = parsed(&text);
@@ -333,7 +341,7 @@ fn only_not_supported_is_quiet_every_other_code_is_counted() {
         );
         let path = dir.path().join(format!("{code}.toml"));
         fs::write(&path, text).unwrap();
-        let output = exporter_with_state(
+        let output = ex().run_args(
             "h100x8",
             &dir.path().join("state"),
             &["--stdout", "--gpm-window", "0"],
@@ -341,9 +349,9 @@ fn only_not_supported_is_quiet_every_other_code_is_counted() {
         );
         let text = String::from_utf8(output.stdout).unwrap();
         let stderr = String::from_utf8(output.stderr).unwrap();
-        let errors = value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]);
+        let errors = value_in(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]);
         assert_eq!(
-            value_of(&text, "nvidia_gpu_power_watts", &[("gpu", "0")]),
+            value_in(&text, "nvidia_gpu_power_watts", &[("gpu", "0")]),
             None,
             "{code}: power exported"
         );
@@ -361,7 +369,8 @@ fn only_not_supported_is_quiet_every_other_code_is_counted() {
 /// the T.Limit thresholds -8/-2; its link trained at Gen2 x8 of Gen5 x16.
 #[test]
 fn pcie_trained_low_shows_against_its_maxima() {
-    let (_, samples) = golden_case(
+    let (_, samples) = golden::case(
+        ex(),
         "pcie-trained-low",
         "pcie-trained-low",
         &["--collector", "pcie-errors"],
@@ -409,7 +418,7 @@ fn fixed_readings_are_read_once_per_driver() {
     ];
     let logs = tempfile::tempdir().unwrap();
     let (first_log, second_log) = (logs.path().join("first"), logs.path().join("second"));
-    let first = exporter_with_state(
+    let first = ex().run_args(
         "pcie-trained-low",
         state.path(),
         &["--stdout", "--write-state"],
@@ -421,7 +430,7 @@ fn fixed_readings_are_read_once_per_driver() {
         assert_eq!(calls.count(call, "0"), 1, "{call}: {calls:?}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let failing = scenario_edited(
+    let failing = ex().replaced(
         dir.path(),
         "pcie-trained-low",
         &[(
@@ -429,7 +438,7 @@ fn fixed_readings_are_read_once_per_driver() {
             "fabric = { state = 0 }\nerrors = { nvmlDeviceGetGpuFabricInfoV = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkGeneration = \"UNKNOWN\", nvmlDeviceGetMaxPcieLinkWidth = \"UNKNOWN\" }",
         )],
     );
-    let second = exporter_with_state(
+    let second = ex().run_args(
         &failing,
         state.path(),
         &["--stdout", "--write-state"],
@@ -457,7 +466,7 @@ fn fixed_readings_are_read_once_per_driver() {
 #[test]
 fn deprecated_calls_are_replaced_and_any_one_may_be_missing() {
     let libs = tempfile::tempdir().unwrap();
-    let full = baseline("h100x8");
+    let full = ex().baseline("h100x8");
     for (missing, lost) in [
         (vec!["nvmlDeviceGetTemperature"], None),
         (vec!["nvmlDeviceGetTemperatureV"], None),
@@ -478,7 +487,7 @@ fn deprecated_calls_are_replaced_and_any_one_may_be_missing() {
             None,
         ),
     ] {
-        let lib = fake_without(libs.path(), &missing);
+        let lib = ex().fake_without(libs.path(), &missing);
         let run = ex().run("h100x8").stdout().lib(lib).finish().unwrap();
         run.assert_status(0);
         assert!(run.stderr.is_empty(), "{missing:?}: {run:?}");
@@ -498,4 +507,80 @@ fn deprecated_calls_are_replaced_and_any_one_may_be_missing() {
             assert!(!got.keys().any(|s| s.name == lost), "{missing:?}");
         }
     }
+}
+
+/// One run of `scenario_path` at the fixed clock, without GPM (not needed
+/// here, and its window would slow the test): its text and the NVML calls it
+/// made.
+fn run_without_gpm(scenario_path: &Path, state: &Path) -> (String, Calls) {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let text = ex().run_at_with(
+        scenario_path.to_str().unwrap(),
+        state,
+        T0,
+        &["--no-collector", "gpm"],
+        &[("FAKE_NVML_CALL_LOG", log.path().to_str().unwrap())],
+    );
+    (text, Calls::read(log.path()))
+}
+
+/// A fault injected into `symbol` (called `per_gpu` times a GPU) is seen on
+/// a run without state, not on one whose state a healthy run left under the
+/// same driver, and again after a driver change. Returns the text of the run
+/// that used the state.
+fn fixed_reading_is_read_once_per_driver(symbol: &str, per_gpu: f64) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let errors = |text: &str| -> f64 {
+        (0..8)
+            .map(|gpu| {
+                let gpu = gpu.to_string();
+                value_in(text, "nvidia_gpu_collector_read_errors", &[("gpu", &gpu)]).unwrap()
+            })
+            .sum()
+    };
+    // The fault goes into every GPU's table, after its `uuid` line.
+    let failing = |driver: &'static str| {
+        move |text: String| {
+            let mut out = String::with_capacity(text.len());
+            for line in text.lines() {
+                out.push_str(line);
+                out.push('\n');
+                if line.starts_with("uuid = ") {
+                    out.push_str(&format!("errors = {{ {symbol} = \"UNKNOWN\" }}\n"));
+                }
+            }
+            out.replace("driver_version = \"570.133.20\"", driver)
+        }
+    };
+    let same_driver = ex().edited(
+        "demo-h100x8",
+        dir.path(),
+        "same-driver",
+        failing("driver_version = \"570.133.20\""),
+    );
+    // Without a remembered value the injected fault is seen on every GPU.
+    let fresh = tempfile::tempdir().unwrap();
+    let (text, calls) = run_without_gpm(&same_driver, fresh.path());
+    assert_eq!(errors(&text), 8.0 * per_gpu);
+    assert_eq!(calls.total(symbol) as f64, 8.0 * per_gpu, "{calls:?}");
+    // Remembered by a healthy first run, it is not read again: not called.
+    run_without_gpm(
+        &ex().edited("demo-h100x8", dir.path(), "healthy", |t| t),
+        state.path(),
+    );
+    let (text, calls) = run_without_gpm(&same_driver, state.path());
+    assert_eq!(errors(&text), 0.0, "{text}");
+    assert_eq!(calls.total(symbol), 0, "{calls:?}");
+    // A new driver forgets it: read again, and the fault is seen.
+    let new_driver = ex().edited(
+        "demo-h100x8",
+        dir.path(),
+        "new-driver",
+        failing("driver_version = \"580.65.06\""),
+    );
+    let (again, calls) = run_without_gpm(&new_driver, state.path());
+    assert_eq!(errors(&again), 8.0 * per_gpu);
+    assert_eq!(calls.total(symbol) as f64, 8.0 * per_gpu, "{calls:?}");
+    text
 }

@@ -8,14 +8,14 @@ use super::*;
 #[test]
 fn duty_cycle_is_read_completely_every_window() {
     let state = tempfile::tempdir().unwrap();
-    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    let first = ex().run_at("duty-cycle", state.path(), T0, &[]);
     let (busy, sampled, ratio) = window_of(&first);
     assert!(close(sampled, 14.2), "{first}");
     // Samples k-70..=k with k at a busy start: 36 busy of 71.
     assert!(close(busy, 7.2), "{first}");
     assert!(close(ratio.unwrap(), 36.0 / 71.0));
     assert!(close(
-        value_of(
+        value_in(
             &first,
             "nvidia_gpu_memory_utilization_ratio",
             &[("gpu", "0")]
@@ -25,7 +25,7 @@ fn duty_cycle_is_read_completely_every_window() {
     ));
     let (mut busy, mut sampled) = (busy, sampled);
     for run in 1..=4 {
-        let text = run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &[]);
+        let text = ex().run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &[]);
         let (now_busy, now_sampled, ratio) = window_of(&text);
         assert_eq!(ratio, Some(0.5), "run {run}");
         assert!(
@@ -36,9 +36,9 @@ fn duty_cycle_is_read_completely_every_window() {
         (busy, sampled) = (now_busy, now_sampled);
     }
     // Encoder and decoder keep no samples here: point readings, no counters.
-    let text = run_at("duty-cycle", state.path(), T0 + 50 * SECOND, &[]);
+    let text = ex().run_at("duty-cycle", state.path(), T0 + 50 * SECOND, &[]);
     assert_eq!(
-        value_of(
+        value_in(
             &text,
             "nvidia_gpu_decoder_utilization_ratio",
             &[("gpu", "0")]
@@ -58,8 +58,9 @@ fn duty_cycle_is_read_completely_every_window() {
 #[test]
 fn a_gap_longer_than_the_buffer_shows_in_sampled_time() {
     let state = tempfile::tempdir().unwrap();
-    let (_, before, _) = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
-    let (_, after, ratio) = window_of(&run_at("duty-cycle", state.path(), T0 + 30 * SECOND, &[]));
+    let (_, before, _) = window_of(&ex().run_at("duty-cycle", state.path(), T0, &[]));
+    let (_, after, ratio) =
+        window_of(&ex().run_at("duty-cycle", state.path(), T0 + 30 * SECOND, &[]));
     assert!(close(after - before, 14.2), "{before} -> {after}");
     assert!(ratio.is_some());
 }
@@ -69,8 +70,8 @@ fn a_gap_longer_than_the_buffer_shows_in_sampled_time() {
 #[test]
 fn no_new_samples_leave_the_ratio_out_and_the_counters_alone() {
     let state = tempfile::tempdir().unwrap();
-    let first = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
-    let second = window_of(&run_at("duty-cycle", state.path(), T0 + 100_000, &[]));
+    let first = window_of(&ex().run_at("duty-cycle", state.path(), T0, &[]));
+    let second = window_of(&ex().run_at("duty-cycle", state.path(), T0 + 100_000, &[]));
     assert_eq!((second.0, second.1), (first.0, first.1));
     assert_eq!(second.2, None);
 }
@@ -82,36 +83,21 @@ fn no_new_samples_leave_the_ratio_out_and_the_counters_alone() {
 #[test]
 fn a_clock_stepped_back_counts_nothing_twice() {
     let state = tempfile::tempdir().unwrap();
-    let first = window_of(&run_at("duty-cycle", state.path(), T0, &[]));
-    let stepped = window_of(&run_at("duty-cycle", state.path(), T0 - 5 * SECOND, &[]));
+    let first = window_of(&ex().run_at("duty-cycle", state.path(), T0, &[]));
+    let stepped = window_of(&ex().run_at("duty-cycle", state.path(), T0 - 5 * SECOND, &[]));
     assert_eq!((stepped.0, stepped.1, stepped.2), (first.0, first.1, None));
-    let later = window_of(&run_at("duty-cycle", state.path(), T0 + 10 * SECOND, &[]));
+    let later = window_of(&ex().run_at("duty-cycle", state.path(), T0 + 10 * SECOND, &[]));
     assert!(close(later.1 - first.1, 10.0));
     assert_eq!(later.2, Some(0.5));
 
     // Samples stamped a day ahead of the system clock, then the clock put right.
     let aligned = now_on_the_sample_grid();
-    let ahead = window_of(&run_at(
-        "duty-cycle",
-        state.path(),
-        aligned + 86_400 * SECOND,
-        &[],
-    ));
-    let back = window_of(&run_at(
-        "duty-cycle",
-        state.path(),
-        aligned - 3_600 * SECOND,
-        &[],
-    ));
+    let ahead = window_of(&ex().run_at("duty-cycle", state.path(), aligned + 86_400 * SECOND, &[]));
+    let back = window_of(&ex().run_at("duty-cycle", state.path(), aligned - 3_600 * SECOND, &[]));
     assert!(ahead.1 >= later.1 && ahead.0 >= later.0);
     assert!(close(back.1 - ahead.1, 14.2), "{ahead:?} -> {back:?}");
     assert!(back.2.is_some());
-    let after = window_of(&run_at(
-        "duty-cycle",
-        state.path(),
-        aligned - 3_590 * SECOND,
-        &[],
-    ));
+    let after = window_of(&ex().run_at("duty-cycle", state.path(), aligned - 3_590 * SECOND, &[]));
     assert!(close(after.1 - back.1, 10.0));
     assert_eq!(after.2, Some(0.5));
 }
@@ -122,13 +108,8 @@ fn a_clock_stepped_back_counts_nothing_twice() {
 fn a_gpu_reset_continues_the_counters() {
     let reset = 1_800_000_000_000_000;
     let state = tempfile::tempdir().unwrap();
-    let before = window_of(&run_at(
-        "duty-cycle",
-        state.path(),
-        reset - 10 * SECOND,
-        &[],
-    ));
-    let after = window_of(&run_at("duty-cycle", state.path(), reset + 4 * SECOND, &[]));
+    let before = window_of(&ex().run_at("duty-cycle", state.path(), reset - 10 * SECOND, &[]));
+    let after = window_of(&ex().run_at("duty-cycle", state.path(), reset + 4 * SECOND, &[]));
     assert!(close(after.1 - before.1, 4.0), "{before:?} -> {after:?}");
     assert!(after.0 >= before.0);
 }
@@ -138,13 +119,13 @@ fn a_gpu_reset_continues_the_counters() {
 #[test]
 fn missing_or_corrupt_state_still_publishes() {
     let state = tempfile::tempdir().unwrap();
-    let first = run_at("duty-cycle", state.path(), T0, &[]);
+    let first = ex().run_at("duty-cycle", state.path(), T0, &[]);
     assert_eq!(
         lookup(&parsed(&first), "nvidia_gpu_collector_state_ok"),
         Some(0.0)
     );
     fs::write(state.path().join("state"), "garbage\n").unwrap();
-    let output = exporter_with_state(
+    let output = ex().run_args(
         "duty-cycle",
         state.path(),
         &["--stdout"],
@@ -166,13 +147,13 @@ fn missing_or_corrupt_state_still_publishes() {
 #[test]
 fn mig_mode_falls_back_to_the_point_reading() {
     let state = tempfile::tempdir().unwrap();
-    let text = run_at("mig-point-reading", state.path(), T0, &[]);
+    let text = ex().run_at("mig-point-reading", state.path(), T0, &[]);
     assert_eq!(
-        value_of(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]),
+        value_in(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]),
         Some(0.42)
     );
     assert_eq!(
-        value_of(
+        value_in(
             &text,
             "nvidia_gpu_memory_utilization_ratio",
             &[("gpu", "0")]
@@ -206,7 +187,7 @@ fn impossible_samples_claim_no_time() {
         .replace(", duplicate_last = true", "");
     fs::write(&path, text).unwrap();
     let state = tempfile::tempdir().unwrap();
-    let output = exporter_with_state(
+    let output = ex().run_args(
         "duty-cycle",
         state.path(),
         &["--stdout", "--gpm-window", "0"],
@@ -217,12 +198,12 @@ fn impossible_samples_claim_no_time() {
     );
     let text = String::from_utf8(output.stdout).unwrap();
     let engine = &[("engine", "gpu")];
-    let sampled = value_of(&text, "nvidia_gpu_sampled_seconds_total", engine).unwrap();
-    let busy = value_of(&text, "nvidia_gpu_busy_seconds_total", engine).unwrap();
+    let sampled = value_in(&text, "nvidia_gpu_sampled_seconds_total", engine).unwrap();
+    let busy = value_in(&text, "nvidia_gpu_busy_seconds_total", engine).unwrap();
     assert!((sampled - 7.2).abs() < 1e-9, "sampled {sampled}\n{text}");
     assert_eq!(busy, 0.0, "{text}");
     assert_eq!(
-        value_of(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]),
+        value_in(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]),
         Some(35.0),
         "{text}"
     );
@@ -236,13 +217,13 @@ fn a_run_without_the_state_leaves_the_totals_out() {
     let state = tempfile::tempdir().unwrap();
     let busy = |o: &Outcome| {
         let text = String::from_utf8(o.stdout.clone()).unwrap();
-        value_of(&text, "nvidia_gpu_busy_seconds_total", &[("engine", "gpu")])
+        value_in(&text, "nvidia_gpu_busy_seconds_total", &[("engine", "gpu")])
     };
-    let first = stored_run("duty-cycle", state.path(), T0, &[]);
+    let first = ex().stored_run("duty-cycle", state.path(), T0, &[]);
     let before = busy(&first).expect("a first run keeps totals");
     let lock = fs::File::create(state.path().join(".state.lock")).unwrap();
     lock.lock().unwrap();
-    let locked = stored_run(
+    let locked = ex().stored_run(
         "duty-cycle",
         state.path(),
         T0 + 15 * SECOND,
@@ -267,6 +248,6 @@ fn a_run_without_the_state_leaves_the_totals_out() {
     let ratio = select(&samples, "nvidia_gpu_utilization_ratio", &[]);
     assert!(!ratio.is_empty(), "{text}");
     drop(lock);
-    let after = stored_run("duty-cycle", state.path(), T0 + 30 * SECOND, &[]);
+    let after = ex().stored_run("duty-cycle", state.path(), T0 + 30 * SECOND, &[]);
     assert!(busy(&after).unwrap() > before);
 }

@@ -16,7 +16,7 @@ fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
             "nvidia-nvlink: Nvlink Core is being initialized",
         ),
     );
-    let run = xid_run(state.path(), journal.path());
+    let run = ex().xid_run(state.path(), journal.path());
     assert_eq!(select(&run, "nvidia_gpu_xid_errors_total", &[]).len(), 8);
     assert_eq!(xids(&run, GPU0), Some(0.0));
     assert_eq!(xids(&run, GPU0_79), None);
@@ -36,7 +36,7 @@ fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
         "NVRM: Xid (PCI:0000:ee:00): 79, pid=1, name=x, GPU has fallen off the bus.",
     );
     write_journal(journal.path(), "system@2.journal", &export);
-    let run = xid_run(state.path(), journal.path());
+    let run = ex().xid_run(state.path(), journal.path());
     assert_eq!(
         xids(&run, GPU0),
         Some(1.0),
@@ -53,7 +53,7 @@ fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
         Some(1.0)
     );
     // Nothing new: nothing counted twice.
-    assert_eq!(xid_run(state.path(), journal.path()), run);
+    assert_eq!(ex().xid_run(state.path(), journal.path()), run);
 
     // Rotation: the active file is archived and a new one written; then the
     // archived files are vacuumed. The cursor's file is gone: no double count.
@@ -62,7 +62,7 @@ fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
         "system@3.journal",
         &journal_entry(3000, "kernel", XID79),
     );
-    let run = xid_run(state.path(), journal.path());
+    let run = ex().xid_run(state.path(), journal.path());
     assert_eq!(xids(&run, GPU0), Some(2.0));
     fs::remove_file(journal.path().join("system@1.journal")).unwrap();
     fs::remove_file(journal.path().join("system@2.journal")).unwrap();
@@ -71,7 +71,7 @@ fn xids_count_exactly_across_runs_and_a_rotated_and_vacuumed_journal() {
         "system@4.journal",
         &journal_entry(4000, "kernel", XID79),
     );
-    let run = xid_run(state.path(), journal.path());
+    let run = ex().xid_run(state.path(), journal.path());
     assert_eq!(xids(&run, GPU0), Some(3.0), "{run:?}");
     assert_eq!(
         xids(&run, GPU1),
@@ -88,7 +88,7 @@ fn an_invalid_cursor_restarts_from_the_last_entrys_time_without_double_counting(
         + &journal_entry(1000, "kernel", "a line at the same time");
     write_journal(journal.path(), "a.journal", &export);
     assert_eq!(
-        xids(&xid_run(state.path(), journal.path()), GPU0),
+        xids(&ex().xid_run(state.path(), journal.path()), GPU0),
         Some(1.0)
     );
     // A damaged cursor (its monotonic time is kept): journalctl refuses it.
@@ -103,10 +103,10 @@ fn an_invalid_cursor_restarts_from_the_last_entrys_time_without_double_counting(
         "b.journal",
         &journal_entry(2000, "kernel", XID79),
     );
-    let run = xid_run(state.path(), journal.path());
+    let run = ex().xid_run(state.path(), journal.path());
     assert_eq!(xids(&run, GPU0), Some(2.0), "{run:?}");
     assert_eq!(
-        xids(&xid_run(state.path(), journal.path()), GPU0),
+        xids(&ex().xid_run(state.path(), journal.path()), GPU0),
         Some(2.0)
     );
 }
@@ -125,11 +125,11 @@ fn ten_thousand_xids_in_one_window_count_exactly() {
         );
     }
     write_journal(journal.path(), "a.journal", &export);
-    let run = xid_run(state.path(), journal.path());
+    let run = ex().xid_run(state.path(), journal.path());
     assert_eq!(xids(&run, GPU0), Some(10_000.0));
     assert_eq!(xids(&run, GPU0_79), Some(10_000.0));
     assert_eq!(
-        xids(&xid_run(state.path(), journal.path()), GPU0),
+        xids(&ex().xid_run(state.path(), journal.path()), GPU0),
         Some(10_000.0)
     );
 }
@@ -141,4 +141,23 @@ fn no_collector_xid_leaves_the_families_out() {
     assert!(!String::from_utf8(output.stdout)
         .unwrap()
         .contains("nvidia_gpu_xid_"));
+}
+
+/// GPU 0 of h100x8 is at 00000000:18:00.0, GPU 1 at 00000000:2A:00.0.
+pub(crate) const GPU0: (&str, &[(&str, &str)]) = ("nvidia_gpu_xid_errors_total", &[("gpu", "0")]);
+
+const GPU1: (&str, &[(&str, &str)]) = ("nvidia_gpu_xid_errors_total", &[("gpu", "1")]);
+
+pub(crate) const GPU0_79: (&str, &[(&str, &str)]) = (
+    "nvidia_gpu_xid_errors_by_code_total",
+    &[
+        ("gpu", "0"),
+        ("uuid", "GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"),
+        ("code", "79"),
+    ],
+);
+
+/// The value of one XID series of a run.
+fn xids(run: &Samples, (name, labels): (&str, &[(&str, &str)])) -> Option<f64> {
+    value(run, name, labels)
 }

@@ -58,6 +58,14 @@ pub fn reasons(samples: &Samples) -> Vec<String> {
     out
 }
 
+/// The series that belong to a GPU (have a `gpu` label).
+pub fn device_series(samples: &Samples) -> Vec<&Series> {
+    samples
+        .keys()
+        .filter(|s| s.label("gpu").is_some())
+        .collect()
+}
+
 /// The UUID of GPU `gpu`'s `nvidia_gpu_up`.
 pub fn uuid_of(samples: &Samples, gpu: &str) -> Option<String> {
     let up = samples

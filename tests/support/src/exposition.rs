@@ -361,6 +361,26 @@ pub fn lookup(samples: &Samples, series: &str) -> Option<f64> {
     samples.get(&key).copied()
 }
 
+/// The samples of `text`, a complete file.
+///
+/// # Panics
+/// When it does not parse (the message has the text).
+pub fn parsed(text: &str) -> Samples {
+    parse(text).unwrap_or_else(|e| panic!("{e}:\n{text}"))
+}
+
+/// [`value`] in the file `text` ([`parsed`]).
+pub fn value_in(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    value(&parsed(text), name, labels)
+}
+
+/// [`value`] of the series `name` of GPU `gpu` with `labels`.
+pub fn gpu_value(samples: &Samples, name: &str, gpu: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut all = vec![("gpu", gpu)];
+    all.extend_from_slice(labels);
+    value(samples, name, &all)
+}
+
 /// Whether any sample's name starts with `prefix`.
 pub fn any_named(samples: &Samples, prefix: &str) -> bool {
     samples.keys().any(|s| s.name.starts_with(prefix))
