@@ -39,3 +39,20 @@ impl Calls {
         self.0.iter().filter(|(c, _)| c == call).count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_is_counted_by_call_and_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls");
+        std::fs::write(&path, "nvmlDeviceGetCount_v2 -\na 0\na 1\na 0\nb 0/1\n").unwrap();
+        let calls = Calls::read(&path);
+        assert_eq!((calls.count("a", "0"), calls.count("a", "1")), (2, 1));
+        assert_eq!((calls.total("a"), calls.count("b", "0/1")), (3, 1));
+        assert_eq!(calls.count("nvmlDeviceGetCount_v2", "-"), 1);
+        assert_eq!(Calls::read(&dir.path().join("none")), Calls::default());
+    }
+}
