@@ -8,10 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use test_support::exposition::{parse, value, Samples};
-use test_support::{golden, promtool, Exporter, Outcome};
+use test_support::{golden, Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -109,26 +107,11 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
     }
 }
 
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// A capture replayed with `args`: a healthy run (status 0, nothing on
 /// stderr), promtool-clean, its golden file `tests/golden/<capture>.prom`.
 fn replay(capture: &str, args: &[&str]) -> Samples {
-    let started = now();
-    let output = snapshot(&captures().join(format!("{capture}.toml")), args);
-    let finished = now();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status, 0, "{capture}: {stderr}");
-    assert!(stderr.is_empty(), "{capture}: {stderr}");
-    promtool(&output.stdout).unwrap_or_else(|said| panic!("{capture}: promtool: {said}"));
-    let normalized = golden::normalize(&output.stdout, started, finished);
-    golden::check(&Path::new(ROOT).join("tests/golden"), capture, &normalized);
-    parse(&String::from_utf8(output.stdout).unwrap()).unwrap()
+    let path = captures().join(format!("{capture}.toml"));
+    golden::case(ex(), capture, path.to_str().unwrap(), args, 0).1
 }
 
 #[test]

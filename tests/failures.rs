@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use test_support::journal::{journal_entry, write_journal};
-use test_support::{select, Exporter, Outcome, Run};
+use test_support::{lookup, parsed, select, Exporter, Outcome, Run};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -119,8 +119,14 @@ fn a_blocked_stderr_costs_log_lines_not_the_file() {
         started.elapsed()
     );
     let text = fs::read_to_string(dir.path().join("nvidia_gpu.prom")).unwrap();
-    assert!(text.contains("nvidia_gpu_collector_up 1\n"), "{text}");
-    assert!(text.contains("nvidia_gpu_collector_read_errors{"), "{text}");
+    let samples = parsed(&text);
+    assert_eq!(
+        lookup(&samples, "nvidia_gpu_collector_up"),
+        Some(1.0),
+        "{text}"
+    );
+    let errors = select(&samples, "nvidia_gpu_collector_read_errors", &[]);
+    assert!(!errors.is_empty(), "{text}");
 }
 
 /// The run's `nvidia_gpu_collector_state_ok`.

@@ -16,7 +16,7 @@ pub mod scenario;
 pub mod state;
 
 pub use scenario::{parse, Scenario};
-pub use state::{FAULTS_ENV, SCENARIO_ENV};
+pub use state::{CALL_LOG_ENV, FAULTS_ENV, SCENARIO_ENV};
 
 #[cfg(test)]
 mod tests;

@@ -3,8 +3,10 @@
 //! (hang → delays → errors → lost → value).
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::ffi::*;
@@ -16,6 +18,31 @@ pub const SCENARIO_ENV: &str = "FAKE_NVML_SCENARIO";
 /// Environment variable: `off` loads the scenario without its faults
 /// ([`Scenario::without_faults`]).
 pub const FAULTS_ENV: &str = "FAKE_NVML_FAULTS";
+
+/// Environment variable naming a file (opened for appending at the first
+/// call) that gets a line for every call that reads the scenario: the
+/// function's name and the device, `-` for none, `G` for GPU G, `G/M` for the
+/// MIG device at index M of GPU G's `mig_devices`.
+pub const CALL_LOG_ENV: &str = "FAKE_NVML_CALL_LOG";
+
+static CALL_LOG: OnceLock<Option<Mutex<File>>> = OnceLock::new();
+
+/// Appends `sym device` to the call log, where [`CALL_LOG_ENV`] names one.
+fn log_call(sym: &str, device: std::fmt::Arguments) {
+    let log = CALL_LOG.get_or_init(|| {
+        let path = std::env::var_os(CALL_LOG_ENV).filter(|p| !p.is_empty())?;
+        let file = OpenOptions::new().create(true).append(true).open(path);
+        file.ok().map(Mutex::new)
+    });
+    if let Some(file) = log {
+        let line = format!("{sym} {device}\n");
+        // One write a line: lines of calls from several threads do not mix.
+        let _ = file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_all(line.as_bytes());
+    }
+}
 
 /// What an export's body returns: `Ok` becomes `NVML_SUCCESS`.
 pub type Ret = Result<(), nvmlReturn_t>;
@@ -141,6 +168,7 @@ fn delay(d: Duration) {
 /// then global delay, then `[system] errors`.
 pub fn system_call(sym: &str, outs_ok: bool) -> Result<Arc<Scenario>, nvmlReturn_t> {
     let scenario = loaded()?;
+    log_call(sym, format_args!("-"));
     if !outs_ok {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
@@ -269,6 +297,10 @@ pub fn device_call(
 ) -> Result<Dev, nvmlReturn_t> {
     let scenario = loaded()?;
     let (gpu, mig) = resolve(&scenario, handle)?;
+    match mig {
+        None => log_call(sym, format_args!("{gpu}")),
+        Some(mig) => log_call(sym, format_args!("{gpu}/{mig}")),
+    }
     if !outs_ok {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
@@ -290,6 +322,7 @@ pub fn handle_by_index(sym: &str, index: u32, outs_ok: bool) -> Result<nvmlDevic
     if index >= scenario.gpus.len() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
+    log_call(sym, format_args!("{index}"));
     execute(plan(&scenario, index, sym, false))?;
     Ok(gpu_handle(index))
 }
@@ -371,5 +404,6 @@ pub fn live_samples() -> usize {
 /// The precedence chain of `sym` on GPU `gpu`, for a call that names the GPU
 /// through something other than a handle (`nvmlGpmMetricsGet`: its samples).
 pub fn gpu_call(scenario: &Scenario, gpu: usize, sym: &str) -> Ret {
+    log_call(sym, format_args!("{gpu}"));
     execute(plan(scenario, gpu, sym, true))
 }

@@ -283,6 +283,23 @@ fn symbol_lists_have_no_duplicates() {
     assert_eq!(n, 83);
 }
 
+/// The symbol lists are the exports: every `fn nvml…` that exports.rs defines
+/// (each through `export!` or `scalar!`) is listed once, and nothing else is.
+#[test]
+fn symbol_lists_are_what_exports_rs_defines() {
+    let source = include_str!("exports.rs");
+    let mut defined: Vec<&str> = source
+        .split("fn ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .filter(|name| name.starts_with("nvml"))
+        .collect();
+    defined.sort_unstable();
+    let mut listed: Vec<&str> = all_symbols().collect();
+    listed.sort_unstable();
+    assert_eq!(defined, listed);
+}
+
 #[test]
 fn panics_become_unknown() {
     let code = guard(|| panic!("boom"));

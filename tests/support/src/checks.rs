@@ -1,4 +1,4 @@
-//! The checks the fault matrix and tests/cli.rs share about a published file.
+//! The checks the fault matrix and tests/cli/ share about a published file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -56,6 +56,14 @@ pub fn reasons(samples: &Samples) -> Vec<String> {
         }
     }
     out
+}
+
+/// The series that belong to a GPU (have a `gpu` label).
+pub fn device_series(samples: &Samples) -> Vec<&Series> {
+    samples
+        .keys()
+        .filter(|s| s.label("gpu").is_some())
+        .collect()
 }
 
 /// The UUID of GPU `gpu`'s `nvidia_gpu_up`.

@@ -350,6 +350,42 @@ pub fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> Option<f
     found.first().map(|(_, v)| *v)
 }
 
+/// The value of exactly the series `series`, written as the text format
+/// writes it (`name` or `name{label="value",...}`, labels in any order);
+/// `None` when `samples` has no such series.
+///
+/// # Panics
+/// When `series` is not a series.
+pub fn lookup(samples: &Samples, series: &str) -> Option<f64> {
+    let key = self::series(series).unwrap_or_else(|e| panic!("{e}"));
+    samples.get(&key).copied()
+}
+
+/// The samples of `text`, a complete file.
+///
+/// # Panics
+/// When it does not parse (the message has the text).
+pub fn parsed(text: &str) -> Samples {
+    parse(text).unwrap_or_else(|e| panic!("{e}:\n{text}"))
+}
+
+/// [`value`] in the file `text` ([`parsed`]).
+pub fn value_in(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    value(&parsed(text), name, labels)
+}
+
+/// [`value`] of the series `name` of GPU `gpu` with `labels`.
+pub fn gpu_value(samples: &Samples, name: &str, gpu: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut all = vec![("gpu", gpu)];
+    all.extend_from_slice(labels);
+    value(samples, name, &all)
+}
+
+/// Whether any sample's name starts with `prefix`.
+pub fn any_named(samples: &Samples, prefix: &str) -> bool {
+    samples.keys().any(|s| s.name.starts_with(prefix))
+}
+
 /// The family a sample belongs to: `x_sum` of a summary `x` is `x`.
 fn family_of(name: &str, meta: &HashMap<String, [Option<String>; 2]>) -> String {
     let suffixes = [
@@ -454,6 +490,9 @@ mod tests {
         assert_eq!(value(&e.samples, "v", &[("x", "3")]), Some(-0.0005));
         assert_eq!(value(&e.samples, "v", &[("x", "4")]), None);
         assert_eq!(select(&e.samples, "v", &[]).len(), 3);
+        assert_eq!(lookup(&e.samples, r#"v{x="3"}"#), Some(-0.0005));
+        assert_eq!(lookup(&e.samples, "v"), None);
+        assert!(any_named(&e.samples, "g_") && !any_named(&e.samples, "forged"));
     }
 
     #[test]

@@ -4,6 +4,47 @@
 
 use std::fs;
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::{assert_promtool, Exporter, Samples};
+
+/// Seconds since the epoch, as the exporter's timestamp counts them.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Runs `scenario` with `--stdout` and `args` and checks the exit status
+/// `status`, stderr (empty when 0), strict parsing, promtool and the golden
+/// file `case`; returns the normalized text and the samples.
+pub fn case(
+    exporter: &Exporter,
+    case: &str,
+    scenario: &str,
+    args: &[&str],
+    status: i32,
+) -> (String, Samples) {
+    let started = now();
+    let state = tempfile::tempdir().unwrap();
+    let mut all_args = vec!["--stdout"];
+    all_args.extend_from_slice(args);
+    let output = exporter.run_args(scenario, state.path(), &all_args, &[]);
+    let finished = now();
+    let stderr = output.err();
+    assert_eq!(output.code(), Some(status), "{case}: {stderr}");
+    if status == 0 {
+        assert!(stderr.is_empty(), "{case}: a healthy run printed {stderr}");
+    }
+    if let Err(e) = output.parsed() {
+        panic!("{case}: {e}");
+    }
+    assert_promtool(case, &output.text());
+    let normalized = normalize(&output.stdout, started, finished);
+    check(&exporter.golden_dir(), case, &normalized);
+    (String::from_utf8(normalized).unwrap(), output.samples())
+}
 
 /// Checks the per-run values and replaces them, in place, with placeholders;
 /// every other byte (line ends, the final line feed or its absence) is kept,

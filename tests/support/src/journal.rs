@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+use crate::{Exporter, Outcome, Samples};
+
 /// systemd-journal-remote, which turns journal export text into journal files.
 pub const JOURNAL_REMOTE: &str = "/lib/systemd/systemd-journal-remote";
 
@@ -88,4 +90,28 @@ pub fn write_journal_bytes(dir: &Path, name: &str, export: &[u8]) {
         child.wait().expect("systemd-journal-remote ends").success(),
         "systemd-journal-remote refused the export"
     );
+}
+
+impl Exporter {
+    /// A `--stdout` run of `scenario` (a name or a path) with the state in
+    /// `state` (read and stored) and the journal files in `journal`.
+    pub fn journal_run(&self, scenario: &str, state: &Path, journal: &Path) -> Outcome {
+        self.run(scenario)
+            .stdout()
+            .state_dir(state)
+            .journal_dir(journal)
+            .arg("--write-state")
+            .finish()
+            .expect("run the exporter")
+    }
+
+    /// The XID series of one successful [`Exporter::journal_run`] of h100x8,
+    /// with their values.
+    pub fn xid_run(&self, state: &Path, journal: &Path) -> Samples {
+        let output = self.journal_run("h100x8", state, journal);
+        assert!(output.success(), "{}", output.err());
+        let mut samples = output.samples();
+        samples.retain(|s, _| s.name.starts_with("nvidia_gpu_xid_"));
+        samples
+    }
 }

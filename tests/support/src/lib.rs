@@ -1,17 +1,22 @@
-//! What the exporter's Rust tests share (tests/cli.rs and the fault matrix):
+//! What the exporter's Rust tests share (tests/cli/ and the fault matrix):
 //! - [`exposition`]: the one strict parser of the text format;
 //! - [`Exporter`] and [`Run`]: the one way to run the real binary against the
 //!   fake NVML, with its own temporary output, state and journal directories;
 //! - [`Proc`]: a child process that is killed when dropped;
+//! - [`Calls`]: the NVML calls a run made, from the fake's call log;
 //! - [`Reader`]: a thread reading the published file without pause;
 //! - [`promtool`]: `promtool check metrics` on a text;
+//! - [`clock`]: runs at the fake NVML's clock and the utilization window they read;
 //! - [`journal`]: journal files with chosen kernel lines, for the xid collector;
 //! - [`checks`]: what every published file must be;
 //! - [`golden`]: golden files of the output, its per-run values replaced;
-//! - [`scenario`]: what a scenario file says the exporter must report;
+//! - [`scenario`]: what a scenario file says the exporter must report, and
+//!   edited copies of the shipped ones;
 //! - [`library_without`]: a copy of the fake NVML lacking some exports.
 
+mod calls;
 pub mod checks;
+pub mod clock;
 mod elf;
 pub mod exposition;
 pub mod golden;
@@ -21,8 +26,12 @@ mod reader;
 mod run;
 pub mod scenario;
 
+pub use calls::Calls;
 pub use elf::library_without;
-pub use exposition::{parse, parse_all, parse_bytes, select, value, Exposition, Samples, Series};
+pub use exposition::{
+    any_named, gpu_value, lookup, parse, parse_all, parse_bytes, parsed, select, value, value_in,
+    Exposition, Samples, Series,
+};
 pub use process::{kill_all, Proc};
 pub use reader::{Reader, ReaderStats};
 pub use run::{Exporter, Outcome, Run, Started, LOCK_FILE, OUT_FILE};
@@ -52,6 +61,13 @@ pub fn promtool(text: &[u8]) -> Result<(), String> {
         (true, true) => Ok(()),
         (_, false) => Err(said),
         (false, true) => Err(format!("promtool {}", out.status)),
+    }
+}
+
+/// Asserts that `promtool check metrics` on `text` prints nothing and succeeds.
+pub fn assert_promtool(case: &str, text: &str) {
+    if let Err(said) = promtool(text.as_bytes()) {
+        panic!("{case}: promtool: {said}");
     }
 }
 

@@ -140,6 +140,66 @@ impl Exporter {
         self.scenarios.join(file)
     }
 
+    /// The package's tests/golden, beside its tests/scenarios.
+    pub fn golden_dir(&self) -> PathBuf {
+        self.scenarios.with_file_name("golden")
+    }
+
+    /// Runs `scenario` to the end with the state directory `state` (each test
+    /// its own, so that no run sees another test's state), the command line
+    /// `args` and extra environment `env`. `--stdout` and `--output-dir DIR`
+    /// in `args` choose where the file goes; without either it goes to a
+    /// temporary directory.
+    pub fn run_args(
+        &self,
+        scenario: &str,
+        state: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Outcome {
+        let mut run = self.run(scenario).state_dir(state);
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            run = match *arg {
+                "--stdout" => run.stdout(),
+                "--output-dir" => run.output_dir(*rest.next().expect("--output-dir DIR")),
+                arg => run.arg(arg),
+            };
+        }
+        for (key, value) in env {
+            run = run.env(key, value);
+        }
+        run.finish().expect("run the exporter")
+    }
+
+    /// A fresh output directory holding the file of a successful run of
+    /// `scenario` (without its faults when `faults_off`), and the state
+    /// directory that run wrote.
+    pub fn seeded(&self, scenario: &str, faults_off: bool) -> (TempDir, TempDir) {
+        let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let run = self
+            .run(scenario)
+            .output_dir(dir.path())
+            .state_dir(state.path());
+        let run = if faults_off { run.faults_off() } else { run };
+        run.finish().unwrap().assert_status(0);
+        (dir, state)
+    }
+
+    /// What `scenario` gives without its faults (`--stdout`).
+    pub fn baseline(&self, scenario: &str) -> Samples {
+        let run = self.run(scenario).stdout().faults_off().finish().unwrap();
+        run.assert_status(0);
+        run.samples()
+    }
+
+    /// A copy of the fake NVML in `dir` for which `dlsym` fails for `symbols`.
+    pub fn fake_without(&self, dir: &Path, symbols: &[&str]) -> PathBuf {
+        let lib = dir.join(format!("libfake_nvml-without-{}.so", symbols.join("-")));
+        crate::library_without(&self.lib, symbols, "nvmlShutdown", &lib).unwrap();
+        lib
+    }
+
     /// A run of `scenario` that publishes into a fresh temporary directory.
     pub fn run(&self, scenario: &str) -> Run<'_> {
         Run {
@@ -210,6 +270,12 @@ impl<'a> Run<'a> {
     /// `FAKE_NVML_FAULTS=off`: the scenario with every fault removed.
     pub fn faults_off(self) -> Self {
         self.env("FAKE_NVML_FAULTS", "off")
+    }
+
+    /// `FAKE_NVML_CALL_LOG=path`: the fake logs the NVML calls it answers
+    /// there ([`crate::Calls::read`] reads them).
+    pub fn call_log(self, path: impl AsRef<OsStr>) -> Self {
+        self.env("FAKE_NVML_CALL_LOG", path)
     }
 
     /// Stdout and stderr to `<prefix>.out` and `<prefix>.err` (kept for a look).

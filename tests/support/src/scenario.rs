@@ -1,7 +1,11 @@
 //! What a test reads from a scenario file (tests/scenarios, the fake NVML's
-//! TOML) to know what the exporter must report.
+//! TOML) to know what the exporter must report, and edited copies of the
+//! shipped scenarios that a test writes.
 
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::Exporter;
 
 pub use toml::Table;
 
@@ -40,4 +44,41 @@ pub fn missing_symbols(doc: &Table) -> Vec<String> {
 /// The `[[gpu]]` table of GPU `index`.
 pub fn gpu(doc: &Table, index: usize) -> Option<&Table> {
     doc.get("gpu")?.as_array()?.get(index)?.as_table()
+}
+
+impl Exporter {
+    /// The shipped scenario `base` with `edit` applied to its text, written to
+    /// `dir/<name>.toml`.
+    pub fn edited(
+        &self,
+        base: &str,
+        dir: &Path,
+        name: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> PathBuf {
+        let path = dir.join(format!("{name}.toml"));
+        let text = fs::read_to_string(self.scenario(base)).unwrap();
+        fs::write(&path, edit(text)).unwrap();
+        path
+    }
+
+    /// The shipped scenario `base` with each `(from, to)` replaced (each must
+    /// occur), written to `dir/<base>-edited.toml`; its path.
+    pub fn replaced(&self, dir: &Path, base: &str, edits: &[(&str, &str)]) -> String {
+        let mut text = fs::read_to_string(self.scenario(base)).unwrap();
+        for (from, to) in edits {
+            assert!(text.contains(from), "{base} lacks {from}");
+            text = text.replace(from, to);
+        }
+        let path = dir.join(format!("{base}-edited.toml"));
+        fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+}
+
+/// A scenario's text without its second GPU (index 1): what NVML lists after
+/// a driver reload without that GPU.
+pub fn without_the_second_gpu(text: String) -> String {
+    let starts: Vec<usize> = text.match_indices("[[gpu]]\n").map(|(i, _)| i).collect();
+    format!("{}{}", &text[..starts[1]], &text[starts[2]..])
 }

@@ -1,0 +1,253 @@
+//! Utilization from NVML's sample buffer: windows, running totals, clock steps, lost state.
+
+use super::*;
+
+/// A 50 % duty cycle (1 s busy, 1 s idle) read every 10 s gives 0.5 every run
+/// and busy/sampled grow by exactly 5 s/10 s; the first run takes NVML's whole
+/// buffer (71 samples, 14.2 s; the duplicated newest sample covers nothing).
+#[test]
+fn duty_cycle_is_read_completely_every_window() {
+    let state = tempfile::tempdir().unwrap();
+    let first = ex().run_at("duty-cycle", state.path(), T0, &[]);
+    let (busy, sampled, ratio) = window_of(&first);
+    assert!(close(sampled, 14.2), "{first}");
+    // Samples k-70..=k with k at a busy start: 36 busy of 71.
+    assert!(close(busy, 7.2), "{first}");
+    assert!(close(ratio.unwrap(), 36.0 / 71.0));
+    assert!(close(
+        value_in(
+            &first,
+            "nvidia_gpu_memory_utilization_ratio",
+            &[("gpu", "0")]
+        )
+        .unwrap(),
+        0.8 * 36.0 / 71.0
+    ));
+    let (mut busy, mut sampled) = (busy, sampled);
+    for run in 1..=4 {
+        let text = ex().run_at("duty-cycle", state.path(), T0 + run * 10 * SECOND, &[]);
+        let (now_busy, now_sampled, ratio) = window_of(&text);
+        assert_eq!(ratio, Some(0.5), "run {run}");
+        assert!(
+            close(now_busy - busy, 5.0),
+            "run {run}: {now_busy} after {busy}"
+        );
+        assert!(close(now_sampled - sampled, 10.0), "run {run}");
+        (busy, sampled) = (now_busy, now_sampled);
+    }
+    // Encoder and decoder keep no samples here: point readings, no counters.
+    let text = ex().run_at("duty-cycle", state.path(), T0 + 50 * SECOND, &[]);
+    assert_eq!(
+        value_in(
+            &text,
+            "nvidia_gpu_decoder_utilization_ratio",
+            &[("gpu", "0")]
+        ),
+        Some(0.03)
+    );
+    let samples = parsed(&text);
+    let decoder = samples
+        .keys()
+        .filter(|s| s.label("engine") == Some("decoder"));
+    assert_eq!(decoder.count(), 0, "{text}");
+    assert_eq!(lookup(&samples, "nvidia_gpu_collector_state_ok"), Some(1.0));
+}
+
+/// A timer period longer than NVML's buffer: the missing time is not invented,
+/// it shows as sampled time growing slower than wall time.
+#[test]
+fn a_gap_longer_than_the_buffer_shows_in_sampled_time() {
+    let state = tempfile::tempdir().unwrap();
+    let (_, before, _) = window_of(&ex().run_at("duty-cycle", state.path(), T0, &[]));
+    let (_, after, ratio) =
+        window_of(&ex().run_at("duty-cycle", state.path(), T0 + 30 * SECOND, &[]));
+    assert!(close(after - before, 14.2), "{before} -> {after}");
+    assert!(ratio.is_some());
+}
+
+/// Two runs with no sample in between: the ratio is left out (nothing new to
+/// average), the counters stay as they were.
+#[test]
+fn no_new_samples_leave_the_ratio_out_and_the_counters_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let first = window_of(&ex().run_at("duty-cycle", state.path(), T0, &[]));
+    let second = window_of(&ex().run_at("duty-cycle", state.path(), T0 + 100_000, &[]));
+    assert_eq!((second.0, second.1), (first.0, first.1));
+    assert_eq!(second.2, None);
+}
+
+/// The clock stepped back: nothing is counted twice and the counters never go
+/// back; a small step costs the time until the clock passes the last sample
+/// again, a large one (the system clock behind the last sample) re-reads the
+/// buffer.
+#[test]
+fn a_clock_stepped_back_counts_nothing_twice() {
+    let state = tempfile::tempdir().unwrap();
+    let first = window_of(&ex().run_at("duty-cycle", state.path(), T0, &[]));
+    let stepped = window_of(&ex().run_at("duty-cycle", state.path(), T0 - 5 * SECOND, &[]));
+    assert_eq!((stepped.0, stepped.1, stepped.2), (first.0, first.1, None));
+    let later = window_of(&ex().run_at("duty-cycle", state.path(), T0 + 10 * SECOND, &[]));
+    assert!(close(later.1 - first.1, 10.0));
+    assert_eq!(later.2, Some(0.5));
+
+    // Samples stamped a day ahead of the system clock, then the clock put right.
+    let aligned = now_on_the_sample_grid();
+    let ahead = window_of(&ex().run_at("duty-cycle", state.path(), aligned + 86_400 * SECOND, &[]));
+    let back = window_of(&ex().run_at("duty-cycle", state.path(), aligned - 3_600 * SECOND, &[]));
+    assert!(ahead.1 >= later.1 && ahead.0 >= later.0);
+    assert!(close(back.1 - ahead.1, 14.2), "{ahead:?} -> {back:?}");
+    assert!(back.2.is_some());
+    let after = window_of(&ex().run_at("duty-cycle", state.path(), aligned - 3_590 * SECOND, &[]));
+    assert!(close(after.1 - back.1, 10.0));
+    assert_eq!(after.2, Some(0.5));
+}
+
+/// A GPU reset empties NVML's buffer: the counters continue from the state and
+/// cover only the samples taken since.
+#[test]
+fn a_gpu_reset_continues_the_counters() {
+    let reset = 1_800_000_000_000_000;
+    let state = tempfile::tempdir().unwrap();
+    let before = window_of(&ex().run_at("duty-cycle", state.path(), reset - 10 * SECOND, &[]));
+    let after = window_of(&ex().run_at("duty-cycle", state.path(), reset + 4 * SECOND, &[]));
+    assert!(close(after.1 - before.1, 4.0), "{before:?} -> {after:?}");
+    assert!(after.0 >= before.0);
+}
+
+/// Lost or damaged state: the run still publishes, from the whole buffer,
+/// and says so in nvidia_gpu_collector_state_ok.
+#[test]
+fn missing_or_corrupt_state_still_publishes() {
+    let state = tempfile::tempdir().unwrap();
+    let first = ex().run_at("duty-cycle", state.path(), T0, &[]);
+    assert_eq!(
+        lookup(&parsed(&first), "nvidia_gpu_collector_state_ok"),
+        Some(0.0)
+    );
+    fs::write(state.path().join("state"), "garbage\n").unwrap();
+    let output = ex().run_args(
+        "duty-cycle",
+        state.path(),
+        &["--stdout"],
+        &[("FAKE_NVML_CLOCK_US", &(T0 + 10 * SECOND).to_string())],
+    );
+    assert_eq!(output.code(), Some(0));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        lookup(&parsed(&text), "nvidia_gpu_collector_state_ok"),
+        Some(0.0)
+    );
+    let (_, sampled, ratio) = window_of(&text);
+    assert!(close(sampled, 14.2));
+    assert!(ratio.is_some());
+}
+
+/// Where NVML keeps no samples (MIG mode), the point reading, said in HELP;
+/// no counters are invented.
+#[test]
+fn mig_mode_falls_back_to_the_point_reading() {
+    let state = tempfile::tempdir().unwrap();
+    let text = ex().run_at("mig-point-reading", state.path(), T0, &[]);
+    assert_eq!(
+        value_in(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]),
+        Some(0.42)
+    );
+    assert_eq!(
+        value_in(
+            &text,
+            "nvidia_gpu_memory_utilization_ratio",
+            &[("gpu", "0")]
+        ),
+        Some(0.07)
+    );
+    let file = exposition::parse_all(&text).unwrap();
+    assert!(select(&file.samples, "nvidia_gpu_busy_seconds_total", &[]).is_empty());
+    let help = file.families["nvidia_gpu_utilization_ratio"]
+        .help
+        .as_deref();
+    assert!(
+        help.is_some_and(|h| h.contains("(MIG mode), the point reading")),
+        "{help:?}"
+    );
+}
+
+/// Samples with an impossible value (101 %) are dropped and claim no time: a
+/// first run over a full 71-sample buffer alternating 0 % and 101 % counts the
+/// 36 good samples' 7.2 s, never more than the buffer holds.
+#[test]
+fn impossible_samples_claim_no_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("impossible.toml");
+    let text = fs::read_to_string(scenario("duty-cycle"))
+        .unwrap()
+        .replace(
+            "gpu = [100, 100, 100, 100, 100, 0, 0, 0, 0, 0]",
+            "gpu = [0, 101]",
+        )
+        .replace(", duplicate_last = true", "");
+    fs::write(&path, text).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let output = ex().run_args(
+        "duty-cycle",
+        state.path(),
+        &["--stdout", "--gpm-window", "0"],
+        &[
+            ("FAKE_NVML_SCENARIO", path.to_str().unwrap()),
+            ("FAKE_NVML_CLOCK_US", &T0.to_string()),
+        ],
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let engine = &[("engine", "gpu")];
+    let sampled = value_in(&text, "nvidia_gpu_sampled_seconds_total", engine).unwrap();
+    let busy = value_in(&text, "nvidia_gpu_busy_seconds_total", engine).unwrap();
+    assert!((sampled - 7.2).abs() < 1e-9, "sampled {sampled}\n{text}");
+    assert_eq!(busy, 0.0, "{text}");
+    assert_eq!(
+        value_in(&text, "nvidia_gpu_collector_read_errors", &[("gpu", "0")]),
+        Some(35.0),
+        "{text}"
+    );
+}
+
+/// A run whose state another run holds (its lock) publishes no running
+/// totals rather than totals from 0, so the counters never go back; the next
+/// run continues the stored ones.
+#[test]
+fn a_run_without_the_state_leaves_the_totals_out() {
+    let state = tempfile::tempdir().unwrap();
+    let busy = |o: &Outcome| {
+        let text = String::from_utf8(o.stdout.clone()).unwrap();
+        value_in(&text, "nvidia_gpu_busy_seconds_total", &[("engine", "gpu")])
+    };
+    let first = ex().stored_run("duty-cycle", state.path(), T0, &[]);
+    let before = busy(&first).expect("a first run keeps totals");
+    let lock = fs::File::create(state.path().join(".state.lock")).unwrap();
+    lock.lock().unwrap();
+    let locked = ex().stored_run(
+        "duty-cycle",
+        state.path(),
+        T0 + 15 * SECOND,
+        &["--timeout", "1s"],
+    );
+    let text = String::from_utf8(locked.stdout.clone()).unwrap();
+    assert_eq!(busy(&locked), None, "{text}");
+    let samples = parsed(&text);
+    for family in [
+        "nvidia_gpu_sampled_seconds_total",
+        "nvidia_gpu_xid_errors_total",
+    ] {
+        assert!(select(&samples, family, &[]).is_empty(), "{family}: {text}");
+    }
+    for (series, want) in [
+        ("nvidia_gpu_collector_success{collector=\"xid\"}", 0.0),
+        ("nvidia_gpu_collector_state_ok", 0.0),
+    ] {
+        assert_eq!(lookup(&samples, series), Some(want), "{series}: {text}");
+    }
+    // The window's own ratio is still published.
+    let ratio = select(&samples, "nvidia_gpu_utilization_ratio", &[]);
+    assert!(!ratio.is_empty(), "{text}");
+    drop(lock);
+    let after = ex().stored_run("duty-cycle", state.path(), T0 + 30 * SECOND, &[]);
+    assert!(busy(&after).unwrap() > before);
+}
