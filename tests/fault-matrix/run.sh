@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fault matrix: the real exporter under the faults that need root, mounts, kills
-# or a real node_exporter (every other fault is a tests/cli.rs case). See
+# or a real node_exporter (every other fault is a tests/cli/ case). See
 # tests/fault-matrix/README.md.
 #   tests/fault-matrix/run.sh [--seed N] [--only SUBSTRING]... [--keep]
 # Uses target/release/nvidia-textfile-exporter and target/debug/libfake_nvml.so

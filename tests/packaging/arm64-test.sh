@@ -9,7 +9,7 @@
 #    status, stdout, stderr) as the packaged amd64 binary for every scenario
 #    that has a golden file, with the default collectors and with the opt-in
 #    ones added. Timestamps, durations and the GPM window are replaced as in
-#    tests/cli.rs.
+#    tests/cli/.
 #
 #   tests/packaging/arm64-test.sh     # `make test-arm64`, after tests/install-deps.sh --arm64
 #
@@ -77,7 +77,7 @@ check "runs under qemu-user: --version" \
 
 # ---------------------------------------------------------------------------
 # normalized: the exporter's output with the values that change every run
-# replaced, exactly as tests/cli.rs's normalize() replaces them.
+# replaced, exactly as test-support's golden normalize() replaces them.
 normalized() {
     sed -E -e 's/^nvidia_gpu_collector_duration_seconds .*/nvidia_gpu_collector_duration_seconds <duration>/' \
         -e 's/^nvidia_gpu_collector_timestamp_seconds .*/nvidia_gpu_collector_timestamp_seconds <timestamp>/' \
@@ -85,7 +85,7 @@ normalized() {
         -e 's/^(nvidia_gpu_gpm_window_seconds\{[^}]*\}) .*/\1 <window>/'
 }
 # run_case DIR SCENARIO FAKE BINARY... -- ARGS...: one run with a fresh state
-# directory and an empty journal (as tests/cli.rs does), its exit status,
+# directory and an empty journal (as tests/cli/ does), its exit status,
 # normalized stdout and stderr in DIR.
 run_case() {
     local dir=$1 scenario=$2 fake=$3 command=() status

@@ -1,7 +1,7 @@
 //! Fault matrix: runs the real exporter under the faults that need root
 //! (tmpfs mounts, node_exporter as its own user) or kill runs at chosen
 //! moments, and checks what a reader of the textfile sees. Every other fault is
-//! a tests/cli.rs case. See tests/fault-matrix/README.md; run through
+//! a tests/cli/ case. See tests/fault-matrix/README.md; run through
 //! tests/fault-matrix/run.sh.
 //!
 //! For every row:

@@ -435,7 +435,7 @@ fn hostile_node_exporter(c: &Ctx) -> R<Cell> {
     let Some(binary) = which("prometheus-node-exporter").or_else(|| which("node_exporter")) else {
         return fail("prometheus-node-exporter is not installed".into());
     };
-    // The file itself is checked by tests/cli.rs
+    // The file itself is checked by tests/cli/.
     // (hostile_strings_round_trip_and_smuggle_nothing_in); here what
     // node_exporter makes of it.
     let path = c.scenario_path("fault-hostile.toml");
