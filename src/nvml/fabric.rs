@@ -1,98 +1,78 @@
-//! The GPU's NVLink fabric (NVSwitch systems: HGX, NVL72): whether the Fabric
-//! Manager registered the GPU, in which cluster and clique, and the fabric's
-//! health, from `nvmlDeviceGetGpuFabricInfoV` (struct version 3, else 2) or,
-//! on drivers before it, `nvmlDeviceGetGpuFabricInfo` (no health).
-//!
-//! On a GPU without NVSwitch the call succeeds with state
-//! `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED` (an H200 PCIe/NVL board, driver 580:
-//! v3 answers SUCCESS with state 0, v1 and v2 of the versioned call answer
-//! ARGUMENT_VERSION_MISMATCH); [`FabricInfo::read`] turns that into "not
-//! supported", so no series is written for it.
+//! The GPU's NVLink fabric (NVSwitch systems: HGX, NVL72): its registration
+//! with the Fabric Manager, cluster, clique and health, from
+//! `nvmlDeviceGetGpuFabricInfoV` (struct version 3, else 2) or, on drivers
+//! before it, `nvmlDeviceGetGpuFabricInfo` (no health). A GPU on no fabric
+//! answers state NOT_SUPPORTED, which [`FabricInfo::read`] makes "not supported".
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t, NvmlLib,
-    NVML_GPU_FABRIC_STATE_COMPLETED, NVML_GPU_FABRIC_STATE_IN_PROGRESS,
-    NVML_GPU_FABRIC_STATE_NOT_STARTED, NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+    NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
 };
 
 use super::reader::DeviceReader;
+use super::unwrapped::{struct_version, ARGUMENT_VERSION_MISMATCH};
 
-/// `NVML_STRUCT_VERSION(GpuFabricInfo, 3)`.
-const VERSION_3: u32 = std::mem::size_of::<nvmlGpuFabricInfo_v3_t>() as u32 | (3 << 24);
-/// `NVML_STRUCT_VERSION(GpuFabricInfo, 2)`.
-const VERSION_2: u32 = std::mem::size_of::<nvmlGpuFabricInfo_v2_t>() as u32 | (2 << 24);
-/// NVML_ERROR_ARGUMENT_VERSION_MISMATCH, which nvml-wrapper 0.13 does not name.
-const ARGUMENT_VERSION_MISMATCH: u32 = 25;
+const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
+/// The v2 struct is a prefix of v3: NVML writes no more than v2 holds.
+const VERSION_2: u32 = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
 
 /// The NVML function named in logs and errors.
 pub const CALL: &str = "nvmlDeviceGetGpuFabricInfoV";
 
-/// Where the GPU's registration with the Fabric Manager stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FabricState {
-    NotStarted,
-    InProgress,
-    Completed,
+/// An enum of label values: `ALL` in NVML's order (from 1) and `label`.
+macro_rules! labels {
+    ($(#[$meta:meta])* $name:ident { $($(#[$doc:meta])* $variant:ident => $label:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($(#[$doc])* $variant,)* }
+
+        impl $name {
+            pub const ALL: [$name; [$($label),*].len()] = [$($name::$variant),*];
+
+            /// The label value.
+            pub fn label(self) -> &'static str {
+                match self { $($name::$variant => $label,)* }
+            }
+        }
+    };
 }
 
-impl FabricState {
-    /// Every state, in the order of NVML's values.
-    pub const ALL: [FabricState; 3] = [
-        FabricState::NotStarted,
-        FabricState::InProgress,
-        FabricState::Completed,
-    ];
-
-    /// The `state` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            FabricState::NotStarted => "not_started",
-            FabricState::InProgress => "in_progress",
-            FabricState::Completed => "completed",
-        }
+labels! {
+    /// Where the GPU's registration with the Fabric Manager stands.
+    FabricState {
+        NotStarted => "not_started",
+        InProgress => "in_progress",
+        Completed => "completed",
     }
 }
 
-/// A fabric health condition of the health mask's 2-bit fields (nvml.h
-/// `NVML_GPU_FABRIC_HEALTH_MASK_*`: 0 not supported, 1 the condition holds,
-/// 2 it does not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Condition {
-    DegradedBandwidth,
-    RouteRecovery,
-    RouteUnhealthy,
-    AccessTimeoutRecovery,
-    /// The 4-bit incorrect-configuration field: 0 not supported, 1 none,
-    /// 2 and up a kind of misconfiguration (system GUID, chassis serial, no
-    /// partition, too few NVLinks).
-    IncorrectConfiguration,
+labels! {
+    /// A fabric health condition, a field of the health mask (nvml.h
+    /// `NVML_GPU_FABRIC_HEALTH_MASK_*`).
+    Condition {
+        DegradedBandwidth => "degraded_bandwidth",
+        RouteRecovery => "route_recovery",
+        RouteUnhealthy => "route_unhealthy",
+        AccessTimeoutRecovery => "access_timeout_recovery",
+        /// 0 not supported, 1 none, 2 and up a kind of misconfiguration.
+        IncorrectConfiguration => "incorrect_configuration",
+    }
+}
+
+labels! {
+    /// The health summary of struct version 3 (`NVML_GPU_FABRIC_HEALTH_SUMMARY_*`).
+    Summary {
+        Healthy => "healthy",
+        Unhealthy => "unhealthy",
+        LimitedCapacity => "limited_capacity",
+    }
 }
 
 impl Condition {
-    pub const ALL: [Condition; 5] = [
-        Condition::DegradedBandwidth,
-        Condition::RouteRecovery,
-        Condition::RouteUnhealthy,
-        Condition::AccessTimeoutRecovery,
-        Condition::IncorrectConfiguration,
-    ];
-
-    /// The `condition` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Condition::DegradedBandwidth => "degraded_bandwidth",
-            Condition::RouteRecovery => "route_recovery",
-            Condition::RouteUnhealthy => "route_unhealthy",
-            Condition::AccessTimeoutRecovery => "access_timeout_recovery",
-            Condition::IncorrectConfiguration => "incorrect_configuration",
-        }
-    }
-
-    /// Shift and mask of the field in `healthMask` (nvml.h
-    /// `NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_*` / `_WIDTH_*`; the "width" is the
-    /// field's mask).
+    /// Shift and mask of the field in `healthMask` (nvml.h `…_SHIFT_*` and
+    /// `…_WIDTH_*`, the "width" being the field's mask).
     fn field(self) -> (u32, u32) {
         match self {
             Condition::DegradedBandwidth => (0, 0x3),
@@ -103,8 +83,9 @@ impl Condition {
         }
     }
 
-    /// Whether the condition holds by `mask`; `None` where the driver does
-    /// not report it (field 0) or the value is one nvml.h does not define.
+    /// Whether the condition holds by `mask` (a 2-bit field: 1 it holds, 2 it
+    /// does not); `None` where the driver does not report it (field 0) or the
+    /// value is one nvml.h does not define.
     pub fn holds(self, mask: u32) -> Option<bool> {
         let (shift, width) = self.field();
         let value = (mask >> shift) & width;
@@ -120,46 +101,12 @@ impl Condition {
     }
 }
 
-/// The health summary of struct version 3 (`NVML_GPU_FABRIC_HEALTH_SUMMARY_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Summary {
-    Healthy,
-    Unhealthy,
-    LimitedCapacity,
-}
-
-impl Summary {
-    pub const ALL: [Summary; 3] = [
-        Summary::Healthy,
-        Summary::Unhealthy,
-        Summary::LimitedCapacity,
-    ];
-
-    /// The `summary` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Summary::Healthy => "healthy",
-            Summary::Unhealthy => "unhealthy",
-            Summary::LimitedCapacity => "limited_capacity",
-        }
-    }
-
-    fn from_raw(raw: u8) -> Option<Summary> {
-        match raw {
-            1 => Some(Summary::Healthy),
-            2 => Some(Summary::Unhealthy),
-            3 => Some(Summary::LimitedCapacity),
-            _ => None,
-        }
-    }
-}
-
 /// What NVML said of a GPU on an NVLink fabric.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricInfo {
     pub state: FabricState,
-    /// The NVML return code of the registration (`status`, 0 = success);
-    /// meaningful once the state is completed.
+    /// The NVML return code of the registration (0 = success); meaningful
+    /// once the state is completed.
     pub status: u32,
     /// The cluster UUID, as 32 hex digits in 8-4-4-4-12 form.
     pub cluster_uuid: String,
@@ -170,98 +117,71 @@ pub struct FabricInfo {
     pub summary: Option<Summary>,
 }
 
-/// The fields every version of the struct shares, as read.
-struct Raw {
-    state: u8,
-    status: u32,
-    cluster_uuid: [u8; 16],
-    clique_id: u32,
-    health_mask: Option<u32>,
-    summary: Option<u8>,
-}
-
 impl FabricInfo {
     /// Reads the fabric info of `handle`. `Err(NotSupported)` where the GPU
     /// is on no fabric (state NOT_SUPPORTED, or the driver lacks both calls);
     /// a state nvml.h does not define is `UnexpectedVariant`.
     pub fn read(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<FabricInfo, NvmlError> {
-        let raw = match lib.nvmlDeviceGetGpuFabricInfoV.as_ref() {
-            Ok(_) => match read_v3(lib, handle) {
+        let (info, health_mask) = match lib.nvmlDeviceGetGpuFabricInfoV.as_ref() {
+            Ok(_) => match read_versioned(lib, handle, VERSION_3) {
                 Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
-                    read_v2(lib, handle)?
+                    (read_versioned(lib, handle, VERSION_2)?, true)
                 }
-                other => other?,
+                other => (other?, true),
             },
-            Err(_) => read_v1(lib, handle)?,
+            Err(_) => {
+                // SAFETY: plain old data; all-zero is valid.
+                let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+                let symbol = nvml_sym(lib.nvmlDeviceGetGpuFabricInfo.as_ref());
+                raw_call!(symbol, handle, &mut v1)?;
+                let info = nvmlGpuFabricInfo_v3_t {
+                    version: 0,
+                    clusterUuid: v1.clusterUuid,
+                    status: v1.status,
+                    cliqueId: v1.cliqueId,
+                    state: v1.state,
+                    healthMask: 0,
+                    healthSummary: 0,
+                };
+                (info, false)
+            }
         };
-        let state = match u32::from(raw.state) {
-            NVML_GPU_FABRIC_STATE_NOT_SUPPORTED => return Err(NvmlError::NotSupported),
-            NVML_GPU_FABRIC_STATE_NOT_STARTED => FabricState::NotStarted,
-            NVML_GPU_FABRIC_STATE_IN_PROGRESS => FabricState::InProgress,
-            NVML_GPU_FABRIC_STATE_COMPLETED => FabricState::Completed,
-            other => return Err(NvmlError::UnexpectedVariant(other)),
-        };
+        if u32::from(info.state) == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED {
+            return Err(NvmlError::NotSupported);
+        }
         Ok(FabricInfo {
-            state,
-            status: raw.status,
-            cluster_uuid: uuid_text(&raw.cluster_uuid),
-            clique_id: raw.clique_id,
-            health_mask: raw.health_mask,
-            summary: raw.summary.and_then(Summary::from_raw),
+            state: numbered(&FabricState::ALL, info.state)
+                .ok_or(NvmlError::UnexpectedVariant(info.state.into()))?,
+            status: info.status,
+            cluster_uuid: uuid_text(&info.clusterUuid),
+            clique_id: info.cliqueId,
+            health_mask: health_mask.then_some(info.healthMask),
+            summary: numbered(&Summary::ALL, info.healthSummary),
         })
     }
 }
 
-fn read_v3(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<Raw, NvmlError> {
-    let get = nvml_sym(lib.nvmlDeviceGetGpuFabricInfoV.as_ref())?;
+/// The value NVML numbers `raw` in `all` (1 for the first).
+fn numbered<T: Copy>(all: &[T], raw: u8) -> Option<T> {
+    all.get(usize::from(raw).checked_sub(1)?).copied()
+}
+
+/// `nvmlDeviceGetGpuFabricInfoV` with struct `version` ([`VERSION_3`] or
+/// [`VERSION_2`], which leaves the summary 0: none).
+fn read_versioned(
+    lib: &NvmlLib,
+    handle: nvmlDevice_t,
+    version: u32,
+) -> Result<nvmlGpuFabricInfo_v3_t, NvmlError> {
     // SAFETY: plain old data; all-zero is valid.
     let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
-    info.version = VERSION_3;
-    // SAFETY: one valid out-pointer to a struct of the version it names (the
-    // binding's `nvmlGpuFabricInfoV_t` is the v3 struct).
-    nvml_try(unsafe { get(handle, &mut info) })?;
-    Ok(Raw {
-        state: info.state,
-        status: info.status,
-        cluster_uuid: info.clusterUuid,
-        clique_id: info.cliqueId,
-        health_mask: Some(info.healthMask),
-        summary: Some(info.healthSummary),
-    })
-}
-
-fn read_v2(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<Raw, NvmlError> {
-    let get = nvml_sym(lib.nvmlDeviceGetGpuFabricInfoV.as_ref())?;
-    // SAFETY: plain old data; all-zero is valid.
-    let mut info: nvmlGpuFabricInfo_v2_t = unsafe { std::mem::zeroed() };
-    info.version = VERSION_2;
-    // SAFETY: the v2 struct is a prefix of v3, and `version` tells NVML to
-    // write no more than v2 holds.
-    nvml_try(unsafe { get(handle, (&mut info as *mut nvmlGpuFabricInfo_v2_t).cast()) })?;
-    Ok(Raw {
-        state: info.state,
-        status: info.status,
-        cluster_uuid: info.clusterUuid,
-        clique_id: info.cliqueId,
-        health_mask: Some(info.healthMask),
-        summary: None,
-    })
-}
-
-fn read_v1(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<Raw, NvmlError> {
-    let get = nvml_sym(lib.nvmlDeviceGetGpuFabricInfo.as_ref())?;
-    // SAFETY: plain old data; all-zero is valid.
-    let mut info: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: one valid out-pointer to the unversioned struct.
-    nvml_try(unsafe { get(handle, &mut info) })?;
-    Ok(Raw {
-        state: info.state,
-        status: info.status,
-        cluster_uuid: info.clusterUuid,
-        clique_id: info.cliqueId,
-        health_mask: None,
-        summary: None,
-    })
+    info.version = version;
+    raw_call!(
+        nvml_sym(lib.nvmlDeviceGetGpuFabricInfoV.as_ref()),
+        handle,
+        &mut info
+    )?;
+    Ok(info)
 }
 
 /// 16 bytes as a UUID (`01234567-89ab-cdef-0123-456789abcdef`).

@@ -1,22 +1,13 @@
-//! MIG enumeration, the one place that walks a GPU's MIG slots.
-//!
-//! A GPU in MIG mode has up to [`MAX_MIG_DEVICES`] slots
-//! (`nvmlDeviceGetMaxMigDeviceCount`), each empty (NOT_FOUND) or holding a MIG
-//! device. [`devices`] returns the populated ones with their instance ids;
-//! every consumer (the `mig` collector, GPM per GPU instance) uses it, so they
-//! agree on which MIG devices exist.
-//!
-//! An impossible slot count (a sentinel such as 4294967295) is counted as a
-//! read error and clamped to the slots a GPU can have: the MIG devices that
-//! exist are still listed.
+//! MIG enumeration, the one walk of a GPU's MIG slots: every consumer (the
+//! `mig` collector, GPM per GPU instance) agrees on which MIG devices exist.
 
 use std::ffi::c_uint;
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 
 use super::reader::DeviceReader;
-use super::unwrapped::c_string;
+use super::unwrapped::{c_string, Symbol, UintGetter};
 
 /// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
 /// limit is 8 GPU instances).
@@ -31,7 +22,8 @@ pub struct MigDevice<'n> {
 
 /// The MIG devices of a GPU in MIG mode, in slot order; none when MIG is off,
 /// unreadable or the GPU is down. A slot whose instance ids cannot be read is
-/// skipped (its errors counted).
+/// skipped (its errors counted); an impossible slot count is counted and
+/// clamped to [`MAX_MIG_DEVICES`].
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
     if !enabled {
@@ -62,10 +54,14 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
         };
         let ids = (
             reader.read("nvmlDeviceGetGpuInstanceId", |_| {
-                instance_id(&handle, Instance::Gpu)
+                instance_id(&handle, |lib| {
+                    nvml_sym(lib.nvmlDeviceGetGpuInstanceId.as_ref())
+                })
             }),
             reader.read("nvmlDeviceGetComputeInstanceId", |_| {
-                instance_id(&handle, Instance::Compute)
+                instance_id(&handle, |lib| {
+                    nvml_sym(lib.nvmlDeviceGetComputeInstanceId.as_ref())
+                })
             }),
         );
         if let (Some(gpu_instance_id), Some(compute_instance_id)) = ids {
@@ -84,26 +80,17 @@ impl MigDevice<'_> {
     /// lossily; read as `nvmlDeviceGetName`.
     pub fn name(&self) -> Result<String, NvmlError> {
         // SAFETY: a live MIG handle of the NVML instance in use.
-        let (lib, handle) = unsafe { (self.handle.nvml().lib(), self.handle.handle()) };
-        c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref())?, handle)
+        let (lib, handle) = (self.handle.nvml().lib(), unsafe { self.handle.handle() });
+        c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)
     }
 }
 
-enum Instance {
-    Gpu,
-    Compute,
-}
-
-/// The GPU or compute instance id of a MIG device (not wrapped by nvml-wrapper).
-fn instance_id(mig: &NvmlDevice<'_>, instance: Instance) -> Result<u32, NvmlError> {
+/// A MIG device's GPU or compute instance id, through `getter` (not wrapped by
+/// nvml-wrapper).
+fn instance_id(mig: &NvmlDevice<'_>, getter: Symbol<UintGetter>) -> Result<u32, NvmlError> {
     // SAFETY: `mig` is a live MIG handle of the NVML instance in use.
-    let (lib, handle) = unsafe { (mig.nvml().lib(), mig.handle()) };
-    let get = match instance {
-        Instance::Gpu => nvml_sym(lib.nvmlDeviceGetGpuInstanceId.as_ref())?,
-        Instance::Compute => nvml_sym(lib.nvmlDeviceGetComputeInstanceId.as_ref())?,
-    };
+    let (lib, handle) = (mig.nvml().lib(), unsafe { mig.handle() });
     let mut id: c_uint = 0;
-    // SAFETY: one valid out-pointer.
-    nvml_try(unsafe { get(handle, &mut id) })?;
+    raw_call!(getter(lib), handle, &mut id)?;
     Ok(id)
 }
