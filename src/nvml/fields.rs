@@ -11,7 +11,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG as SIGNED_LONG_LONG,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT as UNSIGNED_INT,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG as UNSIGNED_LONG,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, NvmlLib,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, nvmlValueType_t,
+    nvmlValue_t, NvmlLib,
 };
 
 /// One requested field: NVML field id, in the numbering of the bindings (CUDA
@@ -39,18 +40,16 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     }
 }
 
-/// Reads `fields` in one `nvmlDeviceGetFieldValues` call on `handle`: the
-/// call's own error, or one entry per field with that entry's error (a value
-/// type NVML did not document is `UnexpectedVariant`). The reader applies its
-/// error policy to both (`DeviceReader::read_fields`, `prefetch`).
-/// Ids are translated to the driver's numbering (`scheme`, see [`driver_id`]).
+/// Reads `fields` in one `nvmlDeviceGetFieldValues` call on `handle`, their
+/// ids in the driver's numbering (`scheme`): the call's own error, or one
+/// entry per field with that entry's error (a value type NVML did not
+/// document is `UnexpectedVariant`), for the reader's error policy.
 pub fn fetch(
     lib: &NvmlLib,
     handle: nvmlDevice_t,
     scheme: FieldIdScheme,
     fields: &[Field],
 ) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
-    let get = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref())?;
     let mut values: Vec<nvmlFieldValue_t> = fields
         .iter()
         .map(|field| {
@@ -62,27 +61,33 @@ pub fn fetch(
         })
         .collect();
     let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
-    // SAFETY: `values` holds `count` initialised entries for NVML to fill.
-    nvml_try(unsafe { get(handle, count, values.as_mut_ptr()) })?;
+    let function = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref());
+    raw_call!(function, handle, count, values.as_mut_ptr())?;
     Ok(values
         .iter()
         .map(|value| {
             nvml_try(value.nvmlReturn)?;
-            // SAFETY: `valueType` says which union member NVML wrote.
-            let number = unsafe {
-                match value.valueType {
-                    DOUBLE => Some(value.value.dVal),
-                    UNSIGNED_INT => Some(f64::from(value.value.uiVal)),
-                    UNSIGNED_LONG => Some(value.value.ulVal as f64),
-                    UNSIGNED_LONG_LONG => Some(value.value.ullVal as f64),
-                    SIGNED_LONG_LONG => Some(value.value.sllVal as f64),
-                    SIGNED_INT => Some(f64::from(value.value.siVal)),
-                    _ => None,
-                }
-            };
-            number.ok_or(NvmlError::UnexpectedVariant(value.valueType))
+            number(value.valueType, &value.value)
+                .ok_or(NvmlError::UnexpectedVariant(value.valueType))
         })
         .collect())
+}
+
+/// A value of NVML's value union by its type; `None` for a type other than
+/// double and the signed and unsigned ints.
+pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option<f64> {
+    // SAFETY: `value_type` says which union member NVML wrote.
+    unsafe {
+        match value_type {
+            DOUBLE => Some(value.dVal),
+            UNSIGNED_INT => Some(f64::from(value.uiVal)),
+            UNSIGNED_LONG => Some(value.ulVal as f64),
+            UNSIGNED_LONG_LONG => Some(value.ullVal as f64),
+            SIGNED_LONG_LONG => Some(value.sllVal as f64),
+            SIGNED_INT => Some(f64::from(value.siVal)),
+            _ => None,
+        }
+    }
 }
 
 /// One field value of `device` at `scope` through [`fetch`]: for readings
