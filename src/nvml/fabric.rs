@@ -4,7 +4,7 @@
 //! before it, `nvmlDeviceGetGpuFabricInfo` (no health). A GPU on no fabric
 //! answers state NOT_SUPPORTED, which [`FabricInfo::read`] makes "not supported".
 
-use nvml_wrapper::error::{nvml_sym, NvmlError};
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t, NvmlLib,
@@ -12,10 +12,10 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::reader::DeviceReader;
-use super::unwrapped::{struct_version, ARGUMENT_VERSION_MISMATCH};
+use super::unwrapped::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
 
 const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
-/// The v2 struct is a prefix of v3: NVML writes no more than v2 holds.
+/// The v2 struct is a prefix of v3 (without the summary): NVML writes no more.
 const VERSION_2: u32 = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
 
 /// The NVML function named in logs and errors.
@@ -88,15 +88,11 @@ impl Condition {
     /// value is one nvml.h does not define.
     pub fn holds(self, mask: u32) -> Option<bool> {
         let (shift, width) = self.field();
-        let value = (mask >> shift) & width;
-        match (self, value) {
-            (_, 0) => None,
-            (Condition::IncorrectConfiguration, 1) => Some(false),
-            (Condition::IncorrectConfiguration, 2..=5) => Some(true),
-            (Condition::IncorrectConfiguration, _) => None,
-            (_, 1) => Some(true),
-            (_, 2) => Some(false),
-            _ => None,
+        match ((mask >> shift) & width, self) {
+            (1, Condition::IncorrectConfiguration) => Some(false),
+            (2..=5, Condition::IncorrectConfiguration) => Some(true),
+            (_, Condition::IncorrectConfiguration) | (0 | 3, _) => None,
+            (value, _) => Some(value == 1),
         }
     }
 }
@@ -122,66 +118,59 @@ impl FabricInfo {
     /// is on no fabric (state NOT_SUPPORTED, or the driver lacks both calls);
     /// a state nvml.h does not define is `UnexpectedVariant`.
     pub fn read(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<FabricInfo, NvmlError> {
-        let (info, health_mask) = match lib.nvmlDeviceGetGpuFabricInfoV.as_ref() {
-            Ok(_) => match read_versioned(lib, handle, VERSION_3) {
-                Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
-                    (read_versioned(lib, handle, VERSION_2)?, true)
-                }
-                other => (other?, true),
-            },
-            Err(_) => {
-                // SAFETY: plain old data; all-zero is valid.
-                let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
-                let symbol = nvml_sym(lib.nvmlDeviceGetGpuFabricInfo.as_ref());
-                raw_call!(symbol, handle, &mut v1)?;
-                let info = nvmlGpuFabricInfo_v3_t {
-                    version: 0,
-                    clusterUuid: v1.clusterUuid,
-                    status: v1.status,
-                    cliqueId: v1.cliqueId,
-                    state: v1.state,
-                    healthMask: 0,
-                    healthSummary: 0,
-                };
-                (info, false)
-            }
+        if lib.nvmlDeviceGetGpuFabricInfoV.is_err() {
+            // SAFETY: plain old data; all-zero is valid.
+            let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+            raw_call!(lib.nvmlDeviceGetGpuFabricInfo(handle, &mut v1))?;
+            return Self::new(v1.state, v1.status, &v1.clusterUuid, v1.cliqueId, None, 0);
+        }
+        let versioned = |version| {
+            // SAFETY: plain old data; all-zero is valid.
+            let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
+            info.version = version;
+            raw_call!(lib.nvmlDeviceGetGpuFabricInfoV(handle, &mut info)).map(|()| info)
         };
-        if u32::from(info.state) == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED {
+        let v3 = match versioned(VERSION_3) {
+            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => versioned(VERSION_2),
+            other => other,
+        }?;
+        let mask = Some(v3.healthMask);
+        Self::new(
+            v3.state,
+            v3.status,
+            &v3.clusterUuid,
+            v3.cliqueId,
+            mask,
+            v3.healthSummary,
+        )
+    }
+
+    fn new(
+        state: u8,
+        status: u32,
+        cluster_uuid: &[u8; 16],
+        clique_id: u32,
+        health_mask: Option<u32>,
+        summary: u8,
+    ) -> Result<FabricInfo, NvmlError> {
+        if u32::from(state) == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED {
             return Err(NvmlError::NotSupported);
         }
         Ok(FabricInfo {
-            state: numbered(&FabricState::ALL, info.state)
-                .ok_or(NvmlError::UnexpectedVariant(info.state.into()))?,
-            status: info.status,
-            cluster_uuid: uuid_text(&info.clusterUuid),
-            clique_id: info.cliqueId,
-            health_mask: health_mask.then_some(info.healthMask),
-            summary: numbered(&Summary::ALL, info.healthSummary),
+            state: numbered(&FabricState::ALL, state)
+                .ok_or(NvmlError::UnexpectedVariant(state.into()))?,
+            status,
+            cluster_uuid: uuid_text(cluster_uuid),
+            clique_id,
+            health_mask,
+            summary: numbered(&Summary::ALL, summary),
         })
     }
 }
 
-/// The value NVML numbers `raw` in `all` (1 for the first).
+/// The value NVML numbers `raw` in `all` (1 for the first); 0 is none.
 fn numbered<T: Copy>(all: &[T], raw: u8) -> Option<T> {
     all.get(usize::from(raw).checked_sub(1)?).copied()
-}
-
-/// `nvmlDeviceGetGpuFabricInfoV` with struct `version` ([`VERSION_3`] or
-/// [`VERSION_2`], which leaves the summary 0: none).
-fn read_versioned(
-    lib: &NvmlLib,
-    handle: nvmlDevice_t,
-    version: u32,
-) -> Result<nvmlGpuFabricInfo_v3_t, NvmlError> {
-    // SAFETY: plain old data; all-zero is valid.
-    let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
-    info.version = version;
-    raw_call!(
-        nvml_sym(lib.nvmlDeviceGetGpuFabricInfoV.as_ref()),
-        handle,
-        &mut info
-    )?;
-    Ok(info)
 }
 
 /// 16 bytes as a UUID (`01234567-89ab-cdef-0123-456789abcdef`).
@@ -207,9 +196,7 @@ impl DeviceReader<'_> {
 /// Whether `device` is on a fabric: `Err(NotSupported)` where it is not, for
 /// [`DeviceReader::read_fixed`] to keep per driver.
 pub fn on_fabric(device: &NvmlDevice<'_>) -> Result<bool, NvmlError> {
-    // SAFETY: the handle stays valid while `device` (and so NVML) lives.
-    let handle = unsafe { device.handle() };
-    FabricInfo::read(device.nvml().lib(), handle).map(|_| true)
+    raw(device, FabricInfo::read).map(|_| true)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::mem;
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, FieldIdScheme};
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
@@ -14,6 +14,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, nvmlValueType_t,
     nvmlValue_t, NvmlLib,
 };
+
+use super::unwrapped::raw;
 
 /// One requested field: NVML field id, in the numbering of the bindings (CUDA
 /// 12), and scope id (the link for NVLink fields).
@@ -61,8 +63,7 @@ pub fn fetch(
         })
         .collect();
     let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
-    let function = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref());
-    raw_call!(function, handle, count, values.as_mut_ptr())?;
+    raw_call!(lib.nvmlDeviceGetFieldValues(handle, count, values.as_mut_ptr()))?;
     Ok(values
         .iter()
         .map(|value| {
@@ -94,9 +95,7 @@ pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option
 /// taken once per driver (`DeviceReader::read_fixed`), outside the batch.
 pub fn read_one(device: &NvmlDevice<'_>, field: Field) -> Result<f64, NvmlError> {
     let scheme = device.nvml().field_id_scheme();
-    // SAFETY: the handle stays valid while `device` (and so NVML) lives.
-    let handle = unsafe { device.handle() };
-    fetch(device.nvml().lib(), handle, scheme, &[field])?
+    raw(device, |lib, handle| fetch(lib, handle, scheme, &[field]))?
         .pop()
         .unwrap_or(Err(NvmlError::NotSupported))
 }

@@ -7,7 +7,7 @@ use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 
 use super::reader::DeviceReader;
-use super::unwrapped::{c_string, Symbol, UintGetter};
+use super::unwrapped::{c_string, raw, Symbol, UintGetter};
 
 /// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
 /// limit is 8 GPU instances).
@@ -52,19 +52,9 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
                 continue;
             }
         };
-        let ids = (
-            reader.read("nvmlDeviceGetGpuInstanceId", |_| {
-                instance_id(&handle, |lib| {
-                    nvml_sym(lib.nvmlDeviceGetGpuInstanceId.as_ref())
-                })
-            }),
-            reader.read("nvmlDeviceGetComputeInstanceId", |_| {
-                instance_id(&handle, |lib| {
-                    nvml_sym(lib.nvmlDeviceGetComputeInstanceId.as_ref())
-                })
-            }),
-        );
-        if let (Some(gpu_instance_id), Some(compute_instance_id)) = ids {
+        let ids =
+            INSTANCE_IDS.map(|(call, getter)| reader.read(call, |_| instance_id(&handle, getter)));
+        if let [Some(gpu_instance_id), Some(compute_instance_id)] = ids {
             found.push(MigDevice {
                 handle,
                 gpu_instance_id,
@@ -79,18 +69,22 @@ impl MigDevice<'_> {
     /// The MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), decoded
     /// lossily; read as `nvmlDeviceGetName`.
     pub fn name(&self) -> Result<String, NvmlError> {
-        // SAFETY: a live MIG handle of the NVML instance in use.
-        let (lib, handle) = (self.handle.nvml().lib(), unsafe { self.handle.handle() });
-        c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)
+        raw(&self.handle, |lib, handle| {
+            c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)
+        })
     }
 }
 
-/// A MIG device's GPU or compute instance id, through `getter` (not wrapped by
-/// nvml-wrapper).
+/// The getters of a MIG device's GPU and compute instance ids.
+const INSTANCE_IDS: [(&str, Symbol<UintGetter>); 2] = [
+    symbol!(nvmlDeviceGetGpuInstanceId),
+    symbol!(nvmlDeviceGetComputeInstanceId),
+];
+
+/// A MIG device's instance id through `getter`.
 fn instance_id(mig: &NvmlDevice<'_>, getter: Symbol<UintGetter>) -> Result<u32, NvmlError> {
-    // SAFETY: `mig` is a live MIG handle of the NVML instance in use.
-    let (lib, handle) = (mig.nvml().lib(), unsafe { mig.handle() });
-    let mut id: c_uint = 0;
-    raw_call!(getter(lib), handle, &mut id)?;
-    Ok(id)
+    raw(mig, |lib, handle| {
+        let mut id: c_uint = 0;
+        raw_call!(getter(lib), handle, &mut id).map(|()| id)
+    })
 }

@@ -7,15 +7,28 @@
 //! any other error leaves the field out, logged and counted in
 //! `nvidia_gpu_collector_read_errors`. Every call is bracketed in [`InFlight`].
 
-/// Calls the NVML function `$function` (its lookup, a `Result<&F, NvmlError>`)
-/// with `$args`: a missing symbol or the return code become an `NvmlError`.
+/// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a
+/// `Result<&F, NvmlError>`): a missing symbol or the return code become an
+/// `NvmlError`.
 macro_rules! raw_call {
+    ($lib:ident . $name:ident ($($arg:expr),* $(,)?)) => {
+        raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref()) $(, $arg)*)
+    };
     ($function:expr $(, $arg:expr)* $(,)?) => {{
         let function = $function?;
         // SAFETY: every call site passes what the function expects: a live handle
         // of the NVML in use, and pointers to what it writes (a buffer, its length).
         nvml_wrapper::error::nvml_try(unsafe { function($($arg),*) })
     }};
+}
+
+/// The name of NVML function `$name` and its lookup, a [`unwrapped::Symbol`].
+macro_rules! symbol {
+    ($name:ident) => {
+        (stringify!($name), |lib| {
+            nvml_wrapper::error::nvml_sym(lib.$name.as_ref())
+        })
+    };
 }
 
 pub mod fabric;
@@ -173,7 +186,7 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     // user named as NVML, which the wrapper loads the same way below.
     let lib = unsafe { NvmlLib::new(library.as_os_str()) }
         .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
-    let init = || raw_call!(nvml_sym(lib.nvmlInit_v2.as_ref()));
+    let init = || raw_call!(lib.nvmlInit_v2());
     init().map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
     // Loaded and initialised until the process ends: dropping would only dlclose.
     std::mem::forget(lib);
@@ -193,13 +206,9 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
         inflight.enter(Scope::Host, call);
         let value = read();
         inflight.leave();
-        match value {
-            Ok(value) => Some(value),
-            Err(e) => {
-                log::debug!("{call}: {e}");
-                None
-            }
-        }
+        value
+            .inspect_err(|e| log::debug!("{call}: {e}"))
+            .unwrap_or_default()
     };
     let driver = host_read("nvmlSystemGetDriverVersion", &|| nvml.sys_driver_version());
     let cuda = host_read("nvmlSystemGetCudaDriverVersion_v2", &|| {
@@ -207,8 +216,6 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
     });
     let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
-    let driver_version = driver.clone().unwrap_or_default();
-    let versions = [driver, cuda, nvml_version].map(Option::unwrap_or_default);
-    let sample = metrics::DRIVER_INFO.sample_with(versions, 1.0);
-    (sample, driver_version)
+    let sample = metrics::DRIVER_INFO.sample_with([driver.clone(), cuda, nvml_version], 1.0);
+    (sample, driver)
 }

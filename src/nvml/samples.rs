@@ -9,7 +9,7 @@ use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper::enum_wrappers::device::Sampling;
-use nvml_wrapper::error::{nvml_sym, NvmlError};
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
     nvmlProcessUtilizationSample_t, nvmlSample_t,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as UNSIGNED_SHORT, nvmlValueType_t,
@@ -21,26 +21,24 @@ use crate::metrics;
 
 pub use crate::state::schema::Carry;
 
-/// The time one consumed sample stands for: `(start, end]` in µs, and how
-/// much of it is claimed (0 for a dropped or duplicate sample).
+/// The time one consumed sample stands for: its start (µs), and how much of it
+/// is claimed (0 for a dropped or duplicate sample).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interval {
     pub start_us: u64,
-    pub end_us: u64,
     pub claimed_us: u64,
 }
 
 /// What one run's samples gave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Window {
-    /// The carry for the next run, totals included.
     pub carry: Carry,
     /// Time-weighted mean of the consumed samples (0-1), the plain mean where
     /// they cover no time; `None` when nothing was consumed.
     pub ratio: Option<f64>,
     /// Sample values above 100 %, which were dropped.
     pub rejected: Vec<u64>,
-    /// One per consumed sample, in order (per-process integration uses them).
+    /// One per consumed sample, in order.
     pub intervals: Vec<Interval>,
 }
 
@@ -86,7 +84,6 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
         let plausible = metrics::plausible_percent(value as f64);
         intervals.push(Interval {
             start_us: ts.saturating_sub(interval),
-            end_us: ts,
             claimed_us: if plausible { interval } else { 0 },
         });
         if plausible {
@@ -118,8 +115,7 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
 /// One process's entry as NVML gave it: pid, timestamp (µs), SM percent.
 pub type ProcessEntry = (u32, u64, u64);
 
-/// How far behind our last timestamp the system clock must be to be a step
-/// back (a second covers any skew between NVML's stamps and our clock).
+/// How far behind our last timestamp the system clock must be to be a step back.
 const CLOCK_STEP_SLACK_US: u64 = 1_000_000;
 
 /// Whether the system clock (µs) is behind the last consumed timestamp: NVML
@@ -146,9 +142,8 @@ pub enum Outcome {
     },
 }
 
-/// Reads the samples of `sampling` since `previous` (the stream's carry from
-/// the previous run, `None` for none or damaged) and integrates them,
-/// rereading the whole buffer after a clock step.
+/// Reads the samples of `sampling` since `previous` (the stream's carry, `None`
+/// for none or damaged) and integrates them.
 pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<Carry>) -> Outcome {
     let carry = previous.unwrap_or_default();
     let answer = match fetch_samples(reader, sampling, carry.last_us) {
@@ -217,8 +212,7 @@ fn fetch<T: Clone>(
     }
 }
 
-/// One `nvmlDeviceGetSamples` answer: the samples newer than `last_seen`, in
-/// NVML's order. `None` when the GPU is already down.
+/// The samples newer than `last_seen`, in NVML's order; `None` when the GPU is down.
 fn fetch_samples(
     reader: &mut DeviceReader<'_>,
     sampling: Sampling,
@@ -229,17 +223,8 @@ fn fetch_samples(
         // SAFETY: nvmlSample_t is plain data; zero is a valid value.
         let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
         let samples = fetch(zero, |buffer, count| {
-            let function = nvml_sym(lib.nvmlDeviceGetSamples.as_ref());
-            let kind = sampling.as_c();
-            raw_call!(
-                function,
-                handle,
-                kind,
-                last_seen,
-                &mut value_type,
-                count,
-                buffer
-            )
+            let (kind, value_type) = (sampling.as_c(), &mut value_type);
+            raw_call!(lib.nvmlDeviceGetSamples(handle, kind, last_seen, value_type, count, buffer))
         })?;
         Ok(samples
             .iter()
@@ -248,8 +233,7 @@ fn fetch_samples(
     })
 }
 
-/// One `nvmlDeviceGetProcessUtilization` answer since `last_seen`. `None`
-/// when the GPU is already down.
+/// The processes' utilization since `last_seen`; `None` when the GPU is down.
 pub fn fetch_processes(
     reader: &mut DeviceReader<'_>,
     last_seen: u64,
@@ -258,8 +242,7 @@ pub fn fetch_processes(
         // SAFETY: plain data; zero is a valid value.
         let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
         let entries = fetch(zero, |buffer, count| {
-            let function = nvml_sym(lib.nvmlDeviceGetProcessUtilization.as_ref());
-            raw_call!(function, handle, buffer, count, last_seen)
+            raw_call!(lib.nvmlDeviceGetProcessUtilization(handle, buffer, count, last_seen))
         })?;
         Ok(entries
             .iter()

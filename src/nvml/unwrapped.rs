@@ -10,6 +10,7 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::error::{nvml_sym, NvmlError};
+use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlMarginTemperature_t, nvmlReturn_t,
     nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU, nvmlTemperature_v1_t, NvmlLib,
@@ -67,13 +68,6 @@ pub trait NvmlEnum: TryFrom<c_uint, Error = NvmlError> {
     const GETTER: (&'static str, Symbol<UintGetter>);
 }
 
-/// The name of NVML function `$name` and its lookup.
-macro_rules! symbol {
-    ($name:ident) => {
-        (stringify!($name), |lib| nvml_sym(lib.$name.as_ref()))
-    };
-}
-
 macro_rules! nvml_enums {
     ($($type:ty => $symbol:ident;)*) => {$(
         impl NvmlEnum for $type {
@@ -109,8 +103,7 @@ impl<'n> DeviceReader<'n> {
         let (call, symbol) = E::GETTER;
         let raw = self.read_raw(call, |lib, handle| {
             let mut value: c_uint = 0;
-            raw_call!(symbol(lib), handle, &mut value)?;
-            Ok(value)
+            raw_call!(symbol(lib), handle, &mut value).map(|()| value)
         })?;
         Some(E::try_from(raw).map_err(|_| {
             log::debug!(
@@ -136,8 +129,7 @@ impl<'n> DeviceReader<'n> {
         };
         self.read_raw(call, |lib, handle| {
             let mut mask = 0;
-            raw_call!(symbol(lib), handle, &mut mask)?;
-            Ok(mask)
+            raw_call!(symbol(lib), handle, &mut mask).map(|()| mask)
         })
     }
 
@@ -149,8 +141,7 @@ impl<'n> DeviceReader<'n> {
         };
         self.read_raw(call, |lib, handle| {
             let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
-            raw_call!(symbol(lib), handle, &mut percent, &mut period_us)?;
-            Ok(percent)
+            raw_call!(symbol(lib), handle, &mut percent, &mut period_us).map(|()| percent)
         })
     }
 
@@ -161,9 +152,8 @@ impl<'n> DeviceReader<'n> {
                 version: struct_version::<nvmlMarginTemperature_t>(1),
                 marginTemperature: 0,
             };
-            let symbol = nvml_sym(lib.nvmlDeviceGetMarginTemperature.as_ref());
-            raw_call!(symbol, handle, &mut info)?;
-            Ok(info.marginTemperature)
+            raw_call!(lib.nvmlDeviceGetMarginTemperature(handle, &mut info))
+                .map(|()| info.marginTemperature)
         })
     }
 
@@ -178,12 +168,7 @@ impl<'n> DeviceReader<'n> {
                 sensorType: nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU,
                 temperature: 0,
             };
-            raw_call!(
-                nvml_sym(lib.nvmlDeviceGetTemperatureV.as_ref()),
-                handle,
-                &mut info
-            )?;
-            Ok(info.temperature)
+            raw_call!(lib.nvmlDeviceGetTemperatureV(handle, &mut info)).map(|()| info.temperature)
         })?;
         match answer {
             Ok(celsius) => return Some(f64::from(celsius)),
@@ -205,8 +190,7 @@ impl<'n> DeviceReader<'n> {
     pub fn remapped_rows(&mut self) -> Option<RemappedRows> {
         self.read_raw("nvmlDeviceGetRemappedRows", |lib, handle| {
             let [mut a, mut b, mut c, mut d]: [c_uint; 4] = [0; 4];
-            let symbol = nvml_sym(lib.nvmlDeviceGetRemappedRows.as_ref());
-            raw_call!(symbol, handle, &mut a, &mut b, &mut c, &mut d)?;
+            raw_call!(lib.nvmlDeviceGetRemappedRows(handle, &mut a, &mut b, &mut c, &mut d))?;
             Ok(RemappedRows {
                 correctable: a,
                 uncorrectable: b,
@@ -222,10 +206,7 @@ impl<'n> DeviceReader<'n> {
         call: &'static str,
         read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        // SAFETY: the handle stays valid while the reader's device (and so NVML) lives.
-        self.read(call, |device| {
-            read(device.nvml().lib(), unsafe { device.handle() })
-        })
+        self.read(call, |device| raw(device, read))
     }
 
     /// Like [`DeviceReader::try_read`], but hands `read` the raw library and
@@ -235,11 +216,15 @@ impl<'n> DeviceReader<'n> {
         call: &'static str,
         read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
     ) -> Option<Result<T, NvmlError>> {
-        // SAFETY: the handle stays valid while the reader's device (and so NVML) lives.
-        self.try_read(call, |device| {
-            read(device.nvml().lib(), unsafe { device.handle() })
-        })
+        self.try_read(call, |device| raw(device, read))
     }
+}
+
+/// Calls `read` with the library and raw handle of `device`.
+pub(super) fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
+    // SAFETY: the handle stays valid while `device` (and so NVML) lives, and
+    // goes only to NVML's own functions.
+    read(device.nvml().lib(), unsafe { device.handle() })
 }
 
 /// Looks up one NVML function in the loaded library.
