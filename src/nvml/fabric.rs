@@ -1,8 +1,6 @@
-//! The GPU's NVLink fabric (NVSwitch systems: HGX, NVL72): its registration
-//! with the Fabric Manager, cluster, clique and health, from
-//! `nvmlDeviceGetGpuFabricInfoV` (struct version 3, else 2) or, on drivers
-//! before it, `nvmlDeviceGetGpuFabricInfo` (no health). A GPU on no fabric
-//! answers state NOT_SUPPORTED, which [`FabricInfo::read`] makes "not supported".
+//! The GPU's NVLink fabric (NVSwitch systems): its registration with the Fabric
+//! Manager, cluster, clique and health, from `nvmlDeviceGetGpuFabricInfoV`
+//! (struct version 3, else 2) or the older `nvmlDeviceGetGpuFabricInfo`.
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device as NvmlDevice;
@@ -72,15 +70,10 @@ labels! {
 
 impl Condition {
     /// Shift and mask of the field in `healthMask` (nvml.h `…_SHIFT_*` and
-    /// `…_WIDTH_*`, the "width" being the field's mask).
+    /// `…_WIDTH_*`): two bits each in order, four for the configuration.
     fn field(self) -> (u32, u32) {
-        match self {
-            Condition::DegradedBandwidth => (0, 0x3),
-            Condition::RouteRecovery => (2, 0x3),
-            Condition::RouteUnhealthy => (4, 0x3),
-            Condition::AccessTimeoutRecovery => (6, 0x3),
-            Condition::IncorrectConfiguration => (8, 0xf),
-        }
+        let configuration = self == Condition::IncorrectConfiguration;
+        (2 * self as u32, if configuration { 0xf } else { 0x3 })
     }
 
     /// Whether the condition holds by `mask` (a 2-bit field: 1 it holds, 2 it
@@ -101,8 +94,7 @@ impl Condition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricInfo {
     pub state: FabricState,
-    /// The NVML return code of the registration (0 = success); meaningful
-    /// once the state is completed.
+    /// The registration's NVML return code, once the state is completed.
     pub status: u32,
     /// The cluster UUID, as 32 hex digits in 8-4-4-4-12 form.
     pub cluster_uuid: String,
@@ -118,41 +110,35 @@ impl FabricInfo {
     /// is on no fabric (state NOT_SUPPORTED, or the driver lacks both calls);
     /// a state nvml.h does not define is `UnexpectedVariant`.
     pub fn read(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<FabricInfo, NvmlError> {
-        if lib.nvmlDeviceGetGpuFabricInfoV.is_err() {
-            // SAFETY: plain old data; all-zero is valid.
-            let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
-            raw_call!(lib.nvmlDeviceGetGpuFabricInfo(handle, &mut v1))?;
-            return Self::new(v1.state, v1.status, &v1.clusterUuid, v1.cliqueId, None, 0);
-        }
-        let versioned = |version| {
-            // SAFETY: plain old data; all-zero is valid.
-            let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
-            info.version = version;
-            raw_call!(lib.nvmlDeviceGetGpuFabricInfoV(handle, &mut info)).map(|()| info)
-        };
-        let v3 = match versioned(VERSION_3) {
-            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => versioned(VERSION_2),
-            other => other,
-        }?;
-        let mask = Some(v3.healthMask);
-        Self::new(
-            v3.state,
-            v3.status,
-            &v3.clusterUuid,
-            v3.cliqueId,
-            mask,
-            v3.healthSummary,
-        )
-    }
-
-    fn new(
-        state: u8,
-        status: u32,
-        cluster_uuid: &[u8; 16],
-        clique_id: u32,
-        health_mask: Option<u32>,
-        summary: u8,
-    ) -> Result<FabricInfo, NvmlError> {
+        let (state, status, uuid, clique_id, health_mask, summary) =
+            if lib.nvmlDeviceGetGpuFabricInfoV.is_err() {
+                // SAFETY: plain old data; all-zero is valid.
+                let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+                raw_call!(lib.nvmlDeviceGetGpuFabricInfo(handle, &mut v1))?;
+                (v1.state, v1.status, v1.clusterUuid, v1.cliqueId, None, 0)
+            } else {
+                let versioned = |version| {
+                    // SAFETY: plain old data; all-zero is valid.
+                    let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
+                    info.version = version;
+                    raw_call!(lib.nvmlDeviceGetGpuFabricInfoV(handle, &mut info)).map(|()| info)
+                };
+                let v3 = match versioned(VERSION_3) {
+                    Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
+                        versioned(VERSION_2)
+                    }
+                    other => other,
+                }?;
+                let (mask, summary) = (Some(v3.healthMask), v3.healthSummary);
+                (
+                    v3.state,
+                    v3.status,
+                    v3.clusterUuid,
+                    v3.cliqueId,
+                    mask,
+                    summary,
+                )
+            };
         if u32::from(state) == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED {
             return Err(NvmlError::NotSupported);
         }
@@ -160,7 +146,7 @@ impl FabricInfo {
             state: numbered(&FabricState::ALL, state)
                 .ok_or(NvmlError::UnexpectedVariant(state.into()))?,
             status,
-            cluster_uuid: uuid_text(cluster_uuid),
+            cluster_uuid: uuid_text(&uuid),
             clique_id,
             health_mask,
             summary: numbered(&Summary::ALL, summary),

@@ -28,11 +28,8 @@ pub struct Field {
 /// The NVML function behind every field read.
 pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
-/// The id the loaded driver answers for `id` of the bindings' numbering.
-/// Drivers from 580.82 (CUDA 13.0 Update 1) renumbered ids 251-273: the
-/// clock event reason times 251-255 became 269-273 and power smoothing
-/// 256-273 became 251-268 (NVML reference, "Known issues"; nvml-wrapper
-/// detects the scheme from the driver version at init).
+/// The id the loaded driver answers for `id` of the bindings' numbering:
+/// drivers from 580.82 renumbered ids 251-273 (NVML reference, "Known issues").
 pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     match (scheme, id) {
         (FieldIdScheme::V12, id) => id,

@@ -9,8 +9,7 @@ use nvml_wrapper::Device as NvmlDevice;
 use super::reader::DeviceReader;
 use super::unwrapped::{c_string, raw, Symbol, UintGetter};
 
-/// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
-/// limit is 8 GPU instances).
+/// The most MIG devices one GPU can hold (NVML's limit of 8 GPU instances).
 pub const MAX_MIG_DEVICES: u32 = 8;
 
 /// A populated MIG slot.

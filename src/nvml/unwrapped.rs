@@ -172,18 +172,16 @@ impl<'n> DeviceReader<'n> {
         })?;
         match answer {
             Ok(celsius) => return Some(f64::from(celsius)),
-            Err(NvmlError::FailedToLoadSymbol(_))
-            | Err(NvmlError::FunctionNotFound)
-            | Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {}
+            Err(NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound) => {}
+            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {}
             Err(error) => {
                 self.note(CALL, &error);
                 return None;
             }
         }
-        self.read("nvmlDeviceGetTemperature", |d| {
-            d.temperature(TemperatureSensor::Gpu)
-        })
-        .map(f64::from)
+        let sensor = TemperatureSensor::Gpu;
+        self.read("nvmlDeviceGetTemperature", |d| d.temperature(sensor))
+            .map(f64::from)
     }
 
     /// The rows remapped in HBM (Ampere and newer).
@@ -230,17 +228,12 @@ pub(super) fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDe
 /// Looks up one NVML function in the loaded library.
 pub type Symbol<F> = fn(&NvmlLib) -> Result<&F, NvmlError>;
 
-/// The signature shared by NVML's getters of one unsigned int (an enum, an id).
+/// The signatures of NVML's getters: of one unsigned int (an enum, an id), of
+/// the clock event reasons, of JPEG/OFA utilization, of a string.
 pub type UintGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-
-/// The signature of the clock event reason getters.
 type MaskGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_ulonglong) -> nvmlReturn_t;
-
-/// The signature of `nvmlDeviceGetJpgUtilization` and `…OfaUtilization`.
 type AcceleratorGetter =
     unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
-
-/// The signature shared by NVML's string getters (name, UUID, serial, ...).
 type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
 
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
