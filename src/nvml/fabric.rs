@@ -161,12 +161,9 @@ fn numbered<T: Copy>(all: &[T], raw: u8) -> Option<T> {
 
 /// 16 bytes as a UUID (`01234567-89ab-cdef-0123-456789abcdef`).
 fn uuid_text(bytes: &[u8; 16]) -> String {
-    let mut text = String::with_capacity(36);
-    for (i, byte) in bytes.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text.push('-');
-        }
-        text.push_str(&format!("{byte:02x}"));
+    let mut text: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    for at in [20, 16, 12, 8] {
+        text.insert(at, '-');
     }
     text
 }

@@ -25,11 +25,9 @@ pub struct MigDevice<'n> {
 /// clamped to [`MAX_MIG_DEVICES`].
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
-    if !enabled {
-        return Vec::new();
-    }
     let call = "nvmlDeviceGetMaxMigDeviceCount";
-    let Some(count) = reader.read(call, |d| d.mig_device_count()) else {
+    let count = enabled.then(|| reader.read(call, |d| d.mig_device_count()));
+    let Some(count) = count.flatten() else {
         return Vec::new();
     };
     let slots = reader

@@ -1,11 +1,8 @@
 //! The NVML session and its error policy: the only code that loads NVML
-//! ([`Session`]), calls its C functions or holds `unsafe` for it.
-//!
-//! Error policy, applied by [`reader::DeviceReader`] to every call: "not
-//! supported" ([`unsupported`]) leaves the field out, logged at debug level; an
-//! error after which the GPU cannot be read ([`device_fatal`]) marks it down;
-//! any other error leaves the field out, logged and counted in
-//! `nvidia_gpu_collector_read_errors`. Every call is bracketed in [`InFlight`].
+//! ([`Session`]), calls its C functions or holds `unsafe` for it. Every call
+//! goes through [`reader::DeviceReader`], bracketed in [`InFlight`]: a field
+//! NVML does not support ([`unsupported`]) is left out quietly, a
+//! [`device_fatal`] error marks the GPU down, any other is logged and counted.
 
 /// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a
 /// `Result<&F, NvmlError>`): a missing symbol or the return code become an
@@ -152,9 +149,8 @@ impl Session {
         }
         // A library without it is unusable, not a host whose GPUs are all down.
         if count > 0 {
-            if let Err(e) = nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref()) {
-                return Err(InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e));
-            }
+            nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref())
+                .map_err(|e| InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e))?;
         }
         let (info, driver_version) = driver_info(&nvml, inflight);
         Ok(Session {

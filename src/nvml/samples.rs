@@ -1,9 +1,7 @@
-//! NVML's sample buffers, the one home of their reading and integration:
-//! engine utilization (`nvmlDeviceGetSamples`) and per-process utilization
-//! (`nvmlDeviceGetProcessUtilization`), fetched by one growing-buffer loop
-//! ([`fetch`]) from the last timestamp the previous run consumed, and
-//! integrated by one rule ([`integrate`]) into running totals kept in a
-//! [`Carry`] (docs/design.md, "Utilization").
+//! NVML's sample buffers of engine and per-process utilization, fetched by one
+//! growing-buffer loop ([`fetch`]) from the last timestamp the previous run
+//! consumed, and integrated by one rule ([`integrate`]) into running totals
+//! kept in a [`Carry`] (docs/design.md, "Utilization").
 
 use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -158,15 +156,9 @@ pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<
                 reader.index(),
                 carry.last_us
             );
-            fetch_samples(reader, sampling, 0).map(|answer| {
-                let now = now_us();
-                answer.map(|samples| {
-                    (
-                        samples.into_iter().filter(|&(ts, _)| ts <= now).collect(),
-                        false,
-                    )
-                })
-            })
+            let (answer, now) = (fetch_samples(reader, sampling, 0), now_us());
+            let taken = |samples: Vec<Point>| samples.into_iter().filter(|&(ts, _)| ts <= now);
+            answer.map(|answer| answer.map(|samples| (taken(samples).collect(), false)))
         }
         other => other.map(|answer| answer.map(|samples| (samples, true))),
     };

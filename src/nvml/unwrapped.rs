@@ -105,11 +105,9 @@ impl<'n> DeviceReader<'n> {
             let mut value: c_uint = 0;
             raw_call!(symbol(lib), handle, &mut value).map(|()| value)
         })?;
+        let index = self.index();
         Some(E::try_from(raw).map_err(|_| {
-            log::debug!(
-                "GPU {}: {call}: value {raw} is newer than this exporter",
-                self.index()
-            );
+            log::debug!("GPU {index}: {call}: value {raw} is newer than this exporter");
             raw
         }))
     }
