@@ -53,9 +53,8 @@ impl GpuFacts {
         }
     }
 
-    /// Whether the GPU has a video encoder (NVENC) worth reading: false on
-    /// GA100 and GH100, which have none though NVML answers the encoder's
-    /// calls; true for every other chip and where the chip is not known.
+    /// Whether the GPU has a video encoder (NVENC) worth reading: not on GA100 or
+    /// GH100, which have none though NVML answers its calls; true if unknown.
     pub fn has_video_encoder(&self) -> bool {
         !matches!(self.chip(), Chip::Ga100 | Chip::Gh100)
     }

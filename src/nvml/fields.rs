@@ -17,8 +17,7 @@ use nvml_wrapper_sys::bindings::{
 
 use super::unwrapped::raw;
 
-/// One requested field: NVML field id, in the numbering of the bindings (CUDA
-/// 12), and scope id (the link for NVLink fields).
+/// One requested field: its id (the bindings' numbering) and scope (a link).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
     pub id: u32,
@@ -39,10 +38,9 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     }
 }
 
-/// Reads `fields` in one `nvmlDeviceGetFieldValues` call on `handle`, their
-/// ids in the driver's numbering (`scheme`): the call's own error, or one
-/// entry per field with that entry's error (a value type NVML did not
-/// document is `UnexpectedVariant`), for the reader's error policy.
+/// Reads `fields` in one call on `handle`, their ids in the driver's numbering
+/// (`scheme`): the call's own error, or one entry per field with its own (an
+/// undocumented value type is `UnexpectedVariant`).
 pub fn fetch(
     lib: &NvmlLib,
     handle: nvmlDevice_t,

@@ -12,6 +12,8 @@ use super::unwrapped::{c_string, raw, Symbol, UintGetter};
 /// The most MIG devices one GPU can hold (NVML's limit of 8 GPU instances).
 pub const MAX_MIG_DEVICES: u32 = 8;
 
+const HANDLE_CALL: &str = "nvmlDeviceGetMigDeviceHandleByIndex";
+
 /// A populated MIG slot.
 pub struct MigDevice<'n> {
     pub handle: NvmlDevice<'n>,
@@ -19,10 +21,9 @@ pub struct MigDevice<'n> {
     pub compute_instance_id: u32,
 }
 
-/// The MIG devices of a GPU in MIG mode, in slot order; none when MIG is off,
-/// unreadable or the GPU is down. A slot whose instance ids cannot be read is
-/// skipped (its errors counted); an impossible slot count is counted and
-/// clamped to [`MAX_MIG_DEVICES`].
+/// The MIG devices of a GPU in MIG mode, in slot order (none when MIG is off,
+/// unreadable or the GPU is down); a slot whose ids cannot be read is skipped,
+/// an impossible slot count clamped to [`MAX_MIG_DEVICES`] (both counted).
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
     let call = "nvmlDeviceGetMaxMigDeviceCount";
@@ -35,9 +36,7 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
         .unwrap_or(MAX_MIG_DEVICES);
     let mut found = Vec::new();
     for slot in 0..slots {
-        let handle = match reader.try_read("nvmlDeviceGetMigDeviceHandleByIndex", |d| {
-            d.mig_device_by_index(slot)
-        }) {
+        let handle = match reader.try_read(HANDLE_CALL, |d| d.mig_device_by_index(slot)) {
             None => break,
             Some(Ok(handle)) => handle,
             // An empty slot; beyond the last slot a clamped count may ask for,
@@ -45,7 +44,7 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
             Some(Err(NvmlError::NotFound)) => continue,
             Some(Err(NvmlError::InvalidArg)) if count > MAX_MIG_DEVICES => break,
             Some(Err(error)) => {
-                reader.note("nvmlDeviceGetMigDeviceHandleByIndex", &error);
+                reader.note(HANDLE_CALL, &error);
                 continue;
             }
         };
@@ -63,8 +62,7 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
 }
 
 impl MigDevice<'_> {
-    /// The MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), decoded
-    /// lossily; read as `nvmlDeviceGetName`.
+    /// The MIG device's name, decoded lossily (read as `nvmlDeviceGetName`).
     pub fn name(&self) -> Result<String, NvmlError> {
         raw(&self.handle, |lib, handle| {
             c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)

@@ -4,9 +4,8 @@
 //! NVML does not support ([`unsupported`]) is left out quietly, a
 //! [`device_fatal`] error marks the GPU down, any other is logged and counted.
 
-/// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a
-/// `Result<&F, NvmlError>`): a missing symbol or the return code become an
-/// `NvmlError`.
+/// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a lookup is
+/// a `Result<&F, NvmlError>`): its failures as an `NvmlError`.
 macro_rules! raw_call {
     ($lib:ident . $name:ident ($($arg:expr),* $(,)?)) => {
         raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref()) $(, $arg)*)

@@ -3,7 +3,7 @@
 //! knows, the pre-R535 names of the clock event reasons), under
 //! [`DeviceReader`]'s error policy.
 
-use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
+use std::ffi::{c_char, c_uint, c_ulonglong};
 
 use nvml_wrapper::enum_wrappers::device::{
     Brand, ComputeMode, PerformanceState, TemperatureSensor,
@@ -34,12 +34,11 @@ pub enum EventReasons {
     Supported,
 }
 
-/// An engine read like the decoder: percent busy over its last sampling period.
+/// An engine read like the decoder: the JPEG decoders (NVJPG) or the optical
+/// flow accelerator (OFA).
 #[derive(Debug, Clone, Copy)]
 pub enum Accelerator {
-    /// The JPEG decoders (NVJPG).
     Jpeg,
-    /// The optical flow accelerator (OFA).
     OpticalFlow,
 }
 
@@ -64,7 +63,6 @@ pub(super) const fn struct_version<T>(version: u32) -> u32 {
 
 /// An NVML enum read through a getter that writes one C unsigned int.
 pub trait NvmlEnum: TryFrom<c_uint, Error = NvmlError> {
-    /// The getter's name and lookup.
     const GETTER: (&'static str, Symbol<UintGetter>);
 }
 
@@ -235,17 +233,15 @@ type AcceleratorGetter =
 type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
 
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
-const STRING_BUFFER: usize = 256;
+const STRING_BUFFER: c_uint = 256;
 
 /// Calls a string getter on `handle`, decoding invalid UTF-8 lossily.
 pub(super) fn c_string(
     getter: Result<&StringGetter, NvmlError>,
     handle: nvmlDevice_t,
 ) -> Result<String, NvmlError> {
-    let mut buffer = [0 as c_char; STRING_BUFFER];
-    let length = STRING_BUFFER as c_uint;
-    raw_call!(getter, handle, buffer.as_mut_ptr(), length)?;
-    // SAFETY: NVML returned success, so the buffer holds a NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
-    Ok(text.to_string_lossy().into_owned())
+    let mut buffer = [0u8; STRING_BUFFER as usize];
+    raw_call!(getter, handle, buffer.as_mut_ptr().cast(), STRING_BUFFER)?;
+    let text = buffer.split(|&byte| byte == 0).next().unwrap_or_default();
+    Ok(String::from_utf8_lossy(text).into_owned())
 }
