@@ -247,4 +247,32 @@ mod tests {
         ];
         assert_eq!(uuid_text(&bytes), "01234567-89ab-cdef-0123-456789abcdef");
     }
+
+    #[test]
+    fn states_and_summaries_are_numbered_as_in_the_bindings() {
+        use nvml_wrapper_sys::bindings::*;
+        let states = [
+            (NVML_GPU_FABRIC_STATE_NOT_STARTED, FabricState::NotStarted),
+            (NVML_GPU_FABRIC_STATE_IN_PROGRESS, FabricState::InProgress),
+            (NVML_GPU_FABRIC_STATE_COMPLETED, FabricState::Completed),
+        ];
+        for (raw, state) in states {
+            assert_eq!(numbered(&FabricState::ALL, raw as u8), Some(state));
+        }
+        let summaries = [
+            (NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY, Summary::Healthy),
+            (NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY, Summary::Unhealthy),
+            (
+                NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
+                Summary::LimitedCapacity,
+            ),
+        ];
+        for (raw, summary) in summaries {
+            assert_eq!(numbered(&Summary::ALL, raw as u8), Some(summary));
+        }
+        assert_eq!(numbered(&Summary::ALL, 0), None);
+        assert_eq!(numbered(&FabricState::ALL, 4), None);
+        assert_eq!(FabricState::InProgress.label(), "in_progress");
+        assert_eq!(Condition::ALL.len(), 5);
+    }
 }

@@ -396,4 +396,52 @@ mod tests {
         assert!(!clock_step(10_500_000, 10_000_000));
         assert!(clock_step(12_000_000, 10_000_000));
     }
+
+    #[test]
+    fn a_sample_of_any_value_type_is_read_as_percent() {
+        // SAFETY: plain data; zero is a valid value.
+        let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
+        let with = |set: &dyn Fn(&mut nvmlSample_t)| {
+            let mut sample = zero;
+            set(&mut sample);
+            sample
+        };
+        let double = |v: f64| with(&|s| s.sampleValue.dVal = v);
+        assert_eq!(percent(0, &double(41.6)), 42);
+        assert_eq!(percent(0, &double(-1.0)), u64::MAX);
+        assert_eq!(percent(0, &double(f64::NAN)), u64::MAX);
+        assert_eq!(percent(1, &with(&|s| s.sampleValue.uiVal = 37)), 37);
+        assert_eq!(percent(2, &with(&|s| s.sampleValue.ulVal = 38)), 38);
+        assert_eq!(percent(3, &with(&|s| s.sampleValue.ullVal = 39)), 39);
+        assert_eq!(percent(4, &with(&|s| s.sampleValue.sllVal = -3)), u64::MAX);
+        assert_eq!(percent(5, &with(&|s| s.sampleValue.siVal = 40)), 40);
+        assert_eq!(percent(6, &with(&|s| s.sampleValue.usVal = 41)), 41);
+        assert_eq!(percent(7, &with(&|s| s.sampleValue.uiVal = 1)), u64::MAX);
+        // A huge value stays impossible, and is logged as the same number.
+        let huge = percent(3, &with(&|s| s.sampleValue.ullVal = u64::MAX - 1));
+        assert_eq!(huge as f64, (u64::MAX - 1) as f64);
+    }
+
+    #[test]
+    fn the_buffer_grows_to_what_nvml_asks_and_not_found_is_empty() {
+        let mut asked = Vec::new();
+        let grown = fetch(0u8, |_, count| {
+            asked.push(*count);
+            if *count < 300 {
+                *count = 300;
+                return Err(NvmlError::InsufficientSize(Some(300)));
+            }
+            *count = 5;
+            Ok(())
+        });
+        assert_eq!(grown.map(|buffer| buffer.len()).ok(), Some(5));
+        assert_eq!(asked, [INITIAL_CAPACITY, 300]);
+        let nothing = fetch(0u8, |_, _| Err(NvmlError::NotFound));
+        assert_eq!(nothing.ok(), Some(Vec::new()));
+        let sentinel = fetch(0u8, |_, count| {
+            *count = u32::MAX;
+            Err(NvmlError::InsufficientSize(None))
+        });
+        assert!(matches!(sentinel, Err(NvmlError::InsufficientSize(None))));
+    }
 }

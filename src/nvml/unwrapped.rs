@@ -245,3 +245,30 @@ pub(super) fn c_string(
     let text = buffer.split(|&byte| byte == 0).next().unwrap_or_default();
     Ok(String::from_utf8_lossy(text).into_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A string getter that writes `SAMPLE` and checks the length it is given.
+    unsafe extern "C" fn getter(
+        _: nvmlDevice_t,
+        text: *mut c_char,
+        length: c_uint,
+    ) -> nvmlReturn_t {
+        const SAMPLE: &[u8] = b"GPU-\xff\xfe\0ignored";
+        assert_eq!(length, STRING_BUFFER);
+        // SAFETY: the caller's buffer holds `length` bytes, more than SAMPLE.
+        unsafe { std::ptr::copy_nonoverlapping(SAMPLE.as_ptr(), text.cast(), SAMPLE.len()) };
+        0
+    }
+
+    #[test]
+    fn strings_end_at_the_first_nul_and_invalid_utf8_is_replaced() {
+        let handle = std::ptr::null_mut();
+        let text = c_string(Ok(&(getter as StringGetter)), handle);
+        assert_eq!(text.ok().as_deref(), Some("GPU-\u{fffd}\u{fffd}"));
+        let missing = c_string(Err(NvmlError::FunctionNotFound), handle);
+        assert!(matches!(missing, Err(NvmlError::FunctionNotFound)));
+    }
+}
