@@ -10,7 +10,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::reader::DeviceReader;
-use super::unwrapped::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
+use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
 
 const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
 /// The v2 struct is a prefix of v3 (without the summary): NVML writes no more.

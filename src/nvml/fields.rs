@@ -15,7 +15,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlValue_t, NvmlLib,
 };
 
-use super::unwrapped::raw;
+use super::raw;
 
 /// One requested field: its id (the bindings' numbering) and scope (a link).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

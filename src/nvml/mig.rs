@@ -6,8 +6,9 @@ use std::ffi::c_uint;
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 
+use super::raw;
 use super::reader::DeviceReader;
-use super::unwrapped::{c_string, raw, Symbol, UintGetter};
+use super::unwrapped::{c_string, Symbol, UintGetter};
 
 /// The most MIG devices one GPU can hold (NVML's limit of 8 GPU instances).
 pub const MAX_MIG_DEVICES: u32 = 8;
@@ -31,11 +32,9 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let Some(count) = count.flatten() else {
         return Vec::new();
     };
-    let slots = reader
-        .bounded(call, count, MAX_MIG_DEVICES)
-        .unwrap_or(MAX_MIG_DEVICES);
+    let slots = reader.bounded(call, count, MAX_MIG_DEVICES);
     let mut found = Vec::new();
-    for slot in 0..slots {
+    for slot in 0..slots.unwrap_or(MAX_MIG_DEVICES) {
         let handle = match reader.try_read(HANDLE_CALL, |d| d.mig_device_by_index(slot)) {
             None => break,
             Some(Ok(handle)) => handle,

@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
-use nvml_wrapper_sys::bindings::NvmlLib;
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
@@ -170,6 +170,21 @@ impl Session {
             reason(&e)
         })
     }
+}
+
+/// NVML_ERROR_ARGUMENT_VERSION_MISMATCH, which nvml-wrapper 0.13 does not name.
+const ARGUMENT_VERSION_MISMATCH: u32 = 25;
+
+/// `NVML_STRUCT_VERSION(T, version)`: the `version` field of a versioned struct.
+const fn struct_version<T>(version: u32) -> u32 {
+    std::mem::size_of::<T>() as u32 | (version << 24)
+}
+
+/// Calls `read` with the library and raw handle of `device`.
+fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
+    // SAFETY: the handle stays valid while `device` (and so NVML) lives, and
+    // goes only to NVML's own functions.
+    read(device.nvml().lib(), unsafe { device.handle() })
 }
 
 /// Loads and initialises NVML, naming each step for the watchdog: `nvmlInit_v2`

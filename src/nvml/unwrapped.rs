@@ -10,13 +10,13 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::error::{nvml_sym, NvmlError};
-use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlMarginTemperature_t, nvmlReturn_t,
     nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU, nvmlTemperature_v1_t, NvmlLib,
 };
 
 use super::reader::DeviceReader;
+use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
 
 /// A string NVML keeps of a GPU.
 #[derive(Debug, Clone, Copy)]
@@ -51,14 +51,6 @@ pub struct RemappedRows {
     pub pending: bool,
     /// A remapping failed.
     pub failure: bool,
-}
-
-/// NVML_ERROR_ARGUMENT_VERSION_MISMATCH, which nvml-wrapper 0.13 does not name.
-pub(super) const ARGUMENT_VERSION_MISMATCH: u32 = 25;
-
-/// `NVML_STRUCT_VERSION(T, version)`: the `version` field of a versioned struct.
-pub(super) const fn struct_version<T>(version: u32) -> u32 {
-    std::mem::size_of::<T>() as u32 | (version << 24)
 }
 
 /// An NVML enum read through a getter that writes one C unsigned int.
@@ -212,13 +204,6 @@ impl<'n> DeviceReader<'n> {
     ) -> Option<Result<T, NvmlError>> {
         self.try_read(call, |device| raw(device, read))
     }
-}
-
-/// Calls `read` with the library and raw handle of `device`.
-pub(super) fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
-    // SAFETY: the handle stays valid while `device` (and so NVML) lives, and
-    // goes only to NVML's own functions.
-    read(device.nvml().lib(), unsafe { device.handle() })
 }
 
 /// Looks up one NVML function in the loaded library.
