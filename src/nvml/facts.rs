@@ -1,21 +1,11 @@
 //! What the info read found of a GPU that decides how other collectors read
-//! it, and the one place a GPU's chip is recognised.
-//!
-//! NVML names the architecture but not the chip, and some rules are the
-//! chip's: GA100 returns an instantaneous power draw where the rest of Ampere
-//! averages it (see `collectors::power`), and GA100 and GH100 have no video
-//! encoder while NVML still answers the encoder's calls (see
-//! [`GpuFacts::has_video_encoder`]). The chip is known by its PCI device id,
-//! else by the product name.
-
-use std::ops::RangeInclusive;
+//! it, and the one place a GPU's chip is recognised: by its PCI device id, else
+//! by its product name (NVML names the architecture, not the chip).
 
 use nvml_wrapper::enums::device::DeviceArchitecture;
 
-/// What the first reads of a GPU (its info) found that decides how other
-/// collectors read it: which field to batch, which call adds nothing. Set once
-/// per run by the info read, before any collector runs; a fact NVML could not
-/// tell is empty, and each rule says what it assumes then.
+/// What the info read found of a GPU, set once per run before any other
+/// collector runs; a fact NVML could not tell is empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuFacts {
     /// `nvmlDeviceGetArchitecture`: `None` when it could not be read,
@@ -39,59 +29,32 @@ pub enum Chip {
     Other,
 }
 
-/// PCI device ids of the GA100 chip (A100, A30, A800, their X/engineering
-/// variants and the CMP 170HX), without the vendor half.
-const GA100_DEVICE_IDS: RangeInclusive<u32> = 0x2080..=0x20FF;
-
-/// PCI device ids of the GH100 chip (H100 0x2330/0x2331/0x2321, H800 0x2324,
-/// H20 0x2329, H200 0x2335, GH200 0x2342, …), without the vendor half.
-const GH100_DEVICE_IDS: RangeInclusive<u32> = 0x2300..=0x237F;
-
-/// Product names of GA100 boards, as words of `nvmlDeviceGetName`
-/// (`NVIDIA A100-SXM4-80GB`, `NVIDIA A30`, `NVIDIA A800 80GB PCIe`).
+/// Product names of GA100 and GH100 boards, as words of `nvmlDeviceGetName`.
 const GA100_NAMES: &[&str] = &["A100", "A100X", "A30", "A30X", "A800", "AX800"];
-
-/// Product names of GH100 boards, as words of `nvmlDeviceGetName`
-/// (`NVIDIA H100 80GB HBM3`, `NVIDIA H200`, `NVIDIA GH200 480GB`).
 const GH100_NAMES: &[&str] = &["H100", "H200", "H800", "H20", "GH200"];
 
 impl GpuFacts {
     /// The GPU's chip: by its PCI device id where NVML gave it (an id outside
     /// the known ranges is `Other`, whatever the name says), else by a whole
-    /// word of its product name (`A10`, `A16`, `A40` and `RTX A1000` are other
-    /// Ampere chips; `H1000` is not `H100`); `Other` when neither was read.
+    /// word of its product name (`A10` is no `A100`).
     pub fn chip(&self) -> Chip {
-        if let Some(id) = self.pci_device_id {
-            let device = id >> 16;
-            return if GA100_DEVICE_IDS.contains(&device) {
-                Chip::Ga100
-            } else if GH100_DEVICE_IDS.contains(&device) {
-                Chip::Gh100
-            } else {
-                Chip::Other
-            };
-        }
         let named = |names: &[&str]| {
             self.name
                 .split(|c: char| !c.is_ascii_alphanumeric())
                 .any(|word| names.contains(&word))
         };
-        if named(GA100_NAMES) {
-            Chip::Ga100
-        } else if named(GH100_NAMES) {
-            Chip::Gh100
-        } else {
-            Chip::Other
+        match self.pci_device_id.map(|id| id >> 16) {
+            Some(0x2080..=0x20FF) => Chip::Ga100,
+            Some(0x2300..=0x237F) => Chip::Gh100,
+            Some(_) => Chip::Other,
+            None if named(GA100_NAMES) => Chip::Ga100,
+            None if named(GH100_NAMES) => Chip::Gh100,
+            None => Chip::Other,
         }
     }
 
-    /// Whether the GPU has a video encoder (NVENC) worth reading: false on
-    /// GA100 and GH100, which have none (NVIDIA's Video Encode and Decode GPU
-    /// Support Matrix: 0 NVENC, 5 to 7 NVDEC). NVML cannot tell: on an H200
-    /// (driver 580) `nvmlDeviceGetEncoderCapacity` answered 100 for H264 and
-    /// HEVC, and the encoder's utilization and stats an idle encoder, while its
-    /// sample buffer costs about 3 ms cold. True for every other chip, and
-    /// where the chip is not known, so that the encoder is then read as before.
+    /// Whether the GPU has a video encoder (NVENC) worth reading: not on GA100 or
+    /// GH100, which have none though NVML answers its calls; true if unknown.
     pub fn has_video_encoder(&self) -> bool {
         !matches!(self.chip(), Chip::Ga100 | Chip::Gh100)
     }

@@ -3,7 +3,7 @@
 
 use std::mem;
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, FieldIdScheme};
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
@@ -11,11 +11,13 @@ use nvml_wrapper_sys::bindings::{
     nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG as SIGNED_LONG_LONG,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT as UNSIGNED_INT,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG as UNSIGNED_LONG,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, NvmlLib,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, nvmlValueType_t,
+    nvmlValue_t, NvmlLib,
 };
 
-/// One requested field: NVML field id, in the numbering of the bindings (CUDA
-/// 12), and scope id (the link for NVLink fields).
+use super::raw;
+
+/// One requested field: its id (the bindings' numbering) and scope (a link).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
     pub id: u32,
@@ -25,11 +27,8 @@ pub struct Field {
 /// The NVML function behind every field read.
 pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
-/// The id the loaded driver answers for `id` of the bindings' numbering.
-/// Drivers from 580.82 (CUDA 13.0 Update 1) renumbered ids 251-273: the
-/// clock event reason times 251-255 became 269-273 and power smoothing
-/// 256-273 became 251-268 (NVML reference, "Known issues"; nvml-wrapper
-/// detects the scheme from the driver version at init).
+/// The id the loaded driver answers for `id` of the bindings' numbering:
+/// drivers from 580.82 renumbered ids 251-273 (NVML reference, "Known issues").
 pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     match (scheme, id) {
         (FieldIdScheme::V12, id) => id,
@@ -39,18 +38,15 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     }
 }
 
-/// Reads `fields` in one `nvmlDeviceGetFieldValues` call on `handle`: the
-/// call's own error, or one entry per field with that entry's error (a value
-/// type NVML did not document is `UnexpectedVariant`). The reader applies its
-/// error policy to both (`DeviceReader::read_fields`, `prefetch`).
-/// Ids are translated to the driver's numbering (`scheme`, see [`driver_id`]).
+/// Reads `fields` in one call on `handle`, their ids in the driver's numbering
+/// (`scheme`): the call's own error, or one entry per field with its own (an
+/// undocumented value type is `UnexpectedVariant`).
 pub fn fetch(
     lib: &NvmlLib,
     handle: nvmlDevice_t,
     scheme: FieldIdScheme,
     fields: &[Field],
 ) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
-    let get = nvml_sym(lib.nvmlDeviceGetFieldValues.as_ref())?;
     let mut values: Vec<nvmlFieldValue_t> = fields
         .iter()
         .map(|field| {
@@ -62,36 +58,39 @@ pub fn fetch(
         })
         .collect();
     let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
-    // SAFETY: `values` holds `count` initialised entries for NVML to fill.
-    nvml_try(unsafe { get(handle, count, values.as_mut_ptr()) })?;
+    raw_call!(lib.nvmlDeviceGetFieldValues(handle, count, values.as_mut_ptr()))?;
     Ok(values
         .iter()
         .map(|value| {
             nvml_try(value.nvmlReturn)?;
-            // SAFETY: `valueType` says which union member NVML wrote.
-            let number = unsafe {
-                match value.valueType {
-                    DOUBLE => Some(value.value.dVal),
-                    UNSIGNED_INT => Some(f64::from(value.value.uiVal)),
-                    UNSIGNED_LONG => Some(value.value.ulVal as f64),
-                    UNSIGNED_LONG_LONG => Some(value.value.ullVal as f64),
-                    SIGNED_LONG_LONG => Some(value.value.sllVal as f64),
-                    SIGNED_INT => Some(f64::from(value.value.siVal)),
-                    _ => None,
-                }
-            };
-            number.ok_or(NvmlError::UnexpectedVariant(value.valueType))
+            number(value.valueType, &value.value)
+                .ok_or(NvmlError::UnexpectedVariant(value.valueType))
         })
         .collect())
+}
+
+/// A value of NVML's value union by its type; `None` for a type other than
+/// double and the signed and unsigned ints.
+pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option<f64> {
+    // SAFETY: `value_type` says which union member NVML wrote.
+    unsafe {
+        match value_type {
+            DOUBLE => Some(value.dVal),
+            UNSIGNED_INT => Some(f64::from(value.uiVal)),
+            UNSIGNED_LONG => Some(value.ulVal as f64),
+            UNSIGNED_LONG_LONG => Some(value.ullVal as f64),
+            SIGNED_LONG_LONG => Some(value.sllVal as f64),
+            SIGNED_INT => Some(f64::from(value.siVal)),
+            _ => None,
+        }
+    }
 }
 
 /// One field value of `device` at `scope` through [`fetch`]: for readings
 /// taken once per driver (`DeviceReader::read_fixed`), outside the batch.
 pub fn read_one(device: &NvmlDevice<'_>, field: Field) -> Result<f64, NvmlError> {
     let scheme = device.nvml().field_id_scheme();
-    // SAFETY: the handle stays valid while `device` (and so NVML) lives.
-    let handle = unsafe { device.handle() };
-    fetch(device.nvml().lib(), handle, scheme, &[field])?
+    raw(device, |lib, handle| fetch(lib, handle, scheme, &[field]))?
         .pop()
         .unwrap_or(Err(NvmlError::NotSupported))
 }

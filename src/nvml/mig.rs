@@ -1,26 +1,19 @@
-//! MIG enumeration, the one place that walks a GPU's MIG slots.
-//!
-//! A GPU in MIG mode has up to [`MAX_MIG_DEVICES`] slots
-//! (`nvmlDeviceGetMaxMigDeviceCount`), each empty (NOT_FOUND) or holding a MIG
-//! device. [`devices`] returns the populated ones with their instance ids;
-//! every consumer (the `mig` collector, GPM per GPU instance) uses it, so they
-//! agree on which MIG devices exist.
-//!
-//! An impossible slot count (a sentinel such as 4294967295) is counted as a
-//! read error and clamped to the slots a GPU can have: the MIG devices that
-//! exist are still listed.
+//! MIG enumeration, the one walk of a GPU's MIG slots: every consumer (the
+//! `mig` collector, GPM per GPU instance) agrees on which MIG devices exist.
 
 use std::ffi::c_uint;
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 
+use super::raw;
 use super::reader::DeviceReader;
-use super::unwrapped::c_string;
+use super::unwrapped::{c_string, Symbol, UintGetter};
 
-/// The most MIG devices one GPU can hold (7 on A100/H100/H200; NVML's own
-/// limit is 8 GPU instances).
+/// The most MIG devices one GPU can hold (NVML's limit of 8 GPU instances).
 pub const MAX_MIG_DEVICES: u32 = 8;
+
+const HANDLE_CALL: &str = "nvmlDeviceGetMigDeviceHandleByIndex";
 
 /// A populated MIG slot.
 pub struct MigDevice<'n> {
@@ -29,26 +22,20 @@ pub struct MigDevice<'n> {
     pub compute_instance_id: u32,
 }
 
-/// The MIG devices of a GPU in MIG mode, in slot order; none when MIG is off,
-/// unreadable or the GPU is down. A slot whose instance ids cannot be read is
-/// skipped (its errors counted).
+/// The MIG devices of a GPU in MIG mode, in slot order (none when MIG is off,
+/// unreadable or the GPU is down); a slot whose ids cannot be read is skipped,
+/// an impossible slot count clamped to [`MAX_MIG_DEVICES`] (both counted).
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
-    if !enabled {
-        return Vec::new();
-    }
     let call = "nvmlDeviceGetMaxMigDeviceCount";
-    let Some(count) = reader.read(call, |d| d.mig_device_count()) else {
+    let count = enabled.then(|| reader.read(call, |d| d.mig_device_count()));
+    let Some(count) = count.flatten() else {
         return Vec::new();
     };
-    let slots = reader
-        .bounded(call, count, MAX_MIG_DEVICES)
-        .unwrap_or(MAX_MIG_DEVICES);
+    let slots = reader.bounded(call, count, MAX_MIG_DEVICES);
     let mut found = Vec::new();
-    for slot in 0..slots {
-        let handle = match reader.try_read("nvmlDeviceGetMigDeviceHandleByIndex", |d| {
-            d.mig_device_by_index(slot)
-        }) {
+    for slot in 0..slots.unwrap_or(MAX_MIG_DEVICES) {
+        let handle = match reader.try_read(HANDLE_CALL, |d| d.mig_device_by_index(slot)) {
             None => break,
             Some(Ok(handle)) => handle,
             // An empty slot; beyond the last slot a clamped count may ask for,
@@ -56,19 +43,13 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
             Some(Err(NvmlError::NotFound)) => continue,
             Some(Err(NvmlError::InvalidArg)) if count > MAX_MIG_DEVICES => break,
             Some(Err(error)) => {
-                reader.note("nvmlDeviceGetMigDeviceHandleByIndex", &error);
+                reader.note(HANDLE_CALL, &error);
                 continue;
             }
         };
-        let ids = (
-            reader.read("nvmlDeviceGetGpuInstanceId", |_| {
-                instance_id(&handle, Instance::Gpu)
-            }),
-            reader.read("nvmlDeviceGetComputeInstanceId", |_| {
-                instance_id(&handle, Instance::Compute)
-            }),
-        );
-        if let (Some(gpu_instance_id), Some(compute_instance_id)) = ids {
+        let ids =
+            INSTANCE_IDS.map(|(call, getter)| reader.read(call, |_| instance_id(&handle, getter)));
+        if let [Some(gpu_instance_id), Some(compute_instance_id)] = ids {
             found.push(MigDevice {
                 handle,
                 gpu_instance_id,
@@ -80,30 +61,24 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
 }
 
 impl MigDevice<'_> {
-    /// The MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), decoded
-    /// lossily; read as `nvmlDeviceGetName`.
+    /// The MIG device's name, decoded lossily (read as `nvmlDeviceGetName`).
     pub fn name(&self) -> Result<String, NvmlError> {
-        // SAFETY: a live MIG handle of the NVML instance in use.
-        let (lib, handle) = unsafe { (self.handle.nvml().lib(), self.handle.handle()) };
-        c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref())?, handle)
+        raw(&self.handle, |lib, handle| {
+            c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)
+        })
     }
 }
 
-enum Instance {
-    Gpu,
-    Compute,
-}
+/// The getters of a MIG device's GPU and compute instance ids.
+const INSTANCE_IDS: [(&str, Symbol<UintGetter>); 2] = [
+    symbol!(nvmlDeviceGetGpuInstanceId),
+    symbol!(nvmlDeviceGetComputeInstanceId),
+];
 
-/// The GPU or compute instance id of a MIG device (not wrapped by nvml-wrapper).
-fn instance_id(mig: &NvmlDevice<'_>, instance: Instance) -> Result<u32, NvmlError> {
-    // SAFETY: `mig` is a live MIG handle of the NVML instance in use.
-    let (lib, handle) = unsafe { (mig.nvml().lib(), mig.handle()) };
-    let get = match instance {
-        Instance::Gpu => nvml_sym(lib.nvmlDeviceGetGpuInstanceId.as_ref())?,
-        Instance::Compute => nvml_sym(lib.nvmlDeviceGetComputeInstanceId.as_ref())?,
-    };
-    let mut id: c_uint = 0;
-    // SAFETY: one valid out-pointer.
-    nvml_try(unsafe { get(handle, &mut id) })?;
-    Ok(id)
+/// A MIG device's instance id through `getter`.
+fn instance_id(mig: &NvmlDevice<'_>, getter: Symbol<UintGetter>) -> Result<u32, NvmlError> {
+    raw(mig, |lib, handle| {
+        let mut id: c_uint = 0;
+        raw_call!(getter(lib), handle, &mut id).map(|()| id)
+    })
 }

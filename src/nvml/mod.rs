@@ -1,21 +1,31 @@
-//! The NVML session and its error policy: the only code that loads and
-//! initialises NVML ([`Session`]) and classifies its errors.
-//!
-//! Error policy, applied by [`reader::DeviceReader`] to every call a collector
-//! makes:
-//! - "not supported" (and a symbol the driver lacks) leaves the field out, logged
-//!   at debug level only;
-//! - an error that means the GPU cannot be read at all ([`device_fatal`]) marks the
-//!   GPU down: its readings are dropped and it gets `nvidia_gpu_up 0` with a reason;
-//! - any other error leaves the field out, is logged as a warning and is counted
-//!   in `nvidia_gpu_collector_read_errors`.
-//!
-//! Every call is bracketed in [`InFlight`] so a watchdog can name a call that hangs.
-//! `fields` (the batched field read), `samples` (sample buffers) and `mig` (MIG
-//! enumeration) are the NVML reads that several collectors share; `unwrapped`
-//! the functions nvml-wrapper lacks; `facts` is what the info read found of a
-//! GPU (its chip) that decides how they read it. Every `unsafe` call into NVML
-//! is in this module: the collectors forbid `unsafe`.
+//! The NVML session and its error policy: the only code that loads NVML
+//! ([`Session`]), calls its C functions or holds `unsafe` for it. Every call
+//! goes through [`reader::DeviceReader`], bracketed in [`InFlight`]: a field
+//! NVML does not support ([`unsupported`]) is left out quietly, a
+//! [`device_fatal`] error marks the GPU down, any other is logged and counted.
+
+/// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a lookup is
+/// a `Result<&F, NvmlError>`): its failures as an `NvmlError`.
+macro_rules! raw_call {
+    ($lib:ident . $name:ident ($($arg:expr),* $(,)?)) => {
+        raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref()) $(, $arg)*)
+    };
+    ($function:expr $(, $arg:expr)* $(,)?) => {{
+        let function = $function?;
+        // SAFETY: every call site passes what the function expects: a live handle
+        // of the NVML in use, and pointers to what it writes (a buffer, its length).
+        nvml_wrapper::error::nvml_try(unsafe { function($($arg),*) })
+    }};
+}
+
+/// The name of NVML function `$name` and its lookup, a [`unwrapped::Symbol`].
+macro_rules! symbol {
+    ($name:ident) => {
+        (stringify!($name), |lib| {
+            nvml_wrapper::error::nvml_sym(lib.$name.as_ref())
+        })
+    };
+}
 
 pub mod fabric;
 pub mod facts;
@@ -23,16 +33,15 @@ pub mod fields;
 pub mod mig;
 pub mod reader;
 pub mod samples;
-pub mod temperature;
 pub mod unwrapped;
 
 use std::mem::ManuallyDrop;
 use std::path::Path;
 use std::time::Instant;
 
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
-use nvml_wrapper_sys::bindings::NvmlLib;
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
@@ -90,13 +99,8 @@ pub fn device_fatal(error: &NvmlError) -> bool {
     )
 }
 
-/// Errors that only mean "this GPU or driver does not have this field": NVML's
-/// NOT_SUPPORTED, a function the library lacks (an older driver), and NO_DATA
-/// (nothing to report yet). Every other code, including return codes newer than
-/// nvml-wrapper knows (`UnexpectedVariant`: ARGUMENT_VERSION_MISMATCH from a
-/// newer driver, INSUFFICIENT_RESOURCES, ...), is a counted, logged read error.
-/// Enum values newer than nvml-wrapper knows are not errors at all: see
-/// `DeviceReader::read_enum`.
+/// Errors that only mean "this GPU or driver does not have this field"; every
+/// other code, a return code newer than nvml-wrapper included, is a read error.
 pub fn unsupported(error: &NvmlError) -> bool {
     matches!(
         error,
@@ -107,15 +111,11 @@ pub fn unsupported(error: &NvmlError) -> bool {
     )
 }
 
-/// More GPUs than one host can hold (HGX systems have 8 or 16): a larger count
-/// from NVML is a sentinel, not hardware.
+/// More GPUs than one host holds: a larger count from NVML is a sentinel.
 const MAX_GPUS: u32 = 64;
 
-/// An initialised NVML: the host-wide facts and the GPU count, and handles on
-/// request. It is never shut down: the process exits right after publishing,
-/// and the kernel releases NVML's driver handles with its file descriptors;
-/// `nvmlShutdown` only repeats that work, and measured 4-9 ms of a 60 ms run on
-/// an H200.
+/// An initialised NVML: the host-wide facts, the GPU count, and handles on
+/// request. Never shut down: the process exits right after publishing.
 pub struct Session {
     nvml: ManuallyDrop<Nvml>,
     /// `nvidia_gpu_driver_info`.
@@ -146,12 +146,10 @@ impl Session {
                 ),
             });
         }
-        // Without this function no GPU can be read at all: a library that lacks it
-        // is unusable (a collector error), not a host whose GPUs are all down.
+        // A library without it is unusable, not a host whose GPUs are all down.
         if count > 0 {
-            if let Err(e) = nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref()) {
-                return Err(InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e));
-            }
+            nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref())
+                .map_err(|e| InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e))?;
         }
         let (info, driver_version) = driver_info(&nvml, inflight);
         Ok(Session {
@@ -174,24 +172,33 @@ impl Session {
     }
 }
 
-/// Loads and initialises NVML, naming each step for the watchdog.
-///
-/// nvml-wrapper's initialisation calls `nvmlInit_v2` and then
-/// `nvmlSystemGetDriverVersion`, and either may hang. So `nvmlInit_v2` is called
-/// first on a handle of our own (NVML counts initialisations, so the wrapper's
-/// second call only raises the count), and a hang is then named exactly.
+/// NVML_ERROR_ARGUMENT_VERSION_MISMATCH, which nvml-wrapper 0.13 does not name.
+const ARGUMENT_VERSION_MISMATCH: u32 = 25;
+
+/// `NVML_STRUCT_VERSION(T, version)`: the `version` field of a versioned struct.
+const fn struct_version<T>(version: u32) -> u32 {
+    std::mem::size_of::<T>() as u32 | (version << 24)
+}
+
+/// Calls `read` with the library and raw handle of `device`.
+fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
+    // SAFETY: the handle stays valid while `device` (and so NVML) lives, and
+    // goes only to NVML's own functions.
+    read(device.nvml().lib(), unsafe { device.handle() })
+}
+
+/// Loads and initialises NVML, naming each step for the watchdog: `nvmlInit_v2`
+/// on a handle of our own first (NVML counts initialisations), then
+/// nvml-wrapper's init, which also reads the driver version.
 fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     inflight.enter(Scope::Host, "nvmlInit_v2");
     // SAFETY: loading a library runs its initialisers; this is the library the
     // user named as NVML, which the wrapper loads the same way below.
     let lib = unsafe { NvmlLib::new(library.as_os_str()) }
         .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
-    let init =
-        nvml_sym(lib.nvmlInit_v2.as_ref()).map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
-    // SAFETY: nvmlInit_v2 takes no arguments.
-    nvml_try(unsafe { init() }).map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
-    // The library stays loaded and initialised until the process ends (see
-    // `finish`); dropping the handle would only dlclose our reference.
+    let init = || raw_call!(lib.nvmlInit_v2());
+    init().map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+    // Loaded and initialised until the process ends: dropping would only dlclose.
     std::mem::forget(lib);
     inflight.enter(Scope::Host, "nvmlSystemGetDriverVersion");
     let nvml = Nvml::builder()
@@ -202,20 +209,16 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     Ok(nvml)
 }
 
-/// `nvidia_gpu_driver_info`, with the labels NVML could tell, and the driver
-/// version alone.
+/// `nvidia_gpu_driver_info` (a label NVML cannot tell is empty) and the
+/// driver version.
 fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
     let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
         inflight.enter(Scope::Host, call);
         let value = read();
         inflight.leave();
-        match value {
-            Ok(value) => Some(value),
-            Err(e) => {
-                log::debug!("{call}: {e}");
-                None
-            }
-        }
+        value
+            .inspect_err(|e| log::debug!("{call}: {e}"))
+            .unwrap_or_default()
     };
     let driver = host_read("nvmlSystemGetDriverVersion", &|| nvml.sys_driver_version());
     let cuda = host_read("nvmlSystemGetCudaDriverVersion_v2", &|| {
@@ -223,9 +226,6 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
     });
     let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
-    let driver_version = driver.clone().unwrap_or_default();
-    // Always written, empty when unreadable: the series keeps its labels.
-    let versions = [driver, cuda, nvml_version].map(Option::unwrap_or_default);
-    let sample = metrics::DRIVER_INFO.sample_with(versions, 1.0);
-    (sample, driver_version)
+    let sample = metrics::DRIVER_INFO.sample_with([driver.clone(), cuda, nvml_version], 1.0);
+    (sample, driver)
 }

@@ -1,90 +1,54 @@
-//! NVML's sample buffers, the one home of their reading and integration:
-//! engine utilization (`nvmlDeviceGetSamples`) and per-process utilization
-//! (`nvmlDeviceGetProcessUtilization`) are fetched by one growing-buffer loop
-//! ([`fetch`]) and integrated by one rule ([`integrate`]).
-//!
-//! `nvmlDeviceGetUtilizationRates` is a point reading of NVML's last sample
-//! period, so a 15 s timer sees one sample in 75 and aliases any periodic load.
-//! NVML also keeps a ring buffer of samples per engine (on an H200 with driver
-//! 580: 71 samples 200 ms apart, 14.2 s); with `lastSeenTimeStamp` it returns
-//! those newer than it, in the order they were taken, or `NVML_ERROR_NOT_FOUND`
-//! when there are none. Each run reads the samples since the last one the
-//! previous run consumed (the whole buffer on a first run) and keeps, in a
-//! [`Carry`] in the state (`state::schema`): that timestamp, the sample period, and running
-//! totals of busy and sampled time.
-//!
-//! The one integration rule (a sample is the average over the period that ends
-//! at its timestamp):
-//! - the period is the smallest positive gap between consecutive timestamps of
-//!   the answer, taken before any sample is dropped (else the last one known);
-//! - a sample's interval is the gap to the previous timestamp, capped by the
-//!   period: time the buffer no longer covers (a timer period longer than the
-//!   buffer, missed runs, a GPU reset) is not filled in, so `sampled` grows
-//!   slower than wall time there; the first sample of a run follows the
-//!   previous run's last timestamp, or (first run, clock step) claims one
-//!   period; a duplicate timestamp covers nothing;
-//! - a sample with an impossible value (above 100 %) is dropped and claims no
-//!   time, but still ends the interval of the one before it;
-//! - timestamps are CPU wall-clock µs: where they go backwards within one
-//!   answer, the clock was stepped back, and only the samples after the last
-//!   step are consumed; after a step back NVML has nothing newer than our last
-//!   timestamp, so when the system clock is behind it, the whole buffer is read
-//!   again and its samples up to now are taken ([`clock_step`]).
-//!
-//! Per-process utilization is NVML's own mean over the GPU's samples newer
-//! than the `lastSeenTimeStamp` it is asked with, one entry per process
-//! ([`fetch_processes`]): asked from the start of the GPU's window, it covers
-//! the same window.
-//!
-//! The totals only grow: within a boot the state keeps them across GPU resets
-//! and driver reloads; a lost or damaged state starts them at 0, which
-//! Prometheus sees as a reset.
+//! NVML's sample buffers of engine and per-process utilization, fetched by one
+//! growing-buffer loop ([`fetch`]) from the last timestamp the previous run
+//! consumed, and integrated by one rule ([`integrate`]) into running totals
+//! kept in a [`Carry`] (docs/design.md, "Utilization").
 
 use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper::enum_wrappers::device::Sampling;
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
-    nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlSample_t, nvmlValueType_t,
+    nvmlProcessUtilizationSample_t, nvmlSample_t,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as UNSIGNED_SHORT, nvmlValueType_t,
 };
 
+use super::fields;
 use super::reader::DeviceReader;
 use crate::metrics;
 
 pub use crate::state::schema::Carry;
 
-/// The time one consumed sample stands for: `(start, end]` in µs, and how
-/// much of it is claimed (0 for a dropped or duplicate sample).
+/// The time one consumed sample stands for: its start (µs), and how much of it
+/// is claimed (0 for a dropped or duplicate sample).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interval {
     pub start_us: u64,
-    pub end_us: u64,
     pub claimed_us: u64,
 }
 
 /// What one run's samples gave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Window {
-    /// The carry for the next run, totals included.
     pub carry: Carry,
-    /// Time-weighted mean of the consumed samples (0-1); the plain mean where
-    /// they cover no time (a single sample with no period known yet); `None`
-    /// when nothing was consumed.
+    /// Time-weighted mean of the consumed samples (0-1), the plain mean where
+    /// they cover no time; `None` when nothing was consumed.
     pub ratio: Option<f64>,
     /// Sample values above 100 %, which were dropped.
     pub rejected: Vec<u64>,
-    /// One per consumed sample, in order (per-process integration uses them).
+    /// One per consumed sample, in order.
     pub intervals: Vec<Interval>,
 }
 
 /// One sample as NVML returned it: timestamp (µs) and percent.
 pub type Point = (u64, u64);
 
-/// Integrates `samples` (in NVML's order) into `carry` by the module's one
-/// rule. `anchored`: NVML returned only samples newer than `carry.last_us`, so
-/// the first one follows it; false when the whole buffer was read again after
-/// a clock step.
+/// Integrates `samples` (in NVML's order) into `carry`: a sample is the
+/// average over the interval that ends at its timestamp, the gap to the one
+/// before capped by the period (the smallest positive gap); only the samples
+/// after the last backward clock step count, and an impossible one (above 100
+/// %) claims no time. `anchored`: NVML returned only samples newer than
+/// `carry.last_us`, so the first one follows it.
 pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
     // Samples before the last backward step belong to the old clock.
     let start = (1..samples.len())
@@ -115,30 +79,23 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
             _ => period,
         };
         previous = Some(ts);
-        if !metrics::plausible_percent(value as f64) {
-            rejected.push(value);
-            intervals.push(Interval {
-                start_us: ts.saturating_sub(interval),
-                end_us: ts,
-                claimed_us: 0,
-            });
-            continue;
-        }
-        busy += value * interval;
-        sampled += interval;
-        plain = (plain.0 + value, plain.1 + 1);
+        let plausible = metrics::plausible_percent(value as f64);
         intervals.push(Interval {
             start_us: ts.saturating_sub(interval),
-            end_us: ts,
-            claimed_us: interval,
+            claimed_us: if plausible { interval } else { 0 },
         });
+        if plausible {
+            busy += value * interval;
+            sampled += interval;
+            plain = (plain.0 + value, plain.1 + 1);
+        } else {
+            rejected.push(value);
+        }
     }
-    let ratio = if sampled > 0 {
-        Some(busy as f64 / sampled as f64 / 100.0)
-    } else if plain.1 == 0 {
-        None
-    } else {
-        Some(plain.0 as f64 / plain.1 as f64 / 100.0)
+    let ratio = match (sampled, plain.1) {
+        (0, 0) => None,
+        (0, count) => Some(plain.0 as f64 / count as f64 / 100.0),
+        _ => Some(busy as f64 / sampled as f64 / 100.0),
     };
     Window {
         carry: Carry {
@@ -156,14 +113,11 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
 /// One process's entry as NVML gave it: pid, timestamp (µs), SM percent.
 pub type ProcessEntry = (u32, u64, u64);
 
-/// How far behind our last timestamp the system clock must be before the
-/// buffer is read again as after a clock step (NVML stamps samples shortly
-/// before we read them; a second covers any skew between the two).
+/// How far behind our last timestamp the system clock must be to be a step back.
 const CLOCK_STEP_SLACK_US: u64 = 1_000_000;
 
-/// Whether the system clock (µs) is behind the last consumed timestamp: the
-/// clock was stepped back, and NVML will have nothing newer than it until the
-/// clock catches up.
+/// Whether the system clock (µs) is behind the last consumed timestamp: NVML
+/// has nothing newer until it catches up, so the whole buffer is read again.
 pub fn clock_step(last_us: u64, now_us: u64) -> bool {
     last_us > 0 && now_us.saturating_add(CLOCK_STEP_SLACK_US) < last_us
 }
@@ -177,29 +131,24 @@ pub fn now_us() -> u64 {
 
 /// What reading a stream found.
 pub enum Outcome {
-    /// NVML keeps no samples for this stream (MIG mode, older GPUs): the
-    /// caller falls back to a point reading.
+    /// NVML keeps no samples for this stream (MIG mode, older GPUs).
     Unsupported,
-    /// Read; `window` is `None` when nothing could be consumed (a counted
-    /// error: the previous totals stand). `carry` is what stands now.
+    /// `carry` is what stands now; `window` is `None` after a (counted) error.
     Read {
         carry: Carry,
         window: Option<Window>,
     },
 }
 
-/// Reads the samples of `sampling` since `previous` (the stream's carry from
-/// the previous run, `None` for none or damaged) and integrates them,
-/// rereading the whole buffer after a clock step.
+/// Reads the samples of `sampling` since `previous` (the stream's carry, `None`
+/// for none or damaged) and integrates them.
 pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<Carry>) -> Outcome {
     let carry = previous.unwrap_or_default();
     let answer = match fetch_samples(reader, sampling, carry.last_us) {
-        None => None,
         Some(Err(error)) if super::unsupported(&error) => {
             reader.note("nvmlDeviceGetSamples", &error);
             return Outcome::Unsupported;
         }
-        Some(Err(error)) => Some(Err(error)),
         Some(Ok(samples)) if samples.is_empty() && clock_step(carry.last_us, now_us()) => {
             log::info!(
                 "GPU {}: the clock is behind the last sample taken ({} µs); \
@@ -207,16 +156,11 @@ pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<
                 reader.index(),
                 carry.last_us
             );
-            fetch_samples(reader, sampling, 0).map(|answer| {
-                answer.map(|samples| {
-                    let now = now_us();
-                    let taken: Vec<Point> =
-                        samples.into_iter().filter(|&(ts, _)| ts <= now).collect();
-                    (taken, false)
-                })
-            })
+            let (answer, now) = (fetch_samples(reader, sampling, 0), now_us());
+            let taken = |samples: Vec<Point>| samples.into_iter().filter(|&(ts, _)| ts <= now);
+            answer.map(|answer| answer.map(|samples| (taken(samples).collect(), false)))
         }
-        Some(Ok(samples)) => Some(Ok((samples, true))),
+        other => other.map(|answer| answer.map(|samples| (samples, true))),
     };
     let window = match answer {
         None => None,
@@ -230,25 +174,23 @@ pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<
     Outcome::Read { carry, window }
 }
 
-/// Room for more samples than NVML keeps (71 on an H200); a larger buffer is
-/// asked for by size if NVML says it has more.
+/// Room for more samples than NVML keeps (71 on an H200).
 const INITIAL_CAPACITY: c_uint = 256;
 /// More samples than any driver keeps: a larger count is not believed.
 const MAX_CAPACITY: c_uint = 1 << 16;
 
-/// The one sizing loop of the sample calls: calls `call` with a buffer and its
-/// length, growing the buffer while NVML says it needs more (up to
-/// [`MAX_CAPACITY`]); NOT_FOUND (nothing since `lastSeenTimeStamp`) is an empty
-/// answer.
+/// Calls `call` with a buffer and its length, growing the buffer while NVML
+/// says it needs more (up to [`MAX_CAPACITY`]); NOT_FOUND (nothing since
+/// `lastSeenTimeStamp`) is an empty answer.
 fn fetch<T: Clone>(
     zero: T,
-    mut call: impl FnMut(*mut T, &mut c_uint) -> nvmlReturn_t,
+    mut call: impl FnMut(*mut T, &mut c_uint) -> Result<(), NvmlError>,
 ) -> Result<Vec<T>, NvmlError> {
     let mut capacity = INITIAL_CAPACITY;
     loop {
         let mut buffer = vec![zero.clone(); capacity as usize];
         let mut count = capacity;
-        match nvml_try(call(buffer.as_mut_ptr(), &mut count)) {
+        match call(buffer.as_mut_ptr(), &mut count) {
             Ok(()) => {
                 buffer.truncate(count.min(capacity) as usize);
                 return Ok(buffer);
@@ -262,30 +204,19 @@ fn fetch<T: Clone>(
     }
 }
 
-/// One `nvmlDeviceGetSamples` answer: the samples newer than `last_seen`, in
-/// NVML's order. `None` when the GPU is already down.
+/// The samples newer than `last_seen`, in NVML's order; `None` when the GPU is down.
 fn fetch_samples(
     reader: &mut DeviceReader<'_>,
     sampling: Sampling,
     last_seen: u64,
 ) -> Option<Result<Vec<Point>, NvmlError>> {
     reader.try_read_raw("nvmlDeviceGetSamples", |lib, handle| {
-        let call = nvml_sym(lib.nvmlDeviceGetSamples.as_ref())?;
         let mut value_type: nvmlValueType_t = 0;
         // SAFETY: nvmlSample_t is plain data; zero is a valid value.
         let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
         let samples = fetch(zero, |buffer, count| {
-            // SAFETY: `count` is the buffer's length; NVML writes at most that many.
-            unsafe {
-                call(
-                    handle,
-                    sampling.as_c(),
-                    last_seen,
-                    &mut value_type,
-                    count,
-                    buffer,
-                )
-            }
+            let (kind, value_type) = (sampling.as_c(), &mut value_type);
+            raw_call!(lib.nvmlDeviceGetSamples(handle, kind, last_seen, value_type, count, buffer))
         })?;
         Ok(samples
             .iter()
@@ -294,19 +225,16 @@ fn fetch_samples(
     })
 }
 
-/// One `nvmlDeviceGetProcessUtilization` answer since `last_seen`. `None`
-/// when the GPU is already down.
+/// The processes' utilization since `last_seen`; `None` when the GPU is down.
 pub fn fetch_processes(
     reader: &mut DeviceReader<'_>,
     last_seen: u64,
 ) -> Option<Result<Vec<ProcessEntry>, NvmlError>> {
     reader.try_read_raw("nvmlDeviceGetProcessUtilization", |lib, handle| {
-        let call = nvml_sym(lib.nvmlDeviceGetProcessUtilization.as_ref())?;
         // SAFETY: plain data; zero is a valid value.
         let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
         let entries = fetch(zero, |buffer, count| {
-            // SAFETY: `count` is the buffer's length; NVML writes at most that many.
-            unsafe { call(handle, buffer, count, last_seen) }
+            raw_call!(lib.nvmlDeviceGetProcessUtilization(handle, buffer, count, last_seen))
         })?;
         Ok(entries
             .iter()
@@ -315,32 +243,17 @@ pub fn fetch_processes(
     })
 }
 
-/// A sample's value in percent, whatever type NVML gave it (utilization
-/// samples are unsigned ints; the others are converted, a negative or
-/// non-finite value becomes an impossible one that is then rejected).
+/// A sample's value in percent, whatever type NVML gave it; a negative or
+/// non-finite value becomes an impossible one, to be rejected.
 fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
-    const IMPOSSIBLE: u64 = u64::MAX;
-    // SAFETY: NVML says which member of the union it wrote.
-    unsafe {
-        match value_type {
-            0 => {
-                let value = sample.sampleValue.dVal;
-                if value.is_finite() && value >= 0.0 {
-                    value.round() as u64
-                } else {
-                    IMPOSSIBLE
-                }
-            }
-            1 => u64::from(sample.sampleValue.uiVal),
-            // `unsigned long` is 64 bits on the Linux targets NVML supports.
-            #[allow(clippy::unnecessary_cast)]
-            2 => sample.sampleValue.ulVal as u64,
-            3 => sample.sampleValue.ullVal,
-            4 => u64::try_from(sample.sampleValue.sllVal).unwrap_or(IMPOSSIBLE),
-            5 => u64::try_from(sample.sampleValue.siVal).unwrap_or(IMPOSSIBLE),
-            6 => u64::from(sample.sampleValue.usVal),
-            _ => IMPOSSIBLE,
-        }
+    let value = match value_type {
+        // SAFETY: NVML says which member of the union it wrote.
+        UNSIGNED_SHORT => Some(f64::from(unsafe { sample.sampleValue.usVal })),
+        _ => fields::number(value_type, &sample.sampleValue),
+    };
+    match value {
+        Some(value) if value.is_finite() && value >= 0.0 => value.round() as u64,
+        _ => u64::MAX,
     }
 }
 
@@ -482,5 +395,53 @@ mod tests {
         assert!(!clock_step(10_000_000, 10_000_000));
         assert!(!clock_step(10_500_000, 10_000_000));
         assert!(clock_step(12_000_000, 10_000_000));
+    }
+
+    #[test]
+    fn a_sample_of_any_value_type_is_read_as_percent() {
+        // SAFETY: plain data; zero is a valid value.
+        let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
+        let with = |set: &dyn Fn(&mut nvmlSample_t)| {
+            let mut sample = zero;
+            set(&mut sample);
+            sample
+        };
+        let double = |v: f64| with(&|s| s.sampleValue.dVal = v);
+        assert_eq!(percent(0, &double(41.6)), 42);
+        assert_eq!(percent(0, &double(-1.0)), u64::MAX);
+        assert_eq!(percent(0, &double(f64::NAN)), u64::MAX);
+        assert_eq!(percent(1, &with(&|s| s.sampleValue.uiVal = 37)), 37);
+        assert_eq!(percent(2, &with(&|s| s.sampleValue.ulVal = 38)), 38);
+        assert_eq!(percent(3, &with(&|s| s.sampleValue.ullVal = 39)), 39);
+        assert_eq!(percent(4, &with(&|s| s.sampleValue.sllVal = -3)), u64::MAX);
+        assert_eq!(percent(5, &with(&|s| s.sampleValue.siVal = 40)), 40);
+        assert_eq!(percent(6, &with(&|s| s.sampleValue.usVal = 41)), 41);
+        assert_eq!(percent(7, &with(&|s| s.sampleValue.uiVal = 1)), u64::MAX);
+        // A huge value stays impossible, and is logged as the same number.
+        let huge = percent(3, &with(&|s| s.sampleValue.ullVal = u64::MAX - 1));
+        assert_eq!(huge as f64, (u64::MAX - 1) as f64);
+    }
+
+    #[test]
+    fn the_buffer_grows_to_what_nvml_asks_and_not_found_is_empty() {
+        let mut asked = Vec::new();
+        let grown = fetch(0u8, |_, count| {
+            asked.push(*count);
+            if *count < 300 {
+                *count = 300;
+                return Err(NvmlError::InsufficientSize(Some(300)));
+            }
+            *count = 5;
+            Ok(())
+        });
+        assert_eq!(grown.map(|buffer| buffer.len()).ok(), Some(5));
+        assert_eq!(asked, [INITIAL_CAPACITY, 300]);
+        let nothing = fetch(0u8, |_, _| Err(NvmlError::NotFound));
+        assert_eq!(nothing.ok(), Some(Vec::new()));
+        let sentinel = fetch(0u8, |_, count| {
+            *count = u32::MAX;
+            Err(NvmlError::InsufficientSize(None))
+        });
+        assert!(matches!(sentinel, Err(NvmlError::InsufficientSize(None))));
     }
 }

@@ -1,17 +1,22 @@
-//! The NVML functions nvml-wrapper does not wrap, or wraps lossily (strings
-//! that must survive invalid UTF-8, enum values newer than it knows), as typed
-//! reads of [`DeviceReader`] under its error policy. With `fields`, `samples`
-//! and `mig`, the only code that calls NVML's C functions itself: the
-//! collectors forbid `unsafe`.
+//! Typed reads of the NVML functions nvml-wrapper does not wrap, or wraps
+//! lossily (strings that must survive invalid UTF-8, enum values newer than it
+//! knows, the pre-R535 names of the clock event reasons), under
+//! [`DeviceReader`]'s error policy.
 
-use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
+use std::ffi::{c_char, c_uint, c_ulonglong};
 
-use nvml_wrapper::enum_wrappers::device::{Brand, ComputeMode, PerformanceState};
+use nvml_wrapper::enum_wrappers::device::{
+    Brand, ComputeMode, PerformanceState, TemperatureSensor,
+};
 use nvml_wrapper::enums::device::DeviceArchitecture;
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlMarginTemperature_t, nvmlReturn_t, NvmlLib};
+use nvml_wrapper::error::{nvml_sym, NvmlError};
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlMarginTemperature_t, nvmlReturn_t,
+    nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU, nvmlTemperature_v1_t, NvmlLib,
+};
 
 use super::reader::DeviceReader;
+use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
 
 /// A string NVML keeps of a GPU.
 #[derive(Debug, Clone, Copy)]
@@ -29,12 +34,11 @@ pub enum EventReasons {
     Supported,
 }
 
-/// An engine read like the decoder: percent busy over its last sampling period.
+/// An engine read like the decoder: the JPEG decoders (NVJPG) or the optical
+/// flow accelerator (OFA).
 #[derive(Debug, Clone, Copy)]
 pub enum Accelerator {
-    /// The JPEG decoders (NVJPG).
     Jpeg,
-    /// The optical flow accelerator (OFA).
     OpticalFlow,
 }
 
@@ -51,24 +55,13 @@ pub struct RemappedRows {
 
 /// An NVML enum read through a getter that writes one C unsigned int.
 pub trait NvmlEnum: TryFrom<c_uint, Error = NvmlError> {
-    const CALL: &'static str;
-    fn getter(lib: &NvmlLib) -> Result<&EnumGetter, NvmlError>;
-}
-
-/// The name of NVML function `$name` and its lookup.
-macro_rules! symbol {
-    ($name:ident) => {
-        (stringify!($name), |lib| nvml_sym(lib.$name.as_ref()))
-    };
+    const GETTER: (&'static str, Symbol<UintGetter>);
 }
 
 macro_rules! nvml_enums {
     ($($type:ty => $symbol:ident;)*) => {$(
         impl NvmlEnum for $type {
-            const CALL: &'static str = stringify!($symbol);
-            fn getter(lib: &NvmlLib) -> Result<&EnumGetter, NvmlError> {
-                nvml_sym(lib.$symbol.as_ref())
-            }
+            const GETTER: (&'static str, Symbol<UintGetter>) = symbol!($symbol);
         }
     )*};
 }
@@ -90,27 +83,21 @@ impl<'n> DeviceReader<'n> {
             Text::Serial => symbol!(nvmlDeviceGetSerial),
             Text::VbiosVersion => symbol!(nvmlDeviceGetVbiosVersion),
         };
-        self.read_raw(call, |lib, handle| c_string(symbol(lib)?, handle))
+        self.read_raw(call, |lib, handle| c_string(symbol(lib), handle))
     }
 
     /// Reads an enum, converted with nvml-wrapper's `TryFrom`. Only the return
-    /// code goes through the error policy (so a return code newer than
-    /// nvml-wrapper is a counted error); a value newer than nvml-wrapper knows
-    /// is `Some(Err(raw))`, for the caller to label as unknown.
+    /// code goes through the error policy; a value newer than nvml-wrapper
+    /// knows is `Some(Err(raw))`, for the caller to label as unknown.
     pub fn read_enum<E: NvmlEnum>(&mut self) -> Option<Result<E, c_uint>> {
-        let raw = self.read_raw(E::CALL, |lib, handle| {
-            let getter = E::getter(lib)?;
+        let (call, symbol) = E::GETTER;
+        let raw = self.read_raw(call, |lib, handle| {
             let mut value: c_uint = 0;
-            // SAFETY: the getter writes one C enum (an unsigned int) through the pointer.
-            nvml_try(unsafe { getter(handle, &mut value) })?;
-            Ok(value)
+            raw_call!(symbol(lib), handle, &mut value).map(|()| value)
         })?;
+        let index = self.index();
         Some(E::try_from(raw).map_err(|_| {
-            log::debug!(
-                "GPU {}: {}: value {raw} is newer than this exporter",
-                self.index(),
-                E::CALL
-            );
+            log::debug!("GPU {index}: {call}: value {raw} is newer than this exporter");
             raw
         }))
     }
@@ -129,11 +116,8 @@ impl<'n> DeviceReader<'n> {
             }),
         };
         self.read_raw(call, |lib, handle| {
-            let get = symbol(lib)?;
             let mut mask = 0;
-            // SAFETY: NVML writes one u64 through the pointer.
-            nvml_try(unsafe { get(handle, &mut mask) })?;
-            Ok(mask)
+            raw_call!(symbol(lib), handle, &mut mask).map(|()| mask)
         })
     }
 
@@ -144,38 +128,55 @@ impl<'n> DeviceReader<'n> {
             Accelerator::OpticalFlow => symbol!(nvmlDeviceGetOfaUtilization),
         };
         self.read_raw(call, |lib, handle| {
-            let get = symbol(lib)?;
             let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
-            // SAFETY: two valid out-pointers.
-            nvml_try(unsafe { get(handle, &mut percent, &mut period_us) })?;
-            Ok(percent)
+            raw_call!(symbol(lib), handle, &mut percent, &mut period_us).map(|()| percent)
         })
     }
 
-    /// The thermal margin (T.Limit) in °C, from `nvmlDeviceGetMarginTemperature`
-    /// (driver 555+).
+    /// The thermal margin (T.Limit) in °C (driver 555+).
     pub fn margin_temperature(&mut self) -> Option<i32> {
-        /// `NVML_STRUCT_VERSION(MarginTemperature, 1)`.
-        const VERSION_1: u32 = std::mem::size_of::<nvmlMarginTemperature_t>() as u32 | (1 << 24);
         self.read_raw("nvmlDeviceGetMarginTemperature", |lib, handle| {
-            let get = nvml_sym(lib.nvmlDeviceGetMarginTemperature.as_ref())?;
             let mut info = nvmlMarginTemperature_t {
-                version: VERSION_1,
+                version: struct_version::<nvmlMarginTemperature_t>(1),
                 marginTemperature: 0,
             };
-            // SAFETY: one valid out-pointer to a struct of the version it names.
-            nvml_try(unsafe { get(handle, &mut info) })?;
-            Ok(info.marginTemperature)
+            raw_call!(lib.nvmlDeviceGetMarginTemperature(handle, &mut info))
+                .map(|()| info.marginTemperature)
         })
+    }
+
+    /// The GPU die temperature in °C from `nvmlDeviceGetTemperatureV` (NVML
+    /// 12.5+), else from the deprecated `nvmlDeviceGetTemperature` where the
+    /// driver lacks it or its struct version.
+    pub fn gpu_temperature(&mut self) -> Option<f64> {
+        const CALL: &str = "nvmlDeviceGetTemperatureV";
+        let answer = self.try_read_raw(CALL, |lib, handle| {
+            let mut info = nvmlTemperature_v1_t {
+                version: struct_version::<nvmlTemperature_v1_t>(1),
+                sensorType: nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU,
+                temperature: 0,
+            };
+            raw_call!(lib.nvmlDeviceGetTemperatureV(handle, &mut info)).map(|()| info.temperature)
+        })?;
+        match answer {
+            Ok(celsius) => return Some(f64::from(celsius)),
+            Err(NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound) => {}
+            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {}
+            Err(error) => {
+                self.note(CALL, &error);
+                return None;
+            }
+        }
+        let sensor = TemperatureSensor::Gpu;
+        self.read("nvmlDeviceGetTemperature", |d| d.temperature(sensor))
+            .map(f64::from)
     }
 
     /// The rows remapped in HBM (Ampere and newer).
     pub fn remapped_rows(&mut self) -> Option<RemappedRows> {
         self.read_raw("nvmlDeviceGetRemappedRows", |lib, handle| {
-            let get = nvml_sym(lib.nvmlDeviceGetRemappedRows.as_ref())?;
             let [mut a, mut b, mut c, mut d]: [c_uint; 4] = [0; 4];
-            // SAFETY: four valid out-pointers.
-            nvml_try(unsafe { get(handle, &mut a, &mut b, &mut c, &mut d) })?;
+            raw_call!(lib.nvmlDeviceGetRemappedRows(handle, &mut a, &mut b, &mut c, &mut d))?;
             Ok(RemappedRows {
                 correctable: a,
                 uncorrectable: b,
@@ -191,53 +192,68 @@ impl<'n> DeviceReader<'n> {
         call: &'static str,
         read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        // SAFETY: the handle stays valid while the reader's device (and so NVML) lives.
-        self.read(call, |device| unsafe {
-            read(device.nvml().lib(), device.handle())
-        })
+        self.read(call, |device| raw(device, read))
     }
 
     /// Like [`DeviceReader::try_read`], but hands `read` the raw library and
-    /// handle: for calls whose errors are partly answers (NOT_FOUND meaning
-    /// "no new samples").
+    /// handle: for calls whose errors are partly answers.
     pub(super) fn try_read_raw<T>(
         &mut self,
         call: &'static str,
         read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
     ) -> Option<Result<T, NvmlError>> {
-        // SAFETY: the handle stays valid while the reader's device (and so NVML) lives.
-        self.try_read(call, |device| unsafe {
-            read(device.nvml().lib(), device.handle())
-        })
+        self.try_read(call, |device| raw(device, read))
     }
 }
 
 /// Looks up one NVML function in the loaded library.
-type Symbol<F> = fn(&NvmlLib) -> Result<&F, NvmlError>;
+pub type Symbol<F> = fn(&NvmlLib) -> Result<&F, NvmlError>;
 
-/// The signature shared by NVML's getters of one enum value.
-pub type EnumGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-
-/// The signature of the clock event reason getters.
+/// The signatures of NVML's getters: of one unsigned int (an enum, an id), of
+/// the clock event reasons, of JPEG/OFA utilization, of a string.
+pub type UintGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
 type MaskGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_ulonglong) -> nvmlReturn_t;
-
-/// The signature of `nvmlDeviceGetJpgUtilization` and `…OfaUtilization`.
 type AcceleratorGetter =
     unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
-
-/// The signature shared by NVML's string getters (name, UUID, serial, ...).
 type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
 
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
-const STRING_BUFFER: usize = 256;
+const STRING_BUFFER: c_uint = 256;
 
-/// Calls a string getter on `handle` with the one buffer size every string is
-/// read with, decoding invalid UTF-8 lossily.
-pub(super) fn c_string(getter: &StringGetter, handle: nvmlDevice_t) -> Result<String, NvmlError> {
-    let mut buffer = [0 as c_char; STRING_BUFFER];
-    // SAFETY: the buffer's length is passed; NVML NUL-terminates within it.
-    nvml_try(unsafe { getter(handle, buffer.as_mut_ptr(), STRING_BUFFER as c_uint) })?;
-    // SAFETY: NVML returned success, so the buffer holds a C string.
-    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
-    Ok(text.to_string_lossy().into_owned())
+/// Calls a string getter on `handle`, decoding invalid UTF-8 lossily.
+pub(super) fn c_string(
+    getter: Result<&StringGetter, NvmlError>,
+    handle: nvmlDevice_t,
+) -> Result<String, NvmlError> {
+    let mut buffer = [0u8; STRING_BUFFER as usize];
+    raw_call!(getter, handle, buffer.as_mut_ptr().cast(), STRING_BUFFER)?;
+    let text = buffer.split(|&byte| byte == 0).next().unwrap_or_default();
+    Ok(String::from_utf8_lossy(text).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A string getter that writes `SAMPLE` and checks the length it is given.
+    unsafe extern "C" fn getter(
+        _: nvmlDevice_t,
+        text: *mut c_char,
+        length: c_uint,
+    ) -> nvmlReturn_t {
+        const SAMPLE: &[u8] = b"GPU-\xff\xfe\0ignored";
+        assert_eq!(length, STRING_BUFFER);
+        // SAFETY: the caller's buffer holds `length` bytes, more than SAMPLE.
+        unsafe { std::ptr::copy_nonoverlapping(SAMPLE.as_ptr(), text.cast(), SAMPLE.len()) };
+        0
+    }
+
+    #[test]
+    fn strings_end_at_the_first_nul_and_invalid_utf8_is_replaced() {
+        let handle = std::ptr::null_mut();
+        let text = c_string(Ok(&(getter as StringGetter)), handle);
+        assert_eq!(text.ok().as_deref(), Some("GPU-\u{fffd}\u{fffd}"));
+        let missing = c_string(Err(NvmlError::FunctionNotFound), handle);
+        assert!(matches!(missing, Err(NvmlError::FunctionNotFound)));
+    }
 }
