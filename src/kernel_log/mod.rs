@@ -1,27 +1,69 @@
-//! The kernel log as typed events: the driver's lines of this boot after a
+//! The kernel log as typed [`Event`]s: the driver's lines of this boot after a
 //! [`Position`], from the systemd journal ([`journal`]) or else `/dev/kmsg`
-//! ([`kmsg`]). Only the kernel's own lines are events (facility kern; in the
-//! journal, the kernel transport): `logger "NVRM: Xid …"` or a write to
-//! /dev/kmsg never is. A read ends by the caller's deadline with the position
-//! at the last entry read completely, so the next goes on from there. This
-//! module knows neither NVML nor the state.
+//! ([`kmsg`]). Only the kernel's own lines count (facility kern; in the
+//! journal, the kernel transport). A read ends by the caller's deadline with
+//! the position at the last entry read completely. It knows neither NVML nor
+//! the state.
 
 mod event;
 pub mod journal;
-pub mod kmsg;
+mod kmsg;
 
+use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::time::Instant;
 
-pub use event::{normalize_bus_id, Ended, Error, Event, Position};
+pub use event::{BusId, Event};
+
+/// Where a read goes on from: after the journal entry of `cursor`; without
+/// one, after the entries at or before `monotonic` µs since boot; without
+/// either, at the boot's start. /dev/kmsg: after the record `kmsg_seq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    pub cursor: Option<String>,
+    pub monotonic: Option<u64>,
+    pub kmsg_seq: Option<u64>,
+}
+
+/// How a read ended: everything logged by then read, or cut by the deadline
+/// or by [`journal::MAX_BYTES_PER_RUN`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Complete,
+    Deadline,
+    Bound,
+}
+
+/// Why a read failed; the position names the last entry read before.
+#[derive(Debug)]
+pub enum Error {
+    /// What could not be done (run journalctl, read /dev/kmsg), and why.
+    Io(String, io::Error),
+    /// journalctl exited with a failure, saying this on its stderr. A refused
+    /// cursor fails as a journal it cannot open does (status 1).
+    Failed(ExitStatus, String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
+            Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// Where the kernel log is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// The systemd journal: the system's, or the files in a directory.
     Journal(Option<PathBuf>),
-    /// The kernel's ring buffer.
-    Kmsg(PathBuf),
+    /// The kernel's ring buffer, /dev/kmsg.
+    Kmsg,
 }
 
 impl Source {
@@ -29,7 +71,7 @@ impl Source {
     pub fn label(&self) -> &'static str {
         match self {
             Source::Journal(_) => "journal",
-            Source::Kmsg(_) => "kmsg",
+            Source::Kmsg => "kmsg",
         }
     }
 
@@ -39,8 +81,8 @@ impl Source {
         match journal_dir {
             Some(dir) => Some(Source::Journal(Some(dir.to_path_buf()))),
             None if journal::system_journal_exists() => Some(Source::Journal(None)),
-            None => match kmsg::open(Path::new(kmsg::KMSG)) {
-                Ok(_) => Some(Source::Kmsg(kmsg::KMSG.into())),
+            None => match kmsg::open() {
+                Ok(_) => Some(Source::Kmsg),
                 Err(e) => {
                     log::debug!("cannot open {}: {e}", kmsg::KMSG);
                     None
@@ -48,20 +90,21 @@ impl Source {
             },
         }
     }
-}
 
-/// Reads `source` from `at` until `until`, handing each event of the kernel's
-/// own lines to `on_event` and moving `at` past each entry read. `boot_id` is
-/// this boot's as the journal writes it (no dashes).
-pub fn read(
-    source: &Source,
-    at: &mut Position,
-    boot_id: &str,
-    until: Instant,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Ended, Error> {
-    match source {
-        Source::Journal(dir) => journal::read(dir.as_deref(), at, boot_id, until, on_event),
-        Source::Kmsg(path) => kmsg::read(path, at, until, on_event),
+    /// Reads from `at` until `until`, handing each event of the kernel's own
+    /// lines to `on_event` and moving `at` past each entry read. `boot_id` is
+    /// this boot's as the journal writes it (no dashes).
+    pub fn read(
+        &self,
+        at: &mut Position,
+        boot_id: &str,
+        until: Instant,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<Ended, Error> {
+        let on_line = &mut |line: &str| Event::parse(line).into_iter().for_each(&mut *on_event);
+        match self {
+            Source::Journal(dir) => journal::read(dir.as_deref(), at, boot_id, until, on_line),
+            Source::Kmsg => kmsg::read(at, until, on_line),
+        }
     }
 }
