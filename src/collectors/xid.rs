@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::Instant;
 
 use super::hooks::{HostError, HostRun};
-use crate::kernel_log::{self, BusId, Ended, Event, Position, Source};
+use crate::kernel_log::{self, BusId, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
@@ -26,31 +26,19 @@ enum Error {
     NoBootId,
     StateUnusable,
     NoKernelLog,
-    Read(kernel_log::Error),
-    /// The read was cut by the deadline or the byte bound.
-    Cut(Ended),
+    Log(kernel_log::Error),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::NoBootId => {
-                f.write_str("cannot read this boot's id: nothing can be told to be this boot's")
-            }
+        f.write_str(match self {
+            Error::NoBootId => "cannot read this boot's id: nothing can be told to be this boot's",
             Error::StateUnusable => {
-                f.write_str("the state cannot be used this run; the XID counts are left out")
+                "the state cannot be used this run; the XID counts are left out"
             }
-            Error::NoKernelLog => f.write_str("no kernel log to count XID errors from"),
-            Error::Read(e) => e.fmt(f),
-            Error::Cut(Ended::Bound) => write!(
-                f,
-                "journalctl wrote more than {} bytes in this run",
-                kernel_log::journal::MAX_BYTES_PER_RUN
-            ),
-            Error::Cut(_) => {
-                f.write_str("reading the kernel log did not finish by the run's deadline")
-            }
-        }
+            Error::NoKernelLog => "no kernel log to count XID errors from",
+            Error::Log(e) => return e.fmt(f),
+        })
     }
 }
 
@@ -145,8 +133,8 @@ impl Counts {
             (attempt.cursor, attempt.monotonic, attempt.kmsg_seq) =
                 (at.cursor, at.monotonic, at.kmsg_seq);
             match read {
-                Err(error) => drop(first_error.get_or_insert(error)),
-                Ok(ended) => {
+                Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
+                read => {
                     if let Some(error) = first_error {
                         let now = match attempt.recount {
                             Some(_) => "recounting this boot's kernel log from its start",
@@ -155,29 +143,28 @@ impl Counts {
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");
                     }
                     *self = attempt;
-                    return self.finish(ended);
+                    return self.finish(read);
                 }
             }
         }
         let error = first_error.expect("one read was tried");
         log::warn!("cannot count XID errors: {error}; publishing the counts known so far");
-        Err(Error::Read(error))
+        Err(Error::Log(error))
     }
 
     /// Ends a read: a complete one ends a recount under way (each total
     /// becomes the larger of the two); a cut one says why.
-    fn finish(&mut self, ended: Ended) -> Result<(), Error> {
-        if ended == Ended::Complete {
-            if let Some(recount) = self.recount.take() {
-                raise(&mut self.totals, recount);
-            }
-            return Ok(());
+    fn finish(&mut self, read: Result<(), kernel_log::Error>) -> Result<(), Error> {
+        if let Err(cut) = read {
+            log::warn!(
+                "{cut}; counted the kernel lines read by then, the rest follows in the next runs"
+            );
+            return Err(Error::Log(cut));
         }
-        let why = Error::Cut(ended);
-        log::warn!(
-            "{why}; counted the kernel lines read by then, the rest follows in the next runs"
-        );
-        Err(why)
+        if let Some(recount) = self.recount.take() {
+            raise(&mut self.totals, recount);
+        }
+        Ok(())
     }
 
     fn start_recount(&mut self) {
@@ -423,7 +410,7 @@ mod tests {
             count(counts.recount.as_mut().unwrap(), xid(code));
         }
         assert_eq!(gpu_a(&counts.totals, 79), Some(2), "not before it ends");
-        assert!(counts.finish(Ended::Complete).is_ok());
+        assert!(counts.finish(Ok(())).is_ok());
         assert_eq!(counts.recount, None);
         let got = |code| gpu_a(&counts.totals, code);
         assert_eq!((got(79), got(13), got(48)), (Some(3), Some(1), Some(1)));

@@ -6,13 +6,13 @@
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use super::{Ended, Error, Position};
+use super::{Error, Position};
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.
@@ -30,19 +30,17 @@ const MAX_VALUE: usize = 8 << 10;
 /// or its `<machine-id>/`).
 pub(super) fn system_journal_exists() -> bool {
     let files = |dir: &Path| fs::read_dir(dir).into_iter().flatten().flatten();
-    let journal = |path: &Path| {
+    let journal = |path: PathBuf| {
         path.extension()
             .is_some_and(|e| e == "journal" || e == "journal~")
     };
     let has_files = |dir: &str| {
         files(Path::new(dir))
             .map(|e| e.path())
-            .any(|p| files(&p).any(|f| journal(&f.path())) || journal(&p))
+            .any(|p| files(&p).any(|f| journal(f.path())) || journal(p))
     };
-    journalctl().is_some()
-        && ["/var/log/journal", "/run/log/journal"]
-            .into_iter()
-            .any(has_files)
+    let dirs = ["/var/log/journal", "/run/log/journal"];
+    journalctl().is_some() && dirs.into_iter().any(has_files)
 }
 
 fn journalctl() -> Option<&'static Path> {
@@ -66,7 +64,7 @@ pub(super) fn read(
     boot_id: &str,
     until: Instant,
     on_line: &mut dyn FnMut(&str),
-) -> Result<Ended, Error> {
+) -> Result<(), Error> {
     let not_found = || io::Error::new(io::ErrorKind::NotFound, JOURNALCTL.join(" or "));
     let start = |e| Error::Io("run journalctl".into(), e);
     let mut command = Command::new(journalctl().ok_or_else(not_found).map_err(start)?);
@@ -76,18 +74,12 @@ pub(super) fn read(
     // Without a cursor, from the entry's time on (a cursor journalctl makes).
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
-    command.args(
-        at.cursor
-            .clone()
-            .or(by_time)
-            .map(|c| format!("--cursor={c}")),
-    );
+    let cursor = at.cursor.clone().or(by_time);
+    command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
     let child = command
         .args(["--no-pager", "--quiet", "--output=export"])
-        .args([
-            "--output-fields=MESSAGE,SYSLOG_FACILITY",
-            "_TRANSPORT=kernel",
-        ])
+        .arg("--output-fields=MESSAGE,SYSLOG_FACILITY")
+        .arg("_TRANSPORT=kernel")
         .arg(format!("_BOOT_ID={boot_id}"))
         .env("SYSTEMD_COLORS", "0")
         .stdin(Stdio::null())
@@ -111,11 +103,7 @@ pub(super) fn read(
 /// Hands each entry of `child`'s export output to `on_entry` until it exits
 /// (its status decides), `until` passes or the byte bound is reached (then it
 /// is killed).
-fn stream(
-    mut child: Child,
-    until: Instant,
-    on_entry: &mut dyn FnMut(Entry),
-) -> Result<Ended, Error> {
+fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     // Entries travel in batches of up to 256 (sent when the output read so
@@ -142,14 +130,14 @@ fn stream(
         // A queued batch is received even after the deadline: look first.
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            break Some(Ok(Ended::Deadline));
+            break Some(Error::Deadline);
         }
         match parsed.recv_timeout(left) {
             Ok(batch) => batch.into_iter().for_each(&mut *on_entry),
-            Err(mpsc::RecvTimeoutError::Timeout) => break Some(Ok(Ended::Deadline)),
+            Err(mpsc::RecvTimeoutError::Timeout) => break Some(Error::Deadline),
             Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
                 Ok(Ok(false)) => break None, // the output ended
-                Ok(bound) => break Some(bound.map(|_| Ended::Bound).map_err(failed)),
+                Ok(bound) => break Some(bound.map_or_else(failed, |_| Error::Bound)),
                 Err(panic) => std::panic::resume_unwind(panic),
             },
         }
@@ -158,15 +146,12 @@ fn stream(
         // The parser thread ends once journalctl's output closes.
         let _ = child.kill();
         let _ = child.wait();
-        return cut;
+        return Err(cut);
     }
     let status = child.wait().map_err(failed)?;
     let said = said.join().unwrap_or_default();
-    let failure = || Error::Failed(status, said);
-    status
-        .success()
-        .then_some(Ended::Complete)
-        .ok_or_else(failure)
+    let exited = status.success();
+    exited.then_some(()).ok_or(Error::Failed(status, said))
 }
 
 /// Parses export output, handing each complete entry to `on_entry` (with
@@ -318,7 +303,7 @@ mod tests {
         // One endless entry: never handed on, memory bounded, cut at the bound.
         let mut seen = 0;
         let ended = stream(child("yes __CURSOR=c"), far, &mut |_| seen += 1);
-        assert!(matches!(ended, Ok(Ended::Bound)), "{ended:?}");
+        assert!(matches!(ended, Err(Error::Bound)), "{ended:?}");
         assert_eq!(seen, 0);
 
         let started = Instant::now();
@@ -331,7 +316,7 @@ mod tests {
                 seen += 1;
             },
         );
-        assert!(matches!(ended, Ok(Ended::Deadline)), "{ended:?}");
+        assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(seen, 1);
 
@@ -340,9 +325,6 @@ mod tests {
             matches!(ended, Err(Error::Failed(s, ref said)) if s.code() == Some(3) && said == "no"),
             "{ended:?}"
         );
-        assert!(matches!(
-            stream(child("true"), far, &mut |_| {}),
-            Ok(Ended::Complete)
-        ));
+        assert!(matches!(stream(child("true"), far, &mut |_| {}), Ok(())));
     }
 }

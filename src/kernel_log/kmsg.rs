@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
-use super::{Ended, Error, Position};
+use super::{Error, Position};
 
 pub(super) const KMSG: &str = "/dev/kmsg";
 
@@ -23,16 +23,16 @@ pub(super) fn read(
     at: &mut Position,
     until: Instant,
     on_line: &mut dyn FnMut(&str),
-) -> Result<Ended, Error> {
+) -> Result<(), Error> {
     let failed = |e| Error::Io(format!("read {KMSG}"), e);
     let mut file = open().map_err(failed)?;
     // A record is at most about 8 KiB.
     let mut buffer = vec![0u8; 1 << 14];
     while Instant::now() < until {
         let n = match file.read(&mut buffer) {
-            Ok(0) => return Ok(Ended::Complete),
+            Ok(0) => return Ok(()),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Ended::Complete),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             // Records were overwritten while reading: go on with the next.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -49,7 +49,7 @@ pub(super) fn read(
         }
         at.kmsg_seq = Some(seq);
     }
-    Ok(Ended::Deadline)
+    Err(Error::Deadline)
 }
 
 /// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,

@@ -27,18 +27,14 @@ pub struct Position {
     pub kmsg_seq: Option<u64>,
 }
 
-/// How a read ended: everything logged by then read, or cut by the deadline
-/// or by [`journal::MAX_BYTES_PER_RUN`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    Complete,
-    Deadline,
-    Bound,
-}
-
-/// Why a read failed; the position names the last entry read before.
+/// Why a read did not reach the end of the log; the position names the last
+/// entry read before.
 #[derive(Debug)]
 pub enum Error {
+    /// Cut by the deadline or by [`journal::MAX_BYTES_PER_RUN`]: what was
+    /// read by then counts ([`Error::is_cut`]).
+    Deadline,
+    Bound,
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
     Io(String, io::Error),
     /// journalctl exited with a failure, saying this on its stderr. A refused
@@ -48,10 +44,21 @@ pub enum Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = journal::MAX_BYTES_PER_RUN;
         match self {
             Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
             Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
+            Error::Deadline => {
+                f.write_str("reading the kernel log did not finish by the run's deadline")
+            }
+            Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
         }
+    }
+}
+
+impl Error {
+    pub fn is_cut(&self) -> bool {
+        matches!(self, Error::Deadline | Error::Bound)
     }
 }
 
@@ -100,7 +107,7 @@ impl Source {
         boot_id: &str,
         until: Instant,
         on_event: &mut dyn FnMut(Event),
-    ) -> Result<Ended, Error> {
+    ) -> Result<(), Error> {
         let on_line = &mut |line: &str| Event::parse(line).into_iter().for_each(&mut *on_event);
         match self {
             Source::Journal(dir) => journal::read(dir.as_deref(), at, boot_id, until, on_line),
