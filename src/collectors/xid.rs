@@ -110,10 +110,8 @@ impl Counts {
         }
         let mut tries = vec![self.clone()];
         if self.cursor.is_some() {
-            let by_time = Counts {
-                cursor: None,
-                ..self.clone()
-            };
+            let mut by_time = self.clone();
+            by_time.cursor = None;
             tries.extend(by_time.monotonic.is_some().then_some(by_time));
             let mut recount = self.clone();
             recount.start_recount();
@@ -127,9 +125,7 @@ impl Counts {
                 kmsg_seq: attempt.kmsg_seq,
             };
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let read = source.read(&mut at, boot_id, until, &mut |event| {
-                count(into, event, gpus);
-            });
+            let read = source.read(&mut at, boot_id, until, &mut |e| count(into, e, gpus));
             (attempt.cursor, attempt.monotonic, attempt.kmsg_seq) =
                 (at.cursor, at.monotonic, at.kmsg_seq);
             match read {
@@ -260,13 +256,13 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
             };
             codes.or_default().entry(code).or_default()
         }
-        Event::FallenOffBus { bus } => match gpus.get(&bus) {
-            Some(uuid) => totals.fallen_off_bus.entry(uuid.clone()).or_default(),
-            None => totals
-                .fallen_off_bus_unattributed
-                .entry(bus.into())
-                .or_default(),
-        },
+        Event::FallenOffBus { bus } => {
+            let fallen = match gpus.get(&bus) {
+                Some(uuid) => totals.fallen_off_bus.entry(uuid.clone()),
+                None => totals.fallen_off_bus_unattributed.entry(bus.into()),
+            };
+            fallen.or_default()
+        }
         Event::SXid {
             switch,
             bus,
@@ -294,9 +290,7 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
         let codes = totals.gpus.get(&device.uuid).into_iter().flatten();
-        let total = codes
-            .clone()
-            .fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
+        let total: u64 = codes.clone().map(|(_, n)| n).sum();
         let fallen = totals.fallen_off_bus.get(&device.uuid).copied();
         let samples = &mut device.samples;
         samples.push(metrics::XID_ERRORS.sample(total as f64));

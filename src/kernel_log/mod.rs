@@ -1,9 +1,7 @@
 //! The kernel log as typed [`Event`]s: the driver's lines of this boot after a
 //! [`Position`], from the systemd journal ([`journal`]) or else `/dev/kmsg`
-//! ([`kmsg`]). Only the kernel's own lines count (facility kern; in the
-//! journal, the kernel transport). A read ends by the caller's deadline with
-//! the position at the last entry read completely. It knows neither NVML nor
-//! the state.
+//! ([`kmsg`]); only the kernel's own lines (facility kern, kernel transport).
+//! It knows neither NVML nor the state.
 
 mod event;
 pub mod journal;
@@ -31,8 +29,7 @@ pub struct Position {
 /// entry read before.
 #[derive(Debug)]
 pub enum Error {
-    /// Cut by the deadline or by [`journal::MAX_BYTES_PER_RUN`]: what was
-    /// read by then counts ([`Error::is_cut`]).
+    /// Cut by the deadline or by [`journal::MAX_BYTES_PER_RUN`] ([`Error::is_cut`]).
     Deadline,
     Bound,
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
@@ -88,13 +85,13 @@ impl Source {
         match journal_dir {
             Some(dir) => Some(Source::Journal(Some(dir.to_path_buf()))),
             None if journal::system_journal_exists() => Some(Source::Journal(None)),
-            None => match kmsg::open() {
-                Ok(_) => Some(Source::Kmsg),
-                Err(e) => {
-                    log::debug!("cannot open {}: {e}", kmsg::KMSG);
-                    None
-                }
-            },
+            None => {
+                let unreadable = |e: &io::Error| log::debug!("cannot open {}: {e}", kmsg::KMSG);
+                kmsg::open()
+                    .inspect_err(unreadable)
+                    .ok()
+                    .map(|_| Source::Kmsg)
+            }
         }
     }
 
