@@ -1,4 +1,59 @@
-//! The driver's kernel lines about a GPU or NVSwitch, as [`Event`]s.
+//! What a read of the kernel log gives: the [`Event`]s of the driver's lines,
+//! the [`Position`] reached, or why it stopped short ([`Error`]).
+
+use std::fmt;
+use std::io;
+use std::process::ExitStatus;
+
+/// The most bytes of journalctl's output one run reads: about 160,000 kernel
+/// lines. A larger backlog is worked off over several runs.
+pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
+
+/// Where a read goes on from: after the journal entry of `cursor`; without
+/// one, after the entries at or before `monotonic` µs since boot; without
+/// either, at the boot's start. /dev/kmsg: after the record `kmsg_seq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    pub cursor: Option<String>,
+    pub monotonic: Option<u64>,
+    pub kmsg_seq: Option<u64>,
+}
+
+/// Why a read did not reach the end of the log; the position names the last
+/// entry read before.
+#[derive(Debug)]
+pub enum Error {
+    /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`] ([`Error::is_cut`]).
+    Deadline,
+    Bound,
+    /// What could not be done (run journalctl, read /dev/kmsg), and why.
+    Io(String, io::Error),
+    /// journalctl exited with a failure, saying this on its stderr. A refused
+    /// cursor fails as a journal it cannot open does (status 1).
+    Failed(ExitStatus, String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = MAX_BYTES_PER_RUN;
+        match self {
+            Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
+            Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
+            Error::Deadline => {
+                f.write_str("reading the kernel log did not finish by the run's deadline")
+            }
+            Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
+        }
+    }
+}
+
+impl Error {
+    pub fn is_cut(&self) -> bool {
+        matches!(self, Error::Deadline | Error::Bound)
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// A kernel line the driver logs about a GPU or NVSwitch.
 #[derive(Debug, Clone, PartialEq, Eq)]

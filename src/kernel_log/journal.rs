@@ -12,15 +12,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use super::{Error, Position};
+use super::event::{Error, Position, MAX_BYTES_PER_RUN};
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.
 const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
-
-/// The most bytes of journalctl's output one run reads: about 160,000 kernel
-/// lines. A larger backlog is worked off over several runs.
-pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
 
 /// The most bytes of a field's value kept: a kernel line is at most about
 /// 1 KiB (a /dev/kmsg record 8 KiB), a cursor about 150 bytes.

@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
-use super::{Error, Position};
+use super::event::{Error, Position};
 
 pub(super) const KMSG: &str = "/dev/kmsg";
 
@@ -68,7 +68,7 @@ fn parse(record: &[u8]) -> Option<(u32, u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel_log::Event;
+    use crate::kernel_log::event::Event;
 
     #[test]
     fn records_give_facility_and_sequence() {
