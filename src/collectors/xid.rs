@@ -1,50 +1,61 @@
 //! XIDs, SXids and GPUs fallen off the bus, counted exactly between runs from
-//! the kernel log's events ([`crate::kernel_log`]) into this boot's totals in
-//! the state (its `xid` field): XIDs and fallen-off lines by GPU (the
-//! line's bus id against the snapshot's GPUs, else unattributed by bus id),
-//! SXids by switch, bus id, code and severity.
-//!
-//! Recounting: with no position left (the source changed, or journalctl
-//! refused the cursor and no time of its entry is kept) or an impossible
-//! stored count, this boot
-//! is recounted from its start into separate totals (`recount`) while
-//! the old ones stay published, so no series goes backwards; once it reaches
-//! the end of the log each count becomes the larger of the two. That is exact:
-//! a read from the boot's start sees every line the old counts came from plus
-//! those since (lower only if journald vacuumed the boot's start, and then the
-//! old count is the better bound).
+//! the kernel log's events into this boot's totals in the state: XIDs and
+//! fallen-off lines by GPU (else unattributed by bus id), SXids by switch, bus
+//! id, code and severity. Without a position or with a damaged count, the
+//! boot is recounted into `recount` while the old totals stay published; a
+//! complete recount raises each total to it (docs/design.md, "Recovery").
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Instant;
 
 use super::hooks::{HostError, HostRun};
-use crate::kernel_log::{self, normalize_bus_id, Ended, Event, Position, Source};
+use crate::kernel_log::{self, BusId, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
+use crate::state::schema::{SxidCount, XidCounts as Counts, XidTotals as Totals};
 
-/// The most events one series counts in one boot: 2^32 XIDs would be one
-/// every 7 ms for a year (over 400 GB of kernel log), so a stored count above
-/// it is a damaged state. Counting saturates here; the sum over all codes
-/// (at most 10,000) stays below 2^53, exact as an `f64` and plausible.
-pub const MAX_COUNT: u64 = 1 << 32;
+/// The most events one series counts in one boot (one every 7 ms for a
+/// year): a stored count above it is damage. Counting saturates here.
+const MAX_COUNT: u64 = 1 << 32;
 
-pub use crate::state::schema::{SxidCount, XidCounts as Counts, XidTotals as Totals};
+/// Why a run did not count the kernel log to its end.
+#[derive(Debug)]
+enum Error {
+    NoBootId,
+    StateUnusable,
+    NoKernelLog,
+    Log(kernel_log::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Error::NoBootId => "cannot read this boot's id: nothing can be told to be this boot's",
+            Error::StateUnusable => {
+                "the state cannot be used this run; the XID counts are left out"
+            }
+            Error::NoKernelLog => "no kernel log to count XID errors from",
+            Error::Log(e) => return e.fmt(f),
+        })
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
-/// adds the totals to the snapshot. An error says why this run did not read
-/// the log to its end (logged here); the counts known are published anyway.
+/// adds the totals to the snapshot; the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let Some(boot_id) = boot_id() else {
         // No state was loaded either (see `state::boot_id`).
-        let error = "cannot read this boot's id: nothing can be told to be this boot's";
-        log::warn!("cannot count XID errors: {error}");
-        return Err(error.into());
+        log::warn!("cannot count XID errors: {}", Error::NoBootId);
+        return Err(Error::NoBootId.into());
     };
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
-        return Err("the state cannot be used this run; the XID counts are left out".into());
+        return Err(Error::StateUnusable.into());
     }
     let mut counts = run.state.previous().xid.clone();
     if let Some(damage) = take_damage(&mut counts) {
@@ -54,7 +65,6 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
         );
         counts.start_recount();
     }
-    let gpus = gpus_of(run.snapshot);
     let result = match Source::choose(run.journal_dir) {
         None => {
             if !counts.unavailable {
@@ -64,9 +74,12 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 );
             }
             counts.unavailable = true;
-            Err("no kernel log to count XID errors from".to_owned())
+            Err(Error::NoKernelLog)
         }
-        Some(source) => counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until),
+        Some(source) => {
+            let gpus = gpus_of(run.snapshot);
+            counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until)
+        }
     };
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
@@ -74,23 +87,21 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
 }
 
 impl Counts {
-    /// Reads `source` from the position until `until`, counting its events
-    /// (attributed to `gpus`: normalised bus id → UUID): from the saved
-    /// cursor; if that fails, from its entry's time; then, recounting, from
-    /// the boot's start. The first read that works counts; if none does,
-    /// nothing changes. journalctl gives no other sign of a refused cursor: it
-    /// exits 1 as for a journal it cannot open (systemd 252).
-    pub fn read(
+    /// Reads `source` from the position until `until`, counting its events:
+    /// from the saved cursor; if that fails, from its entry's time; then,
+    /// recounting, from the boot's start. The first read that works counts;
+    /// if none does, nothing changes.
+    fn read(
         &mut self,
         source: &Source,
-        gpus: &BTreeMap<String, String>,
+        gpus: &BTreeMap<BusId, String>,
         boot_id: &str,
         until: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         self.unavailable = false;
         if self.source != source.label() {
             if !self.source.is_empty() {
-                // The position is the other source's: recount (exact, see the module doc).
+                // The position is the other source's: recount.
                 log::info!("reading the kernel log from {} now", source.label());
                 self.start_recount();
             }
@@ -114,14 +125,12 @@ impl Counts {
                 kmsg_seq: attempt.kmsg_seq,
             };
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let read = kernel_log::read(source, &mut at, boot_id, until, &mut |event| {
-                count(into, event, gpus);
-            });
+            let read = source.read(&mut at, boot_id, until, &mut |e| count(into, e, gpus));
             (attempt.cursor, attempt.monotonic, attempt.kmsg_seq) =
                 (at.cursor, at.monotonic, at.kmsg_seq);
             match read {
-                Err(error) => drop(first_error.get_or_insert(error)),
-                Ok(ended) => {
+                Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
+                read => {
                     if let Some(error) = first_error {
                         let now = match attempt.recount {
                             Some(_) => "recounting this boot's kernel log from its start",
@@ -130,39 +139,31 @@ impl Counts {
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");
                     }
                     *self = attempt;
-                    return self.finish(ended);
+                    return self.finish(read);
                 }
             }
         }
-        let error = first_error.expect("one read was tried").to_string();
+        let error = first_error.expect("one read was tried");
         log::warn!("cannot count XID errors: {error}; publishing the counts known so far");
-        Err(error)
+        Err(Error::Log(error))
     }
 
     /// Ends a read: a complete one ends a recount under way (each total
     /// becomes the larger of the two); a cut one says why.
-    fn finish(&mut self, ended: Ended) -> Result<(), String> {
-        let why = match ended {
-            Ended::Complete => {
-                if let Some(recount) = self.recount.take() {
-                    raise(&mut self.totals, recount);
-                }
-                return Ok(());
-            }
-            Ended::Deadline => "reading the kernel log did not finish by the run's deadline".into(),
-            Ended::Bound => format!(
-                "journalctl wrote more than {} bytes in this run",
-                kernel_log::journal::MAX_BYTES_PER_RUN
-            ),
-        };
-        log::warn!(
-            "{why}; counted the kernel lines read by then, the rest follows in the next runs"
-        );
-        Err(why)
+    fn finish(&mut self, read: Result<(), kernel_log::Error>) -> Result<(), Error> {
+        if let Err(cut) = read {
+            log::warn!(
+                "{cut}; counted the kernel lines read by then, the rest follows in the next runs"
+            );
+            return Err(Error::Log(cut));
+        }
+        if let Some(recount) = self.recount.take() {
+            raise(&mut self.totals, recount);
+        }
+        Ok(())
     }
 
-    /// Starts recounting this boot from its start (see the module doc).
-    pub fn start_recount(&mut self) {
+    fn start_recount(&mut self) {
         self.recount = Some(Totals::default());
         self.start_over();
     }
@@ -173,11 +174,10 @@ impl Counts {
     }
 }
 
-/// Drops every impossible count (above [`MAX_COUNT`]: damage, not something
-/// the driver logged) and describes the first, if any.
+/// Drops every count above [`MAX_COUNT`] and describes the first, if any.
 fn take_damage(counts: &mut Counts) -> Option<String> {
     let mut damage = None;
-    let mut possible = |what: &dyn std::fmt::Display, count: u64| {
+    let mut possible = |what: &dyn fmt::Display, count: u64| {
         if count > MAX_COUNT && damage.is_none() {
             damage = Some(format!(
                 "the count of {what} is {count}, more than {MAX_COUNT}"
@@ -204,32 +204,28 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
 
 /// Raises every count of `totals` to at least the one in `recount`.
 fn raise(totals: &mut Totals, recount: Totals) {
-    let up = |at: &mut u64, n: u64| *at = (*at).max(n);
     for (mine, theirs) in [
         (&mut totals.gpus, recount.gpus),
         (&mut totals.unattributed, recount.unattributed),
     ] {
         for (id, codes) in theirs {
-            let into = mine.entry(id).or_default();
-            codes
-                .into_iter()
-                .for_each(|(code, n)| up(into.entry(code).or_default(), n));
+            raise_each(mine.entry(id).or_default(), codes);
         }
     }
-    for (mine, theirs) in [
-        (&mut totals.fallen_off_bus, recount.fallen_off_bus),
-        (
-            &mut totals.fallen_off_bus_unattributed,
-            recount.fallen_off_bus_unattributed,
-        ),
-    ] {
-        theirs
-            .into_iter()
-            .for_each(|(id, n)| up(mine.entry(id).or_default(), n));
-    }
+    raise_each(&mut totals.fallen_off_bus, recount.fallen_off_bus);
+    let unattributed = recount.fallen_off_bus_unattributed;
+    raise_each(&mut totals.fallen_off_bus_unattributed, unattributed);
     for sxid in recount.sxids {
         let n = sxid.count;
-        up(&mut sxid_entry(&mut totals.sxids, sxid).count, n);
+        let at = &mut sxid_entry(&mut totals.sxids, sxid).count;
+        *at = (*at).max(n);
+    }
+}
+
+fn raise_each<K: Ord>(mine: &mut BTreeMap<K, u64>, theirs: BTreeMap<K, u64>) {
+    for (key, n) in theirs {
+        let at = mine.entry(key).or_default();
+        *at = (*at).max(n);
     }
 }
 
@@ -240,31 +236,33 @@ fn sxid_entry(sxids: &mut Vec<SxidCount>, key: SxidCount) -> &mut SxidCount {
         (s.switch, &s.pci_bus_id, s.code, &s.severity)
             == (key.switch, &key.pci_bus_id, key.code, &key.severity)
     };
-    let at = match sxids.iter().position(same) {
-        Some(at) => at,
+    match sxids.iter().position(same) {
+        Some(at) => &mut sxids[at],
         None => {
             sxids.push(SxidCount { count: 0, ..key });
-            sxids.len() - 1
+            sxids.last_mut().expect("pushed")
         }
-    };
-    &mut sxids[at]
+    }
 }
 
-/// Counts `event` (attributed to `gpus`: normalised bus id → UUID) into
-/// `totals`, saturating at [`MAX_COUNT`].
-fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<String, String>) {
+/// Counts `event` (attributed to `gpus`: bus id → UUID) into `totals`,
+/// saturating at [`MAX_COUNT`].
+fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
     let total = match event {
         Event::Xid { bus, code } => {
             let codes = match gpus.get(&bus) {
                 Some(uuid) => totals.gpus.entry(uuid.clone()),
-                None => totals.unattributed.entry(bus),
+                None => totals.unattributed.entry(bus.into()),
             };
             codes.or_default().entry(code).or_default()
         }
-        Event::FallenOffBus { bus } => match gpus.get(&bus) {
-            Some(uuid) => totals.fallen_off_bus.entry(uuid.clone()).or_default(),
-            None => totals.fallen_off_bus_unattributed.entry(bus).or_default(),
-        },
+        Event::FallenOffBus { bus } => {
+            let fallen = match gpus.get(&bus) {
+                Some(uuid) => totals.fallen_off_bus.entry(uuid.clone()),
+                None => totals.fallen_off_bus_unattributed.entry(bus.into()),
+            };
+            fallen.or_default()
+        }
         Event::SXid {
             switch,
             bus,
@@ -273,7 +271,7 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<String, String>) {
         } => {
             let key = SxidCount {
                 switch,
-                pci_bus_id: bus,
+                pci_bus_id: bus.into(),
                 code,
                 severity: severity.into(),
                 count: 0,
@@ -284,29 +282,22 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<String, String>) {
     *total = total.saturating_add(1).min(MAX_COUNT);
 }
 
-/// Adds the samples: for every GPU of the snapshot with a UUID its XID total
-/// and fallen-off-the-bus count (0 until the first, so that `increase()` sees
-/// it) and its XIDs by code; the unattributed and SXid series as host
-/// samples. Down GPUs keep theirs: the counts come from the kernel log. A
-/// recount under way is not published (see the module doc).
-pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
+/// Adds the samples: for every GPU of the snapshot with a UUID (down ones
+/// too) its XID total and fallen-off-the-bus count (0 until the first) and
+/// its XIDs by code; the unattributed and SXid series as host samples. A
+/// recount under way is not published.
+fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
         let codes = totals.gpus.get(&device.uuid).into_iter().flatten();
-        let total = codes
-            .clone()
-            .fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
-        let fallen = totals
-            .fallen_off_bus
-            .get(&device.uuid)
-            .copied()
-            .unwrap_or(0);
+        let total: u64 = codes.clone().map(|(_, n)| n).sum();
+        let fallen = totals.fallen_off_bus.get(&device.uuid).copied();
         let samples = &mut device.samples;
         samples.push(metrics::XID_ERRORS.sample(total as f64));
         for (code, n) in codes {
             samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], *n as f64));
         }
-        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen as f64));
+        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.unwrap_or(0) as f64));
     }
     let host = &mut snapshot.host;
     for (bus, codes) in &totals.unattributed {
@@ -329,14 +320,14 @@ pub fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     }
 }
 
-/// The GPUs of `snapshot` events are attributed to: normalised bus id →
-/// UUID. A GPU without a UUID or bus id takes none (they stay unattributed).
-pub fn gpus_of(snapshot: &Snapshot) -> BTreeMap<String, String> {
+/// The UUIDs of the snapshot's GPUs by bus id; a GPU without a UUID or bus id
+/// takes no events (they stay unattributed).
+fn gpus_of(snapshot: &Snapshot) -> BTreeMap<BusId, String> {
     snapshot
         .devices
         .iter()
         .filter(|d| !d.uuid.is_empty())
-        .filter_map(|d| Some((normalize_bus_id(&d.pci_bus_id)?, d.uuid.clone())))
+        .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
         .collect()
 }
 
@@ -344,13 +335,17 @@ pub fn gpus_of(snapshot: &Snapshot) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
 
-    fn gpus() -> BTreeMap<String, String> {
-        BTreeMap::from([("00000000:3B:00".to_owned(), "GPU-a".to_owned())])
+    fn bus(id: &str) -> BusId {
+        BusId::parse(id).unwrap()
+    }
+
+    fn gpus() -> BTreeMap<BusId, String> {
+        BTreeMap::from([(bus("0000:3b:00.0"), "GPU-a".to_owned())])
     }
 
     fn xid(code: u32) -> Event {
         Event::Xid {
-            bus: "00000000:3B:00".into(),
+            bus: bus("0000:3b:00"),
             code,
         }
     }
@@ -409,7 +404,7 @@ mod tests {
             count(counts.recount.as_mut().unwrap(), xid(code));
         }
         assert_eq!(gpu_a(&counts.totals, 79), Some(2), "not before it ends");
-        assert_eq!(counts.finish(Ended::Complete), Ok(()));
+        assert!(counts.finish(Ok(())).is_ok());
         assert_eq!(counts.recount, None);
         let got = |code| gpu_a(&counts.totals, code);
         assert_eq!((got(79), got(13), got(48)), (Some(3), Some(1), Some(1)));
@@ -420,16 +415,16 @@ mod tests {
         let mut totals = Totals::default();
         let sxid = || Event::SXid {
             switch: 3,
-            bus: "00000000:04:00".into(),
+            bus: bus("00000000:04:00"),
             code: 22013,
             severity: "non_fatal",
         };
-        let fallen = |bus: &str| Event::FallenOffBus { bus: bus.into() };
+        let fallen = |id: &str| Event::FallenOffBus { bus: bus(id) };
         let events = [
             xid(79),
             xid(79),
             Event::Xid {
-                bus: "00000000:99:00".into(),
+                bus: bus("00000000:99:00"),
                 code: 79,
             },
             fallen("00000000:3B:00"),

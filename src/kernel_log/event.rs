@@ -1,14 +1,17 @@
-//! What a read of the kernel log gives: the [`Event`]s of the driver's lines
-//! and how the read ended, with the [`Position`] it reached.
+//! What a read of the kernel log gives: the [`Event`]s of the driver's lines,
+//! the [`Position`] reached, or why it stopped short ([`Error`]).
 
 use std::fmt;
 use std::io;
 use std::process::ExitStatus;
 
+/// The most bytes of journalctl's output one run reads: about 160,000 kernel
+/// lines. A larger backlog is worked off over several runs.
+pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
+
 /// Where a read goes on from: after the journal entry of `cursor`; without
-/// one (refused: the caller drops it), after the entries at or before
-/// `monotonic` µs since boot; without either, at the boot's start. /dev/kmsg:
-/// after the record `kmsg_seq`.
+/// one, after the entries at or before `monotonic` µs since boot; without
+/// either, at the boot's start. /dev/kmsg: after the record `kmsg_seq`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Position {
     pub cursor: Option<String>,
@@ -16,19 +19,14 @@ pub struct Position {
     pub kmsg_seq: Option<u64>,
 }
 
-/// How a read ended: everything logged by then read, or cut by the deadline
-/// or by [`super::journal::MAX_BYTES_PER_RUN`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    Complete,
-    Deadline,
-    Bound,
-}
-
-/// Why a read failed; the position names the last entry read before.
+/// Why a read did not reach the end of the log; the position names the last
+/// entry read before.
 #[derive(Debug)]
 pub enum Error {
-    /// What could not be done (start journalctl, read /dev/kmsg), and why.
+    /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`] ([`Error::is_cut`]).
+    Deadline,
+    Bound,
+    /// What could not be done (run journalctl, read /dev/kmsg), and why.
     Io(String, io::Error),
     /// journalctl exited with a failure, saying this on its stderr. A refused
     /// cursor fails as a journal it cannot open does (status 1).
@@ -37,34 +35,44 @@ pub enum Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = MAX_BYTES_PER_RUN;
         match self {
             Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
             Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
+            Error::Deadline => {
+                f.write_str("reading the kernel log did not finish by the run's deadline")
+            }
+            Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
         }
     }
 }
+
+impl Error {
+    pub fn is_cut(&self) -> bool {
+        matches!(self, Error::Deadline | Error::Bound)
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// A kernel line the driver logs about a GPU or NVSwitch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// `NVRM: Xid (PCI:0000:3b:00): 79, pid=…` (older drivers: `Xid (0000:3b:00)`).
-    Xid { bus: String, code: u32 },
+    Xid { bus: BusId, code: u32 },
     /// `nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 …`:
-    /// the one line of an SXid that names its severity (its `Data {…}` and
-    /// `Severity 0 Engine instance …` lines repeat the code, not the event).
+    /// the one line of an SXid that names its severity.
     SXid {
         switch: u32,
-        bus: String,
+        bus: BusId,
         code: u32,
         /// `fatal` or `non_fatal`.
         severity: &'static str,
     },
     /// A GPU that fell off the bus, in a line that is not an Xid:
-    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`, at probe time
-    /// `NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: …) installed in this system
-    /// has fallen off the bus …`, older drivers `NVRM: GPU at 0000:01:00.0 has
-    /// fallen off the bus.`
-    FallenOffBus { bus: String },
+    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (and the
+    /// probe-time and older drivers' wordings, see the tests).
+    FallenOffBus { bus: BusId },
 }
 
 /// Codes above these are not XIDs or SXids (NVIDIA's catalogs end well
@@ -76,14 +84,14 @@ impl Event {
     /// The event a kernel message is, if any.
     pub fn parse(message: &str) -> Option<Event> {
         if let Some((inside, rest)) = after(message, "NVRM: Xid (") {
-            let bus = normalize_bus_id(inside.strip_prefix("PCI:").unwrap_or(inside))?;
+            let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_XID)?;
             return Some(Event::Xid { bus, code });
         }
         if let Some((inside, rest)) = after(message, ": SXid (") {
             let name = &message[..message.find(": SXid (")?];
             let switch = name.rsplit_once("nvidia-nvswitch")?.1.parse().ok()?;
-            let bus = normalize_bus_id(inside.strip_prefix("PCI:").unwrap_or(inside))?;
+            let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_SXID)?;
             let severity = match rest.split(',').nth(1).map(str::trim) {
                 Some("Fatal") => "fatal",
@@ -100,13 +108,12 @@ impl Event {
         if !message.contains("fallen off the bus") {
             return None;
         }
-        let rest = &message[message.find("NVRM: ")?..];
-        rest.match_indices("GPU ").find_map(|(at, _)| {
-            let id = rest[at + 4..].trim_start_matches("at ");
-            let end = id
-                .find(|c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.'))
-                .unwrap_or(id.len());
-            let bus = normalize_bus_id(id[..end].trim_end_matches([':', '.']))?;
+        // The first `GPU ` (or `GPU at `) of the driver's text followed by a bus id.
+        let driver = &message[message.find("NVRM: ")?..];
+        let not_id = |c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.');
+        driver.split("GPU ").skip(1).find_map(|text| {
+            let id = text.trim_start_matches("at ").split(not_id).next()?;
+            let bus = BusId::parse(id.trim_end_matches([':', '.']))?;
             Some(Event::FallenOffBus { bus })
         })
     }
@@ -127,42 +134,44 @@ fn leading_number(text: &str) -> Option<u32> {
 
 /// A PCI bus id as `DDDDDDDD:BB:DD` (domain in 8 hex digits, upper case, no
 /// function), so that the driver's `0000:3b:00` and NVML's `00000000:3B:00.0`
-/// compare equal. `None` if it is not a bus id.
-pub fn normalize_bus_id(text: &str) -> Option<String> {
-    let text = text.trim();
-    let mut parts: Vec<&str> = text
-        .split_once('.')
-        .map_or(text, |(id, _)| id)
-        .split(':')
-        .collect();
-    if parts.len() == 2 {
-        parts.insert(0, "0");
+/// compare equal.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BusId(String);
+
+impl BusId {
+    /// `None` if `text` is not a bus id (`[domain:]bus:device[.function]`).
+    pub fn parse(text: &str) -> Option<BusId> {
+        let hex = |part: Option<&str>, digits: usize| {
+            let part = part.filter(|part| !part.is_empty() && part.len() <= digits)?;
+            u32::from_str_radix(part, 16).ok()
+        };
+        let mut parts = text.trim().split('.').next()?.rsplit(':');
+        let (device, bus) = (hex(parts.next(), 2)?, hex(parts.next(), 2)?);
+        let domain = hex(Some(parts.next().unwrap_or("0")), 8)?;
+        let id = format!("{domain:08X}:{bus:02X}:{device:02X}");
+        parts.next().is_none().then_some(BusId(id))
     }
-    let hex = |part: &str, digits| {
-        let fits = !part.is_empty() && part.len() <= digits;
-        fits.then(|| u32::from_str_radix(part, 16).ok()).flatten()
-    };
-    let [domain, bus, device] = parts[..] else {
-        return None;
-    };
-    let (domain, bus, device) = (hex(domain, 8)?, hex(bus, 2)?, hex(device, 2)?);
-    Some(format!("{domain:08X}:{bus:02X}:{device:02X}"))
+}
+
+impl From<BusId> for String {
+    fn from(bus: BusId) -> String {
+        bus.0
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn bus(id: &str) -> BusId {
+        BusId(id.into())
+    }
+
     #[test]
     fn xid_lines_of_new_and_old_drivers_parse() {
         let new =
             "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
-        let xid = |bus: &str, code| {
-            Some(Event::Xid {
-                bus: bus.into(),
-                code,
-            })
-        };
+        let xid = |id: &str, code| Some(Event::Xid { bus: bus(id), code });
         assert_eq!(Event::parse(new), xid("00000000:3B:00", 79));
         let old = "NVRM: Xid (0000:01:00): 13, Graphics Exception: ESR 0x405840=0x0";
         assert_eq!(Event::parse(old), xid("00000000:01:00", 13));
@@ -191,7 +200,7 @@ mod tests {
             sxid,
             Some(Event::SXid {
                 switch: 3,
-                bus: "00000000:04:00".into(),
+                bus: bus("00000000:04:00"),
                 code: 22013,
                 severity: "non_fatal"
             })
@@ -222,7 +231,7 @@ mod tests {
     /// 570.158.01) and Bumblebee-Project/Bumblebee#554 (old drivers).
     #[test]
     fn fallen_off_the_bus_lines_name_their_gpu() {
-        let fallen = |bus: &str| Some(Event::FallenOffBus { bus: bus.into() });
+        let fallen = |id: &str| Some(Event::FallenOffBus { bus: bus(id) });
         assert_eq!(
             Event::parse("NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."),
             fallen("00000000:3B:00")
@@ -244,13 +253,19 @@ mod tests {
 
     #[test]
     fn bus_ids_of_nvml_and_the_driver_compare_equal() {
-        assert_eq!(
-            normalize_bus_id("00000000:3B:00.0"),
-            normalize_bus_id("0000:3b:00")
-        );
-        assert_eq!(normalize_bus_id("0001:c1:1f").unwrap(), "00000001:C1:1F");
-        assert_eq!(normalize_bus_id("3b:00").unwrap(), "00000000:3B:00");
-        assert_eq!(normalize_bus_id(""), None);
-        assert_eq!(normalize_bus_id("000000000:3b:00"), None);
+        let parse = BusId::parse;
+        assert_eq!(parse("00000000:3B:00.0"), parse("0000:3b:00"));
+        assert_eq!(parse("0001:c1:1f"), Some(bus("00000001:C1:1F")));
+        assert_eq!(parse(" 3b:00.1 "), Some(bus("00000000:3B:00")));
+        for not_bus in [
+            "",
+            "3b",
+            "000000000:3b:00",
+            "0:0:3b:00",
+            "0000:3b:",
+            "0000:3b:100",
+        ] {
+            assert_eq!(parse(not_bus), None, "{not_bus}");
+        }
     }
 }

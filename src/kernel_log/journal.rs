@@ -1,13 +1,8 @@
 //! This boot's kernel entries from the systemd journal: `journalctl -o export`
-//! parsed on a thread of its own as it arrives (at most [`MAX_VALUE`] bytes of
-//! a field, a bounded queue of entries), until journalctl ends, the deadline
-//! passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is killed; an
-//! entry cut off is not read).
-//!
-//! The read starts with `--cursor`, not `--after-cursor`, which always skips
-//! one entry after seeking: once the file holding the cursor's entry is
-//! vacuumed, the seek lands on the next entry and that one would be lost
-//! (systemd 252; tests/xid.rs). The entry equal to the cursor is dropped here.
+//! parsed on a thread of its own as it arrives, until journalctl ends, the
+//! deadline passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is
+//! killed; an entry cut off is not read). The read starts with `--cursor`, not
+//! `--after-cursor` (docs/design.md says why), and drops the cursor's entry.
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
@@ -17,39 +12,31 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use super::event::{Ended, Error, Event, Position};
+use super::event::{Error, Position, MAX_BYTES_PER_RUN};
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.
-pub const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
-
-/// The most bytes of journalctl's output one run reads: about 160,000 kernel
-/// lines. A larger backlog is worked off over several runs of bounded time.
-pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
+const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
 
 /// The most bytes of a field's value kept: a kernel line is at most about
 /// 1 KiB (a /dev/kmsg record 8 KiB), a cursor about 150 bytes.
-pub const MAX_VALUE: usize = 8 << 10;
+const MAX_VALUE: usize = 8 << 10;
 
 /// Whether journalctl and the system's journal files exist (in the directory
 /// or its `<machine-id>/`).
 pub(super) fn system_journal_exists() -> bool {
-    let files = |dir: &Path| {
-        fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-    };
+    let files = |dir: &Path| fs::read_dir(dir).into_iter().flatten().flatten();
     let journal = |path: PathBuf| {
         path.extension()
             .is_some_and(|e| e == "journal" || e == "journal~")
     };
-    let has_files = |dir| files(Path::new(dir)).any(|p| files(&p).any(journal) || journal(p));
-    journalctl().is_some()
-        && ["/var/log/journal", "/run/log/journal"]
-            .into_iter()
-            .any(has_files)
+    let has_files = |dir: &str| {
+        files(Path::new(dir))
+            .map(|e| e.path())
+            .any(|p| files(&p).any(|f| journal(f.path())) || journal(p))
+    };
+    let dirs = ["/var/log/journal", "/run/log/journal"];
+    journalctl().is_some() && dirs.into_iter().any(has_files)
 }
 
 fn journalctl() -> Option<&'static Path> {
@@ -65,32 +52,30 @@ struct Entry {
     message: String,
 }
 
-/// See [`super::read`]; `dir` replaces the system journal.
+/// See [`super::Source::read`]; `dir` replaces the system journal, `on_line`
+/// gets the kernel's own messages.
 pub(super) fn read(
     dir: Option<&Path>,
     at: &mut Position,
     boot_id: &str,
     until: Instant,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Ended, Error> {
+    on_line: &mut dyn FnMut(&str),
+) -> Result<(), Error> {
     let not_found = || io::Error::new(io::ErrorKind::NotFound, JOURNALCTL.join(" or "));
     let start = |e| Error::Io("run journalctl".into(), e);
     let mut command = Command::new(journalctl().ok_or_else(not_found).map_err(start)?);
     if let Some(dir) = dir {
         command.arg("--directory").arg(dir);
     }
-    let (cursor, skip_through) = match (&at.cursor, at.monotonic) {
-        (Some(cursor), _) => (Some(cursor.clone()), None),
-        (None, Some(m)) => (Some(format!("b={boot_id};m={m:x}")), Some(m)),
-        (None, None) => (None, None),
-    };
+    // Without a cursor, from the entry's time on (a cursor journalctl makes).
+    let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
+    let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
+    let cursor = at.cursor.clone().or(by_time);
     command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
     let child = command
         .args(["--no-pager", "--quiet", "--output=export"])
-        .args([
-            "--output-fields=MESSAGE,SYSLOG_FACILITY",
-            "_TRANSPORT=kernel",
-        ])
+        .arg("--output-fields=MESSAGE,SYSLOG_FACILITY")
+        .arg("_TRANSPORT=kernel")
         .arg(format!("_BOOT_ID={boot_id}"))
         .env("SYSTEMD_COLORS", "0")
         .stdin(Stdio::null())
@@ -104,9 +89,7 @@ pub(super) fn read(
         }
         let after = skip_through.is_none_or(|t| entry.monotonic.is_some_and(|m| m > t));
         if after && entry.facility.as_deref().is_none_or(|f| f == "0") {
-            if let Some(event) = Event::parse(&entry.message) {
-                on_event(event);
-            }
+            on_line(&entry.message);
         }
         at.cursor = Some(entry.cursor);
         at.monotonic = entry.monotonic.or(at.monotonic);
@@ -116,12 +99,9 @@ pub(super) fn read(
 /// Hands each entry of `child`'s export output to `on_entry` until it exits
 /// (its status decides), `until` passes or the byte bound is reached (then it
 /// is killed).
-fn stream(
-    mut child: Child,
-    until: Instant,
-    on_entry: &mut dyn FnMut(Entry),
-) -> Result<Ended, Error> {
+fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
     // Entries travel in batches of up to 256 (sent when the output read so
     // far is used up), at most four queued.
     let (batches, parsed) = mpsc::sync_channel(4);
@@ -134,48 +114,40 @@ fn stream(
         let _ = batches.send(batch);
         ended
     });
-    let stderr = child.stderr.take().expect("piped");
-    let said = thread::spawn(move || first_bytes(stderr));
+    // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
+    let said = thread::spawn(move || {
+        let mut said = Vec::new();
+        let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut said);
+        let _ = io::copy(&mut stderr, &mut io::sink());
+        String::from_utf8_lossy(&said).trim().to_owned()
+    });
     let failed = |e| Error::Io("read journalctl's output".into(), e);
     let cut = loop {
         // A queued batch is received even after the deadline: look first.
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            break Ok(Ended::Deadline);
+            break Some(Error::Deadline);
         }
         match parsed.recv_timeout(left) {
             Ok(batch) => batch.into_iter().for_each(&mut *on_entry),
-            Err(mpsc::RecvTimeoutError::Timeout) => break Ok(Ended::Deadline),
+            Err(mpsc::RecvTimeoutError::Timeout) => break Some(Error::Deadline),
             Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
-                Ok(Ok(true)) => break Ok(Ended::Bound),
-                Ok(Ok(false)) => break Err(None),
-                Ok(Err(e)) => break Err(Some(failed(e))),
+                Ok(Ok(false)) => break None, // the output ended
+                Ok(bound) => break Some(bound.map_or_else(failed, |_| Error::Bound)),
                 Err(panic) => std::panic::resume_unwind(panic),
             },
         }
     };
-    if let Err(None) = cut {
-        let status = child.wait().map_err(failed)?;
-        let said = said.join().unwrap_or_default();
-        return if status.success() {
-            Ok(Ended::Complete)
-        } else {
-            Err(Error::Failed(status, said.trim().to_owned()))
-        };
+    if let Some(cut) = cut {
+        // The parser thread ends once journalctl's output closes.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(cut);
     }
-    // The parser thread ends once journalctl's output closes.
-    let _ = child.kill();
-    let _ = child.wait();
-    cut.map_err(|e| e.expect("an error"))
-}
-
-/// The first 64 KiB of what journalctl says on its standard error (read to
-/// the end, so that it never blocks on it).
-fn first_bytes(mut stderr: impl Read) -> String {
-    let mut said = Vec::new();
-    let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut said);
-    let _ = io::copy(&mut stderr, &mut io::sink());
-    String::from_utf8_lossy(&said).into_owned()
+    let status = child.wait().map_err(failed)?;
+    let said = said.join().unwrap_or_default();
+    let exited = status.success();
+    exited.then_some(()).ok_or(Error::Failed(status, said))
 }
 
 /// Parses export output, handing each complete entry to `on_entry` (with
@@ -186,26 +158,24 @@ fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io
     let mut reader = BufReader::new(&mut limited);
     let mut entry = Entry::default();
     loop {
-        match next_field(&mut reader) {
-            Ok(Some((key, value))) if key.is_empty() && value.is_empty() => {
+        let (key, value) = match next_field(&mut reader) {
+            Ok(Some(field)) => field,
+            Err(e) if e.kind() != io::ErrorKind::UnexpectedEof => return Err(e),
+            _ => break,
+        };
+        let text = || String::from_utf8_lossy(&value).into_owned();
+        match &key[..] {
+            b"" if value.is_empty() => {
                 let done = std::mem::take(&mut entry);
                 if !done.cursor.is_empty() && !on_entry(done, reader.buffer().is_empty()) {
                     break;
                 }
             }
-            Ok(Some((key, value))) => {
-                let text = || String::from_utf8_lossy(&value).into_owned();
-                match &key[..] {
-                    b"__CURSOR" => entry.cursor = text(),
-                    b"__MONOTONIC_TIMESTAMP" => entry.monotonic = text().parse().ok(),
-                    b"SYSLOG_FACILITY" => entry.facility = Some(text()),
-                    b"MESSAGE" => entry.message = text(),
-                    _ => {}
-                }
-            }
-            Ok(None) => break,
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(e) => return Err(e),
+            b"__CURSOR" => entry.cursor = text(),
+            b"__MONOTONIC_TIMESTAMP" => entry.monotonic = text().parse().ok(),
+            b"SYSLOG_FACILITY" => entry.facility = Some(text()),
+            b"MESSAGE" => entry.message = text(),
+            _ => {}
         }
     }
     drop(reader);
@@ -218,35 +188,28 @@ fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io
 /// `KEY`, a 64-bit little-endian length, the data and a line feed.
 fn next_field(reader: &mut impl BufRead) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut key = Vec::new();
-    if reader
-        .by_ref()
-        .take(MAX_VALUE as u64 + 64)
-        .read_until(b'\n', &mut key)?
-        == 0
-    {
+    let mut line = reader.by_ref().take(MAX_VALUE as u64 + 64);
+    if line.read_until(b'\n', &mut key)? == 0 {
         return Ok(None);
     }
     if key.pop_if(|b| *b == b'\n').is_none() {
         reader.skip_until(b'\n')?; // the rest of a line longer than kept
     }
-    if let Some(eq) = key.iter().position(|&b| b == b'=') {
-        let value = key.split_off(eq + 1);
-        key.pop();
+    let eq = key.iter().position(|&b| b == b'=');
+    if eq.is_some() || key.is_empty() {
+        let value = key.split_off(eq.map_or(0, |eq| eq + 1));
+        key.truncate(eq.unwrap_or(0));
         return Ok(Some((key, value)));
-    }
-    if key.is_empty() {
-        return Ok(Some((key, Vec::new())));
     }
     let mut length = [0u8; 8];
     reader.read_exact(&mut length)?;
-    let length = u64::from_le_bytes(length);
+    let mut data = reader.by_ref().take(u64::from_le_bytes(length));
     let mut value = Vec::new();
-    reader
-        .by_ref()
-        .take(length.min(MAX_VALUE as u64))
+    data.by_ref()
+        .take(MAX_VALUE as u64)
         .read_to_end(&mut value)?;
-    let rest = length - value.len() as u64;
-    if io::copy(&mut reader.by_ref().take(rest), &mut io::sink())? < rest {
+    io::copy(&mut data, &mut io::sink())?;
+    if data.limit() > 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     reader.read_exact(&mut [0u8])?;
@@ -336,7 +299,7 @@ mod tests {
         // One endless entry: never handed on, memory bounded, cut at the bound.
         let mut seen = 0;
         let ended = stream(child("yes __CURSOR=c"), far, &mut |_| seen += 1);
-        assert!(matches!(ended, Ok(Ended::Bound)), "{ended:?}");
+        assert!(matches!(ended, Err(Error::Bound)), "{ended:?}");
         assert_eq!(seen, 0);
 
         let started = Instant::now();
@@ -349,7 +312,7 @@ mod tests {
                 seen += 1;
             },
         );
-        assert!(matches!(ended, Ok(Ended::Deadline)), "{ended:?}");
+        assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(seen, 1);
 
@@ -358,9 +321,6 @@ mod tests {
             matches!(ended, Err(Error::Failed(s, ref said)) if s.code() == Some(3) && said == "no"),
             "{ended:?}"
         );
-        assert!(matches!(
-            stream(child("true"), far, &mut |_| {}),
-            Ok(Ended::Complete)
-        ));
+        assert!(matches!(stream(child("true"), far, &mut |_| {}), Ok(())));
     }
 }

@@ -4,38 +4,35 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::time::Instant;
 
-use super::event::{Ended, Error, Event, Position};
+use super::event::{Error, Position};
 
-/// The ring buffer's device.
-pub const KMSG: &str = "/dev/kmsg";
+pub(super) const KMSG: &str = "/dev/kmsg";
 
-/// Opens `path` for reads that never block.
-pub(super) fn open(path: &Path) -> io::Result<File> {
+/// Opens the ring buffer for reads that never block.
+pub(super) fn open() -> io::Result<File> {
     fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
-        .open(path)
+        .open(KMSG)
 }
 
-/// See [`super::read`].
+/// See [`super::Source::read`]; `on_line` gets the kernel's own messages.
 pub(super) fn read(
-    path: &Path,
     at: &mut Position,
     until: Instant,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Ended, Error> {
-    let failed = |e| Error::Io(format!("read {}", path.display()), e);
-    let mut file = open(path).map_err(failed)?;
+    on_line: &mut dyn FnMut(&str),
+) -> Result<(), Error> {
+    let failed = |e| Error::Io(format!("read {KMSG}"), e);
+    let mut file = open().map_err(failed)?;
     // A record is at most about 8 KiB.
     let mut buffer = vec![0u8; 1 << 14];
     while Instant::now() < until {
         let n = match file.read(&mut buffer) {
-            Ok(0) => return Ok(Ended::Complete),
+            Ok(0) => return Ok(()),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Ended::Complete),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             // Records were overwritten while reading: go on with the next.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -48,13 +45,11 @@ pub(super) fn read(
             continue;
         }
         if facility == 0 {
-            if let Some(event) = Event::parse(&message) {
-                on_event(event);
-            }
+            on_line(&message);
         }
         at.kmsg_seq = Some(seq);
     }
-    Ok(Ended::Deadline)
+    Err(Error::Deadline)
 }
 
 /// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,
@@ -66,16 +61,14 @@ fn parse(record: &[u8]) -> Option<(u32, u64, String)> {
     let mut fields = header.split(',');
     let prio: u32 = fields.next()?.parse().ok()?;
     let seq = fields.next()?.parse().ok()?;
-    Some((
-        prio >> 3,
-        seq,
-        rest.split('\n').next().unwrap_or_default().into(),
-    ))
+    let message = rest.split('\n').next().unwrap_or_default();
+    Some((prio >> 3, seq, message.into()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel_log::event::Event;
 
     #[test]
     fn records_give_facility_and_sequence() {
