@@ -11,17 +11,8 @@ use clap::Parser;
 
 use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
+pub use crate::timing::MAX_TIMEOUT;
 use crate::timing::{self, WindowError, WindowRequest as GpmWindowRequest};
-
-/// The longest `--timeout` accepted: a run must end well within a timer period
-/// that users may stretch to a few minutes.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The `--timeout` of the binary and of the package (which sets none).
-pub const DEFAULT_TIMEOUT: &str = "10s";
-
-/// The `--gpm-window` of the binary and of the package.
-pub const DEFAULT_GPM_WINDOW: &str = "1s";
 
 /// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
 /// textfile for node_exporter's textfile collector, then exits.
@@ -64,7 +55,7 @@ pub struct Cli {
     /// another run's lock, reading NVML and writing the file. A run that cannot
     /// read in time writes a timeout (or busy) error file before it. The
     /// packaged unit passes 14s, with --gpm-window auto.
-    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TIMEOUT, value_parser = parse_timeout)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
     /// NVML library to load: a file name searched like dlopen(3) does, or a path.
@@ -118,7 +109,7 @@ pub struct Cli {
     /// short --timeout (and GPM is off when not even 100ms fit). Any window is
     /// shortened in a run whose NVML started late or whose reads take longer
     /// than the previous run's, so that the reads still end in time.
-    #[arg(long, value_name = "DURATION|auto", value_parser = parse_gpm_window)]
+    #[arg(long, value_name = "DURATION|auto")]
     pub gpm_window: Option<GpmWindowRequest>,
 
     /// While this file exists, no GPM sample is taken (the GPUs report
@@ -212,9 +203,7 @@ impl Cli {
 
     /// The GPM window this run asks for (see `timing::gpm_window`).
     fn gpm_window(&self) -> Result<Duration, WindowError> {
-        let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
-        let reading = self.timeout - timing::publish_reserve(self.timeout);
-        timing::gpm_window(self.gpm_window, default, reading)
+        timing::gpm_window(self.gpm_window, self.timeout)
     }
 
     /// What this run's collectors are asked to do, with reading to end at
@@ -265,46 +254,64 @@ impl std::fmt::Display for Conflict {
     }
 }
 
-fn parse_output_file(name: &str) -> Result<String, String> {
+/// Why clap refuses the value of `--output-file` or `--timeout`.
+#[derive(Debug)]
+pub enum BadValue {
+    /// The output file names a path.
+    Path,
+    /// The output file is hidden.
+    Hidden,
+    /// The output file does not end in `.prom`.
+    NotProm,
+    Unreadable(humantime::DurationError),
+    ZeroTimeout,
+    /// A timeout over [`MAX_TIMEOUT`].
+    TooLong,
+}
+
+impl std::error::Error for BadValue {}
+
+impl std::fmt::Display for BadValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BadValue::Path => {
+                "must be a file name, not a path (use --output-dir for the directory)"
+            }
+            BadValue::Hidden => "must not start with '.': node_exporter would not read it",
+            BadValue::NotProm => {
+                "must end in .prom: node_exporter's textfile collector reads only *.prom"
+            }
+            BadValue::Unreadable(error) => return error.fmt(f),
+            BadValue::ZeroTimeout => "must be longer than zero",
+            BadValue::TooLong => {
+                return write!(
+                    f,
+                    "must be at most {}",
+                    humantime::format_duration(MAX_TIMEOUT)
+                )
+            }
+        })
+    }
+}
+
+fn parse_output_file(name: &str) -> Result<String, BadValue> {
     if name.contains('/') {
-        return Err("must be a file name, not a path (use --output-dir for the directory)".into());
-    }
-    if name.starts_with('.') {
-        return Err("must not start with '.': node_exporter would not read it".into());
-    }
-    if name.len() <= ".prom".len() || !name.ends_with(".prom") {
-        return Err(
-            "must end in .prom: node_exporter's textfile collector reads only *.prom".into(),
-        );
-    }
-    Ok(name.to_owned())
-}
-
-fn parse_gpm_window(text: &str) -> Result<GpmWindowRequest, String> {
-    let request: GpmWindowRequest = text.parse().map_err(|e: WindowError| e.to_string())?;
-    // No window longer than the longest timeout fits in any run: bad input
-    // whether or not GPM is on (and far from any overflow).
-    match request {
-        GpmWindowRequest::Exactly(window) if window > MAX_TIMEOUT => Err(format!(
-            "must be at most {}: the window must fit in --timeout",
-            humantime::format_duration(MAX_TIMEOUT)
-        )),
-        request => Ok(request),
+        Err(BadValue::Path)
+    } else if name.starts_with('.') {
+        Err(BadValue::Hidden)
+    } else if name.len() <= ".prom".len() || !name.ends_with(".prom") {
+        Err(BadValue::NotProm)
+    } else {
+        Ok(name.to_owned())
     }
 }
 
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    if timeout.is_zero() {
-        return Err("must be longer than zero".into());
+fn parse_timeout(text: &str) -> Result<Duration, BadValue> {
+    match humantime::parse_duration(text).map_err(BadValue::Unreadable)? {
+        timeout if timeout.is_zero() => Err(BadValue::ZeroTimeout),
+        timeout if timeout > MAX_TIMEOUT => Err(BadValue::TooLong),
+        timeout => Ok(timeout),
     }
-    if timeout > MAX_TIMEOUT {
-        return Err(format!(
-            "must be at most {}",
-            humantime::format_duration(MAX_TIMEOUT)
-        ));
-    }
-    Ok(timeout)
 }
 
 #[cfg(test)]
