@@ -257,15 +257,11 @@ impl std::fmt::Display for Conflict {
 /// Why clap refuses the value of `--output-file` or `--timeout`.
 #[derive(Debug)]
 pub enum BadValue {
-    /// The output file names a path.
     Path,
-    /// The output file is hidden.
     Hidden,
-    /// The output file does not end in `.prom`.
     NotProm,
     Unreadable(humantime::DurationError),
     ZeroTimeout,
-    /// A timeout over [`MAX_TIMEOUT`].
     TooLong,
 }
 
