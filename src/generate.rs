@@ -17,45 +17,22 @@ use crate::reason::Reason;
 pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
     match what {
         Generate::Man => man_page(out),
-        Generate::Families => {
-            for family in metrics::ALL {
-                writeln!(
-                    out,
-                    "{}\t{}\t{}\t{}",
-                    family.name,
-                    family.kind.as_str(),
-                    family.labels.join(","),
-                    family.help
-                )?;
-            }
-            Ok(())
-        }
-        Generate::Collectors => {
-            for collector in registry::ALL {
-                let families: Vec<&str> = collector.families.iter().map(|f| f.name).collect();
-                writeln!(
-                    out,
-                    "{}\t{}\t{}\t{}",
-                    collector.name,
-                    if collector.default { "on" } else { "off" },
-                    families.join(","),
-                    collector.help
-                )?;
-            }
-            Ok(())
-        }
-        Generate::ExitCodes => {
-            for exit in Exit::ALL {
-                writeln!(out, "{}\t{}\t{}", exit.code(), exit.name(), exit.meaning())?;
-            }
-            Ok(())
-        }
-        Generate::Reasons => {
-            for reason in Reason::ALL {
-                writeln!(out, "{}\t{}", reason.label(), reason.hint())?;
-            }
-            Ok(())
-        }
+        Generate::Families => metrics::ALL.iter().try_for_each(|family| {
+            let (kind, labels) = (family.kind.as_str(), family.labels.join(","));
+            writeln!(out, "{}\t{kind}\t{labels}\t{}", family.name, family.help)
+        }),
+        Generate::Collectors => registry::ALL.iter().try_for_each(|collector| {
+            let families: Vec<&str> = collector.families.iter().map(|f| f.name).collect();
+            let default = if collector.default { "on" } else { "off" };
+            let (name, help) = (collector.name, collector.help);
+            writeln!(out, "{name}\t{default}\t{}\t{help}", families.join(","))
+        }),
+        Generate::ExitCodes => Exit::ALL.iter().try_for_each(|exit| {
+            writeln!(out, "{}\t{}\t{}", exit.code(), exit.name(), exit.meaning())
+        }),
+        Generate::Reasons => Reason::ALL
+            .iter()
+            .try_for_each(|reason| writeln!(out, "{}\t{}", reason.label(), reason.hint())),
     }
 }
 

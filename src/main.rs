@@ -41,15 +41,10 @@ fn main() -> ExitCode {
     }
     logging::init();
     if let Some(what) = cli.generate {
-        return match generate(what, &mut std::io::stdout().lock()) {
-            Ok(()) => Exit::Success.into(),
-            // `--generate man | head`: the reader has all it wanted.
-            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Exit::Success.into(),
-            Err(error) => {
-                log::error!("cannot write to standard output: {error}");
-                Exit::PublishFailed.into()
-            }
-        };
+        let written = generate(what, &mut std::io::stdout().lock());
+        return written
+            .map_or_else(|e| stdout_failed(e, Exit::Success), |()| Exit::Success)
+            .into();
     }
     let deadline = Deadline::start(cli.timeout);
     deadline.arm();
@@ -83,11 +78,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
                 );
                 Exit::Timeout
             }
-            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => outcome.exit,
-            Err(error) => {
-                log::error!("cannot write to standard output: {error}");
-                Exit::PublishFailed
-            }
+            Err(error) => stdout_failed(error, outcome.exit),
         };
     }
 
@@ -133,6 +124,16 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             Exit::PublishFailed
         }
     }
+}
+
+/// What a failed write to standard output makes of a run that would exit
+/// `exit`: a closed pipe (`| head`) is a reader that has all it wanted.
+fn stdout_failed(error: std::io::Error, exit: Exit) -> Exit {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        return exit;
+    }
+    log::error!("cannot write to standard output: {error}");
+    Exit::PublishFailed
 }
 
 /// A snapshot read with the previous run's state, the host steps run over

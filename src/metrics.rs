@@ -153,9 +153,7 @@ families! {
     ENCODER_LATENCY: Gauge(Seconds), "nvidia_gpu_encoder_average_latency_seconds", [],
         "Average encode latency over the active encoder sessions.";
 
-    // Window-complete utilization: NVML's samples integrated over time. The
-    // engine values are split between collectors: gpu and memory (utilization),
-    // encoder and decoder (media).
+    // Window-complete utilization: NVML's samples integrated over time.
     BUSY: Counter(Seconds), "nvidia_gpu_busy_seconds_total", ["engine"],
         "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples; rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
     SAMPLED: Counter(Seconds), "nvidia_gpu_sampled_seconds_total", ["engine"],
@@ -322,8 +320,7 @@ families! {
     NVLINK_LINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],
         "Data bytes received over the NVLink link, by link (only with --collector nvlink-links).";
 
-    // XID errors, counted from the kernel log (the xid collector), and the
-    // recovery action the driver asks for (health collector).
+    // XID errors, counted from the kernel log, and the driver's recovery action.
     XID_ERRORS: Counter(Count), "nvidia_gpu_xid_errors_total", [],
         "XID errors the NVIDIA driver logged for this GPU in the kernel log during this boot; 0 until the first.";
     XID_ERRORS_BY_CODE: Counter(Count), "nvidia_gpu_xid_errors_by_code_total", ["code"],

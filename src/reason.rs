@@ -36,39 +36,31 @@ macro_rules! reasons {
 }
 
 reasons! {
-    /// libnvidia-ml could not be loaded.
     LibraryNotFound = "library_not_found",
         "libnvidia-ml.so.1 could not be loaded: is the NVIDIA driver installed \
          (ldconfig -p | grep libnvidia-ml)? In a container, is the NVIDIA container \
          toolkit set up? Use --nvml-lib to point at the library.";
-    /// The NVIDIA kernel module is not loaded.
     DriverNotLoaded = "driver_not_loaded",
         "the NVIDIA kernel module is not loaded: check `lsmod | grep nvidia`, \
          `sudo modprobe nvidia` and `dmesg | grep -i -e nvidia -e nouveau` \
          (nouveau loaded instead? Secure Boot refusing the module?).";
-    /// The GPUs' device files may not be opened.
     NoPermission = "no_permission",
         "no permission to use the GPUs: check `ls -l /dev/nvidia*` and that the \
          service user may open them.";
-    /// The NVML library and the kernel module are different versions.
     DriverLibraryMismatch = "driver_library_mismatch",
         "the NVML library and the loaded kernel module are different versions, \
          usually after a driver upgrade without a reboot: reboot, or reload the \
          nvidia modules.";
-    /// The NVML library lacks a function the exporter needs.
     MissingSymbol = "missing_symbol",
         "the NVML library lacks a function this exporter needs: the driver is too \
          old, or --nvml-lib points at the wrong library.";
-    /// The GPU has fallen off the bus.
     GpuLost = "gpu_lost",
         "the GPU fell off the bus (Xid 79): check `dmesg` for Xid errors, power \
          and cooling; the node usually needs a reboot.";
-    /// A GPU this boot has seen is no longer enumerated by NVML.
     NotEnumerated = "not_enumerated",
         "NVML no longer lists a GPU this boot has seen (after a driver reload, \
          a GPU that fell off the bus is left out of the count); check `dmesg` \
          for Xid 79 and `nvidia-smi -L`; it is reported until the next boot.";
-    /// The GPU needs a reset before it can be used again.
     ResetRequired = "reset_required", "the GPU needs a reset: drain it and run `nvidia-smi -r`.";
     /// NVML was not initialised (a driver reload under the run).
     Uninitialized = "uninitialized", SEE_DETAIL;
@@ -94,13 +86,11 @@ reasons! {
          driver or the GPU may be hung; check `dmesg` for Xid errors and whether \
          `nvidia-smi` also hangs (`nvidia-smi -i N` for one GPU); a GPU that stays \
          stuck usually needs a reset or a reboot.";
-    /// Another run held the output's lock until the deadline.
     Busy = "busy",
         "another run held the output's lock until the deadline: is a run stuck in \
          the driver (`ps -C nvidia-textfile-exporter -o pid,stat,wchan`)?";
     /// The exporter itself failed (a panic in a reading thread).
     ExporterBug = "exporter_bug", "a bug in the exporter: please report the log above.";
-    /// The exporter could not get a thread or memory.
     ExporterResources = "exporter_resources",
         "the exporter could not get a thread or memory: check the unit's limits.";
 }

@@ -223,32 +223,25 @@ pub fn schedule(
     windows_end: Option<Instant>,
     gpus: &[Estimate],
 ) -> Schedule {
+    // `from` less `by`, never before `now`.
+    let back = |from: Instant, by: Duration| from.checked_sub(by).unwrap_or(now).max(now);
     let left = reading_ends.saturating_duration_since(now);
     let total: Duration = gpus.iter().map(|gpu| gpu.total()).sum();
-    let overrun = (total / 2).max(reads_reserve(left));
-    let done_by = reading_ends
-        .checked_sub(AFTER_WINDOW + overrun)
-        .unwrap_or(now);
-    let latest_start = done_by.checked_sub(total).unwrap_or(now).max(now);
+    let done_by = back(
+        reading_ends,
+        AFTER_WINDOW + (total / 2).max(reads_reserve(left)),
+    );
     let first_reads = gpus.first().map_or(Duration::ZERO, |gpu| gpu.reads);
-    let start = windows_end.map_or(now, |ends| {
-        ends.checked_sub(first_reads)
-            .unwrap_or(now)
-            .min(latest_start)
-            .max(now)
-    });
-    let shortest = (now + MIN_WINDOW)
-        .min(reading_ends.checked_sub(AFTER_WINDOW).unwrap_or(now))
-        .max(now);
+    let start = windows_end.map_or(now, |end| back(end, first_reads).min(back(done_by, total)));
+    let shortest = (now + MIN_WINDOW).min(back(reading_ends, AFTER_WINDOW));
     let mut before = Duration::ZERO;
     let windows_end_by = gpus
         .iter()
         .map(|gpu| {
             let reads_end = before + gpu.reads;
             before += gpu.total();
-            // What the GPUs after this one still need once its windows end.
-            let after = total.saturating_sub(reads_end);
-            let latest = done_by.checked_sub(after).unwrap_or(now).max(now);
+            // The latest end that leaves the GPUs after this one what they need.
+            let latest = back(done_by, total.saturating_sub(reads_end));
             (start + reads_end).min(latest).max(shortest)
         })
         .collect();

@@ -216,13 +216,12 @@ where
             }
         }
         Ok(Err(error)) => {
+            let (reason, detail) = (error.reason, error.detail);
             log::error!(
-                "cannot use NVML ({}): {}\nhint: {}",
-                error.reason,
-                error.detail,
-                error.reason.hint()
+                "cannot use NVML ({reason}): {detail}\nhint: {}",
+                reason.hint()
             );
-            deadline.failed(error.reason, Exit::NvmlUnavailable)
+            deadline.failed(reason, Exit::NvmlUnavailable)
         }
         Err(RecvTimeoutError::Timeout) => {
             log::error!(
