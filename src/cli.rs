@@ -1,7 +1,5 @@
-//! Command-line interface: clap types stop here. [`Cli::collectors`] resolves
-//! the collector switches against the registry; every option's help, default
-//! and value list is defined once, below, and `--generate man` renders the man
-//! page from the same definition.
+//! Command-line interface: clap types stop here. Every option's help, default
+//! and values are defined once, below; `--generate man` renders them too.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -135,15 +133,10 @@ pub struct Cli {
 /// What `--generate` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Generate {
-    /// The man page, in roff.
     Man,
-    /// `name\ttype\tlabels\thelp` per metric family.
     Families,
-    /// `name\tdefault\tfamilies\thelp` per collector.
     Collectors,
-    /// `code\tname\tmeaning` per exit status.
     ExitCodes,
-    /// `label\thint` per failure reason.
     Reasons,
 }
 
@@ -182,9 +175,7 @@ fn collector_long_help() -> String {
 }
 
 impl Cli {
-    /// Checks what the parser cannot check option by option: a `--gpm-window`
-    /// must fit in the time a run may read for, if a collector that is on opens
-    /// a window.
+    /// Checks what the parser cannot check option by option.
     pub fn check(&self) -> Result<(), Conflict> {
         if self.collectors().iter().any(|c| c.opens_window()) {
             self.gpm_window().map_err(Conflict::GpmWindow)?;
@@ -206,8 +197,7 @@ impl Cli {
         timing::gpm_window(self.gpm_window, self.timeout)
     }
 
-    /// What this run's collectors are asked to do, with reading to end at
-    /// `reading_ends`.
+    /// What this run's collectors are asked to do.
     pub fn settings(&self, reading_ends: Instant) -> Settings {
         Settings {
             collectors: self.collectors(),
@@ -234,9 +224,7 @@ impl Cli {
 /// Options that cannot be used together (see [`Cli::check`]).
 #[derive(Debug)]
 pub enum Conflict {
-    /// `--gpm-window` does not fit in `--timeout`.
     GpmWindow(WindowError),
-    /// `--state-dir` is the textfile directory.
     StateInOutput(PathBuf),
 }
 

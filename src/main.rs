@@ -1,8 +1,6 @@
-//! Command-line entry point: parse, run once, map the outcome to an exit status.
-//!
-//! The pipeline in one screen: take the deadline, open a publish session (lock,
-//! or busy), load the state under its lock, read the GPUs under the
-//! watchdog, run the host steps, store the state, render, publish.
+//! Command-line entry point: take the deadline, open a publish session (lock, or
+//! busy), load the state, read the GPUs under the watchdog, run the host steps,
+//! store the state, render, publish; map the outcome to an exit status.
 
 use std::process::ExitCode;
 

@@ -9,8 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-/// The longest `--timeout` (and `--gpm-window`) accepted: a run must end well
-/// within a timer period that users may stretch to a few minutes.
+/// The longest `--timeout` (and `--gpm-window`): well within a long timer period.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long after the deadline the hard stop ends a run that is still blocked.
@@ -26,8 +25,7 @@ pub fn reading_time(timeout: Duration) -> Duration {
     timeout - publish_reserve(timeout)
 }
 
-/// When storing the state gives up: half-way through the publish reserve, so
-/// that a state directory that does not answer leaves the other half to publish.
+/// When storing the state gives up: half-way through the publish reserve.
 pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
     reading_ends + publish_reserve(timeout) / 2
 }
@@ -89,14 +87,14 @@ impl std::str::FromStr for WindowRequest {
 /// Why a `--gpm-window` cannot be used.
 #[derive(Debug, PartialEq)]
 pub enum WindowError {
-    /// Neither `auto` nor a duration.
     Unreadable(humantime::DurationError),
-    /// Neither 0 nor at least [`MIN_WINDOW`].
     TooShort,
-    /// Over [`MAX_TIMEOUT`].
     TooLong,
     /// `window` and the second sample do not fit in `reading`, the time to read.
-    DoesNotFit { window: Duration, reading: Duration },
+    DoesNotFit {
+        window: Duration,
+        reading: Duration,
+    },
 }
 
 impl std::error::Error for WindowError {}
@@ -130,9 +128,8 @@ impl std::fmt::Display for WindowError {
 }
 
 /// The GPM window a run with `timeout` asks for: a given duration if it fits
-/// with [`AFTER_WINDOW`]; else (`auto`, or the default shortened) what is left
-/// after that and [`reads_reserve`], zero (GPM off) under [`MIN_WINDOW`].
-/// [`schedule`] may shorten it further.
+/// with [`AFTER_WINDOW`]; else what `auto` (or the default) leaves after that
+/// and [`reads_reserve`], zero under [`MIN_WINDOW`]. [`schedule`] may shorten it.
 pub fn gpm_window(
     given: Option<WindowRequest>,
     timeout: Duration,
@@ -153,23 +150,17 @@ pub fn gpm_window(
         .unwrap_or_default())
 }
 
-/// The time kept, out of `reading`, for reads that run past their estimate: a
-/// tenth, at most 1 s.
+/// The time kept, out of `reading`, for reads past their estimate: a tenth, at most 1 s.
 fn reads_reserve(reading: Duration) -> Duration {
     (reading / 10).min(Duration::from_secs(1))
 }
 
-/// Time added to the duration of a GPU's reads the state kept.
-const READS_MARGIN: Duration = Duration::from_millis(20);
-
-/// A GPU's reads when the state kept none (a cold run on an H200: about 50 ms).
+/// A GPU's reads and window close when the state kept none (on an H200 about
+/// 50 ms cold, and 1-3 ms), and the margins added to what it kept.
 const READS_FIRST: Duration = Duration::from_millis(100);
-
-/// Time added to the duration of a GPU's window close the state kept.
-const CLOSING_MARGIN: Duration = Duration::from_millis(5);
-
-/// A GPU's window close when the state kept none (1-3 ms on an H200).
+const READS_MARGIN: Duration = Duration::from_millis(20);
 const CLOSING_FIRST: Duration = Duration::from_millis(5);
+const CLOSING_MARGIN: Duration = Duration::from_millis(5);
 
 /// How long the phases of one GPU after its windows open are expected to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,8 +192,7 @@ pub fn cut(opened: Instant, reading_ends: Instant) -> Duration {
     reading_ends.saturating_duration_since(opened)
 }
 
-/// When the reads of a GPU (or of GPUs read one after another) start, and
-/// by when each GPU's windows must end.
+/// When the reads start, and by when each GPU's windows must end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     /// When the reads start; `None`: at once (no window is open).
@@ -212,11 +202,10 @@ pub struct Schedule {
 }
 
 /// The schedule, planned at `now`, of `gpus` read one after another (each its
-/// reads, then its windows' close) over windows that end at `windows_end` (the
-/// earliest; `None`: no window): each GPU's windows end as its reads do, and
-/// the whole may overrun by half its estimate (at least [`reads_reserve`]) and
-/// still end [`AFTER_WINDOW`] before `reading_ends`; windows are shortened to
-/// that, never under [`MIN_WINDOW`] while the time exists.
+/// reads, then its close) over windows that end at `windows_end` (`None`: no
+/// window): each GPU's windows end as its reads do, shortened (never under
+/// [`MIN_WINDOW`]) so that the whole may overrun by half its estimate (at least
+/// [`reads_reserve`]) and still end [`AFTER_WINDOW`] before `reading_ends`.
 pub fn schedule(
     now: Instant,
     reading_ends: Instant,
