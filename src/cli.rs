@@ -257,6 +257,7 @@ impl std::error::Error for BadValue {}
 
 impl std::fmt::Display for BadValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let max = humantime::format_duration(MAX_TIMEOUT);
         f.write_str(match self {
             BadValue::Path => {
                 "must be a file name, not a path (use --output-dir for the directory)"
@@ -267,13 +268,7 @@ impl std::fmt::Display for BadValue {
             }
             BadValue::Unreadable(error) => return error.fmt(f),
             BadValue::ZeroTimeout => "must be longer than zero",
-            BadValue::TooLong => {
-                return write!(
-                    f,
-                    "must be at most {}",
-                    humantime::format_duration(MAX_TIMEOUT)
-                )
-            }
+            BadValue::TooLong => return write!(f, "must be at most {max}"),
         })
     }
 }

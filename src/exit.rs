@@ -60,15 +60,12 @@ impl Exit {
 
     /// The exit statuses as `--help` and the man page print them.
     pub fn help() -> String {
-        let mut text = String::from("Exit status:\n");
-        for exit in Exit::ALL {
-            text.push_str(&format!("  {}  {}\n", exit.code(), exit.meaning()));
-        }
-        text.push_str(
-            "\nLogging goes to standard error and is quiet for a healthy run; set \
-             RUST_LOG=debug to see every unsupported field.",
-        );
-        text
+        let statuses = Exit::ALL.map(|exit| format!("  {}  {}\n", exit.code(), exit.meaning()));
+        format!(
+            "Exit status:\n{}\nLogging goes to standard error and is quiet for a healthy run; \
+             set RUST_LOG=debug to see every unsupported field.",
+            statuses.concat()
+        )
     }
 }
 

@@ -36,8 +36,7 @@ pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
     }
 }
 
-/// The man page: clap's NAME, SYNOPSIS, DESCRIPTION and OPTIONS, then the
-/// sections a Debian user expects. No date is written, so it is reproducible.
+/// The man page: clap's sections, then those a Debian user expects; no date.
 fn man_page(out: &mut dyn Write) -> io::Result<()> {
     let command = Cli::command();
     let man = clap_mangen::Man::new(command)

@@ -127,8 +127,7 @@ pub fn escape_help(help: &str, out: &mut String) {
     }
 }
 
-/// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf` for the
-/// non-finite values, which the readers never produce).
+/// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf`).
 pub fn format_value(value: f64, out: &mut String) {
     // Integers up to 2^53 are exact in an f64: printed as integers, the same text.
     const EXACT: f64 = 9_007_199_254_740_992.0;

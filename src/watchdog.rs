@@ -26,8 +26,7 @@ use crate::timing::{self, HARD_STOP_GRACE};
 pub struct Outcome {
     pub snapshot: Snapshot,
     pub exit: Exit,
-    /// The driver version NVML was read under; `None`: NVML was not read (nothing
-    /// of this run may be stored).
+    /// The driver version NVML was read under; `None`: store nothing of this run.
     pub driver_version: Option<String>,
 }
 
@@ -53,8 +52,7 @@ impl Deadline {
         self.started + self.timeout
     }
 
-    /// When waiting and reading must give up, so that the file (an error file if
-    /// need be) is still published by [`Self::end`].
+    /// When waiting and reading must give up, leaving the time to publish.
     pub fn reading_ends(&self) -> Instant {
         self.started + timing::reading_time(self.timeout)
     }
@@ -73,9 +71,8 @@ impl Deadline {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
     }
 
-    /// Starts the hard stop: a thread that, [`HARD_STOP_GRACE`] after the
-    /// deadline, logs the phase the run is stuck in and ends the process with
-    /// [`Exit::Timeout`] without running destructors.
+    /// Starts the hard stop: [`HARD_STOP_GRACE`] after the deadline, it logs the
+    /// phase the run is stuck in and ends the process with [`Exit::Timeout`].
     pub fn arm(&self) {
         let deadline = self.clone();
         let spawned = thread::Builder::new()
@@ -85,9 +82,8 @@ impl Deadline {
                 while Instant::now() < stop {
                     thread::sleep(stop.saturating_duration_since(Instant::now()));
                 }
-                // The phase's lock is only ever held to copy a pointer. The
-                // message goes out without the logger: the stuck thread may
-                // hold stderr's lock, blocked writing to a stalled journal.
+                // The phase's lock is only ever held to copy a pointer; the
+                // stuck thread may hold the logger's (see `logging::emergency`).
                 let phase = *deadline.phase.lock().unwrap_or_else(|e| e.into_inner());
                 logging::emergency(&format!(
                     "the run did not finish within --timeout {} (stuck {phase}); \
@@ -113,9 +109,7 @@ impl Deadline {
             metrics::COLLECTOR_TIMESTAMP.sample(timestamp),
             metrics::COLLECTOR_BUILD_INFO.sample_with([env!("CARGO_PKG_VERSION")], 1.0),
         ];
-        if let Some(reason) = error {
-            samples.push(metrics::COLLECTOR_ERROR.sample_with([reason.label()], 1.0));
-        }
+        samples.extend(error.map(|e| metrics::COLLECTOR_ERROR.sample_with([e.label()], 1.0)));
         samples
     }
 
@@ -123,11 +117,9 @@ impl Deadline {
     /// since the run started (right before rendering, to cover every read).
     pub fn stamp_duration(&self, snapshot: &mut Snapshot) {
         let elapsed = self.started.elapsed().as_secs_f64();
-        for sample in &mut snapshot.host {
-            if sample.family == metrics::COLLECTOR_DURATION.family() {
-                sample.value = elapsed;
-            }
-        }
+        let family = metrics::COLLECTOR_DURATION.family();
+        let duration = snapshot.host.iter_mut().filter(|s| s.family == family);
+        duration.for_each(|sample| sample.value = elapsed);
     }
 
     /// A snapshot that says only that the run failed for `reason`.
@@ -149,8 +141,7 @@ pub fn exit_now(exit: Exit) -> ! {
     extern "C" {
         fn _exit(status: i32) -> !;
     }
-    // SAFETY: _exit(2) only ends the process; nothing the run wrote waits in a
-    // buffer, and stderr is unbuffered.
+    // SAFETY: _exit(2) only ends the process; stderr is unbuffered.
     unsafe { _exit(i32::from(exit.code())) }
 }
 
@@ -161,9 +152,8 @@ enum Progress {
     Done(Result<Reading, InitError>),
 }
 
-/// Runs `read` (every NVML call of the run) on a thread of its own, giving
-/// up at `deadline.reading_ends()` if NVML has not opened by then. `read`
-/// calls the function it is given once NVML is open.
+/// Runs `read` (every NVML call of the run) on a thread of its own; `read` calls
+/// the function it is given once NVML is open, else it is given up at `reading_ends`.
 pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
 where
     F: FnOnce(&Arc<InFlight>, &dyn Fn()) -> Result<Reading, InitError> + Send + 'static,
