@@ -53,7 +53,6 @@ exits! {
 }
 
 impl Exit {
-    /// The numeric status.
     pub fn code(self) -> u8 {
         self as u8
     }

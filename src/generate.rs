@@ -13,7 +13,6 @@ use crate::exit::Exit;
 use crate::metrics;
 use crate::reason::Reason;
 
-/// Writes what `what` names to `out`.
 pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
     match what {
         Generate::Man => man_page(out),

@@ -52,22 +52,14 @@ impl InFlight {
 
     /// The calls in progress, e.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
     pub fn describe(&self) -> String {
-        let mut calls: Vec<(Scope, &str)> = self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|&(_, scope, call)| (scope, call))
-            .collect();
+        let held = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut calls: Vec<(Scope, &str)> = held.iter().map(|c| (c.1, c.2)).collect();
         if calls.is_empty() {
             return "no NVML call (the run was still starting or finishing)".into();
         }
         calls.sort();
-        calls
-            .iter()
-            .map(|(scope, call)| format!("{call} ({scope})"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let described: Vec<String> = calls.iter().map(|(s, c)| format!("{c} ({s})")).collect();
+        described.join(", ")
     }
 }
 

@@ -71,8 +71,7 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
         return;
     }
     match stat.st_mode & libc::S_IFMT {
-        // A file takes a write without waiting for a reader, at fd 2's own
-        // offset (a second description would write over the file's end).
+        // A file takes a write at once, at fd 2's own offset.
         libc::S_IFREG => {
             // SAFETY: `bytes` is valid for its length; write only reads it.
             unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
@@ -89,10 +88,9 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
                 )
             };
         }
-        // A pipe or a terminal: a new, non-blocking description of the same
-        // file through /proc; if it is another user's (setpriv), fd 2 itself,
-        // in pieces it takes whole without waiting: a pipe takes PIPE_BUF
-        // (pipe(7)), a terminal 256 bytes (its WAKEUP_CHARS).
+        // A pipe or a terminal: a new, non-blocking description of it; if it is
+        // another user's (setpriv), fd 2 itself in pieces it takes whole at
+        // once: PIPE_BUF bytes (pipe(7)), or a terminal's 256 (WAKEUP_CHARS).
         kind => {
             let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
             // SAFETY: a NUL-terminated path; the descriptor is closed below.

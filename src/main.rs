@@ -84,15 +84,11 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     deadline.enter("waiting for the lock of the output file");
     let session = match Session::begin(&target, deadline.reading_ends()) {
         Ok(session) => session,
-        Err(error) => {
-            log::error!("{error}");
-            return Exit::PublishFailed;
-        }
+        Err(error) => return publish_failed(error),
     };
     let mut outcome = if session.superseded() {
-        // Another run published while this one waited (with the lock now or
-        // not): its file is fresh, and this run's would only repeat it later or,
-        // with what is left of the deadline, replace it with an error.
+        // Another run published while this one waited: its file is fresh, and
+        // this run's would repeat it later or replace it with an error.
         log::warn!(
             "another run held {} and published meanwhile; leaving its file",
             target.path().display()
@@ -117,11 +113,13 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     match session.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
         Ok(Published::LeftHoldersFile) => Exit::Busy,
-        Err(error) => {
-            log::error!("{error}");
-            Exit::PublishFailed
-        }
+        Err(error) => publish_failed(error),
     }
+}
+
+fn publish_failed(error: impl std::fmt::Display) -> Exit {
+    log::error!("{error}");
+    Exit::PublishFailed
 }
 
 /// What a failed write to standard output makes of a run that would exit
@@ -130,13 +128,11 @@ fn stdout_failed(error: std::io::Error, exit: Exit) -> Exit {
     if error.kind() == std::io::ErrorKind::BrokenPipe {
         return exit;
     }
-    log::error!("cannot write to standard output: {error}");
-    Exit::PublishFailed
+    publish_failed(format_args!("cannot write to standard output: {error}"))
 }
 
-/// A snapshot read with the previous run's state, the host steps run over
-/// it, and (with `store`) what this run leaves stored for the next. The
-/// state's health is in the snapshot.
+/// A snapshot read with the previous run's state, the host steps run over it,
+/// and (with `store`) stored for the next; the state's health in the snapshot.
 fn snapshot_with_state(
     cli: &Cli,
     deadline: &Deadline,
@@ -178,10 +174,7 @@ fn snapshot_with_state(
         deadline.enter("storing the state");
         state.store(&outcome.snapshot.devices, driver, deadline.storing_ends());
     }
-    let ok = if state.ok() { 1.0 } else { 0.0 };
-    outcome
-        .snapshot
-        .host
-        .push(metrics::COLLECTOR_STATE_OK.sample(ok));
+    let state_ok = metrics::COLLECTOR_STATE_OK.sample(if state.ok() { 1.0 } else { 0.0 });
+    outcome.snapshot.host.push(state_ok);
     outcome
 }

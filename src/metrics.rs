@@ -27,7 +27,6 @@ impl Kind {
 /// What a family's values measure, in base units (the name's suffix says the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
-    /// A fraction, 0-1.
     Ratio,
     /// A fraction of a maximum that NVML lets exceed it (fan speed, up to 255 %).
     RatioOfMax,
@@ -38,7 +37,6 @@ pub enum Unit {
     Bytes,
     BytesPerSecond,
     Seconds,
-    /// Events counted.
     Count,
     /// A state, a mode, an enum value, how many.
     Number,

@@ -64,9 +64,8 @@ pub fn labels(ids: [Option<LabelValue>; 3], owner: &Owner) -> [Option<LabelValue
     ]
 }
 
-/// User names by uid from the C library's user database (NSS), looked up once
-/// per uid and never past `until`: after one lookup that did not answer in
-/// time, every owner of the run is shown by uid.
+/// User names by uid from the user database (NSS), looked up once per uid and
+/// never past `until` (after one that did not answer, owners are shown by uid).
 #[derive(Debug)]
 pub struct Users {
     names: RefCell<HashMap<u32, String>>,
@@ -125,8 +124,7 @@ impl Users {
 fn lookup(uid: u32) -> Option<String> {
     let mut buffer: Vec<libc::c_char> = vec![0; 1024];
     loop {
-        // SAFETY: passwd is plain old data; getpwuid_r fills it, pointing into
-        // `buffer`, which outlives every use of the result below.
+        // SAFETY: passwd is plain old data, filled pointing into `buffer`.
         let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
         let mut result: *mut libc::passwd = std::ptr::null_mut();
         let code = unsafe {
@@ -190,9 +188,8 @@ fn parse_cgroup(cgroup: &str) -> Owner {
     owner
 }
 
-/// A container id from one cgroup path component: `docker-<id>.scope`,
-/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope`, or a bare
-/// 64-hex-digit id (cgroup v1 `/docker/<id>`, kubepods).
+/// A container id from one cgroup path component: `<runtime>-<id>.scope`, or a
+/// bare 64-hex-digit id (cgroup v1 `/docker/<id>`, kubepods).
 fn container_id(component: &str) -> Option<String> {
     let id = component.strip_suffix(".scope").map_or(component, |stem| {
         ["docker-", "cri-containerd-", "crio-", "libpod-"]

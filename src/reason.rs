@@ -78,9 +78,8 @@ reasons! {
     OperatingSystem = "operating_system", SEE_DETAIL;
     /// An error NVML did not explain.
     Unknown = "unknown", SEE_DETAIL;
-    /// The run did not finish within `--timeout` (`nvidia_gpu_collector_error`:
-    /// NVML's init or the device count hung), or a GPU's calls did not
-    /// (`nvidia_gpu_down_reason`: that GPU is down, the others are published).
+    /// NVML's init or the device count did not finish within `--timeout` (the
+    /// run fails), or a GPU's calls did not (that GPU is down).
     Timeout = "timeout",
         "an NVML call did not return within --timeout (the log names it): the \
          driver or the GPU may be hung; check `dmesg` for Xid errors and whether \

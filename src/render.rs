@@ -35,16 +35,14 @@ use crate::snapshot::{Sample, Snapshot};
 
 /// Renders the snapshot as exposition text.
 pub fn render(snapshot: &Snapshot) -> String {
-    // Identity labels are escaped once per device, not once per sample.
+    // Identity labels are escaped once per device.
     let identities: Vec<String> = snapshot
         .devices
         .iter()
         .map(|device| {
-            let mut identity = String::with_capacity(16 + device.uuid.len());
-            let _ = write!(identity, "gpu=\"{}\",uuid=\"", device.index);
+            let mut identity = format!("gpu=\"{}\",uuid=\"", device.index);
             escape_label_value(&device.uuid, &mut identity);
-            identity.push('"');
-            identity
+            identity + "\""
         })
         .collect();
 

@@ -35,8 +35,8 @@ pub fn waiting_ends(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
 
-/// How long past `reading_ends` the watchdog waits for the GPUs' readings once
-/// NVML is open: a quarter of the publish reserve, at most 50 ms.
+/// How long past `reading_ends` the watchdog waits for the GPUs once NVML is
+/// open: a quarter of the publish reserve, at most 50 ms.
 pub fn handoff(timeout: Duration) -> Duration {
     (publish_reserve(timeout) / 4).min(Duration::from_millis(50))
 }
@@ -102,6 +102,7 @@ impl std::error::Error for WindowError {}
 impl std::fmt::Display for WindowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let format = humantime::format_duration;
+        let (max, after) = (format(MAX_TIMEOUT), format(AFTER_WINDOW));
         match self {
             WindowError::Unreadable(error) => error.fmt(f),
             WindowError::TooShort => write!(
@@ -109,19 +110,16 @@ impl std::fmt::Display for WindowError {
                 "must be auto, 0 (off) or at least {}: shorter windows read zeros",
                 format(MIN_WINDOW)
             ),
-            WindowError::TooLong => write!(
-                f,
-                "must be at most {}: the window must fit in --timeout",
-                format(MAX_TIMEOUT)
-            ),
+            WindowError::TooLong => {
+                write!(f, "must be at most {max}: the window must fit in --timeout")
+            }
             WindowError::DoesNotFit { window, reading } => write!(
                 f,
                 "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
-                 sample needs {} after the window; use a longer --timeout, a shorter \
+                 sample needs {after} after the window; use a longer --timeout, a shorter \
                  --gpm-window or --gpm-window auto",
                 format(*window),
                 format(*reading),
-                format(AFTER_WINDOW),
             ),
         }
     }
@@ -171,8 +169,7 @@ pub struct Estimate {
 }
 
 impl Estimate {
-    /// What the previous run took (from the state), or a first guess, each
-    /// plus a margin; no closing without windows.
+    /// What the previous run took (from the state) or a first guess, plus a margin.
     pub fn new(reads: Option<Duration>, closing: Option<Duration>, windowed: bool) -> Estimate {
         let closing = closing.unwrap_or(CLOSING_FIRST) + CLOSING_MARGIN;
         Estimate {
@@ -186,8 +183,7 @@ impl Estimate {
     }
 }
 
-/// The duration kept for a phase the deadline cut: all the time the run had
-/// to read, so that the next run gives it all it can and measures it.
+/// The duration kept for a phase the deadline cut: all the time the run had.
 pub fn cut(opened: Instant, reading_ends: Instant) -> Duration {
     reading_ends.saturating_duration_since(opened)
 }
