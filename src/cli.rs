@@ -322,6 +322,22 @@ mod tests {
     }
 
     #[test]
+    fn bad_values_say_why() {
+        let error = |args: &[&str]| {
+            let error = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()));
+            error.unwrap_err().to_string()
+        };
+        assert!(error(&["--output-file", "a/b.prom"]).contains("not a path"));
+        assert!(error(&["--output-file", ".b.prom"]).contains("must not start with '.'"));
+        assert!(error(&["--output-file", "b.txt"]).contains("must end in .prom"));
+        assert!(error(&["--timeout", "0s"]).contains("must be longer than zero"));
+        assert!(error(&["--timeout", "301s"]).contains("must be at most 5m"));
+        assert!(error(&["--timeout", "x"]).contains("expected number"));
+        let too_long = error(&["--gpm-window", "301s"]);
+        assert!(too_long.contains("must be at most 5m: the window must fit in --timeout"));
+    }
+
+    #[test]
     fn the_state_directory_is_not_the_textfile_directory() {
         let same = parse(&["--output-dir", "/srv/prom", "--state-dir", "/srv/prom/"]);
         assert!(matches!(same.check(), Err(Conflict::StateInOutput(_))));

@@ -173,4 +173,13 @@ mod tests {
         assert_eq!(priority(Level::Warn), 4);
         assert_eq!(priority(Level::Debug), 5);
     }
+
+    #[test]
+    fn every_line_carries_the_prefix() {
+        assert_eq!(prefixed(true, Level::Warn, "a\nb"), "<4>a\n<4>b\n");
+        assert_eq!(
+            prefixed(false, Level::Error, "a\nb"),
+            "nvidia-textfile-exporter: error: a\nnvidia-textfile-exporter: error: b\n"
+        );
+    }
 }
