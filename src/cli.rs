@@ -1,7 +1,5 @@
-//! Command-line interface: clap types stop here. [`Cli::collectors`] resolves
-//! the collector switches against the registry; every option's help, default
-//! and value list is defined once, below, and `--generate man` renders the man
-//! page from the same definition.
+//! Command-line interface: clap types stop here. Every option's help, default
+//! and values are defined once, below; `--generate man` renders them too.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -11,17 +9,8 @@ use clap::Parser;
 
 use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
+pub use crate::timing::MAX_TIMEOUT;
 use crate::timing::{self, WindowError, WindowRequest as GpmWindowRequest};
-
-/// The longest `--timeout` accepted: a run must end well within a timer period
-/// that users may stretch to a few minutes.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The `--timeout` of the binary and of the package (which sets none).
-pub const DEFAULT_TIMEOUT: &str = "10s";
-
-/// The `--gpm-window` of the binary and of the package.
-pub const DEFAULT_GPM_WINDOW: &str = "1s";
 
 /// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
 /// textfile for node_exporter's textfile collector, then exits.
@@ -64,7 +53,7 @@ pub struct Cli {
     /// another run's lock, reading NVML and writing the file. A run that cannot
     /// read in time writes a timeout (or busy) error file before it. The
     /// packaged unit passes 14s, with --gpm-window auto.
-    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TIMEOUT, value_parser = parse_timeout)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
     /// NVML library to load: a file name searched like dlopen(3) does, or a path.
@@ -118,7 +107,7 @@ pub struct Cli {
     /// short --timeout (and GPM is off when not even 100ms fit). Any window is
     /// shortened in a run whose NVML started late or whose reads take longer
     /// than the previous run's, so that the reads still end in time.
-    #[arg(long, value_name = "DURATION|auto", value_parser = parse_gpm_window)]
+    #[arg(long, value_name = "DURATION|auto")]
     pub gpm_window: Option<GpmWindowRequest>,
 
     /// While this file exists, no GPM sample is taken (the GPUs report
@@ -144,15 +133,10 @@ pub struct Cli {
 /// What `--generate` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Generate {
-    /// The man page, in roff.
     Man,
-    /// `name\ttype\tlabels\thelp` per metric family.
     Families,
-    /// `name\tdefault\tfamilies\thelp` per collector.
     Collectors,
-    /// `code\tname\tmeaning` per exit status.
     ExitCodes,
-    /// `label\thint` per failure reason.
     Reasons,
 }
 
@@ -191,9 +175,7 @@ fn collector_long_help() -> String {
 }
 
 impl Cli {
-    /// Checks what the parser cannot check option by option: a `--gpm-window`
-    /// must fit in the time a run may read for, if a collector that is on opens
-    /// a window.
+    /// Checks what the parser cannot check option by option.
     pub fn check(&self) -> Result<(), Conflict> {
         if self.collectors().iter().any(|c| c.opens_window()) {
             self.gpm_window().map_err(Conflict::GpmWindow)?;
@@ -212,13 +194,10 @@ impl Cli {
 
     /// The GPM window this run asks for (see `timing::gpm_window`).
     fn gpm_window(&self) -> Result<Duration, WindowError> {
-        let default = humantime::parse_duration(DEFAULT_GPM_WINDOW).expect("a valid default");
-        let reading = self.timeout - timing::publish_reserve(self.timeout);
-        timing::gpm_window(self.gpm_window, default, reading)
+        timing::gpm_window(self.gpm_window, self.timeout)
     }
 
-    /// What this run's collectors are asked to do, with reading to end at
-    /// `reading_ends`.
+    /// What this run's collectors are asked to do.
     pub fn settings(&self, reading_ends: Instant) -> Settings {
         Settings {
             collectors: self.collectors(),
@@ -245,9 +224,7 @@ impl Cli {
 /// Options that cannot be used together (see [`Cli::check`]).
 #[derive(Debug)]
 pub enum Conflict {
-    /// `--gpm-window` does not fit in `--timeout`.
     GpmWindow(WindowError),
-    /// `--state-dir` is the textfile directory.
     StateInOutput(PathBuf),
 }
 
@@ -265,46 +242,55 @@ impl std::fmt::Display for Conflict {
     }
 }
 
-fn parse_output_file(name: &str) -> Result<String, String> {
+/// Why clap refuses the value of `--output-file` or `--timeout`.
+#[derive(Debug)]
+pub enum BadValue {
+    Path,
+    Hidden,
+    NotProm,
+    Unreadable(humantime::DurationError),
+    ZeroTimeout,
+    TooLong,
+}
+
+impl std::error::Error for BadValue {}
+
+impl std::fmt::Display for BadValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let max = humantime::format_duration(MAX_TIMEOUT);
+        f.write_str(match self {
+            BadValue::Path => {
+                "must be a file name, not a path (use --output-dir for the directory)"
+            }
+            BadValue::Hidden => "must not start with '.': node_exporter would not read it",
+            BadValue::NotProm => {
+                "must end in .prom: node_exporter's textfile collector reads only *.prom"
+            }
+            BadValue::Unreadable(error) => return error.fmt(f),
+            BadValue::ZeroTimeout => "must be longer than zero",
+            BadValue::TooLong => return write!(f, "must be at most {max}"),
+        })
+    }
+}
+
+fn parse_output_file(name: &str) -> Result<String, BadValue> {
     if name.contains('/') {
-        return Err("must be a file name, not a path (use --output-dir for the directory)".into());
-    }
-    if name.starts_with('.') {
-        return Err("must not start with '.': node_exporter would not read it".into());
-    }
-    if name.len() <= ".prom".len() || !name.ends_with(".prom") {
-        return Err(
-            "must end in .prom: node_exporter's textfile collector reads only *.prom".into(),
-        );
-    }
-    Ok(name.to_owned())
-}
-
-fn parse_gpm_window(text: &str) -> Result<GpmWindowRequest, String> {
-    let request: GpmWindowRequest = text.parse().map_err(|e: WindowError| e.to_string())?;
-    // No window longer than the longest timeout fits in any run: bad input
-    // whether or not GPM is on (and far from any overflow).
-    match request {
-        GpmWindowRequest::Exactly(window) if window > MAX_TIMEOUT => Err(format!(
-            "must be at most {}: the window must fit in --timeout",
-            humantime::format_duration(MAX_TIMEOUT)
-        )),
-        request => Ok(request),
+        Err(BadValue::Path)
+    } else if name.starts_with('.') {
+        Err(BadValue::Hidden)
+    } else if name.len() <= ".prom".len() || !name.ends_with(".prom") {
+        Err(BadValue::NotProm)
+    } else {
+        Ok(name.to_owned())
     }
 }
 
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    if timeout.is_zero() {
-        return Err("must be longer than zero".into());
+fn parse_timeout(text: &str) -> Result<Duration, BadValue> {
+    match humantime::parse_duration(text).map_err(BadValue::Unreadable)? {
+        timeout if timeout.is_zero() => Err(BadValue::ZeroTimeout),
+        timeout if timeout > MAX_TIMEOUT => Err(BadValue::TooLong),
+        timeout => Ok(timeout),
     }
-    if timeout > MAX_TIMEOUT {
-        return Err(format!(
-            "must be at most {}",
-            humantime::format_duration(MAX_TIMEOUT)
-        ));
-    }
-    Ok(timeout)
 }
 
 #[cfg(test)]
@@ -333,6 +319,22 @@ mod tests {
                 .all(|n| *n != "mig")
         );
         assert!(Cli::try_parse_from(["x", "--collector", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn bad_values_say_why() {
+        let error = |args: &[&str]| {
+            let error = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()));
+            error.unwrap_err().to_string()
+        };
+        assert!(error(&["--output-file", "a/b.prom"]).contains("not a path"));
+        assert!(error(&["--output-file", ".b.prom"]).contains("must not start with '.'"));
+        assert!(error(&["--output-file", "b.txt"]).contains("must end in .prom"));
+        assert!(error(&["--timeout", "0s"]).contains("must be longer than zero"));
+        assert!(error(&["--timeout", "301s"]).contains("must be at most 5m"));
+        assert!(error(&["--timeout", "x"]).contains("expected number"));
+        let too_long = error(&["--gpm-window", "301s"]);
+        assert!(too_long.contains("must be at most 5m: the window must fit in --timeout"));
     }
 
     #[test]

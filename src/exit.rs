@@ -4,93 +4,67 @@
 
 use std::process::ExitCode;
 
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    /// Every GPU was read and the file was written.
-    Success = 0,
-    /// The command line was rejected (clap's own status for usage errors).
-    Usage = 2,
-    /// NVML could not be initialised; the file holds the reason.
-    NvmlUnavailable = 3,
-    /// At least one GPU is down; the file says which.
-    DeviceDown = 4,
-    /// The run did not finish within `--timeout`, or a GPU's reads did not;
-    /// the file says so.
-    Timeout = 5,
-    /// Another run holds the output's lock; the file says so.
-    Busy = 6,
-    /// The output could not be written.
-    PublishFailed = 7,
+macro_rules! exits {
+    ($($(#[$doc:meta])* $variant:ident = $code:literal, $name:literal, $meaning:expr;)*) => {
+        /// How a run ended.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Exit {
+            $($(#[$doc])* $variant = $code,)*
+        }
+
+        impl Exit {
+            /// Every status, in numeric order.
+            pub const ALL: [Exit; <[&str]>::len(&[$($name),*])] = [$(Exit::$variant),*];
+
+            /// A stable name, for scripts (`--generate exit-codes`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Exit::$variant => $name,)*
+                }
+            }
+
+            /// What the status means, in one sentence.
+            pub fn meaning(self) -> &'static str {
+                match self {
+                    $(Exit::$variant => $meaning,)*
+                }
+            }
+        }
+    };
+}
+
+exits! {
+    Success = 0, "success", "all GPUs were read and the file was written";
+    Usage = 2, "usage", "bad command line; nothing was changed";
+    NvmlUnavailable = 3, "nvml_unavailable",
+        "NVML could not be used (library missing, driver not loaded, no permission, \
+         ...); the file says why";
+    DeviceDown = 4, "device_down",
+        "at least one GPU is down (lost, or failing every read); the file says which";
+    Timeout = 5, "timeout",
+        "the run did not finish within --timeout (a hung driver call or file system, \
+         standard output nobody reads), or a GPU's reads did not (that GPU is down \
+         with reason timeout, the others are published); the file says so, unless \
+         even writing it could not finish in time";
+    Busy = 6, "busy",
+        "another run held the lock of the output file until the deadline; the file \
+         says so unless that run published meanwhile";
+    PublishFailed = 7, "publish_failed", "the output file could not be written (nothing was changed)";
 }
 
 impl Exit {
-    /// Every status, in numeric order.
-    pub const ALL: [Exit; 7] = [
-        Exit::Success,
-        Exit::Usage,
-        Exit::NvmlUnavailable,
-        Exit::DeviceDown,
-        Exit::Timeout,
-        Exit::Busy,
-        Exit::PublishFailed,
-    ];
-
-    /// The numeric status.
     pub fn code(self) -> u8 {
         self as u8
     }
 
-    /// A stable name, for scripts (`--generate exit-codes`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Exit::Success => "success",
-            Exit::Usage => "usage",
-            Exit::NvmlUnavailable => "nvml_unavailable",
-            Exit::DeviceDown => "device_down",
-            Exit::Timeout => "timeout",
-            Exit::Busy => "busy",
-            Exit::PublishFailed => "publish_failed",
-        }
-    }
-
-    /// What the status means, in one sentence.
-    pub fn meaning(self) -> &'static str {
-        match self {
-            Exit::Success => "all GPUs were read and the file was written",
-            Exit::Usage => "bad command line; nothing was changed",
-            Exit::NvmlUnavailable => {
-                "NVML could not be used (library missing, driver not loaded, no permission, \
-                 ...); the file says why"
-            }
-            Exit::DeviceDown => {
-                "at least one GPU is down (lost, or failing every read); the file says which"
-            }
-            Exit::Timeout => {
-                "the run did not finish within --timeout (a hung driver call or file system, \
-                 standard output nobody reads), or a GPU's reads did not (that GPU is down \
-                 with reason timeout, the others are published); the file says so, unless \
-                 even writing it could not finish in time"
-            }
-            Exit::Busy => {
-                "another run held the lock of the output file until the deadline; the file \
-                 says so unless that run published meanwhile"
-            }
-            Exit::PublishFailed => "the output file could not be written (nothing was changed)",
-        }
-    }
-
     /// The exit statuses as `--help` and the man page print them.
     pub fn help() -> String {
-        let mut text = String::from("Exit status:\n");
-        for exit in Exit::ALL {
-            text.push_str(&format!("  {}  {}\n", exit.code(), exit.meaning()));
-        }
-        text.push_str(
-            "\nLogging goes to standard error and is quiet for a healthy run; set \
-             RUST_LOG=debug to see every unsupported field.",
-        );
-        text
+        let statuses = Exit::ALL.map(|exit| format!("  {}  {}\n", exit.code(), exit.meaning()));
+        format!(
+            "Exit status:\n{}\nLogging goes to standard error and is quiet for a healthy run; \
+             set RUST_LOG=debug to see every unsupported field.",
+            statuses.concat()
+        )
     }
 }
 

@@ -13,54 +13,29 @@ use crate::exit::Exit;
 use crate::metrics;
 use crate::reason::Reason;
 
-/// Writes what `what` names to `out`.
 pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
     match what {
         Generate::Man => man_page(out),
-        Generate::Families => {
-            for family in metrics::ALL {
-                writeln!(
-                    out,
-                    "{}\t{}\t{}\t{}",
-                    family.name,
-                    family.kind.as_str(),
-                    family.labels.join(","),
-                    family.help
-                )?;
-            }
-            Ok(())
-        }
-        Generate::Collectors => {
-            for collector in registry::ALL {
-                let families: Vec<&str> = collector.families.iter().map(|f| f.name).collect();
-                writeln!(
-                    out,
-                    "{}\t{}\t{}\t{}",
-                    collector.name,
-                    if collector.default { "on" } else { "off" },
-                    families.join(","),
-                    collector.help
-                )?;
-            }
-            Ok(())
-        }
-        Generate::ExitCodes => {
-            for exit in Exit::ALL {
-                writeln!(out, "{}\t{}\t{}", exit.code(), exit.name(), exit.meaning())?;
-            }
-            Ok(())
-        }
-        Generate::Reasons => {
-            for reason in Reason::ALL {
-                writeln!(out, "{}\t{}", reason.label(), reason.hint())?;
-            }
-            Ok(())
-        }
+        Generate::Families => metrics::ALL.iter().try_for_each(|family| {
+            let (kind, labels) = (family.kind.as_str(), family.labels.join(","));
+            writeln!(out, "{}\t{kind}\t{labels}\t{}", family.name, family.help)
+        }),
+        Generate::Collectors => registry::ALL.iter().try_for_each(|collector| {
+            let families: Vec<&str> = collector.families.iter().map(|f| f.name).collect();
+            let default = if collector.default { "on" } else { "off" };
+            let (name, help) = (collector.name, collector.help);
+            writeln!(out, "{name}\t{default}\t{}\t{help}", families.join(","))
+        }),
+        Generate::ExitCodes => Exit::ALL.iter().try_for_each(|exit| {
+            writeln!(out, "{}\t{}\t{}", exit.code(), exit.name(), exit.meaning())
+        }),
+        Generate::Reasons => Reason::ALL
+            .iter()
+            .try_for_each(|reason| writeln!(out, "{}\t{}", reason.label(), reason.hint())),
     }
 }
 
-/// The man page: clap's NAME, SYNOPSIS, DESCRIPTION and OPTIONS, then the
-/// sections a Debian user expects. No date is written, so it is reproducible.
+/// The man page: clap's sections, then those a Debian user expects; no date.
 fn man_page(out: &mut dyn Write) -> io::Result<()> {
     let command = Cli::command();
     let man = clap_mangen::Man::new(command)

@@ -1,10 +1,5 @@
-//! Which NVML call each reading thread is inside, so that a watchdog can name
-//! the call that hung.
-//!
-//! Readers bracket every NVML call with [`InFlight::enter`] and
-//! [`InFlight::leave`]; [`InFlight::describe`] lists the calls that were entered
-//! and not yet left. Entries are kept per thread, so several threads may read the
-//! same GPU at once. Plain data: no NVML types.
+//! Which NVML call each reading thread is inside (entered and not yet left),
+//! so that a watchdog can name the call that hung. Plain data: no NVML types.
 
 use std::fmt;
 use std::sync::Mutex;
@@ -33,7 +28,7 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    /// Records that the calling thread, working for `scope`, is entering `call`.
+    /// Records that this thread, working for `scope`, is entering `call`.
     pub fn enter(&self, scope: Scope, call: &'static str) {
         let me = thread::current().id();
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
@@ -43,7 +38,6 @@ impl InFlight {
         }
     }
 
-    /// Records that the calling thread returned from its call.
     pub fn leave(&self) {
         let me = thread::current().id();
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
@@ -53,30 +47,19 @@ impl InFlight {
     /// The call a thread working for `scope` is inside, if one is.
     pub fn call_of(&self, scope: Scope) -> Option<&'static str> {
         let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        calls
-            .iter()
-            .find(|(_, of, _)| *of == scope)
-            .map(|&(_, _, call)| call)
+        calls.iter().find(|c| c.1 == scope).map(|c| c.2)
     }
 
     /// The calls in progress, e.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
     pub fn describe(&self) -> String {
-        let mut calls: Vec<(Scope, &str)> = self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|&(_, scope, call)| (scope, call))
-            .collect();
+        let held = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut calls: Vec<(Scope, &str)> = held.iter().map(|c| (c.1, c.2)).collect();
         if calls.is_empty() {
             return "no NVML call (the run was still starting or finishing)".into();
         }
         calls.sort();
-        calls
-            .iter()
-            .map(|(scope, call)| format!("{call} ({scope})"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let described: Vec<String> = calls.iter().map(|(s, c)| format!("{c} ({s})")).collect();
+        described.join(", ")
     }
 }
 

@@ -1,14 +1,7 @@
-//! Log lines on standard error, in the form the reader of stderr expects.
-//!
-//! On a terminal or in a file: `nvidia-textfile-exporter: <level>: <message>`.
-//! When stderr is the systemd journal (`JOURNAL_STREAM` names the same device
-//! and inode as fd 2), every line instead starts with its syslog priority,
-//! `<3>` for errors and `<4>` for warnings (sd-daemon(3)), and not with the
-//! program name, which the journal records itself: so `journalctl -p err`
-//! shows the exporter's errors. Info, debug and trace lines, which appear only
-//! when `RUST_LOG` asks for them, are logged at notice (`<5>`), since the unit's
-//! `LogLevelMax=notice` would drop lower priorities. Every line of a
-//! multi-line message carries the prefix.
+//! Log lines on standard error, never blocking: `nvidia-textfile-exporter:
+//! <level>: <message>`, or, when stderr is the journal (`JOURNAL_STREAM`),
+//! `<3>` (error), `<4>` (warning) or `<5>` (the rest, which the unit's
+//! `LogLevelMax=notice` keeps) before each line (sd-daemon(3)).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,10 +14,8 @@ const PROGRAM: &str = "nvidia-textfile-exporter";
 /// Whether [`init`] found stderr to be the journal stream, for [`emergency`].
 static JOURNAL: AtomicBool = AtomicBool::new(false);
 
-/// Installs the logger: `warn` unless `RUST_LOG` says otherwise. Lines are
-/// written without ever blocking ([`NonBlockingStderr`]): a reader of stderr
-/// that takes nothing (a stalled journal, a full pipe) loses log lines, never
-/// the run's file or its deadline.
+/// Installs the logger: `warn` unless `RUST_LOG` says otherwise. A reader of
+/// stderr that takes nothing loses log lines, never the run's file or deadline.
 pub fn init() {
     let journal = stderr_is_journal();
     JOURNAL.store(journal, Ordering::Relaxed);
@@ -32,35 +23,29 @@ pub fn init() {
         .target(env_logger::Target::Pipe(Box::new(NonBlockingStderr)))
         .format(move |out, record| {
             let message = record.args().to_string();
-            for line in message.lines() {
-                if journal {
-                    writeln!(out, "<{}>{line}", priority(record.level()))?;
-                } else {
-                    let level = record.level().as_str().to_lowercase();
-                    writeln!(out, "{PROGRAM}: {level}: {line}")?;
-                }
-            }
-            Ok(())
+            out.write_all(prefixed(journal, record.level(), &message).as_bytes())
         })
         .init();
 }
 
-/// Logs `message` as an error for a process about to `_exit`, in the form
-/// [`init`]'s lines have, but through neither the logger nor Rust's `Stderr`
-/// (another thread may hold their locks, blocked in a write) and without ever
-/// blocking: when stderr (a pipe nobody reads, a stalled journal) does not
-/// take the message at once, it is dropped.
+/// Logs `message` as an error for a process about to `_exit`, through neither
+/// the logger nor Rust's `Stderr` (a blocked thread may hold their locks).
 pub fn emergency(message: &str) {
-    let journal = JOURNAL.load(Ordering::Relaxed);
-    let mut text = String::new();
-    for line in message.lines() {
-        if journal {
-            text.push_str(&format!("<{}>{line}\n", priority(Level::Error)));
-        } else {
-            text.push_str(&format!("{PROGRAM}: error: {line}\n"));
-        }
-    }
+    let text = prefixed(JOURNAL.load(Ordering::Relaxed), Level::Error, message);
     write_to_stderr_nonblocking(text.as_bytes());
+}
+
+/// Each line of `message`, prefixed for `level` (and for the journal).
+fn prefixed(journal: bool, level: Level, message: &str) -> String {
+    let prefix = if journal {
+        format!("<{}>", priority(level))
+    } else {
+        format!("{PROGRAM}: {}: ", level.as_str().to_lowercase())
+    };
+    message
+        .lines()
+        .map(|line| format!("{prefix}{line}\n"))
+        .collect()
 }
 
 /// Standard error for the logger, written by [`write_to_stderr_nonblocking`].
@@ -77,9 +62,8 @@ impl Write for NonBlockingStderr {
     }
 }
 
-/// One write of `bytes` to fd 2 that never blocks. The flags of fd 2's file
-/// description are left alone: it may be shared with a shell, which
-/// `O_NONBLOCK` would break.
+/// One write of `bytes` to fd 2 that never blocks, leaving the flags of fd 2's
+/// file description (perhaps a shell's) alone.
 fn write_to_stderr_nonblocking(bytes: &[u8]) {
     // SAFETY: fstat only writes the struct it is given.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
@@ -87,8 +71,7 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
         return;
     }
     match stat.st_mode & libc::S_IFMT {
-        // A file takes a write without waiting for a reader, at fd 2's own
-        // offset (a second description would write over the file's end).
+        // A file takes a write at once, at fd 2's own offset.
         libc::S_IFREG => {
             // SAFETY: `bytes` is valid for its length; write only reads it.
             unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
@@ -105,11 +88,9 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
                 )
             };
         }
-        // A pipe or a terminal: a new, non-blocking file description of the
-        // same file, opened through /proc (a FIFO whose reader is gone fails
-        // to open rather than block). A process may not reopen a pipe or
-        // terminal of another user (a run under setpriv or runuser); then fd 2
-        // itself, in pieces it takes whole without waiting.
+        // A pipe or a terminal: a new, non-blocking description of it; if it is
+        // another user's (setpriv), fd 2 itself in pieces it takes whole at
+        // once: PIPE_BUF bytes (pipe(7)), or a terminal's 256 (WAKEUP_CHARS).
         kind => {
             let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
             // SAFETY: a NUL-terminated path; the descriptor is closed below.
@@ -121,26 +102,19 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
                     libc::close(fd);
                 }
             } else {
-                write_while_ready(bytes, piece_that_never_waits(kind));
+                let piece = if kind == libc::S_IFIFO {
+                    libc::PIPE_BUF
+                } else {
+                    256
+                };
+                write_while_ready(bytes, piece);
             }
         }
     }
 }
 
-/// The most a write to a pipe or terminal that poll(2) says is writable
-/// takes without waiting: a pipe with a free slot takes `PIPE_BUF` bytes
-/// whole (pipe(7)); a terminal is writable while under 256 bytes wait in its
-/// buffer (`WAKEUP_CHARS`), with room for at least that many more.
-fn piece_that_never_waits(kind: libc::mode_t) -> usize {
-    if kind == libc::S_IFIFO {
-        libc::PIPE_BUF
-    } else {
-        256
-    }
-}
-
-/// Writes `bytes` to fd 2 in pieces of at most `piece` bytes, each only once
-/// poll(2) says fd 2 takes it now; what it does not take at once is dropped.
+/// Writes `bytes` to fd 2 in pieces of `piece` bytes while poll(2) says it
+/// takes one now; the rest is dropped.
 fn write_while_ready(mut bytes: &[u8], piece: usize) {
     while !bytes.is_empty() {
         let mut ready = libc::pollfd {
@@ -172,17 +146,13 @@ fn priority(level: Level) -> u8 {
     }
 }
 
-/// Whether fd 2 is the journal stream systemd announced in `JOURNAL_STREAM`
-/// (`<device>:<inode>`); a child that inherited the variable but not the
-/// stream (stderr redirected) is not.
+/// Whether fd 2 is the journal stream `JOURNAL_STREAM` (`<device>:<inode>`) names.
 fn stderr_is_journal() -> bool {
-    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
-        return false;
-    };
-    let Some((device, inode)) = stream.to_str().and_then(|s| s.split_once(':')) else {
-        return false;
-    };
-    let (Ok(device), Ok(inode)) = (device.parse::<u64>(), inode.parse::<u64>()) else {
+    let stream = std::env::var("JOURNAL_STREAM").unwrap_or_default();
+    let ids = stream
+        .split_once(':')
+        .map(|(d, i)| (d.parse::<u64>(), i.parse::<u64>()));
+    let Some((Ok(device), Ok(inode))) = ids else {
         return false;
     };
     // SAFETY: fstat only writes the struct it is given.
@@ -202,5 +172,14 @@ mod tests {
         assert_eq!(priority(Level::Error), 3);
         assert_eq!(priority(Level::Warn), 4);
         assert_eq!(priority(Level::Debug), 5);
+    }
+
+    #[test]
+    fn every_line_carries_the_prefix() {
+        assert_eq!(prefixed(true, Level::Warn, "a\nb"), "<4>a\n<4>b\n");
+        assert_eq!(
+            prefixed(false, Level::Error, "a\nb"),
+            "nvidia-textfile-exporter: error: a\nnvidia-textfile-exporter: error: b\n"
+        );
     }
 }

@@ -1,8 +1,6 @@
-//! Command-line entry point: parse, run once, map the outcome to an exit status.
-//!
-//! The pipeline in one screen: take the deadline, open a publish session (lock,
-//! or busy), load the state under its lock, read the GPUs under the
-//! watchdog, run the host steps, store the state, render, publish.
+//! Command-line entry point: take the deadline, open a publish session (lock, or
+//! busy), load the state, read the GPUs under the watchdog, run the host steps,
+//! store the state, render, publish; map the outcome to an exit status.
 
 use std::process::ExitCode;
 
@@ -41,15 +39,10 @@ fn main() -> ExitCode {
     }
     logging::init();
     if let Some(what) = cli.generate {
-        return match generate(what, &mut std::io::stdout().lock()) {
-            Ok(()) => Exit::Success.into(),
-            // `--generate man | head`: the reader has all it wanted.
-            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Exit::Success.into(),
-            Err(error) => {
-                log::error!("cannot write to standard output: {error}");
-                Exit::PublishFailed.into()
-            }
-        };
+        let written = generate(what, &mut std::io::stdout().lock());
+        return written
+            .map_or_else(|e| stdout_failed(e, Exit::Success), |()| Exit::Success)
+            .into();
     }
     let deadline = Deadline::start(cli.timeout);
     deadline.arm();
@@ -83,11 +76,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
                 );
                 Exit::Timeout
             }
-            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => outcome.exit,
-            Err(error) => {
-                log::error!("cannot write to standard output: {error}");
-                Exit::PublishFailed
-            }
+            Err(error) => stdout_failed(error, outcome.exit),
         };
     }
 
@@ -95,15 +84,11 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     deadline.enter("waiting for the lock of the output file");
     let session = match Session::begin(&target, deadline.reading_ends()) {
         Ok(session) => session,
-        Err(error) => {
-            log::error!("{error}");
-            return Exit::PublishFailed;
-        }
+        Err(error) => return publish_failed(error),
     };
     let mut outcome = if session.superseded() {
-        // Another run published while this one waited (with the lock now or
-        // not): its file is fresh, and this run's would only repeat it later or,
-        // with what is left of the deadline, replace it with an error.
+        // Another run published while this one waited: its file is fresh, and
+        // this run's would repeat it later or replace it with an error.
         log::warn!(
             "another run held {} and published meanwhile; leaving its file",
             target.path().display()
@@ -128,16 +113,26 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     match session.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
         Ok(Published::LeftHoldersFile) => Exit::Busy,
-        Err(error) => {
-            log::error!("{error}");
-            Exit::PublishFailed
-        }
+        Err(error) => publish_failed(error),
     }
 }
 
-/// A snapshot read with the previous run's state, the host steps run over
-/// it, and (with `store`) what this run leaves stored for the next. The
-/// state's health is in the snapshot.
+fn publish_failed(error: impl std::fmt::Display) -> Exit {
+    log::error!("{error}");
+    Exit::PublishFailed
+}
+
+/// What a failed write to standard output makes of a run that would exit
+/// `exit`: a closed pipe (`| head`) is a reader that has all it wanted.
+fn stdout_failed(error: std::io::Error, exit: Exit) -> Exit {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        return exit;
+    }
+    publish_failed(format_args!("cannot write to standard output: {error}"))
+}
+
+/// A snapshot read with the previous run's state, the host steps run over it,
+/// and (with `store`) stored for the next; the state's health in the snapshot.
 fn snapshot_with_state(
     cli: &Cli,
     deadline: &Deadline,
@@ -179,10 +174,7 @@ fn snapshot_with_state(
         deadline.enter("storing the state");
         state.store(&outcome.snapshot.devices, driver, deadline.storing_ends());
     }
-    let ok = if state.ok() { 1.0 } else { 0.0 };
-    outcome
-        .snapshot
-        .host
-        .push(metrics::COLLECTOR_STATE_OK.sample(ok));
+    let state_ok = metrics::COLLECTOR_STATE_OK.sample(if state.ok() { 1.0 } else { 0.0 });
+    outcome.snapshot.host.push(state_ok);
     outcome
 }

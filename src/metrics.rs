@@ -1,27 +1,8 @@
-//! The one table of metric families this exporter can write.
-//!
-//! Every family is declared exactly once, here, with its full name, HELP text and
-//! type. Each row gives a [`Labelled`] handle (`metrics::CLOCK`), whose type
-//! carries the number of labels the family declares: samples are made
-//! through it (`sample`, `sample_with`, in `snapshot`), so a sample with the
-//! wrong number of label values does not compile, and its label names come
-//! from the declaration, in its order. The untyped descriptor
-//! ([`Labelled::family`], a [`Family`]) is what samples point to and what the
-//! lists of families hold; the renderer walks [`ALL`] in declaration order, so
-//! the output groups each family's samples together under a single HELP/TYPE
-//! pair and its order never depends on how the data was read.
-//!
-//! Invariants (checked by the tests at the bottom, and by the compiler):
-//! - names are unique, start with [`PREFIX`] and are valid Prometheus metric names;
-//! - counters, and only counters, end in `_total`;
-//! - `ALL[i].index == i`;
-//! - a sample carries only labels its family declares, in declared order
-//!   (samples are made by the constructors of [`Labelled`], never labelled
-//!   by name; `tests/cli.rs` checks every golden file).
-//!
-//! Adding a family is one row in the `families!` invocation below (name, type
-//! and unit, labels, HELP), its collector's row in `collectors`, and the code
-//! in that collector's file that reads it.
+//! The one table of metric families: name, type, unit, labels and HELP, each
+//! declared once. A [`Labelled`] handle's type carries its family's label
+//! count, so a sample with the wrong number of label values does not compile;
+//! the renderer walks [`ALL`] in declaration order. Names are unique, start
+//! with [`PREFIX`], and only counters end in `_total` (checked by tests).
 
 /// Every metric name starts with this.
 pub const PREFIX: &str = "nvidia_gpu_";
@@ -43,11 +24,9 @@ impl Kind {
     }
 }
 
-/// What a family's values measure, in base units. The name's suffix says the
-/// same (checked by a test); the unit, not the name, decides the rules.
+/// What a family's values measure, in base units (the name's suffix says the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
-    /// A fraction, 0-1.
     Ratio,
     /// A fraction of a maximum that NVML lets exceed it (fan speed, up to 255 %).
     RatioOfMax,
@@ -58,19 +37,16 @@ pub enum Unit {
     Bytes,
     BytesPerSecond,
     Seconds,
-    /// Events counted (a counter of errors, replays, XIDs).
     Count,
-    /// A number without a unit: a state, a mode, an enum value, how many.
+    /// A state, a mode, an enum value, how many.
     Number,
 }
 
-/// How two samples of one family with the same labels become one (NVML can
-/// list a pid or MIG instance twice): summed, or the larger kept.
+/// How two samples of one family with the same labels become one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merge {
-    /// Amounts add up (bytes a pid holds, counters).
     Sum,
-    /// States and readings: the larger (an `_info` or state stays 1).
+    /// The larger is kept (an `_info` or state stays 1).
     Max,
 }
 
@@ -82,28 +58,21 @@ pub struct Family {
     pub name: &'static str,
     pub help: &'static str,
     pub kind: Kind,
-    /// What its values measure: their plausible range and how duplicates
-    /// merge follow from it ([`Family::plausible`], [`Family::merge`]).
+    /// Decides [`Family::plausible`] and [`Family::merge`].
     pub unit: Unit,
-    /// The label names its samples may carry beyond the device identity
-    /// (`gpu`, `uuid`), in the order they are written.
+    /// The label names beyond the device identity (`gpu`, `uuid`), in order.
     pub labels: &'static [&'static str],
 }
 
-/// A family whose samples carry `N` labels beyond the device identity: the
-/// way to make a [`crate::snapshot::Sample`] (its constructors are in
-/// `snapshot`, next to the type they make).
-///
-/// Invariant: `N == self.family().labels.len()`. Only the `families!`
-/// declaration below makes one (the field is private), so the count a type
-/// says is the count the family declares.
+/// A family whose samples carry `N` labels beyond the device identity, the
+/// way to make a [`crate::snapshot::Sample`]. `N == self.family().labels.len()`:
+/// only `families!` makes one.
 #[derive(Debug, Clone, Copy)]
 pub struct Labelled<const N: usize> {
     family: &'static Family,
 }
 
 impl<const N: usize> Labelled<N> {
-    /// The family's descriptor: name, HELP, type, unit, label names.
     pub const fn family(self) -> &'static Family {
         self.family
     }
@@ -182,9 +151,7 @@ families! {
     ENCODER_LATENCY: Gauge(Seconds), "nvidia_gpu_encoder_average_latency_seconds", [],
         "Average encode latency over the active encoder sessions.";
 
-    // Window-complete utilization: NVML's samples integrated over time. The
-    // engine values are split between collectors: gpu and memory (utilization),
-    // encoder and decoder (media).
+    // Window-complete utilization: NVML's samples integrated over time.
     BUSY: Counter(Seconds), "nvidia_gpu_busy_seconds_total", ["engine"],
         "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples; rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
     SAMPLED: Counter(Seconds), "nvidia_gpu_sampled_seconds_total", ["engine"],
@@ -351,8 +318,7 @@ families! {
     NVLINK_LINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],
         "Data bytes received over the NVLink link, by link (only with --collector nvlink-links).";
 
-    // XID errors, counted from the kernel log (the xid collector), and the
-    // recovery action the driver asks for (health collector).
+    // XID errors, counted from the kernel log, and the driver's recovery action.
     XID_ERRORS: Counter(Count), "nvidia_gpu_xid_errors_total", [],
         "XID errors the NVIDIA driver logged for this GPU in the kernel log during this boot; 0 until the first.";
     XID_ERRORS_BY_CODE: Counter(Count), "nvidia_gpu_xid_errors_by_code_total", ["code"],
@@ -415,10 +381,8 @@ families! {
         "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
 }
 
-/// The one plausibility rule: what a reading can be, by what it measures.
-/// A reading outside is a sentinel or garbage (4294967295 °C, 1.8e19 J, 101 %)
-/// and is dropped and counted by the reader, never exported. docs/metrics.md
-/// lists the bounds.
+/// The one plausibility rule: a reading outside is a sentinel or garbage,
+/// dropped and counted by the reader (docs/metrics.md lists the bounds).
 impl Family {
     /// The values a reading of this family can take on any GPU.
     pub fn plausible(&self) -> std::ops::RangeInclusive<f64> {
@@ -440,14 +404,12 @@ impl Family {
         }
     }
 
-    /// Whether `value` can be a reading of this family: finite, and
-    /// [`Family::plausible`].
+    /// Whether `value` is finite and [`Family::plausible`].
     pub fn admits(&self, value: f64) -> bool {
         value.is_finite() && self.plausible().contains(&value)
     }
 
-    /// How duplicate samples of this family merge: bytes and counters sum,
-    /// everything else keeps the larger.
+    /// How duplicate samples merge: bytes and counters sum, the rest keeps the larger.
     pub fn merge(&self) -> Merge {
         if self.unit == Unit::Bytes || self.kind == Kind::Counter {
             Merge::Sum
@@ -460,8 +422,7 @@ impl Family {
 /// A fraction of time or capacity.
 const RATIO: std::ops::RangeInclusive<f64> = 0.0..=1.0;
 
-/// Whether an NVML reading in percent of a period (a utilization sample, a GPM
-/// metric) can be one: a ratio in percent.
+/// Whether an NVML reading in percent of a period can be one.
 pub fn plausible_percent(percent: f64) -> bool {
     RATIO.contains(&(percent / 100.0))
 }

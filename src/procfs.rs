@@ -1,13 +1,7 @@
 //! Who owns a GPU process: command, user, systemd unit, container and Slurm job,
-//! read from `/proc/<pid>` (or another procfs root, for tests).
-//!
-//! [`attribute`] adds owner labels to every per-process sample of a snapshot
-//! (`nvidia_gpu_process_memory_used_bytes`, `nvidia_gpu_process_utilization_ratio`). Contract:
-//! - it never fails: a process that is gone, lives in another pid namespace, or
-//!   whose files cannot be read keeps only its `pid` label (and whatever could be
-//!   read);
-//! - every value comes from outside and is decoded lossily; `render` escapes it;
-//! - each pid is looked up once per run, however many GPUs it uses.
+//! read from `/proc/<pid>` (or another procfs root). [`attribute`] never fails:
+//! what cannot be read is left out; values are decoded lossily; each pid is
+//! looked up once per run.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -53,9 +47,8 @@ impl Owner {
     }
 }
 
-/// The labels of a per-process sample ([`PER_PROCESS`]), in declared order:
-/// `ids` (pid, gpu_instance_id, compute_instance_id, as NVML tells them),
-/// then the owner. A `None` is left out of the sample.
+/// The labels of a per-process sample in declared order: `ids` (pid, GPU and
+/// compute instance), then the owner; a `None` is left out.
 pub fn labels(ids: [Option<LabelValue>; 3], owner: &Owner) -> [Option<LabelValue>; 8] {
     let [pid, gpu_instance, compute_instance] = ids;
     let owned = |value: &Option<String>| value.clone().map(LabelValue::Owned);
@@ -71,11 +64,8 @@ pub fn labels(ids: [Option<LabelValue>; 3], owner: &Owner) -> [Option<LabelValue
     ]
 }
 
-/// User names by uid, through the C library's user database (NSS: files, and
-/// LDAP, SSSD or whatever `/etc/nsswitch.conf` names), looked up once per uid
-/// per run and never past `until`: a lookup that has not answered by then (a
-/// hung directory server) is abandoned, said once, and every owner of the run
-/// is shown by uid, so that the run still publishes in time.
+/// User names by uid from the user database (NSS), looked up once per uid and
+/// never past `until` (after one that did not answer, owners are shown by uid).
 #[derive(Debug)]
 pub struct Users {
     names: RefCell<HashMap<u32, String>>,
@@ -84,7 +74,6 @@ pub struct Users {
 }
 
 impl Users {
-    /// An empty cache whose lookups give up at `until`.
     pub fn new(until: Instant) -> Users {
         Users {
             names: RefCell::new(HashMap::new()),
@@ -93,8 +82,7 @@ impl Users {
         }
     }
 
-    /// The user's name, or the uid as text if the user database has none or
-    /// did not answer in time.
+    /// The user's name, or else the uid as text.
     pub fn name(&self, uid: u32) -> String {
         if let Some(name) = self.names.borrow().get(&uid) {
             return name.clone();
@@ -132,13 +120,11 @@ impl Users {
     }
 }
 
-/// `getpwuid_r(3)`: the name of `uid`, `None` if there is none or the lookup
-/// failed. The buffer grows on `ERANGE` up to a bound.
+/// `getpwuid_r(3)`: the name of `uid`, if it has one.
 fn lookup(uid: u32) -> Option<String> {
     let mut buffer: Vec<libc::c_char> = vec![0; 1024];
     loop {
-        // SAFETY: passwd is plain old data; getpwuid_r fills it, pointing into
-        // `buffer`, which outlives every use of the result below.
+        // SAFETY: passwd is plain old data, filled pointing into `buffer`.
         let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
         let mut result: *mut libc::passwd = std::ptr::null_mut();
         let code = unsafe {
@@ -173,7 +159,7 @@ fn real_uid(status: &str) -> Option<u32> {
 }
 
 /// Attribution from `/proc/<pid>/cgroup` (v2 `0::/path` or v1 `N:ctrl:/path`;
-/// the first line that yields something wins, v2 is listed first by the kernel).
+/// the first line that yields a value wins).
 fn parse_cgroup(cgroup: &str) -> Owner {
     let mut owner = Owner::default();
     for line in cgroup.lines() {
@@ -202,9 +188,8 @@ fn parse_cgroup(cgroup: &str) -> Owner {
     owner
 }
 
-/// A container id from one cgroup path component: `docker-<id>.scope`,
-/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope`, or a bare
-/// 64-hex-digit id (cgroup v1 `/docker/<id>`, kubepods).
+/// A container id from one cgroup path component: `<runtime>-<id>.scope`, or a
+/// bare 64-hex-digit id (cgroup v1 `/docker/<id>`, kubepods).
 fn container_id(component: &str) -> Option<String> {
     let id = component.strip_suffix(".scope").map_or(component, |stem| {
         ["docker-", "cri-containerd-", "crio-", "libpod-"]
@@ -218,8 +203,7 @@ fn container_id(component: &str) -> Option<String> {
 /// The families whose samples carry a `pid` and get owner labels.
 const PER_PROCESS: [Labelled<8>; 2] = [metrics::PROCESS_MEMORY_USED, metrics::PROCESS_UTILIZATION];
 
-/// Adds owner labels to every per-process sample of `snapshot`: remakes it
-/// with the ids it has and the owner of its pid ([`labels`]).
+/// Adds owner labels to every per-process sample of `snapshot`.
 pub fn attribute(snapshot: &mut Snapshot, procfs: &Path, users: &Users) {
     let mut owners: HashMap<String, Owner> = HashMap::new();
     for device in &mut snapshot.devices {

@@ -1,17 +1,8 @@
-//! Prometheus text exposition format 0.0.4, as a pure function of a [`Snapshot`].
-//!
-//! All escaping lives here and nowhere else:
-//! - label values escape `\`, `"` and line feed ([`escape_label_value`]);
-//! - HELP text escapes `\` and line feed ([`escape_help`]);
-//! - values are formatted by [`format_value`], which never prints Rust's `inf`/`NaN`.
-//!
-//! Output invariants:
-//! - families appear in [`crate::metrics::ALL`] order, each with exactly one
-//!   HELP and one TYPE line directly before its samples, and only if it has samples;
-//! - host samples precede device samples; devices keep snapshot order; samples keep
-//!   the order they were read in;
-//! - every device sample starts with `gpu="<index>",uuid="<uuid>"`;
-//! - no timestamps; the text ends with a line feed.
+//! Prometheus text exposition format 0.0.4, as a pure function of a [`Snapshot`];
+//! all escaping lives here. Families appear in [`crate::metrics::ALL`] order,
+//! each under one HELP and TYPE, only if it has samples; host samples precede
+//! the devices', which keep snapshot and read order, each starting with
+//! `gpu="<index>",uuid="<uuid>"`; no timestamps.
 //!
 //! ```
 //! use nvidia_textfile_exporter::{metrics, render::render, snapshot::*};
@@ -44,16 +35,14 @@ use crate::snapshot::{Sample, Snapshot};
 
 /// Renders the snapshot as exposition text.
 pub fn render(snapshot: &Snapshot) -> String {
-    // Identity labels are escaped once per device, not once per sample.
+    // Identity labels are escaped once per device.
     let identities: Vec<String> = snapshot
         .devices
         .iter()
         .map(|device| {
-            let mut identity = String::with_capacity(16 + device.uuid.len());
-            let _ = write!(identity, "gpu=\"{}\",uuid=\"", device.index);
+            let mut identity = format!("gpu=\"{}\",uuid=\"", device.index);
             escape_label_value(&device.uuid, &mut identity);
-            identity.push('"');
-            identity
+            identity + "\""
         })
         .collect();
 
@@ -82,36 +71,26 @@ pub fn render(snapshot: &Snapshot) -> String {
 }
 
 fn write_header(family: &Family, out: &mut String) {
-    out.push_str("# HELP ");
-    out.push_str(family.name);
-    out.push(' ');
+    let _ = write!(out, "# HELP {} ", family.name);
     escape_help(family.help, out);
-    out.push_str("\n# TYPE ");
-    out.push_str(family.name);
-    out.push(' ');
-    out.push_str(family.kind.as_str());
-    out.push('\n');
+    let _ = write!(out, "\n# TYPE {} {}\n", family.name, family.kind.as_str());
 }
 
 fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String) {
     out.push_str(sample.family.name);
-    if identity.is_some() || !sample.labels.is_empty() {
-        out.push('{');
-        let mut first = true;
-        if let Some(identity) = identity {
-            out.push_str(identity);
-            first = false;
-        }
-        for label in &sample.labels {
-            if !first {
-                out.push(',');
-            }
-            first = false;
-            out.push_str(label.name);
-            out.push_str("=\"");
-            escape_label_value(&label.value, out);
-            out.push('"');
-        }
+    let mut separator = '{';
+    if let Some(identity) = identity {
+        out.push(separator);
+        out.push_str(identity);
+        separator = ',';
+    }
+    for label in &sample.labels {
+        let _ = write!(out, "{separator}{}=\"", label.name);
+        escape_label_value(&label.value, out);
+        out.push('"');
+        separator = ',';
+    }
+    if separator == ',' {
         out.push('}');
     }
     out.push(' ');
@@ -146,11 +125,9 @@ pub fn escape_help(help: &str, out: &mut String) {
     }
 }
 
-/// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf` for the
-/// non-finite values, which the readers never produce).
+/// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf`).
 pub fn format_value(value: f64, out: &mut String) {
-    /// Integers up to 2^53 are exact in an f64; printing them as integers is
-    /// cheaper and gives the same text.
+    // Integers up to 2^53 are exact in an f64: printed as integers, the same text.
     const EXACT: f64 = 9_007_199_254_740_992.0;
     if value.is_nan() {
         out.push_str("NaN");

@@ -1,91 +1,59 @@
-//! The run's timing policy, in one place: how `--timeout` is split between
-//! reading and publishing, how long the GPUs' identities may take, how long
-//! the GPM window is, and when each GPU's reads start.
-//!
-//! A run, from its start to `--timeout`:
+//! The run's timing policy, in one place (docs/design.md, "Timing"): how
+//! `--timeout` splits between reading and publishing, how long identities may
+//! take, the GPM window, and when each GPU's reads start.
 //!
 //! ```text
 //! lock, NVML init | identities | windows open ... reads | 2nd samples | publish
 //!                                                       ^ reading_ends ^ end
 //! ```
-//!
-//! (With `--sequential` each GPU's reads and then its windows' close follow
-//! the previous GPU's: reads 0, close 0, reads 1, close 1, ...)
-//!
-//! Invariants:
-//! - a wait for the state's lock leaves half the time to reading
-//!   ([`waiting_ends`]);
-//! - [`publish_reserve`] is kept for rendering and publishing, whatever
-//!   happens before: reading ends by `reading_ends`, storing the state by
-//!   [`storing_ends`];
-//! - the identities of the GPUs are awaited for at most [`identities_end`]
-//!   (half the time to read); a GPU that has not answered by then is read no
-//!   further (it timed out);
-//! - a GPU's reads and its windows' close are expected to take what they took
-//!   in the previous run ([`Estimate`]), and may run past that by half as
-//!   much again, and by at least [`reads_reserve`] of the time left (see
-//!   [`schedule`]): the GPM window is shortened so that they still end
-//!   [`AFTER_WINDOW`] before `reading_ends`. A slow start of NVML, reads that
-//!   grow from run to run, a slow second sample cost window length, never the
-//!   run;
-//! - a phase (reads, close) the deadline cut leaves all the time the run had
-//!   ([`cut`]): the next run gives it all it can and measures it, so a phase
-//!   that grew times out one run at most.
 
 use std::time::{Duration, Instant};
+
+/// The longest `--timeout` (and `--gpm-window`): well within a long timer period.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long after the deadline the hard stop ends a run that is still blocked.
 pub const HARD_STOP_GRACE: Duration = Duration::from_millis(250);
 
-/// The most a run keeps back from its timeout for rendering and publishing.
-const MAX_PUBLISH_RESERVE: Duration = Duration::from_secs(1);
-
-/// What a run with `timeout` keeps back for rendering and publishing: a fifth
-/// of it, at most [`MAX_PUBLISH_RESERVE`].
+/// What a run keeps back from `timeout` to render and publish: a fifth, at most 1 s.
 pub fn publish_reserve(timeout: Duration) -> Duration {
-    (timeout / 5).min(MAX_PUBLISH_RESERVE)
+    (timeout / 5).min(Duration::from_secs(1))
 }
 
-/// When storing the state gives up, for a run reading until `reading_ends`
-/// with `timeout`: half of the publish reserve after it, so that a state
-/// directory that does not answer (a frozen file system) still leaves the
-/// other half to publish the file.
+/// The time a run with `timeout` may wait and read: all but the publish reserve.
+pub fn reading_time(timeout: Duration) -> Duration {
+    timeout - publish_reserve(timeout)
+}
+
+/// When storing the state gives up: half-way through the publish reserve.
 pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
     reading_ends + publish_reserve(timeout) / 2
 }
 
-/// When a wait that starts `now` before reading (the state's lock) gives up:
-/// half of what is left until `reading_ends`, so that the reading keeps the
-/// other half.
+/// When a wait before reading (the state's lock) gives up: half-way to `reading_ends`.
 pub fn waiting_ends(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
 
-/// How long past `reading_ends` the watchdog waits for the GPUs' readings
-/// once NVML is open (they are handed over at `reading_ends` at the latest,
-/// by a thread that makes no NVML call then): a quarter of the publish
-/// reserve, at most 50 ms.
+/// How long past `reading_ends` the watchdog waits for the GPUs once NVML is
+/// open: a quarter of the publish reserve, at most 50 ms.
 pub fn handoff(timeout: Duration) -> Duration {
     (publish_reserve(timeout) / 4).min(Duration::from_millis(50))
 }
 
-/// When the GPUs' identities must have been read, for a run whose NVML
-/// opened `now`: half of the time left to read. A GPU that has not answered
-/// by then is not read further, so that the others keep the other half (and
-/// their GPM window) for themselves; a GPU slow in its identity but
-/// answering, and many GPUs read one after another, get the time they need
-/// where the run has it. (A quarter did not leave 64 GPUs read one after
-/// another at 55 ms each enough.)
+/// When the identities of the GPUs, for NVML opened `now`, must have been read:
+/// half of the time left to read; a GPU that has not answered is read no further.
 pub fn identities_end(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
 
-/// The shortest GPM window: on an H200 a 50 ms window read all zeros, 1 s
-/// windows read right.
+/// The shortest GPM window: on an H200 a 50 ms window read all zeros.
 pub const MIN_WINDOW: Duration = Duration::from_millis(100);
 
-/// The time kept after the GPM window for the second sample and the metrics
-/// (0.05-0.7 ms and 1-3 ms a GPU on an H200), before reading must end.
+/// The GPM window when `--gpm-window` is not given (shortened to fit).
+const DEFAULT_WINDOW: Duration = Duration::from_secs(1);
+
+/// The time kept after the GPM window for the second sample and the metrics.
 pub const AFTER_WINDOW: Duration = Duration::from_millis(200);
 
 /// The `--gpm-window` a user asked for.
@@ -108,6 +76,10 @@ impl std::str::FromStr for WindowRequest {
         if !window.is_zero() && window < MIN_WINDOW {
             return Err(WindowError::TooShort);
         }
+        // No run holds a window longer than the longest timeout, GPM on or off.
+        if window > MAX_TIMEOUT {
+            return Err(WindowError::TooLong);
+        }
         Ok(WindowRequest::Exactly(window))
     }
 }
@@ -115,18 +87,22 @@ impl std::str::FromStr for WindowRequest {
 /// Why a `--gpm-window` cannot be used.
 #[derive(Debug, PartialEq)]
 pub enum WindowError {
-    /// Neither `auto` nor a duration.
     Unreadable(humantime::DurationError),
-    /// Neither 0 nor at least [`MIN_WINDOW`].
     TooShort,
-    /// `window` and the second sample do not fit in `reading`, the time a run
-    /// may read.
-    DoesNotFit { window: Duration, reading: Duration },
+    TooLong,
+    /// `window` and the second sample do not fit in `reading`, the time to read.
+    DoesNotFit {
+        window: Duration,
+        reading: Duration,
+    },
 }
+
+impl std::error::Error for WindowError {}
 
 impl std::fmt::Display for WindowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let format = humantime::format_duration;
+        let (max, after) = (format(MAX_TIMEOUT), format(AFTER_WINDOW));
         match self {
             WindowError::Unreadable(error) => error.fmt(f),
             WindowError::TooShort => write!(
@@ -134,93 +110,71 @@ impl std::fmt::Display for WindowError {
                 "must be auto, 0 (off) or at least {}: shorter windows read zeros",
                 format(MIN_WINDOW)
             ),
+            WindowError::TooLong => {
+                write!(f, "must be at most {max}: the window must fit in --timeout")
+            }
             WindowError::DoesNotFit { window, reading } => write!(
                 f,
                 "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
-                 sample needs {} after the window; use a longer --timeout, a shorter \
+                 sample needs {after} after the window; use a longer --timeout, a shorter \
                  --gpm-window or --gpm-window auto",
                 format(*window),
                 format(*reading),
-                format(AFTER_WINDOW),
             ),
         }
     }
 }
 
-/// The GPM window a run asks for: what was asked for (a duration must fit in
-/// `reading`, the time a run may read for, with the time the second sample
-/// needs; `auto` takes all of it but that and [`reads_reserve`]), or else
-/// `default` shortened to what `reading` leaves after both; zero (GPM off)
-/// when that is under [`MIN_WINDOW`]. [`schedule`] may shorten it further.
+/// The GPM window a run with `timeout` asks for: a given duration if it fits
+/// with [`AFTER_WINDOW`]; else what `auto` (or the default) leaves after that
+/// and [`reads_reserve`], zero under [`MIN_WINDOW`]. [`schedule`] may shorten it.
 pub fn gpm_window(
     given: Option<WindowRequest>,
-    default: Duration,
-    reading: Duration,
+    timeout: Duration,
 ) -> Result<Duration, WindowError> {
+    let reading = reading_time(timeout);
     let fits = reading.saturating_sub(AFTER_WINDOW);
-    // A window the exporter chooses also leaves the other reads room to run
-    // past its end.
     let chosen = fits.saturating_sub(reads_reserve(reading));
-    let at_least_min = |window: Duration| {
-        if window < MIN_WINDOW {
-            Duration::ZERO
-        } else {
-            window
-        }
-    };
-    match given {
+    let window = match given {
         Some(WindowRequest::Exactly(window)) if window > fits => {
-            Err(WindowError::DoesNotFit { window, reading })
+            return Err(WindowError::DoesNotFit { window, reading })
         }
-        Some(WindowRequest::Exactly(window)) => Ok(window),
-        Some(WindowRequest::Longest) => Ok(at_least_min(chosen)),
-        None => Ok(at_least_min(default.min(chosen))),
-    }
+        Some(WindowRequest::Exactly(window)) => return Ok(window),
+        Some(WindowRequest::Longest) => chosen,
+        None => DEFAULT_WINDOW.min(chosen),
+    };
+    Ok(Some(window)
+        .filter(|w| *w >= MIN_WINDOW)
+        .unwrap_or_default())
 }
 
-/// The time kept for reads that run past their estimate, out of `reading`:
-/// a tenth of it, at most 1 s. On an H200 the reads of one GPU take about
-/// 50 ms.
+/// The time kept, out of `reading`, for reads past their estimate: a tenth, at most 1 s.
 fn reads_reserve(reading: Duration) -> Duration {
     (reading / 10).min(Duration::from_secs(1))
 }
 
-/// Time added to the duration of a GPU's reads the state kept.
-const READS_MARGIN: Duration = Duration::from_millis(20);
-
-/// The duration assumed for a GPU's reads when the state kept none (a cold run
-/// on an H200 takes about 50 ms).
+/// A GPU's reads and window close when the state kept none (on an H200 about
+/// 50 ms cold, and 1-3 ms), and the margins added to what it kept.
 const READS_FIRST: Duration = Duration::from_millis(100);
-
-/// Time added to the duration of a GPU's window close the state kept.
+const READS_MARGIN: Duration = Duration::from_millis(20);
+const CLOSING_FIRST: Duration = Duration::from_millis(5);
 const CLOSING_MARGIN: Duration = Duration::from_millis(5);
 
-/// The duration assumed for the close of a GPU's windows when the state kept
-/// none (1-3 ms on an H200; [`AFTER_WINDOW`] covers more after the last one).
-const CLOSING_FIRST: Duration = Duration::from_millis(5);
-
-/// How long the phases of one GPU that follow its windows' opening are
-/// expected to take: its reads, then the close of its windows.
+/// How long the phases of one GPU after its windows open are expected to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Estimate {
-    /// The reads.
     pub reads: Duration,
     /// The close of the windows, from their end: zero without windows.
     pub closing: Duration,
 }
 
 impl Estimate {
-    /// What the previous run took (from the state: `reads`, and `closing`
-    /// for the windows' close), or a first guess, each plus a margin; no
-    /// closing without windows.
+    /// What the previous run took (from the state) or a first guess, plus a margin.
     pub fn new(reads: Option<Duration>, closing: Option<Duration>, windowed: bool) -> Estimate {
+        let closing = closing.unwrap_or(CLOSING_FIRST) + CLOSING_MARGIN;
         Estimate {
             reads: reads.unwrap_or(READS_FIRST) + READS_MARGIN,
-            closing: if windowed {
-                closing.unwrap_or(CLOSING_FIRST) + CLOSING_MARGIN
-            } else {
-                Duration::ZERO
-            },
+            closing: if windowed { closing } else { Duration::ZERO },
         }
     }
 
@@ -229,76 +183,50 @@ impl Estimate {
     }
 }
 
-/// What a phase of a GPU (its reads, or its windows' close) that the
-/// deadline cut leaves as its duration, in a run whose NVML opened at
-/// `opened` and whose reading ends at `reading_ends`: all the time the run
-/// had to read. It took more than it had, by how much is unknown: so the next
-/// run gives it all the time it can (its reads start at once, its windows
-/// are as short as they may be), measures it, and plans from that, and one
-/// timed-out run is the most a phase that grew costs. (Kept as what it had
-/// run instead, the estimate grew by half a run at a time, and a close that
-/// had not run at all was remembered as quick.)
+/// The duration kept for a phase the deadline cut: all the time the run had.
 pub fn cut(opened: Instant, reading_ends: Instant) -> Duration {
     reading_ends.saturating_duration_since(opened)
 }
 
-/// When the reads of a GPU (or of GPUs read one after another) start, and
-/// by when each GPU's windows must end.
+/// When the reads start, and by when each GPU's windows must end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     /// When the reads start; `None`: at once (no window is open).
     pub reads_start: Option<Instant>,
-    /// Per GPU, in the order given, the latest end of its windows: earlier
-    /// ends are kept, later ones shortened to it.
+    /// Per GPU, in the order given, the latest end of its windows.
     pub windows_end_by: Vec<Instant>,
 }
 
-/// The schedule of GPUs read one after another (one GPU on a thread of its
-/// own), each GPU's reads then its windows' close, expected to take `gpus`,
-/// over windows that end at `windows_end` (the earliest; `None`: no window),
-/// for reading that ends at `reading_ends`, planned at `now`.
-///
-/// The first GPU's reads end as its windows do, each later GPU's windows end
-/// as its reads do, and the whole may run past its estimate by half as much
-/// again (at least [`reads_reserve`] of the time left) and still be done
-/// [`AFTER_WINDOW`] before `reading_ends`: the windows are shortened to leave
-/// that, though never under [`MIN_WINDOW`] from `now` while the time exists.
-/// So a GPU whose windows closed is handed over before the next GPU's reads,
-/// and one stuck in a call costs only itself and the GPUs after it. (The
-/// estimate holds a margin of its own: 64 GPUs read one after another at
-/// 50 ms each are expected to take 4.8 s, and 5.8 s at 90 ms each still fit.)
+/// The schedule, planned at `now`, of `gpus` read one after another (each its
+/// reads, then its close) over windows that end at `windows_end` (`None`: no
+/// window): each GPU's windows end as its reads do, shortened (never under
+/// [`MIN_WINDOW`]) so that the whole may overrun by half its estimate (at least
+/// [`reads_reserve`]) and still end [`AFTER_WINDOW`] before `reading_ends`.
 pub fn schedule(
     now: Instant,
     reading_ends: Instant,
     windows_end: Option<Instant>,
     gpus: &[Estimate],
 ) -> Schedule {
+    // `from` less `by`, never before `now`.
+    let back = |from: Instant, by: Duration| from.checked_sub(by).unwrap_or(now).max(now);
     let left = reading_ends.saturating_duration_since(now);
     let total: Duration = gpus.iter().map(|gpu| gpu.total()).sum();
-    let overrun = (total / 2).max(reads_reserve(left));
-    let done_by = reading_ends
-        .checked_sub(AFTER_WINDOW + overrun)
-        .unwrap_or(now);
-    let latest_start = done_by.checked_sub(total).unwrap_or(now).max(now);
+    let done_by = back(
+        reading_ends,
+        AFTER_WINDOW + (total / 2).max(reads_reserve(left)),
+    );
     let first_reads = gpus.first().map_or(Duration::ZERO, |gpu| gpu.reads);
-    let start = windows_end.map_or(now, |ends| {
-        ends.checked_sub(first_reads)
-            .unwrap_or(now)
-            .min(latest_start)
-            .max(now)
-    });
-    let shortest = (now + MIN_WINDOW)
-        .min(reading_ends.checked_sub(AFTER_WINDOW).unwrap_or(now))
-        .max(now);
+    let start = windows_end.map_or(now, |end| back(end, first_reads).min(back(done_by, total)));
+    let shortest = (now + MIN_WINDOW).min(back(reading_ends, AFTER_WINDOW));
     let mut before = Duration::ZERO;
     let windows_end_by = gpus
         .iter()
         .map(|gpu| {
             let reads_end = before + gpu.reads;
             before += gpu.total();
-            // What the GPUs after this one still need once its windows end.
-            let after = total.saturating_sub(reads_end);
-            let latest = done_by.checked_sub(after).unwrap_or(now).max(now);
+            // The latest end that leaves the GPUs after this one what they need.
+            let latest = back(done_by, total.saturating_sub(reads_end));
             (start + reads_end).min(latest).max(shortest)
         })
         .collect();
@@ -317,10 +245,7 @@ mod tests {
     #[test]
     fn reading_leaves_a_fifth_of_the_timeout_at_most_a_second_to_publish() {
         assert_eq!(publish_reserve(Duration::from_secs(2)), 400 * MS);
-        assert_eq!(
-            publish_reserve(Duration::from_secs(30)),
-            MAX_PUBLISH_RESERVE
-        );
+        assert_eq!(publish_reserve(Duration::from_secs(30)), 1_000 * MS);
     }
 
     #[test]

@@ -1,25 +1,10 @@
 //! One deadline per run, and the watchdogs that keep it.
 //!
-//! `--timeout` bounds the whole run, from start to the published file. A
-//! [`Deadline`] splits it in two: the lock wait and the NVML reading must end by
-//! [`Deadline::reading_ends`], which leaves a reserve (`timing::publish_reserve`)
-//! for rendering and publishing the file, error file included.
-//!
-//! Invariants:
-//! - [`collect`] returns by `reading_ends` plus a few milliseconds
-//!   (`timing::handoff`), whatever NVML does: a worker stuck in a driver call is
-//!   abandoned, never joined. A hang before the GPUs are read (NVML's init, the
-//!   device count) fails the whole run (`reason="timeout"`); once NVML is open,
-//!   a GPU stuck in a call costs only itself (see `collectors::gpus`);
-//! - the snapshot it returns always holds `nvidia_gpu_collector_up`, the build
-//!   info, the run's timestamp (when reading ended, or the failure) and a
-//!   duration that [`Deadline::stamp_duration`] sets again right before
-//!   rendering; on failure also `nvidia_gpu_collector_error{reason}` and no
-//!   device series at all;
-//! - [`Deadline::arm`] ends the process with [`Exit::Timeout`] shortly after the
-//!   deadline if anything else blocks (a file system that hangs, `/proc` reads,
-//!   a standard output or error nobody reads), naming the phase it was in
-//!   without waiting to log it, so no run outlives its timeout.
+//! Invariants: [`collect`] returns by `reading_ends` plus `timing::handoff`,
+//! whatever NVML does (a stuck worker is abandoned, never joined); its snapshot
+//! always holds the collector series, and on failure no device series;
+//! [`Deadline::arm`] ends a run still blocked after the deadline with
+//! [`Exit::Timeout`], naming the phase it was in.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -41,8 +26,7 @@ use crate::timing::{self, HARD_STOP_GRACE};
 pub struct Outcome {
     pub snapshot: Snapshot,
     pub exit: Exit,
-    /// The driver version NVML was read under; `None` when NVML was not read
-    /// (then nothing of this run may be stored).
+    /// The driver version NVML was read under; `None`: store nothing of this run.
     pub driver_version: Option<String>,
 }
 
@@ -55,7 +39,6 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// A deadline `timeout` from now.
     pub fn start(timeout: Duration) -> Self {
         Deadline {
             started: Instant::now(),
@@ -69,19 +52,16 @@ impl Deadline {
         self.started + self.timeout
     }
 
-    /// When waiting and reading must give up, so that the file (an error file if
-    /// need be) is still published by [`Self::end`].
+    /// When waiting and reading must give up, leaving the time to publish.
     pub fn reading_ends(&self) -> Instant {
-        self.end() - timing::publish_reserve(self.timeout)
+        self.started + timing::reading_time(self.timeout)
     }
 
-    /// When storing the state gives up (see `timing::storing_ends`).
     pub fn storing_ends(&self) -> Instant {
         timing::storing_ends(self.reading_ends(), self.timeout)
     }
 
-    /// When a wait before reading gives up that must leave the reading time
-    /// (the state's lock; see `timing::waiting_ends`).
+    /// When a wait that starts now before reading gives up.
     pub fn waiting_ends(&self) -> Instant {
         timing::waiting_ends(Instant::now(), self.reading_ends())
     }
@@ -91,25 +71,19 @@ impl Deadline {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
     }
 
-    /// Starts the hard stop: a thread that, [`HARD_STOP_GRACE`] after the
-    /// deadline, logs the phase the run is stuck in and ends the process with
-    /// [`Exit::Timeout`] without running destructors.
+    /// Starts the hard stop: [`HARD_STOP_GRACE`] after the deadline, it logs the
+    /// phase the run is stuck in and ends the process with [`Exit::Timeout`].
     pub fn arm(&self) {
         let deadline = self.clone();
         let spawned = thread::Builder::new()
             .name("hard-stop".into())
             .spawn(move || {
                 let stop = deadline.end() + HARD_STOP_GRACE;
-                loop {
-                    let now = Instant::now();
-                    if now >= stop {
-                        break;
-                    }
-                    thread::sleep(stop - now);
+                while Instant::now() < stop {
+                    thread::sleep(stop.saturating_duration_since(Instant::now()));
                 }
-                // The phase's lock is only ever held to copy a pointer. The
-                // message goes out without the logger: the stuck thread may
-                // hold stderr's lock, blocked writing to a stalled journal.
+                // The phase's lock is only ever held to copy a pointer; the
+                // stuck thread may hold the logger's (see `logging::emergency`).
                 let phase = *deadline.phase.lock().unwrap_or_else(|e| e.into_inner());
                 logging::emergency(&format!(
                     "the run did not finish within --timeout {} (stuck {phase}); \
@@ -123,11 +97,9 @@ impl Deadline {
         }
     }
 
-    /// The collector samples every published file carries; `error` is the
-    /// reason the run failed, if it did.
+    /// The collector samples of every file; `error`: why the run failed, if it did.
     fn samples(&self, error: Option<Reason>) -> Vec<Sample> {
-        // When the snapshot was taken: the end of reading (the GPUs' point
-        // readings are taken just before it), or the failure.
+        // When the snapshot was taken: the end of reading, or the failure.
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
@@ -137,22 +109,17 @@ impl Deadline {
             metrics::COLLECTOR_TIMESTAMP.sample(timestamp),
             metrics::COLLECTOR_BUILD_INFO.sample_with([env!("CARGO_PKG_VERSION")], 1.0),
         ];
-        if let Some(reason) = error {
-            samples.push(metrics::COLLECTOR_ERROR.sample_with([reason.label()], 1.0));
-        }
+        samples.extend(error.map(|e| metrics::COLLECTOR_ERROR.sample_with([e.label()], 1.0)));
         samples
     }
 
-    /// Sets `nvidia_gpu_collector_duration_seconds` in `snapshot` to the time
-    /// since the run started. Called right before rendering, so that it covers
-    /// every read (process owners, the kernel log, the state), not only NVML.
+    /// Sets the snapshot's `nvidia_gpu_collector_duration_seconds` to the time
+    /// since the run started (right before rendering, to cover every read).
     pub fn stamp_duration(&self, snapshot: &mut Snapshot) {
         let elapsed = self.started.elapsed().as_secs_f64();
-        for sample in &mut snapshot.host {
-            if sample.family == metrics::COLLECTOR_DURATION.family() {
-                sample.value = elapsed;
-            }
-        }
+        let family = metrics::COLLECTOR_DURATION.family();
+        let duration = snapshot.host.iter_mut().filter(|s| s.family == family);
+        duration.for_each(|sample| sample.value = elapsed);
     }
 
     /// A snapshot that says only that the run failed for `reason`.
@@ -168,33 +135,25 @@ impl Deadline {
     }
 }
 
-/// Ends the process at once, without exit handlers or library destructors.
-///
-/// After a timeout a thread may still be inside a driver call; returning from
-/// `main` would run libnvidia-ml's destructors, which can wait for locks that
-/// the stuck call holds. Nothing is flushed: another thread may hold stdout's
-/// lock, blocked on a reader that never reads (a run's metrics go to fd 1
-/// unbuffered, see `publish::write_stdout`).
+/// Ends the process at once, without exit handlers or library destructors
+/// (libnvidia-ml's may wait for locks a stuck call holds) and flushing nothing.
 pub fn exit_now(exit: Exit) -> ! {
     extern "C" {
         fn _exit(status: i32) -> !;
     }
-    // SAFETY: _exit(2) only ends the process; nothing the run wrote waits in a
-    // buffer, and stderr is unbuffered.
+    // SAFETY: _exit(2) only ends the process; stderr is unbuffered.
     unsafe { _exit(i32::from(exit.code())) }
 }
 
 /// How the reading thread gets on.
 enum Progress {
-    /// NVML is open: from now on the reading hands over its GPUs by
-    /// `reading_ends`, stuck or not.
+    /// NVML is open: the reading hands over its GPUs by `reading_ends`.
     Opened,
     Done(Result<Reading, InitError>),
 }
 
-/// Runs `read` (every NVML call of the run) on a thread of its own, giving
-/// up at `deadline.reading_ends()` if NVML has not opened by then. `read`
-/// calls the function it is given once NVML is open.
+/// Runs `read` (every NVML call of the run) on a thread of its own; `read` calls
+/// the function it is given once NVML is open, else it is given up at `reading_ends`.
 pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
 where
     F: FnOnce(&Arc<InFlight>, &dyn Fn()) -> Result<Reading, InitError> + Send + 'static,
@@ -228,11 +187,13 @@ where
     };
     match received {
         Ok(Ok(reading)) => {
-            let any_down = reading.devices.iter().any(|d| {
-                d.samples
-                    .iter()
-                    .any(|s| s.family == metrics::DOWN_REASON.family())
-            });
+            let down = metrics::DOWN_REASON.family();
+            let mut samples = reading.devices.iter().flat_map(|d| &d.samples);
+            let exit = match (reading.timed_out, samples.any(|s| s.family == down)) {
+                (true, _) => Exit::Timeout,
+                (false, true) => Exit::DeviceDown,
+                (false, false) => Exit::Success,
+            };
             let mut host = deadline.samples(None);
             host.extend(reading.host);
             Outcome {
@@ -240,24 +201,17 @@ where
                     host,
                     devices: reading.devices,
                 },
-                exit: if reading.timed_out {
-                    Exit::Timeout
-                } else if any_down {
-                    Exit::DeviceDown
-                } else {
-                    Exit::Success
-                },
+                exit,
                 driver_version: Some(reading.driver_version),
             }
         }
         Ok(Err(error)) => {
+            let (reason, detail) = (error.reason, error.detail);
             log::error!(
-                "cannot use NVML ({}): {}\nhint: {}",
-                error.reason,
-                error.detail,
-                error.reason.hint()
+                "cannot use NVML ({reason}): {detail}\nhint: {}",
+                reason.hint()
             );
-            deadline.failed(error.reason, Exit::NvmlUnavailable)
+            deadline.failed(reason, Exit::NvmlUnavailable)
         }
         Err(RecvTimeoutError::Timeout) => {
             log::error!(
