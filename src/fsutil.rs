@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub enum FileError {
     /// Not a regular file (a FIFO, a device, a symlink, a directory).
     NotRegularFile(PathBuf),
+    /// The output directory does not exist or is not a directory.
+    MissingDirectory(PathBuf),
     /// What failed (`open`, `rename temporary file onto`, …), on which path, why.
     Io(&'static str, PathBuf, io::Error),
 }
@@ -28,6 +30,9 @@ impl fmt::Display for FileError {
                  remove it so the exporter can use the name",
                 path.display()
             ),
+            FileError::MissingDirectory(dir) => {
+                write!(f, "output directory {} does not exist", dir.display())
+            }
             FileError::Io(action, path, error) => {
                 write!(f, "cannot {action} {}: {error}", path.display())
             }

@@ -37,8 +37,7 @@ pub fn generate(what: Generate, out: &mut dyn Write) -> io::Result<()> {
 
 /// The man page: clap's sections, then those a Debian user expects; no date.
 fn man_page(out: &mut dyn Write) -> io::Result<()> {
-    let command = Cli::command();
-    let man = clap_mangen::Man::new(command)
+    let man = clap_mangen::Man::new(Cli::command())
         .section("1")
         .manual("User Commands");
     man.render_title(out)?;
@@ -50,9 +49,11 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
     let mut roff = Roff::new();
     roff.control("SH", ["EXIT STATUS"]);
     for exit in Exit::ALL {
-        roff.control("TP", []);
-        roff.text([bold(exit.code().to_string())]);
-        roff.text([roman(format!("{}.", exit.meaning()))]);
+        item(
+            &mut roff,
+            exit.code().to_string(),
+            format!("{}.", exit.meaning()),
+        );
     }
     roff.control("SH", ["DIAGNOSTICS"]);
     roff.text([roman(
@@ -62,23 +63,21 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
          runs) names the reason, then what to check:",
     )]);
     for reason in Reason::ALL {
-        roff.control("TP", []);
-        roff.text([bold(reason.label())]);
-        roff.text([roman(reason.hint())]);
+        item(&mut roff, reason.label(), reason.hint());
     }
     roff.control("SH", ["ENVIRONMENT"]);
-    roff.control("TP", []);
-    roff.text([bold("RUST_LOG")]);
-    roff.text([roman(
+    item(
+        &mut roff,
+        "RUST_LOG",
         "Log level on standard error: error, warn (the default; a healthy run prints \
          nothing), info, debug (every unsupported field) or trace (every NVML call's time).",
-    )]);
-    roff.control("TP", []);
-    roff.text([bold("JOURNAL_STREAM")]);
-    roff.text([roman(
+    );
+    item(
+        &mut roff,
+        "JOURNAL_STREAM",
         "Set by systemd when standard error is the journal; each line then carries its \
          priority.",
-    )]);
+    );
     roff.control("SH", ["FILES"]);
     for (path, what) in [
         (
@@ -94,9 +93,7 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
             "Prometheus alert rules and a Grafana dashboard for these metrics.",
         ),
     ] {
-        roff.control("TP", []);
-        roff.text([bold(path)]);
-        roff.text([roman(what)]);
+        item(&mut roff, path, what);
     }
     roff.control("SH", ["SEE ALSO"]);
     roff.text([
@@ -171,4 +168,11 @@ mod tests {
             assert_eq!(line.split('\t').count(), 4, "{line}");
         }
     }
+}
+
+/// A tagged paragraph: `term` in bold, `text` under it.
+fn item(roff: &mut Roff, term: impl Into<String>, text: impl Into<String>) {
+    roff.control("TP", []);
+    roff.text([bold(term)]);
+    roff.text([roman(text)]);
 }

@@ -35,12 +35,13 @@ pub fn emergency(message: &str) {
     write_to_stderr_nonblocking(text.as_bytes());
 }
 
-/// Each line of `message`, prefixed for `level` (and for the journal).
+/// Each line of `message`, prefixed for `level`: in the journal, by its syslog priority.
 fn prefixed(journal: bool, level: Level, message: &str) -> String {
-    let prefix = if journal {
-        format!("<{}>", priority(level))
-    } else {
-        format!("{PROGRAM}: {}: ", level.as_str().to_lowercase())
+    let prefix = match (journal, level) {
+        (true, Level::Error) => "<3>".to_owned(),
+        (true, Level::Warn) => "<4>".to_owned(),
+        (true, Level::Info | Level::Debug | Level::Trace) => "<5>".to_owned(),
+        (false, _) => format!("{PROGRAM}: {}: ", level.as_str().to_lowercase()),
     };
     message
         .lines()
@@ -137,15 +138,6 @@ fn write_while_ready(mut bytes: &[u8], piece: usize) {
     }
 }
 
-/// The syslog priority a line of `level` is logged at in the journal.
-fn priority(level: Level) -> u8 {
-    match level {
-        Level::Error => 3,
-        Level::Warn => 4,
-        Level::Info | Level::Debug | Level::Trace => 5,
-    }
-}
-
 /// Whether fd 2 is the journal stream `JOURNAL_STREAM` (`<device>:<inode>`) names.
 fn stderr_is_journal() -> bool {
     let stream = std::env::var("JOURNAL_STREAM").unwrap_or_default();
@@ -169,9 +161,9 @@ mod tests {
 
     #[test]
     fn errors_are_err_warnings_warning_and_the_rest_passes_log_level_max() {
-        assert_eq!(priority(Level::Error), 3);
-        assert_eq!(priority(Level::Warn), 4);
-        assert_eq!(priority(Level::Debug), 5);
+        assert_eq!(prefixed(true, Level::Error, "a"), "<3>a\n");
+        assert_eq!(prefixed(true, Level::Warn, "a"), "<4>a\n");
+        assert_eq!(prefixed(true, Level::Debug, "a"), "<5>a\n");
     }
 
     #[test]

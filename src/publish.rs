@@ -17,33 +17,6 @@ pub struct Target {
     file_name: String,
 }
 
-/// Why publishing failed.
-#[derive(Debug)]
-pub enum PublishError {
-    /// The output directory does not exist or is not a directory.
-    MissingDirectory(PathBuf),
-    File(FileError),
-}
-
-impl std::fmt::Display for PublishError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PublishError::MissingDirectory(dir) => {
-                write!(f, "output directory {} does not exist", dir.display())
-            }
-            PublishError::File(error) => error.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for PublishError {}
-
-impl From<FileError> for PublishError {
-    fn from(error: FileError) -> Self {
-        PublishError::File(error)
-    }
-}
-
 impl Target {
     /// A target file `file_name` (a plain `*.prom` name `cli` checked) in `dir`.
     pub fn new(dir: impl Into<PathBuf>, file_name: impl Into<String>) -> Self {
@@ -58,8 +31,8 @@ impl Target {
         self.dir.join(&self.file_name)
     }
 
-    fn check_dir(&self) -> Result<(), PublishError> {
-        let missing = || PublishError::MissingDirectory(self.dir.clone());
+    fn check_dir(&self) -> Result<(), FileError> {
+        let missing = || FileError::MissingDirectory(self.dir.clone());
         self.dir.is_dir().then_some(()).ok_or_else(missing)
     }
 
@@ -75,11 +48,10 @@ impl Target {
     }
 
     /// Replaces the target file with `text` (under the lock, but for the benchmark).
-    pub fn publish(&self, text: &str) -> Result<(), PublishError> {
+    pub fn publish(&self, text: &str) -> Result<(), FileError> {
         self.check_dir()?;
         let prefix = format!(".{}.{}.", self.file_name, std::process::id());
-        fsutil::replace(&self.dir, &self.file_name, text.as_bytes(), &prefix, true)?;
-        Ok(())
+        fsutil::replace(&self.dir, &self.file_name, text.as_bytes(), &prefix, true)
     }
 
     /// Which file is published now (device and inode): every publish renames
@@ -111,7 +83,7 @@ pub struct Session<'t> {
 impl<'t> Session<'t> {
     /// Waits for the lock until `until`; with it, removes the temporary
     /// files of killed runs.
-    pub fn begin(target: &'t Target, until: Instant) -> Result<Self, PublishError> {
+    pub fn begin(target: &'t Target, until: Instant) -> Result<Self, FileError> {
         let published_before = target.published_file();
         target.check_dir()?;
         let path = target.dir.join(format!(".{}.lock", target.file_name));
@@ -141,7 +113,7 @@ impl<'t> Session<'t> {
     }
 
     /// Publishes `text`, unless this run is busy and the holder published.
-    pub fn publish(self, text: &str) -> Result<Published, PublishError> {
+    pub fn publish(self, text: &str) -> Result<Published, FileError> {
         if !self.holds_lock() && self.superseded() {
             return Ok(Published::LeftHoldersFile);
         }
@@ -226,7 +198,7 @@ mod tests {
         let err = Target::new(&missing, "x.prom")
             .publish("a 1\n")
             .unwrap_err();
-        assert!(matches!(err, PublishError::MissingDirectory(_)));
+        assert!(matches!(err, FileError::MissingDirectory(_)));
         assert!(err.to_string().contains("absent"), "{err}");
     }
 
@@ -271,17 +243,11 @@ mod tests {
         };
         fifo(".x.prom.lock");
         let err = Session::begin(&target, Instant::now()).unwrap_err();
-        assert!(
-            matches!(err, PublishError::File(FileError::NotRegularFile(_))),
-            "{err}"
-        );
+        assert!(matches!(err, FileError::NotRegularFile(_)), "{err}");
         fs::remove_file(dir.path().join(".x.prom.lock")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join(".x.prom.lock")).unwrap();
         let err = Session::begin(&target, Instant::now()).unwrap_err();
-        assert!(
-            matches!(err, PublishError::File(FileError::NotRegularFile(_))),
-            "{err}"
-        );
+        assert!(matches!(err, FileError::NotRegularFile(_)), "{err}");
     }
 
     #[test]

@@ -3,34 +3,10 @@
 //! each under one HELP and TYPE, only if it has samples; host samples precede
 //! the devices', which keep snapshot and read order, each starting with
 //! `gpu="<index>",uuid="<uuid>"`; no timestamps.
-//!
-//! ```
-//! use nvidia_textfile_exporter::{metrics, render::render, snapshot::*};
-//! let snapshot = Snapshot {
-//!     host: vec![metrics::COLLECTOR_UP.sample(1.0)],
-//!     devices: vec![Device {
-//!         index: 0,
-//!         uuid: "GPU-0f1e".into(),
-//!         samples: vec![metrics::TEMPERATURE.sample(41.0)],
-//!         ..Device::default()
-//!     }],
-//! };
-//! assert_eq!(
-//!     render(&snapshot),
-//!     concat!(
-//!         "# HELP nvidia_gpu_collector_up 1 if this run read NVML, 0 if it did not (the reason is in nvidia_gpu_collector_error).\n",
-//!         "# TYPE nvidia_gpu_collector_up gauge\n",
-//!         "nvidia_gpu_collector_up 1\n",
-//!         "# HELP nvidia_gpu_temperature_celsius GPU die temperature.\n",
-//!         "# TYPE nvidia_gpu_temperature_celsius gauge\n",
-//!         "nvidia_gpu_temperature_celsius{gpu=\"0\",uuid=\"GPU-0f1e\"} 41\n",
-//!     )
-//! );
-//! ```
 
 use std::fmt::Write as _;
 
-use crate::metrics::{Family, ALL};
+use crate::metrics::ALL;
 use crate::snapshot::{Sample, Snapshot};
 
 /// Renders the snapshot as exposition text.
@@ -62,40 +38,32 @@ pub fn render(snapshot: &Snapshot) -> String {
         if samples.is_empty() {
             continue;
         }
-        write_header(family, &mut out);
+        let _ = write!(out, "# HELP {} ", family.name);
+        escape_help(family.help, &mut out);
+        let _ = write!(out, "\n# TYPE {} {}\n", family.name, family.kind.as_str());
         for (identity, sample) in samples {
-            write_sample(*identity, sample, &mut out);
+            out.push_str(family.name);
+            let mut separator = '{';
+            if let Some(identity) = identity {
+                out.push(separator);
+                out.push_str(identity);
+                separator = ',';
+            }
+            for label in &sample.labels {
+                let _ = write!(out, "{separator}{}=\"", label.name);
+                escape_label_value(&label.value, &mut out);
+                out.push('"');
+                separator = ',';
+            }
+            if separator == ',' {
+                out.push('}');
+            }
+            out.push(' ');
+            format_value(sample.value, &mut out);
+            out.push('\n');
         }
     }
     out
-}
-
-fn write_header(family: &Family, out: &mut String) {
-    let _ = write!(out, "# HELP {} ", family.name);
-    escape_help(family.help, out);
-    let _ = write!(out, "\n# TYPE {} {}\n", family.name, family.kind.as_str());
-}
-
-fn write_sample(identity: Option<&str>, sample: &Sample, out: &mut String) {
-    out.push_str(sample.family.name);
-    let mut separator = '{';
-    if let Some(identity) = identity {
-        out.push(separator);
-        out.push_str(identity);
-        separator = ',';
-    }
-    for label in &sample.labels {
-        let _ = write!(out, "{separator}{}=\"", label.name);
-        escape_label_value(&label.value, out);
-        out.push('"');
-        separator = ',';
-    }
-    if separator == ',' {
-        out.push('}');
-    }
-    out.push(' ');
-    format_value(sample.value, out);
-    out.push('\n');
 }
 
 /// Appends `value` escaped for use inside a double-quoted label value.
@@ -116,13 +84,7 @@ pub fn escape_label_value(value: &str, out: &mut String) {
 
 /// Appends `help` escaped for a `# HELP` line.
 pub fn escape_help(help: &str, out: &mut String) {
-    for c in help.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
+    out.push_str(&help.replace('\\', "\\\\").replace('\n', "\\n"));
 }
 
 /// Appends a sample value in the format's spelling (`NaN`, `+Inf`, `-Inf`).
@@ -272,6 +234,29 @@ mod tests {
         assert!(text.contains(
             "nvidia_gpu_clock_hertz{gpu=\"3\",uuid=\"GPU-\\\"x\\\"\",clock=\"sm\"} 1500000000\n"
         ));
+    }
+
+    #[test]
+    fn a_family_is_its_help_type_and_samples_with_the_identity_first() {
+        let snapshot = Snapshot {
+            host: vec![metrics::COLLECTOR_UP.sample(1.0)],
+            devices: vec![device(
+                0,
+                "GPU-0f1e",
+                vec![metrics::TEMPERATURE.sample(41.0)],
+            )],
+        };
+        assert_eq!(
+            render(&snapshot),
+            concat!(
+                "# HELP nvidia_gpu_collector_up 1 if this run read NVML, 0 if it did not (the reason is in nvidia_gpu_collector_error).\n",
+                "# TYPE nvidia_gpu_collector_up gauge\n",
+                "nvidia_gpu_collector_up 1\n",
+                "# HELP nvidia_gpu_temperature_celsius GPU die temperature.\n",
+                "# TYPE nvidia_gpu_temperature_celsius gauge\n",
+                "nvidia_gpu_temperature_celsius{gpu=\"0\",uuid=\"GPU-0f1e\"} 41\n",
+            )
+        );
     }
 
     #[test]

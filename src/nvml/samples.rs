@@ -1,7 +1,6 @@
-//! NVML's sample buffers of engine and per-process utilization, fetched by one
-//! growing-buffer loop ([`fetch`]) from the last timestamp the previous run
-//! consumed, and integrated by one rule ([`integrate`]) into running totals
-//! kept in a [`Carry`] (docs/design.md, "Utilization").
+//! NVML's sample buffers of engine and per-process utilization, fetched from the
+//! last timestamp consumed and integrated into the running totals of a [`Carry`]
+//! (docs/design.md, "Utilization").
 
 use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -43,12 +42,9 @@ pub struct Window {
 /// One sample as NVML returned it: timestamp (µs) and percent.
 pub type Point = (u64, u64);
 
-/// Integrates `samples` (in NVML's order) into `carry`: a sample is the
-/// average over the interval that ends at its timestamp, the gap to the one
-/// before capped by the period (the smallest positive gap); only the samples
-/// after the last backward clock step count, and an impossible one (above 100
-/// %) claims no time. `anchored`: NVML returned only samples newer than
-/// `carry.last_us`, so the first one follows it.
+/// Integrates `samples` (in NVML's order) into `carry` by the rule of
+/// docs/design.md, "Utilization". `anchored`: NVML returned only samples newer
+/// than `carry.last_us`, so the first one follows it.
 pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
     // Samples before the last backward step belong to the old clock.
     let start = (1..samples.len())
@@ -162,14 +158,13 @@ pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<
         }
         other => other.map(|answer| answer.map(|samples| (samples, true))),
     };
-    let window = match answer {
-        None => None,
-        Some(Err(error)) => {
-            reader.note("nvmlDeviceGetSamples", &error);
-            None
-        }
-        Some(Ok((samples, anchored))) => Some(integrate(carry, &samples, anchored)),
-    };
+    let window = answer
+        .and_then(|answer| {
+            answer
+                .map_err(|e| reader.note("nvmlDeviceGetSamples", &e))
+                .ok()
+        })
+        .map(|(samples, anchored)| integrate(carry, &samples, anchored));
     let carry = window.as_ref().map_or(carry, |w| w.carry);
     Outcome::Read { carry, window }
 }
