@@ -71,27 +71,20 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
     if unsafe { libc::fstat(2, &mut stat) } != 0 {
         return;
     }
+    let (start, len) = (bytes.as_ptr().cast(), bytes.len());
     match stat.st_mode & libc::S_IFMT {
         // A file takes a write at once, at fd 2's own offset.
         libc::S_IFREG => {
             // SAFETY: `bytes` is valid for its length; write only reads it.
-            unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+            unsafe { libc::write(2, start, len) };
         }
         // The journal's stream: send(2) takes a per-call flag.
         libc::S_IFSOCK => {
             // SAFETY: as above.
-            unsafe {
-                libc::send(
-                    2,
-                    bytes.as_ptr().cast(),
-                    bytes.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
+            unsafe { libc::send(2, start, len, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         }
-        // A pipe or a terminal: a new, non-blocking description of it; if it is
-        // another user's (setpriv), fd 2 itself in pieces it takes whole at
-        // once: PIPE_BUF bytes (pipe(7)), or a terminal's 256 (WAKEUP_CHARS).
+        // A pipe or a terminal: reopened non-blocking, or, if it is another
+        // user's, fd 2 itself in pieces it takes whole (docs/design.md, "Timing").
         kind => {
             let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
             // SAFETY: a NUL-terminated path; the descriptor is closed below.
@@ -99,7 +92,7 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
             if fd >= 0 {
                 // SAFETY: `fd` is open; `bytes` is valid for its length.
                 unsafe {
-                    libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                    libc::write(fd, start, len);
                     libc::close(fd);
                 }
             } else {

@@ -2,10 +2,7 @@
 //! declared once. A [`Labelled`] handle's type carries its family's label
 //! count, so a sample with the wrong number of label values does not compile;
 //! the renderer walks [`ALL`] in declaration order. Names are unique, start
-//! with [`PREFIX`], and only counters end in `_total` (checked by tests).
-
-/// Every metric name starts with this.
-pub const PREFIX: &str = "nvidia_gpu_";
+//! with `nvidia_gpu_`, and only counters end in `_total` (checked by tests).
 
 /// The Prometheus metric type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +120,6 @@ families! {
     COLLECTOR_READ_ERRORS: Gauge(Number), "nvidia_gpu_collector_read_errors", [],
         "NVML reads of this GPU that failed in this run for a reason other than not supported.";
 
-    // Host-wide facts.
     DRIVER_INFO: Gauge(Number), "nvidia_gpu_driver_info", ["driver_version", "cuda_version", "nvml_version"],
         "NVIDIA driver, CUDA driver API and NVML versions; always 1.";
 
@@ -135,7 +131,6 @@ families! {
     INFO: Gauge(Number), "nvidia_gpu_info", ["name", "pci_bus_id", "serial", "vbios_version", "brand", "architecture", "minor_number"],
         "Static facts about the GPU as labels; always 1.";
 
-    // Utilization.
     UTILIZATION: Gauge(Ratio), "nvidia_gpu_utilization_ratio", [],
         "Mean fraction of time a kernel ran on the GPU, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples (MIG mode), the point reading of its last sample period.";
     MEMORY_UTILIZATION: Gauge(Ratio), "nvidia_gpu_memory_utilization_ratio", [],
@@ -157,7 +152,6 @@ families! {
     SAMPLED: Counter(Seconds), "nvidia_gpu_sampled_seconds_total", ["engine"],
         "Time covered by the NVML samples integrated into nvidia_gpu_busy_seconds_total, by engine; grows slower than wall time where samples were missed (a timer period longer than NVML's buffer, missed runs).";
 
-    // Memory.
     MEMORY_USED: Gauge(Bytes), "nvidia_gpu_memory_used_bytes", [],
         "Device memory allocated (NVML memory info v2: excluding reserved memory).";
     MEMORY_FREE: Gauge(Bytes), "nvidia_gpu_memory_free_bytes", [],
@@ -171,7 +165,6 @@ families! {
     BAR1_TOTAL: Gauge(Bytes), "nvidia_gpu_bar1_memory_total_bytes", [],
         "BAR1 (CPU-mappable) memory in total.";
 
-    // Thermal.
     TEMPERATURE: Gauge(Celsius), "nvidia_gpu_temperature_celsius", [],
         "GPU die temperature.";
     MEMORY_TEMPERATURE: Gauge(Celsius), "nvidia_gpu_memory_temperature_celsius", [],
@@ -183,7 +176,6 @@ families! {
     SLOWDOWN: Counter(Seconds), "nvidia_gpu_clocks_event_seconds_total", ["reason"],
         "Time the clocks were held down by this reason since the driver was loaded, by reason: sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown.";
 
-    // Power.
     POWER: Gauge(Watts), "nvidia_gpu_power_watts", [],
         "Power drawn by the GPU and its memory (nvmlDeviceGetPowerUsage): averaged over the last second on Ampere except GA100 (A100, A30, A800) and newer, instantaneous on GA100 and older architectures.";
     ENERGY: Counter(Joules), "nvidia_gpu_energy_joules_total", [],
@@ -209,11 +201,9 @@ families! {
     VIOLATION: Counter(Seconds), "nvidia_gpu_violation_seconds_total", ["policy"],
         "Time the clocks were held below their target by this policy, by policy.";
 
-    // Cooling.
     FAN_SPEED: Gauge(RatioOfMax), "nvidia_gpu_fan_speed_ratio", ["fan"],
         "Intended fan speed as a fraction of its maximum, by fan (may exceed 1 on some boards).";
 
-    // PCIe.
     PCIE_GENERATION: Gauge(Number), "nvidia_gpu_pcie_link_generation", [],
         "Current PCIe link generation.";
     PCIE_MAX_GENERATION: Gauge(Number), "nvidia_gpu_pcie_link_max_generation", [],
@@ -253,7 +243,6 @@ families! {
     REMAPPED_ROWS_FAILURE: Gauge(Number), "nvidia_gpu_remapped_rows_failure", [],
         "1 if a row remap failed: the GPU needs service.";
 
-    // Modes.
     PERSISTENCE_MODE: Gauge(Number), "nvidia_gpu_persistence_mode", [],
         "1 if persistence mode is on.";
     COMPUTE_MODE: Gauge(Number), "nvidia_gpu_compute_mode", ["mode"],
@@ -334,7 +323,6 @@ families! {
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
         "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
 
-    // MIG devices.
     MIG_INFO: Gauge(Number), "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid", "profile"],
         "A MIG device of this GPU, with its ids and profile (e.g. 1g.10gb) as labels; always 1.";
     MIG_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_mig_memory_used_bytes", ["gpu_instance_id", "compute_instance_id"],
@@ -372,7 +360,6 @@ families! {
     MIG_PIPE_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_pipe_active_ratio", ["gpu_instance_id", "pipe"],
         "nvidia_gpu_pipe_active_ratio of one MIG GPU instance, by pipe (0-1).";
 
-    // Processes.
     PROCESSES: Gauge(Number), "nvidia_gpu_processes", [],
         "Compute processes running on the GPU.";
     PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
@@ -431,6 +418,8 @@ pub fn plausible_percent(percent: f64) -> bool {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    const PREFIX: &str = "nvidia_gpu_";
 
     fn is_valid_metric_name(name: &str) -> bool {
         let mut chars = name.chars();

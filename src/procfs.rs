@@ -33,16 +33,13 @@ impl Owner {
                 .ok()
                 .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         };
-        let comm = text("comm").map(|c| c.trim_end_matches('\n').to_owned());
-        let user = text("status")
-            .as_deref()
-            .and_then(real_uid)
-            .map(|uid| users.name(uid));
-        let cgroup = text("cgroup").map(|c| parse_cgroup(&c)).unwrap_or_default();
         Owner {
-            comm,
-            user,
-            ..cgroup
+            comm: text("comm").map(|c| c.trim_end_matches('\n').to_owned()),
+            user: text("status")
+                .as_deref()
+                .and_then(real_uid)
+                .map(|uid| users.name(uid)),
+            ..text("cgroup").map(|c| parse_cgroup(&c)).unwrap_or_default()
         }
     }
 }

@@ -64,19 +64,13 @@ reasons! {
     ResetRequired = "reset_required", "the GPU needs a reset: drain it and run `nvidia-smi -r`.";
     /// NVML was not initialised (a driver reload under the run).
     Uninitialized = "uninitialized", SEE_DETAIL;
-    /// The driver itself timed out.
     DriverTimeout = "driver_timeout", SEE_DETAIL;
-    /// The driver reported an interrupt problem.
     IrqIssue = "irq_issue", SEE_DETAIL;
     /// The GPU's external power connectors are not plugged in properly.
     InsufficientPower = "insufficient_power", SEE_DETAIL;
-    /// The GPU's InfoROM is corrupted.
     CorruptedInforom = "corrupted_inforom", SEE_DETAIL;
-    /// NVML ran out of memory.
     OutOfMemory = "out_of_memory", SEE_DETAIL;
-    /// An operating system call inside NVML failed.
     OperatingSystem = "operating_system", SEE_DETAIL;
-    /// An error NVML did not explain.
     Unknown = "unknown", SEE_DETAIL;
     /// NVML's init or the device count did not finish within `--timeout` (the
     /// run fails), or a GPU's calls did not (that GPU is down).
