@@ -1,5 +1,5 @@
-//! The file primitives `publish` and `state` share, none knowing which
-//! directory it works in.
+//! The file primitives `publish`, `state` and `logging` share, none knowing
+//! which directory it works in.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -169,6 +169,42 @@ pub fn within<T: Send + 'static>(
     receiver
         .recv_timeout(until.saturating_duration_since(Instant::now()))
         .ok()
+}
+
+/// Writes `bytes` to `fd` by `until` (`Ok(false)`: it had not taken them all),
+/// each write at most `piece` bytes after poll(2) says `fd` takes more, so none
+/// blocks past `until`.
+pub fn write_polled(fd: i32, bytes: &[u8], piece: usize, until: Instant) -> io::Result<bool> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let left = until.saturating_duration_since(Instant::now());
+        let wait_ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        let mut ready = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut ready, 1, wait_ms) } {
+            0 => return Ok(false),
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            -1 => return Err(io::Error::last_os_error()),
+            // Ready, or POLLERR/POLLHUP: the write says which (EPIPE).
+            _ => {}
+        }
+        let chunk = &rest[..rest.len().min(piece)];
+        // SAFETY: `chunk` is valid for its length; write only reads it.
+        let written = unsafe { libc::write(fd, chunk.as_ptr().cast(), chunk.len()) };
+        if written < 0 {
+            let error = io::Error::last_os_error();
+            match error.kind() {
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => continue,
+                _ => return Err(error),
+            }
+        }
+        rest = &rest[written as usize..];
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -5,8 +5,11 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use log::Level;
+
+use crate::fsutil;
 
 /// The program name on lines that do not go to the journal.
 const PROGRAM: &str = "nvidia-textfile-exporter";
@@ -101,33 +104,10 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
                 } else {
                     256
                 };
-                write_while_ready(bytes, piece);
+                // What fd 2 does not take now is dropped.
+                let _ = fsutil::write_polled(2, bytes, piece, Instant::now());
             }
         }
-    }
-}
-
-/// Writes `bytes` to fd 2 in pieces of `piece` bytes while poll(2) says it
-/// takes one now; the rest is dropped.
-fn write_while_ready(mut bytes: &[u8], piece: usize) {
-    while !bytes.is_empty() {
-        let mut ready = libc::pollfd {
-            fd: 2,
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        // SAFETY: one pollfd, no wait.
-        let polled = unsafe { libc::poll(&mut ready, 1, 0) };
-        if polled != 1 || ready.revents & libc::POLLOUT == 0 || ready.revents & libc::POLLERR != 0 {
-            return;
-        }
-        let len = bytes.len().min(piece);
-        // SAFETY: `bytes` is valid for `len` bytes; write only reads them.
-        let written = unsafe { libc::write(2, bytes.as_ptr().cast(), len) };
-        let Ok(written @ 1..) = usize::try_from(written) else {
-            return;
-        };
-        bytes = &bytes[written..];
     }
 }
 

@@ -122,40 +122,10 @@ impl<'t> Session<'t> {
     }
 }
 
-/// Writes `text` to fd 1 by `until` (`Ok(false)`: the reader had not taken
-/// it all), unbuffered, each write at most `PIPE_BUF` bytes after poll(2)
-/// says fd 1 takes more, so none blocks past `until`.
+/// Writes `text` to fd 1 by `until`, unbuffered, in pieces of `PIPE_BUF` bytes
+/// ([`fsutil::write_polled`]).
 pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
-    let mut rest = text;
-    while !rest.is_empty() {
-        let left = until.saturating_duration_since(Instant::now());
-        let wait_ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-        let mut fd = libc::pollfd {
-            fd: 1,
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        match unsafe { libc::poll(&mut fd, 1, wait_ms) } {
-            0 => return Ok(false),
-            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
-            -1 => return Err(io::Error::last_os_error()),
-            // Ready, or POLLERR/POLLHUP: the write says which (EPIPE).
-            _ => {}
-        }
-        let chunk = &rest[..rest.len().min(libc::PIPE_BUF)];
-        // SAFETY: `chunk` is valid for its length; write only reads it.
-        let written = unsafe { libc::write(1, chunk.as_ptr().cast(), chunk.len()) };
-        if written < 0 {
-            let error = io::Error::last_os_error();
-            match error.kind() {
-                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => continue,
-                _ => return Err(error),
-            }
-        }
-        rest = &rest[written as usize..];
-    }
-    Ok(true)
+    fsutil::write_polled(1, text, libc::PIPE_BUF, until)
 }
 
 /// The pid in a temporary file name `<prefix><pid>.<random>.tmp`, if `name` is one.
