@@ -4,52 +4,33 @@
 
 use std::process::ExitCode;
 
-macro_rules! exits {
-    ($($(#[$doc:meta])* $variant:ident = $code:literal, $name:literal, $meaning:expr;)*) => {
-        /// How a run ended.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Exit {
-            $($(#[$doc])* $variant = $code,)*
-        }
+use crate::reason::constants;
 
-        impl Exit {
-            /// Every status, in numeric order.
-            pub const ALL: [Exit; <[&str]>::len(&[$($name),*])] = [$(Exit::$variant),*];
-
-            /// A stable name, for scripts (`--generate exit-codes`).
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Exit::$variant => $name,)*
-                }
-            }
-
-            /// What the status means, in one sentence.
-            pub fn meaning(self) -> &'static str {
-                match self {
-                    $(Exit::$variant => $meaning,)*
-                }
-            }
-        }
-    };
-}
-
-exits! {
-    Success = 0, "success", "all GPUs were read and the file was written";
-    Usage = 2, "usage", "bad command line; nothing was changed";
-    NvmlUnavailable = 3, "nvml_unavailable",
+constants! {
+    /// How a run ended; `ALL` in numeric order.
+    pub enum Exit {
+        /// A stable name, for scripts (`--generate exit-codes`).
+        fn name;
+        /// What the status means, in one sentence.
+        fn meaning;
+    }
+    Success = 0 => ("success", "all GPUs were read and the file was written");
+    Usage = 2 => ("usage", "bad command line; nothing was changed");
+    NvmlUnavailable = 3 => ("nvml_unavailable",
         "NVML could not be used (library missing, driver not loaded, no permission, \
-         ...); the file says why";
-    DeviceDown = 4, "device_down",
-        "at least one GPU is down (lost, or failing every read); the file says which";
-    Timeout = 5, "timeout",
+         ...); the file says why");
+    DeviceDown = 4 => ("device_down",
+        "at least one GPU is down (lost, or failing every read); the file says which");
+    Timeout = 5 => ("timeout",
         "the run did not finish within --timeout (a hung driver call or file system, \
          standard output nobody reads), or a GPU's reads did not (that GPU is down \
          with reason timeout, the others are published); the file says so, unless \
-         even writing it could not finish in time";
-    Busy = 6, "busy",
+         even writing it could not finish in time");
+    Busy = 6 => ("busy",
         "another run held the lock of the output file until the deadline; the file \
-         says so unless that run published meanwhile";
-    PublishFailed = 7, "publish_failed", "the output file could not be written (nothing was changed)";
+         says so unless that run published meanwhile");
+    PublishFailed = 7 => ("publish_failed",
+        "the output file could not be written (nothing was changed)");
 }
 
 impl Exit {

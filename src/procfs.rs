@@ -1,7 +1,6 @@
-//! Who owns a GPU process: command, user, systemd unit, container and Slurm job,
-//! read from `/proc/<pid>` (or another procfs root). [`attribute`] never fails:
-//! what cannot be read is left out; values are decoded lossily; each pid is
-//! looked up once per run.
+//! Who owns a GPU process (command, user, systemd unit, container, Slurm job),
+//! from `/proc/<pid>`. [`attribute`] never fails: what cannot be read is left
+//! out; values are decoded lossily; each pid is looked up once per run.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -158,31 +157,25 @@ fn real_uid(status: &str) -> Option<u32> {
 /// Attribution from `/proc/<pid>/cgroup` (v2 `0::/path` or v1 `N:ctrl:/path`;
 /// the first line that yields a value wins).
 fn parse_cgroup(cgroup: &str) -> Owner {
-    let mut owner = Owner::default();
-    for line in cgroup.lines() {
-        let Some(path) = line.splitn(3, ':').nth(2) else {
-            continue;
-        };
-        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        if owner.slurm_job_id.is_none() {
-            owner.slurm_job_id = components
-                .iter()
-                .find_map(|c| c.strip_prefix("job_"))
-                .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
-                .map(str::to_owned);
-        }
-        if owner.container_id.is_none() {
-            owner.container_id = components.iter().rev().find_map(|c| container_id(c));
-        }
-        if owner.systemd_unit.is_none() {
-            owner.systemd_unit = components
-                .iter()
-                .rev()
-                .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
-                .map(|c| (*c).to_owned());
-        }
+    let paths: Vec<Vec<&str>> = cgroup
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .map(|path| path.split('/').filter(|c| !c.is_empty()).collect())
+        .collect();
+    let first = |find: fn(&[&str]) -> Option<String>| paths.iter().find_map(|c| find(c));
+    Owner {
+        slurm_job_id: first(|components| {
+            let id = components.iter().find_map(|c| c.strip_prefix("job_"))?;
+            (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_owned())
+        }),
+        container_id: first(|components| components.iter().rev().find_map(|c| container_id(c))),
+        systemd_unit: first(|components| {
+            let mut units = components.iter().rev();
+            let unit = units.find(|c| c.ends_with(".service") || c.ends_with(".scope"))?;
+            Some((*unit).to_owned())
+        }),
+        ..Owner::default()
     }
-    owner
 }
 
 /// A container id from one cgroup path component: `<runtime>-<id>.scope`, or a

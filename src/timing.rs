@@ -153,8 +153,8 @@ fn reads_reserve(reading: Duration) -> Duration {
     (reading / 10).min(Duration::from_secs(1))
 }
 
-/// A GPU's reads and window close when the state kept none (on an H200 about
-/// 50 ms cold, and 1-3 ms), and the margins added to what it kept.
+/// A GPU's reads and window close when the state kept none, and the margins
+/// added to what it kept.
 const READS_FIRST: Duration = Duration::from_millis(100);
 const READS_MARGIN: Duration = Duration::from_millis(20);
 const CLOSING_FIRST: Duration = Duration::from_millis(5);
@@ -197,11 +197,11 @@ pub struct Schedule {
     pub windows_end_by: Vec<Instant>,
 }
 
-/// The schedule, planned at `now`, of `gpus` read one after another (each its
-/// reads, then its close) over windows that end at `windows_end` (`None`: no
-/// window): each GPU's windows end as its reads do, shortened (never under
-/// [`MIN_WINDOW`]) so that the whole may overrun by half its estimate (at least
-/// [`reads_reserve`]) and still end [`AFTER_WINDOW`] before `reading_ends`.
+/// The schedule, planned at `now`, of `gpus` read one after another over windows
+/// that end at `windows_end` (`None`: no window): each GPU's windows end as its
+/// reads do, shortened (never under [`MIN_WINDOW`]) so that the whole may overrun
+/// by half its estimate (at least [`reads_reserve`]) and still end
+/// [`AFTER_WINDOW`] before `reading_ends`.
 pub fn schedule(
     now: Instant,
     reading_ends: Instant,

@@ -11,6 +11,7 @@ use nvml_wrapper_sys::bindings::{
 
 use super::reader::DeviceReader;
 use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
+use crate::reason::constants;
 
 const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
 /// The v2 struct is a prefix of v3 (without the summary): NVML writes no more.
@@ -19,53 +20,41 @@ const VERSION_2: u32 = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
 /// The NVML function named in logs and errors.
 pub const CALL: &str = "nvmlDeviceGetGpuFabricInfoV";
 
-/// An enum of label values: `ALL` in NVML's order (from 1) and `label`.
-macro_rules! labels {
-    ($(#[$meta:meta])* $name:ident { $($(#[$doc:meta])* $variant:ident => $label:literal,)* }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum $name { $($(#[$doc])* $variant,)* }
-
-        impl $name {
-            pub const ALL: [$name; [$($label),*].len()] = [$($name::$variant),*];
-
-            /// The label value.
-            pub fn label(self) -> &'static str {
-                match self { $($name::$variant => $label,)* }
-            }
-        }
-    };
-}
-
-labels! {
+constants! {
     /// Where the GPU's registration with the Fabric Manager stands.
-    FabricState {
-        NotStarted => "not_started",
-        InProgress => "in_progress",
-        Completed => "completed",
+    pub enum FabricState {
+        /// The label value; `ALL` is in NVML's order (from 1).
+        fn label;
     }
+    NotStarted => ("not_started");
+    InProgress => ("in_progress");
+    Completed => ("completed");
 }
 
-labels! {
+constants! {
     /// A fabric health condition, a field of the health mask (nvml.h
     /// `NVML_GPU_FABRIC_HEALTH_MASK_*`).
-    Condition {
-        DegradedBandwidth => "degraded_bandwidth",
-        RouteRecovery => "route_recovery",
-        RouteUnhealthy => "route_unhealthy",
-        AccessTimeoutRecovery => "access_timeout_recovery",
-        /// 0 not supported, 1 none, 2 and up a kind of misconfiguration.
-        IncorrectConfiguration => "incorrect_configuration",
+    pub enum Condition {
+        /// The label value; `ALL` is in NVML's order (from 1).
+        fn label;
     }
+    DegradedBandwidth => ("degraded_bandwidth");
+    RouteRecovery => ("route_recovery");
+    RouteUnhealthy => ("route_unhealthy");
+    AccessTimeoutRecovery => ("access_timeout_recovery");
+    /// 0 not supported, 1 none, 2 and up a kind of misconfiguration.
+    IncorrectConfiguration => ("incorrect_configuration");
 }
 
-labels! {
+constants! {
     /// The health summary of struct version 3 (`NVML_GPU_FABRIC_HEALTH_SUMMARY_*`).
-    Summary {
-        Healthy => "healthy",
-        Unhealthy => "unhealthy",
-        LimitedCapacity => "limited_capacity",
+    pub enum Summary {
+        /// The label value; `ALL` is in NVML's order (from 1).
+        fn label;
     }
+    Healthy => ("healthy");
+    Unhealthy => ("unhealthy");
+    LimitedCapacity => ("limited_capacity");
 }
 
 impl Condition {

@@ -38,9 +38,8 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     }
 }
 
-/// Reads `fields` in one call on `handle`, their ids in the driver's numbering
-/// (`scheme`): the call's own error, or one entry per field with its own (an
-/// undocumented value type is `UnexpectedVariant`).
+/// Reads `fields` in one call: the call's error, or each field's value or error
+/// (an undocumented value type is `UnexpectedVariant`).
 pub fn fetch(
     lib: &NvmlLib,
     handle: nvmlDevice_t,

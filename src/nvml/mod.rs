@@ -187,9 +187,8 @@ fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> 
     read(device.nvml().lib(), unsafe { device.handle() })
 }
 
-/// Loads and initialises NVML, naming each step for the watchdog: `nvmlInit_v2`
-/// on a handle of our own first (NVML counts initialisations), then
-/// nvml-wrapper's init, which also reads the driver version.
+/// Loads and initialises NVML, each step named for the watchdog: `nvmlInit_v2`
+/// on a handle of our own, then nvml-wrapper's init (it reads the driver version).
 fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     inflight.enter(Scope::Host, "nvmlInit_v2");
     // SAFETY: loading a library runs its initialisers; this is the library the

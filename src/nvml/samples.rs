@@ -174,9 +174,8 @@ const INITIAL_CAPACITY: c_uint = 256;
 /// More samples than any driver keeps: a larger count is not believed.
 const MAX_CAPACITY: c_uint = 1 << 16;
 
-/// Calls `call` with a buffer and its length, growing the buffer while NVML
-/// says it needs more (up to [`MAX_CAPACITY`]); NOT_FOUND (nothing since
-/// `lastSeenTimeStamp`) is an empty answer.
+/// Calls `call` with a buffer and its length, growing it while NVML asks for
+/// more (up to [`MAX_CAPACITY`]); NOT_FOUND (nothing new) is an empty answer.
 fn fetch<T: Clone>(
     zero: T,
     mut call: impl FnMut(*mut T, &mut c_uint) -> Result<(), NvmlError>,

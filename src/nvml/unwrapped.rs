@@ -1,7 +1,6 @@
-//! Typed reads of the NVML functions nvml-wrapper does not wrap, or wraps
-//! lossily (strings that must survive invalid UTF-8, enum values newer than it
-//! knows, the pre-R535 names of the clock event reasons), under
-//! [`DeviceReader`]'s error policy.
+//! Typed reads of the NVML functions nvml-wrapper does not wrap, or wraps lossily
+//! (strings with invalid UTF-8, enum values newer than it knows, the pre-R535
+//! names of the clock event reasons), under [`DeviceReader`]'s error policy.
 
 use std::ffi::{c_char, c_uint, c_ulonglong};
 
