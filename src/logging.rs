@@ -7,6 +7,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use libc::{PIPE_BUF, S_IFIFO};
 use log::Level;
 
 use crate::fsutil;
@@ -99,11 +100,7 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
                     libc::close(fd);
                 }
             } else {
-                let piece = if kind == libc::S_IFIFO {
-                    libc::PIPE_BUF
-                } else {
-                    256
-                };
+                let piece = if kind == S_IFIFO { PIPE_BUF } else { 256 };
                 // What fd 2 does not take now is dropped.
                 let _ = fsutil::write_polled(2, bytes, piece, Instant::now());
             }

@@ -4,21 +4,16 @@
 //! the renderer walks [`ALL`] in declaration order. Names are unique, start
 //! with `nvidia_gpu_`, and only counters end in `_total` (checked by tests).
 
-/// The Prometheus metric type of a family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Gauge,
-    Counter,
-}
+use crate::reason::constants;
 
-impl Kind {
-    /// The word used on the `# TYPE` line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Gauge => "gauge",
-            Kind::Counter => "counter",
-        }
+constants! {
+    /// The Prometheus metric type of a family.
+    pub enum Kind {
+        /// The word used on the `# TYPE` line.
+        fn as_str;
     }
+    Gauge => ("gauge");
+    Counter => ("counter");
 }
 
 /// What a family's values measure, in base units (the name's suffix says the same).
@@ -123,7 +118,6 @@ families! {
     DRIVER_INFO: Gauge(Number), "nvidia_gpu_driver_info", ["driver_version", "cuda_version", "nvml_version"],
         "NVIDIA driver, CUDA driver API and NVML versions; always 1.";
 
-    // Identity and liveness.
     UP: Gauge(Number), "nvidia_gpu_up", [],
         "1 if the GPU answered NVML in this run, 0 if it is lost or failing (see nvidia_gpu_down_reason).";
     DOWN_REASON: Gauge(Number), "nvidia_gpu_down_reason", ["reason"],
@@ -189,7 +183,6 @@ families! {
     POWER_MAX_LIMIT: Gauge(Watts), "nvidia_gpu_power_max_limit_watts", [],
         "Highest power limit that can be set.";
 
-    // Clocks, performance state and throttling.
     CLOCK: Gauge(Hertz), "nvidia_gpu_clock_hertz", ["clock"],
         "Current clock frequency by clock domain.";
     CLOCK_MAX: Gauge(Hertz), "nvidia_gpu_clock_max_hertz", ["clock"],

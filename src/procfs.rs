@@ -123,15 +123,8 @@ fn lookup(uid: u32) -> Option<String> {
         // SAFETY: passwd is plain old data, filled pointing into `buffer`.
         let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
         let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let code = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut entry,
-                buffer.as_mut_ptr(),
-                buffer.len(),
-                &mut result,
-            )
-        };
+        let (start, len) = (buffer.as_mut_ptr(), buffer.len());
+        let code = unsafe { libc::getpwuid_r(uid, &mut entry, start, len, &mut result) };
         if code == libc::ERANGE && buffer.len() < 1 << 20 {
             buffer.resize(buffer.len() * 4, 0);
             continue;

@@ -23,7 +23,8 @@ macro_rules! constants {
         impl $name {
             pub const ALL: [$name; [$(stringify!($variant)),*].len()] = [$($name::$variant),*];
 
-            constants!(@columns $name [$($(#[$fn_doc])* $column;)+] $($variant ($($value),+))*);
+            $crate::reason::constants!(@columns $name [$($(#[$fn_doc])* $column;)+]
+                $($variant ($($value),+))*);
         }
     };
     (@columns $name:ident [$(#[$fn_doc:meta])* $column:ident; $($rest:tt)*]
@@ -35,7 +36,7 @@ macro_rules! constants {
             }
         }
 
-        constants!(@columns $name [$($rest)*] $($variant ($($more),*))*);
+        $crate::reason::constants!(@columns $name [$($rest)*] $($variant ($($more),*))*);
     };
     (@columns $name:ident [] $($variant:ident ())*) => {};
 }

@@ -6,13 +6,7 @@ use std::mem;
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, FieldIdScheme};
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
-    nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT as SIGNED_INT,
-    nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG as SIGNED_LONG_LONG,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT as UNSIGNED_INT,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG as UNSIGNED_LONG,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as UNSIGNED_LONG_LONG, nvmlValueType_t,
-    nvmlValue_t, NvmlLib,
+    self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_t, nvmlValue_t, NvmlLib,
 };
 
 use super::raw;
@@ -74,12 +68,12 @@ pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option
     // SAFETY: `value_type` says which union member NVML wrote.
     unsafe {
         match value_type {
-            DOUBLE => Some(value.dVal),
-            UNSIGNED_INT => Some(f64::from(value.uiVal)),
-            UNSIGNED_LONG => Some(value.ulVal as f64),
-            UNSIGNED_LONG_LONG => Some(value.ullVal as f64),
-            SIGNED_LONG_LONG => Some(value.sllVal as f64),
-            SIGNED_INT => Some(f64::from(value.siVal)),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE => Some(value.dVal),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT => Some(f64::from(value.uiVal)),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => Some(value.ulVal as f64),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => Some(value.ullVal as f64),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => Some(value.sllVal as f64),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT => Some(f64::from(value.siVal)),
             _ => None,
         }
     }

@@ -47,8 +47,14 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
                 continue;
             }
         };
-        let ids =
-            INSTANCE_IDS.map(|(call, getter)| reader.read(call, |_| instance_id(&handle, getter)));
+        let ids = INSTANCE_IDS.map(|(call, getter)| {
+            reader.read(call, |_| {
+                raw(&handle, |lib, mig| {
+                    let mut id: c_uint = 0;
+                    raw_call!(getter(lib), mig, &mut id).map(|()| id)
+                })
+            })
+        });
         if let [Some(gpu_instance_id), Some(compute_instance_id)] = ids {
             found.push(MigDevice {
                 handle,
@@ -74,11 +80,3 @@ const INSTANCE_IDS: [(&str, Symbol<UintGetter>); 2] = [
     symbol!(nvmlDeviceGetGpuInstanceId),
     symbol!(nvmlDeviceGetComputeInstanceId),
 ];
-
-/// A MIG device's instance id through `getter`.
-fn instance_id(mig: &NvmlDevice<'_>, getter: Symbol<UintGetter>) -> Result<u32, NvmlError> {
-    raw(mig, |lib, handle| {
-        let mut id: c_uint = 0;
-        raw_call!(getter(lib), handle, &mut id).map(|()| id)
-    })
-}

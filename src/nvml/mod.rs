@@ -225,6 +225,6 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
     });
     let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
-    let sample = metrics::DRIVER_INFO.sample_with([driver.clone(), cuda, nvml_version], 1.0);
-    (sample, driver)
+    let labels = [driver.clone(), cuda, nvml_version];
+    (metrics::DRIVER_INFO.sample_with(labels, 1.0), driver)
 }
