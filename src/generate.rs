@@ -112,6 +112,13 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
     roff.to_writer(out)
 }
 
+/// A tagged paragraph: `term` in bold, `text` under it.
+fn item(roff: &mut Roff, term: impl Into<String>, text: impl Into<String>) {
+    roff.control("TP", []);
+    roff.text([bold(term)]);
+    roff.text([roman(text)]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,11 +175,4 @@ mod tests {
             assert_eq!(line.split('\t').count(), 4, "{line}");
         }
     }
-}
-
-/// A tagged paragraph: `term` in bold, `text` under it.
-fn item(roff: &mut Roff, term: impl Into<String>, text: impl Into<String>) {
-    roff.control("TP", []);
-    roff.text([bold(term)]);
-    roff.text([roman(text)]);
 }
