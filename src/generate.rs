@@ -49,11 +49,9 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
     let mut roff = Roff::new();
     roff.control("SH", ["EXIT STATUS"]);
     for exit in Exit::ALL {
-        item(
-            &mut roff,
-            exit.code().to_string(),
-            format!("{}.", exit.meaning()),
-        );
+        roff.control("TP", []);
+        roff.text([bold(exit.code().to_string())]);
+        roff.text([roman(format!("{}.", exit.meaning()))]);
     }
     roff.control("SH", ["DIAGNOSTICS"]);
     roff.text([roman(
@@ -63,21 +61,23 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
          runs) names the reason, then what to check:",
     )]);
     for reason in Reason::ALL {
-        item(&mut roff, reason.label(), reason.hint());
+        roff.control("TP", []);
+        roff.text([bold(reason.label())]);
+        roff.text([roman(reason.hint())]);
     }
     roff.control("SH", ["ENVIRONMENT"]);
-    item(
-        &mut roff,
-        "RUST_LOG",
+    roff.control("TP", []);
+    roff.text([bold("RUST_LOG")]);
+    roff.text([roman(
         "Log level on standard error: error, warn (the default; a healthy run prints \
          nothing), info, debug (every unsupported field) or trace (every NVML call's time).",
-    );
-    item(
-        &mut roff,
-        "JOURNAL_STREAM",
+    )]);
+    roff.control("TP", []);
+    roff.text([bold("JOURNAL_STREAM")]);
+    roff.text([roman(
         "Set by systemd when standard error is the journal; each line then carries its \
          priority.",
-    );
+    )]);
     roff.control("SH", ["FILES"]);
     for (path, what) in [
         (
@@ -93,7 +93,9 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
             "Prometheus alert rules and a Grafana dashboard for these metrics.",
         ),
     ] {
-        item(&mut roff, path, what);
+        roff.control("TP", []);
+        roff.text([bold(path)]);
+        roff.text([roman(what)]);
     }
     roff.control("SH", ["SEE ALSO"]);
     roff.text([
@@ -110,13 +112,6 @@ fn man_page(out: &mut dyn Write) -> io::Result<()> {
         ),
     ]);
     roff.to_writer(out)
-}
-
-/// A tagged paragraph: `term` in bold, `text` under it.
-fn item(roff: &mut Roff, term: impl Into<String>, text: impl Into<String>) {
-    roff.control("TP", []);
-    roff.text([bold(term)]);
-    roff.text([roman(text)]);
 }
 
 #[cfg(test)]
