@@ -9,8 +9,8 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::EventReasons;
 
 /// The clock domains read, with their `clock` label values.
@@ -75,7 +75,7 @@ const POLICIES: [(PerformancePolicy, u32, &str); 8] = {
 /// Dividing (rather than multiplying by 1e-9) keeps values like 912.4 exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
             reader.push(metrics::CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
@@ -94,7 +94,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 /// (`NVML_FI_DEV_PERF_POLICY_*`, the same nanosecond counters), falling back to
 /// `nvmlDeviceGetViolationStatus` where a field is not supported. On an H200 the
 /// eight fields took 1.1 ms in a batch against 3.6 ms for the eight calls.
-fn read_violations(reader: &mut DeviceReader<'_>) {
+fn read_violations(reader: &mut Gpu<'_>) {
     for (policy, field, label) in POLICIES {
         let nanoseconds = reader.field_or(field, |reader| {
             reader
@@ -125,7 +125,7 @@ pub(super) const FIELDS: &[u32] = &[
 
 /// One 0/1 sample per reason the GPU supports (every known reason if it cannot
 /// say).
-fn read_event_reasons(reader: &mut DeviceReader<'_>) {
+fn read_event_reasons(reader: &mut Gpu<'_>) {
     let Some(active) = reader.clocks_event_reasons(EventReasons::Current) else {
         return;
     };

@@ -8,14 +8,14 @@
 //! its own whose "does not hold" value is non-zero (see
 //! [`crate::nvml::fabric::Condition`]).
 
+use super::hooks::Gpu;
 use crate::metrics;
 use crate::nvml::fabric::{self, Condition, FabricState, Summary};
-use crate::nvml::reader::DeviceReader;
 
 /// The state key under which "this GPU is on a fabric" is kept per driver.
 const KEY: &str = "fabric";
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     // Read once per driver: `Some(None)` is a GPU on no fabric.
     if reader.read_fixed(KEY, fabric::CALL, |d| fabric::on_fabric(d).map(i64::from))
         != Some(Some(1))

@@ -32,10 +32,9 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::GpmSample;
 
-use super::hooks::{Settings, Window};
+use super::hooks::{Gpu, Settings, Window};
 use crate::metrics::{self, Labelled};
 use crate::nvml::mig;
-use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
 
@@ -182,7 +181,7 @@ struct GpuWindow<'n> {
 /// Opens the GPM window of a GPU: checks support and takes the first samples.
 /// Nothing is opened when GPM is off, unsupported, paused or refused.
 pub(super) fn open<'n>(
-    reader: &mut DeviceReader<'n>,
+    reader: &mut Gpu<'n>,
     settings: &Settings,
 ) -> Option<Box<dyn Window<'n> + 'n>> {
     if settings.gpm_window.is_zero() || !supported(reader) {
@@ -233,13 +232,13 @@ impl<'n> Window<'n> for GpuWindow<'n> {
         self.ends = self.ends.min(latest);
     }
 
-    fn close(self: Box<Self>, reader: &mut DeviceReader<'n>) {
+    fn close(self: Box<Self>, reader: &mut Gpu<'n>) {
         close(*self, reader);
     }
 }
 
 /// Takes the second samples when the window ends and exports the metrics.
-fn close<'n>(window: GpuWindow<'n>, reader: &mut DeviceReader<'n>) {
+fn close<'n>(window: GpuWindow<'n>, reader: &mut Gpu<'n>) {
     let wait = window.ends.saturating_duration_since(Instant::now());
     if !wait.is_zero() {
         std::thread::sleep(wait);
@@ -279,14 +278,14 @@ fn close<'n>(window: GpuWindow<'n>, reader: &mut DeviceReader<'n>) {
 }
 
 /// Whether NVML says the GPU supports GPM.
-fn supported(reader: &mut DeviceReader<'_>) -> bool {
+fn supported(reader: &mut Gpu<'_>) -> bool {
     reader
         .read("nvmlGpmQueryDeviceSupport", |d| d.gpm_support())
         .unwrap_or(false)
 }
 
 /// The GPU instance ids of a GPU in MIG mode (none otherwise), each once.
-fn gpu_instances(reader: &mut DeviceReader<'_>) -> Vec<u32> {
+fn gpu_instances(reader: &mut Gpu<'_>) -> Vec<u32> {
     let mut ids = Vec::new();
     for device in mig::devices(reader) {
         if !ids.contains(&device.gpu_instance_id) && ids.len() < MAX_GPU_INSTANCES {
@@ -307,7 +306,7 @@ enum Taken<'n> {
 }
 
 /// Takes a sample of `target`.
-fn take<'n>(reader: &mut DeviceReader<'n>, target: Target) -> Taken<'n> {
+fn take<'n>(reader: &mut Gpu<'n>, target: Target) -> Taken<'n> {
     let before = Instant::now();
     let (call, result) = match target {
         Target::Gpu => {
@@ -337,7 +336,7 @@ fn take<'n>(reader: &mut DeviceReader<'n>, target: Target) -> Taken<'n> {
 /// order; `None` for a metric NVML does not give (not supported quietly,
 /// other errors counted). `None` in all when the call failed.
 fn metrics_get<'n>(
-    reader: &mut DeviceReader<'n>,
+    reader: &mut Gpu<'n>,
     first: &GpmSample<'n>,
     second: &GpmSample<'n>,
 ) -> Option<Vec<Option<f64>>> {
@@ -359,7 +358,7 @@ fn metrics_get<'n>(
 
 /// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
 /// reason is new (the previous run had none, or another), not every run.
-fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
+fn unavailable(reader: &mut Gpu<'_>, why: Unavailable) {
     if reader.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
         let message = format!(
             "GPU {}: GPM metrics ({}) left out: {}",

@@ -38,11 +38,12 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::Device as NvmlDevice;
 
+use super::hooks::{down, Gpu};
 use super::hooks::{Collector, Settings, Window};
 use super::info;
 use crate::identity::{self, Identity};
 use crate::inflight::{InFlight, Scope};
-use crate::nvml::reader::{self, DeviceReader};
+use crate::nvml::reader::DeviceReader;
 use crate::nvml::{InitError, Session};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
@@ -223,7 +224,7 @@ impl Slot {
             stuck(index, "its reads", settings, inflight);
             Reason::Timeout
         });
-        let mut device = reader::down(index, &self.identity, reason);
+        let mut device = down(index, &self.identity, reason);
         if reason != Reason::Timeout {
             return (device, false);
         }
@@ -319,7 +320,7 @@ fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
         serial: gone.serial,
         unique: true,
     };
-    let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
+    let mut device = down(gone.index, &identity, Reason::NotEnumerated);
     // Its running totals stay in the state for when it comes back.
     device.state = Some(state);
     device
@@ -390,7 +391,7 @@ fn read_group(
     for ((index, start), handle) in group.into_iter().zip(&handles) {
         let (reader, read) = match handle {
             Ok(device) => {
-                let mut reader = DeviceReader::new(device, index, inflight);
+                let mut reader = Gpu::new(DeviceReader::new(device, index, inflight));
                 let read = info::read(&mut reader);
                 (Ok(reader), read)
             }
@@ -409,7 +410,7 @@ fn read_group(
     for (index, reader, start) in identified {
         // No start: the deadline came first; nothing of this GPU is wanted.
         let Ok(start) = start.recv() else { continue };
-        let gpu = Gpu {
+        let gpu = Enumerated {
             index,
             reader,
             identity: start.identity,
@@ -472,9 +473,9 @@ fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String
 }
 
 /// One enumerated GPU on its way through the phases.
-struct Gpu<'n> {
+struct Enumerated<'n> {
     index: u32,
-    reader: Result<DeviceReader<'n>, Reason>,
+    reader: Result<Gpu<'n>, Reason>,
     identity: Identity,
     state: GpuState,
     keeps_totals: bool,
@@ -482,7 +483,7 @@ struct Gpu<'n> {
 
 /// A GPU whose windows are open.
 struct Opened<'n> {
-    reader: DeviceReader<'n>,
+    reader: Gpu<'n>,
     identity: Identity,
     windows: Vec<Box<dyn Window<'n> + 'n>>,
     /// When the first window ends, if one is open.
@@ -493,13 +494,13 @@ struct Opened<'n> {
     reads: Option<(Instant, Instant)>,
 }
 
-impl<'n> Gpu<'n> {
+impl<'n> Enumerated<'n> {
     /// Phase 2a: hands the reader the GPU's previous state and opens every
     /// collector's window.
     fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
-            Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
+            Err(why) => return Err(Box::new(down(self.index, &self.identity, why))),
         };
         reader.set_previous_state(self.state, self.keeps_totals);
         let windows: Vec<_> = settings

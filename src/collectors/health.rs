@@ -6,8 +6,8 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
 /// ECC counters: field id, then the same counter as function arguments, with labels.
 const ECC_COUNTERS: [(u32, MemoryError, &str, EccCounter, &str); 4] = [
@@ -81,7 +81,7 @@ pub(super) const FIELDS: &[u32] = &[
     FI_GPU_RECOVERY_ACTION,
 ];
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     recovery_action(reader);
     // The function is the fallback for both fields: a failing batch entry is
     // counted only through it.
@@ -140,7 +140,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 /// current one. Only a field value (there is no function); left out where the
 /// driver does not support it. A value newer than this exporter knows sets all
 /// known actions to 0 and adds `action="unknown"` 1, so it is never hidden.
-fn recovery_action(reader: &mut DeviceReader<'_>) {
+fn recovery_action(reader: &mut Gpu<'_>) {
     let Some(value) = reader.field(FI_GPU_RECOVERY_ACTION) else {
         return;
     };

@@ -5,13 +5,19 @@
 //! (`mod.rs`) imports the collector files, so no file imports one that
 //! imports it.
 
+use std::collections::hash_map::{Entry, HashMap};
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::metrics::{self, Family};
+use crate::identity::Identity;
+use crate::metrics::{self, Family, Labelled, Merge};
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
-use crate::snapshot::Snapshot;
+use crate::nvml::samples::Carry;
+use crate::reason::Reason;
+use crate::snapshot::{Device, Sample, Snapshot};
+use crate::state::schema::Stream;
 use crate::state::StateFile;
 
 /// A window a collector opened over one GPU (GPM's two samples): the other
@@ -23,7 +29,7 @@ pub trait Window<'n> {
     /// Shortens the window to end by `latest` (see `timing::schedule`).
     fn end_by(&mut self, latest: Instant);
     /// Closes the window (waiting for its end) and pushes its readings.
-    fn close(self: Box<Self>, reader: &mut DeviceReader<'n>);
+    fn close(self: Box<Self>, reader: &mut Gpu<'n>);
 }
 
 /// A group of metric families that can be switched on and off.
@@ -56,7 +62,7 @@ pub(super) struct Hooks {
     /// sample), closed after every `read`.
     pub(super) open: Option<OpenHook>,
     /// Reads the collector's families from one GPU.
-    pub(super) read: Option<fn(&mut DeviceReader<'_>)>,
+    pub(super) read: Option<fn(&mut Gpu<'_>)>,
     /// Host-level work once the GPUs were read: reading outside NVML (the
     /// kernel log) or completing their samples (process owners). An error
     /// says why it did not work (`nvidia_gpu_collector_success` 0).
@@ -64,7 +70,7 @@ pub(super) struct Hooks {
 }
 
 /// Opens a window over one GPU; `None` when there is nothing to measure.
-type OpenHook = for<'n> fn(&mut DeviceReader<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
+type OpenHook = for<'n> fn(&mut Gpu<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
 
 /// A host step; the error says why it did not work.
 type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
@@ -168,3 +174,191 @@ impl PartialEq for Collector {
 }
 
 impl Eq for Collector {}
+
+/// One GPU as its collectors see it: the reader of its NVML calls (which it
+/// derefs to) and the samples they push.
+pub struct Gpu<'n> {
+    reader: DeviceReader<'n>,
+    samples: Vec<Sample>,
+}
+
+impl<'n> Deref for Gpu<'n> {
+    type Target = DeviceReader<'n>;
+    fn deref(&self) -> &DeviceReader<'n> {
+        &self.reader
+    }
+}
+
+impl<'n> DerefMut for Gpu<'n> {
+    fn deref_mut(&mut self) -> &mut DeviceReader<'n> {
+        &mut self.reader
+    }
+}
+
+impl<'n> Gpu<'n> {
+    pub fn new(reader: DeviceReader<'n>) -> Self {
+        Gpu {
+            reader,
+            samples: Vec::with_capacity(256),
+        }
+    }
+
+    /// Adds a sample; a value no GPU can produce (see [`Family::admits`]: a
+    /// sentinel) is dropped, logged and counted.
+    pub fn push(&mut self, sample: Sample) {
+        let value = sample.value;
+        self.push_read(sample, value);
+    }
+
+    /// Like [`Self::push`] for a sample converted from what NVML read
+    /// (`read`, a percentage say), which a rejection logs. Whether it was kept.
+    pub fn push_read(&mut self, sample: Sample, read: f64) -> bool {
+        let admitted = sample.family.admits(sample.value);
+        if admitted {
+            self.samples.push(sample);
+        } else {
+            self.reject(sample.family, read);
+        }
+        admitted
+    }
+
+    /// Drops an impossible reading of `family`, logged and counted like a
+    /// failed read.
+    pub fn reject(&mut self, family: &Family, value: f64) {
+        let index = self.reader.index();
+        self.reader.count_error(format!(
+            "GPU {index}: {} read {value}, which is impossible; dropped",
+            family.name
+        ));
+    }
+
+    /// The carry the previous run left for `stream`, if it can be one (an
+    /// impossible one starts the totals afresh).
+    pub fn previous_carry(&self, stream: Stream) -> Option<Carry> {
+        let carry = *self.previous_state().carries.get(&stream)?;
+        if !carry.is_possible() {
+            log::debug!(
+                "the state's carry of {stream:?} is impossible; starting its totals afresh"
+            );
+            return None;
+        }
+        Some(carry)
+    }
+
+    /// Adds a sample of a family without labels.
+    pub fn gauge(&mut self, family: Labelled<0>, value: f64) {
+        self.push(family.sample(value));
+    }
+
+    /// The GPU's samples, or only its down state if a fatal error occurred.
+    pub fn finish(mut self, identity: &Identity) -> Device {
+        let index = self.reader.index();
+        let (state, read_errors) = match self.reader.finish() {
+            Ok(finished) => finished,
+            Err(fault) => return down(index, identity, fault),
+        };
+        let merged = merge_duplicates(&mut self.samples);
+        if merged > 0 {
+            log::warn!(
+                "GPU {index}: NVML listed {merged} reading(s) twice (the same pid or MIG instance); merged"
+            );
+        }
+        self.samples.push(metrics::UP.sample(1.0));
+        self.samples
+            .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(read_errors)));
+        Device {
+            samples: self.samples,
+            state: Some(state),
+            ..identified(index, identity)
+        }
+    }
+}
+
+/// A GPU reported down for `reason`, with no other readings but its
+/// identity (for XID attribution and the state).
+pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
+    Device {
+        samples: vec![
+            metrics::UP.sample(0.0),
+            metrics::DOWN_REASON.sample_with([reason.label()], 1.0),
+        ],
+        ..identified(index, identity)
+    }
+}
+
+/// A device with `identity` and nothing read.
+fn identified(index: u32, identity: &Identity) -> Device {
+    Device {
+        index,
+        uuid: identity.uuid.clone(),
+        pci_bus_id: identity.pci_bus_id.clone(),
+        serial: identity.serial.clone(),
+        ..Device::default()
+    }
+}
+
+/// Merges samples of the same family and labels by the family's [`Merge`]
+/// rule, at the first one's position, so that no series is written twice.
+/// How many samples were merged away.
+fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
+    let key = |sample: &Sample| {
+        let mut key = sample.family.index.to_string();
+        for label in &sample.labels {
+            key.push('\0');
+            key.push_str(label.name);
+            key.push('\0');
+            key.push_str(&label.value);
+        }
+        key
+    };
+    let mut first: HashMap<String, usize> = HashMap::with_capacity(samples.len());
+    let mut kept: Vec<Sample> = Vec::with_capacity(samples.len());
+    let total = samples.len();
+    for sample in samples.drain(..) {
+        match first.entry(key(&sample)) {
+            Entry::Vacant(slot) => {
+                slot.insert(kept.len());
+                kept.push(sample);
+            }
+            Entry::Occupied(slot) => {
+                let earlier = &mut kept[*slot.get()];
+                let family = earlier.family;
+                earlier.value = match family.merge() {
+                    Merge::Sum => earlier.value + sample.value,
+                    Merge::Max => earlier.value.max(sample.value),
+                };
+            }
+        }
+    }
+    let merged = total - kept.len();
+    *samples = kept;
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::LabelValue;
+
+    #[test]
+    fn duplicates_merge_bytes_summed_states_kept() {
+        let process = |pid: &'static str, bytes: f64| {
+            // The pid alone, as for a process whose owner is unknown.
+            let mut labels: [Option<LabelValue>; 8] = Default::default();
+            labels[0] = Some(pid.into());
+            metrics::PROCESS_MEMORY_USED.sample_some(labels, bytes)
+        };
+        let mig = |used: f64| metrics::MIG_INFO.sample_with(["1", "0", "MIG-x", "1g.10gb"], used);
+        let mut samples = vec![
+            process("7", 100.0),
+            mig(1.0),
+            process("8", 5.0),
+            process("7", 20.0),
+            mig(1.0),
+        ];
+        assert_eq!(merge_duplicates(&mut samples), 2);
+        let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+        assert_eq!(values, [120.0, 1.0, 5.0]);
+        assert_eq!(merge_duplicates(&mut samples), 0);
+    }
+}

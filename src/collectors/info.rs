@@ -12,17 +12,17 @@
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::DeviceArchitecture;
 
+use super::hooks::Gpu;
 use crate::identity;
 use crate::metrics;
 use crate::nvml::facts::GpuFacts;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::Text;
 
 /// Reads the GPU's identity and pushes its info sample. A UUID that cannot be
 /// read does not stop the reading: the GPU is still reported (under the
 /// identity the state knew); a fatal error marks it down through the reader as
 /// for any other call.
-pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
+pub(super) fn read(reader: &mut Gpu<'_>) -> identity::Read {
     let uuid = reader.text(Text::Uuid);
     let name = reader.text(Text::Name);
     let pci = reader.read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info());

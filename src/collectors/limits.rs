@@ -4,11 +4,11 @@
 //! that never move, and five NVML calls per run.
 
 use super::clocks::{DOMAINS, HERTZ_PER_MEGAHERTZ};
+use super::hooks::Gpu;
 use super::power::PER_MILLI;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
             reader.push(

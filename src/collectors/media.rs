@@ -8,14 +8,14 @@
 //!
 //! [`GpuFacts::has_video_encoder`]: crate::nvml::facts::GpuFacts::has_video_encoder
 
+use super::hooks::Gpu;
 use super::utilization::{point, read_engine, Engine};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::Accelerator;
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if reader.facts().has_video_encoder() {
         read_encoder(reader);
     } else {
@@ -37,7 +37,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 }
 
 /// The encoder's utilization (samples, else the point reading) and sessions.
-fn read_encoder(reader: &mut DeviceReader<'_>) {
+fn read_encoder(reader: &mut Gpu<'_>) {
     // Where NVML keeps no samples, the point reading of its last sample period.
     if !read_engine(reader, Engine::Encoder) {
         if let Some(info) = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
@@ -60,7 +60,7 @@ fn read_encoder(reader: &mut DeviceReader<'_>) {
 /// GPUs that have them (A100, H100/H200 and later; driver 535+): NVML answers
 /// each like the decoder, percent over a sampling period (the period is not
 /// exported, as for the encoder and decoder).
-fn read_accelerators(reader: &mut DeviceReader<'_>) {
+fn read_accelerators(reader: &mut Gpu<'_>) {
     for (engine, family) in [
         (Accelerator::Jpeg, metrics::JPEG_UTILIZATION),
         (Accelerator::OpticalFlow, metrics::OFA_UTILIZATION),

@@ -2,17 +2,17 @@
 //! (from the one enumeration, `nvml::mig`), under the parent GPU's
 //! `gpu`/`uuid` labels.
 
+use super::hooks::Gpu;
 use crate::metrics;
 use crate::nvml::mig::{self, MigDevice};
-use crate::nvml::reader::DeviceReader;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     for device in mig::devices(reader) {
         read_mig_device(reader, &device);
     }
 }
 
-fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &MigDevice<'_>) {
+fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
     let Some(mig_uuid) = reader.read("nvmlDeviceGetUUID", |_| mig.handle.uuid()) else {
         return;
     };

@@ -23,9 +23,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
 use crate::nvml::fields::{self, Field};
-use crate::nvml::reader::DeviceReader;
 use crate::snapshot::LabelValue;
 
 /// More links than any GPU has (GB200: 18, nvml.h of CUDA 13.3 allows 36): a
@@ -93,7 +93,7 @@ impl LinkState {
 /// offers no link count field, the links are found with
 /// `nvmlDeviceGetNvLinkState` as the per-link collector does, so that a link
 /// that goes down is still seen.
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     let count = reader
         .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
         .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS));
@@ -226,7 +226,7 @@ impl Nvlink5 {
 
 /// Whether the GPU has the NVLink 5 counters, by link 0's recovery count
 /// (read once per driver: a GPU's NVLink generation does not change).
-fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
+fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
     let probe = Field {
         id: LINK_RECOVERY_EVENTS,
         scope: 0,
@@ -239,7 +239,7 @@ fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
 /// (remembered in the state, which starts afresh on another boot or driver)
 /// whose state is now known to be inactive.
-fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<LinkState>]) {
+fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     let mut seen = reader.previous_state().links_seen_active;
     let mut lost = 0;
     for (link, state) in states.iter().enumerate().take(64) {
@@ -265,7 +265,7 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
 
 /// Reads the per-link fields of links `0..count` in one call (with the NVLink
 /// 5 counters where the GPU has them).
-fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
+fn read_link_fields(reader: &mut Gpu<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
     let extra: &[u32] = if nvlink5 { &NVLINK5_FIELDS } else { &[] };
     let per_link = TOTALS_LINK_FIELDS.len() + extra.len();
     let requests: Vec<Field> = (0..count)
@@ -292,7 +292,7 @@ fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32, nvlink5: bool) ->
 
 /// The state of `link`: from its state field, or where the driver does not
 /// offer that field, from `nvmlDeviceGetNvLinkState`. `None` if unknown.
-fn link_state(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
+fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
     match state {
         Some(0.0) => Some(LinkState::Inactive),
         Some(1.0) => Some(LinkState::Active),
@@ -336,7 +336,7 @@ const PER_LINK_FIELDS: [u32; 4] = [
 /// The state of each link below `last` by `nvmlDeviceGetNvLinkState`, up to
 /// the first link NVML does not know (`None` for a link whose state failed);
 /// `None` if the GPU has no NVLink or went down.
-fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bool>>> {
+fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
         match reader.try_read("nvmlDeviceGetNvLinkState", |d| {
@@ -357,7 +357,7 @@ fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bo
 }
 
 /// The per-link collector (`nvlink-links`).
-pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
+pub(super) fn read_links(reader: &mut Gpu<'_>) {
     let last = reader
         .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
         .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS))
@@ -433,7 +433,7 @@ const NVLINK5_LINK_FIELDS: [u32; 6] = [
 ];
 
 /// One link's NVLink 5 samples from its [`NVLINK5_LINK_FIELDS`] values.
-fn push_nvlink5_link(reader: &mut DeviceReader<'_>, label: &str, values: &[Option<f64>]) {
+fn push_nvlink5_link(reader: &mut Gpu<'_>, label: &str, values: &[Option<f64>]) {
     let counters = Nvlink5::from_values(values);
     let link = || LabelValue::from(label.to_owned());
     for (count, result) in [
@@ -475,7 +475,7 @@ fn ber(raw: f64) -> f64 {
 /// Error counters of one link, one call each (all four on drivers without the
 /// per-link error fields).
 fn read_error_counters(
-    reader: &mut DeviceReader<'_>,
+    reader: &mut Gpu<'_>,
     link: u32,
     label: &str,
     counters: &[(ErrorCounter, &'static str)],

@@ -11,13 +11,13 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_REPLAY_COUNTER,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
 /// NVML reports PCIe throughput in KiB/s.
 const BYTES_PER_KIB: f64 = 1024.0;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(Some(generation)) = reader.read_fixed(
         "pcie.max_generation",
         "nvmlDeviceGetMaxPcieLinkGeneration",
@@ -68,7 +68,7 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 /// The sampled throughput: each direction blocks for NVML's 20 ms window.
-pub(super) fn read_throughput(reader: &mut DeviceReader<'_>) {
+pub(super) fn read_throughput(reader: &mut Gpu<'_>) {
     for (counter, family) in [
         (PcieUtilCounter::Send, metrics::PCIE_TRANSMIT_THROUGHPUT),
         (PcieUtilCounter::Receive, metrics::PCIE_RECEIVE_THROUGHPUT),

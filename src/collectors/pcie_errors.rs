@@ -13,8 +13,8 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_COUNT_UNSUPPORTED_REQ, NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
 /// The counters (nvml.h `NVML_FI_DEV_PCIE_*`, 169 and 173-183) with their
 /// `kind` label values.
@@ -52,7 +52,7 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_PCIE_COUNT_LANE_ERROR,
 ];
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     for (field, kind) in KINDS {
         if let Some(count) = reader.field(field) {
             reader.push(metrics::PCIE_ERRORS.sample_with([kind], count));

@@ -14,9 +14,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
 use crate::nvml::facts::{Chip, GpuFacts};
-use crate::nvml::reader::DeviceReader;
 
 pub(super) const PER_MILLI: f64 = 1000.0;
 
@@ -59,7 +59,7 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
     }
 }
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
         reader.gauge(metrics::POWER, f64::from(milliwatts) / PER_MILLI);
     }

@@ -1,18 +1,17 @@
 //! Per-process GPU memory and SM utilization. Only the pid is known here;
 //! `procfs` adds the owner after the GPUs were read (this collector's host step).
 
+use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
-use super::hooks::{HostError, HostRun};
-use super::utilization::{previous_carry, Engine};
+use super::hooks::{Gpu, HostError, HostRun};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
 use crate::procfs::{self, Owner, Users};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Stream;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     let Some(processes) = reader.compute_processes() else {
         return;
     };
@@ -102,10 +101,9 @@ impl Utilization {
 /// cover, so that a process's mean covers the GPU's window (after a clock
 /// step, the GPU's whole buffer read again, so is the process's); `None`
 /// when nothing can be read or the window covers no time.
-fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
-    let previous = previous_carry(reader, Stream::Processes);
-    let Outcome::Read { carry, window } =
-        samples::read(reader, Engine::Gpu.sampling_type(), previous)
+fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
+    let previous = reader.previous_carry(Stream::Processes);
+    let Outcome::Read { carry, window } = samples::read(reader, Sampling::GpuUtilization, previous)
     else {
         return None;
     };

@@ -10,9 +10,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
 };
 
+use super::hooks::Gpu;
 use crate::metrics;
 use crate::nvml::fields::{self, Field};
-use crate::nvml::reader::DeviceReader;
 
 /// Thresholds read, with their `threshold` label values.
 const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
@@ -63,7 +63,7 @@ pub(super) const FIELDS: &[u32] = &[
 /// More fans than any board has (boards have one to four).
 const MAX_FANS: u32 = 16;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(celsius) = reader.gpu_temperature() {
         reader.gauge(metrics::TEMPERATURE, celsius);
     }
@@ -124,7 +124,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
 /// The thermal margin (T.Limit): degrees below the nearest slowdown threshold.
 /// No field value holds it: `NVML_FI_DEV_TEMPERATURE_*_TLIMIT` are the
 /// thresholds on the T.Limit scale, not the current margin.
-fn read_margin(reader: &mut DeviceReader<'_>) {
+fn read_margin(reader: &mut Gpu<'_>) {
     if let Some(celsius) = reader.margin_temperature() {
         reader.gauge(metrics::TEMPERATURE_MARGIN, f64::from(celsius));
     }

@@ -4,8 +4,8 @@
 
 use nvml_wrapper::enum_wrappers::device::Sampling;
 
+use super::hooks::Gpu;
 use crate::metrics::{self, Labelled};
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};
 use crate::state::schema::Stream;
 
@@ -60,22 +60,11 @@ impl Engine {
     }
 }
 
-/// The carry the previous run left for `stream`, if it can be one (an
-/// impossible one starts the totals afresh).
-pub(super) fn previous_carry(reader: &DeviceReader<'_>, stream: Stream) -> Option<Carry> {
-    let carry = *reader.previous_state().carries.get(&stream)?;
-    if !carry.is_possible() {
-        log::debug!("the state's carry of {stream:?} is impossible; starting its totals afresh");
-        return None;
-    }
-    Some(carry)
-}
-
 /// Reads `engine`'s samples since the previous run and pushes its ratio (if
 /// any sample is new) and its busy and sampled totals. False where NVML keeps
 /// no samples for it: the caller falls back to a point reading.
-pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool {
-    let previous = previous_carry(reader, engine.stream());
+pub(super) fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
+    let previous = reader.previous_carry(engine.stream());
     let Outcome::Read { carry, window } = samples::read(reader, engine.sampling_type(), previous)
     else {
         return false;
@@ -107,12 +96,12 @@ pub(super) fn read_engine(reader: &mut DeviceReader<'_>, engine: Engine) -> bool
 
 /// Pushes a point reading in percent of NVML's sample period as `engine`'s
 /// ratio (impossible values rejected).
-pub(super) fn point(reader: &mut DeviceReader<'_>, engine: Engine, percent: u32) {
+pub(super) fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
     let percent = f64::from(percent);
     reader.push_read(engine.ratio().sample(percent / 100.0), percent);
 }
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     let gpu = read_engine(reader, Engine::Gpu);
     let memory = read_engine(reader, Engine::Memory);
     // Where NVML keeps no samples (MIG mode), its point reading of the last
