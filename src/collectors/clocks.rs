@@ -1,7 +1,7 @@
 //! Clock frequencies, the performance state and what holds the clocks down:
 //! clock event reasons now, and violation time per policy as counters.
 
-use nvml_wrapper::enum_wrappers::device::{Clock, PerformancePolicy, PerformanceState};
+use nvml_wrapper::enum_wrappers::device::{PerformancePolicy, PerformanceState};
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
     NVML_FI_DEV_PERF_POLICY_POWER, NVML_FI_DEV_PERF_POLICY_RELIABILITY,
@@ -9,19 +9,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
 };
 
-use super::hooks::Gpu;
+use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics;
 use crate::nvml::unwrapped::EventReasons;
-
-/// The clock domains read, with their `clock` label values.
-pub(super) const DOMAINS: [(Clock, &str); 4] = [
-    (Clock::Graphics, "graphics"),
-    (Clock::SM, "sm"),
-    (Clock::Memory, "memory"),
-    (Clock::Video, "video"),
-];
-
-pub(super) const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 
 /// Clock event reason bits of nvml.h (`nvmlClocksEventReason*`), with their
 /// `reason` label values.
@@ -76,7 +66,7 @@ const POLICIES: [(PerformancePolicy, u32, &str); 8] = {
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    for (clock, label) in DOMAINS {
+    for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
             reader.push(metrics::CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }

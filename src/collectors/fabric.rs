@@ -8,7 +8,7 @@
 //! its own whose "does not hold" value is non-zero (see
 //! [`crate::nvml::fabric::Condition`]).
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::fabric::{self, Condition, FabricState, Summary};
 

@@ -32,7 +32,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::GpmSample;
 
-use super::hooks::{Gpu, Settings, Window};
+use crate::collector::{Gpu, Settings, Window};
 use crate::metrics::{self, Labelled};
 use crate::nvml::mig;
 use crate::snapshot::Sample as MetricSample;

@@ -6,7 +6,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
 };
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 
 /// ECC counters: field id, then the same counter as function arguments, with labels.

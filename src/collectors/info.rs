@@ -12,7 +12,7 @@
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::DeviceArchitecture;
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::identity;
 use crate::metrics;
 use crate::nvml::facts::GpuFacts;
@@ -22,7 +22,7 @@ use crate::nvml::unwrapped::Text;
 /// read does not stop the reading: the GPU is still reported (under the
 /// identity the state knew); a fatal error marks it down through the reader as
 /// for any other call.
-pub(super) fn read(reader: &mut Gpu<'_>) -> identity::Read {
+pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
     let uuid = reader.text(Text::Uuid);
     let name = reader.text(Text::Name);
     let pci = reader.read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info());

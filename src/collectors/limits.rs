@@ -3,13 +3,11 @@
 //! `pcie` collector's, for downtraining). Off by default: six series per GPU
 //! that never move, and five NVML calls per run.
 
-use super::clocks::{DOMAINS, HERTZ_PER_MEGAHERTZ};
-use super::hooks::Gpu;
-use super::power::PER_MILLI;
+use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 use crate::metrics;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    for (clock, label) in DOMAINS {
+    for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
             reader.push(
                 metrics::CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ),

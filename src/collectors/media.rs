@@ -8,8 +8,7 @@
 //!
 //! [`GpuFacts::has_video_encoder`]: crate::nvml::facts::GpuFacts::has_video_encoder
 
-use super::hooks::Gpu;
-use super::utilization::{point, read_engine, Engine};
+use crate::collector::{point, read_engine, Engine, Gpu};
 use crate::metrics;
 use crate::nvml::unwrapped::Accelerator;
 

@@ -1,6 +1,6 @@
 //! Device memory and BAR1 memory.
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {

@@ -2,7 +2,7 @@
 //! (from the one enumeration, `nvml::mig`), under the parent GPU's
 //! `gpu`/`uuid` labels.
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::mig::{self, MigDevice};
 

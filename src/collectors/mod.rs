@@ -21,9 +21,7 @@
 mod clocks;
 mod fabric;
 mod gpm;
-pub mod gpus;
 mod health;
-mod hooks;
 mod info;
 mod limits;
 mod media;
@@ -41,9 +39,11 @@ pub mod xid;
 
 use crate::metrics::{self, Family};
 
-use hooks::Hooks;
+use crate::collector::Hooks;
+pub use crate::collector::{Collector, HostRun, Settings};
 
-pub use hooks::{run_host, Collector, HostRun, Settings, Window};
+/// Reads a GPU's identity and its info sample: first, on every GPU.
+pub(crate) use info::read as identify;
 
 /// Every collector, in output order.
 pub static ALL: &[Collector] = &[

@@ -2,7 +2,7 @@
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {

@@ -23,7 +23,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::fields::{self, Field};
 use crate::snapshot::LabelValue;

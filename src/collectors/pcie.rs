@@ -11,7 +11,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_REPLAY_COUNTER,
 };
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 
 /// NVML reports PCIe throughput in KiB/s.

@@ -13,7 +13,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_COUNT_UNSUPPORTED_REQ, NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER,
 };
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 
 /// The counters (nvml.h `NVML_FI_DEV_PCIE_*`, 169 and 173-183) with their

@@ -14,11 +14,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
 };
 
-use super::hooks::Gpu;
+use crate::collector::{Gpu, PER_MILLI};
 use crate::metrics;
 use crate::nvml::facts::{Chip, GpuFacts};
-
-pub(super) const PER_MILLI: f64 = 1000.0;
 
 /// Field values this collector takes from every GPU's batch: the energy (same
 /// millijoules as `nvmlDeviceGetTotalEnergyConsumption`).

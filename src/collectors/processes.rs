@@ -4,7 +4,7 @@
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
-use super::hooks::{Gpu, HostError, HostRun};
+use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics;
 use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
 use crate::procfs::{self, Owner, Users};

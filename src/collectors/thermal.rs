@@ -10,7 +10,7 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
 };
 
-use super::hooks::Gpu;
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::fields::{self, Field};
 

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::hooks::{HostError, HostRun};
+use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{self, normalize_bus_id, Ended, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;

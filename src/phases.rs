@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::Device as NvmlDevice;
 
-use super::hooks::{down, Gpu};
-use super::hooks::{Collector, Settings, Window};
-use super::info;
+use crate::collector::{down, Collector, Gpu, HostRun, Settings, Window};
+use crate::collectors;
 use crate::identity::{self, Identity};
 use crate::inflight::{InFlight, Scope};
+use crate::metrics;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::{InitError, Session};
 use crate::reason::Reason;
@@ -392,7 +392,7 @@ fn read_group(
         let (reader, read) = match handle {
             Ok(device) => {
                 let mut reader = Gpu::new(DeviceReader::new(device, index, inflight));
-                let read = info::read(&mut reader);
+                let read = collectors::identify(&mut reader);
                 (Ok(reader), read)
             }
             Err(why) => (
@@ -592,5 +592,33 @@ fn wait_until(when: Option<Instant>) {
         if !wait.is_zero() {
             thread::sleep(wait);
         }
+    }
+}
+
+/// Runs the host step of every collector that has one, in registry order,
+/// each said in the file: `nvidia_gpu_collector_success{collector}` and
+/// `nvidia_gpu_collector_step_duration_seconds{collector}`. `enter` names the
+/// phase for the watchdog.
+pub fn run_host(
+    collectors: &[&'static Collector],
+    run: &mut HostRun<'_>,
+    enter: &dyn Fn(&'static str),
+) {
+    for collector in collectors {
+        let Some(host) = collector.hooks.host else {
+            continue;
+        };
+        enter(collector.name);
+        let started = Instant::now();
+        let outcome = host(run);
+        // The step logs its own failures (once, not every run).
+        if let Err(why) = &outcome {
+            log::debug!("collector {}: {why}", collector.name);
+        }
+        let labels = [collector.name];
+        run.snapshot.host.extend([
+            metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
+            metrics::COLLECTOR_STEP_DURATION.sample_with(labels, started.elapsed().as_secs_f64()),
+        ]);
     }
 }

@@ -10,11 +10,13 @@ use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nvml_wrapper::enum_wrappers::device::{Clock, Sampling};
+
 use crate::identity::Identity;
 use crate::metrics::{self, Family, Labelled, Merge};
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
-use crate::nvml::samples::Carry;
+use crate::nvml::samples::{self, Carry, Outcome};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample, Snapshot};
 use crate::state::schema::Stream;
@@ -43,8 +45,8 @@ pub struct Collector {
     /// The families its hooks may emit.
     pub families: &'static [&'static Family],
     /// Field ids its reader takes from the GPU's batched field read.
-    pub(super) fields: &'static [u32],
-    pub(super) hooks: Hooks,
+    pub(crate) fields: &'static [u32],
+    pub(crate) hooks: Hooks,
 }
 
 /// What a collector does in each phase of a run; a phase it has no hook for
@@ -52,21 +54,21 @@ pub struct Collector {
 /// says its reads may start) the batched field read and every `read`, then
 /// every window's close; after all GPUs, every `host` step.
 #[derive(Clone, Copy)]
-pub(super) struct Hooks {
+pub(crate) struct Hooks {
     /// Field ids for the GPU's batch that depend on what the info read found
     /// (the architecture): a reading that adds information on one GPU and
     /// repeats another on the next is batched only where it adds. Added to
     /// the row's fixed `fields`; the batch stays one call per GPU.
-    pub(super) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
+    pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
     /// Opens a window over the GPU before any other reading (GPM's first
     /// sample), closed after every `read`.
-    pub(super) open: Option<OpenHook>,
+    pub(crate) open: Option<OpenHook>,
     /// Reads the collector's families from one GPU.
-    pub(super) read: Option<fn(&mut Gpu<'_>)>,
+    pub(crate) read: Option<fn(&mut Gpu<'_>)>,
     /// Host-level work once the GPUs were read: reading outside NVML (the
     /// kernel log) or completing their samples (process owners). An error
     /// says why it did not work (`nvidia_gpu_collector_success` 0).
-    pub(super) host: Option<HostHook>,
+    pub(crate) host: Option<HostHook>,
 }
 
 /// Opens a window over one GPU; `None` when there is nothing to measure.
@@ -79,7 +81,7 @@ type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
 pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Hooks {
-    pub(super) const NONE: Hooks = Hooks {
+    pub(crate) const NONE: Hooks = Hooks {
         fields_for: None,
         open: None,
         read: None,
@@ -119,37 +121,9 @@ pub struct HostRun<'a> {
     pub procfs: &'a Path,
 }
 
-/// Runs the host step of every collector that has one, in registry order,
-/// each said in the file: `nvidia_gpu_collector_success{collector}` and
-/// `nvidia_gpu_collector_step_duration_seconds{collector}`. `enter` names the
-/// phase for the watchdog.
-pub fn run_host(
-    collectors: &[&'static Collector],
-    run: &mut HostRun<'_>,
-    enter: &dyn Fn(&'static str),
-) {
-    for collector in collectors {
-        let Some(host) = collector.hooks.host else {
-            continue;
-        };
-        enter(collector.name);
-        let started = Instant::now();
-        let outcome = host(run);
-        // The step logs its own failures (once, not every run).
-        if let Err(why) = &outcome {
-            log::debug!("collector {}: {why}", collector.name);
-        }
-        let labels = [collector.name];
-        run.snapshot.host.extend([
-            metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
-            metrics::COLLECTOR_STEP_DURATION.sample_with(labels, started.elapsed().as_secs_f64()),
-        ]);
-    }
-}
-
 impl Collector {
     /// The field ids it takes from the batch of a GPU with these facts.
-    pub(super) fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
         let chosen = self.hooks.fields_for.map_or(&[][..], |pick| pick(facts));
         self.fields.iter().chain(chosen).copied()
     }
@@ -333,6 +307,111 @@ fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     let merged = total - kept.len();
     *samples = kept;
     merged
+}
+
+/// The clock domains read, with their `clock` label values.
+pub const CLOCK_DOMAINS: [(Clock, &str); 4] = [
+    (Clock::Graphics, "graphics"),
+    (Clock::SM, "sm"),
+    (Clock::Memory, "memory"),
+    (Clock::Video, "video"),
+];
+
+pub const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
+
+/// NVML reads power in milliwatts and energy in millijoules.
+pub const PER_MILLI: f64 = 1000.0;
+
+/// One NVML sampling engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Gpu,
+    Memory,
+    Encoder,
+    Decoder,
+}
+
+impl Engine {
+    /// The `engine` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Gpu => "gpu",
+            Engine::Memory => "memory",
+            Engine::Encoder => "encoder",
+            Engine::Decoder => "decoder",
+        }
+    }
+
+    /// The ratio family it feeds.
+    pub fn ratio(self) -> Labelled<0> {
+        match self {
+            Engine::Gpu => metrics::UTILIZATION,
+            Engine::Memory => metrics::MEMORY_UTILIZATION,
+            Engine::Encoder => metrics::ENCODER_UTILIZATION,
+            Engine::Decoder => metrics::DECODER_UTILIZATION,
+        }
+    }
+
+    /// Its sample buffer.
+    pub fn sampling_type(self) -> Sampling {
+        match self {
+            Engine::Gpu => Sampling::GpuUtilization,
+            Engine::Memory => Sampling::MemoryUtilization,
+            Engine::Encoder => Sampling::EncoderUtilization,
+            Engine::Decoder => Sampling::DecoderUtilization,
+        }
+    }
+
+    /// The stream whose carry the state keeps for it.
+    fn stream(self) -> Stream {
+        match self {
+            Engine::Gpu => Stream::Gpu,
+            Engine::Memory => Stream::Memory,
+            Engine::Encoder => Stream::Encoder,
+            Engine::Decoder => Stream::Decoder,
+        }
+    }
+}
+
+/// Reads `engine`'s samples since the previous run and pushes its ratio (if
+/// any sample is new) and its busy and sampled totals. False where NVML keeps
+/// no samples for it: the caller falls back to a point reading.
+pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
+    let previous = reader.previous_carry(engine.stream());
+    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling_type(), previous)
+    else {
+        return false;
+    };
+    if let Some(window) = window {
+        for value in window.rejected {
+            reader.reject(engine.ratio().family(), value as f64 / 100.0);
+        }
+        if let Some(ratio) = window.ratio {
+            reader.gauge(engine.ratio(), ratio);
+        }
+    }
+    // Totals that cannot continue from run to run are left out, not
+    // restarted (see `DeviceReader::keeps_totals`).
+    if !reader.keeps_totals() {
+        return true;
+    }
+    if carry != Carry::default() {
+        reader.next_state().carries.insert(engine.stream(), carry);
+    }
+    for (family, value) in [
+        (metrics::BUSY, carry.busy_seconds()),
+        (metrics::SAMPLED, carry.sampled_seconds()),
+    ] {
+        reader.push(family.sample_with([engine.label()], value));
+    }
+    true
+}
+
+/// Pushes a point reading in percent of NVML's sample period as `engine`'s
+/// ratio (impossible values rejected).
+pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
+    let percent = f64::from(percent);
+    reader.push_read(engine.ratio().sample(percent / 100.0), percent);
 }
 
 #[cfg(test)]
