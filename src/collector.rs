@@ -7,7 +7,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::ops::{Deref, DerefMut};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::enum_wrappers::device::{Clock, Sampling};
@@ -81,12 +81,47 @@ type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
 pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Hooks {
-    pub(crate) const NONE: Hooks = Hooks {
+    const NONE: Hooks = Hooks {
         fields_for: None,
         open: None,
         read: None,
         host: None,
     };
+
+    pub(crate) const fn read(read: fn(&mut Gpu<'_>)) -> Hooks {
+        Hooks {
+            read: Some(read),
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn open(open: OpenHook) -> Hooks {
+        Hooks {
+            open: Some(open),
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn host(host: HostHook) -> Hooks {
+        Hooks {
+            host: Some(host),
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn with_host(self, host: HostHook) -> Hooks {
+        Hooks {
+            host: Some(host),
+            ..self
+        }
+    }
+
+    pub(crate) const fn with_fields_for(self, pick: fn(&GpuFacts) -> &'static [u32]) -> Hooks {
+        Hooks {
+            fields_for: Some(pick),
+            ..self
+        }
+    }
 }
 
 /// What this run's collectors are asked to do, resolved from the command line.
@@ -103,10 +138,6 @@ pub struct Settings {
     pub gpm_window: Duration,
     /// The GPM pause file exists.
     pub gpm_paused: bool,
-    /// Where process owners are read from.
-    pub procfs: PathBuf,
-    /// Journal files to read instead of the system journal (`--journal-dir`).
-    pub journal_dir: Option<PathBuf>,
 }
 
 /// What a host step works with, once NVML was read: the snapshot to add to,
