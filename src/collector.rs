@@ -1,9 +1,7 @@
-//! The types of the registry: a [`Collector`] row, the [`Hooks`] it runs in
-//! each phase of a run, what those hooks are given ([`Settings`], a
-//! [`HostRun`]) and the [`Window`] a hook may open; and [`run_host`], the host
-//! phase. Every collector file and `gpus` import them from here; the registry
-//! (`mod.rs`) imports the collector files, so no file imports one that
-//! imports it.
+//! What a collector is and shares: its registry row ([`Collector`],
+//! [`Hooks`]), what its hooks are given ([`Settings`], [`Gpu`], [`HostRun`]),
+//! the [`Window`] one may open, and the sampled engines. Below the registry,
+//! which imports the collector files, so no import cycle.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::ops::{Deref, DerefMut};
@@ -22,9 +20,8 @@ use crate::snapshot::{Device, Sample, Snapshot};
 use crate::state::schema::Stream;
 use crate::state::StateFile;
 
-/// A window a collector opened over one GPU (GPM's two samples): the other
-/// reads of the GPU are taken at its end, so that what they publish is as
-/// fresh as the window's result.
+/// A window a collector opened over one GPU (GPM's two samples); the other
+/// reads are taken at its end.
 pub trait Window<'n> {
     /// When the window closes.
     fn ends(&self) -> Instant;
@@ -49,25 +46,18 @@ pub struct Collector {
     pub(crate) hooks: Hooks,
 }
 
-/// What a collector does in each phase of a run; a phase it has no hook for
-/// it skips. Per GPU, in this order: every `open`, then (once every window
-/// says its reads may start) the batched field read and every `read`, then
-/// every window's close; after all GPUs, every `host` step.
+/// What a collector does in each phase of a run (see `phases`).
 #[derive(Clone, Copy)]
 pub(crate) struct Hooks {
-    /// Field ids for the GPU's batch that depend on what the info read found
-    /// (the architecture): a reading that adds information on one GPU and
-    /// repeats another on the next is batched only where it adds. Added to
-    /// the row's fixed `fields`; the batch stays one call per GPU.
+    /// Field ids for the batch that depend on the GPU's facts, added to the
+    /// row's `fields`.
     pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
-    /// Opens a window over the GPU before any other reading (GPM's first
-    /// sample), closed after every `read`.
+    /// Opens a window before any other reading, closed after every `read`.
     pub(crate) open: Option<OpenHook>,
     /// Reads the collector's families from one GPU.
     pub(crate) read: Option<fn(&mut Gpu<'_>)>,
-    /// Host-level work once the GPUs were read: reading outside NVML (the
-    /// kernel log) or completing their samples (process owners). An error
-    /// says why it did not work (`nvidia_gpu_collector_success` 0).
+    /// Host-level work once the GPUs were read (the kernel log, process
+    /// owners); an error makes `nvidia_gpu_collector_success` 0.
     pub(crate) host: Option<HostHook>,
 }
 
@@ -81,7 +71,7 @@ type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
 pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Hooks {
-    const NONE: Hooks = Hooks {
+    pub(crate) const NONE: Hooks = Hooks {
         fields_for: None,
         open: None,
         read: None,
@@ -98,13 +88,6 @@ impl Hooks {
     pub(crate) const fn open(open: OpenHook) -> Hooks {
         Hooks {
             open: Some(open),
-            ..Hooks::NONE
-        }
-    }
-
-    pub(crate) const fn host(host: HostHook) -> Hooks {
-        Hooks {
-            host: Some(host),
             ..Hooks::NONE
         }
     }
@@ -131,8 +114,7 @@ pub struct Settings {
     pub collectors: Vec<&'static Collector>,
     /// Read each GPU on a thread of its own.
     pub parallel: bool,
-    /// When reading must be done (the run's deadline less the time kept for
-    /// publishing).
+    /// When reading must be done.
     pub reading_ends: Instant,
     /// The GPM window; zero turns GPM off.
     pub gpm_window: Duration,
@@ -140,8 +122,7 @@ pub struct Settings {
     pub gpm_paused: bool,
 }
 
-/// What a host step works with, once NVML was read: the snapshot to add to,
-/// the state, when it must be done, and where to read from.
+/// What a host step works with, once NVML was read.
 pub struct HostRun<'a> {
     pub snapshot: &'a mut Snapshot,
     pub state: &'a mut StateFile,
@@ -159,8 +140,7 @@ impl Collector {
         self.fields.iter().chain(chosen).copied()
     }
 
-    /// Whether it opens a window over each GPU (and so takes the run's
-    /// `--gpm-window`).
+    /// Whether it opens a window over each GPU (takes `--gpm-window`).
     pub fn opens_window(&self) -> bool {
         self.hooks.open.is_some()
     }
@@ -208,8 +188,8 @@ impl<'n> Gpu<'n> {
         }
     }
 
-    /// Adds a sample; a value no GPU can produce (see [`Family::admits`]: a
-    /// sentinel) is dropped, logged and counted.
+    /// Adds a sample; a value no GPU can produce ([`Family::admits`]) is
+    /// dropped, logged and counted.
     pub fn push(&mut self, sample: Sample) {
         let value = sample.value;
         self.push_read(sample, value);
@@ -227,8 +207,7 @@ impl<'n> Gpu<'n> {
         admitted
     }
 
-    /// Drops an impossible reading of `family`, logged and counted like a
-    /// failed read.
+    /// Drops an impossible reading, logged and counted as a read error.
     pub fn reject(&mut self, family: &Family, value: f64) {
         let index = self.reader.index();
         self.reader.count_error(format!(
@@ -279,8 +258,7 @@ impl<'n> Gpu<'n> {
     }
 }
 
-/// A GPU reported down for `reason`, with no other readings but its
-/// identity (for XID attribution and the state).
+/// A GPU reported down for `reason`, with only its identity.
 pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
     Device {
         samples: vec![

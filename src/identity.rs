@@ -33,6 +33,16 @@ pub struct Read {
     pub serial: String,
 }
 
+impl Read {
+    /// A GPU of which nothing could be read.
+    pub fn unread(index: u32) -> Read {
+        Read {
+            index,
+            ..Read::default()
+        }
+    }
+}
+
 /// A GPU's identity for this run (empty strings: not known at all).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {

@@ -239,10 +239,7 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 
 /// Takes the second samples when the window ends and exports the metrics.
 fn close<'n>(window: GpuWindow<'n>, reader: &mut Gpu<'n>) {
-    let wait = window.ends.saturating_duration_since(Instant::now());
-    if !wait.is_zero() {
-        std::thread::sleep(wait);
-    }
+    std::thread::sleep(window.ends.saturating_duration_since(Instant::now()));
     let mut results = Vec::with_capacity(window.measurements.len());
     for measurement in &window.measurements {
         match take(reader, measurement.target) {

@@ -237,7 +237,7 @@ pub static ALL: &[Collector] = &[
             FALLEN_OFF_BUS_UNATTRIBUTED, NVSWITCH_SXID_ERRORS,
         ],
         fields: &[],
-        hooks: Hooks::host(xid::collect),
+        hooks: Hooks::NONE.with_host(xid::collect),
     },
 ];
 
