@@ -331,72 +331,57 @@ pub const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 /// NVML reads power in milliwatts and energy in millijoules.
 pub const PER_MILLI: f64 = 1000.0;
 
-/// One NVML sampling engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Gpu,
-    Memory,
-    Encoder,
-    Decoder,
+/// One NVML sampling engine: its `engine` label, the ratio family it feeds,
+/// its sample buffer and the stream whose carry the state keeps for it.
+#[derive(Clone, Copy)]
+pub struct Engine {
+    label: &'static str,
+    ratio: Labelled<0>,
+    sampling: Sampling,
+    stream: Stream,
 }
 
 impl Engine {
-    /// The `engine` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Engine::Gpu => "gpu",
-            Engine::Memory => "memory",
-            Engine::Encoder => "encoder",
-            Engine::Decoder => "decoder",
-        }
-    }
-
-    /// The ratio family it feeds.
-    pub fn ratio(self) -> Labelled<0> {
-        match self {
-            Engine::Gpu => metrics::UTILIZATION,
-            Engine::Memory => metrics::MEMORY_UTILIZATION,
-            Engine::Encoder => metrics::ENCODER_UTILIZATION,
-            Engine::Decoder => metrics::DECODER_UTILIZATION,
-        }
-    }
-
-    /// Its sample buffer.
-    pub fn sampling_type(self) -> Sampling {
-        match self {
-            Engine::Gpu => Sampling::GpuUtilization,
-            Engine::Memory => Sampling::MemoryUtilization,
-            Engine::Encoder => Sampling::EncoderUtilization,
-            Engine::Decoder => Sampling::DecoderUtilization,
-        }
-    }
-
-    /// The stream whose carry the state keeps for it.
-    fn stream(self) -> Stream {
-        match self {
-            Engine::Gpu => Stream::Gpu,
-            Engine::Memory => Stream::Memory,
-            Engine::Encoder => Stream::Encoder,
-            Engine::Decoder => Stream::Decoder,
-        }
-    }
+    pub const GPU: Engine = Engine {
+        label: "gpu",
+        ratio: metrics::UTILIZATION,
+        sampling: Sampling::GpuUtilization,
+        stream: Stream::Gpu,
+    };
+    pub const MEMORY: Engine = Engine {
+        label: "memory",
+        ratio: metrics::MEMORY_UTILIZATION,
+        sampling: Sampling::MemoryUtilization,
+        stream: Stream::Memory,
+    };
+    pub const ENCODER: Engine = Engine {
+        label: "encoder",
+        ratio: metrics::ENCODER_UTILIZATION,
+        sampling: Sampling::EncoderUtilization,
+        stream: Stream::Encoder,
+    };
+    pub const DECODER: Engine = Engine {
+        label: "decoder",
+        ratio: metrics::DECODER_UTILIZATION,
+        sampling: Sampling::DecoderUtilization,
+        stream: Stream::Decoder,
+    };
 }
 
 /// Reads `engine`'s samples since the previous run and pushes its ratio (if
 /// any sample is new) and its busy and sampled totals. False where NVML keeps
 /// no samples for it: the caller falls back to a point reading.
 pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
-    let previous = reader.previous_carry(engine.stream());
-    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling_type(), previous)
-    else {
+    let previous = reader.previous_carry(engine.stream);
+    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling, previous) else {
         return false;
     };
     if let Some(window) = window {
         for value in window.rejected {
-            reader.reject(engine.ratio().family(), value as f64 / 100.0);
+            reader.reject(engine.ratio.family(), value as f64 / 100.0);
         }
         if let Some(ratio) = window.ratio {
-            reader.gauge(engine.ratio(), ratio);
+            reader.gauge(engine.ratio, ratio);
         }
     }
     // Totals that cannot continue from run to run are left out, not
@@ -405,13 +390,13 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
         return true;
     }
     if carry != Carry::default() {
-        reader.next_state().carries.insert(engine.stream(), carry);
+        reader.next_state().carries.insert(engine.stream, carry);
     }
     for (family, value) in [
         (metrics::BUSY, carry.busy_seconds()),
         (metrics::SAMPLED, carry.sampled_seconds()),
     ] {
-        reader.push(family.sample_with([engine.label()], value));
+        reader.push(family.sample_with([engine.label], value));
     }
     true
 }
@@ -420,7 +405,7 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
 /// ratio (impossible values rejected).
 pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
     let percent = f64::from(percent);
-    reader.push_read(engine.ratio().sample(percent / 100.0), percent);
+    reader.push_read(engine.ratio.sample(percent / 100.0), percent);
 }
 
 #[cfg(test)]

@@ -1,7 +1,5 @@
-//! Hardware maxima that cannot change while the driver stays loaded: maximum
-//! clocks and the range a power limit may be set in (the PCIe maxima are the
-//! `pcie` collector's, for downtraining). Off by default: six series per GPU
-//! that never move, and five NVML calls per run.
+//! Hardware maxima fixed while the driver is loaded: maximum clocks, the
+//! power limit range. Off by default.
 
 use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 use crate::metrics;

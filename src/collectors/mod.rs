@@ -1,23 +1,10 @@
-//! Collectors, a layer above `nvml`: the registry, the one place a collector
-//! is defined, and the readers (one file each).
-//!
-//! A row gives the name used by `--collector`/`--no-collector`, whether it is on
-//! by default, its one-line help, the families it may emit, the field ids it
-//! takes from the per-GPU batch (fixed, plus those its [`Hooks::fields_for`]
-//! picks from the GPU's facts), and its [`Hooks`]: what it does in each phase
-//! of a run. The command line's value list, the default set, `--help`, the man
-//! page and the README's list all come from [`ALL`] (the README is checked
-//! against it by a test); the phases run every row's hooks without naming a
-//! collector ([`gpus`] per GPU, [`run_host`] after the GPUs). Adding a
-//! collector is one row here and one reader file.
-//!
-//! Invariants (checked by tests): names are unique kebab-case; every family is
-//! emitted by at most one collector, except those in [`SHARED`], whose label
-//! values are split between collectors; a collector's reader emits only its
-//! families (checked end to end against every scenario in `tests/cli.rs`).
+//! The collectors: the registry ([`ALL`], where a collector is defined: its
+//! name, default, help, families, batched fields and [`Hooks`]) and one file
+//! per collector. The command line, `--help`, the man page and the README
+//! come from it. Invariants (tested): names unique kebab-case; a family
+//! emitted by one collector only, except the [`SHARED`] ones; a reader emits
+//! only its families (end to end, in `tests/cli.rs`).
 
-// NVML's C functions are called only in `nvml`: the collectors module forbids
-// `unsafe` (lib.rs).
 mod clocks;
 mod fabric;
 mod gpm;
@@ -241,9 +228,7 @@ pub static ALL: &[Collector] = &[
     },
 ];
 
-/// Families that more than one collector emits, each with its own values of
-/// the `engine` label: gpu and memory from `utilization`, encoder and decoder
-/// from `media` (each reads the sample buffers of its own engines).
+/// Families more than one collector emits, each its own `engine` values.
 pub static SHARED: &[&Family] = &[metrics::BUSY.family(), metrics::SAMPLED.family()];
 
 /// The collectors that are on by default, in output order.

@@ -1,9 +1,5 @@
-//! PCIe link state against its maxima, replays and traffic. The maxima (the
-//! widest and fastest link the GPU and its slot support) do not change while
-//! the driver is loaded: read once per driver and kept in the state, so that
-//! a link that trained low (a GPU at Gen2 or x8 for hours under load, with
-//! nothing logged) shows as the current value below the maximum at no cost
-//! per run.
+//! PCIe link generation and width against their maxima (read once per
+//! driver: a link that trained low shows), replays and traffic.
 
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::sys_exports::field_id::{

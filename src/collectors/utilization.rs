@@ -6,8 +6,8 @@ use crate::collector::{point, read_engine, Engine, Gpu};
 use crate::metrics;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let gpu = read_engine(reader, Engine::Gpu);
-    let memory = read_engine(reader, Engine::Memory);
+    let gpu = read_engine(reader, Engine::GPU);
+    let memory = read_engine(reader, Engine::MEMORY);
     // Where NVML keeps no samples (MIG mode), its point reading of the last
     // sample period is all there is; the HELP says so.
     if !gpu || !memory {
@@ -18,10 +18,10 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         if let Some(rates) = reader.read("nvmlDeviceGetUtilizationRates", |d| d.utilization_rates())
         {
             if !gpu {
-                point(reader, Engine::Gpu, rates.gpu);
+                point(reader, Engine::GPU, rates.gpu);
             }
             if !memory {
-                point(reader, Engine::Memory, rates.memory);
+                point(reader, Engine::MEMORY, rates.memory);
             }
         }
     }
