@@ -205,8 +205,6 @@ impl Cli {
             reading_ends,
             gpm_window: self.gpm_window().unwrap_or_default(),
             gpm_paused: self.gpm_pause_file.exists(),
-            procfs: self.procfs.clone(),
-            journal_dir: self.journal_dir.clone(),
         }
     }
 

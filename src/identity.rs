@@ -1,26 +1,13 @@
-//! GPU identity, resolved in one place: from this run's reads and the GPUs
-//! this boot has seen (the state), every consumer (running totals, XID
-//! attribution, down GPUs, MIG) uses the result of [`resolve`].
-//!
-//! Rules, so that no GPU ever takes another's identity:
-//! - a UUID read this run is the GPU's; a PCI bus id or serial it could not
-//!   read is taken from what this boot knew of that UUID;
-//! - a GPU whose UUID cannot be read but whose bus id can takes the identity
-//!   known at that bus id (and serial, where both runs read one), unless a
-//!   UUID read this run already holds it;
-//! - a GPU with neither (a GPU that fell off the bus, a failed handle) takes
-//!   the identity known at its index only if that is the one GPU known there,
-//!   no GPU of this run read its UUID or bus id, and no more GPUs the boot knew
-//!   are unaccounted for (matched by no UUID or bus id read this run) than
-//!   there are GPUs that can be told by neither: a GPU that left makes one
-//!   more, and the GPU at its index may be a renumbered neighbour, which must
-//!   not take the departed GPU's UUID (and continue its totals);
-//! - a UUID two GPUs of this run read is not unique: both keep it as a label,
-//!   but neither is [`Identity::unique`], so no running total is kept under it
-//!   (the two would overwrite each other's);
-//! - a GPU this boot knew that no GPU of this run is (by UUID or bus id) has
-//!   left enumeration: [`Resolution::missing`] lists it, to be reported down;
-//!   but while a GPU of this run cannot be told, none is (it could be any).
+//! GPU identity, resolved in one place ([`resolve`]) from this run's reads
+//! and the GPUs this boot has seen, so that no GPU takes another's:
+//! - a UUID read is the GPU's; what it could not read comes from that UUID;
+//! - else a bus id read takes the identity known there (and serial), unless a
+//!   UUID read this run holds it;
+//! - else the identity known at its index, only if it is the one known there,
+//!   and no more known GPUs are unaccounted for than GPUs that cannot be told;
+//! - a UUID two GPUs read is kept by both but [`Identity::unique`] by neither;
+//! - a known GPU no GPU of this run is has left ([`Resolution::missing`]),
+//!   unless some GPU of this run cannot be told.
 
 use crate::snapshot::KnownGpu;
 
@@ -33,14 +20,23 @@ pub struct Read {
     pub serial: String,
 }
 
+impl Read {
+    /// A GPU of which nothing could be read.
+    pub fn unread(index: u32) -> Read {
+        Read {
+            index,
+            ..Read::default()
+        }
+    }
+}
+
 /// A GPU's identity for this run (empty strings: not known at all).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
     pub uuid: String,
     pub pci_bus_id: String,
     pub serial: String,
-    /// The UUID is known and no other GPU of this run has it: what is
-    /// kept in the state under it is this GPU's alone.
+    /// The UUID is known and no other GPU of this run has it.
     pub unique: bool,
 }
 
@@ -72,8 +68,7 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
         .iter()
         .filter(|r| r.uuid.is_empty() && r.pci_bus_id.is_empty())
         .count();
-    // Every GPU the boot knew is here (told, or one of the untold): the GPU at
-    // an index is the one that was there, not a neighbour renumbered into it.
+    // Every known GPU is here: the GPU at an index is the one that was there.
     let none_left = known.iter().filter(|k| !accounted(k)).count() <= untold;
     let identities: Vec<Identity> = reads
         .iter()
@@ -89,8 +84,7 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
                 let mut at_index = known
                     .iter()
                     .filter(|k| k.index == read.index && !accounted(k));
-                // Two GPUs known at one index (one left enumeration, another
-                // took its index): which one this is cannot be told.
+                // Two GPUs known at one index: which one cannot be told.
                 match (at_index.next(), at_index.next()) {
                     (Some(only), None) => Some(only),
                     _ => None,
@@ -125,8 +119,7 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
             ..identity.clone()
         })
         .collect();
-    // A GPU of this run whose identity cannot be told could be any GPU the
-    // boot knew: then none is said to have left.
+    // A GPU that cannot be told could be any: then none has left.
     let all_told = identities.iter().all(|i| !i.uuid.is_empty());
     let missing = known
         .iter()

@@ -9,6 +9,8 @@
 
 pub mod cli;
 #[forbid(unsafe_code)]
+pub mod collector;
+#[forbid(unsafe_code)]
 pub mod collectors;
 pub mod exit;
 pub mod fsutil;
@@ -20,6 +22,8 @@ pub mod kernel_log;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;
+#[forbid(unsafe_code)]
+pub mod phases;
 pub mod procfs;
 pub mod publish;
 pub mod reason;

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use nvidia_textfile_exporter::cli::Cli;
-use nvidia_textfile_exporter::collectors::gpus::{self, PreviousState};
-use nvidia_textfile_exporter::collectors::{self, HostRun};
+use nvidia_textfile_exporter::collectors::HostRun;
 use nvidia_textfile_exporter::exit::Exit;
 use nvidia_textfile_exporter::generate::generate;
 use nvidia_textfile_exporter::logging;
 use nvidia_textfile_exporter::metrics;
+use nvidia_textfile_exporter::phases::{self, PreviousState};
 use nvidia_textfile_exporter::publish::{write_stdout, Published, Session, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
@@ -151,14 +151,14 @@ fn snapshot_with_state(
     deadline.enter("reading NVML");
     let mut outcome = collect(
         move |inflight, opened| {
-            gpus::read(&library, &reading_settings, &previous, inflight, opened)
+            phases::read(&library, &reading_settings, &previous, inflight, opened)
         },
         deadline,
     );
     // Host steps (the kernel log, process owners) work on the GPUs NVML
     // reported: only after a successful read.
     if outcome.driver_version.is_some() {
-        collectors::run_host(
+        phases::run_host(
             &settings.collectors,
             &mut HostRun {
                 snapshot: &mut outcome.snapshot,

@@ -1,18 +1,7 @@
-//! One run's readings as plain data: no NVML types, no I/O.
-//!
-//! A [`Snapshot`] is what `render` turns into text. It holds host-wide samples
-//! (collector health, driver versions) and one [`Device`] per GPU. Every device
-//! sample is rendered with the device's `gpu` and `uuid` labels first, so readers
-//! only attach the labels that distinguish samples within a family (`clock`,
-//! `reason`, ...).
-//!
-//! Invariants the producers keep:
-//! - sample values are finite and already in base units (the `nvml` reader
-//!   converts, and drops what it cannot convert);
-//! - within one device and family, label sets are distinct;
-//! - a device that failed holds only its `up` and down-reason samples (and its
-//!   XID counters, which come from the kernel log, not from the GPU), never
-//!   partial readings.
+//! One run's readings as plain data, what `render` writes: host samples and
+//! one [`Device`] per GPU (rendered with its `gpu` and `uuid` labels first).
+//! Values are finite, in base units; label sets distinct within a device and
+//! family; a down device holds only `up`, its down reason and XID counters.
 
 use std::borrow::Cow;
 
@@ -29,9 +18,7 @@ pub struct Label {
     pub value: LabelValue,
 }
 
-/// One sample of one family. Made by the constructors of [`Labelled`]
-/// (below), which label it with the names its family declares, in their
-/// order.
+/// One sample of one family, made by the constructors of [`Labelled`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub family: &'static Family,
@@ -39,23 +26,9 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// The constructors of samples: the family's handle gives the label names,
-/// in declared order, and its type the number of values.
 impl<const N: usize> Labelled<N> {
-    /// A sample with one value for each declared label, in declared order:
-    /// a wrong number of values does not compile, and the names cannot be
-    /// misspelled or reordered.
-    ///
-    /// ```
-    /// use nvidia_textfile_exporter::metrics;
-    ///
-    /// let sample = metrics::ECC_ERRORS.sample_with(["corrected", "volatile"], 3.0);
-    /// let names: Vec<&str> = sample.labels.iter().map(|l| l.name).collect();
-    /// assert_eq!(names, ["type", "scope"]);
-    /// ```
-    ///
-    /// `nvidia_gpu_ecc_errors_total` declares two labels, so one value is
-    /// refused at compile time:
+    /// A sample with one value for each declared label, in declared order;
+    /// a wrong number does not compile:
     ///
     /// ```compile_fail,E0308
     /// use nvidia_textfile_exporter::metrics;
@@ -66,9 +39,7 @@ impl<const N: usize> Labelled<N> {
         self.sample_some(values.map(|v| Some(v.into())), value)
     }
 
-    /// Like [`Self::sample_with`], but a label whose value is `None` is left
-    /// out: for the per-process families, whose instance ids and owner are
-    /// known only for some processes.
+    /// Like [`Self::sample_with`], leaving out a label whose value is `None`.
     pub fn sample_some(self, values: [Option<LabelValue>; N], value: f64) -> Sample {
         let labels = self
             .family()
@@ -113,8 +84,7 @@ pub struct Device {
     /// Board serial; empty when the GPU has none or NVML could not tell it.
     pub serial: String,
     pub samples: Vec<Sample>,
-    /// What the readers leave for the next run (see `state`); `None` for a
-    /// GPU that could not be read, which keeps what it had.
+    /// What the readers leave for the next run; `None`: keep what it had.
     pub state: Option<GpuState>,
 }
 
@@ -139,8 +109,8 @@ pub struct KnownGpu {
 }
 
 impl KnownGpu {
-    /// Whether this is the GPU at PCI bus id `bus` (read this run, not empty)
-    /// with `serial` (where both runs read one).
+    /// Whether this is the GPU at bus id `bus` (not empty) with `serial`
+    /// (where both runs read one).
     pub fn is_at(&self, bus: &str, serial: &str) -> bool {
         !bus.is_empty()
             && self.pci_bus_id == bus

@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::collectors::gpus::Reading;
 use crate::exit::Exit;
 use crate::inflight::InFlight;
 use crate::logging;
 use crate::metrics;
 use crate::nvml::InitError;
+use crate::phases::Reading;
 use crate::reason::Reason;
 use crate::snapshot::{Sample, Snapshot};
 use crate::timing::{self, HARD_STOP_GRACE};

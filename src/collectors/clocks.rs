@@ -1,7 +1,7 @@
 //! Clock frequencies, the performance state and what holds the clocks down:
 //! clock event reasons now, and violation time per policy as counters.
 
-use nvml_wrapper::enum_wrappers::device::{Clock, PerformancePolicy, PerformanceState};
+use nvml_wrapper::enum_wrappers::device::{PerformancePolicy, PerformanceState};
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
     NVML_FI_DEV_PERF_POLICY_POWER, NVML_FI_DEV_PERF_POLICY_RELIABILITY,
@@ -9,19 +9,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
 };
 
+use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::EventReasons;
-
-/// The clock domains read, with their `clock` label values.
-pub(super) const DOMAINS: [(Clock, &str); 4] = [
-    (Clock::Graphics, "graphics"),
-    (Clock::SM, "sm"),
-    (Clock::Memory, "memory"),
-    (Clock::Video, "video"),
-];
-
-pub(super) const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 
 /// Clock event reason bits of nvml.h (`nvmlClocksEventReason*`), with their
 /// `reason` label values.
@@ -72,11 +62,11 @@ const POLICIES: [(PerformancePolicy, u32, &str); 8] = {
     ]
 };
 
-/// Dividing (rather than multiplying by 1e-9) keeps values like 912.4 exact in print.
+/// Dividing (not multiplying by 1e-9) keeps values exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    for (clock, label) in DOMAINS {
+pub(super) fn read(reader: &mut Gpu<'_>) {
+    for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
             reader.push(metrics::CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
@@ -90,11 +80,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     read_violations(reader);
 }
 
-/// Violation time per policy from the per-GPU field batch
-/// (`NVML_FI_DEV_PERF_POLICY_*`, the same nanosecond counters), falling back to
-/// `nvmlDeviceGetViolationStatus` where a field is not supported. On an H200 the
-/// eight fields took 1.1 ms in a batch against 3.6 ms for the eight calls.
-fn read_violations(reader: &mut DeviceReader<'_>) {
+/// Violation time per policy from the batch, else
+/// `nvmlDeviceGetViolationStatus`.
+fn read_violations(reader: &mut Gpu<'_>) {
     for (policy, field, label) in POLICIES {
         let nanoseconds = reader.field_or(field, |reader| {
             reader
@@ -112,20 +100,18 @@ fn read_violations(reader: &mut DeviceReader<'_>) {
 }
 
 /// Field values this collector takes from the per-GPU batch.
-pub(super) const FIELDS: &[u32] = &[
-    NVML_FI_DEV_PERF_POLICY_POWER,
-    NVML_FI_DEV_PERF_POLICY_THERMAL,
-    NVML_FI_DEV_PERF_POLICY_SYNC_BOOST,
-    NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
-    NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
-    NVML_FI_DEV_PERF_POLICY_RELIABILITY,
-    NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
-    NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
-];
+pub(super) const FIELDS: &[u32] = &{
+    let mut ids = [0; POLICIES.len()];
+    let mut i = 0;
+    while i < ids.len() {
+        ids[i] = POLICIES[i].1;
+        i += 1;
+    }
+    ids
+};
 
-/// One 0/1 sample per reason the GPU supports (every known reason if it cannot
-/// say).
-fn read_event_reasons(reader: &mut DeviceReader<'_>) {
+/// One 0/1 sample per reason the GPU supports (all if it cannot say).
+fn read_event_reasons(reader: &mut Gpu<'_>) {
     let Some(active) = reader.clocks_event_reasons(EventReasons::Current) else {
         return;
     };
@@ -140,26 +126,9 @@ fn read_event_reasons(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// P0..P15 as 0..15; NVML's "unknown" state is not a number and is left out.
+/// P0..P15 as 0..15; NVML's "unknown" state (32) is not a number.
 fn pstate_number(state: PerformanceState) -> Option<u8> {
-    use PerformanceState::*;
-    Some(match state {
-        Zero => 0,
-        One => 1,
-        Two => 2,
-        Three => 3,
-        Four => 4,
-        Five => 5,
-        Six => 6,
-        Seven => 7,
-        Eight => 8,
-        Nine => 9,
-        Ten => 10,
-        Eleven => 11,
-        Twelve => 12,
-        Thirteen => 13,
-        Fourteen => 14,
-        Fifteen => 15,
-        Unknown => return None,
-    })
+    u8::try_from(state.as_c())
+        .ok()
+        .filter(|&number| number < 16)
 }

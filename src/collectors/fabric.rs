@@ -1,21 +1,14 @@
-//! The NVLink fabric of NVSwitch systems (HGX, NVL72): the GPU's registration
-//! with the Fabric Manager, its cluster and clique, and the fabric's health.
-//! Nothing on a GPU on no fabric (an H200 NVL or PCIe board answers state
-//! NOT_SUPPORTED); that answer does not change while the driver is loaded, so
-//! it is read once per driver and kept in the state.
-//!
-//! A health mask that is not zero is not a fault: each condition is a field of
-//! its own whose "does not hold" value is non-zero (see
-//! [`crate::nvml::fabric::Condition`]).
+//! The NVLink fabric of NVSwitch systems: registration, cluster and clique,
+//! health. Nothing on a GPU on no fabric (read once per driver).
 
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::fabric::{self, Condition, FabricState, Summary};
-use crate::nvml::reader::DeviceReader;
 
 /// The state key under which "this GPU is on a fabric" is kept per driver.
 const KEY: &str = "fabric";
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     // Read once per driver: `Some(None)` is a GPU on no fabric.
     if reader.read_fixed(KEY, fabric::CALL, |d| fabric::on_fabric(d).map(i64::from))
         != Some(Some(1))

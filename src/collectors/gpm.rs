@@ -1,29 +1,10 @@
-//! GPM (GPU Performance Monitoring, Hopper and newer): SM activity and
-//! occupancy, graphics engine, DRAM bandwidth and per-pipe activity, computed by
-//! NVML from two samples of the GPU's performance counters taken a window apart.
-//!
-//! The window is the run's: [`open`] takes the first sample right after the
-//! GPU's identity, the other collectors read the GPU at the window's end (see
-//! `gpus`), and [`GpuWindow::close`] sleeps what is left of `--gpm-window`
-//! (shortened where the reads, and the close itself, need the time:
-//! `timing::schedule`, which learns how long the close took from the state),
-//! takes the second sample and asks `nvmlGpmMetricsGet` for the metrics. So a
-//! run lasts about NVML init + the window, and what it publishes is as fresh as
-//! the window's end.
-//!
-//! - A GPU without GPM (`nvmlGpmQueryDeviceSupport` says no) gets nothing.
-//! - NVML's metrics are percentages: converted to ratios; NaN and values outside
-//!   0-100 % are dropped, logged and counted (`reject`). A short window reads
-//!   zeros (50 ms did on an H200), hence a minimum `--gpm-window`.
-//! - Counters that may not be read now leave the metrics out with
-//!   `nvidia_gpu_gpm_unavailable{reason}`, never a read error: `no_permission`
-//!   (the driver's default `NVreg_RestrictProfilingToAdminUsers=1` keeps them
-//!   from processes without CAP_SYS_ADMIN), `counters_in_use` (a profiler such
-//!   as Nsight Compute or DCGM profiling holds them), `paused` (the pause file
-//!   exists). The reason is kept in the state so that the log says it once when it
-//!   starts, not every run.
-//! - MIG: on a GPU in MIG mode, each GPU instance is sampled with
-//!   `nvmlGpmMigSampleGet` and reported with its `gpu_instance_id`.
+//! GPM: SM, engine, DRAM and pipe activity from two samples of the GPU's
+//! performance counters a window apart. [`open`] takes the first sample after
+//! the identity; the window closes at `--gpm-window` (shortened by
+//! `timing::schedule`), after the other reads. Percentages become ratios
+//! (impossible ones rejected); counters that may not be read leave the
+//! metrics out with `nvidia_gpu_gpm_unavailable{reason}`, said once in the
+//! log; a GPU in MIG mode is also sampled per GPU instance.
 
 use std::time::Instant;
 
@@ -32,10 +13,9 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::GpmSample;
 
-use super::hooks::{Settings, Window};
+use crate::collector::{Gpu, Settings, Window};
 use crate::metrics::{self, Labelled};
 use crate::nvml::mig;
-use crate::nvml::reader::DeviceReader;
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
 
@@ -45,8 +25,7 @@ pub enum Unavailable {
     NoPermission,
     CountersInUse,
     Paused,
-    /// What `--timeout` leaves after NVML started, less the reads' time, is
-    /// shorter than [`MIN_WINDOW`] (a window that short reads zeros).
+    /// The time left is shorter than [`MIN_WINDOW`] (which reads zeros).
     WindowTooShort,
 }
 
@@ -88,8 +67,7 @@ impl Unavailable {
     fn from_error(error: &NvmlError) -> Option<Self> {
         match error {
             NvmlError::NoPermission => Some(Unavailable::NoPermission),
-            // NVML_ERROR_IN_USE, and INSUFFICIENT_RESOURCES (23), which newer
-            // drivers may return while a profiler holds the counters.
+            // INSUFFICIENT_RESOURCES (23): newer drivers, a profiler holding them.
             NvmlError::InUse | NvmlError::UnexpectedVariant(23) => Some(Unavailable::CountersInUse),
             _ => None,
         }
@@ -179,10 +157,9 @@ struct GpuWindow<'n> {
     ends: Instant,
 }
 
-/// Opens the GPM window of a GPU: checks support and takes the first samples.
-/// Nothing is opened when GPM is off, unsupported, paused or refused.
+/// Opens the GPM window of a GPU: checks support, takes the first samples.
 pub(super) fn open<'n>(
-    reader: &mut DeviceReader<'n>,
+    reader: &mut Gpu<'n>,
     settings: &Settings,
 ) -> Option<Box<dyn Window<'n> + 'n>> {
     if settings.gpm_window.is_zero() || !supported(reader) {
@@ -192,9 +169,6 @@ pub(super) fn open<'n>(
         unavailable(reader, Unavailable::Paused);
         return None;
     }
-    // The window must end by the time its second sample needs; what is left
-    // of that once NVML has started may be too short to read anything but
-    // zeros (a slow start, a short --timeout).
     let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
     let Some(latest) =
         latest.filter(|latest| latest.saturating_duration_since(Instant::now()) >= MIN_WINDOW)
@@ -233,60 +207,53 @@ impl<'n> Window<'n> for GpuWindow<'n> {
         self.ends = self.ends.min(latest);
     }
 
-    fn close(self: Box<Self>, reader: &mut DeviceReader<'n>) {
-        close(*self, reader);
-    }
-}
-
-/// Takes the second samples when the window ends and exports the metrics.
-fn close<'n>(window: GpuWindow<'n>, reader: &mut DeviceReader<'n>) {
-    let wait = window.ends.saturating_duration_since(Instant::now());
-    if !wait.is_zero() {
-        std::thread::sleep(wait);
-    }
-    let mut results = Vec::with_capacity(window.measurements.len());
-    for measurement in &window.measurements {
-        match take(reader, measurement.target) {
-            Taken::At(second_at, second) => results.push((measurement, second, second_at)),
-            Taken::Skipped => {}
-            Taken::Unavailable(why) => return unavailable(reader, why),
-            Taken::Down => return,
+    /// Takes the second samples when the window ends and exports the metrics.
+    fn close(self: Box<Self>, reader: &mut Gpu<'n>) {
+        let window = *self;
+        std::thread::sleep(window.ends.saturating_duration_since(Instant::now()));
+        let mut results = Vec::with_capacity(window.measurements.len());
+        for measurement in &window.measurements {
+            match take(reader, measurement.target) {
+                Taken::At(second_at, second) => results.push((measurement, second, second_at)),
+                Taken::Skipped => {}
+                Taken::Unavailable(why) => return unavailable(reader, why),
+                Taken::Down => return,
+            }
         }
-    }
-    let mut window_seconds = None;
-    for (measurement, second, second_at) in results {
-        // A window cut short by the deadline (the first samples came late)
-        // reads zeros, not the GPU's activity: nothing is better than a false
-        // idle, and the file says why.
-        if second_at - measurement.first_at < MIN_WINDOW {
-            return unavailable(reader, Unavailable::WindowTooShort);
+        let mut window_seconds = None;
+        for (measurement, second, second_at) in results {
+            // A window cut short reads zeros: better nothing than a false idle.
+            if second_at - measurement.first_at < MIN_WINDOW {
+                return unavailable(reader, Unavailable::WindowTooShort);
+            }
+            let Some(values) = metrics_get(reader, &measurement.first, &second) else {
+                continue;
+            };
+            let mut any = false;
+            for ((_, report), value) in METRICS.iter().zip(values) {
+                let Some(percent) = value else { continue };
+                any |=
+                    reader.push_read(report.sample(measurement.target, percent / 100.0), percent);
+            }
+            if any && window_seconds.is_none() {
+                window_seconds = Some((second_at - measurement.first_at).as_secs_f64());
+            }
         }
-        let Some(values) = metrics_get(reader, &measurement.first, &second) else {
-            continue;
-        };
-        let mut any = false;
-        for ((_, report), value) in METRICS.iter().zip(values) {
-            let Some(percent) = value else { continue };
-            any |= reader.push_read(report.sample(measurement.target, percent / 100.0), percent);
+        if let Some(seconds) = window_seconds {
+            reader.gauge(metrics::GPM_WINDOW, seconds);
         }
-        if any && window_seconds.is_none() {
-            window_seconds = Some((second_at - measurement.first_at).as_secs_f64());
-        }
-    }
-    if let Some(seconds) = window_seconds {
-        reader.gauge(metrics::GPM_WINDOW, seconds);
     }
 }
 
 /// Whether NVML says the GPU supports GPM.
-fn supported(reader: &mut DeviceReader<'_>) -> bool {
+fn supported(reader: &mut Gpu<'_>) -> bool {
     reader
         .read("nvmlGpmQueryDeviceSupport", |d| d.gpm_support())
         .unwrap_or(false)
 }
 
 /// The GPU instance ids of a GPU in MIG mode (none otherwise), each once.
-fn gpu_instances(reader: &mut DeviceReader<'_>) -> Vec<u32> {
+fn gpu_instances(reader: &mut Gpu<'_>) -> Vec<u32> {
     let mut ids = Vec::new();
     for device in mig::devices(reader) {
         if !ids.contains(&device.gpu_instance_id) && ids.len() < MAX_GPU_INSTANCES {
@@ -307,7 +274,7 @@ enum Taken<'n> {
 }
 
 /// Takes a sample of `target`.
-fn take<'n>(reader: &mut DeviceReader<'n>, target: Target) -> Taken<'n> {
+fn take<'n>(reader: &mut Gpu<'n>, target: Target) -> Taken<'n> {
     let before = Instant::now();
     let (call, result) = match target {
         Target::Gpu => {
@@ -333,11 +300,10 @@ fn take<'n>(reader: &mut DeviceReader<'n>, target: Target) -> Taken<'n> {
     }
 }
 
-/// The percentages of [`METRICS`] between two samples of one target, in that
-/// order; `None` for a metric NVML does not give (not supported quietly,
-/// other errors counted). `None` in all when the call failed.
+/// The percentages of [`METRICS`] between two samples of one target, each
+/// `None` where NVML does not give it; `None` when the call failed.
 fn metrics_get<'n>(
-    reader: &mut DeviceReader<'n>,
+    reader: &mut Gpu<'n>,
     first: &GpmSample<'n>,
     second: &GpmSample<'n>,
 ) -> Option<Vec<Option<f64>>> {
@@ -358,8 +324,8 @@ fn metrics_get<'n>(
 }
 
 /// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
-/// reason is new (the previous run had none, or another), not every run.
-fn unavailable(reader: &mut DeviceReader<'_>, why: Unavailable) {
+/// reason is new.
+fn unavailable(reader: &mut Gpu<'_>, why: Unavailable) {
     if reader.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
         let message = format!(
             "GPU {}: GPM metrics ({}) left out: {}",

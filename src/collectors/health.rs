@@ -1,4 +1,5 @@
-//! Memory health: ECC mode and error counters, retired pages, remapped rows.
+//! Memory health: ECC mode and error counters, retired pages, remapped rows,
+//! the recovery action the driver asks for.
 
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
 use nvml_wrapper::sys_exports::field_id::{
@@ -6,39 +7,23 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
 };
 
+use crate::collector::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
-/// ECC counters: field id, then the same counter as function arguments, with labels.
-const ECC_COUNTERS: [(u32, MemoryError, &str, EccCounter, &str); 4] = [
-    (
-        NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
-        MemoryError::Corrected,
-        "corrected",
-        EccCounter::Volatile,
-        "volatile",
-    ),
-    (
-        NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-        MemoryError::Uncorrected,
-        "uncorrected",
-        EccCounter::Volatile,
-        "volatile",
-    ),
-    (
-        NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
-        MemoryError::Corrected,
-        "corrected",
-        EccCounter::Aggregate,
-        "aggregate",
-    ),
-    (
-        NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
-        MemoryError::Uncorrected,
-        "uncorrected",
-        EccCounter::Aggregate,
-        "aggregate",
-    ),
+/// An ECC error kind or counter, with its label.
+type Labelled<T> = (T, &'static str);
+
+const CORRECTED: (MemoryError, &str) = (MemoryError::Corrected, "corrected");
+const UNCORRECTED: (MemoryError, &str) = (MemoryError::Uncorrected, "uncorrected");
+const VOLATILE: (EccCounter, &str) = (EccCounter::Volatile, "volatile");
+const AGGREGATE: (EccCounter, &str) = (EccCounter::Aggregate, "aggregate");
+
+/// ECC counters: field id, then the same counter as function arguments.
+const ECC_COUNTERS: [(u32, Labelled<MemoryError>, Labelled<EccCounter>); 4] = [
+    (NVML_FI_DEV_ECC_SBE_VOL_TOTAL, CORRECTED, VOLATILE),
+    (NVML_FI_DEV_ECC_DBE_VOL_TOTAL, UNCORRECTED, VOLATILE),
+    (NVML_FI_DEV_ECC_SBE_AGG_TOTAL, CORRECTED, AGGREGATE),
+    (NVML_FI_DEV_ECC_DBE_AGG_TOTAL, UNCORRECTED, AGGREGATE),
 ];
 
 const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
@@ -49,13 +34,10 @@ const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
     (RetirementCause::DoubleBitEccError, "double_bit_ecc"),
 ];
 
-/// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (nvml.h, driver 570 and later; newer
-/// than nvml-wrapper's bindings): the action the driver asks for to recover the
-/// GPU, an `nvmlDeviceGpuRecoveryAction_t`.
+/// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (driver 570+, newer than the bindings).
 pub(super) const FI_GPU_RECOVERY_ACTION: u32 = 230;
 
-/// `nvmlDeviceGpuRecoveryAction_t` values 0..=4 (NVML_GPU_RECOVERY_ACTION_NONE,
-/// _GPU_RESET, _NODE_REBOOT, _DRAIN_P2P, _DRAIN_AND_RESET), as labels.
+/// `nvmlDeviceGpuRecoveryAction_t` values 0..=4 as labels.
 const RECOVERY_ACTIONS: [&str; 5] = [
     "none",
     "gpu_reset",
@@ -68,9 +50,7 @@ fn flag(on: bool) -> f64 {
     f64::from(u8::from(on))
 }
 
-/// Field values this collector takes from the per-GPU batch: ECC mode and the
-/// ECC totals (single-bit = corrected, double-bit = uncorrected), the same
-/// numbers as `nvmlDeviceGetEccMode` and `nvmlDeviceGetTotalEccErrors`.
+/// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_ECC_CURRENT,
     NVML_FI_DEV_ECC_PENDING,
@@ -81,7 +61,7 @@ pub(super) const FIELDS: &[u32] = &[
     FI_GPU_RECOVERY_ACTION,
 ];
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     recovery_action(reader);
     // The function is the fallback for both fields: a failing batch entry is
     // counted only through it.
@@ -97,10 +77,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         reader.gauge(metrics::ECC_ENABLED, flag(current));
         reader.gauge(metrics::ECC_PENDING_ENABLED, flag(pending));
     }
-    // Error counters only mean something while ECC is on; NVML answers "not
-    // supported" otherwise anyway, so skip the calls.
+    // Error counters only mean something while ECC is on.
     if ecc.is_some_and(|(current, _)| current) {
-        for (field, error, error_label, counter, counter_label) in ECC_COUNTERS {
+        for (field, (error, error_label), (counter, counter_label)) in ECC_COUNTERS {
             let count = reader.field_or(field, |reader| {
                 reader
                     .read("nvmlDeviceGetTotalEccErrors", |d| {
@@ -136,11 +115,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// `nvidia_gpu_recovery_action` as a state set: every known action, 1 for the
-/// current one. Only a field value (there is no function); left out where the
-/// driver does not support it. A value newer than this exporter knows sets all
-/// known actions to 0 and adds `action="unknown"` 1, so it is never hidden.
-fn recovery_action(reader: &mut DeviceReader<'_>) {
+/// `nvidia_gpu_recovery_action` as a state set; a value newer than this
+/// exporter knows is `action="unknown"`.
+fn recovery_action(reader: &mut Gpu<'_>) {
     let Some(value) = reader.field(FI_GPU_RECOVERY_ACTION) else {
         return;
     };

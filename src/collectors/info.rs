@@ -1,28 +1,18 @@
-//! `nvidia_gpu_info`: the GPU's static facts as labels of a value-1 sample,
-//! read first on every GPU with its identity (UUID, PCI bus id, serial) for
-//! `identity::resolve`. Not a registry row: every GPU has it.
-//!
-//! What other collectors' reads depend on (architecture, name, PCI device id)
-//! is left on the reader as its [`GpuFacts`].
-//!
-//! Every label is always written, empty when NVML could not tell it (not
-//! supported, or a read that failed this run), so the series keeps one label set
-//! from run to run instead of turning into a new series on a transient failure.
+//! `nvidia_gpu_info` and the GPU's identity, read first on every GPU; what
+//! others' reads depend on is left on the reader ([`GpuFacts`]). Every label
+//! is written, empty when unknown, so the series keeps one label set.
 
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::DeviceArchitecture;
 
+use crate::collector::Gpu;
 use crate::identity;
 use crate::metrics;
 use crate::nvml::facts::GpuFacts;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::Text;
 
-/// Reads the GPU's identity and pushes its info sample. A UUID that cannot be
-/// read does not stop the reading: the GPU is still reported (under the
-/// identity the state knew); a fatal error marks it down through the reader as
-/// for any other call.
-pub(super) fn read(reader: &mut DeviceReader<'_>) -> identity::Read {
+/// Reads the GPU's identity and pushes its info sample.
+pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
     let uuid = reader.text(Text::Uuid);
     let name = reader.text(Text::Name);
     let pci = reader.read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info());

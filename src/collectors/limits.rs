@@ -1,15 +1,11 @@
-//! Hardware maxima that cannot change while the driver stays loaded: maximum
-//! clocks and the range a power limit may be set in (the PCIe maxima are the
-//! `pcie` collector's, for downtraining). Off by default: six series per GPU
-//! that never move, and five NVML calls per run.
+//! Hardware maxima fixed while the driver is loaded: maximum clocks, the
+//! power limit range. Off by default.
 
-use super::clocks::{DOMAINS, HERTZ_PER_MEGAHERTZ};
-use super::power::PER_MILLI;
+use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    for (clock, label) in DOMAINS {
+pub(super) fn read(reader: &mut Gpu<'_>) {
+    for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
             reader.push(
                 metrics::CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ),

@@ -1,21 +1,14 @@
-//! Video encoder and decoder: utilization from NVML's sample buffers (see
-//! `nvml::samples`), sessions; JPEG decoders and optical flow accelerator.
-//!
-//! A GPU without a video encoder (GA100, GH100: NVDEC but no NVENC) answers
-//! the encoder's calls all the same, with an idle encoder and even an H264
-//! capacity of 100, and its sample buffer costs about 3 ms cold: the encoder
-//! is read only where the chip has one (see [`GpuFacts::has_video_encoder`]).
-//!
-//! [`GpuFacts::has_video_encoder`]: crate::nvml::facts::GpuFacts::has_video_encoder
+//! Video encoder and decoder utilization (sample buffers, else the point
+//! reading) and encoder sessions, where the chip has an encoder
+//! (`GpuFacts::has_video_encoder`); JPEG and optical flow utilization.
 
-use super::utilization::{point, read_engine, Engine};
+use crate::collector::{point, read_engine, Engine, Gpu};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::unwrapped::Accelerator;
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if reader.facts().has_video_encoder() {
         read_encoder(reader);
     } else {
@@ -26,24 +19,23 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         );
     }
     // Where NVML keeps no samples, the point reading of its last sample period.
-    if !read_engine(reader, Engine::Decoder) {
+    if !read_engine(reader, Engine::DECODER) {
         if let Some(info) = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
             d.decoder_utilization()
         }) {
-            point(reader, Engine::Decoder, info.utilization);
+            point(reader, Engine::DECODER, info.utilization);
         }
     }
     read_accelerators(reader);
 }
 
 /// The encoder's utilization (samples, else the point reading) and sessions.
-fn read_encoder(reader: &mut DeviceReader<'_>) {
-    // Where NVML keeps no samples, the point reading of its last sample period.
-    if !read_engine(reader, Engine::Encoder) {
+fn read_encoder(reader: &mut Gpu<'_>) {
+    if !read_engine(reader, Engine::ENCODER) {
         if let Some(info) = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
             d.encoder_utilization()
         }) {
-            point(reader, Engine::Encoder, info.utilization);
+            point(reader, Engine::ENCODER, info.utilization);
         }
     }
     if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {
@@ -56,11 +48,9 @@ fn read_encoder(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// JPEG decoder (NVJPG) and optical flow accelerator (OFA) utilization, on
-/// GPUs that have them (A100, H100/H200 and later; driver 535+): NVML answers
-/// each like the decoder, percent over a sampling period (the period is not
-/// exported, as for the encoder and decoder).
-fn read_accelerators(reader: &mut DeviceReader<'_>) {
+/// JPEG decoder and optical flow accelerator utilization, where the GPU has
+/// them.
+fn read_accelerators(reader: &mut Gpu<'_>) {
     for (engine, family) in [
         (Accelerator::Jpeg, metrics::JPEG_UTILIZATION),
         (Accelerator::OpticalFlow, metrics::OFA_UTILIZATION),

@@ -1,9 +1,9 @@
 //! Device memory and BAR1 memory.
 
+use crate::collector::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |d| d.memory_info()) {
         reader.gauge(metrics::MEMORY_USED, memory.used as f64);
         reader.gauge(metrics::MEMORY_FREE, memory.free as f64);

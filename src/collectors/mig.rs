@@ -1,26 +1,22 @@
-//! MIG devices: one `nvidia_gpu_mig_info` and memory readings per MIG device
-//! (from the one enumeration, `nvml::mig`), under the parent GPU's
-//! `gpu`/`uuid` labels.
+//! MIG devices: `nvidia_gpu_mig_info` and memory per MIG device, under the
+//! parent GPU's labels.
 
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::mig::{self, MigDevice};
-use crate::nvml::reader::DeviceReader;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     for device in mig::devices(reader) {
         read_mig_device(reader, &device);
     }
 }
 
-fn read_mig_device(reader: &mut DeviceReader<'_>, mig: &MigDevice<'_>) {
+fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
     let Some(mig_uuid) = reader.read("nvmlDeviceGetUUID", |_| mig.handle.uuid()) else {
         return;
     };
-    // The profile is the end of the MIG device's name ("NVIDIA H100 80GB HBM3
-    // MIG 1g.10gb"): one unprivileged call, where nvmlGpuInstanceGetInfo and
-    // nvmlDeviceGetGpuInstanceProfileInfo take three and name only the GPU
-    // instance's profile, not a smaller compute instance's ("1c.2g.20gb").
-    // Kept empty when unreadable, so the series keeps its labels.
+    // The profile ends the name: one unprivileged call, and it names a
+    // compute instance's profile too. Empty when unreadable.
     let profile = reader
         .read("nvmlDeviceGetName", |_| mig.name())
         .map(|name| profile(&name).to_owned())

@@ -1,29 +1,14 @@
-//! Collectors, a layer above `nvml`: the registry, the one place a collector
-//! is defined, and the readers (one file each).
-//!
-//! A row gives the name used by `--collector`/`--no-collector`, whether it is on
-//! by default, its one-line help, the families it may emit, the field ids it
-//! takes from the per-GPU batch (fixed, plus those its [`Hooks::fields_for`]
-//! picks from the GPU's facts), and its [`Hooks`]: what it does in each phase
-//! of a run. The command line's value list, the default set, `--help`, the man
-//! page and the README's list all come from [`ALL`] (the README is checked
-//! against it by a test); the phases run every row's hooks without naming a
-//! collector ([`gpus`] per GPU, [`run_host`] after the GPUs). Adding a
-//! collector is one row here and one reader file.
-//!
-//! Invariants (checked by tests): names are unique kebab-case; every family is
-//! emitted by at most one collector, except those in [`SHARED`], whose label
-//! values are split between collectors; a collector's reader emits only its
-//! families (checked end to end against every scenario in `tests/cli.rs`).
+//! The collectors: the registry ([`ALL`], where a collector is defined: its
+//! name, default, help, families, batched fields and [`Hooks`]) and one file
+//! per collector. The command line, `--help`, the man page and the README
+//! come from it. Invariants (tested): names unique kebab-case; a family
+//! emitted by one collector only, except the [`SHARED`] ones; a reader emits
+//! only its families (end to end, in `tests/cli.rs`).
 
-// NVML's C functions are called only in `nvml`: the collectors module forbids
-// `unsafe` (lib.rs).
 mod clocks;
 mod fabric;
 mod gpm;
-pub mod gpus;
 mod health;
-mod hooks;
 mod info;
 mod limits;
 mod media;
@@ -41,9 +26,18 @@ pub mod xid;
 
 use crate::metrics::{self, Family};
 
-use hooks::Hooks;
+/// The families of a row, by their handles' names in `metrics`.
+macro_rules! families {
+    ($($family:ident),* $(,)?) => {
+        &[$(metrics::$family.family()),*]
+    };
+}
 
-pub use hooks::{run_host, Collector, HostRun, Settings, Window};
+use crate::collector::Hooks;
+pub use crate::collector::{Collector, HostRun, Settings};
+
+/// Reads a GPU's identity and its info sample: first, on every GPU.
+pub(crate) use info::read as identify;
 
 /// Every collector, in output order.
 pub static ALL: &[Collector] = &[
@@ -51,338 +45,190 @@ pub static ALL: &[Collector] = &[
         name: "utilization",
         default: true,
         help: "GPU and memory utilization over the samples since the previous run, busy and sampled time, count of compute processes.",
-        families: &[
-            metrics::UTILIZATION.family(),
-            metrics::MEMORY_UTILIZATION.family(),
-            metrics::PROCESSES.family(),
-            metrics::BUSY.family(),
-            metrics::SAMPLED.family(),
-        ],
+        families: families![UTILIZATION, MEMORY_UTILIZATION, PROCESSES, BUSY, SAMPLED],
         fields: &[],
-        hooks: Hooks {
-            read: Some(utilization::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(utilization::read),
     },
     Collector {
         name: "memory",
         default: true,
         help: "Device memory used/free/total/reserved, BAR1 memory.",
-        families: &[
-            metrics::MEMORY_USED.family(),
-            metrics::MEMORY_FREE.family(),
-            metrics::MEMORY_TOTAL.family(),
-            metrics::MEMORY_RESERVED.family(),
-            metrics::BAR1_USED.family(),
-            metrics::BAR1_TOTAL.family(),
+        families: families![
+            MEMORY_USED, MEMORY_FREE, MEMORY_TOTAL, MEMORY_RESERVED, BAR1_USED, BAR1_TOTAL,
         ],
         fields: &[],
-        hooks: Hooks {
-            read: Some(memory::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(memory::read),
     },
     Collector {
         name: "thermal",
         default: true,
         help: "GPU and HBM temperatures, temperature thresholds, fans, thermal margin and the margins the GPU slows down and shuts down at, time held down by thermal and power-brake slowdown.",
-        families: &[
-            metrics::TEMPERATURE.family(),
-            metrics::MEMORY_TEMPERATURE.family(),
-            metrics::TEMPERATURE_THRESHOLD.family(),
-            metrics::FAN_SPEED.family(),
-            metrics::TEMPERATURE_MARGIN.family(),
-            metrics::TEMPERATURE_MARGIN_THRESHOLD.family(),
-            metrics::SLOWDOWN.family(),
+        families: families![
+            TEMPERATURE, MEMORY_TEMPERATURE, TEMPERATURE_THRESHOLD, FAN_SPEED, TEMPERATURE_MARGIN,
+            TEMPERATURE_MARGIN_THRESHOLD, SLOWDOWN,
         ],
         fields: thermal::FIELDS,
-        hooks: Hooks {
-            read: Some(thermal::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(thermal::read),
     },
     Collector {
         name: "power",
         default: true,
         help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit.",
-        families: &[
-            metrics::POWER.family(),
-            metrics::ENERGY.family(),
-            metrics::POWER_LIMIT.family(),
-            metrics::POWER_DEFAULT_LIMIT.family(),
-            metrics::POWER_AVERAGE.family(),
-            metrics::POWER_INSTANT.family(),
+        families: families![
+            POWER, ENERGY, POWER_LIMIT, POWER_DEFAULT_LIMIT, POWER_AVERAGE, POWER_INSTANT,
         ],
         fields: power::FIELDS,
-        hooks: Hooks {
-            fields_for: Some(power::second_reading),
-            read: Some(power::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(power::read).with_fields_for(power::second_reading),
     },
     Collector {
         name: "clocks",
         default: true,
         help: "Clocks, performance state, clock event reasons, violation counters.",
-        families: &[
-            metrics::CLOCK.family(),
-            metrics::PERFORMANCE_STATE.family(),
-            metrics::CLOCKS_EVENT.family(),
-            metrics::VIOLATION.family(),
-        ],
+        families: families![CLOCK, PERFORMANCE_STATE, CLOCKS_EVENT, VIOLATION],
         fields: clocks::FIELDS,
-        hooks: Hooks {
-            read: Some(clocks::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(clocks::read),
     },
     Collector {
         name: "pcie",
         default: true,
         help: "PCIe link generation and width now and their maxima (read once per driver), replays, byte counters.",
-        families: &[
-            metrics::PCIE_GENERATION.family(),
-            metrics::PCIE_MAX_GENERATION.family(),
-            metrics::PCIE_WIDTH.family(),
-            metrics::PCIE_MAX_WIDTH.family(),
-            metrics::PCIE_REPLAYS.family(),
-            metrics::PCIE_TRANSMIT.family(),
-            metrics::PCIE_RECEIVE.family(),
+        families: families![
+            PCIE_GENERATION, PCIE_MAX_GENERATION, PCIE_WIDTH, PCIE_MAX_WIDTH, PCIE_REPLAYS,
+            PCIE_TRANSMIT, PCIE_RECEIVE,
         ],
         fields: pcie::FIELDS,
-        hooks: Hooks {
-            read: Some(pcie::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(pcie::read),
     },
     Collector {
         name: "pcie-errors",
         default: false,
         help: "PCIe error counters by kind: L0 to recovery, correctable, NAKs, receiver, bad TLP/DLLP, non-fatal, fatal, unsupported request, LCRC, lane (12 field values a run).",
-        families: &[metrics::PCIE_ERRORS.family()],
+        families: families![PCIE_ERRORS],
         fields: pcie_errors::FIELDS,
-        hooks: Hooks {
-            read: Some(pcie_errors::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(pcie_errors::read),
     },
     Collector {
         name: "limits",
         default: false,
         help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range.",
-        families: &[
-            metrics::CLOCK_MAX.family(),
-            metrics::POWER_MIN_LIMIT.family(),
-            metrics::POWER_MAX_LIMIT.family(),
-        ],
+        families: families![CLOCK_MAX, POWER_MIN_LIMIT, POWER_MAX_LIMIT],
         fields: &[],
-        hooks: Hooks {
-            read: Some(limits::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(limits::read),
     },
     Collector {
         name: "pcie-throughput",
         default: false,
         help: "PCIe throughput sampled by NVML over 20 ms per direction (slow).",
-        families: &[
-            metrics::PCIE_TRANSMIT_THROUGHPUT.family(),
-            metrics::PCIE_RECEIVE_THROUGHPUT.family(),
-        ],
+        families: families![PCIE_TRANSMIT_THROUGHPUT, PCIE_RECEIVE_THROUGHPUT],
         fields: &[],
-        hooks: Hooks {
-            read: Some(pcie::read_throughput),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(pcie::read_throughput),
     },
     Collector {
         name: "health",
         default: true,
         help: "ECC mode and errors, retired pages, remapped rows, the recovery action the driver asks for.",
-        families: &[
-            metrics::ECC_ENABLED.family(),
-            metrics::ECC_PENDING_ENABLED.family(),
-            metrics::ECC_ERRORS.family(),
-            metrics::RETIRED_PAGES.family(),
-            metrics::RETIRED_PAGES_PENDING.family(),
-            metrics::REMAPPED_ROWS.family(),
-            metrics::REMAPPED_ROWS_PENDING.family(),
-            metrics::REMAPPED_ROWS_FAILURE.family(),
-            metrics::RECOVERY_ACTION.family(),
+        families: families![
+            ECC_ENABLED, ECC_PENDING_ENABLED, ECC_ERRORS, RETIRED_PAGES, RETIRED_PAGES_PENDING,
+            REMAPPED_ROWS, REMAPPED_ROWS_PENDING, REMAPPED_ROWS_FAILURE, RECOVERY_ACTION,
         ],
         fields: health::FIELDS,
-        hooks: Hooks {
-            read: Some(health::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(health::read),
     },
     Collector {
         name: "media",
         default: true,
         help: "Video encoder/decoder utilization over the samples since the previous run, their busy and sampled time, JPEG and OFA utilization, encoder sessions.",
-        families: &[
-            metrics::ENCODER_UTILIZATION.family(),
-            metrics::DECODER_UTILIZATION.family(),
-            metrics::ENCODER_SESSIONS.family(),
-            metrics::ENCODER_FPS.family(),
-            metrics::ENCODER_LATENCY.family(),
-            metrics::BUSY.family(),
-            metrics::SAMPLED.family(),
-            metrics::JPEG_UTILIZATION.family(),
-            metrics::OFA_UTILIZATION.family(),
+        families: families![
+            ENCODER_UTILIZATION, DECODER_UTILIZATION, ENCODER_SESSIONS, ENCODER_FPS,
+            ENCODER_LATENCY, BUSY, SAMPLED, JPEG_UTILIZATION, OFA_UTILIZATION,
         ],
         fields: &[],
-        hooks: Hooks {
-            read: Some(media::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(media::read),
     },
     Collector {
         name: "modes",
         default: true,
         help: "Persistence, compute and MIG modes.",
-        families: &[
-            metrics::PERSISTENCE_MODE.family(),
-            metrics::COMPUTE_MODE.family(),
-            metrics::MIG_ENABLED.family(),
-            metrics::MIG_PENDING_ENABLED.family(),
-        ],
+        families: families![PERSISTENCE_MODE, COMPUTE_MODE, MIG_ENABLED, MIG_PENDING_ENABLED],
         fields: &[],
-        hooks: Hooks {
-            read: Some(modes::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(modes::read),
     },
     Collector {
         name: "nvlink",
         default: true,
         help: "NVLink links, active links and links lost since they were active this boot, error, recovery and data counters summed over the links (batched field reads; NVLink 5 counters on Blackwell).",
-        families: &[
-            metrics::NVLINK_LINKS.family(),
-            metrics::NVLINK_LINKS_ACTIVE.family(),
-            metrics::NVLINK_LINKS_LOST.family(),
-            metrics::NVLINK_ERRORS.family(),
-            metrics::NVLINK_RECOVERIES.family(),
-            metrics::NVLINK_TRANSMIT.family(),
-            metrics::NVLINK_RECEIVE.family(),
+        families: families![
+            NVLINK_LINKS, NVLINK_LINKS_ACTIVE, NVLINK_LINKS_LOST, NVLINK_ERRORS, NVLINK_RECOVERIES,
+            NVLINK_TRANSMIT, NVLINK_RECEIVE,
         ],
         fields: nvlink::FIELDS,
-        hooks: Hooks {
-            read: Some(nvlink::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(nvlink::read),
     },
     Collector {
         name: "nvlink-links",
         default: false,
         help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter), on NVLink 5 recoveries, effective and symbol errors and bit error rates instead of the Hopper counters (up to 9 a link, no extra calls).",
-        families: &[
-            metrics::NVLINK_LINK_ACTIVE.family(),
-            metrics::NVLINK_LINK_ERRORS.family(),
-            metrics::NVLINK_LINK_RECOVERIES.family(),
-            metrics::NVLINK_LINK_BIT_ERROR.family(),
-            metrics::NVLINK_LINK_TRANSMIT.family(),
-            metrics::NVLINK_LINK_RECEIVE.family(),
+        families: families![
+            NVLINK_LINK_ACTIVE, NVLINK_LINK_ERRORS, NVLINK_LINK_RECOVERIES, NVLINK_LINK_BIT_ERROR,
+            NVLINK_LINK_TRANSMIT, NVLINK_LINK_RECEIVE,
         ],
         fields: nvlink::LINKS_FIELDS,
-        hooks: Hooks {
-            read: Some(nvlink::read_links),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(nvlink::read_links),
     },
     Collector {
         name: "fabric",
         default: true,
         help: "NVLink fabric of NVSwitch systems: registration state and status, cluster and clique, health conditions and summary (nothing on GPUs on no fabric; that answer is read once per driver).",
-        families: &[
-            metrics::FABRIC_STATE.family(),
-            metrics::FABRIC_STATUS.family(),
-            metrics::FABRIC_INFO.family(),
-            metrics::FABRIC_HEALTH.family(),
-            metrics::FABRIC_HEALTH_SUMMARY.family(),
+        families: families![
+            FABRIC_STATE, FABRIC_STATUS, FABRIC_INFO, FABRIC_HEALTH, FABRIC_HEALTH_SUMMARY,
         ],
         fields: &[],
-        hooks: Hooks {
-            read: Some(fabric::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(fabric::read),
     },
     Collector {
         name: "mig",
         default: true,
         help: "MIG devices with their profile and memory.",
-        families: &[
-            metrics::MIG_INFO.family(),
-            metrics::MIG_MEMORY_USED.family(),
-            metrics::MIG_MEMORY_TOTAL.family(),
-            metrics::MIG_MEMORY_FREE.family(),
-            metrics::MIG_MEMORY_RESERVED.family(),
+        families: families![
+            MIG_INFO, MIG_MEMORY_USED, MIG_MEMORY_TOTAL, MIG_MEMORY_FREE, MIG_MEMORY_RESERVED,
         ],
         fields: &[],
-        hooks: Hooks {
-            read: Some(mig::read),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(mig::read),
     },
     Collector {
         name: "gpm",
         default: true,
         help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
-        families: &[
-            metrics::SM_ACTIVE.family(),
-            metrics::SM_OCCUPANCY.family(),
-            metrics::GRAPHICS_ENGINE_ACTIVE.family(),
-            metrics::DRAM_ACTIVE.family(),
-            metrics::PIPE_ACTIVE.family(),
-            metrics::GPM_WINDOW.family(),
-            metrics::GPM_UNAVAILABLE.family(),
-            metrics::MIG_SM_ACTIVE.family(),
-            metrics::MIG_SM_OCCUPANCY.family(),
-            metrics::MIG_GRAPHICS_ENGINE_ACTIVE.family(),
-            metrics::MIG_DRAM_ACTIVE.family(),
-            metrics::MIG_PIPE_ACTIVE.family(),
+        families: families![
+            SM_ACTIVE, SM_OCCUPANCY, GRAPHICS_ENGINE_ACTIVE, DRAM_ACTIVE, PIPE_ACTIVE, GPM_WINDOW,
+            GPM_UNAVAILABLE, MIG_SM_ACTIVE, MIG_SM_OCCUPANCY, MIG_GRAPHICS_ENGINE_ACTIVE,
+            MIG_DRAM_ACTIVE, MIG_PIPE_ACTIVE,
         ],
         fields: &[],
-        hooks: Hooks {
-            open: Some(gpm::open),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::open(gpm::open),
     },
     Collector {
         name: "processes",
         default: false,
         help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
-        families: &[metrics::PROCESS_MEMORY_USED.family(), metrics::PROCESS_UTILIZATION.family()],
+        families: families![PROCESS_MEMORY_USED, PROCESS_UTILIZATION],
         fields: &[],
-        hooks: Hooks {
-            read: Some(processes::read),
-            host: Some(processes::owners),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::read(processes::read).with_host(processes::owners),
     },
     Collector {
         name: "xid",
         default: true,
         help: "XID errors, NVSwitch SXids and GPUs fallen off the bus, counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
-        families: &[
-            metrics::XID_ERRORS.family(),
-            metrics::XID_ERRORS_BY_CODE.family(),
-            metrics::XID_UNATTRIBUTED.family(),
-            metrics::FALLEN_OFF_BUS.family(),
-            metrics::FALLEN_OFF_BUS_UNATTRIBUTED.family(),
-            metrics::NVSWITCH_SXID_ERRORS.family(),
+        families: families![
+            XID_ERRORS, XID_ERRORS_BY_CODE, XID_UNATTRIBUTED, FALLEN_OFF_BUS,
+            FALLEN_OFF_BUS_UNATTRIBUTED, NVSWITCH_SXID_ERRORS,
         ],
         fields: &[],
-        hooks: Hooks {
-            host: Some(xid::collect),
-            ..Hooks::NONE
-        },
+        hooks: Hooks::NONE.with_host(xid::collect),
     },
 ];
 
-/// Families that more than one collector emits, each with its own values of
-/// the `engine` label: gpu and memory from `utilization`, encoder and decoder
-/// from `media` (each reads the sample buffers of its own engines).
+/// Families more than one collector emits, each its own `engine` values.
 pub static SHARED: &[&Family] = &[metrics::BUSY.family(), metrics::SAMPLED.family()];
 
 /// The collectors that are on by default, in output order.

@@ -2,10 +2,10 @@
 
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 
+use crate::collector::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(on) = reader.read("nvmlDeviceGetPersistenceMode", |d| {
         d.is_in_persistent_mode()
     }) {

@@ -1,17 +1,9 @@
-//! NVLink. By default (`nvlink`) a few series per GPU: how many links it has
-//! and how many are active, and the error and data counters summed over its
-//! links, all from batched field reads. Per-link detail (`nvlink-links`, off by
-//! default) costs up to seven series a link (126 on an 18-link H100) and, for
-//! the CRC counters, one `nvmlDeviceGetNvLinkErrorCounter` call per link and
-//! counter (about 0.9 ms each on an H200: 32 ms a GPU).
-//!
-//! Links of every generation: the count comes from the link count field or
-//! the links that answer, never from a compiled-in maximum (nvml.h's
-//! `NVML_NVLINK_MAX_LINKS` was 18 in the bindings and is 36 in CUDA 13.3).
-//! On NVLink 5 (Blackwell) the Hopper error counters are not supported and
-//! the link recovery, effective and symbol error counters are read instead
-//! (fields 213, 214, 219, 221, scoped by link); whether the GPU has them is
-//! read once per driver, so a Hopper GPU asks for none of them.
+//! NVLink: by default (`nvlink`) the links, active and lost links and the
+//! counters summed over the links, from batched field reads; per link
+//! (`nvlink-links`) state and counters, the CRC ones one call per link and
+//! counter. The link count is read, never a compiled-in maximum; NVLink 5
+//! (Blackwell) counters replace the Hopper ones where the GPU has them (read
+//! once per driver).
 
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::error::NvmlError;
@@ -23,13 +15,13 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::fields::{self, Field};
-use crate::nvml::reader::DeviceReader;
 use crate::snapshot::LabelValue;
 
-/// More links than any GPU has (GB200: 18, nvml.h of CUDA 13.3 allows 36): a
-/// larger count is a sentinel, and probing without a count stops here.
+/// More links than any GPU has: a larger count is a sentinel, and probing
+/// without a count stops here.
 const MAX_LINKS: u32 = 64;
 
 /// NVLink 5 counters per link (nvml.h `NVML_FI_DEV_NVLINK_COUNT_*`).
@@ -52,10 +44,8 @@ const NVLINK5_FIELDS: [u32; 4] = [
 /// NVML counts NVLink data in KiB.
 const BYTES_PER_KIB: f64 = 1024.0;
 
-/// Field values the per-GPU collector takes from the GPU's batch: the link
-/// count, and the per-GPU totals NVML keeps itself (the CRC totals are the
-/// only cheap CRC source; on H200s with driver 580 they are not supported and
-/// the CRC counters are then left out of the totals).
+/// Field values the per-GPU collector takes from the batch: the link count
+/// and the per-GPU totals NVML keeps.
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_NVLINK_LINK_COUNT,
     NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
@@ -64,12 +54,10 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
 ];
 
-/// Field values the per-link collector takes from the GPU's batch: the link
-/// count bounds the per-link probing.
+/// Field values the per-link collector takes from the batch.
 pub(super) const LINKS_FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
 
-/// A link's state (nvml.h `NVML_NVLINK_STATE_*` of field 165: 0 inactive,
-/// 1 active, 2 asleep, a low-power state a link wakes from, not lost).
+/// A link's state (field 165: 0 inactive, 1 active, 2 asleep, not lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LinkState {
     Active,
@@ -87,25 +75,17 @@ impl LinkState {
     }
 }
 
-/// The per-GPU collector: links, active links and totals, from the batch and
-/// one more `nvmlDeviceGetFieldValues` call with the per-link fields (their
-/// scope is the link, so the link count must be known first). Where the driver
-/// offers no link count field, the links are found with
-/// `nvmlDeviceGetNvLinkState` as the per-link collector does, so that a link
-/// that goes down is still seen.
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
-    let count = reader
-        .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
-        .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS));
+/// The per-GPU collector: the batch and one more field read per link (links
+/// probed with `nvmlDeviceGetNvLinkState` where there is no count field).
+pub(super) fn read(reader: &mut Gpu<'_>) {
+    let count = link_count(reader);
     let (count, probed) = match count {
         Some(count) => (count, Vec::new()),
         None => {
             let Some(probed) = probe_links(reader, MAX_LINKS) else {
                 return;
             };
-            // A count is a count of successful reads: where every probe
-            // failed, how many links the GPU has is unknown (a GPU with 2 links
-            // would otherwise show the 18 probes).
+            // Where every probe failed, the count is unknown.
             if probed.iter().all(Option::is_none) {
                 return;
             }
@@ -117,8 +97,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
     let nvlink5 = has_nvlink5(reader);
     let links = read_link_fields(reader, count, nvlink5);
-    // Probed links count only when every probe answered: a link whose state
-    // failed may not exist.
+    // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
         reader.gauge(metrics::NVLINK_LINKS, f64::from(count));
     }
@@ -138,18 +117,14 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
         reader.gauge(metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
     }
     count_lost(reader, &states);
-    // A total is written only when every link answered, so that a link that
-    // stops answering cannot make the counter go down (a false reset).
+    // A total only when every link answered (else a false reset).
     let sum = |pick: &dyn Fn(&LinkFields) -> Option<f64>| -> Option<f64> {
         if links.is_empty() {
             return None;
         }
         links.iter().map(pick).sum()
     };
-    // One source per counter and GPU: NVML's per-GPU total where the driver
-    // has it (a field's support does not change while the driver is loaded),
-    // else the sum over the links; switching sources from run to run could
-    // make the series jump.
+    // NVML's per-GPU total where the driver has it, else the links' sum.
     let replay = reader
         .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
         .or_else(|| sum(&|l| l.replay));
@@ -194,6 +169,12 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
 }
 
+/// The link count field, if plausible.
+fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
+    let count = reader.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
+    reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
+}
+
 /// One link's fields of the per-GPU collector's batch.
 struct LinkFields {
     state: Option<f64>,
@@ -224,9 +205,8 @@ impl Nvlink5 {
     }
 }
 
-/// Whether the GPU has the NVLink 5 counters, by link 0's recovery count
-/// (read once per driver: a GPU's NVLink generation does not change).
-fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
+/// Whether the GPU has the NVLink 5 counters (read once per driver).
+fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
     let probe = Field {
         id: LINK_RECOVERY_EVENTS,
         scope: 0,
@@ -237,9 +217,8 @@ fn has_nvlink5(reader: &mut DeviceReader<'_>) -> bool {
 }
 
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
-/// (remembered in the state, which starts afresh on another boot or driver)
-/// whose state is now known to be inactive.
-fn count_lost(reader: &mut DeviceReader<'_>, states: &[Option<LinkState>]) {
+/// (the state) that are now inactive.
+fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     let mut seen = reader.previous_state().links_seen_active;
     let mut lost = 0;
     for (link, state) in states.iter().enumerate().take(64) {
@@ -263,9 +242,8 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// Reads the per-link fields of links `0..count` in one call (with the NVLink
-/// 5 counters where the GPU has them).
-fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
+/// Reads the per-link fields of links `0..count` in one call.
+fn read_link_fields(reader: &mut Gpu<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
     let extra: &[u32] = if nvlink5 { &NVLINK5_FIELDS } else { &[] };
     let per_link = TOTALS_LINK_FIELDS.len() + extra.len();
     let requests: Vec<Field> = (0..count)
@@ -290,9 +268,8 @@ fn read_link_fields(reader: &mut DeviceReader<'_>, count: u32, nvlink5: bool) ->
         .collect()
 }
 
-/// The state of `link`: from its state field, or where the driver does not
-/// offer that field, from `nvmlDeviceGetNvLinkState`. `None` if unknown.
-fn link_state(reader: &mut DeviceReader<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
+/// The state of `link`: its state field, else `nvmlDeviceGetNvLinkState`.
+fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
     match state {
         Some(0.0) => Some(LinkState::Inactive),
         Some(1.0) => Some(LinkState::Active),
@@ -318,14 +295,8 @@ const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlCrcData, "crc_data"),
 ];
 
-/// Per-link fields of the per-link collector, read in one batch: the replay and
-/// recovery counters (same counts as `nvmlDeviceGetNvLinkErrorCounter`) and the
-/// data counters. On an H200 with 18 links each single error-counter call took
-/// about 1 ms.
-///
-/// CRC errors are not taken from `NVML_FI_DEV_NVLINK_ERROR_DL_CRC`: on H200s
-/// (driver 580) it read 0 on every link while the function reported 4 to 36
-/// CRC data errors per link, so flit and data CRC counts come from the function.
+/// Per-link fields of the per-link collector, in one batch (the CRC counts
+/// come from the function: the CRC field read 0 on H200s, driver 580).
 const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
@@ -333,10 +304,9 @@ const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// The state of each link below `last` by `nvmlDeviceGetNvLinkState`, up to
-/// the first link NVML does not know (`None` for a link whose state failed);
-/// `None` if the GPU has no NVLink or went down.
-fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bool>>> {
+/// The state of each link below `last` up to the first NVML does not know
+/// (`None` where it failed); `None` without NVLink or when down.
+fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
         match reader.try_read("nvmlDeviceGetNvLinkState", |d| {
@@ -357,11 +327,8 @@ fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bo
 }
 
 /// The per-link collector (`nvlink-links`).
-pub(super) fn read_links(reader: &mut DeviceReader<'_>) {
-    let last = reader
-        .field(NVML_FI_DEV_NVLINK_LINK_COUNT)
-        .and_then(|count| reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS))
-        .unwrap_or(MAX_LINKS);
+pub(super) fn read_links(reader: &mut Gpu<'_>) {
+    let last = link_count(reader).unwrap_or(MAX_LINKS);
     let Some(probed) = probe_links(reader, last) else {
         return;
     };
@@ -433,7 +400,7 @@ const NVLINK5_LINK_FIELDS: [u32; 6] = [
 ];
 
 /// One link's NVLink 5 samples from its [`NVLINK5_LINK_FIELDS`] values.
-fn push_nvlink5_link(reader: &mut DeviceReader<'_>, label: &str, values: &[Option<f64>]) {
+fn push_nvlink5_link(reader: &mut Gpu<'_>, label: &str, values: &[Option<f64>]) {
     let counters = Nvlink5::from_values(values);
     let link = || LabelValue::from(label.to_owned());
     for (count, result) in [
@@ -461,10 +428,8 @@ fn push_nvlink5_link(reader: &mut DeviceReader<'_>, label: &str, values: &[Optio
     }
 }
 
-/// A bit error rate as NVML encodes it: mantissa × 10^-exponent, the
-/// exponent in bits 0-7 and the mantissa in bits 8-11 (nvml.h
-/// `NVML_NVLINK_BER_EXP_SHIFT`/`_WIDTH` 0/0xff, `NVML_NVLINK_BER_MANTISSA_SHIFT`/
-/// `_WIDTH` 8/0xf, read with `NVML_NVLINK_ERROR_COUNTER_BER_GET`).
+/// A bit error rate as NVML encodes it: mantissa (bits 8-11) × 10^-exponent
+/// (bits 0-7).
 fn ber(raw: f64) -> f64 {
     let bits = raw as u64;
     let exponent = (bits & 0xff) as i32;
@@ -472,10 +437,9 @@ fn ber(raw: f64) -> f64 {
     mantissa * 10f64.powi(-exponent)
 }
 
-/// Error counters of one link, one call each (all four on drivers without the
-/// per-link error fields).
+/// Error counters of one link, one call each.
 fn read_error_counters(
-    reader: &mut DeviceReader<'_>,
+    reader: &mut Gpu<'_>,
     link: u32,
     label: &str,
     counters: &[(ErrorCounter, &'static str)],

@@ -1,9 +1,5 @@
-//! PCIe link state against its maxima, replays and traffic. The maxima (the
-//! widest and fastest link the GPU and its slot support) do not change while
-//! the driver is loaded: read once per driver and kept in the state, so that
-//! a link that trained low (a GPU at Gen2 or x8 for hours under load, with
-//! nothing logged) shows as the current value below the maximum at no cost
-//! per run.
+//! PCIe link generation and width against their maxima (read once per
+//! driver: a link that trained low shows), replays and traffic.
 
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::sys_exports::field_id::{
@@ -11,13 +7,13 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_PCIE_REPLAY_COUNTER,
 };
 
+use crate::collector::Gpu;
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 
 /// NVML reports PCIe throughput in KiB/s.
 const BYTES_PER_KIB: f64 = 1024.0;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(Some(generation)) = reader.read_fixed(
         "pcie.max_generation",
         "nvmlDeviceGetMaxPcieLinkGeneration",
@@ -68,7 +64,7 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 /// The sampled throughput: each direction blocks for NVML's 20 ms window.
-pub(super) fn read_throughput(reader: &mut DeviceReader<'_>) {
+pub(super) fn read_throughput(reader: &mut Gpu<'_>) {
     for (counter, family) in [
         (PcieUtilCounter::Send, metrics::PCIE_TRANSMIT_THROUGHPUT),
         (PcieUtilCounter::Receive, metrics::PCIE_RECEIVE_THROUGHPUT),

@@ -1,32 +1,20 @@
-//! Power draw, energy and power limits. NVML reports milliwatts and millijoules.
-//!
-//! `nvmlDeviceGetPowerUsage` means one thing or another by architecture (NVML
-//! reference: "On Ampere (except GA100) or newer GPUs, the API returns power
-//! averaged over 1 sec interval. On GA100 and older architectures,
-//! instantaneous power is returned."). The second power reading is the one the
-//! draw is not, so that no GPU pays for a field that repeats the draw (on an
-//! H200 the 1 s average field read exactly the draw and cost 3.3 ms of a 54 ms
-//! run): the instantaneous power where the draw is averaged, the driver's 1 s
-//! average where it is instantaneous. Never both.
+//! Power draw, energy and power limits (NVML reads milli-units). The draw is
+//! a 1 s average on some architectures and instantaneous on others: the
+//! second power reading is the one the draw is not, never both.
 
 use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
 };
 
+use crate::collector::{Gpu, PER_MILLI};
 use crate::metrics;
 use crate::nvml::facts::{Chip, GpuFacts};
-use crate::nvml::reader::DeviceReader;
 
-pub(super) const PER_MILLI: f64 = 1000.0;
-
-/// Field values this collector takes from every GPU's batch: the energy (same
-/// millijoules as `nvmlDeviceGetTotalEnergyConsumption`).
+/// Field values this collector takes from every GPU's batch.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
-/// The second power reading of a GPU with these facts (milliwatts, driver
-/// 535+; no function offers either): the instantaneous power where the draw is
-/// a 1 s average, else the driver's 1 s average.
+/// The second power reading's field for a GPU with these facts.
 pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
     if draw_is_averaged(facts) {
         &[NVML_FI_DEV_POWER_INSTANT]
@@ -35,12 +23,8 @@ pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
     }
 }
 
-/// Whether `nvmlDeviceGetPowerUsage` returns power averaged over 1 s on this
-/// GPU: on Ampere except GA100 (see [`GpuFacts::chip`]), Ada, Hopper,
-/// Blackwell and architectures newer than this exporter knows. Where NVML does
-/// not name the architecture (not read, or `NVML_DEVICE_ARCH_UNKNOWN`) the draw
-/// is taken as instantaneous, so the driver's average is read: true on every
-/// GPU, only redundant on newer ones.
+/// Whether `nvmlDeviceGetPowerUsage` is a 1 s average on this GPU: Ampere
+/// but GA100, and newer; an architecture not named counts as instantaneous.
 fn draw_is_averaged(facts: &GpuFacts) -> bool {
     match &facts.architecture {
         Some(Ok(DeviceArchitecture::Ampere)) => facts.chip() != Chip::Ga100,
@@ -59,7 +43,7 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
     }
 }
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
         reader.gauge(metrics::POWER, f64::from(milliwatts) / PER_MILLI);
     }
@@ -86,7 +70,6 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             f64::from(milliwatts) / PER_MILLI,
         );
     }
-    // Only the one `second_reading` chose was batched; the other is `None`.
     for (field, family) in [
         (NVML_FI_DEV_POWER_INSTANT, metrics::POWER_INSTANT),
         (NVML_FI_DEV_POWER_AVERAGE, metrics::POWER_AVERAGE),

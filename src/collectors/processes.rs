@@ -1,18 +1,17 @@
-//! Per-process GPU memory and SM utilization. Only the pid is known here;
-//! `procfs` adds the owner after the GPUs were read (this collector's host step).
+//! Per-process GPU memory and SM utilization; the host step adds the owners
+//! from procfs.
 
+use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
-use super::hooks::{HostError, HostRun};
-use super::utilization::{previous_carry, Engine};
+use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
 use crate::procfs::{self, Owner, Users};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Stream;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     let Some(processes) = reader.compute_processes() else {
         return;
     };
@@ -52,17 +51,14 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
     }
 }
 
-/// The collector's host step: adds owner labels (comm, user, unit,
-/// container, job) from procfs to the per-process samples of every GPU.
+/// The host step: owner labels from procfs on every per-process sample.
 pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
     procfs::attribute(run.snapshot, run.procfs, &Users::new(run.until));
     Ok(())
 }
 
-/// One run's per-process SM utilization: NVML's one entry per process,
-/// its mean SM percent over the GPU samples newer than the `lastSeenTimeStamp`
-/// asked with (measured on an H200, driver 580: a process alone on the GPU
-/// reads the GPU's mean, two processes add up to it).
+/// One run's per-process SM utilization: each process's mean SM percent
+/// over the GPU samples since the window's start.
 #[derive(Debug, Default, PartialEq)]
 struct Utilization {
     /// Mean SM percent by pid; a pid listed twice keeps its newest entry.
@@ -97,15 +93,11 @@ impl Utilization {
     }
 }
 
-/// Reads the GPU engine's samples since the previous run, then
-/// `nvmlDeviceGetProcessUtilization` from the start of the window they
-/// cover, so that a process's mean covers the GPU's window (after a clock
-/// step, the GPU's whole buffer read again, so is the process's); `None`
-/// when nothing can be read or the window covers no time.
-fn utilization(reader: &mut DeviceReader<'_>) -> Option<Utilization> {
-    let previous = previous_carry(reader, Stream::Processes);
-    let Outcome::Read { carry, window } =
-        samples::read(reader, Engine::Gpu.sampling_type(), previous)
+/// The GPU engine's samples since the previous run, then the processes'
+/// utilization over the same window; `None` when it covers no time.
+fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
+    let previous = reader.previous_carry(Stream::Processes);
+    let Outcome::Read { carry, window } = samples::read(reader, Sampling::GpuUtilization, previous)
     else {
         return None;
     };

@@ -1,6 +1,5 @@
-//! Temperatures, temperature thresholds and fans, the thermal margin with the
-//! margins at which the GPU slows down and shuts down, and the time the clocks
-//! were held down for heat and power brake.
+//! Temperatures, thresholds and fans, the thermal margin and the margins the
+//! GPU acts at, and the time held down by heat and power brake.
 
 use nvml_wrapper::enum_wrappers::device::TemperatureThreshold;
 use nvml_wrapper::sys_exports::field_id::{
@@ -10,9 +9,9 @@ use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
 };
 
+use crate::collector::Gpu;
 use crate::metrics;
 use crate::nvml::fields::{self, Field};
-use crate::nvml::reader::DeviceReader;
 
 /// Thresholds read, with their `threshold` label values.
 const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
@@ -22,18 +21,13 @@ const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
     (TemperatureThreshold::MemoryMax, "memory_max"),
 ];
 
-/// Margins at which the GPU acts, on the T.Limit scale (fixed per board: read
-/// once per driver), with their `threshold` label values. An H200 (driver
-/// 580) reads -8 and -2.
+/// Margins at which the GPU acts (T.Limit scale, read once per driver).
 const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
     (NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, "shutdown"),
     (NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "slowdown"),
 ];
 
-/// Clock event times in ns, with their `reason` label values (those of
-/// `nvidia_gpu_clocks_event_active`). The ids are the bindings' (251-253);
-/// drivers from 580.82 answer them at 269-271 (`nvml::fields::driver_id`).
-/// An H200 (driver 580) reads 0 for each.
+/// Clock event times in ns, with their `reason` label values.
 const SLOWDOWNS: [(u32, &str); 3] = [
     (
         NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
@@ -49,7 +43,7 @@ const SLOWDOWNS: [(u32, &str); 3] = [
     ),
 ];
 
-/// Dividing (rather than multiplying by 1e-9) keeps values exact in print.
+/// Dividing (not multiplying by 1e-9) keeps values exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
 /// Field values this collector takes from the per-GPU batch.
@@ -63,7 +57,7 @@ pub(super) const FIELDS: &[u32] = &[
 /// More fans than any board has (boards have one to four).
 const MAX_FANS: u32 = 16;
 
-pub(super) fn read(reader: &mut DeviceReader<'_>) {
+pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(celsius) = reader.gpu_temperature() {
         reader.gauge(metrics::TEMPERATURE, celsius);
     }
@@ -73,8 +67,7 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             reader.gauge(metrics::MEMORY_TEMPERATURE, celsius);
         }
     }
-    // Thresholds are the board's: read once per driver (1.5 ms of a cold
-    // run on an H200), then taken from the state.
+    // The board's thresholds: read once per driver.
     for (threshold, label) in THRESHOLDS {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
@@ -96,7 +89,9 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             );
         }
     }
-    read_margin(reader);
+    if let Some(celsius) = reader.margin_temperature() {
+        reader.gauge(metrics::TEMPERATURE_MARGIN, f64::from(celsius));
+    }
     for (field, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
         if let Some(Some(celsius)) = reader.read_fixed(&key, fields::CALL, |d| {
@@ -118,14 +113,5 @@ pub(super) fn read(reader: &mut DeviceReader<'_>) {
             reader
                 .push(metrics::SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
-    }
-}
-
-/// The thermal margin (T.Limit): degrees below the nearest slowdown threshold.
-/// No field value holds it: `NVML_FI_DEV_TEMPERATURE_*_TLIMIT` are the
-/// thresholds on the T.Limit scale, not the current margin.
-fn read_margin(reader: &mut DeviceReader<'_>) {
-    if let Some(celsius) = reader.margin_temperature() {
-        reader.gauge(metrics::TEMPERATURE_MARGIN, f64::from(celsius));
     }
 }

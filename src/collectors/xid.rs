@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;
 
-use super::hooks::{HostError, HostRun};
+use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{self, BusId, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;

@@ -1,32 +1,9 @@
-//! Reading every GPU: the phases of a run over the registry's hooks, each GPU
-//! on a thread of its own from its first call (all on one with
-//! `--sequential`), so that a GPU stuck in a driver call costs only itself.
-//!
-//! 1. Identity: each GPU's handle and info (UUID, PCI bus id, serial); once
-//!    every GPU answered (at `timing::identities_end` at the latest),
-//!    [`identity::resolve`] over them and the GPUs this boot has seen. A GPU
-//!    that left enumeration is reported down (`not_enumerated`) under the
-//!    identity the state kept.
-//! 2. Per GPU: the previous run's state of the resolved identity, every
-//!    collector's `open` (GPM's first sample), a wait until the reads can end
-//!    as the windows do (`timing::schedule`, which shortens windows that would
-//!    leave the reads and the windows' close no room), the batched field read
-//!    and every `read`, then every window's close. So the point readings
-//!    (temperature, power, memory) are taken at the end of the windows, just
-//!    before the file is written. With `--sequential` every GPU's windows
-//!    open, then the GPUs follow one another, each its reads and then its
-//!    windows' close (each GPU's windows end as its reads do), so that a GPU
-//!    is handed over before the next one's reads.
-//! 3. At `reading_ends` the GPUs that answered are handed over. A GPU still
-//!    inside a call then (or not reached, behind one with `--sequential`), or
-//!    whose identity did not come in time, is reported down with reason
-//!    `timeout`, its call named in the log; its thread is abandoned, never
-//!    joined (the process ends without waiting for it).
-//!
-//! How long the reads of a GPU take is kept in the state (`reads_us`), and
-//! how long its windows took to close from their end (`closing_us`), so that
-//! the next run plans with them; a phase the deadline cut keeps all the time
-//! the run had (`timing::cut`), so that the next run gives it that.
+//! The phases of a run over the registry's hooks: identities (resolved by
+//! [`identity::resolve`]), then per GPU every `open`, the batched field read
+//! and every `read`, every window's close; then every `host` step. Each GPU
+//! reads on a thread of its own (one for all with `--sequential`); a GPU not
+//! done by `reading_ends` is down (`timeout`) and its thread abandoned. The
+//! reads' and closes' times are kept in the state for the next run's plan.
 
 use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
@@ -38,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::Device as NvmlDevice;
 
-use super::hooks::{Collector, Settings, Window};
-use super::info;
+use crate::collector::{down, Collector, Gpu, HostRun, Settings, Window};
+use crate::collectors;
 use crate::identity::{self, Identity};
 use crate::inflight::{InFlight, Scope};
-use crate::nvml::reader::{self, DeviceReader};
+use crate::metrics;
+use crate::nvml::reader::DeviceReader;
 use crate::nvml::{InitError, Session};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
@@ -127,8 +105,7 @@ pub fn read(
     inflight: &Arc<InFlight>,
     opened: &dyn Fn(),
 ) -> Result<Reading, InitError> {
-    // Threads stuck in a GPU's call may outlive this function: the session is
-    // never dropped (see `Session`), so it may as well live for ever.
+    // Threads stuck in a call may outlive this function, so the session does.
     let session: &'static Session = Box::leak(Box::new(Session::open(library, inflight)?));
     let opened_at = Instant::now();
     opened();
@@ -158,9 +135,8 @@ pub fn read(
     })
 }
 
-/// Phase 1: awaits the GPUs' identities (a GPU that has not answered by
-/// `timing::identities_end` timed out), resolves them and starts each GPU's
-/// readings with its identity and state. Returns the GPUs that left.
+/// Phase 1: awaits the identities until `timing::identities_end`, resolves
+/// them and starts each GPU's reads. Returns the GPUs that left.
 fn identify(
     reports: &Receiver<Report>,
     slots: &mut [Slot],
@@ -178,10 +154,7 @@ fn identify(
             slot.read.clone().unwrap_or_else(|| {
                 stuck(index, "its identity reads", settings, inflight);
                 slot.failed = Some(Reason::Timeout);
-                identity::Read {
-                    index,
-                    ..identity::Read::default()
-                }
+                identity::Read::unread(index)
             })
         })
         .collect();
@@ -206,9 +179,7 @@ fn identify(
 }
 
 impl Slot {
-    /// Phase 3: the GPU's readings, or it down; whether it timed out (still
-    /// inside its reads or its windows' close now, or in its identity reads
-    /// before), in a run whose NVML opened at `opened`.
+    /// Phase 3: the GPU's readings, or it down; whether it timed out.
     fn into_device(
         self,
         index: u32,
@@ -223,12 +194,11 @@ impl Slot {
             stuck(index, "its reads", settings, inflight);
             Reason::Timeout
         });
-        let mut device = reader::down(index, &self.identity, reason);
+        let mut device = down(index, &self.identity, reason);
         if reason != Reason::Timeout {
             return (device, false);
         }
-        // Kept for when it answers again, the phase the deadline cut with
-        // all the time the run had (so the next run gives it that).
+        // The phase the deadline cut keeps all the run's time (`timing::cut`).
         let mut state = self.state;
         let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
         let cut = micros(timing::cut(opened, settings.reading_ends));
@@ -246,8 +216,7 @@ impl Slot {
     }
 }
 
-/// Takes the threads' reports into `slots` until every slot is `done` or
-/// `until` has come.
+/// Takes the threads' reports until every slot is `done` or `until` came.
 fn receive(
     reports: &Receiver<Report>,
     slots: &mut [Slot],
@@ -272,10 +241,8 @@ fn receive(
             Report::Panicked(indices) => {
                 for index in indices {
                     let slot = &mut slots[index as usize];
-                    slot.read.get_or_insert_with(|| identity::Read {
-                        index,
-                        ..identity::Read::default()
-                    });
+                    slot.read
+                        .get_or_insert_with(|| identity::Read::unread(index));
                     if !slot.settled() {
                         slot.failed = Some(Reason::ExporterBug);
                     }
@@ -285,8 +252,7 @@ fn receive(
     }
 }
 
-/// Logs that GPU `index` did not finish `what` by its deadline, naming the
-/// call it is stuck in.
+/// Logs that GPU `index` did not finish `what` by its deadline, and why.
 fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) {
     let call = match inflight.call_of(Scope::Gpu(index)) {
         Some(call) => format!("stuck in {call}"),
@@ -300,8 +266,7 @@ fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) {
     );
 }
 
-/// A GPU this boot knew that NVML no longer enumerates, down under the
-/// identity the state kept, its state kept for when it comes back.
+/// A GPU this boot knew that NVML no longer enumerates: down, its state kept.
 fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
     let mut state = states.get(&gone.uuid).cloned().unwrap_or_default();
     // Said once, when it leaves; the file says it every run.
@@ -319,14 +284,12 @@ fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
         serial: gone.serial,
         unique: true,
     };
-    let mut device = reader::down(gone.index, &identity, Reason::NotEnumerated);
-    // Its running totals stay in the state for when it comes back.
+    let mut device = down(gone.index, &identity, Reason::NotEnumerated);
     device.state = Some(state);
     device
 }
 
-/// Starts the reading threads: one per GPU, or one for all with
-/// `--sequential`. A GPU whose thread cannot start is down
+/// Starts the reading threads; a GPU whose thread cannot start is down
 /// (`exporter_resources`).
 fn spawn_readers(
     session: &'static Session,
@@ -363,18 +326,15 @@ fn spawn_readers(
             log::warn!("GPU {indices:?}: cannot start a reading thread: {e}");
             for index in indices {
                 let slot = &mut slots[index as usize];
-                slot.read = Some(identity::Read {
-                    index,
-                    ..identity::Read::default()
-                });
+                slot.read = Some(identity::Read::unread(index));
                 slot.failed = Some(Reason::ExporterResources);
             }
         }
     }
 }
 
-/// Reads the GPUs of `group` on this thread: their identities, then (each
-/// once its `Start` came) their windows and reads, as in the module's phases.
+/// Reads the GPUs of `group` on this thread: identities, then each once its
+/// `Start` came.
 fn read_group(
     session: &'static Session,
     group: Vec<(u32, Receiver<Start>)>,
@@ -390,17 +350,11 @@ fn read_group(
     for ((index, start), handle) in group.into_iter().zip(&handles) {
         let (reader, read) = match handle {
             Ok(device) => {
-                let mut reader = DeviceReader::new(device, index, inflight);
-                let read = info::read(&mut reader);
+                let mut reader = Gpu::new(DeviceReader::new(device, index, inflight));
+                let read = collectors::identify(&mut reader);
                 (Ok(reader), read)
             }
-            Err(why) => (
-                Err(*why),
-                identity::Read {
-                    index,
-                    ..identity::Read::default()
-                },
-            ),
+            Err(why) => (Err(*why), identity::Read::unread(index)),
         };
         let _ = report.send(Report::Identified(index, read));
         identified.push((index, reader, start));
@@ -409,7 +363,7 @@ fn read_group(
     for (index, reader, start) in identified {
         // No start: the deadline came first; nothing of this GPU is wanted.
         let Ok(start) = start.recv() else { continue };
-        let gpu = Gpu {
+        let gpu = Enumerated {
             index,
             reader,
             identity: start.identity,
@@ -418,8 +372,6 @@ fn read_group(
         };
         opened.push(gpu.open(settings));
     }
-    // The GPUs of this thread follow one another, each its reads and then
-    // its windows' close: each is handed over before the next one's reads.
     let mut ready = Vec::with_capacity(opened.len());
     for gpu in opened {
         match gpu {
@@ -440,7 +392,9 @@ fn read_group(
     for (gpu, end_by) in ready.iter_mut().zip(&plan.windows_end_by) {
         gpu.end_windows_by(*end_by);
     }
-    wait_until(plan.reads_start);
+    if let Some(start) = plan.reads_start {
+        thread::sleep(start.saturating_duration_since(Instant::now()));
+    }
     for mut gpu in ready {
         let index = gpu.reader.index();
         let _ = report.send(Report::ReadsStarted(index));
@@ -450,9 +404,8 @@ fn read_group(
     }
 }
 
-/// The GPUs' state the previous run left, as this driver may use it: all of
-/// it under the same driver, only the identities and the boot's running
-/// totals after a change.
+/// The GPUs' previous state as this driver may use it (after a driver
+/// change, only the identities and the boot's running totals).
 fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String, GpuState> {
     if previous.driver_version == driver_version {
         return previous.gpus.clone();
@@ -472,9 +425,9 @@ fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String
 }
 
 /// One enumerated GPU on its way through the phases.
-struct Gpu<'n> {
+struct Enumerated<'n> {
     index: u32,
-    reader: Result<DeviceReader<'n>, Reason>,
+    reader: Result<Gpu<'n>, Reason>,
     identity: Identity,
     state: GpuState,
     keeps_totals: bool,
@@ -482,7 +435,7 @@ struct Gpu<'n> {
 
 /// A GPU whose windows are open.
 struct Opened<'n> {
-    reader: DeviceReader<'n>,
+    reader: Gpu<'n>,
     identity: Identity,
     windows: Vec<Box<dyn Window<'n> + 'n>>,
     /// When the first window ends, if one is open.
@@ -493,13 +446,12 @@ struct Opened<'n> {
     reads: Option<(Instant, Instant)>,
 }
 
-impl<'n> Gpu<'n> {
-    /// Phase 2a: hands the reader the GPU's previous state and opens every
-    /// collector's window.
+impl<'n> Enumerated<'n> {
+    /// Phase 2a: the previous state, and every collector's window opened.
     fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
-            Err(why) => return Err(Box::new(reader::down(self.index, &self.identity, why))),
+            Err(why) => return Err(Box::new(down(self.index, &self.identity, why))),
         };
         reader.set_previous_state(self.state, self.keeps_totals);
         let windows: Vec<_> = settings
@@ -534,8 +486,7 @@ impl Opened<'_> {
         self.windows_end = self.windows.iter().map(|w| w.ends()).min();
     }
 
-    /// Phase 2b: the batched field read and every collector's `read`; how
-    /// long they took.
+    /// Phase 2b: the batched field read and every `read`; how long they took.
     fn read(&mut self, collectors: &[&'static Collector]) -> Duration {
         let started = Instant::now();
         let reader = &mut self.reader;
@@ -550,9 +501,6 @@ impl Opened<'_> {
         if !fields.is_empty() {
             reader.prefetch(&fields);
         }
-        // The collectors of one GPU run one after another: NVML serialises the
-        // calls of a device, and on an H200 reading them from several threads was
-        // slower (73 ms against 62 ms a snapshot), so threads are used per GPU only.
         for read in collectors.iter().filter_map(|c| c.hooks.read) {
             read(reader);
         }
@@ -562,8 +510,7 @@ impl Opened<'_> {
         ended - started
     }
 
-    /// Phase 2c: closes the windows (once they end), keeping how long that
-    /// took from their end, and returns the GPU's readings.
+    /// Phase 2c: closes the windows, keeping how long that took from their end.
     fn close(mut self) -> Device {
         let had_windows = !self.windows.is_empty();
         let ended = self.windows_end.map(|end| end.max(Instant::now()));
@@ -585,11 +532,30 @@ impl Opened<'_> {
     }
 }
 
-/// Sleeps until `when`, if it is still ahead.
-fn wait_until(when: Option<Instant>) {
-    if let Some(wait) = when.map(|when| when.saturating_duration_since(Instant::now())) {
-        if !wait.is_zero() {
-            thread::sleep(wait);
+/// Runs the host step of every collector that has one, in registry order,
+/// each said in the file: `nvidia_gpu_collector_success{collector}` and
+/// `nvidia_gpu_collector_step_duration_seconds{collector}`. `enter` names the
+/// phase for the watchdog.
+pub fn run_host(
+    collectors: &[&'static Collector],
+    run: &mut HostRun<'_>,
+    enter: &dyn Fn(&'static str),
+) {
+    for collector in collectors {
+        let Some(host) = collector.hooks.host else {
+            continue;
+        };
+        enter(collector.name);
+        let started = Instant::now();
+        let outcome = host(run);
+        // The step logs its own failures (once, not every run).
+        if let Err(why) = &outcome {
+            log::debug!("collector {}: {why}", collector.name);
         }
+        let labels = [collector.name];
+        run.snapshot.host.extend([
+            metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
+            metrics::COLLECTOR_STEP_DURATION.sample_with(labels, started.elapsed().as_secs_f64()),
+        ]);
     }
 }

@@ -1,0 +1,437 @@
+//! What a collector is and shares: its registry row ([`Collector`],
+//! [`Hooks`]), what its hooks are given ([`Settings`], [`Gpu`], [`HostRun`]),
+//! the [`Window`] one may open, and the sampled engines. Below the registry,
+//! which imports the collector files, so no import cycle.
+
+use std::collections::hash_map::{Entry, HashMap};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::enum_wrappers::device::{Clock, Sampling};
+
+use crate::identity::Identity;
+use crate::metrics::{self, Family, Labelled, Merge};
+use crate::nvml::facts::GpuFacts;
+use crate::nvml::reader::DeviceReader;
+use crate::nvml::samples::{self, Carry, Outcome};
+use crate::reason::Reason;
+use crate::snapshot::{Device, Sample, Snapshot};
+use crate::state::schema::Stream;
+use crate::state::StateFile;
+
+/// A window a collector opened over one GPU (GPM's two samples); the other
+/// reads are taken at its end.
+pub trait Window<'n> {
+    /// When the window closes.
+    fn ends(&self) -> Instant;
+    /// Shortens the window to end by `latest` (see `timing::schedule`).
+    fn end_by(&mut self, latest: Instant);
+    /// Closes the window (waiting for its end) and pushes its readings.
+    fn close(self: Box<Self>, reader: &mut Gpu<'n>);
+}
+
+/// A group of metric families that can be switched on and off.
+pub struct Collector {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// On unless `--no-collector` names it.
+    pub default: bool,
+    /// One line for `--help`, the man page and the README.
+    pub help: &'static str,
+    /// The families its hooks may emit.
+    pub families: &'static [&'static Family],
+    /// Field ids its reader takes from the GPU's batched field read.
+    pub(crate) fields: &'static [u32],
+    pub(crate) hooks: Hooks,
+}
+
+/// What a collector does in each phase of a run (see `phases`).
+#[derive(Clone, Copy)]
+pub(crate) struct Hooks {
+    /// Field ids for the batch that depend on the GPU's facts, added to the
+    /// row's `fields`.
+    pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
+    /// Opens a window before any other reading, closed after every `read`.
+    pub(crate) open: Option<OpenHook>,
+    /// Reads the collector's families from one GPU.
+    pub(crate) read: Option<fn(&mut Gpu<'_>)>,
+    /// Host-level work once the GPUs were read (the kernel log, process
+    /// owners); an error makes `nvidia_gpu_collector_success` 0.
+    pub(crate) host: Option<HostHook>,
+}
+
+/// Opens a window over one GPU; `None` when there is nothing to measure.
+type OpenHook = for<'n> fn(&mut Gpu<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
+
+/// A host step; the error says why it did not work.
+type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
+
+/// Why a host step did not work: the step's own typed error.
+pub type HostError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Hooks {
+    pub(crate) const NONE: Hooks = Hooks {
+        fields_for: None,
+        open: None,
+        read: None,
+        host: None,
+    };
+
+    pub(crate) const fn read(read: fn(&mut Gpu<'_>)) -> Hooks {
+        Hooks {
+            read: Some(read),
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn open(open: OpenHook) -> Hooks {
+        Hooks {
+            open: Some(open),
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn with_host(self, host: HostHook) -> Hooks {
+        Hooks {
+            host: Some(host),
+            ..self
+        }
+    }
+
+    pub(crate) const fn with_fields_for(self, pick: fn(&GpuFacts) -> &'static [u32]) -> Hooks {
+        Hooks {
+            fields_for: Some(pick),
+            ..self
+        }
+    }
+}
+
+/// What this run's collectors are asked to do, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The collectors that are on, in registry order.
+    pub collectors: Vec<&'static Collector>,
+    /// Read each GPU on a thread of its own.
+    pub parallel: bool,
+    /// When reading must be done.
+    pub reading_ends: Instant,
+    /// The GPM window; zero turns GPM off.
+    pub gpm_window: Duration,
+    /// The GPM pause file exists.
+    pub gpm_paused: bool,
+}
+
+/// What a host step works with, once NVML was read.
+pub struct HostRun<'a> {
+    pub snapshot: &'a mut Snapshot,
+    pub state: &'a mut StateFile,
+    pub until: Instant,
+    /// Journal files to read instead of the system journal (`--journal-dir`).
+    pub journal_dir: Option<&'a Path>,
+    /// Where process owners are read from (`--procfs`).
+    pub procfs: &'a Path,
+}
+
+impl Collector {
+    /// The field ids it takes from the batch of a GPU with these facts.
+    pub(crate) fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
+        let chosen = self.hooks.fields_for.map_or(&[][..], |pick| pick(facts));
+        self.fields.iter().chain(chosen).copied()
+    }
+
+    /// Whether it opens a window over each GPU (takes `--gpm-window`).
+    pub fn opens_window(&self) -> bool {
+        self.hooks.open.is_some()
+    }
+}
+
+impl std::fmt::Debug for Collector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PartialEq for Collector {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Collector {}
+
+/// One GPU as its collectors see it: the reader of its NVML calls (which it
+/// derefs to) and the samples they push.
+pub struct Gpu<'n> {
+    reader: DeviceReader<'n>,
+    samples: Vec<Sample>,
+}
+
+impl<'n> Deref for Gpu<'n> {
+    type Target = DeviceReader<'n>;
+    fn deref(&self) -> &DeviceReader<'n> {
+        &self.reader
+    }
+}
+
+impl<'n> DerefMut for Gpu<'n> {
+    fn deref_mut(&mut self) -> &mut DeviceReader<'n> {
+        &mut self.reader
+    }
+}
+
+impl<'n> Gpu<'n> {
+    pub fn new(reader: DeviceReader<'n>) -> Self {
+        Gpu {
+            reader,
+            samples: Vec::with_capacity(256),
+        }
+    }
+
+    /// Adds a sample; a value no GPU can produce ([`Family::admits`]) is
+    /// dropped, logged and counted.
+    pub fn push(&mut self, sample: Sample) {
+        let value = sample.value;
+        self.push_read(sample, value);
+    }
+
+    /// Like [`Self::push`] for a sample converted from what NVML read
+    /// (`read`, a percentage say), which a rejection logs. Whether it was kept.
+    pub fn push_read(&mut self, sample: Sample, read: f64) -> bool {
+        let admitted = sample.family.admits(sample.value);
+        if admitted {
+            self.samples.push(sample);
+        } else {
+            self.reject(sample.family, read);
+        }
+        admitted
+    }
+
+    /// Drops an impossible reading, logged and counted as a read error.
+    pub fn reject(&mut self, family: &Family, value: f64) {
+        let index = self.reader.index();
+        self.reader.count_error(format!(
+            "GPU {index}: {} read {value}, which is impossible; dropped",
+            family.name
+        ));
+    }
+
+    /// The carry the previous run left for `stream`, if it can be one (an
+    /// impossible one starts the totals afresh).
+    pub fn previous_carry(&self, stream: Stream) -> Option<Carry> {
+        let carry = *self.previous_state().carries.get(&stream)?;
+        if !carry.is_possible() {
+            log::debug!(
+                "the state's carry of {stream:?} is impossible; starting its totals afresh"
+            );
+            return None;
+        }
+        Some(carry)
+    }
+
+    /// Adds a sample of a family without labels.
+    pub fn gauge(&mut self, family: Labelled<0>, value: f64) {
+        self.push(family.sample(value));
+    }
+
+    /// The GPU's samples, or only its down state if a fatal error occurred.
+    pub fn finish(mut self, identity: &Identity) -> Device {
+        let index = self.reader.index();
+        let (state, read_errors) = match self.reader.finish() {
+            Ok(finished) => finished,
+            Err(fault) => return down(index, identity, fault),
+        };
+        let merged = merge_duplicates(&mut self.samples);
+        if merged > 0 {
+            log::warn!(
+                "GPU {index}: NVML listed {merged} reading(s) twice (the same pid or MIG instance); merged"
+            );
+        }
+        self.samples.push(metrics::UP.sample(1.0));
+        self.samples
+            .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(read_errors)));
+        Device {
+            samples: self.samples,
+            state: Some(state),
+            ..identified(index, identity)
+        }
+    }
+}
+
+/// A GPU reported down for `reason`, with only its identity.
+pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
+    Device {
+        samples: vec![
+            metrics::UP.sample(0.0),
+            metrics::DOWN_REASON.sample_with([reason.label()], 1.0),
+        ],
+        ..identified(index, identity)
+    }
+}
+
+/// A device with `identity` and nothing read.
+fn identified(index: u32, identity: &Identity) -> Device {
+    Device {
+        index,
+        uuid: identity.uuid.clone(),
+        pci_bus_id: identity.pci_bus_id.clone(),
+        serial: identity.serial.clone(),
+        ..Device::default()
+    }
+}
+
+/// Merges samples of the same family and labels by the family's [`Merge`]
+/// rule, at the first one's position, so that no series is written twice.
+/// How many samples were merged away.
+fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
+    let key = |sample: &Sample| {
+        let mut key = sample.family.index.to_string();
+        for label in &sample.labels {
+            key.push('\0');
+            key.push_str(label.name);
+            key.push('\0');
+            key.push_str(&label.value);
+        }
+        key
+    };
+    let mut first: HashMap<String, usize> = HashMap::with_capacity(samples.len());
+    let mut kept: Vec<Sample> = Vec::with_capacity(samples.len());
+    let total = samples.len();
+    for sample in samples.drain(..) {
+        match first.entry(key(&sample)) {
+            Entry::Vacant(slot) => {
+                slot.insert(kept.len());
+                kept.push(sample);
+            }
+            Entry::Occupied(slot) => {
+                let earlier = &mut kept[*slot.get()];
+                let family = earlier.family;
+                earlier.value = match family.merge() {
+                    Merge::Sum => earlier.value + sample.value,
+                    Merge::Max => earlier.value.max(sample.value),
+                };
+            }
+        }
+    }
+    let merged = total - kept.len();
+    *samples = kept;
+    merged
+}
+
+/// The clock domains read, with their `clock` label values.
+pub const CLOCK_DOMAINS: [(Clock, &str); 4] = [
+    (Clock::Graphics, "graphics"),
+    (Clock::SM, "sm"),
+    (Clock::Memory, "memory"),
+    (Clock::Video, "video"),
+];
+
+pub const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
+
+/// NVML reads power in milliwatts and energy in millijoules.
+pub const PER_MILLI: f64 = 1000.0;
+
+/// One NVML sampling engine: its `engine` label, the ratio family it feeds,
+/// its sample buffer and the stream whose carry the state keeps for it.
+#[derive(Clone, Copy)]
+pub struct Engine {
+    label: &'static str,
+    ratio: Labelled<0>,
+    sampling: Sampling,
+    stream: Stream,
+}
+
+impl Engine {
+    pub const GPU: Engine = Engine {
+        label: "gpu",
+        ratio: metrics::UTILIZATION,
+        sampling: Sampling::GpuUtilization,
+        stream: Stream::Gpu,
+    };
+    pub const MEMORY: Engine = Engine {
+        label: "memory",
+        ratio: metrics::MEMORY_UTILIZATION,
+        sampling: Sampling::MemoryUtilization,
+        stream: Stream::Memory,
+    };
+    pub const ENCODER: Engine = Engine {
+        label: "encoder",
+        ratio: metrics::ENCODER_UTILIZATION,
+        sampling: Sampling::EncoderUtilization,
+        stream: Stream::Encoder,
+    };
+    pub const DECODER: Engine = Engine {
+        label: "decoder",
+        ratio: metrics::DECODER_UTILIZATION,
+        sampling: Sampling::DecoderUtilization,
+        stream: Stream::Decoder,
+    };
+}
+
+/// Reads `engine`'s samples since the previous run and pushes its ratio (if
+/// any sample is new) and its busy and sampled totals. False where NVML keeps
+/// no samples for it: the caller falls back to a point reading.
+pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
+    let previous = reader.previous_carry(engine.stream);
+    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling, previous) else {
+        return false;
+    };
+    if let Some(window) = window {
+        for value in window.rejected {
+            reader.reject(engine.ratio.family(), value as f64 / 100.0);
+        }
+        if let Some(ratio) = window.ratio {
+            reader.gauge(engine.ratio, ratio);
+        }
+    }
+    // Totals that cannot continue from run to run are left out, not
+    // restarted (see `DeviceReader::keeps_totals`).
+    if !reader.keeps_totals() {
+        return true;
+    }
+    if carry != Carry::default() {
+        reader.next_state().carries.insert(engine.stream, carry);
+    }
+    for (family, value) in [
+        (metrics::BUSY, carry.busy_seconds()),
+        (metrics::SAMPLED, carry.sampled_seconds()),
+    ] {
+        reader.push(family.sample_with([engine.label], value));
+    }
+    true
+}
+
+/// Pushes a point reading in percent of NVML's sample period as `engine`'s
+/// ratio (impossible values rejected).
+pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
+    let percent = f64::from(percent);
+    reader.push_read(engine.ratio.sample(percent / 100.0), percent);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::LabelValue;
+
+    #[test]
+    fn duplicates_merge_bytes_summed_states_kept() {
+        let process = |pid: &'static str, bytes: f64| {
+            // The pid alone, as for a process whose owner is unknown.
+            let mut labels: [Option<LabelValue>; 8] = Default::default();
+            labels[0] = Some(pid.into());
+            metrics::PROCESS_MEMORY_USED.sample_some(labels, bytes)
+        };
+        let mig = |used: f64| metrics::MIG_INFO.sample_with(["1", "0", "MIG-x", "1g.10gb"], used);
+        let mut samples = vec![
+            process("7", 100.0),
+            mig(1.0),
+            process("8", 5.0),
+            process("7", 20.0),
+            mig(1.0),
+        ];
+        assert_eq!(merge_duplicates(&mut samples), 2);
+        let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+        assert_eq!(values, [120.0, 1.0, 5.0]);
+        assert_eq!(merge_duplicates(&mut samples), 0);
+    }
+}
