@@ -1,7 +1,8 @@
 //! nvidia-textfile-exporter: one NVML snapshot of every GPU, written atomically as
 //! a Prometheus textfile for node_exporter. The pipeline, one layer per stage:
-//! `nvml` → `collectors` → `snapshot` → `render` → `publish`; the other
-//! modules serve them (docs/design.md, "Architecture").
+//! `nvml` → `collectors` (over `collector`, run by `phases`) → `snapshot` →
+//! `render` → `publish`; the other modules serve them (docs/design.md,
+//! "Architecture").
 
 // The documentation is for the people who work on this crate: links to private
 // items are meant (`cargo doc --document-private-items`).

@@ -3,7 +3,7 @@
 //! per collector. The command line, `--help`, the man page and the README
 //! come from it. Invariants (tested): names unique kebab-case; a family
 //! emitted by one collector only, except the [`SHARED`] ones; a reader emits
-//! only its families (end to end, in `tests/cli.rs`).
+//! only its families (end to end, in `tests/cli/`).
 
 mod clocks;
 mod fabric;
