@@ -77,7 +77,11 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
             Err(Error::NoKernelLog)
         }
         Some(source) => {
-            let gpus = gpus_of(run.snapshot);
+            // By bus id; a GPU without a UUID or bus id takes no events.
+            let devices = run.snapshot.devices.iter().filter(|d| !d.uuid.is_empty());
+            let gpus = devices
+                .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
+                .collect();
             counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until)
         }
     };
@@ -169,14 +173,14 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
     let mut damage = None;
     for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
         totals.0.retain(|series, &mut n| {
-            let what = match series {
-                Series::Xid { id, code } => format!("XID {code} for {}", id.name()),
-                Series::FallenOffBus { id } => format!("{} falling off the bus", id.name()),
-                Series::Sxid { switch, code, .. } => {
-                    format!("SXid {code} of nvidia-nvswitch{switch}")
-                }
-            };
             if n > MAX_COUNT && damage.is_none() {
+                let what = match series {
+                    Series::Xid { id, code } => format!("XID {code} for {}", id.name()),
+                    Series::FallenOffBus { id } => format!("{} falling off the bus", id.name()),
+                    Series::Sxid { switch, code, .. } => {
+                        format!("SXid {code} of nvidia-nvswitch{switch}")
+                    }
+                };
                 damage = Some(format!("the count of {what} is {n}, more than {MAX_COUNT}"));
             }
             n <= MAX_COUNT
@@ -268,17 +272,6 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
             _ => continue,
         });
     }
-}
-
-/// The UUIDs of the snapshot's GPUs by bus id; a GPU without a UUID or bus id
-/// takes no events (they stay unattributed).
-fn gpus_of(snapshot: &Snapshot) -> BTreeMap<BusId, String> {
-    snapshot
-        .devices
-        .iter()
-        .filter(|d| !d.uuid.is_empty())
-        .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
-        .collect()
 }
 
 #[cfg(test)]
