@@ -231,17 +231,18 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals.0;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
         let gpu = XidOf::Gpu(device.uuid.clone());
-        let codes: Vec<(u32, f64)> = (totals.iter())
+        let codes: Vec<(u32, u64)> = (totals.iter())
             .filter_map(|(series, &n)| match series {
-                Series::Xid { id, code } if *id == gpu => Some((*code, n as f64)),
+                Series::Xid { id, code } if *id == gpu => Some((*code, n)),
                 _ => None,
             })
             .collect();
         let fallen = totals.get(&Series::FallenOffBus { id: gpu });
         let samples = &mut device.samples;
-        samples.push(metrics::XID_ERRORS.sample(codes.iter().map(|(_, n)| n).sum()));
+        let total: u64 = codes.iter().map(|(_, n)| n).sum();
+        samples.push(metrics::XID_ERRORS.sample(total as f64));
         for (code, n) in codes {
-            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n));
+            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
         }
         samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.copied().unwrap_or(0) as f64));
     }
