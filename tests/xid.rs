@@ -183,11 +183,11 @@ fn an_impossible_stored_count_is_recounted_not_published() {
         Some(1.0)
     );
     edit_state(state.path(), |xid| {
-        let gpus = xid["totals"]["gpus"].as_object_mut().unwrap();
-        assert_eq!(gpus.len(), 1);
-        for codes in gpus.values_mut() {
-            codes["79"] = u64::MAX.into();
-        }
+        // One record, `[{"xid": {"id": {"gpu": uuid}, "code": 79}}, count]`.
+        let records = xid["totals"].as_array_mut().unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0][0]["xid"]["code"], 79);
+        records[0][1] = u64::MAX.into();
     });
     add_xid79(journal.path(), "b.journal", 2000);
     let out = run(state.path(), journal.path(), None);

@@ -14,7 +14,7 @@ use crate::kernel_log::{self, BusId, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
-use crate::state::schema::{SxidCount, XidCounts as Counts, XidTotals as Totals};
+use crate::state::schema::{Series, XidCounts as Counts, XidOf, XidTotals as Totals};
 
 /// The most events one series counts in one boot (one every 7 ms for a
 /// year): a stored count above it is damage. Counting saturates here.
@@ -77,7 +77,11 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
             Err(Error::NoKernelLog)
         }
         Some(source) => {
-            let gpus = gpus_of(run.snapshot);
+            // By bus id; a GPU without a UUID or bus id takes no events.
+            let devices = run.snapshot.devices.iter().filter(|d| !d.uuid.is_empty());
+            let gpus = devices
+                .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
+                .collect();
             counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until)
         }
     };
@@ -106,29 +110,22 @@ impl Counts {
                 self.start_recount();
             }
             self.source = source.label().into();
-            self.start_over();
+            self.position = Position::default();
         }
         let mut tries = vec![self.clone()];
-        if self.cursor.is_some() {
+        if self.position.cursor.is_some() {
             let mut by_time = self.clone();
-            by_time.cursor = None;
-            tries.extend(by_time.monotonic.is_some().then_some(by_time));
+            by_time.position.cursor = None;
+            tries.extend(by_time.position.monotonic.is_some().then_some(by_time));
             let mut recount = self.clone();
             recount.start_recount();
             tries.push(recount);
         }
         let mut first_error = None;
         for mut attempt in tries {
-            let mut at = Position {
-                cursor: attempt.cursor.take(),
-                monotonic: attempt.monotonic,
-                kmsg_seq: attempt.kmsg_seq,
-            };
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let read = source.read(&mut at, boot_id, until, &mut |e| count(into, e, gpus));
-            (attempt.cursor, attempt.monotonic, attempt.kmsg_seq) =
-                (at.cursor, at.monotonic, at.kmsg_seq);
-            match read {
+            let at = &mut attempt.position;
+            match source.read(at, boot_id, until, &mut |e| count(into, e, gpus)) {
                 Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
                 read => {
                     if let Some(error) = first_error {
@@ -157,90 +154,45 @@ impl Counts {
             );
             return Err(Error::Log(cut));
         }
-        if let Some(recount) = self.recount.take() {
-            raise(&mut self.totals, recount);
+        for (series, n) in self.recount.take().unwrap_or_default().0 {
+            let at = self.totals.0.entry(series).or_default();
+            *at = (*at).max(n);
         }
         Ok(())
     }
 
+    /// Recounts from the boot's start: forgets the position.
     fn start_recount(&mut self) {
         self.recount = Some(Totals::default());
-        self.start_over();
-    }
-
-    /// Forgets the position: the next read starts at the boot's start.
-    fn start_over(&mut self) {
-        (self.cursor, self.monotonic, self.kmsg_seq) = (None, None, None);
+        self.position = Position::default();
     }
 }
 
 /// Drops every count above [`MAX_COUNT`] and describes the first, if any.
 fn take_damage(counts: &mut Counts) -> Option<String> {
     let mut damage = None;
-    let mut possible = |what: &dyn fmt::Display, count: u64| {
-        if count > MAX_COUNT && damage.is_none() {
-            damage = Some(format!(
-                "the count of {what} is {count}, more than {MAX_COUNT}"
-            ));
-        }
-        count <= MAX_COUNT
-    };
     for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
-        for (id, codes) in totals.gpus.iter_mut().chain(&mut totals.unattributed) {
-            codes.retain(|code, n| possible(&format_args!("XID {code} for {id}"), *n));
-        }
-        let fallen = [
-            &mut totals.fallen_off_bus,
-            &mut totals.fallen_off_bus_unattributed,
-        ];
-        for ids in fallen {
-            ids.retain(|id, n| possible(&format_args!("{id} falling off the bus"), *n));
-        }
-        let sxid = |s: &SxidCount| format!("SXid {} of nvidia-nvswitch{}", s.code, s.switch);
-        totals.sxids.retain(|s| possible(&sxid(s), s.count));
+        totals.0.retain(|series, &mut n| {
+            if n > MAX_COUNT && damage.is_none() {
+                let what = match series {
+                    Series::Xid { id, code } => format!("XID {code} for {}", id.name()),
+                    Series::FallenOffBus { id } => format!("{} falling off the bus", id.name()),
+                    Series::Sxid { switch, code, .. } => {
+                        format!("SXid {code} of nvidia-nvswitch{switch}")
+                    }
+                };
+                damage = Some(format!("the count of {what} is {n}, more than {MAX_COUNT}"));
+            }
+            n <= MAX_COUNT
+        });
     }
     damage
 }
 
-/// Raises every count of `totals` to at least the one in `recount`.
-fn raise(totals: &mut Totals, recount: Totals) {
-    for (mine, theirs) in [
-        (&mut totals.gpus, recount.gpus),
-        (&mut totals.unattributed, recount.unattributed),
-    ] {
-        for (id, codes) in theirs {
-            raise_each(mine.entry(id).or_default(), codes);
-        }
-    }
-    raise_each(&mut totals.fallen_off_bus, recount.fallen_off_bus);
-    let unattributed = recount.fallen_off_bus_unattributed;
-    raise_each(&mut totals.fallen_off_bus_unattributed, unattributed);
-    for sxid in recount.sxids {
-        let n = sxid.count;
-        let at = &mut sxid_entry(&mut totals.sxids, sxid).count;
-        *at = (*at).max(n);
-    }
-}
-
-fn raise_each<K: Ord>(mine: &mut BTreeMap<K, u64>, theirs: BTreeMap<K, u64>) {
-    for (key, n) in theirs {
-        let at = mine.entry(key).or_default();
-        *at = (*at).max(n);
-    }
-}
-
-/// The record of `sxids` for the series of `key` (its count aside), added at
-/// 0 if missing.
-fn sxid_entry(sxids: &mut Vec<SxidCount>, key: SxidCount) -> &mut SxidCount {
-    let same = |s: &SxidCount| {
-        (s.switch, &s.pci_bus_id, s.code, &s.severity)
-            == (key.switch, &key.pci_bus_id, key.code, &key.severity)
-    };
-    match sxids.iter().position(same) {
-        Some(at) => &mut sxids[at],
-        None => {
-            sxids.push(SxidCount { count: 0, ..key });
-            sxids.last_mut().expect("pushed")
+impl XidOf {
+    fn name(&self) -> &str {
+        match self {
+            XidOf::Gpu(id) | XidOf::Bus(id) => id,
         }
     }
 }
@@ -248,37 +200,26 @@ fn sxid_entry(sxids: &mut Vec<SxidCount>, key: SxidCount) -> &mut SxidCount {
 /// Counts `event` (attributed to `gpus`: bus id → UUID) into `totals`,
 /// saturating at [`MAX_COUNT`].
 fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
-    let total = match event {
-        Event::Xid { bus, code } => {
-            let codes = match gpus.get(&bus) {
-                Some(uuid) => totals.gpus.entry(uuid.clone()),
-                None => totals.unattributed.entry(bus.into()),
-            };
-            codes.or_default().entry(code).or_default()
-        }
-        Event::FallenOffBus { bus } => {
-            let fallen = match gpus.get(&bus) {
-                Some(uuid) => totals.fallen_off_bus.entry(uuid.clone()),
-                None => totals.fallen_off_bus_unattributed.entry(bus.into()),
-            };
-            fallen.or_default()
-        }
+    let of = |bus: BusId| match gpus.get(&bus) {
+        Some(uuid) => XidOf::Gpu(uuid.clone()),
+        None => XidOf::Bus(bus.into()),
+    };
+    let series = match event {
+        Event::Xid { bus, code } => Series::Xid { id: of(bus), code },
+        Event::FallenOffBus { bus } => Series::FallenOffBus { id: of(bus) },
         Event::SXid {
             switch,
             bus,
             code,
             severity,
-        } => {
-            let key = SxidCount {
-                switch,
-                pci_bus_id: bus.into(),
-                code,
-                severity: severity.into(),
-                count: 0,
-            };
-            &mut sxid_entry(&mut totals.sxids, key).count
-        }
+        } => Series::Sxid {
+            switch,
+            pci_bus_id: bus.into(),
+            code,
+            severity: severity.into(),
+        },
     };
+    let total = totals.0.entry(series).or_default();
     *total = total.saturating_add(1).min(MAX_COUNT);
 }
 
@@ -287,48 +228,51 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
 /// its XIDs by code; the unattributed and SXid series as host samples. A
 /// recount under way is not published.
 fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
-    let totals = &counts.totals;
+    let totals = &counts.totals.0;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
-        let codes = totals.gpus.get(&device.uuid).into_iter().flatten();
-        let total: u64 = codes.clone().map(|(_, n)| n).sum();
-        let fallen = totals.fallen_off_bus.get(&device.uuid).copied();
+        let gpu = XidOf::Gpu(device.uuid.clone());
+        let codes: Vec<(u32, u64)> = (totals.iter())
+            .filter_map(|(series, &n)| match series {
+                Series::Xid { id, code } if *id == gpu => Some((*code, n)),
+                _ => None,
+            })
+            .collect();
+        let fallen = totals.get(&Series::FallenOffBus { id: gpu });
         let samples = &mut device.samples;
+        let total: u64 = codes.iter().map(|(_, n)| n).sum();
         samples.push(metrics::XID_ERRORS.sample(total as f64));
         for (code, n) in codes {
-            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], *n as f64));
+            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
         }
-        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.unwrap_or(0) as f64));
+        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.copied().unwrap_or(0) as f64));
     }
-    let host = &mut snapshot.host;
-    for (bus, codes) in &totals.unattributed {
-        for (code, n) in codes {
-            let labels = [bus.clone(), code.to_string()];
-            host.push(metrics::XID_UNATTRIBUTED.sample_with(labels, *n as f64));
-        }
+    for (series, &n) in totals {
+        let n = n as f64;
+        snapshot.host.push(match series {
+            Series::Xid {
+                id: XidOf::Bus(bus),
+                code,
+            } => metrics::XID_UNATTRIBUTED.sample_with([bus.clone(), code.to_string()], n),
+            Series::FallenOffBus {
+                id: XidOf::Bus(bus),
+            } => metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([bus.clone()], n),
+            Series::Sxid {
+                switch,
+                pci_bus_id,
+                code,
+                severity,
+            } => {
+                let labels = [
+                    switch.to_string(),
+                    pci_bus_id.clone(),
+                    code.to_string(),
+                    severity.clone(),
+                ];
+                metrics::NVSWITCH_SXID_ERRORS.sample_with(labels, n)
+            }
+            _ => continue,
+        });
     }
-    for (bus, n) in &totals.fallen_off_bus_unattributed {
-        host.push(metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([bus.clone()], *n as f64));
-    }
-    for s in &totals.sxids {
-        let labels = [
-            s.switch.to_string(),
-            s.pci_bus_id.clone(),
-            s.code.to_string(),
-            s.severity.clone(),
-        ];
-        host.push(metrics::NVSWITCH_SXID_ERRORS.sample_with(labels, s.count as f64));
-    }
-}
-
-/// The UUIDs of the snapshot's GPUs by bus id; a GPU without a UUID or bus id
-/// takes no events (they stay unattributed).
-fn gpus_of(snapshot: &Snapshot) -> BTreeMap<BusId, String> {
-    snapshot
-        .devices
-        .iter()
-        .filter(|d| !d.uuid.is_empty())
-        .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
-        .collect()
 }
 
 #[cfg(test)]
@@ -355,36 +299,60 @@ mod tests {
     }
 
     fn gpu_a(totals: &Totals, code: u32) -> Option<u64> {
-        totals.gpus.get("GPU-a")?.get(&code).copied()
+        totals.0.get(&xid_of("GPU-a", code)).copied()
+    }
+
+    fn xid_of(uuid: &str, code: u32) -> Series {
+        let id = XidOf::Gpu(uuid.into());
+        Series::Xid { id, code }
     }
 
     #[test]
     fn counts_saturate_and_impossible_stored_counts_are_damage() {
         let mut counts = Counts::default();
-        let codes = BTreeMap::from([(79, MAX_COUNT), (13, MAX_COUNT)]);
-        counts.totals.gpus.insert("GPU-a".into(), codes);
+        for code in [79, 13] {
+            counts.totals.0.insert(xid_of("GPU-a", code), MAX_COUNT);
+        }
         count(&mut counts.totals, xid(79));
         assert_eq!(gpu_a(&counts.totals, 79), Some(MAX_COUNT));
         assert_eq!(take_damage(&mut counts), None);
-        counts
-            .totals
-            .gpus
-            .get_mut("GPU-a")
-            .unwrap()
-            .insert(79, u64::MAX);
-        let sxid = SxidCount {
+        counts.totals.0.insert(xid_of("GPU-a", 79), u64::MAX);
+        let sxid = Series::Sxid {
             switch: 3,
             pci_bus_id: "00000000:04:00".into(),
             code: 22013,
             severity: "non_fatal".into(),
-            count: MAX_COUNT + 1,
         };
-        counts.totals.sxids.push(sxid);
+        counts.totals.0.insert(sxid.clone(), MAX_COUNT + 1);
+        let fallen = Series::FallenOffBus {
+            id: XidOf::Bus("00000000:B3:00".into()),
+        };
+        counts.recount = Some(Totals([(fallen, MAX_COUNT + 2)].into()));
         let damage = take_damage(&mut counts).unwrap();
-        assert!(damage.contains("XID 79 for GPU-a"), "{damage}");
+        assert_eq!(
+            damage,
+            "the count of XID 79 for GPU-a is 18446744073709551615, more than 4294967296"
+        );
         assert_eq!(gpu_a(&counts.totals, 79), None);
         assert_eq!(gpu_a(&counts.totals, 13), Some(MAX_COUNT));
-        assert!(counts.totals.sxids.is_empty());
+        assert!(!counts.totals.0.contains_key(&sxid));
+        assert_eq!(counts.recount, Some(Totals::default()));
+        // Each kind of series describes itself.
+        let mut alone = Counts::default();
+        alone.totals.0.insert(sxid, u64::MAX);
+        let damage = take_damage(&mut alone).unwrap();
+        assert!(damage.starts_with("the count of SXid 22013 of nvidia-nvswitch3 is "));
+        alone.totals = Totals(
+            [(
+                Series::FallenOffBus {
+                    id: XidOf::Bus("B".into()),
+                },
+                u64::MAX,
+            )]
+            .into(),
+        );
+        let damage = take_damage(&mut alone).unwrap();
+        assert!(damage.starts_with("the count of B falling off the bus is "));
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * 10_000) as f64;
         assert!(most < 2f64.powi(53));
@@ -397,7 +365,9 @@ mod tests {
         for code in [79, 79, 13] {
             count(&mut counts.totals, xid(code));
         }
+        counts.position.cursor = Some("c".into());
         counts.start_recount();
+        assert_eq!(counts.position, Position::default());
         // The journal still holds 79 three times (one logged since) but lost
         // the 13 to vacuuming; a new code 48.
         for code in [79, 79, 79, 48] {
@@ -435,11 +405,38 @@ mod tests {
         for event in events {
             count(&mut totals, event);
         }
-        assert_eq!(gpu_a(&totals, 79), Some(2));
-        assert_eq!(totals.unattributed["00000000:99:00"][&79], 1);
-        assert_eq!(totals.fallen_off_bus["GPU-a"], 1);
-        assert_eq!(totals.fallen_off_bus_unattributed["00000000:B3:00"], 1);
-        assert_eq!(totals.sxids.len(), 1);
-        assert_eq!((totals.sxids[0].count, totals.series()), (2, 5));
+        let bus_id = |id: &str| XidOf::Bus(id.into());
+        let expected = [
+            (xid_of("GPU-a", 79), 2),
+            (
+                Series::Xid {
+                    id: bus_id("00000000:99:00"),
+                    code: 79,
+                },
+                1,
+            ),
+            (
+                Series::FallenOffBus {
+                    id: XidOf::Gpu("GPU-a".into()),
+                },
+                1,
+            ),
+            (
+                Series::FallenOffBus {
+                    id: bus_id("00000000:B3:00"),
+                },
+                1,
+            ),
+            (
+                Series::Sxid {
+                    switch: 3,
+                    pci_bus_id: "00000000:04:00".into(),
+                    code: 22013,
+                    severity: "non_fatal".into(),
+                },
+                2,
+            ),
+        ];
+        assert_eq!(totals, Totals(expected.into()));
     }
 }

@@ -1,5 +1,5 @@
-//! This boot's kernel entries from the systemd journal: `journalctl -o export`
-//! parsed on a thread of its own as it arrives, until journalctl ends, the
+//! This boot's kernel entries from the systemd journal: `journalctl -o json`
+//! (one entry a line) parsed on a thread of its own as it arrives, until journalctl ends, the
 //! deadline passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is
 //! killed; an entry cut off is not read). The read starts with `--cursor`, not
 //! `--after-cursor` (docs/design.md says why), and drops the cursor's entry.
@@ -12,15 +12,17 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
+use serde::{Deserialize, Deserializer};
+
 use super::event::{Error, Position, MAX_BYTES_PER_RUN};
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.
 const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
 
-/// The most bytes of a field's value kept: a kernel line is at most about
-/// 1 KiB (a /dev/kmsg record 8 KiB), a cursor about 150 bytes.
-const MAX_VALUE: usize = 8 << 10;
+/// The most bytes of an entry's line: a kernel line is at most about 1 KiB (a
+/// /dev/kmsg record 8 KiB, four times that as JSON bytes), a cursor 150 bytes.
+const MAX_LINE: u64 = 64 << 10;
 
 /// Whether journalctl and the system's journal files exist (in the directory
 /// or its `<machine-id>/`).
@@ -44,12 +46,31 @@ fn journalctl() -> Option<&'static Path> {
 }
 
 /// One journal entry: the fields used here.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 struct Entry {
+    #[serde(rename = "__CURSOR")]
     cursor: String,
-    monotonic: Option<u64>,
-    facility: Option<String>,
+    #[serde(rename = "__MONOTONIC_TIMESTAMP")]
+    monotonic: Option<String>,
+    syslog_facility: Option<String>,
+    #[serde(default, deserialize_with = "text")]
     message: String,
+}
+
+/// A field's value: JSON gives it as its bytes where it is not UTF-8 or has
+/// control characters.
+fn text<'de, D: Deserializer<'de>>(value: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+    Ok(match Value::deserialize(value)? {
+        Value::Text(text) => text,
+        Value::Bytes(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+    })
 }
 
 /// See [`super::Source::read`]; `dir` replaces the system journal, `on_line`
@@ -73,7 +94,7 @@ pub(super) fn read(
     let cursor = at.cursor.clone().or(by_time);
     command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
     let child = command
-        .args(["--no-pager", "--quiet", "--output=export"])
+        .args(["--no-pager", "--quiet", "--all", "--output=json"])
         .arg("--output-fields=MESSAGE,SYSLOG_FACILITY")
         .arg("_TRANSPORT=kernel")
         .arg(format!("_BOOT_ID={boot_id}"))
@@ -87,12 +108,13 @@ pub(super) fn read(
         if Some(&entry.cursor) == at.cursor.as_ref() {
             return; // the entry read last, still in the journal
         }
-        let after = skip_through.is_none_or(|t| entry.monotonic.is_some_and(|m| m > t));
-        if after && entry.facility.as_deref().is_none_or(|f| f == "0") {
+        let monotonic = entry.monotonic.and_then(|m| m.parse().ok());
+        let after = skip_through.is_none_or(|t| monotonic.is_some_and(|m| m > t));
+        if after && entry.syslog_facility.is_none_or(|f| f == "0") {
             on_line(&entry.message);
         }
         at.cursor = Some(entry.cursor);
-        at.monotonic = entry.monotonic.or(at.monotonic);
+        at.monotonic = monotonic.or(at.monotonic);
     })
 }
 
@@ -150,70 +172,30 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
     exited.then_some(()).ok_or(Error::Failed(status, said))
 }
 
-/// Parses export output, handing each complete entry to `on_entry` (with
-/// whether the output read so far is used up) until it returns false or the
-/// output ends; true if it ended at the byte bound.
+/// Parses the output, handing each complete entry to `on_entry` (with whether
+/// the output read so far is used up) until it returns false or the output
+/// ends; true if it ended at the byte bound. A line not an entry is skipped.
 fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io::Result<bool> {
     let mut limited = output.take(MAX_BYTES_PER_RUN);
     let mut reader = BufReader::new(&mut limited);
-    let mut entry = Entry::default();
-    loop {
-        let (key, value) = match next_field(&mut reader) {
-            Ok(Some(field)) => field,
-            Err(e) if e.kind() != io::ErrorKind::UnexpectedEof => return Err(e),
-            _ => break,
-        };
-        let text = || String::from_utf8_lossy(&value).into_owned();
-        match &key[..] {
-            b"" if value.is_empty() => {
-                let done = std::mem::take(&mut entry);
-                if !done.cursor.is_empty() && !on_entry(done, reader.buffer().is_empty()) {
-                    break;
-                }
+    let mut line = Vec::new();
+    while reader
+        .by_ref()
+        .take(MAX_LINE)
+        .read_until(b'\n', &mut line)?
+        > 0
+    {
+        if line.pop_if(|b| *b == b'\n').is_none() {
+            reader.skip_until(b'\n')?; // cut off, or longer than kept
+        } else if let Ok(entry) = serde_json::from_slice(&line) {
+            if !on_entry(entry, reader.buffer().is_empty()) {
+                break;
             }
-            b"__CURSOR" => entry.cursor = text(),
-            b"__MONOTONIC_TIMESTAMP" => entry.monotonic = text().parse().ok(),
-            b"SYSLOG_FACILITY" => entry.facility = Some(text()),
-            b"MESSAGE" => entry.message = text(),
-            _ => {}
         }
+        line.clear();
     }
     drop(reader);
     Ok(limited.limit() == 0)
-}
-
-/// The next field, name and (the first [`MAX_VALUE`] bytes of) value; both
-/// empty for the empty line that ends an entry; `None` at the end. Text fields
-/// are `KEY=value` lines; binary ones (a message with control characters)
-/// `KEY`, a 64-bit little-endian length, the data and a line feed.
-fn next_field(reader: &mut impl BufRead) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-    let mut key = Vec::new();
-    let mut line = reader.by_ref().take(MAX_VALUE as u64 + 64);
-    if line.read_until(b'\n', &mut key)? == 0 {
-        return Ok(None);
-    }
-    if key.pop_if(|b| *b == b'\n').is_none() {
-        reader.skip_until(b'\n')?; // the rest of a line longer than kept
-    }
-    let eq = key.iter().position(|&b| b == b'=');
-    if eq.is_some() || key.is_empty() {
-        let value = key.split_off(eq.map_or(0, |eq| eq + 1));
-        key.truncate(eq.unwrap_or(0));
-        return Ok(Some((key, value)));
-    }
-    let mut length = [0u8; 8];
-    reader.read_exact(&mut length)?;
-    let mut data = reader.by_ref().take(u64::from_le_bytes(length));
-    let mut value = Vec::new();
-    data.by_ref()
-        .take(MAX_VALUE as u64)
-        .read_to_end(&mut value)?;
-    io::copy(&mut data, &mut io::sink())?;
-    if data.limit() > 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    reader.read_exact(&mut [0u8])?;
-    Ok(Some((key, value)))
 }
 
 #[cfg(test)]
@@ -251,35 +233,35 @@ mod tests {
     }
 
     #[test]
-    fn export_output_parses_with_binary_fields_and_a_truncated_end() {
-        let mut data =
-            b"__CURSOR=c1\n__MONOTONIC_TIMESTAMP=10\nSYSLOG_FACILITY=0\nMESSAGE=one\n\n".to_vec();
-        data.extend_from_slice(b"__CURSOR=c2\nMESSAGE\n");
-        data.extend_from_slice(&7u64.to_le_bytes());
-        data.extend_from_slice(b"a\n\nb=\x01c\n\n__CURSOR=c3\nMESSAGE=cut");
-        let entries = entries(&data);
+    fn json_output_parses_with_binary_fields_and_a_truncated_end() {
+        let data = concat!(
+            r#"{"__CURSOR":"c1","__MONOTONIC_TIMESTAMP":"10","SYSLOG_FACILITY":"0","#,
+            r#""MESSAGE":"one","_BOOT_ID":"b"}"#,
+            "\nnot json\n\n",
+            r#"{"__CURSOR":"c2","MESSAGE":[97,10,10,98,61,1,99,255]}"#,
+            "\n",
+            r#"{"__CURSOR":"c3","MESSAGE":"cut"#,
+        );
+        let entries = entries(data.as_bytes());
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[0].monotonic, Some(10));
-        assert_eq!(entries[0].facility.as_deref(), Some("0"));
-        assert_eq!(entries[1].message, "a\n\nb=\u{1}c");
+        assert_eq!(entries[0].monotonic.as_deref(), Some("10"));
+        assert_eq!(entries[0].syslog_facility.as_deref(), Some("0"));
+        assert_eq!(entries[0].message, "one");
+        assert_eq!(entries[1].message, "a\n\nb=\u{1}c\u{fffd}");
         assert_eq!(entries[1].cursor, "c2");
+        assert_eq!(entries[1].syslog_facility, None);
     }
 
     #[test]
-    fn a_huge_value_is_skipped_past_not_kept() {
-        let mut data = b"__CURSOR=c1\nMESSAGE=".to_vec();
-        data.extend(std::iter::repeat_n(b'x', 3 * MAX_VALUE));
-        data.extend_from_slice(b"\nSYSLOG_FACILITY=0\n\n__CURSOR=c2\nMESSAGE\n");
-        data.extend_from_slice(&(5 * MAX_VALUE as u64).to_le_bytes());
-        data.extend(std::iter::repeat_n(b'y', 5 * MAX_VALUE));
-        data.extend_from_slice(b"\nSYSLOG_FACILITY=0\n\n");
-        let entries = entries(&data);
-        assert_eq!(entries.len(), 2);
-        assert_eq!(entries[0].message.len(), MAX_VALUE + 64 - "MESSAGE=".len());
-        assert_eq!(entries[1].message.len(), MAX_VALUE);
+    fn a_huge_line_is_skipped_past_not_kept() {
+        let huge = "x".repeat(2 * MAX_LINE as usize);
+        let data =
+            format!("{{\"__CURSOR\":\"c1\",\"MESSAGE\":\"{huge}\"}}\n{{\"__CURSOR\":\"c2\"}}\n");
+        let entries = entries(data.as_bytes());
+        assert_eq!(entries.len(), 1);
         assert_eq!(
-            (entries[1].cursor.as_str(), entries[1].facility.as_deref()),
-            ("c2", Some("0"))
+            (entries[0].cursor.as_str(), entries[0].message.as_str()),
+            ("c2", "")
         );
     }
 
@@ -305,7 +287,7 @@ mod tests {
         let started = Instant::now();
         let soon = started + Duration::from_millis(200);
         let ended = stream(
-            child("printf '__CURSOR=c1\\n\\n'; exec sleep 30"),
+            child(r#"printf '{"__CURSOR":"c1"}\n'; exec sleep 30"#),
             soon,
             &mut |e| {
                 assert_eq!(e.cursor, "c1");

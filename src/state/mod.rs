@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::fsutil::{self, io_error, FileError};
 use crate::snapshot::{Device, KnownGpu};
-use schema::{Damage, State, XidCounts, XidTotals};
+use schema::{Damage, Series, State, XidCounts, XidTotals};
 use schema::{MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES, VERSION};
 
 const FILE_NAME: &str = "state";
@@ -297,24 +297,24 @@ fn within_bounds(state: State) -> Result<State, Damage> {
     {
         return Err(Damage::Fixed(uuid.clone()));
     }
-    let recount = state.xid.recount.as_ref().map_or(0, XidTotals::series);
-    if state.xid.totals.series().max(recount) > MAX_XID_SERIES {
+    let recount = state.xid.recount.as_ref().map_or(0, |r| r.0.len());
+    if state.xid.totals.0.len().max(recount) > MAX_XID_SERIES {
         return Err(Damage::XidSeries);
     }
     Ok(state)
 }
 
-/// Drops whole ids (SXids and bus ids no GPU has first, then GPUs, the last
-/// first) down to [`MAX_XID_SERIES`] series; returns how many.
+/// Drops whole ids (SXids, then bus ids no GPU has, then GPUs, the last first:
+/// `Ok` < `Err`, `Gpu` < `Bus`) down to [`MAX_XID_SERIES`] series; returns how many.
 fn shed(totals: &mut XidTotals) -> usize {
+    let owner = |series: &Series| match series {
+        Series::Xid { id, .. } | Series::FallenOffBus { id } => Ok(id.clone()),
+        sxid => Err(sxid.clone()),
+    };
     let mut dropped = 0;
-    while totals.series() > MAX_XID_SERIES
-        && (totals.sxids.pop().is_some()
-            || totals.fallen_off_bus_unattributed.pop_last().is_some()
-            || totals.unattributed.pop_last().is_some()
-            || totals.gpus.pop_last().is_some()
-            || totals.fallen_off_bus.pop_last().is_some())
-    {
+    while totals.0.len() > MAX_XID_SERIES {
+        let last = totals.0.keys().map(owner).max().expect("not empty");
+        totals.0.retain(|series, _| owner(series) != last);
         dropped += 1;
     }
     dropped
@@ -518,7 +518,7 @@ mod tests {
     use std::fs::Permissions;
     use std::os::unix::fs::PermissionsExt;
 
-    use schema::{Carry, GpuState, Stream};
+    use schema::{Carry, GpuState, Stream, XidOf};
 
     fn sample() -> State {
         let mut gpu = GpuState {
@@ -541,7 +541,7 @@ mod tests {
             driver_version: "580.1".into(),
             ..State::default()
         };
-        state.xid.cursor = Some("s=ab;i=1;b=cd x".into());
+        state.xid.position.cursor = Some("s=ab;i=1;b=cd x".into());
         state.gpus.insert("GPU-a".into(), gpu);
         state
     }
@@ -660,12 +660,24 @@ mod tests {
                 "more than 32 fixed readings for GPU-a",
             ),
             (Damage::XidSeries, "more than 4096 XID series"),
-            (Damage::NotV1, "not a state file"),
-            (Damage::Truncated, "truncated"),
-            (Damage::LineCount, "truncated (line count does not match)"),
-            (Damage::NoEnd, "truncated (no end line)"),
-            (Damage::AfterEnd, "text after the end line"),
-            (Damage::HostWithoutValue, "a host line without a value"),
+            (Damage::V1("not a state file"), "not a state file"),
+            (Damage::V1("truncated"), "truncated"),
+            (
+                Damage::V1("truncated (line count does not match)"),
+                "truncated (line count does not match)",
+            ),
+            (
+                Damage::V1("truncated (no end line)"),
+                "truncated (no end line)",
+            ),
+            (
+                Damage::V1("text after the end line"),
+                "text after the end line",
+            ),
+            (
+                Damage::V1("a host line without a value"),
+                "a host line without a value",
+            ),
             (Damage::GpuLine("gpu a".into()), "bad gpu line \"gpu a\""),
             (Damage::Index("gpu a x".into()), "bad index in \"gpu a x\""),
             (Damage::SetLine("set a".into()), "bad set line \"set a\""),
@@ -736,11 +748,12 @@ mod tests {
         state.gpus.clear();
         let mut xid = XidTotals::default();
         for n in 0..MAX_XID_SERIES {
-            xid.gpus.entry(long(n)).or_default().insert(9999, 1 << 32);
+            let id = XidOf::Gpu(long(n));
+            xid.0.insert(Series::Xid { id, code: 9999 }, 1 << 32);
         }
         state.xid.totals = xid.clone();
         state.xid.recount = Some(xid);
-        state.xid.cursor = Some("x".repeat(8 << 10));
+        state.xid.position.cursor = Some("x".repeat(8 << 10));
         for n in 0..MAX_GPUS {
             let mut gpu = GpuState {
                 pci_bus_id: long(n),
@@ -768,12 +781,8 @@ mod tests {
             .to_string()
             .contains("GPUs"));
         let mut more = largest();
-        more.xid
-            .totals
-            .gpus
-            .entry("GPU-a".into())
-            .or_default()
-            .insert(1, 1);
+        let id = XidOf::Gpu("GPU-a".into());
+        more.xid.totals.0.insert(Series::Xid { id, code: 1 }, 1);
         assert!(parse(&render(&more).unwrap())
             .unwrap_err()
             .to_string()
@@ -797,21 +806,35 @@ mod tests {
             lock: None,
         };
         let mut counts = largest().xid;
-        counts
-            .totals
-            .unattributed
-            .entry("00000000:3B:00".into())
-            .or_default()
-            .insert(13, 1);
+        let bus = || XidOf::Bus("00000000:3B:00".into());
+        let sxid = Series::Sxid {
+            switch: 0,
+            pci_bus_id: "00000000:04:00".into(),
+            code: 20034,
+            severity: "fatal".into(),
+        };
+        let more = [
+            Series::Xid {
+                id: bus(),
+                code: 13,
+            },
+            Series::FallenOffBus { id: bus() },
+            sxid,
+        ];
+        counts.totals.0.extend(more.map(|series| (series, 1)));
+        // The recount holds one GPU too many: the last GPU goes.
+        let last = Series::FallenOffBus {
+            id: XidOf::Gpu("z".into()),
+        };
+        let recount = counts.recount.as_mut().unwrap();
+        recount.0.insert(last, 1);
         state_file.set_xid(counts.clone());
         let next = state_file.next(&[], "580.1").unwrap();
-        assert_eq!(next.xid.cursor, counts.cursor);
-        assert!(
-            next.xid.totals.unattributed.is_empty(),
-            "the unattributed go first"
-        );
-        assert_eq!(next.xid.totals.gpus, counts.totals.gpus);
-        assert!(matches!(state_file.problem, Some(Problem::XidDropped(_))));
+        assert_eq!(next.xid.position, counts.position);
+        // The SXid first, then the bus id's two series: two ids.
+        assert_eq!(next.xid.totals, largest().xid.totals);
+        assert_eq!(next.xid.recount, largest().xid.recount);
+        assert!(matches!(state_file.problem, Some(Problem::XidDropped(3))));
         assert!(within_bounds(next).is_ok());
     }
 

@@ -7,6 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::kernel_log::Position;
+
 /// The version this exporter writes; `state::v1` reads the one before.
 pub const VERSION: u32 = 2;
 
@@ -28,12 +30,8 @@ pub enum Damage {
     Gpus,
     Fixed(String),
     XidSeries,
-    NotV1,
-    Truncated,
-    LineCount,
-    NoEnd,
-    AfterEnd,
-    HostWithoutValue,
+    /// A version 1 file's damage that names no line.
+    V1(&'static str),
     GpuLine(String),
     Index(String),
     SetLine(String),
@@ -52,12 +50,7 @@ impl fmt::Display for Damage {
             Damage::Gpus => write!(f, "more than {MAX_GPUS} GPUs"),
             Damage::Fixed(uuid) => write!(f, "more than {MAX_FIXED} fixed readings for {uuid}"),
             Damage::XidSeries => write!(f, "more than {MAX_XID_SERIES} XID series"),
-            Damage::NotV1 => f.write_str("not a state file"),
-            Damage::Truncated => f.write_str("truncated"),
-            Damage::LineCount => f.write_str("truncated (line count does not match)"),
-            Damage::NoEnd => f.write_str("truncated (no end line)"),
-            Damage::AfterEnd => f.write_str("text after the end line"),
-            Damage::HostWithoutValue => f.write_str("a host line without a value"),
+            Damage::V1(what) => f.write_str(what),
             Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
             Damage::Index(line) => write!(f, "bad index in {line:?}"),
             Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
@@ -111,7 +104,6 @@ pub struct GpuState {
 }
 
 impl GpuState {
-    /// What lasts a change of the driver: the identity and running totals.
     pub fn after_driver_change(&self) -> GpuState {
         GpuState {
             index: self.index,
@@ -173,48 +165,56 @@ pub struct XidCounts {
     pub source: String,
     /// Set while no kernel log can be read (so that it is said once).
     pub unavailable: bool,
-    /// The journal cursor of the last kernel entry read (completely).
-    pub cursor: Option<String>,
-    /// That entry's `__MONOTONIC_TIMESTAMP` (µs since boot).
-    pub monotonic: Option<u64>,
-    /// The sequence number of the last /dev/kmsg record read.
-    pub kmsg_seq: Option<u64>,
+    #[serde(flatten)]
+    pub position: Position,
     /// Every XID from the start of this boot up to the position.
     pub totals: XidTotals,
     /// A recount of this boot up to the position, under way (not published).
     pub recount: Option<XidTotals>,
 }
 
-/// XID counts per GPU UUID and per bus id that matched no GPU, each per code.
+/// The count of each series, stored as a list of `[series, count]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct XidTotals {
-    pub gpus: BTreeMap<String, BTreeMap<u32, u64>>,
-    pub unattributed: BTreeMap<String, BTreeMap<u32, u64>>,
-    /// Lines saying a GPU fell off the bus (outside an Xid line), per GPU UUID.
-    pub fallen_off_bus: BTreeMap<String, u64>,
-    pub fallen_off_bus_unattributed: BTreeMap<String, u64>,
-    /// NVSwitch SXids: one record per switch, bus id, code and severity.
-    pub sxids: Vec<SxidCount>,
-}
+#[serde(from = "Vec<(Series, u64)>", into = "Vec<(Series, u64)>")]
+pub struct XidTotals(pub BTreeMap<Series, u64>);
 
-/// The count of one NVSwitch SXid series.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SxidCount {
-    /// N of `nvidia-nvswitchN`.
-    pub switch: u32,
-    pub pci_bus_id: String,
-    pub code: u32,
-    /// `fatal` or `non_fatal`.
-    pub severity: String,
-    pub count: u64,
-}
-
-impl XidTotals {
-    /// How many series (id and code) the totals hold.
-    pub fn series(&self) -> usize {
-        let per_code = self.gpus.values().chain(self.unattributed.values());
-        let fallen = self.fallen_off_bus.len() + self.fallen_off_bus_unattributed.len();
-        per_code.map(BTreeMap::len).sum::<usize>() + fallen + self.sxids.len()
+impl From<Vec<(Series, u64)>> for XidTotals {
+    fn from(records: Vec<(Series, u64)>) -> Self {
+        XidTotals(records.into_iter().collect())
     }
+}
+
+impl From<XidTotals> for Vec<(Series, u64)> {
+    fn from(totals: XidTotals) -> Self {
+        totals.0.into_iter().collect()
+    }
+}
+
+/// One counted series: XIDs and lines saying a GPU fell off the bus (outside
+/// an Xid line) of a GPU or a bus id no GPU has; NVSwitch SXids.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Series {
+    Xid {
+        id: XidOf,
+        code: u32,
+    },
+    FallenOffBus {
+        id: XidOf,
+    },
+    /// Of `nvidia-nvswitch<switch>`; the severity `fatal` or `non_fatal`.
+    Sxid {
+        switch: u32,
+        pci_bus_id: String,
+        code: u32,
+        severity: String,
+    },
+}
+
+/// Whose a series is: a GPU's by UUID, or unattributed, by bus id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XidOf {
+    Gpu(String),
+    Bus(String),
 }

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::schema::{Carry, Damage, GpuState, State, Stream, XidCounts, VERSION};
+use super::schema::{Carry, Damage, GpuState, Series, State, Stream, XidCounts, XidOf, VERSION};
 
 /// The first line of a version 1 file.
 pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
@@ -23,10 +23,10 @@ pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
 pub fn parse(text: &str) -> Result<State, Damage> {
     let mut lines = text.lines();
     if lines.next() != Some(MAGIC) {
-        return Err(Damage::NotV1);
+        return Err(Damage::V1("not a state file"));
     }
     if !text.ends_with('\n') {
-        return Err(Damage::Truncated);
+        return Err(Damage::V1("truncated"));
     }
     let mut state = State {
         version: VERSION,
@@ -36,7 +36,7 @@ pub fn parse(text: &str) -> Result<State, Damage> {
     let mut ended = false;
     for (before, line) in (1..).zip(lines) {
         if ended {
-            return Err(Damage::AfterEnd);
+            return Err(Damage::V1("text after the end line"));
         }
         let bad = |damage: fn(String) -> Damage| damage(line.to_owned());
         let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -44,7 +44,8 @@ pub fn parse(text: &str) -> Result<State, Damage> {
             "boot" => state.boot_id = rest.to_owned(),
             "driver" => state.driver_version = rest.to_owned(),
             "host" => {
-                let (key, value) = rest.split_once(' ').ok_or(Damage::HostWithoutValue)?;
+                let no_value = Damage::V1("a host line without a value");
+                let (key, value) = rest.split_once(' ').ok_or(no_value)?;
                 host.insert(key, value);
             }
             "gpu" => {
@@ -68,12 +69,12 @@ pub fn parse(text: &str) -> Result<State, Damage> {
                 set(state.gpus.get_mut(uuid).ok_or_else(unlisted)?, key, value);
             }
             "end" if rest.parse() == Ok(before) => ended = true,
-            "end" => return Err(Damage::LineCount),
+            "end" => return Err(Damage::V1("truncated (line count does not match)")),
             _ => return Err(bad(Damage::UnknownLine)),
         }
     }
     if !ended {
-        return Err(Damage::NoEnd);
+        return Err(Damage::V1("truncated (no end line)"));
     }
     state.xid = xid_counts(&host)?;
     Ok(state)
@@ -129,9 +130,9 @@ fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
         };
         match key {
             "source" => counts.source = value.to_owned(),
-            "cursor" => counts.cursor = Some(value.to_owned()),
-            "monotonic" => counts.monotonic = value.parse().ok(),
-            "kmsg_seq" => counts.kmsg_seq = value.parse().ok(),
+            "cursor" => counts.position.cursor = Some(value.to_owned()),
+            "monotonic" => counts.position.monotonic = value.parse().ok(),
+            "kmsg_seq" => counts.position.kmsg_seq = value.parse().ok(),
             "unavailable" => counts.unavailable = value == "1",
             "recount" => {
                 counts.recount.get_or_insert_default();
@@ -147,15 +148,14 @@ fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
                 else {
                     continue;
                 };
-                let into = if let Some(uuid) = what.strip_prefix("gpu.") {
-                    totals.gpus.entry(uuid.to_owned()).or_default()
-                } else if let Some(bus) = what.strip_prefix("bus.") {
-                    totals.unattributed.entry(bus.to_owned()).or_default()
-                } else {
-                    continue;
+                let id = match what.split_once('.') {
+                    Some(("gpu", uuid)) => XidOf::Gpu(uuid.to_owned()),
+                    Some(("bus", bus)) => XidOf::Bus(bus.to_owned()),
+                    _ => continue,
                 };
                 let not_a_number = |_| Damage::XidCount(key.to_owned(), value.to_owned());
-                into.insert(code, value.parse().map_err(not_a_number)?);
+                let count = value.parse().map_err(not_a_number)?;
+                totals.0.insert(Series::Xid { id, code }, count);
             }
         }
     }
@@ -224,11 +224,15 @@ end 19
         assert_eq!(gpu.fixed["threshold.memory_max"], None);
         let xid = &state.xid;
         assert_eq!(xid.source, "journal");
-        assert_eq!(xid.cursor.as_deref(), Some("s=ab;i=1;b=cd;m=f4240"));
-        assert_eq!(xid.monotonic, Some(1_000_000));
-        assert_eq!(xid.totals.gpus["GPU-a"][&79], 3);
-        assert_eq!(xid.totals.unattributed["00000000:3B:00"][&13], 1);
-        assert_eq!(xid.recount.as_ref().unwrap().gpus["GPU-a"][&79], 2);
+        let at = &xid.position;
+        assert_eq!(at.cursor.as_deref(), Some("s=ab;i=1;b=cd;m=f4240"));
+        assert_eq!((at.monotonic, at.kmsg_seq), (Some(1_000_000), None));
+        let series = |id, code| Series::Xid { id, code };
+        let gpu_a = || series(XidOf::Gpu("GPU-a".into()), 79);
+        let bus = series(XidOf::Bus("00000000:3B:00".into()), 13);
+        assert_eq!(xid.totals.0, BTreeMap::from([(gpu_a(), 3), (bus, 1)]));
+        let recount = &xid.recount.as_ref().unwrap().0;
+        assert_eq!(recount, &BTreeMap::from([(gpu_a(), 2)]));
     }
 
     #[test]
