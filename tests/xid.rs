@@ -2,7 +2,7 @@
 //! systemd-journal-remote, package systemd-journal-remote): how it fails,
 //! says so and recovers, how it keeps counting across vacuuming, and the
 //! NVSwitch and fallen-off-the-bus lines it counts beside the XIDs. XID
-//! counting itself is in `tests/cli.rs`.
+//! counting itself is in `tests/cli/`.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
