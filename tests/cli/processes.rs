@@ -130,13 +130,7 @@ fn a_process_reads_what_its_gpu_reads_when_runs_are_longer_apart_than_the_buffer
     ex().run_at("duty-cycle", state.path(), T0, &args);
     for n in 1..=3 {
         let text = ex().run_at("duty-cycle", state.path(), T0 + n * 15 * SECOND, &args);
-        let gpu = value_in(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
-        let process = value_in(
-            &text,
-            "nvidia_gpu_process_utilization_ratio",
-            &[("pid", "4242")],
-        )
-        .unwrap();
+        let (gpu, process) = gpu_and_process_4242(&text);
         assert!(
             (process - gpu).abs() < 0.01,
             "run {n}: process {process}, GPU {gpu}"
@@ -157,13 +151,15 @@ fn a_process_reads_its_gpus_utilization_after_a_clock_step() {
     ex().stored_run("duty-cycle", state.path(), aligned + 86_400 * SECOND, &args);
     let stepped = ex().stored_run("duty-cycle", state.path(), aligned - 3_600 * SECOND, &args);
     let text = String::from_utf8(stepped.stdout).unwrap();
-    let gpu = value_in(&text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
-    let process = value_in(
-        &text,
-        "nvidia_gpu_process_utilization_ratio",
-        &[("pid", "4242")],
-    )
-    .unwrap();
+    let (gpu, process) = gpu_and_process_4242(&text);
     assert!((process - gpu).abs() < 0.01, "process {process}, GPU {gpu}");
     assert!(gpu > 0.3, "{text}");
+}
+
+/// GPU 0's utilization ratio and that of its process 4242 (duty-cycle.toml).
+fn gpu_and_process_4242(text: &str) -> (f64, f64) {
+    let gpu = value_in(text, "nvidia_gpu_utilization_ratio", &[("gpu", "0")]).unwrap();
+    let pid = [("pid", "4242")];
+    let process = value_in(text, "nvidia_gpu_process_utilization_ratio", &pid).unwrap();
+    (gpu, process)
 }
