@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use nvidia_textfile_exporter::metrics;
+use nvidia_textfile_exporter::collectors;
+use nvidia_textfile_exporter::metrics::{self, Labelled};
 use nvidia_textfile_exporter::publish::Target;
 use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::snapshot::{Device, LabelValue, Sample, Snapshot};
@@ -163,6 +164,13 @@ const MIG_DEVICES: u32 = 7;
 const PROCESSES_PER_GPU: u32 = 200;
 const NVLINKS: u32 = 18;
 
+/// The family `nvidia_gpu_<name>` as its collector declares it.
+fn family<const N: usize>(name: &str) -> Labelled<N> {
+    let name = format!("nvidia_gpu_{name}");
+    let found = collectors::families().find(|family| family.name == name);
+    Labelled::new(found.expect("a declared family"))
+}
+
 /// What the readers would produce for one H100 SXM in MIG mode.
 fn device(index: u32, mig: u32, processes: u32) -> Device {
     let mut samples = Vec::with_capacity(64);
@@ -180,18 +188,18 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ],
         1.0,
     ));
-    push(metrics::UTILIZATION.sample(0.97));
-    push(metrics::MEMORY_UTILIZATION.sample(0.61));
-    push(metrics::PROCESSES.sample(f64::from(processes)));
+    push(family("utilization_ratio").sample(0.97));
+    push(family("memory_utilization_ratio").sample(0.61));
+    push(family("processes").sample(f64::from(processes)));
     for (family, value) in [
-        (metrics::MEMORY_USED, 77844185088.0),
-        (metrics::MEMORY_FREE, 7039090688.0),
-        (metrics::MEMORY_TOTAL, 85520809984.0),
-        (metrics::MEMORY_RESERVED, 637534208.0),
-        (metrics::BAR1_USED, 41943040.0),
-        (metrics::BAR1_TOTAL, 137438953472.0),
-        (metrics::TEMPERATURE, 71.0),
-        (metrics::MEMORY_TEMPERATURE, 78.0),
+        (family("memory_used_bytes"), 77844185088.0),
+        (family("memory_free_bytes"), 7039090688.0),
+        (family("memory_total_bytes"), 85520809984.0),
+        (family("memory_reserved_bytes"), 637534208.0),
+        (family("bar1_memory_used_bytes"), 41943040.0),
+        (family("bar1_memory_total_bytes"), 137438953472.0),
+        (family("temperature_celsius"), 71.0),
+        (family("memory_temperature_celsius"), 78.0),
     ] {
         push(family.sample(value));
     }
@@ -201,19 +209,19 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ("gpu_max", 87.0),
         ("memory_max", 95.0),
     ] {
-        push(metrics::TEMPERATURE_THRESHOLD.sample_with([threshold], value));
+        push(family("temperature_threshold_celsius").sample_with([threshold], value));
     }
     for (family, value) in [
-        (metrics::POWER, 682.311),
-        (metrics::ENERGY, 486214350.112),
-        (metrics::POWER_LIMIT, 700.0),
-        (metrics::POWER_DEFAULT_LIMIT, 700.0),
-        (metrics::POWER_MIN_LIMIT, 200.0),
-        (metrics::POWER_MAX_LIMIT, 700.0),
+        (family("power_watts"), 682.311),
+        (family("energy_joules_total"), 486214350.112),
+        (family("power_limit_watts"), 700.0),
+        (family("power_default_limit_watts"), 700.0),
+        (family("power_min_limit_watts"), 200.0),
+        (family("power_max_limit_watts"), 700.0),
     ] {
         push(family.sample(value));
     }
-    for family in [metrics::CLOCK, metrics::CLOCK_MAX] {
+    for family in [family("clock_hertz"), family("clock_max_hertz")] {
         for (clock, mhz) in [
             ("graphics", 1980.0),
             ("sm", 1980.0),
@@ -223,7 +231,7 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
             push(family.sample_with([clock], mhz * 1e6));
         }
     }
-    push(metrics::PERFORMANCE_STATE.sample(0.0));
+    push(family("performance_state").sample(0.0));
     for (bit, reason) in [
         "gpu_idle",
         "applications_clocks_setting",
@@ -238,7 +246,7 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
     .into_iter()
     .enumerate()
     {
-        push(metrics::CLOCKS_EVENT.sample_with([reason], f64::from(u8::from(bit == 2))));
+        push(family("clocks_event_active").sample_with([reason], f64::from(u8::from(bit == 2))));
     }
     for (policy, seconds) in [
         ("power", 48.2),
@@ -250,18 +258,18 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ("app_clocks", 0.0),
         ("base_clocks", 0.0),
     ] {
-        push(metrics::VIOLATION.sample_with([policy], seconds));
+        push(family("violation_seconds_total").sample_with([policy], seconds));
     }
     for (family, value) in [
-        (metrics::PCIE_GENERATION, 5.0),
-        (metrics::PCIE_MAX_GENERATION, 5.0),
-        (metrics::PCIE_WIDTH, 16.0),
-        (metrics::PCIE_MAX_WIDTH, 16.0),
-        (metrics::PCIE_REPLAYS, 0.0),
-        (metrics::PCIE_TRANSMIT, 9183365120311.0),
-        (metrics::PCIE_RECEIVE, 8873412093342.0),
-        (metrics::ECC_ENABLED, 1.0),
-        (metrics::ECC_PENDING_ENABLED, 1.0),
+        (family("pcie_link_generation"), 5.0),
+        (family("pcie_link_max_generation"), 5.0),
+        (family("pcie_link_width"), 16.0),
+        (family("pcie_link_max_width"), 16.0),
+        (family("pcie_replays_total"), 0.0),
+        (family("pcie_transmit_bytes_total"), 9183365120311.0),
+        (family("pcie_receive_bytes_total"), 8873412093342.0),
+        (family("ecc_enabled"), 1.0),
+        (family("ecc_pending_enabled"), 1.0),
     ] {
         push(family.sample(value));
     }
@@ -271,34 +279,37 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
         ("corrected", "aggregate"),
         ("uncorrected", "aggregate"),
     ] {
-        push(metrics::ECC_ERRORS.sample_with([kind, scope], 0.0));
+        push(family("ecc_errors_total").sample_with([kind, scope], 0.0));
     }
     for cause in ["correctable", "uncorrectable"] {
-        push(metrics::REMAPPED_ROWS.sample_with([cause], 0.0));
+        push(family("remapped_rows").sample_with([cause], 0.0));
     }
     for (family, value) in [
-        (metrics::REMAPPED_ROWS_PENDING, 0.0),
-        (metrics::REMAPPED_ROWS_FAILURE, 0.0),
-        (metrics::DECODER_UTILIZATION, 0.0),
-        (metrics::PERSISTENCE_MODE, 1.0),
+        (family("remapped_rows_pending"), 0.0),
+        (family("remapped_rows_failure"), 0.0),
+        (family("decoder_utilization_ratio"), 0.0),
+        (family("persistence_mode"), 1.0),
     ] {
         push(family.sample(value));
     }
-    push(metrics::COMPUTE_MODE.sample_with(["default"], 1.0));
-    push(metrics::MIG_ENABLED.sample(f64::from(u8::from(mig > 0))));
-    push(metrics::MIG_PENDING_ENABLED.sample(f64::from(u8::from(mig > 0))));
+    push(family("compute_mode").sample_with(["default"], 1.0));
+    push(family("mig_enabled").sample(f64::from(u8::from(mig > 0))));
+    push(family("mig_pending_enabled").sample(f64::from(u8::from(mig > 0))));
     for link in 0..NVLINKS {
         let label = link.to_string();
-        push(metrics::NVLINK_LINK_ACTIVE.sample_with([label.clone()], 1.0));
+        push(family("nvlink_link_active").sample_with([label.clone()], 1.0));
         for counter in ["replay", "recovery", "crc_flit", "crc_data"] {
             push(
-                metrics::NVLINK_LINK_ERRORS
+                family("nvlink_link_errors_total")
                     .sample_with([LabelValue::from(label.clone()), counter.into()], 0.0),
             );
         }
     }
     for link in 0..NVLINKS {
-        for family in [metrics::NVLINK_LINK_TRANSMIT, metrics::NVLINK_LINK_RECEIVE] {
+        for family in [
+            family("nvlink_link_transmit_bytes_total"),
+            family("nvlink_link_receive_bytes_total"),
+        ] {
             let bytes = 1024.0 * f64::from(918336512 + link * 7919);
             push(family.sample_with([link.to_string()], bytes));
         }
@@ -306,7 +317,7 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
     for slot in 0..mig {
         let gi = (slot + 1).to_string();
         let ci = String::from("0");
-        push(metrics::MIG_INFO.sample_with(
+        push(family("mig_info").sample_with(
             [
                 LabelValue::from(gi.clone()),
                 ci.clone().into(),
@@ -316,8 +327,8 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
             1.0,
         ));
         for (family, bytes) in [
-            (metrics::MIG_MEMORY_USED, 9663676416.0),
-            (metrics::MIG_MEMORY_TOTAL, 10200547328.0),
+            (family("mig_memory_used_bytes"), 9663676416.0),
+            (family("mig_memory_total_bytes"), 10200547328.0),
         ] {
             push(family.sample_with([gi.clone(), ci.clone()], bytes));
         }
@@ -337,7 +348,7 @@ fn device(index: u32, mig: u32, processes: u32) -> Device {
             owned(job.to_string()),
         ];
         let bytes = f64::from(1 + process % 9) * 1073741824.0;
-        push(metrics::PROCESS_MEMORY_USED.sample_some(labels, bytes));
+        push(family("process_memory_used_bytes").sample_some(labels, bytes));
     }
     push(metrics::UP.sample(1.0));
     push(metrics::COLLECTOR_READ_ERRORS.sample(0.0));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::enum_wrappers::device::{Clock, Sampling};
 
 use crate::identity::Identity;
-use crate::metrics::{self, Family, Labelled, Merge};
+use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
 use crate::nvml::samples::{self, Carry, Outcome};
@@ -19,6 +19,16 @@ use crate::reason::Reason;
 use crate::snapshot::{Device, Sample, Snapshot};
 use crate::state::schema::Stream;
 use crate::state::StateFile;
+
+families! {
+    // Emitted by more than one collector (utilization, media), each with
+    // its own `engine` values.
+    SHARED;
+    BUSY: Counter(Seconds), "nvidia_gpu_busy_seconds_total", ["engine"],
+        "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples; rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
+    SAMPLED: Counter(Seconds), "nvidia_gpu_sampled_seconds_total", ["engine"],
+        "Time covered by the NVML samples integrated into nvidia_gpu_busy_seconds_total, by engine; grows slower than wall time where samples were missed (a timer period longer than NVML's buffer, missed runs).";
+}
 
 /// A window a collector opened over one GPU (GPM's two samples); the other
 /// reads are taken at its end.
@@ -285,7 +295,7 @@ fn identified(index: u32, identity: &Identity) -> Device {
 /// How many samples were merged away.
 fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     let key = |sample: &Sample| {
-        let mut key = sample.family.index.to_string();
+        let mut key = sample.family.name.to_owned();
         for label in &sample.labels {
             key.push('\0');
             key.push_str(label.name);
@@ -342,30 +352,19 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub const GPU: Engine = Engine {
-        label: "gpu",
-        ratio: metrics::UTILIZATION,
-        sampling: Sampling::GpuUtilization,
-        stream: Stream::Gpu,
-    };
-    pub const MEMORY: Engine = Engine {
-        label: "memory",
-        ratio: metrics::MEMORY_UTILIZATION,
-        sampling: Sampling::MemoryUtilization,
-        stream: Stream::Memory,
-    };
-    pub const ENCODER: Engine = Engine {
-        label: "encoder",
-        ratio: metrics::ENCODER_UTILIZATION,
-        sampling: Sampling::EncoderUtilization,
-        stream: Stream::Encoder,
-    };
-    pub const DECODER: Engine = Engine {
-        label: "decoder",
-        ratio: metrics::DECODER_UTILIZATION,
-        sampling: Sampling::DecoderUtilization,
-        stream: Stream::Decoder,
-    };
+    pub const fn new(
+        label: &'static str,
+        ratio: Labelled<0>,
+        sampling: Sampling,
+        stream: Stream,
+    ) -> Engine {
+        Engine {
+            label,
+            ratio,
+            sampling,
+            stream,
+        }
+    }
 }
 
 /// Reads `engine`'s samples since the previous run and pushes its ratio (if
@@ -393,8 +392,8 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
         reader.next_state().carries.insert(engine.stream, carry);
     }
     for (family, value) in [
-        (metrics::BUSY, carry.busy_seconds()),
-        (metrics::SAMPLED, carry.sampled_seconds()),
+        (BUSY, carry.busy_seconds()),
+        (SAMPLED, carry.sampled_seconds()),
     ] {
         reader.push(family.sample_with([engine.label], value));
     }
@@ -411,17 +410,18 @@ pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::LabelValue;
+
+    families! {
+        MEMORY: Gauge(Bytes), "nvidia_gpu_test_memory_bytes", ["pid", "user"], "Bytes.";
+        INFO: Gauge(Number), "nvidia_gpu_test_info", ["id", "profile"], "A state.";
+    }
 
     #[test]
     fn duplicates_merge_bytes_summed_states_kept() {
-        let process = |pid: &'static str, bytes: f64| {
-            // The pid alone, as for a process whose owner is unknown.
-            let mut labels: [Option<LabelValue>; 8] = Default::default();
-            labels[0] = Some(pid.into());
-            metrics::PROCESS_MEMORY_USED.sample_some(labels, bytes)
-        };
-        let mig = |used: f64| metrics::MIG_INFO.sample_with(["1", "0", "MIG-x", "1g.10gb"], used);
+        // The pid alone, as for a process whose owner is unknown.
+        let process =
+            |pid: &'static str, bytes: f64| MEMORY.sample_some([Some(pid.into()), None], bytes);
+        let mig = |used: f64| INFO.sample_with(["1", "1g.10gb"], used);
         let mut samples = vec![
             process("7", 100.0),
             mig(1.0),

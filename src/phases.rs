@@ -21,7 +21,7 @@ use crate::identity::{self, Identity};
 use crate::inflight::{InFlight, Scope};
 use crate::metrics;
 use crate::nvml::reader::DeviceReader;
-use crate::nvml::{InitError, Session};
+use crate::nvml::{InitError, Session, Versions};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
 use crate::state::schema::GpuState;
@@ -109,7 +109,7 @@ pub fn read(
     let session: &'static Session = Box::leak(Box::new(Session::open(library, inflight)?));
     let opened_at = Instant::now();
     opened();
-    let states = states_for(previous, &session.driver_version);
+    let states = states_for(previous, &session.versions.driver);
     let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::default()).collect();
     let (report, reports) = mpsc::channel();
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
@@ -128,8 +128,8 @@ pub fn read(
     }
     devices.extend(missing.into_iter().map(|gone| departed(gone, &states)));
     Ok(Reading {
-        host: session.host.clone(),
-        driver_version: session.driver_version.clone(),
+        host: vec![driver_info(&session.versions)],
+        driver_version: session.versions.driver.clone(),
         devices,
         timed_out,
     })
@@ -402,6 +402,12 @@ fn read_group(
         let _ = report.send(Report::ReadsEnded(index, took));
         let _ = report.send(Report::Done(Box::new(gpu.close())));
     }
+}
+
+/// `nvidia_gpu_driver_info` (a version NVML cannot tell is an empty label).
+fn driver_info(versions: &Versions) -> Sample {
+    let Versions { driver, cuda, nvml } = versions.clone();
+    metrics::DRIVER_INFO.sample_with([driver, cuda, nvml], 1.0)
 }
 
 /// The GPUs' previous state as this driver may use it (after a driver

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use crate::metrics::{self, Labelled};
+use crate::metrics::Labelled;
 use crate::snapshot::{LabelValue, Snapshot};
 
 /// What `/proc/<pid>` says about a process's owner.
@@ -183,15 +183,19 @@ fn container_id(component: &str) -> Option<String> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
-/// The families whose samples carry a `pid` and get owner labels.
-const PER_PROCESS: [Labelled<8>; 2] = [metrics::PROCESS_MEMORY_USED, metrics::PROCESS_UTILIZATION];
-
-/// Adds owner labels to every per-process sample of `snapshot`.
-pub fn attribute(snapshot: &mut Snapshot, procfs: &Path, users: &Users) {
+/// Adds owner labels to every sample of `snapshot` of the `per_process`
+/// families, whose first labels are `pid`, `gpu_instance_id` and
+/// `compute_instance_id`, followed by the owner's.
+pub fn attribute(
+    snapshot: &mut Snapshot,
+    per_process: &[Labelled<8>],
+    procfs: &Path,
+    users: &Users,
+) {
     let mut owners: HashMap<String, Owner> = HashMap::new();
     for device in &mut snapshot.devices {
         for sample in &mut device.samples {
-            let Some(family) = PER_PROCESS.iter().find(|f| f.family() == sample.family) else {
+            let Some(family) = per_process.iter().find(|f| f.family() == sample.family) else {
                 continue;
             };
             // The ids are the family's first three declared labels.
@@ -214,6 +218,7 @@ pub fn attribute(snapshot: &mut Snapshot, procfs: &Path, users: &Users) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::{self, families};
 
     #[test]
     fn docker_scope_in_cgroup_v2() {
@@ -275,6 +280,11 @@ mod tests {
         assert_eq!(real_uid("Name:\tpython\n"), None);
     }
 
+    families! {
+        MEMORY: Gauge(Bytes), "nvidia_gpu_test_memory_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"], "Bytes.";
+        RATIO: Gauge(Ratio), "nvidia_gpu_test_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"], "A ratio.";
+    }
+
     #[test]
     fn attribution_keeps_the_ids_and_adds_the_owner_in_declared_order() {
         let root = tempfile::tempdir().unwrap();
@@ -292,8 +302,8 @@ mod tests {
         let mut snapshot = Snapshot {
             devices: vec![crate::snapshot::Device {
                 samples: vec![
-                    metrics::PROCESS_MEMORY_USED.sample_some(mig, 1024.0),
-                    metrics::PROCESS_UTILIZATION.sample_some(gone, 0.5),
+                    MEMORY.sample_some(mig, 1024.0),
+                    RATIO.sample_some(gone, 0.5),
                     metrics::UP.sample(1.0),
                 ],
                 ..Default::default()
@@ -301,7 +311,7 @@ mod tests {
             ..Default::default()
         };
         let users = Users::new(Instant::now() + std::time::Duration::from_secs(5));
-        attribute(&mut snapshot, root.path(), &users);
+        attribute(&mut snapshot, &[MEMORY, RATIO], root.path(), &users);
         let written: Vec<(f64, Vec<String>)> = snapshot.devices[0]
             .samples
             .iter()

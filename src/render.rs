@@ -1,12 +1,12 @@
 //! Prometheus text exposition format 0.0.4, as a pure function of a [`Snapshot`];
-//! all escaping lives here. Families appear in [`crate::metrics::ALL`] order,
-//! each under one HELP and TYPE, only if it has samples; host samples precede
-//! the devices', which keep snapshot and read order, each starting with
-//! `gpu="<index>",uuid="<uuid>"`; no timestamps.
+//! all escaping lives here. Families appear sorted by name (as Prometheus'
+//! client libraries gather them), each under one HELP and TYPE, only if it
+//! has samples; host samples precede the devices', which keep snapshot and
+//! read order, each starting with `gpu="<index>",uuid="<uuid>"`; no timestamps.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::metrics::ALL;
 use crate::snapshot::{Sample, Snapshot};
 
 /// Renders the snapshot as exposition text.
@@ -22,22 +22,27 @@ pub fn render(snapshot: &Snapshot) -> String {
         })
         .collect();
 
-    let mut buckets: Vec<Vec<(Option<&str>, &Sample)>> = vec![Vec::new(); ALL.len()];
-    for sample in &snapshot.host {
-        buckets[sample.family.index].push((None, sample));
-    }
-    for (device, identity) in snapshot.devices.iter().zip(&identities) {
-        for sample in &device.samples {
-            buckets[sample.family.index].push((Some(identity.as_str()), sample));
-        }
+    let mut families: BTreeMap<&str, Vec<(Option<&str>, &Sample)>> = BTreeMap::new();
+    let devices = snapshot.devices.iter().zip(&identities);
+    let device_samples = devices.flat_map(|(device, identity)| {
+        (device.samples.iter()).map(move |sample| (Some(identity.as_str()), sample))
+    });
+    for (identity, sample) in snapshot
+        .host
+        .iter()
+        .map(|s| (None, s))
+        .chain(device_samples)
+    {
+        families
+            .entry(sample.family.name)
+            .or_default()
+            .push((identity, sample));
     }
 
-    let sample_count: usize = buckets.iter().map(Vec::len).sum();
+    let sample_count: usize = families.values().map(Vec::len).sum();
     let mut out = String::with_capacity(sample_count * 96 + 4096);
-    for (family, samples) in ALL.iter().zip(&buckets) {
-        if samples.is_empty() {
-            continue;
-        }
+    for samples in families.values() {
+        let family = samples[0].1.family;
         let _ = write!(out, "# HELP {} ", family.name);
         escape_help(family.help, &mut out);
         let _ = write!(out, "\n# TYPE {} {}\n", family.name, family.kind.as_str());
@@ -105,8 +110,14 @@ pub fn format_value(value: f64, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics;
+    use crate::metrics::{self, families};
     use crate::snapshot::Device;
+
+    families! {
+        TEMPERATURE: Gauge(Celsius), "nvidia_gpu_temperature_celsius", [], "GPU die temperature.";
+        POWER: Gauge(Watts), "nvidia_gpu_power_watts", [], "Power drawn.";
+        CLOCK: Gauge(Hertz), "nvidia_gpu_clock_hertz", ["clock"], "Clock frequency.";
+    }
 
     fn escaped(value: &str) -> String {
         let mut out = String::new();
@@ -170,25 +181,19 @@ mod tests {
     }
 
     #[test]
-    fn families_are_grouped_in_declaration_order_with_one_header_each() {
+    fn families_are_grouped_by_name_with_one_header_each() {
         let snapshot = Snapshot {
             host: vec![metrics::COLLECTOR_UP.sample(1.0)],
             devices: vec![
                 device(
                     0,
                     "GPU-a",
-                    vec![
-                        metrics::POWER.sample(100.0),
-                        metrics::TEMPERATURE.sample(40.0),
-                    ],
+                    vec![POWER.sample(100.0), TEMPERATURE.sample(40.0)],
                 ),
                 device(
                     1,
                     "GPU-b",
-                    vec![
-                        metrics::TEMPERATURE.sample(50.0),
-                        metrics::POWER.sample(200.0),
-                    ],
+                    vec![TEMPERATURE.sample(50.0), POWER.sample(200.0)],
                 ),
             ],
         };
@@ -198,10 +203,10 @@ mod tests {
             lines,
             [
                 "nvidia_gpu_collector_up 1",
-                "nvidia_gpu_temperature_celsius{gpu=\"0\",uuid=\"GPU-a\"} 40",
-                "nvidia_gpu_temperature_celsius{gpu=\"1\",uuid=\"GPU-b\"} 50",
                 "nvidia_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 100",
                 "nvidia_gpu_power_watts{gpu=\"1\",uuid=\"GPU-b\"} 200",
+                "nvidia_gpu_temperature_celsius{gpu=\"0\",uuid=\"GPU-a\"} 40",
+                "nvidia_gpu_temperature_celsius{gpu=\"1\",uuid=\"GPU-b\"} 50",
             ]
         );
         assert_eq!(
@@ -224,7 +229,7 @@ mod tests {
             devices: vec![device(
                 3,
                 "GPU-\"x\"",
-                vec![metrics::CLOCK.sample_with(["sm"], 1.5e9)],
+                vec![CLOCK.sample_with(["sm"], 1.5e9)],
             )],
         };
         let text = render(&snapshot);
@@ -240,11 +245,7 @@ mod tests {
     fn a_family_is_its_help_type_and_samples_with_the_identity_first() {
         let snapshot = Snapshot {
             host: vec![metrics::COLLECTOR_UP.sample(1.0)],
-            devices: vec![device(
-                0,
-                "GPU-0f1e",
-                vec![metrics::TEMPERATURE.sample(41.0)],
-            )],
+            devices: vec![device(0, "GPU-0f1e", vec![TEMPERATURE.sample(41.0)])],
         };
         assert_eq!(
             render(&snapshot),

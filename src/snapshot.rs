@@ -33,7 +33,7 @@ impl<const N: usize> Labelled<N> {
     /// ```compile_fail,E0308
     /// use nvidia_textfile_exporter::metrics;
     ///
-    /// metrics::ECC_ERRORS.sample_with(["corrected"], 3.0);
+    /// metrics::COLLECTOR_ERROR.sample_with(["timeout", "busy"], 1.0);
     /// ```
     pub fn sample_with<V: Into<LabelValue>>(self, values: [V; N], value: f64) -> Sample {
         self.sample_some(values.map(|v| Some(v.into())), value)

@@ -10,8 +10,20 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
-use crate::metrics;
+use crate::metrics::families;
 use crate::nvml::unwrapped::EventReasons;
+
+families! {
+    FAMILIES;
+    CLOCK: Gauge(Hertz), "nvidia_gpu_clock_hertz", ["clock"],
+        "Current clock frequency by clock domain.";
+    PERFORMANCE_STATE: Gauge(Number), "nvidia_gpu_performance_state", [],
+        "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).";
+    CLOCKS_EVENT: Gauge(Number), "nvidia_gpu_clocks_event_active", ["reason"],
+        "1 if this reason is holding the clocks down now, 0 if not, by reason.";
+    VIOLATION: Counter(Seconds), "nvidia_gpu_violation_seconds_total", ["policy"],
+        "Time the clocks were held below their target by this policy, by policy.";
+}
 
 /// Clock event reason bits of nvml.h (`nvmlClocksEventReason*`), with their
 /// `reason` label values.
@@ -68,12 +80,12 @@ const NANOSECONDS_PER_SECOND: f64 = 1e9;
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
-            reader.push(metrics::CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
+            reader.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
     if let Some(Ok(state)) = reader.read_enum() {
         if let Some(number) = pstate_number(state) {
-            reader.gauge(metrics::PERFORMANCE_STATE, f64::from(number));
+            reader.gauge(PERFORMANCE_STATE, f64::from(number));
         }
     }
     read_event_reasons(reader);
@@ -92,9 +104,7 @@ fn read_violations(reader: &mut Gpu<'_>) {
                 .map(|time| time.violation_time as f64)
         });
         if let Some(nanoseconds) = nanoseconds {
-            reader.push(
-                metrics::VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND),
-            );
+            reader.push(VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
     }
 }
@@ -121,7 +131,7 @@ fn read_event_reasons(reader: &mut Gpu<'_>) {
     for (bit, label) in EVENT_REASONS {
         if supported & bit != 0 {
             let value = if active & bit != 0 { 1.0 } else { 0.0 };
-            reader.push(metrics::CLOCKS_EVENT.sample_with([label], value));
+            reader.push(CLOCKS_EVENT.sample_with([label], value));
         }
     }
 }

@@ -2,8 +2,22 @@
 //! health. Nothing on a GPU on no fabric (read once per driver).
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
 use crate::nvml::fabric::{self, Condition, FabricState, Summary};
+
+families! {
+    FAMILIES;
+    FABRIC_STATE: Gauge(Number), "nvidia_gpu_fabric_state", ["state"],
+        "Registration of the GPU with the NVLink fabric (Fabric Manager), as a state set: 1 for the current state (not_started, in_progress, completed), 0 for the others.";
+    FABRIC_STATUS: Gauge(Number), "nvidia_gpu_fabric_status", [],
+        "NVML return code of the GPU's fabric registration: 0 success; meaningful once the state is completed.";
+    FABRIC_INFO: Gauge(Number), "nvidia_gpu_fabric_info", ["cluster_uuid", "clique_id"],
+        "The NVLink fabric cluster and clique of the GPU as labels; always 1.";
+    FABRIC_HEALTH: Gauge(Number), "nvidia_gpu_fabric_health_condition", ["condition"],
+        "1 if this fabric health condition holds, 0 if not, by condition (degraded_bandwidth, route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration); absent where the driver does not report it.";
+    FABRIC_HEALTH_SUMMARY: Gauge(Number), "nvidia_gpu_fabric_health", ["summary"],
+        "The driver's summary of the fabric's health (struct version 3), as a state set: 1 for the current one (healthy, unhealthy, limited_capacity), 0 for the others.";
+}
 
 /// The state key under which "this GPU is on a fabric" is kept per driver.
 const KEY: &str = "fabric";
@@ -20,24 +34,22 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     };
     for state in FabricState::ALL {
         let value = if state == info.state { 1.0 } else { 0.0 };
-        reader.push(metrics::FABRIC_STATE.sample_with([state.label()], value));
+        reader.push(FABRIC_STATE.sample_with([state.label()], value));
     }
-    reader.gauge(metrics::FABRIC_STATUS, f64::from(info.status));
-    reader.push(
-        metrics::FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0),
-    );
+    reader.gauge(FABRIC_STATUS, f64::from(info.status));
+    reader.push(FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0));
     if let Some(mask) = info.health_mask {
         for condition in Condition::ALL {
             if let Some(holds) = condition.holds(mask) {
                 let value = if holds { 1.0 } else { 0.0 };
-                reader.push(metrics::FABRIC_HEALTH.sample_with([condition.label()], value));
+                reader.push(FABRIC_HEALTH.sample_with([condition.label()], value));
             }
         }
     }
     if let Some(summary) = info.summary {
         for each in Summary::ALL {
             let value = if each == summary { 1.0 } else { 0.0 };
-            reader.push(metrics::FABRIC_HEALTH_SUMMARY.sample_with([each.label()], value));
+            reader.push(FABRIC_HEALTH_SUMMARY.sample_with([each.label()], value));
         }
     }
 }

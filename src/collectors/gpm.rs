@@ -14,10 +14,38 @@ use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::GpmSample;
 
 use crate::collector::{Gpu, Settings, Window};
-use crate::metrics::{self, Labelled};
+use crate::metrics::{families, Labelled};
 use crate::nvml::mig;
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
+
+families! {
+    FAMILIES;
+    SM_ACTIVE: Gauge(Ratio), "nvidia_gpu_sm_active_ratio", [],
+        "Fraction of the GPM window during which an SM had at least one warp resident, averaged over all SMs (0-1).";
+    SM_OCCUPANCY: Gauge(Ratio), "nvidia_gpu_sm_occupancy_ratio", [],
+        "Warps resident on the SMs as a fraction of the most they can hold, averaged over the GPM window (0-1).";
+    GRAPHICS_ENGINE_ACTIVE: Gauge(Ratio), "nvidia_gpu_graphics_engine_active_ratio", [],
+        "Fraction of the GPM window during which the graphics or compute engine was busy (0-1).";
+    DRAM_ACTIVE: Gauge(Ratio), "nvidia_gpu_dram_active_ratio", [],
+        "Device memory bandwidth used as a fraction of its peak, over the GPM window (0-1).";
+    PIPE_ACTIVE: Gauge(Ratio), "nvidia_gpu_pipe_active_ratio", ["pipe"],
+        "Fraction of the GPM window during which a pipe was active, by pipe (tensor: any tensor pipe; tensor_hmma, tensor_imma, tensor_dfma, fp64, fp32, fp16, integer) (0-1).";
+    GPM_WINDOW: Gauge(Seconds), "nvidia_gpu_gpm_window_seconds", [],
+        "Time between the two GPM samples the GPM metrics of this GPU were computed from.";
+    GPM_UNAVAILABLE: Gauge(Number), "nvidia_gpu_gpm_unavailable", ["reason"],
+        "1 with the reason the GPM metrics of a GPU that supports GPM are missing from this run (no_permission, counters_in_use, paused, window_too_short); absent when they were read.";
+    MIG_SM_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_sm_active_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_sm_active_ratio of one MIG GPU instance, over its SMs (0-1).";
+    MIG_SM_OCCUPANCY: Gauge(Ratio), "nvidia_gpu_mig_sm_occupancy_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_sm_occupancy_ratio of one MIG GPU instance (0-1).";
+    MIG_GRAPHICS_ENGINE_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_graphics_engine_active_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_graphics_engine_active_ratio of one MIG GPU instance (0-1).";
+    MIG_DRAM_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_dram_active_ratio", ["gpu_instance_id"],
+        "nvidia_gpu_dram_active_ratio of one MIG GPU instance (0-1).";
+    MIG_PIPE_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_pipe_active_ratio", ["gpu_instance_id", "pipe"],
+        "nvidia_gpu_pipe_active_ratio of one MIG GPU instance, by pipe (0-1).";
+}
 
 /// Why the GPM metrics of a GPU that supports GPM are missing from a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,20 +109,11 @@ const METRICS: [(GpmMetricId, Report); 12] = {
     [
         (
             GraphicsUtil,
-            Engine(
-                metrics::GRAPHICS_ENGINE_ACTIVE,
-                metrics::MIG_GRAPHICS_ENGINE_ACTIVE,
-            ),
+            Engine(GRAPHICS_ENGINE_ACTIVE, MIG_GRAPHICS_ENGINE_ACTIVE),
         ),
-        (SmUtil, Engine(metrics::SM_ACTIVE, metrics::MIG_SM_ACTIVE)),
-        (
-            SmOccupancy,
-            Engine(metrics::SM_OCCUPANCY, metrics::MIG_SM_OCCUPANCY),
-        ),
-        (
-            DramBwUtil,
-            Engine(metrics::DRAM_ACTIVE, metrics::MIG_DRAM_ACTIVE),
-        ),
+        (SmUtil, Engine(SM_ACTIVE, MIG_SM_ACTIVE)),
+        (SmOccupancy, Engine(SM_OCCUPANCY, MIG_SM_OCCUPANCY)),
+        (DramBwUtil, Engine(DRAM_ACTIVE, MIG_DRAM_ACTIVE)),
         (AnyTensorUtil, Pipe("tensor")),
         (HmmaTensorUtil, Pipe("tensor_hmma")),
         (ImmaTensorUtil, Pipe("tensor_imma")),
@@ -124,9 +143,9 @@ impl Report {
             (Report::Engine(_, mig), Target::Instance(gi)) => {
                 mig.sample_with([gi.to_string()], ratio)
             }
-            (Report::Pipe(pipe), Target::Gpu) => metrics::PIPE_ACTIVE.sample_with([pipe], ratio),
+            (Report::Pipe(pipe), Target::Gpu) => PIPE_ACTIVE.sample_with([pipe], ratio),
             (Report::Pipe(pipe), Target::Instance(gi)) => {
-                metrics::MIG_PIPE_ACTIVE.sample_with([gi.to_string(), pipe.to_owned()], ratio)
+                MIG_PIPE_ACTIVE.sample_with([gi.to_string(), pipe.to_owned()], ratio)
             }
         }
     }
@@ -240,7 +259,7 @@ impl<'n> Window<'n> for GpuWindow<'n> {
             }
         }
         if let Some(seconds) = window_seconds {
-            reader.gauge(metrics::GPM_WINDOW, seconds);
+            reader.gauge(GPM_WINDOW, seconds);
         }
     }
 }
@@ -339,7 +358,7 @@ fn unavailable(reader: &mut Gpu<'_>, why: Unavailable) {
             log::warn!("{message}");
         }
     }
-    reader.push(metrics::GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
+    reader.push(GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
     reader.next_state().gpm_unavailable = Some(why.label().to_owned());
 }
 

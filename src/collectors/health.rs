@@ -8,7 +8,29 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    ECC_ENABLED: Gauge(Number), "nvidia_gpu_ecc_enabled", [],
+        "1 if ECC is enabled now.";
+    ECC_PENDING_ENABLED: Gauge(Number), "nvidia_gpu_ecc_pending_enabled", [],
+        "1 if ECC will be enabled after the next reboot.";
+    ECC_ERRORS: Counter(Count), "nvidia_gpu_ecc_errors_total", ["type", "scope"],
+        "ECC errors by type (corrected, uncorrected) and scope (volatile: since the driver loaded; aggregate: lifetime).";
+    RETIRED_PAGES: Gauge(Number), "nvidia_gpu_retired_pages", ["cause"],
+        "Memory pages retired, by cause (single_bit_ecc, double_bit_ecc).";
+    RETIRED_PAGES_PENDING: Gauge(Number), "nvidia_gpu_retired_pages_pending", [],
+        "1 if pages are waiting to be retired at the next reboot.";
+    REMAPPED_ROWS: Gauge(Number), "nvidia_gpu_remapped_rows", ["cause"],
+        "Memory rows remapped, by cause (correctable, uncorrectable).";
+    REMAPPED_ROWS_PENDING: Gauge(Number), "nvidia_gpu_remapped_rows_pending", [],
+        "1 if a row remap is waiting for a GPU reset.";
+    REMAPPED_ROWS_FAILURE: Gauge(Number), "nvidia_gpu_remapped_rows_failure", [],
+        "1 if a row remap failed: the GPU needs service.";
+    RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
+        "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
+}
 
 /// An ECC error kind or counter, with its label.
 type Labelled<T> = (T, &'static str);
@@ -74,8 +96,8 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
     };
     if let Some((current, pending)) = ecc {
-        reader.gauge(metrics::ECC_ENABLED, flag(current));
-        reader.gauge(metrics::ECC_PENDING_ENABLED, flag(pending));
+        reader.gauge(ECC_ENABLED, flag(current));
+        reader.gauge(ECC_PENDING_ENABLED, flag(pending));
     }
     // Error counters only mean something while ECC is on.
     if ecc.is_some_and(|(current, _)| current) {
@@ -88,30 +110,30 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
                     .map(|count| count as f64)
             });
             if let Some(count) = count {
-                reader.push(metrics::ECC_ERRORS.sample_with([error_label, counter_label], count));
+                reader.push(ECC_ERRORS.sample_with([error_label, counter_label], count));
             }
         }
     }
     for (cause, label) in RETIREMENT_CAUSES {
         if let Some(pages) = reader.read("nvmlDeviceGetRetiredPages_v2", |d| d.retired_pages(cause))
         {
-            reader.push(metrics::RETIRED_PAGES.sample_with([label], pages.len() as f64));
+            reader.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
         }
     }
     if let Some(pending) = reader.read("nvmlDeviceGetRetiredPagesPendingStatus", |d| {
         d.are_pages_pending_retired()
     }) {
-        reader.gauge(metrics::RETIRED_PAGES_PENDING, flag(pending));
+        reader.gauge(RETIRED_PAGES_PENDING, flag(pending));
     }
     if let Some(rows) = reader.remapped_rows() {
         for (count, label) in [
             (rows.correctable, "correctable"),
             (rows.uncorrectable, "uncorrectable"),
         ] {
-            reader.push(metrics::REMAPPED_ROWS.sample_with([label], f64::from(count)));
+            reader.push(REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
-        reader.gauge(metrics::REMAPPED_ROWS_PENDING, flag(rows.pending));
-        reader.gauge(metrics::REMAPPED_ROWS_FAILURE, flag(rows.failure));
+        reader.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
+        reader.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
 }
 
@@ -124,13 +146,13 @@ fn recovery_action(reader: &mut Gpu<'_>) {
     let known = value >= 0.0 && value.fract() == 0.0 && value < RECOVERY_ACTIONS.len() as f64;
     let current = known.then_some(value as usize);
     for (index, action) in RECOVERY_ACTIONS.iter().enumerate() {
-        reader.push(metrics::RECOVERY_ACTION.sample_with([*action], flag(current == Some(index))));
+        reader.push(RECOVERY_ACTION.sample_with([*action], flag(current == Some(index))));
     }
     if current.is_none() {
         log::debug!(
             "{}: recovery action {value} is newer than this exporter",
-            metrics::RECOVERY_ACTION.family().name
+            RECOVERY_ACTION.family().name
         );
-        reader.push(metrics::RECOVERY_ACTION.sample_with(["unknown"], 1.0));
+        reader.push(RECOVERY_ACTION.sample_with(["unknown"], 1.0));
     }
 }

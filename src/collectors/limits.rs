@@ -2,26 +2,28 @@
 //! power limit range. Off by default.
 
 use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
-use crate::metrics;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    POWER_MIN_LIMIT: Gauge(Watts), "nvidia_gpu_power_min_limit_watts", [],
+        "Lowest power limit that can be set.";
+    POWER_MAX_LIMIT: Gauge(Watts), "nvidia_gpu_power_max_limit_watts", [],
+        "Highest power limit that can be set.";
+    CLOCK_MAX: Gauge(Hertz), "nvidia_gpu_clock_max_hertz", ["clock"],
+        "Maximum clock frequency by clock domain.";
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
-            reader.push(
-                metrics::CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ),
-            );
+            reader.push(CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
     if let Some(limits) = reader.read("nvmlDeviceGetPowerManagementLimitConstraints", |d| {
         d.power_management_limit_constraints()
     }) {
-        reader.gauge(
-            metrics::POWER_MIN_LIMIT,
-            f64::from(limits.min_limit) / PER_MILLI,
-        );
-        reader.gauge(
-            metrics::POWER_MAX_LIMIT,
-            f64::from(limits.max_limit) / PER_MILLI,
-        );
+        reader.gauge(POWER_MIN_LIMIT, f64::from(limits.min_limit) / PER_MILLI);
+        reader.gauge(POWER_MAX_LIMIT, f64::from(limits.max_limit) / PER_MILLI);
     }
 }

@@ -2,9 +2,43 @@
 //! reading) and encoder sessions, where the chip has an encoder
 //! (`GpuFacts::has_video_encoder`); JPEG and optical flow utilization.
 
-use crate::collector::{point, read_engine, Engine, Gpu};
-use crate::metrics;
+use nvml_wrapper::enum_wrappers::device::Sampling;
+
+use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
+use crate::metrics::families;
 use crate::nvml::unwrapped::Accelerator;
+use crate::state::schema::Stream;
+
+families! {
+    FAMILIES [BUSY, SAMPLED];
+    ENCODER_UTILIZATION: Gauge(Ratio), "nvidia_gpu_encoder_utilization_ratio", [],
+        "Mean fraction of time the video encoder was busy, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples, the point reading of its last sample period.";
+    DECODER_UTILIZATION: Gauge(Ratio), "nvidia_gpu_decoder_utilization_ratio", [],
+        "Mean fraction of time the video decoder was busy, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples, the point reading of its last sample period.";
+    ENCODER_SESSIONS: Gauge(Number), "nvidia_gpu_encoder_sessions", [],
+        "Active video encoder sessions.";
+    ENCODER_FPS: Gauge(Number), "nvidia_gpu_encoder_average_fps", [],
+        "Average frames per second over the active encoder sessions.";
+    ENCODER_LATENCY: Gauge(Seconds), "nvidia_gpu_encoder_average_latency_seconds", [],
+        "Average encode latency over the active encoder sessions.";
+    JPEG_UTILIZATION: Gauge(Ratio), "nvidia_gpu_jpeg_utilization_ratio", [],
+        "Fraction of the last sample period during which the JPEG decoders (NVJPG) were busy (0-1).";
+    OFA_UTILIZATION: Gauge(Ratio), "nvidia_gpu_ofa_utilization_ratio", [],
+        "Fraction of the last sample period during which the optical flow accelerator (OFA) was busy (0-1).";
+}
+
+const ENCODER: Engine = Engine::new(
+    "encoder",
+    ENCODER_UTILIZATION,
+    Sampling::EncoderUtilization,
+    Stream::Encoder,
+);
+const DECODER: Engine = Engine::new(
+    "decoder",
+    DECODER_UTILIZATION,
+    Sampling::DecoderUtilization,
+    Stream::Decoder,
+);
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
@@ -19,11 +53,11 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         );
     }
     // Where NVML keeps no samples, the point reading of its last sample period.
-    if !read_engine(reader, Engine::DECODER) {
+    if !read_engine(reader, DECODER) {
         if let Some(info) = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
             d.decoder_utilization()
         }) {
-            point(reader, Engine::DECODER, info.utilization);
+            point(reader, DECODER, info.utilization);
         }
     }
     read_accelerators(reader);
@@ -31,18 +65,18 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 
 /// The encoder's utilization (samples, else the point reading) and sessions.
 fn read_encoder(reader: &mut Gpu<'_>) {
-    if !read_engine(reader, Engine::ENCODER) {
+    if !read_engine(reader, ENCODER) {
         if let Some(info) = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
             d.encoder_utilization()
         }) {
-            point(reader, Engine::ENCODER, info.utilization);
+            point(reader, ENCODER, info.utilization);
         }
     }
     if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {
-        reader.gauge(metrics::ENCODER_SESSIONS, f64::from(stats.session_count));
-        reader.gauge(metrics::ENCODER_FPS, f64::from(stats.average_fps));
+        reader.gauge(ENCODER_SESSIONS, f64::from(stats.session_count));
+        reader.gauge(ENCODER_FPS, f64::from(stats.average_fps));
         reader.gauge(
-            metrics::ENCODER_LATENCY,
+            ENCODER_LATENCY,
             f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
         );
     }
@@ -52,8 +86,8 @@ fn read_encoder(reader: &mut Gpu<'_>) {
 /// them.
 fn read_accelerators(reader: &mut Gpu<'_>) {
     for (engine, family) in [
-        (Accelerator::Jpeg, metrics::JPEG_UTILIZATION),
-        (Accelerator::OpticalFlow, metrics::OFA_UTILIZATION),
+        (Accelerator::Jpeg, JPEG_UTILIZATION),
+        (Accelerator::OpticalFlow, OFA_UTILIZATION),
     ] {
         if let Some(percent) = reader.accelerator_percent(engine).map(f64::from) {
             reader.push_read(family.sample(percent / 100.0), percent);

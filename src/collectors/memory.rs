@@ -1,17 +1,33 @@
 //! Device memory and BAR1 memory.
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    MEMORY_USED: Gauge(Bytes), "nvidia_gpu_memory_used_bytes", [],
+        "Device memory allocated (NVML memory info v2: excluding reserved memory).";
+    MEMORY_FREE: Gauge(Bytes), "nvidia_gpu_memory_free_bytes", [],
+        "Device memory not allocated.";
+    MEMORY_TOTAL: Gauge(Bytes), "nvidia_gpu_memory_total_bytes", [],
+        "Device memory in total.";
+    MEMORY_RESERVED: Gauge(Bytes), "nvidia_gpu_memory_reserved_bytes", [],
+        "Device memory reserved by the driver and firmware.";
+    BAR1_USED: Gauge(Bytes), "nvidia_gpu_bar1_memory_used_bytes", [],
+        "BAR1 (CPU-mappable) memory in use.";
+    BAR1_TOTAL: Gauge(Bytes), "nvidia_gpu_bar1_memory_total_bytes", [],
+        "BAR1 (CPU-mappable) memory in total.";
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |d| d.memory_info()) {
-        reader.gauge(metrics::MEMORY_USED, memory.used as f64);
-        reader.gauge(metrics::MEMORY_FREE, memory.free as f64);
-        reader.gauge(metrics::MEMORY_TOTAL, memory.total as f64);
-        reader.gauge(metrics::MEMORY_RESERVED, memory.reserved as f64);
+        reader.gauge(MEMORY_USED, memory.used as f64);
+        reader.gauge(MEMORY_FREE, memory.free as f64);
+        reader.gauge(MEMORY_TOTAL, memory.total as f64);
+        reader.gauge(MEMORY_RESERVED, memory.reserved as f64);
     }
     if let Some(bar1) = reader.read("nvmlDeviceGetBAR1MemoryInfo", |d| d.bar1_memory_info()) {
-        reader.gauge(metrics::BAR1_USED, bar1.used as f64);
-        reader.gauge(metrics::BAR1_TOTAL, bar1.total as f64);
+        reader.gauge(BAR1_USED, bar1.used as f64);
+        reader.gauge(BAR1_TOTAL, bar1.total as f64);
     }
 }

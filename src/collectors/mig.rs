@@ -2,8 +2,22 @@
 //! parent GPU's labels.
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
 use crate::nvml::mig::{self, MigDevice};
+
+families! {
+    FAMILIES;
+    MIG_INFO: Gauge(Number), "nvidia_gpu_mig_info", ["gpu_instance_id", "compute_instance_id", "mig_uuid", "profile"],
+        "A MIG device of this GPU, with its ids and profile (e.g. 1g.10gb) as labels; always 1.";
+    MIG_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_mig_memory_used_bytes", ["gpu_instance_id", "compute_instance_id"],
+        "Device memory allocated on the MIG device.";
+    MIG_MEMORY_TOTAL: Gauge(Bytes), "nvidia_gpu_mig_memory_total_bytes", ["gpu_instance_id", "compute_instance_id"],
+        "Device memory of the MIG device in total.";
+    MIG_MEMORY_FREE: Gauge(Bytes), "nvidia_gpu_mig_memory_free_bytes", ["gpu_instance_id", "compute_instance_id"],
+        "Device memory not allocated on the MIG device.";
+    MIG_MEMORY_RESERVED: Gauge(Bytes), "nvidia_gpu_mig_memory_reserved_bytes", ["gpu_instance_id", "compute_instance_id"],
+        "Device memory of the MIG device reserved by the driver and firmware.";
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for device in mig::devices(reader) {
@@ -23,13 +37,13 @@ fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
         .unwrap_or_default();
     let gi = mig.gpu_instance_id.to_string();
     let ci = mig.compute_instance_id.to_string();
-    reader.push(metrics::MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));
+    reader.push(MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));
     if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |_| mig.handle.memory_info()) {
         for (family, bytes) in [
-            (metrics::MIG_MEMORY_USED, memory.used),
-            (metrics::MIG_MEMORY_TOTAL, memory.total),
-            (metrics::MIG_MEMORY_FREE, memory.free),
-            (metrics::MIG_MEMORY_RESERVED, memory.reserved),
+            (MIG_MEMORY_USED, memory.used),
+            (MIG_MEMORY_TOTAL, memory.total),
+            (MIG_MEMORY_FREE, memory.free),
+            (MIG_MEMORY_RESERVED, memory.reserved),
         ] {
             reader.push(family.sample_with([gi.clone(), ci.clone()], bytes as f64));
         }

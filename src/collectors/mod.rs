@@ -24,14 +24,9 @@ mod thermal;
 mod utilization;
 pub mod xid;
 
-use crate::metrics::{self, Family};
+use std::collections::HashSet;
 
-/// The families of a row, by their handles' names in `metrics`.
-macro_rules! families {
-    ($($family:ident),* $(,)?) => {
-        &[$(metrics::$family.family()),*]
-    };
-}
+use crate::metrics::{self, Family};
 
 use crate::collector::Hooks;
 pub use crate::collector::{Collector, HostRun, Settings};
@@ -45,7 +40,7 @@ pub static ALL: &[Collector] = &[
         name: "utilization",
         default: true,
         help: "GPU and memory utilization over the samples since the previous run, busy and sampled time, count of compute processes.",
-        families: families![UTILIZATION, MEMORY_UTILIZATION, PROCESSES, BUSY, SAMPLED],
+        families: utilization::FAMILIES,
         fields: &[],
         hooks: Hooks::read(utilization::read),
     },
@@ -53,9 +48,7 @@ pub static ALL: &[Collector] = &[
         name: "memory",
         default: true,
         help: "Device memory used/free/total/reserved, BAR1 memory.",
-        families: families![
-            MEMORY_USED, MEMORY_FREE, MEMORY_TOTAL, MEMORY_RESERVED, BAR1_USED, BAR1_TOTAL,
-        ],
+        families: memory::FAMILIES,
         fields: &[],
         hooks: Hooks::read(memory::read),
     },
@@ -63,10 +56,7 @@ pub static ALL: &[Collector] = &[
         name: "thermal",
         default: true,
         help: "GPU and HBM temperatures, temperature thresholds, fans, thermal margin and the margins the GPU slows down and shuts down at, time held down by thermal and power-brake slowdown.",
-        families: families![
-            TEMPERATURE, MEMORY_TEMPERATURE, TEMPERATURE_THRESHOLD, FAN_SPEED, TEMPERATURE_MARGIN,
-            TEMPERATURE_MARGIN_THRESHOLD, SLOWDOWN,
-        ],
+        families: thermal::FAMILIES,
         fields: thermal::FIELDS,
         hooks: Hooks::read(thermal::read),
     },
@@ -74,9 +64,7 @@ pub static ALL: &[Collector] = &[
         name: "power",
         default: true,
         help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit.",
-        families: families![
-            POWER, ENERGY, POWER_LIMIT, POWER_DEFAULT_LIMIT, POWER_AVERAGE, POWER_INSTANT,
-        ],
+        families: power::FAMILIES,
         fields: power::FIELDS,
         hooks: Hooks::read(power::read).with_fields_for(power::second_reading),
     },
@@ -84,7 +72,7 @@ pub static ALL: &[Collector] = &[
         name: "clocks",
         default: true,
         help: "Clocks, performance state, clock event reasons, violation counters.",
-        families: families![CLOCK, PERFORMANCE_STATE, CLOCKS_EVENT, VIOLATION],
+        families: clocks::FAMILIES,
         fields: clocks::FIELDS,
         hooks: Hooks::read(clocks::read),
     },
@@ -92,10 +80,7 @@ pub static ALL: &[Collector] = &[
         name: "pcie",
         default: true,
         help: "PCIe link generation and width now and their maxima (read once per driver), replays, byte counters.",
-        families: families![
-            PCIE_GENERATION, PCIE_MAX_GENERATION, PCIE_WIDTH, PCIE_MAX_WIDTH, PCIE_REPLAYS,
-            PCIE_TRANSMIT, PCIE_RECEIVE,
-        ],
+        families: pcie::FAMILIES,
         fields: pcie::FIELDS,
         hooks: Hooks::read(pcie::read),
     },
@@ -103,7 +88,7 @@ pub static ALL: &[Collector] = &[
         name: "pcie-errors",
         default: false,
         help: "PCIe error counters by kind: L0 to recovery, correctable, NAKs, receiver, bad TLP/DLLP, non-fatal, fatal, unsupported request, LCRC, lane (12 field values a run).",
-        families: families![PCIE_ERRORS],
+        families: pcie_errors::FAMILIES,
         fields: pcie_errors::FIELDS,
         hooks: Hooks::read(pcie_errors::read),
     },
@@ -111,7 +96,7 @@ pub static ALL: &[Collector] = &[
         name: "limits",
         default: false,
         help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range.",
-        families: families![CLOCK_MAX, POWER_MIN_LIMIT, POWER_MAX_LIMIT],
+        families: limits::FAMILIES,
         fields: &[],
         hooks: Hooks::read(limits::read),
     },
@@ -119,7 +104,7 @@ pub static ALL: &[Collector] = &[
         name: "pcie-throughput",
         default: false,
         help: "PCIe throughput sampled by NVML over 20 ms per direction (slow).",
-        families: families![PCIE_TRANSMIT_THROUGHPUT, PCIE_RECEIVE_THROUGHPUT],
+        families: pcie::THROUGHPUT_FAMILIES,
         fields: &[],
         hooks: Hooks::read(pcie::read_throughput),
     },
@@ -127,10 +112,7 @@ pub static ALL: &[Collector] = &[
         name: "health",
         default: true,
         help: "ECC mode and errors, retired pages, remapped rows, the recovery action the driver asks for.",
-        families: families![
-            ECC_ENABLED, ECC_PENDING_ENABLED, ECC_ERRORS, RETIRED_PAGES, RETIRED_PAGES_PENDING,
-            REMAPPED_ROWS, REMAPPED_ROWS_PENDING, REMAPPED_ROWS_FAILURE, RECOVERY_ACTION,
-        ],
+        families: health::FAMILIES,
         fields: health::FIELDS,
         hooks: Hooks::read(health::read),
     },
@@ -138,10 +120,7 @@ pub static ALL: &[Collector] = &[
         name: "media",
         default: true,
         help: "Video encoder/decoder utilization over the samples since the previous run, their busy and sampled time, JPEG and OFA utilization, encoder sessions.",
-        families: families![
-            ENCODER_UTILIZATION, DECODER_UTILIZATION, ENCODER_SESSIONS, ENCODER_FPS,
-            ENCODER_LATENCY, BUSY, SAMPLED, JPEG_UTILIZATION, OFA_UTILIZATION,
-        ],
+        families: media::FAMILIES,
         fields: &[],
         hooks: Hooks::read(media::read),
     },
@@ -149,7 +128,7 @@ pub static ALL: &[Collector] = &[
         name: "modes",
         default: true,
         help: "Persistence, compute and MIG modes.",
-        families: families![PERSISTENCE_MODE, COMPUTE_MODE, MIG_ENABLED, MIG_PENDING_ENABLED],
+        families: modes::FAMILIES,
         fields: &[],
         hooks: Hooks::read(modes::read),
     },
@@ -157,10 +136,7 @@ pub static ALL: &[Collector] = &[
         name: "nvlink",
         default: true,
         help: "NVLink links, active links and links lost since they were active this boot, error, recovery and data counters summed over the links (batched field reads; NVLink 5 counters on Blackwell).",
-        families: families![
-            NVLINK_LINKS, NVLINK_LINKS_ACTIVE, NVLINK_LINKS_LOST, NVLINK_ERRORS, NVLINK_RECOVERIES,
-            NVLINK_TRANSMIT, NVLINK_RECEIVE,
-        ],
+        families: nvlink::FAMILIES,
         fields: nvlink::FIELDS,
         hooks: Hooks::read(nvlink::read),
     },
@@ -168,10 +144,7 @@ pub static ALL: &[Collector] = &[
         name: "nvlink-links",
         default: false,
         help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter), on NVLink 5 recoveries, effective and symbol errors and bit error rates instead of the Hopper counters (up to 9 a link, no extra calls).",
-        families: families![
-            NVLINK_LINK_ACTIVE, NVLINK_LINK_ERRORS, NVLINK_LINK_RECOVERIES, NVLINK_LINK_BIT_ERROR,
-            NVLINK_LINK_TRANSMIT, NVLINK_LINK_RECEIVE,
-        ],
+        families: nvlink::LINKS_FAMILIES,
         fields: nvlink::LINKS_FIELDS,
         hooks: Hooks::read(nvlink::read_links),
     },
@@ -179,9 +152,7 @@ pub static ALL: &[Collector] = &[
         name: "fabric",
         default: true,
         help: "NVLink fabric of NVSwitch systems: registration state and status, cluster and clique, health conditions and summary (nothing on GPUs on no fabric; that answer is read once per driver).",
-        families: families![
-            FABRIC_STATE, FABRIC_STATUS, FABRIC_INFO, FABRIC_HEALTH, FABRIC_HEALTH_SUMMARY,
-        ],
+        families: fabric::FAMILIES,
         fields: &[],
         hooks: Hooks::read(fabric::read),
     },
@@ -189,9 +160,7 @@ pub static ALL: &[Collector] = &[
         name: "mig",
         default: true,
         help: "MIG devices with their profile and memory.",
-        families: families![
-            MIG_INFO, MIG_MEMORY_USED, MIG_MEMORY_TOTAL, MIG_MEMORY_FREE, MIG_MEMORY_RESERVED,
-        ],
+        families: mig::FAMILIES,
         fields: &[],
         hooks: Hooks::read(mig::read),
     },
@@ -199,11 +168,7 @@ pub static ALL: &[Collector] = &[
         name: "gpm",
         default: true,
         help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
-        families: families![
-            SM_ACTIVE, SM_OCCUPANCY, GRAPHICS_ENGINE_ACTIVE, DRAM_ACTIVE, PIPE_ACTIVE, GPM_WINDOW,
-            GPM_UNAVAILABLE, MIG_SM_ACTIVE, MIG_SM_OCCUPANCY, MIG_GRAPHICS_ENGINE_ACTIVE,
-            MIG_DRAM_ACTIVE, MIG_PIPE_ACTIVE,
-        ],
+        families: gpm::FAMILIES,
         fields: &[],
         hooks: Hooks::open(gpm::open),
     },
@@ -211,7 +176,7 @@ pub static ALL: &[Collector] = &[
         name: "processes",
         default: false,
         help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
-        families: families![PROCESS_MEMORY_USED, PROCESS_UTILIZATION],
+        families: processes::FAMILIES,
         fields: &[],
         hooks: Hooks::read(processes::read).with_host(processes::owners),
     },
@@ -219,17 +184,19 @@ pub static ALL: &[Collector] = &[
         name: "xid",
         default: true,
         help: "XID errors, NVSwitch SXids and GPUs fallen off the bus, counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
-        families: families![
-            XID_ERRORS, XID_ERRORS_BY_CODE, XID_UNATTRIBUTED, FALLEN_OFF_BUS,
-            FALLEN_OFF_BUS_UNATTRIBUTED, NVSWITCH_SXID_ERRORS,
-        ],
+        families: xid::FAMILIES,
         fields: &[],
         hooks: Hooks::NONE.with_host(xid::collect),
     },
 ];
 
-/// Families more than one collector emits, each its own `engine` values.
-pub static SHARED: &[&Family] = &[metrics::BUSY.family(), metrics::SAMPLED.family()];
+/// Every family, once: those every run writes, then each collector's.
+pub fn families() -> impl Iterator<Item = &'static Family> {
+    let listed = ALL.iter().flat_map(|collector| collector.families.iter());
+    let mut seen = HashSet::new();
+    let all = metrics::ALWAYS.iter().chain(listed).copied();
+    all.filter(move |family| seen.insert(family.name))
+}
 
 /// The collectors that are on by default, in output order.
 pub fn defaults() -> impl Iterator<Item = &'static Collector> {
@@ -239,7 +206,7 @@ pub fn defaults() -> impl Iterator<Item = &'static Collector> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use crate::metrics::{Kind, Merge, Unit};
 
     #[test]
     fn names_are_unique_kebab_case() {
@@ -259,7 +226,7 @@ mod tests {
         let mut seen = HashSet::new();
         for collector in ALL {
             for family in collector.families {
-                if SHARED.iter().any(|shared| shared.index == family.index) {
+                if crate::collector::SHARED.contains(family) {
                     continue;
                 }
                 assert!(seen.insert(family.name), "{} listed twice", family.name);
@@ -278,6 +245,119 @@ mod tests {
                 collector.help
             );
             assert!(readme.contains(&row), "README lacks the row\n{row}");
+        }
+    }
+
+    const PREFIX: &str = "nvidia_gpu_";
+
+    fn is_valid_metric_name(name: &str) -> bool {
+        let mut chars = name.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+
+    #[test]
+    fn names_are_unique_prefixed_and_valid() {
+        let mut seen = HashSet::new();
+        for family in families() {
+            assert!(seen.insert(family.name), "duplicate {}", family.name);
+            assert!(family.name.starts_with(PREFIX), "{}", family.name);
+            assert!(is_valid_metric_name(family.name), "{}", family.name);
+            assert!(!family.help.is_empty(), "{} has no HELP", family.name);
+        }
+    }
+
+    #[test]
+    fn every_name_ends_in_its_unit() {
+        for family in families() {
+            let name = family.name;
+            let counter = family.kind == Kind::Counter;
+            let suffixes: &[&str] = match family.unit {
+                Unit::Ratio | Unit::RatioOfMax => &["_ratio"],
+                Unit::Celsius => &["_celsius"],
+                Unit::Watts => &["_watts"],
+                Unit::Joules => &["_joules_total"],
+                Unit::Hertz => &["_hertz"],
+                Unit::Bytes if counter => &["_bytes_total"],
+                Unit::Bytes => &["_bytes"],
+                Unit::BytesPerSecond => &["_bytes_per_second"],
+                Unit::Seconds if counter => &["_seconds_total"],
+                Unit::Seconds => &["_seconds"],
+                Unit::Count => &["_total"],
+                Unit::Number => &[""],
+            };
+            assert!(
+                suffixes.iter().any(|suffix| name.ends_with(suffix)),
+                "{name} is declared {:?}",
+                family.unit
+            );
+            let units = [
+                "_ratio", "_celsius", "_watts", "_joules", "_hertz", "_bytes", "_seconds",
+            ];
+            if matches!(family.unit, Unit::Number | Unit::Count) {
+                let stem = name.trim_end_matches("_total");
+                assert!(
+                    !units.iter().any(|unit| stem.ends_with(unit)),
+                    "{name} names a unit but is declared {:?}",
+                    family.unit
+                );
+            }
+        }
+        assert_eq!(thermal::FAN_SPEED.family().plausible(), 0.0..=2.55);
+        assert_eq!(power::ENERGY.family().merge(), Merge::Sum);
+        assert_eq!(processes::PROCESS_MEMORY_USED.family().merge(), Merge::Sum);
+        assert_eq!(mig::MIG_INFO.family().merge(), Merge::Max);
+    }
+
+    #[test]
+    fn counters_and_only_counters_end_in_total() {
+        for family in families() {
+            assert_eq!(
+                family.kind == Kind::Counter,
+                family.name.ends_with("_total"),
+                "{}",
+                family.name
+            );
+        }
+    }
+
+    #[test]
+    fn sentinels_are_implausible_and_real_readings_plausible() {
+        for (family, sentinel) in [
+            (thermal::TEMPERATURE.family(), 4_294_967_295.0),
+            (thermal::MEMORY_TEMPERATURE.family(), 1.8e19),
+            (power::POWER.family(), 4_294_967.295),
+            (power::ENERGY.family(), 1.8e19),
+            (health::ECC_ERRORS.family(), 1.8e19),
+            (utilization::UTILIZATION.family(), 1.01),
+            (gpm::SM_ACTIVE.family(), f64::NAN),
+            (memory::MEMORY_USED.family(), 1.8e19),
+        ] {
+            assert!(!family.admits(sentinel), "{}", family.name);
+        }
+        for (family, real) in [
+            (thermal::TEMPERATURE.family(), 44.0),
+            (power::POWER.family(), 700.0),
+            (power::ENERGY.family(), 91_234_567.0),
+            (memory::MEMORY_TOTAL.family(), 150_754_820_096.0),
+            (clocks::CLOCK.family(), 1.98e9),
+            (thermal::FAN_SPEED.family(), 1.1),
+            (pcie::PCIE_TRANSMIT.family(), 9.2e16),
+        ] {
+            assert!(family.admits(real), "{}", family.name);
+        }
+    }
+
+    #[test]
+    fn ratios_and_base_units_are_named_as_such() {
+        for family in families() {
+            for bad in ["_percent", "_mw", "_mhz", "_kb", "_celcius", "_milli"] {
+                assert!(
+                    !family.name.contains(bad),
+                    "{} is not in base units",
+                    family.name
+                );
+            }
         }
     }
 }

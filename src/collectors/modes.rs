@@ -3,13 +3,25 @@
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    PERSISTENCE_MODE: Gauge(Number), "nvidia_gpu_persistence_mode", [],
+        "1 if persistence mode is on.";
+    COMPUTE_MODE: Gauge(Number), "nvidia_gpu_compute_mode", ["mode"],
+        "The compute mode as a label (default, exclusive_thread, exclusive_process, prohibited); always 1.";
+    MIG_ENABLED: Gauge(Number), "nvidia_gpu_mig_enabled", [],
+        "1 if MIG mode is enabled now.";
+    MIG_PENDING_ENABLED: Gauge(Number), "nvidia_gpu_mig_pending_enabled", [],
+        "1 if MIG mode will be enabled after the next GPU reset.";
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(on) = reader.read("nvmlDeviceGetPersistenceMode", |d| {
         d.is_in_persistent_mode()
     }) {
-        reader.gauge(metrics::PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
+        reader.gauge(PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
     }
     if let Some(mode) = reader.read_enum::<ComputeMode>() {
         let label = match mode {
@@ -19,13 +31,10 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             Ok(ComputeMode::ExclusiveProcess) => "exclusive_process",
             Err(_) => "unknown",
         };
-        reader.push(metrics::COMPUTE_MODE.sample_with([label], 1.0));
+        reader.push(COMPUTE_MODE.sample_with([label], 1.0));
     }
     if let Some(mig) = reader.mig_mode() {
-        reader.gauge(metrics::MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
-        reader.gauge(
-            metrics::MIG_PENDING_ENABLED,
-            f64::from(u8::from(mig.pending == 1)),
-        );
+        reader.gauge(MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
+        reader.gauge(MIG_PENDING_ENABLED, f64::from(u8::from(mig.pending == 1)));
     }
 }

@@ -16,9 +16,43 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
 use crate::nvml::fields::{self, Field};
 use crate::snapshot::LabelValue;
+
+families! {
+    FAMILIES;
+    NVLINK_LINKS: Gauge(Number), "nvidia_gpu_nvlink_links", [],
+        "NVLink links the GPU has.";
+    NVLINK_LINKS_ACTIVE: Gauge(Number), "nvidia_gpu_nvlink_links_active", [],
+        "NVLink links that are active.";
+    NVLINK_ERRORS: Counter(Count), "nvidia_gpu_nvlink_errors_total", ["counter"],
+        "NVLink errors summed over the GPU's links, by counter (replay, recovery, crc_flit, crc_data; effective, symbol on NVLink 5).";
+    NVLINK_TRANSMIT: Counter(Bytes), "nvidia_gpu_nvlink_transmit_bytes_total", [],
+        "Data bytes sent over NVLink, summed over the GPU's links.";
+    NVLINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_receive_bytes_total", [],
+        "Data bytes received over NVLink, summed over the GPU's links.";
+    NVLINK_RECOVERIES: Counter(Count), "nvidia_gpu_nvlink_recoveries_total", ["result"],
+        "NVLink link recoveries summed over the GPU's links, by result (successful, failed); NVLink 5 (Blackwell) and newer.";
+    NVLINK_LINKS_LOST: Gauge(Number), "nvidia_gpu_nvlink_links_lost", [],
+        "NVLink links that were active earlier in this boot (under this driver) and are not active now.";
+}
+
+families! {
+    LINKS_FAMILIES;
+    NVLINK_LINK_ACTIVE: Gauge(Number), "nvidia_gpu_nvlink_link_active", ["link"],
+        "1 if the NVLink link is active, by link (only with --collector nvlink-links).";
+    NVLINK_LINK_ERRORS: Counter(Count), "nvidia_gpu_nvlink_link_errors_total", ["link", "counter"],
+        "NVLink errors by link and counter: replay, recovery, crc_flit, crc_data; effective, symbol on NVLink 5 (only with --collector nvlink-links).";
+    NVLINK_LINK_RECOVERIES: Counter(Count), "nvidia_gpu_nvlink_link_recoveries_total", ["link", "result"],
+        "NVLink link recoveries by link and result (successful, failed); NVLink 5 and newer (only with --collector nvlink-links).";
+    NVLINK_LINK_BIT_ERROR: Gauge(Ratio), "nvidia_gpu_nvlink_link_bit_error_ratio", ["link", "kind"],
+        "NVLink bit error rate the link reports, by link and kind (effective, symbol); NVLink 5 and newer (only with --collector nvlink-links).";
+    NVLINK_LINK_TRANSMIT: Counter(Bytes), "nvidia_gpu_nvlink_link_transmit_bytes_total", ["link"],
+        "Data bytes sent over the NVLink link, by link (only with --collector nvlink-links).";
+    NVLINK_LINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],
+        "Data bytes received over the NVLink link, by link (only with --collector nvlink-links).";
+}
 
 /// More links than any GPU has: a larger count is a sentinel, and probing
 /// without a count stops here.
@@ -99,7 +133,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     let links = read_link_fields(reader, count, nvlink5);
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
-        reader.gauge(metrics::NVLINK_LINKS, f64::from(count));
+        reader.gauge(NVLINK_LINKS, f64::from(count));
     }
     let states: Vec<Option<LinkState>> = links
         .iter()
@@ -114,7 +148,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         .map(|state| state.map(|state| u32::from(state == LinkState::Active)))
         .sum();
     if let Some(active) = active {
-        reader.gauge(metrics::NVLINK_LINKS_ACTIVE, f64::from(active));
+        reader.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
     }
     count_lost(reader, &states);
     // A total only when every link answered (else a false reset).
@@ -144,7 +178,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         (nvlink5(|l| l.recovery_failed), "failed"),
     ] {
         if let Some(count) = count {
-            reader.push(metrics::NVLINK_RECOVERIES.sample_with([result], count));
+            reader.push(NVLINK_RECOVERIES.sample_with([result], count));
         }
     }
     for (count, counter) in [
@@ -156,12 +190,12 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         (nvlink5(|l| l.symbol), "symbol"),
     ] {
         if let Some(count) = count {
-            reader.push(metrics::NVLINK_ERRORS.sample_with([counter], count));
+            reader.push(NVLINK_ERRORS.sample_with([counter], count));
         }
     }
     for (kib, family) in [
-        (sum(&|l| l.transmit), metrics::NVLINK_TRANSMIT),
-        (sum(&|l| l.receive), metrics::NVLINK_RECEIVE),
+        (sum(&|l| l.transmit), NVLINK_TRANSMIT),
+        (sum(&|l| l.receive), NVLINK_RECEIVE),
     ] {
         if let Some(kib) = kib {
             reader.gauge(family, kib * BYTES_PER_KIB);
@@ -230,7 +264,7 @@ fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
         }
     }
     reader.next_state().links_seen_active = seen;
-    reader.gauge(metrics::NVLINK_LINKS_LOST, f64::from(lost));
+    reader.gauge(NVLINK_LINKS_LOST, f64::from(lost));
 }
 
 /// Per-link fields of the per-GPU collector, in [`LinkFields`] order.
@@ -275,7 +309,7 @@ fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<Lin
         Some(1.0) => Some(LinkState::Active),
         Some(2.0) => Some(LinkState::Asleep),
         Some(state) => {
-            reader.reject(metrics::NVLINK_LINKS_ACTIVE.family(), state);
+            reader.reject(NVLINK_LINKS_ACTIVE.family(), state);
             None
         }
         None => reader
@@ -351,10 +385,8 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
     let values = reader.read_fields(&requests);
     for (&(link, active), values) in links.iter().zip(values.chunks(per_link)) {
         let label = link.to_string();
-        reader.push(
-            metrics::NVLINK_LINK_ACTIVE
-                .sample_with([label.clone()], if active { 1.0 } else { 0.0 }),
-        );
+        reader
+            .push(NVLINK_LINK_ACTIVE.sample_with([label.clone()], if active { 1.0 } else { 0.0 }));
         let (values, nvlink5_values) = values.split_at(PER_LINK_FIELDS.len());
         let [replay, recovery, transmit, receive] = values else {
             continue;
@@ -366,7 +398,7 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
             (Some(replay), Some(recovery)) => {
                 for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
                     reader.push(
-                        metrics::NVLINK_LINK_ERRORS
+                        NVLINK_LINK_ERRORS
                             .sample_with([LabelValue::from(label.clone()), counter.into()], *count),
                     );
                 }
@@ -378,8 +410,8 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
         };
         read_error_counters(reader, link, &label, counters);
         for (value, family) in [
-            (transmit, metrics::NVLINK_LINK_TRANSMIT),
-            (receive, metrics::NVLINK_LINK_RECEIVE),
+            (transmit, NVLINK_LINK_TRANSMIT),
+            (receive, NVLINK_LINK_RECEIVE),
         ] {
             if let Some(kib) = value {
                 reader.push(family.sample_with([label.clone()], kib * BYTES_PER_KIB));
@@ -408,8 +440,7 @@ fn push_nvlink5_link(reader: &mut Gpu<'_>, label: &str, values: &[Option<f64>]) 
         (counters.recovery_failed, "failed"),
     ] {
         if let Some(count) = count {
-            reader
-                .push(metrics::NVLINK_LINK_RECOVERIES.sample_with([link(), result.into()], count));
+            reader.push(NVLINK_LINK_RECOVERIES.sample_with([link(), result.into()], count));
         }
     }
     for (count, counter) in [
@@ -417,13 +448,12 @@ fn push_nvlink5_link(reader: &mut Gpu<'_>, label: &str, values: &[Option<f64>]) 
         (counters.symbol, "symbol"),
     ] {
         if let Some(count) = count {
-            reader.push(metrics::NVLINK_LINK_ERRORS.sample_with([link(), counter.into()], count));
+            reader.push(NVLINK_LINK_ERRORS.sample_with([link(), counter.into()], count));
         }
     }
     for (raw, kind) in [(values[4], "effective"), (values[5], "symbol")] {
         if let Some(raw) = raw {
-            reader
-                .push(metrics::NVLINK_LINK_BIT_ERROR.sample_with([link(), kind.into()], ber(raw)));
+            reader.push(NVLINK_LINK_BIT_ERROR.sample_with([link(), kind.into()], ber(raw)));
         }
     }
 }
@@ -448,7 +478,7 @@ fn read_error_counters(
         if let Some(count) = reader.read("nvmlDeviceGetNvLinkErrorCounter", |d| {
             d.link_wrapper_for(link).error_counter(counter)
         }) {
-            reader.push(metrics::NVLINK_LINK_ERRORS.sample_with(
+            reader.push(NVLINK_LINK_ERRORS.sample_with(
                 [LabelValue::from(label.to_owned()), counter_label.into()],
                 count as f64,
             ));

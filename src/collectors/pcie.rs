@@ -8,7 +8,33 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    PCIE_GENERATION: Gauge(Number), "nvidia_gpu_pcie_link_generation", [],
+        "Current PCIe link generation.";
+    PCIE_MAX_GENERATION: Gauge(Number), "nvidia_gpu_pcie_link_max_generation", [],
+        "Highest PCIe link generation the GPU and system support.";
+    PCIE_WIDTH: Gauge(Number), "nvidia_gpu_pcie_link_width", [],
+        "Current PCIe link width in lanes.";
+    PCIE_MAX_WIDTH: Gauge(Number), "nvidia_gpu_pcie_link_max_width", [],
+        "Widest PCIe link the GPU and system support, in lanes.";
+    PCIE_REPLAYS: Counter(Count), "nvidia_gpu_pcie_replays_total", [],
+        "PCIe replays (retransmitted packets) since the driver was loaded.";
+    PCIE_TRANSMIT: Counter(Bytes), "nvidia_gpu_pcie_transmit_bytes_total", [],
+        "Bytes the GPU sent over PCIe.";
+    PCIE_RECEIVE: Counter(Bytes), "nvidia_gpu_pcie_receive_bytes_total", [],
+        "Bytes the GPU received over PCIe.";
+}
+
+families! {
+    THROUGHPUT_FAMILIES;
+    PCIE_TRANSMIT_THROUGHPUT: Gauge(BytesPerSecond), "nvidia_gpu_pcie_transmit_throughput_bytes_per_second", [],
+        "PCIe send throughput over a 20 ms sample (only with --collector pcie-throughput).";
+    PCIE_RECEIVE_THROUGHPUT: Gauge(BytesPerSecond), "nvidia_gpu_pcie_receive_throughput_bytes_per_second", [],
+        "PCIe receive throughput over a 20 ms sample (only with --collector pcie-throughput).";
+}
 
 /// NVML reports PCIe throughput in KiB/s.
 const BYTES_PER_KIB: f64 = 1024.0;
@@ -19,24 +45,24 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         "nvmlDeviceGetMaxPcieLinkGeneration",
         |d| d.max_pcie_link_gen().map(i64::from),
     ) {
-        reader.gauge(metrics::PCIE_MAX_GENERATION, generation as f64);
+        reader.gauge(PCIE_MAX_GENERATION, generation as f64);
     }
     if let Some(Some(width)) =
         reader.read_fixed("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth", |d| {
             d.max_pcie_link_width().map(i64::from)
         })
     {
-        reader.gauge(metrics::PCIE_MAX_WIDTH, width as f64);
+        reader.gauge(PCIE_MAX_WIDTH, width as f64);
     }
     if let Some(generation) = reader.read("nvmlDeviceGetCurrPcieLinkGeneration", |d| {
         d.current_pcie_link_gen()
     }) {
-        reader.gauge(metrics::PCIE_GENERATION, f64::from(generation));
+        reader.gauge(PCIE_GENERATION, f64::from(generation));
     }
     if let Some(width) = reader.read("nvmlDeviceGetCurrPcieLinkWidth", |d| {
         d.current_pcie_link_width()
     }) {
-        reader.gauge(metrics::PCIE_WIDTH, f64::from(width));
+        reader.gauge(PCIE_WIDTH, f64::from(width));
     }
     let replays = reader.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |reader| {
         reader
@@ -46,13 +72,13 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             .map(f64::from)
     });
     if let Some(replays) = replays {
-        reader.gauge(metrics::PCIE_REPLAYS, replays);
+        reader.gauge(PCIE_REPLAYS, replays);
     }
     if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
-        reader.gauge(metrics::PCIE_TRANSMIT, bytes);
+        reader.gauge(PCIE_TRANSMIT, bytes);
     }
     if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
-        reader.gauge(metrics::PCIE_RECEIVE, bytes);
+        reader.gauge(PCIE_RECEIVE, bytes);
     }
 }
 
@@ -66,8 +92,8 @@ pub(super) const FIELDS: &[u32] = &[
 /// The sampled throughput: each direction blocks for NVML's 20 ms window.
 pub(super) fn read_throughput(reader: &mut Gpu<'_>) {
     for (counter, family) in [
-        (PcieUtilCounter::Send, metrics::PCIE_TRANSMIT_THROUGHPUT),
-        (PcieUtilCounter::Receive, metrics::PCIE_RECEIVE_THROUGHPUT),
+        (PcieUtilCounter::Send, PCIE_TRANSMIT_THROUGHPUT),
+        (PcieUtilCounter::Receive, PCIE_RECEIVE_THROUGHPUT),
     ] {
         if let Some(kib) = reader.read("nvmlDeviceGetPcieThroughput", |d| {
             d.pcie_throughput(counter)

@@ -11,7 +11,13 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    PCIE_ERRORS: Counter(Count), "nvidia_gpu_pcie_errors_total", ["kind"],
+        "PCIe link events counted by the GPU since the driver was loaded, by kind: l0_to_recovery, correctable, nak_received, nak_sent, receiver, bad_tlp, bad_dllp, non_fatal, fatal, unsupported_request, lcrc, lane (only with --collector pcie-errors).";
+}
 
 /// The counters (nvml.h `NVML_FI_DEV_PCIE_*`, 169 and 173-183) with their
 /// `kind` label values.
@@ -47,7 +53,7 @@ pub(super) const FIELDS: &[u32] = &{
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for (field, kind) in KINDS {
         if let Some(count) = reader.field(field) {
-            reader.push(metrics::PCIE_ERRORS.sample_with([kind], count));
+            reader.push(PCIE_ERRORS.sample_with([kind], count));
         }
     }
 }

@@ -8,8 +8,24 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::{Gpu, PER_MILLI};
-use crate::metrics;
+use crate::metrics::families;
 use crate::nvml::facts::{Chip, GpuFacts};
+
+families! {
+    FAMILIES;
+    POWER: Gauge(Watts), "nvidia_gpu_power_watts", [],
+        "Power drawn by the GPU and its memory (nvmlDeviceGetPowerUsage): averaged over the last second on Ampere except GA100 (A100, A30, A800) and newer, instantaneous on GA100 and older architectures.";
+    ENERGY: Counter(Joules), "nvidia_gpu_energy_joules_total", [],
+        "Energy consumed by the GPU since the driver was last loaded.";
+    POWER_LIMIT: Gauge(Watts), "nvidia_gpu_power_limit_watts", [],
+        "Power limit the GPU enforces now (the lowest of all limiters).";
+    POWER_DEFAULT_LIMIT: Gauge(Watts), "nvidia_gpu_power_default_limit_watts", [],
+        "Power limit the GPU has by default.";
+    POWER_AVERAGE: Gauge(Watts), "nvidia_gpu_power_average_watts", [],
+        "Power drawn by the GPU, averaged by the driver over the last second (nvidia-smi: Average Power Draw); only where nvidia_gpu_power_watts is instantaneous (GA100 and older, or an architecture NVML does not name).";
+    POWER_INSTANT: Gauge(Watts), "nvidia_gpu_power_instant_watts", [],
+        "Power drawn by the GPU at the moment of reading (nvidia-smi: Instantaneous Power Draw; driver 535+); only where nvidia_gpu_power_watts is a 1 s average (Ampere except GA100, and newer).";
+}
 
 /// Field values this collector takes from every GPU's batch.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
@@ -45,7 +61,7 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
-        reader.gauge(metrics::POWER, f64::from(milliwatts) / PER_MILLI);
+        reader.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
     }
     let energy = reader.field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |reader| {
         reader
@@ -55,24 +71,21 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             .map(|millijoules| millijoules as f64)
     });
     if let Some(millijoules) = energy {
-        reader.gauge(metrics::ENERGY, millijoules / PER_MILLI);
+        reader.gauge(ENERGY, millijoules / PER_MILLI);
     }
     if let Some(milliwatts) = reader.read("nvmlDeviceGetEnforcedPowerLimit", |d| {
         d.enforced_power_limit()
     }) {
-        reader.gauge(metrics::POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
+        reader.gauge(POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
     if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerManagementDefaultLimit", |d| {
         d.power_management_limit_default()
     }) {
-        reader.gauge(
-            metrics::POWER_DEFAULT_LIMIT,
-            f64::from(milliwatts) / PER_MILLI,
-        );
+        reader.gauge(POWER_DEFAULT_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
     for (field, family) in [
-        (NVML_FI_DEV_POWER_INSTANT, metrics::POWER_INSTANT),
-        (NVML_FI_DEV_POWER_AVERAGE, metrics::POWER_AVERAGE),
+        (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
+        (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
     ] {
         if let Some(milliwatts) = reader.field(field) {
             reader.gauge(family, milliwatts / PER_MILLI);

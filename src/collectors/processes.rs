@@ -5,11 +5,19 @@ use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use crate::collector::{Gpu, HostError, HostRun};
-use crate::metrics;
+use crate::metrics::{self, families};
 use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
 use crate::procfs::{self, Owner, Users};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Stream;
+
+families! {
+    FAMILIES;
+    PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
+        "Device memory used by a compute process, with its owner (only with --collector processes).";
+    PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
+        "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     let Some(processes) = reader.compute_processes() else {
@@ -30,11 +38,11 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         // NVML cannot always tell (no permission, some MIG setups): such a process
         // is still counted in nvidia_gpu_processes but has no memory reading.
         if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
-            reader.push(metrics::PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64));
+            reader.push(PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64));
         }
         if let Some(utilization) = &utilization {
             let ratio = utilization.ratio(process.pid);
-            reader.push(metrics::PROCESS_UTILIZATION.sample_some(labels.clone(), ratio));
+            reader.push(PROCESS_UTILIZATION.sample_some(labels.clone(), ratio));
         }
     }
     // A process that used the GPU in the window but is gone by now (or is
@@ -46,14 +54,20 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
                 [Some(LabelValue::Owned(pid.to_string())), None, None],
                 &Owner::default(),
             );
-            reader.push(metrics::PROCESS_UTILIZATION.sample_some(labels, ratio));
+            reader.push(PROCESS_UTILIZATION.sample_some(labels, ratio));
         }
     }
 }
 
 /// The host step: owner labels from procfs on every per-process sample.
 pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
-    procfs::attribute(run.snapshot, run.procfs, &Users::new(run.until));
+    let per_process = [PROCESS_MEMORY_USED, PROCESS_UTILIZATION];
+    procfs::attribute(
+        run.snapshot,
+        &per_process,
+        run.procfs,
+        &Users::new(run.until),
+    );
     Ok(())
 }
 

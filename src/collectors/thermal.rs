@@ -10,8 +10,26 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::Gpu;
-use crate::metrics;
+use crate::metrics::families;
 use crate::nvml::fields::{self, Field};
+
+families! {
+    FAMILIES;
+    TEMPERATURE: Gauge(Celsius), "nvidia_gpu_temperature_celsius", [],
+        "GPU die temperature.";
+    MEMORY_TEMPERATURE: Gauge(Celsius), "nvidia_gpu_memory_temperature_celsius", [],
+        "Memory (HBM) temperature.";
+    TEMPERATURE_THRESHOLD: Gauge(Celsius), "nvidia_gpu_temperature_threshold_celsius", ["threshold"],
+        "Temperature at which the GPU acts, by threshold: slowdown, shutdown, gpu_max, memory_max.";
+    TEMPERATURE_MARGIN_THRESHOLD: Gauge(Celsius), "nvidia_gpu_temperature_margin_threshold_celsius", ["threshold"],
+        "Thermal margin (nvidia_gpu_temperature_margin_celsius) at which the GPU acts, by threshold: slowdown, shutdown; negative: past the nearest slowdown threshold.";
+    SLOWDOWN: Counter(Seconds), "nvidia_gpu_clocks_event_seconds_total", ["reason"],
+        "Time the clocks were held down by this reason since the driver was loaded, by reason: sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown.";
+    FAN_SPEED: Gauge(RatioOfMax), "nvidia_gpu_fan_speed_ratio", ["fan"],
+        "Intended fan speed as a fraction of its maximum, by fan (may exceed 1 on some boards).";
+    TEMPERATURE_MARGIN: Gauge(Celsius), "nvidia_gpu_temperature_margin_celsius", [],
+        "Degrees the GPU is below its nearest slowdown threshold (nvidia-smi: GPU T.Limit Temp); negative once past it.";
+}
 
 /// Thresholds read, with their `threshold` label values.
 const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
@@ -59,12 +77,12 @@ const MAX_FANS: u32 = 16;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(celsius) = reader.gpu_temperature() {
-        reader.gauge(metrics::TEMPERATURE, celsius);
+        reader.gauge(TEMPERATURE, celsius);
     }
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
     if let Some(celsius) = reader.field(NVML_FI_DEV_MEMORY_TEMP) {
         if celsius > 0.0 {
-            reader.gauge(metrics::MEMORY_TEMPERATURE, celsius);
+            reader.gauge(MEMORY_TEMPERATURE, celsius);
         }
     }
     // The board's thresholds: read once per driver.
@@ -75,7 +93,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
                 d.temperature_threshold(threshold).map(i64::from)
             })
         {
-            reader.push(metrics::TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
+            reader.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     let fans = reader
@@ -84,13 +102,11 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         .unwrap_or(0);
     for fan in 0..fans {
         if let Some(percent) = reader.read("nvmlDeviceGetFanSpeed_v2", |d| d.fan_speed(fan)) {
-            reader.push(
-                metrics::FAN_SPEED.sample_with([fan.to_string()], f64::from(percent) / 100.0),
-            );
+            reader.push(FAN_SPEED.sample_with([fan.to_string()], f64::from(percent) / 100.0));
         }
     }
     if let Some(celsius) = reader.margin_temperature() {
-        reader.gauge(metrics::TEMPERATURE_MARGIN, f64::from(celsius));
+        reader.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
     }
     for (field, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
@@ -105,13 +121,12 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             // Whole degrees: NVML answers these offsets as integers.
             .map(|celsius| celsius.round() as i64)
         }) {
-            reader.push(metrics::TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
+            reader.push(TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     for (field, label) in SLOWDOWNS {
         if let Some(nanoseconds) = reader.field(field) {
-            reader
-                .push(metrics::SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
+            reader.push(SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
     }
 }

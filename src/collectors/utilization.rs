@@ -2,12 +2,33 @@
 //! buffers (`nvml::samples`), their busy and sampled totals, and the count of
 //! compute processes.
 
-use crate::collector::{point, read_engine, Engine, Gpu};
-use crate::metrics;
+use nvml_wrapper::enum_wrappers::device::Sampling;
+
+use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
+use crate::metrics::families;
+use crate::state::schema::Stream;
+
+families! {
+    FAMILIES [BUSY, SAMPLED];
+    UTILIZATION: Gauge(Ratio), "nvidia_gpu_utilization_ratio", [],
+        "Mean fraction of time a kernel ran on the GPU, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples (MIG mode), the point reading of its last sample period.";
+    MEMORY_UTILIZATION: Gauge(Ratio), "nvidia_gpu_memory_utilization_ratio", [],
+        "Mean fraction of time device memory was read or written, over NVML's samples since the previous run (0-1; absent when none is new); where NVML keeps no samples (MIG mode), the point reading of its last sample period.";
+    PROCESSES: Gauge(Number), "nvidia_gpu_processes", [],
+        "Compute processes running on the GPU.";
+}
+
+const GPU: Engine = Engine::new("gpu", UTILIZATION, Sampling::GpuUtilization, Stream::Gpu);
+const MEMORY: Engine = Engine::new(
+    "memory",
+    MEMORY_UTILIZATION,
+    Sampling::MemoryUtilization,
+    Stream::Memory,
+);
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let gpu = read_engine(reader, Engine::GPU);
-    let memory = read_engine(reader, Engine::MEMORY);
+    let gpu = read_engine(reader, GPU);
+    let memory = read_engine(reader, MEMORY);
     // Where NVML keeps no samples (MIG mode), its point reading of the last
     // sample period is all there is; the HELP says so.
     if !gpu || !memory {
@@ -18,14 +39,14 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         if let Some(rates) = reader.read("nvmlDeviceGetUtilizationRates", |d| d.utilization_rates())
         {
             if !gpu {
-                point(reader, Engine::GPU, rates.gpu);
+                point(reader, GPU, rates.gpu);
             }
             if !memory {
-                point(reader, Engine::MEMORY, rates.memory);
+                point(reader, MEMORY, rates.memory);
             }
         }
     }
     if let Some(processes) = reader.compute_processes() {
-        reader.gauge(metrics::PROCESSES, processes.len() as f64);
+        reader.gauge(PROCESSES, processes.len() as f64);
     }
 }

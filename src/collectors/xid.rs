@@ -11,10 +11,26 @@ use std::time::Instant;
 
 use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{self, BusId, Event, Position, Source};
-use crate::metrics;
+use crate::metrics::families;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
 use crate::state::schema::{Series, XidCounts as Counts, XidOf, XidTotals as Totals};
+
+families! {
+    FAMILIES;
+    XID_ERRORS: Counter(Count), "nvidia_gpu_xid_errors_total", [],
+        "XID errors the NVIDIA driver logged for this GPU in the kernel log during this boot; 0 until the first.";
+    XID_ERRORS_BY_CODE: Counter(Count), "nvidia_gpu_xid_errors_by_code_total", ["code"],
+        "XID errors logged for this GPU during this boot, by XID code; a code appears when it is first logged.";
+    XID_UNATTRIBUTED: Counter(Count), "nvidia_gpu_xid_unattributed_errors_total", ["pci_bus_id", "code"],
+        "XID errors logged during this boot for a PCI bus id that matches no GPU NVML reports, by bus id (domain:bus:device) and code.";
+    FALLEN_OFF_BUS: Counter(Count), "nvidia_gpu_fallen_off_bus_total", [],
+        "Kernel lines of this boot saying this GPU has fallen off the bus, outside an Xid line (the driver may log one without an Xid 79); 0 until the first.";
+    FALLEN_OFF_BUS_UNATTRIBUTED: Counter(Count), "nvidia_gpu_fallen_off_bus_unattributed_total", ["pci_bus_id"],
+        "Kernel lines of this boot saying a GPU has fallen off the bus, for a PCI bus id that matches no GPU NVML reports (one that fell off before it enumerated), by bus id (domain:bus:device).";
+    NVSWITCH_SXID_ERRORS: Counter(Count), "nvidia_gpu_nvswitch_sxid_errors_total", ["switch", "pci_bus_id", "code", "sxid_severity"],
+        "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal); a series appears at its first count.";
+}
 
 /// The most events one series counts in one boot (one every 7 ms for a
 /// year): a stored count above it is damage. Counting saturates here.
@@ -240,11 +256,11 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
         let fallen = totals.get(&Series::FallenOffBus { id: gpu });
         let samples = &mut device.samples;
         let total: u64 = codes.iter().map(|(_, n)| n).sum();
-        samples.push(metrics::XID_ERRORS.sample(total as f64));
+        samples.push(XID_ERRORS.sample(total as f64));
         for (code, n) in codes {
-            samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
+            samples.push(XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
         }
-        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.copied().unwrap_or(0) as f64));
+        samples.push(FALLEN_OFF_BUS.sample(fallen.copied().unwrap_or(0) as f64));
     }
     for (series, &n) in totals {
         let n = n as f64;
@@ -252,10 +268,10 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
             Series::Xid {
                 id: XidOf::Bus(bus),
                 code,
-            } => metrics::XID_UNATTRIBUTED.sample_with([bus.clone(), code.to_string()], n),
+            } => XID_UNATTRIBUTED.sample_with([bus.clone(), code.to_string()], n),
             Series::FallenOffBus {
                 id: XidOf::Bus(bus),
-            } => metrics::FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([bus.clone()], n),
+            } => FALLEN_OFF_BUS_UNATTRIBUTED.sample_with([bus.clone()], n),
             Series::Sxid {
                 switch,
                 pci_bus_id,
@@ -268,7 +284,7 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
                     code.to_string(),
                     severity.clone(),
                 ];
-                metrics::NVSWITCH_SXID_ERRORS.sample_with(labels, n)
+                NVSWITCH_SXID_ERRORS.sample_with(labels, n)
             }
             _ => continue,
         });
@@ -356,7 +372,7 @@ mod tests {
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * 10_000) as f64;
         assert!(most < 2f64.powi(53));
-        assert!(metrics::XID_ERRORS.family().plausible().contains(&most));
+        assert!(XID_ERRORS.family().plausible().contains(&most));
     }
 
     #[test]

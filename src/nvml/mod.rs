@@ -44,9 +44,7 @@ use nvml_wrapper::{Device as NvmlDevice, Nvml};
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
 use crate::inflight::{InFlight, Scope};
-use crate::metrics;
 use crate::reason::Reason;
-use crate::snapshot::Sample;
 
 /// NVML could not be used at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,10 +116,7 @@ const MAX_GPUS: u32 = 64;
 /// request. Never shut down: the process exits right after publishing.
 pub struct Session {
     nvml: ManuallyDrop<Nvml>,
-    /// `nvidia_gpu_driver_info`.
-    pub host: Vec<Sample>,
-    /// The driver version, empty if it could not be read.
-    pub driver_version: String,
+    pub versions: Versions,
     /// How many GPUs NVML enumerates (at most [`MAX_GPUS`]).
     pub count: u32,
 }
@@ -151,11 +146,10 @@ impl Session {
             nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref())
                 .map_err(|e| InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e))?;
         }
-        let (info, driver_version) = driver_info(&nvml, inflight);
+        let versions = versions(&nvml, inflight);
         Ok(Session {
             nvml: ManuallyDrop::new(nvml),
-            host: vec![info],
-            driver_version,
+            versions,
             count,
         })
     }
@@ -208,9 +202,16 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     Ok(nvml)
 }
 
-/// `nvidia_gpu_driver_info` (a label NVML cannot tell is empty) and the
-/// driver version.
-fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
+/// The driver's, CUDA driver API's and NVML's versions; one NVML cannot tell
+/// is empty.
+#[derive(Debug, Clone)]
+pub struct Versions {
+    pub driver: String,
+    pub cuda: String,
+    pub nvml: String,
+}
+
+fn versions(nvml: &Nvml, inflight: &InFlight) -> Versions {
     let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
         inflight.enter(Scope::Host, call);
         let value = read();
@@ -219,12 +220,12 @@ fn driver_info(nvml: &Nvml, inflight: &InFlight) -> (Sample, String) {
             .inspect_err(|e| log::debug!("{call}: {e}"))
             .unwrap_or_default()
     };
-    let driver = host_read("nvmlSystemGetDriverVersion", &|| nvml.sys_driver_version());
-    let cuda = host_read("nvmlSystemGetCudaDriverVersion_v2", &|| {
-        nvml.sys_cuda_driver_version()
-            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
-    });
-    let nvml_version = host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version());
-    let labels = [driver.clone(), cuda, nvml_version];
-    (metrics::DRIVER_INFO.sample_with(labels, 1.0), driver)
+    Versions {
+        driver: host_read("nvmlSystemGetDriverVersion", &|| nvml.sys_driver_version()),
+        cuda: host_read("nvmlSystemGetCudaDriverVersion_v2", &|| {
+            nvml.sys_cuda_driver_version()
+                .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+        }),
+        nvml: host_read("nvmlSystemGetNVMLVersion", &|| nvml.sys_nvml_version()),
+    }
 }
