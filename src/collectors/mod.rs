@@ -1,9 +1,10 @@
 //! The collectors: the registry ([`ALL`], where a collector is defined: its
 //! name, default, help, families, batched fields and [`Hooks`]) and one file
-//! per collector. The command line, `--help`, the man page and the README
-//! come from it. Invariants (tested): names unique kebab-case; a family
-//! emitted by one collector only, except the [`SHARED`] ones; a reader emits
-//! only its families (end to end, in `tests/cli/`).
+//! per collector, which declares its families beside its reader. The command
+//! line, `--help`, the man page and the README come from it. Invariants
+//! (tested): names unique kebab-case; a family emitted by one collector only,
+//! except the shared ones (`collector::SHARED`); a reader emits only its
+//! families (end to end, in `tests/cli/`).
 
 mod clocks;
 mod fabric;
@@ -34,7 +35,7 @@ pub use crate::collector::{Collector, HostRun, Settings};
 /// Reads a GPU's identity and its info sample: first, on every GPU.
 pub(crate) use info::read as identify;
 
-/// Every collector, in output order.
+/// Every collector, in the order `--help` and the docs list them.
 pub static ALL: &[Collector] = &[
     Collector {
         name: "utilization",
@@ -198,7 +199,7 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
     all.filter(move |family| seen.insert(family.name))
 }
 
-/// The collectors that are on by default, in output order.
+/// The collectors that are on by default, in registry order.
 pub fn defaults() -> impl Iterator<Item = &'static Collector> {
     ALL.iter().filter(|collector| collector.default)
 }
