@@ -14,7 +14,7 @@ use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::nvml::facts::GpuFacts;
 use crate::nvml::reader::DeviceReader;
-use crate::nvml::samples::{self, Carry, Outcome};
+use crate::nvml::samples::{self, Carry, SampleRead};
 use crate::reason::Reason;
 use crate::snapshot::{Device, Sample, Snapshot};
 use crate::state::schema::Stream;
@@ -372,14 +372,15 @@ impl Engine {
 /// no samples for it: the caller falls back to a point reading.
 pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     let previous = reader.previous_carry(engine.stream);
-    let Outcome::Read { carry, window } = samples::read(reader, engine.sampling, previous) else {
+    let SampleRead::Read { carry, integrated } = samples::read(reader, engine.sampling, previous)
+    else {
         return false;
     };
-    if let Some(window) = window {
-        for value in window.rejected {
+    if let Some(integrated) = integrated {
+        for value in integrated.rejected {
             reader.reject(engine.ratio.family(), value as f64 / 100.0);
         }
-        if let Some(ratio) = window.ratio {
+        if let Some(ratio) = integrated.ratio {
             reader.gauge(engine.ratio, ratio);
         }
     }

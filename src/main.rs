@@ -1,4 +1,4 @@
-//! Command-line entry point: take the deadline, open a publish session (lock, or
+//! Command-line entry point: take the deadline, begin publishing (lock, or
 //! busy), load the state, read the GPUs under the watchdog, run the host steps,
 //! store the state, render, publish; map the outcome to an exit status.
 
@@ -13,7 +13,7 @@ use nvidia_textfile_exporter::generate::generate;
 use nvidia_textfile_exporter::logging;
 use nvidia_textfile_exporter::metrics;
 use nvidia_textfile_exporter::phases::{self, PreviousState};
-use nvidia_textfile_exporter::publish::{write_stdout, Published, Session, Target};
+use nvidia_textfile_exporter::publish::{write_stdout, Published, Publisher, Target};
 use nvidia_textfile_exporter::reason::Reason;
 use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::state::{StateDir, StateFile};
@@ -82,11 +82,11 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
 
     let target = Target::new(&cli.output_dir, &cli.output_file);
     deadline.enter("waiting for the lock of the output file");
-    let session = match Session::begin(&target, deadline.reading_ends()) {
-        Ok(session) => session,
+    let publisher = match Publisher::begin(&target, deadline.reading_ends()) {
+        Ok(publisher) => publisher,
         Err(error) => return publish_failed(error),
     };
-    let mut outcome = if session.superseded() {
+    let mut outcome = if publisher.superseded() {
         // Another run published while this one waited: its file is fresh, and
         // this run's would repeat it later or replace it with an error.
         log::warn!(
@@ -94,7 +94,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             target.path().display()
         );
         return Exit::Busy;
-    } else if session.holds_lock() {
+    } else if publisher.holds_lock() {
         deadline.enter("waiting for the lock of the state");
         let mut state =
             StateFile::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
@@ -110,7 +110,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     };
     deadline.enter("writing the output file");
     deadline.stamp_duration(&mut outcome.snapshot);
-    match session.publish(&render(&outcome.snapshot)) {
+    match publisher.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
         Ok(Published::LeftHoldersFile) => Exit::Busy,
         Err(error) => publish_failed(error),

@@ -1,4 +1,4 @@
-//! The only code that touches the textfile directory: a [`Session`] takes
+//! The only code that touches the textfile directory: a [`Publisher`] takes
 //! the lock `.<file>.lock` by a deadline and replaces `<file>` atomically
 //! through `.<file>.<pid>.<random>.tmp` (which node_exporter ignores).
 
@@ -62,7 +62,7 @@ impl Target {
     }
 }
 
-/// How a session ended when it did not fail.
+/// How publishing ended when it did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {
     /// This run's file is in place.
@@ -74,13 +74,13 @@ pub enum Published {
 
 /// One run's use of a target; dropping it releases the lock.
 #[derive(Debug)]
-pub struct Session<'t> {
+pub struct Publisher<'t> {
     target: &'t Target,
     lock: Option<File>,
     published_before: Option<(u64, u64)>,
 }
 
-impl<'t> Session<'t> {
+impl<'t> Publisher<'t> {
     /// Waits for the lock until `until`; with it, removes the temporary
     /// files of killed runs.
     pub fn begin(target: &'t Target, until: Instant) -> Result<Self, FileError> {
@@ -95,7 +95,7 @@ impl<'t> Session<'t> {
                 Err(error) => log::warn!("{error}"),
             }
         }
-        Ok(Session {
+        Ok(Publisher {
             target,
             lock,
             published_before,
@@ -107,7 +107,7 @@ impl<'t> Session<'t> {
         self.lock.is_some()
     }
 
-    /// Whether another run published since this session began.
+    /// Whether another run published since this one began.
     pub fn superseded(&self) -> bool {
         self.target.published_file() != self.published_before
     }
@@ -212,21 +212,21 @@ mod tests {
             assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
         };
         fifo(".x.prom.lock");
-        let err = Session::begin(&target, Instant::now()).unwrap_err();
+        let err = Publisher::begin(&target, Instant::now()).unwrap_err();
         assert!(matches!(err, FileError::NotRegularFile(_)), "{err}");
         fs::remove_file(dir.path().join(".x.prom.lock")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join(".x.prom.lock")).unwrap();
-        let err = Session::begin(&target, Instant::now()).unwrap_err();
+        let err = Publisher::begin(&target, Instant::now()).unwrap_err();
         assert!(matches!(err, FileError::NotRegularFile(_)), "{err}");
     }
 
     #[test]
-    fn a_busy_session_leaves_a_file_the_holder_published() {
+    fn a_busy_run_leaves_a_file_the_holder_published() {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "x.prom");
-        let holder = Session::begin(&target, Instant::now()).unwrap();
+        let holder = Publisher::begin(&target, Instant::now()).unwrap();
         assert!(holder.holds_lock());
-        let waiter = Session::begin(&target, Instant::now()).unwrap();
+        let waiter = Publisher::begin(&target, Instant::now()).unwrap();
         assert!(!waiter.holds_lock() && !waiter.superseded());
         assert_eq!(holder.publish("a 1\n").unwrap(), Published::Written);
         assert!(waiter.superseded());
@@ -267,15 +267,15 @@ mod tests {
     fn lock_is_exclusive_and_released_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "nvidia_gpu.prom");
-        let held = Session::begin(&target, Instant::now()).unwrap();
+        let held = Publisher::begin(&target, Instant::now()).unwrap();
         assert!(held.holds_lock(), "first lock");
         let started = Instant::now();
         let deadline = started + Duration::from_millis(100);
-        let second = Session::begin(&target, deadline).unwrap();
+        let second = Publisher::begin(&target, deadline).unwrap();
         assert!(!second.holds_lock(), "second lock taken");
         assert!(started.elapsed() >= Duration::from_millis(100));
         drop(held);
-        assert!(Session::begin(&target, Instant::now())
+        assert!(Publisher::begin(&target, Instant::now())
             .unwrap()
             .holds_lock());
     }

@@ -6,7 +6,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 
 use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics::{self, families};
-use crate::nvml::samples::{self, Carry, Outcome, ProcessEntry};
+use crate::nvml::samples::{self, Carry, ProcessEntry, SampleRead};
 use crate::procfs::{self, Owner, Users};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Stream;
@@ -111,18 +111,19 @@ impl Utilization {
 /// utilization over the same window; `None` when it covers no time.
 fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
     let previous = reader.previous_carry(Stream::Processes);
-    let Outcome::Read { carry, window } = samples::read(reader, Sampling::GpuUtilization, previous)
+    let SampleRead::Read { carry, integrated } =
+        samples::read(reader, Sampling::GpuUtilization, previous)
     else {
         return None;
     };
     if reader.keeps_totals() && carry != Carry::default() {
         reader.next_state().carries.insert(Stream::Processes, carry);
     }
-    let window = window?;
-    if window.intervals.iter().all(|i| i.claimed_us == 0) {
+    let integrated = integrated?;
+    if integrated.intervals.iter().all(|i| i.claimed_us == 0) {
         return None;
     }
-    let since = window.intervals.first()?.start_us;
+    let since = integrated.intervals.first()?.start_us;
     let call = "nvmlDeviceGetProcessUtilization";
     match samples::fetch_processes(reader, since)? {
         Ok(entries) => Some(Utilization::from_entries(entries)),

@@ -28,7 +28,7 @@ pub struct Interval {
 
 /// What one run's samples gave.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Window {
+pub struct Integrated {
     pub carry: Carry,
     /// Time-weighted mean of the consumed samples (0-1), the plain mean where
     /// they cover no time; `None` when nothing was consumed.
@@ -45,7 +45,7 @@ pub type Point = (u64, u64);
 /// Integrates `samples` (in NVML's order) into `carry` by the rule of
 /// docs/design.md, "Utilization". `anchored`: NVML returned only samples newer
 /// than `carry.last_us`, so the first one follows it.
-pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
+pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated {
     // Samples before the last backward step belong to the old clock.
     let start = (1..samples.len())
         .rev()
@@ -93,7 +93,7 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Window {
         (0, count) => Some(plain.0 as f64 / count as f64 / 100.0),
         _ => Some(busy as f64 / sampled as f64 / 100.0),
     };
-    Window {
+    Integrated {
         carry: Carry {
             last_us: fresh.last().map_or(carry.last_us, |&(ts, _)| ts),
             period_us: period,
@@ -126,24 +126,28 @@ pub fn now_us() -> u64 {
 }
 
 /// What reading a stream found.
-pub enum Outcome {
+pub enum SampleRead {
     /// NVML keeps no samples for this stream (MIG mode, older GPUs).
     Unsupported,
-    /// `carry` is what stands now; `window` is `None` after a (counted) error.
+    /// `carry` is what stands now; `integrated` is `None` after a (counted) error.
     Read {
         carry: Carry,
-        window: Option<Window>,
+        integrated: Option<Integrated>,
     },
 }
 
 /// Reads the samples of `sampling` since `previous` (the stream's carry, `None`
 /// for none or damaged) and integrates them.
-pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<Carry>) -> Outcome {
+pub fn read(
+    reader: &mut DeviceReader<'_>,
+    sampling: Sampling,
+    previous: Option<Carry>,
+) -> SampleRead {
     let carry = previous.unwrap_or_default();
     let answer = match fetch_samples(reader, sampling, carry.last_us) {
         Some(Err(error)) if super::unsupported(&error) => {
             reader.note("nvmlDeviceGetSamples", &error);
-            return Outcome::Unsupported;
+            return SampleRead::Unsupported;
         }
         Some(Ok(samples)) if samples.is_empty() && clock_step(carry.last_us, now_us()) => {
             log::info!(
@@ -158,15 +162,15 @@ pub fn read(reader: &mut DeviceReader<'_>, sampling: Sampling, previous: Option<
         }
         other => other.map(|answer| answer.map(|samples| (samples, true))),
     };
-    let window = answer
+    let integrated = answer
         .and_then(|answer| {
             answer
                 .map_err(|e| reader.note("nvmlDeviceGetSamples", &e))
                 .ok()
         })
         .map(|(samples, anchored)| integrate(carry, &samples, anchored));
-    let carry = window.as_ref().map_or(carry, |w| w.carry);
-    Outcome::Read { carry, window }
+    let carry = integrated.as_ref().map_or(carry, |w| w.carry);
+    SampleRead::Read { carry, integrated }
 }
 
 /// Room for more samples than NVML keeps (71 on an H200).
