@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use nvidia_textfile_exporter::collectors;
-use nvidia_textfile_exporter::metrics::{self, Labelled};
+use nvidia_textfile_exporter::metrics::{self, Family, Labelled};
 use nvidia_textfile_exporter::publish::Target;
 use nvidia_textfile_exporter::render::render;
 use nvidia_textfile_exporter::snapshot::{Device, LabelValue, Sample, Snapshot};
@@ -164,10 +164,11 @@ const MIG_DEVICES: u32 = 7;
 const PROCESSES_PER_GPU: u32 = 200;
 const NVLINKS: u32 = 18;
 
-/// The family `nvidia_gpu_<name>` as its collector declares it.
+/// The family `nvidia_gpu_<name>` as its collector declares it (found
+/// without allocating, so that the counts below are the readers' own).
 fn family<const N: usize>(name: &str) -> Labelled<N> {
-    let name = format!("nvidia_gpu_{name}");
-    let found = collectors::families().find(|family| family.name == name);
+    let named = |family: &&Family| family.name.strip_prefix("nvidia_gpu_") == Some(name);
+    let found = collectors::families().find(named);
     Labelled::new(found.expect("a declared family"))
 }
 

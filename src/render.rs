@@ -1,7 +1,7 @@
 //! Prometheus text exposition format 0.0.4, as a pure function of a [`Snapshot`];
-//! all escaping lives here. Families appear sorted by name (as Prometheus'
-//! client libraries gather them), each under one HELP and TYPE, only if it
-//! has samples; host samples precede the devices', which keep snapshot and
+//! all escaping lives here. Families appear sorted by name (as Prometheus' Go
+//! client gathers them and node_exporter serves them), each under one HELP
+//! and TYPE, only if it has samples; host samples precede the devices', which keep snapshot and
 //! read order, each starting with `gpu="<index>",uuid="<uuid>"`; no timestamps.
 
 use std::collections::BTreeMap;

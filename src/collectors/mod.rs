@@ -25,8 +25,7 @@ mod thermal;
 mod utilization;
 pub mod xid;
 
-use std::collections::HashSet;
-
+use crate::collector::SHARED;
 use crate::metrics::{self, Family};
 
 use crate::collector::Hooks;
@@ -191,12 +190,12 @@ pub static ALL: &[Collector] = &[
     },
 ];
 
-/// Every family, once: those every run writes, then each collector's.
+/// Every family: those every run writes, the shared ones, then each
+/// collector's own (a family declared twice is listed twice, for the tests).
 pub fn families() -> impl Iterator<Item = &'static Family> {
-    let listed = ALL.iter().flat_map(|collector| collector.families.iter());
-    let mut seen = HashSet::new();
-    let all = metrics::ALWAYS.iter().chain(listed).copied();
-    all.filter(move |family| seen.insert(family.name))
+    let rows = ALL.iter().flat_map(|collector| collector.families.iter());
+    let own = rows.filter(|family| !SHARED.contains(family));
+    metrics::ALWAYS.iter().chain(SHARED).chain(own).copied()
 }
 
 /// The collectors that are on by default, in registry order.
@@ -208,6 +207,7 @@ pub fn defaults() -> impl Iterator<Item = &'static Collector> {
 mod tests {
     use super::*;
     use crate::metrics::{Kind, Merge, Unit};
+    use std::collections::HashSet;
 
     #[test]
     fn names_are_unique_kebab_case() {
@@ -227,7 +227,7 @@ mod tests {
         let mut seen = HashSet::new();
         for collector in ALL {
             for family in collector.families {
-                if crate::collector::SHARED.contains(family) {
+                if SHARED.contains(family) {
                     continue;
                 }
                 assert!(seen.insert(family.name), "{} listed twice", family.name);
