@@ -1,5 +1,5 @@
 //! This boot's kernel entries from the systemd journal: `journalctl -o json`
-//! (one entry a line) parsed on a thread of its own as it arrives, until journalctl ends, the
+//! (one entry a line) parsed as it arrives, until journalctl ends, the
 //! deadline passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is
 //! killed; an entry cut off is not read). The read starts with `--cursor`, not
 //! `--after-cursor` (docs/design.md says why), and drops the cursor's entry.
@@ -118,24 +118,12 @@ pub(super) fn read(
     })
 }
 
-/// Hands each entry of `child`'s export output to `on_entry` until it exits
-/// (its status decides), `until` passes or the byte bound is reached (then it
-/// is killed).
+/// Hands each entry of `child`'s output to `on_entry` as it arrives until
+/// journalctl exits (its status decides), `until` passes or the byte bound is
+/// reached (then it is killed; the entries read by then count).
 fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
-    // Entries travel in batches of up to 256 (sent when the output read so
-    // far is used up), at most four queued.
-    let (batches, parsed) = mpsc::sync_channel(4);
-    let parser = thread::spawn(move || {
-        let mut batch = Vec::new();
-        let ended = parse(stdout, &mut |entry, drained| {
-            batch.push(entry);
-            (batch.len() < 256 && !drained) || batches.send(std::mem::take(&mut batch)).is_ok()
-        });
-        let _ = batches.send(batch);
-        ended
-    });
     // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
     let said = thread::spawn(move || {
         let mut said = Vec::new();
@@ -143,41 +131,37 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
         let _ = io::copy(&mut stderr, &mut io::sink());
         String::from_utf8_lossy(&said).trim().to_owned()
     });
+    // Owns journalctl: kills it at the deadline (closing its output ends the
+    // read) or when the read stopped short of the output's end, then reaps it.
+    let (tell, told) = mpsc::channel();
+    let watchdog = thread::spawn(move || {
+        let told = told.recv_timeout(until.saturating_duration_since(Instant::now()));
+        if told != Ok(true) {
+            let _ = child.kill();
+        }
+        (told == Err(mpsc::RecvTimeoutError::Timeout), child.wait())
+    });
+    let read = parse(stdout, on_entry);
+    let _ = tell.send(matches!(read, Ok(false))); // whether the output ended
+    let (late, status) = watchdog
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
     let failed = |e| Error::Io("read journalctl's output".into(), e);
-    let cut = loop {
-        // A queued batch is received even after the deadline: look first.
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break Some(Error::Deadline);
-        }
-        match parsed.recv_timeout(left) {
-            Ok(batch) => batch.into_iter().for_each(&mut *on_entry),
-            Err(mpsc::RecvTimeoutError::Timeout) => break Some(Error::Deadline),
-            Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
-                Ok(Ok(false)) => break None, // the output ended
-                Ok(bound) => break Some(bound.map_or_else(failed, |_| Error::Bound)),
-                Err(panic) => std::panic::resume_unwind(panic),
-            },
-        }
-    };
-    if let Some(cut) = cut {
-        // The parser thread ends once journalctl's output closes.
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(cut);
+    match read {
+        _ if late => Err(Error::Deadline),
+        Err(e) => Err(failed(e)),
+        Ok(true) => Err(Error::Bound),
+        Ok(false) => match status.map_err(failed)? {
+            status if status.success() => Ok(()),
+            status => Err(Error::Failed(status, said.join().unwrap_or_default())),
+        },
     }
-    let status = child.wait().map_err(failed)?;
-    let said = said.join().unwrap_or_default();
-    let exited = status.success();
-    exited.then_some(()).ok_or(Error::Failed(status, said))
 }
 
-/// Parses the output, handing each complete entry to `on_entry` (with whether
-/// the output read so far is used up) until it returns false or the output
+/// Parses the output, handing each complete entry to `on_entry`, until it
 /// ends; true if it ended at the byte bound. A line not an entry is skipped.
-fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io::Result<bool> {
-    let mut limited = output.take(MAX_BYTES_PER_RUN);
-    let mut reader = BufReader::new(&mut limited);
+fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry)) -> io::Result<bool> {
+    let mut reader = BufReader::new(output.take(MAX_BYTES_PER_RUN));
     let mut line = Vec::new();
     while reader
         .by_ref()
@@ -188,14 +172,11 @@ fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io
         if line.pop_if(|b| *b == b'\n').is_none() {
             reader.skip_until(b'\n')?; // cut off, or longer than kept
         } else if let Ok(entry) = serde_json::from_slice(&line) {
-            if !on_entry(entry, reader.buffer().is_empty()) {
-                break;
-            }
+            on_entry(entry);
         }
         line.clear();
     }
-    drop(reader);
-    Ok(limited.limit() == 0)
+    Ok(reader.get_ref().limit() == 0)
 }
 
 #[cfg(test)]
@@ -217,17 +198,9 @@ mod tests {
 
     fn entries(data: &[u8]) -> Vec<Entry> {
         let mut all = Vec::new();
-        assert!(!parse(data, &mut |e, _| {
-            all.push(e);
-            true
-        })
-        .unwrap());
+        assert!(!parse(data, &mut |e| all.push(e)).unwrap());
         let mut trickled = Vec::new();
-        parse(Trickle(data), &mut |e, _| {
-            trickled.push(e);
-            true
-        })
-        .unwrap();
+        parse(Trickle(data), &mut |e| trickled.push(e)).unwrap();
         assert_eq!(trickled, all);
         all
     }
@@ -297,6 +270,11 @@ mod tests {
         assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(seen, 1);
+        // Busy at the deadline: killed there, the entries read by then count.
+        let (mut seen, soon) = (0, Instant::now() + Duration::from_millis(100));
+        let ended = stream(child(r#"yes '{"__CURSOR":"c"}'"#), soon, &mut |_| seen += 1);
+        assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
+        assert!(seen > 0);
 
         let ended = stream(child("echo no >&2; exit 3"), far, &mut |_| {});
         assert!(
