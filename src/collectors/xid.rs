@@ -6,11 +6,10 @@
 //! complete recount raises each total to it (docs/design.md, "Recovery").
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Instant;
 
 use crate::collector::{HostError, HostRun};
-use crate::kernel_log::{self, BusId, Event, Position, Source};
+use crate::kernel_log::{BusId, Error, Event, Position, Source};
 use crate::metrics;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
@@ -20,42 +19,19 @@ use crate::state::schema::{Series, XidCounts as Counts, XidOf, XidTotals as Tota
 /// year): a stored count above it is damage. Counting saturates here.
 const MAX_COUNT: u64 = 1 << 32;
 
-/// Why a run did not count the kernel log to its end.
-#[derive(Debug)]
-enum Error {
-    NoBootId,
-    StateUnusable,
-    NoKernelLog,
-    Log(kernel_log::Error),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Error::NoBootId => "cannot read this boot's id: nothing can be told to be this boot's",
-            Error::StateUnusable => {
-                "the state cannot be used this run; the XID counts are left out"
-            }
-            Error::NoKernelLog => "no kernel log to count XID errors from",
-            Error::Log(e) => return e.fmt(f),
-        })
-    }
-}
-
-impl std::error::Error for Error {}
-
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
 /// adds the totals to the snapshot; the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let Some(boot_id) = boot_id() else {
         // No state was loaded either (see `state::boot_id`).
-        log::warn!("cannot count XID errors: {}", Error::NoBootId);
-        return Err(Error::NoBootId.into());
+        let why = "cannot read this boot's id: nothing can be told to be this boot's";
+        log::warn!("cannot count XID errors: {why}");
+        return Err(why.into());
     };
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
-        return Err(Error::StateUnusable.into());
+        return Err("the state cannot be used this run; the XID counts are left out".into());
     }
     let mut counts = run.state.previous().xid.clone();
     if let Some(damage) = take_damage(&mut counts) {
@@ -74,7 +50,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 );
             }
             counts.unavailable = true;
-            Err(Error::NoKernelLog)
+            Err("no kernel log to count XID errors from".into())
         }
         Some(source) => {
             // By bus id; a GPU without a UUID or bus id takes no events.
@@ -82,12 +58,13 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
             let gpus = devices
                 .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
                 .collect();
-            counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until)
+            let read = counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until);
+            read.map_err(HostError::from)
         }
     };
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
-    result.map_err(HostError::from)
+    result
 }
 
 impl Counts {
@@ -142,17 +119,17 @@ impl Counts {
         }
         let error = first_error.expect("one read was tried");
         log::warn!("cannot count XID errors: {error}; publishing the counts known so far");
-        Err(Error::Log(error))
+        Err(error)
     }
 
     /// Ends a read: a complete one ends a recount under way (each total
     /// becomes the larger of the two); a cut one says why.
-    fn finish(&mut self, read: Result<(), kernel_log::Error>) -> Result<(), Error> {
-        if let Err(cut) = read {
+    fn finish(&mut self, read: Result<(), Error>) -> Result<(), Error> {
+        if let Err(cut) = &read {
             log::warn!(
                 "{cut}; counted the kernel lines read by then, the rest follows in the next runs"
             );
-            return Err(Error::Log(cut));
+            return read;
         }
         for (series, n) in self.recount.take().unwrap_or_default().0 {
             let at = self.totals.0.entry(series).or_default();
@@ -170,13 +147,16 @@ impl Counts {
 
 /// Drops every count above [`MAX_COUNT`] and describes the first, if any.
 fn take_damage(counts: &mut Counts) -> Option<String> {
+    fn name((XidOf::Gpu(id) | XidOf::Bus(id)): &XidOf) -> &str {
+        id
+    }
     let mut damage = None;
     for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
         totals.0.retain(|series, &mut n| {
             if n > MAX_COUNT && damage.is_none() {
                 let what = match series {
-                    Series::Xid { id, code } => format!("XID {code} for {}", id.name()),
-                    Series::FallenOffBus { id } => format!("{} falling off the bus", id.name()),
+                    Series::Xid { id, code } => format!("XID {code} for {}", name(id)),
+                    Series::FallenOffBus { id } => format!("{} falling off the bus", name(id)),
                     Series::Sxid { switch, code, .. } => {
                         format!("SXid {code} of nvidia-nvswitch{switch}")
                     }
@@ -187,14 +167,6 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
         });
     }
     damage
-}
-
-impl XidOf {
-    fn name(&self) -> &str {
-        match self {
-            XidOf::Gpu(id) | XidOf::Bus(id) => id,
-        }
-    }
 }
 
 /// Counts `event` (attributed to `gpus`: bus id → UUID) into `totals`,
