@@ -143,9 +143,7 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
     });
     let read = parse(stdout, on_entry);
     let _ = tell.send(matches!(read, Ok(false))); // whether the output ended
-    let (late, status) = watchdog
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    let (late, status) = watchdog.join().expect("the watchdog does not panic");
     let failed = |e| Error::Io("read journalctl's output".into(), e);
     match read {
         _ if late => Err(Error::Deadline),
