@@ -43,13 +43,12 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     }
     let result = match Source::choose(run.journal_dir) {
         None => {
-            if !counts.unavailable {
+            if !std::mem::replace(&mut counts.unavailable, true) {
                 log::warn!(
                     "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
                      readable); publishing the counts known so far"
                 );
             }
-            counts.unavailable = true;
             Err("no kernel log to count XID errors from".into())
         }
         Some(source) => {
@@ -89,27 +88,24 @@ impl Counts {
             self.source = source.label().into();
             self.position = Position::default();
         }
-        let mut tries = vec![self.clone()];
+        // Each with what it does after a refused cursor.
+        let mut tries = vec![(self.clone(), "")];
         if self.position.cursor.is_some() {
-            let mut by_time = self.clone();
+            let (mut by_time, mut recount) = (self.clone(), self.clone());
             by_time.position.cursor = None;
-            tries.extend(by_time.position.monotonic.is_some().then_some(by_time));
-            let mut recount = self.clone();
             recount.start_recount();
-            tries.push(recount);
+            let on = "reading on from the time of the last line counted";
+            tries.extend(by_time.position.monotonic.map(|_| (by_time, on)));
+            tries.push((recount, "recounting this boot's kernel log from its start"));
         }
         let mut first_error = None;
-        for mut attempt in tries {
+        for (mut attempt, now) in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
             let at = &mut attempt.position;
             match source.read(at, boot_id, until, &mut |e| count(into, e, gpus)) {
                 Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
                 read => {
                     if let Some(error) = first_error {
-                        let now = match attempt.recount {
-                            Some(_) => "recounting this boot's kernel log from its start",
-                            None => "reading on from the time of the last line counted",
-                        };
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");
                     }
                     *self = attempt;
@@ -203,20 +199,18 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals.0;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
         let gpu = XidOf::Gpu(device.uuid.clone());
-        let codes: Vec<(u32, u64)> = (totals.iter())
-            .filter_map(|(series, &n)| match series {
-                Series::Xid { id, code } if *id == gpu => Some((*code, n)),
-                _ => None,
-            })
-            .collect();
-        let fallen = totals.get(&Series::FallenOffBus { id: gpu });
-        let samples = &mut device.samples;
-        let total: u64 = codes.iter().map(|(_, n)| n).sum();
-        samples.push(metrics::XID_ERRORS.sample(total as f64));
+        let codes = totals.iter().filter_map(|(series, &n)| match series {
+            Series::Xid { id, code } if *id == gpu => Some((code, n)),
+            _ => None,
+        });
+        let (mut total, samples) = (0, &mut device.samples);
         for (code, n) in codes {
+            total += n;
             samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
         }
-        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.copied().unwrap_or(0) as f64));
+        samples.push(metrics::XID_ERRORS.sample(total as f64));
+        let fallen = totals.get(&Series::FallenOffBus { id: gpu }).copied();
+        samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.unwrap_or(0) as f64));
     }
     for (series, &n) in totals {
         let n = n as f64;

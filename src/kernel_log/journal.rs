@@ -161,12 +161,7 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
 fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry)) -> io::Result<bool> {
     let mut reader = BufReader::new(output.take(MAX_BYTES_PER_RUN));
     let mut line = Vec::new();
-    while reader
-        .by_ref()
-        .take(MAX_LINE)
-        .read_until(b'\n', &mut line)?
-        > 0
-    {
+    while (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line)? > 0 {
         if line.pop_if(|b| *b == b'\n').is_none() {
             reader.skip_until(b'\n')?; // cut off, or longer than kept
         } else if let Ok(entry) = serde_json::from_slice(&line) {
