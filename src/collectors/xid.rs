@@ -6,7 +6,6 @@
 //! complete recount raises each total to it (docs/design.md, "Recovery").
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{BusId, Error, Event, Position, Source};
@@ -52,12 +51,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
             Err("no kernel log to count XID errors from".into())
         }
         Some(source) => {
-            // By bus id; a GPU without a UUID or bus id takes no events.
-            let devices = run.snapshot.devices.iter().filter(|d| !d.uuid.is_empty());
-            let gpus = devices
-                .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
-                .collect();
-            let read = counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until);
+            let read = counts.read(&source, run, &boot_id.replace('-', ""));
             read.map_err(HostError::from)
         }
     };
@@ -67,17 +61,11 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
 }
 
 impl Counts {
-    /// Reads `source` from the position until `until`, counting its events:
-    /// from the saved cursor; if that fails, from its entry's time; then,
-    /// recounting, from the boot's start. The first read that works counts;
-    /// if none does, nothing changes.
-    fn read(
-        &mut self,
-        source: &Source,
-        gpus: &BTreeMap<BusId, String>,
-        boot_id: &str,
-        until: Instant,
-    ) -> Result<(), Error> {
+    /// Reads `source` from the position until the run's deadline, counting its
+    /// events: from the saved cursor; if that fails, from its entry's time;
+    /// then, recounting, from the boot's start. The first read that works
+    /// counts; if none does, nothing changes.
+    fn read(&mut self, source: &Source, run: &HostRun<'_>, boot_id: &str) -> Result<(), Error> {
         self.unavailable = false;
         if self.source != source.label() {
             if !self.source.is_empty() {
@@ -98,11 +86,16 @@ impl Counts {
             tries.extend(by_time.position.monotonic.map(|_| (by_time, on)));
             tries.push((recount, "recounting this boot's kernel log from its start"));
         }
+        // By bus id; a GPU without a UUID or bus id takes no events.
+        let devices = run.snapshot.devices.iter().filter(|d| !d.uuid.is_empty());
+        let gpus = devices
+            .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
+            .collect();
         let mut first_error = None;
         for (mut attempt, now) in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
             let at = &mut attempt.position;
-            match source.read(at, boot_id, until, &mut |e| count(into, e, gpus)) {
+            match source.read(at, boot_id, run.until, &mut |e| count(into, e, &gpus)) {
                 Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
                 read => {
                     if let Some(error) = first_error {
@@ -141,23 +134,15 @@ impl Counts {
     }
 }
 
-/// Drops every count above [`MAX_COUNT`] and describes the first, if any.
+/// Drops every count above [`MAX_COUNT`] and describes the first, if any, by
+/// its record in the state.
 fn take_damage(counts: &mut Counts) -> Option<String> {
-    fn name((XidOf::Gpu(id) | XidOf::Bus(id)): &XidOf) -> &str {
-        id
-    }
     let mut damage = None;
     for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
         totals.0.retain(|series, &mut n| {
-            if n > MAX_COUNT && damage.is_none() {
-                let what = match series {
-                    Series::Xid { id, code } => format!("XID {code} for {}", name(id)),
-                    Series::FallenOffBus { id } => format!("{} falling off the bus", name(id)),
-                    Series::Sxid { switch, code, .. } => {
-                        format!("SXid {code} of nvidia-nvswitch{switch}")
-                    }
-                };
-                damage = Some(format!("the count of {what} is {n}, more than {MAX_COUNT}"));
+            if n > MAX_COUNT {
+                let record = || serde_json::to_string(&(series, n)).unwrap_or_default();
+                damage.get_or_insert_with(|| format!("{}, more than {MAX_COUNT}", record()));
             }
             n <= MAX_COUNT
         });
@@ -297,7 +282,7 @@ mod tests {
         let damage = take_damage(&mut counts).unwrap();
         assert_eq!(
             damage,
-            "the count of XID 79 for GPU-a is 18446744073709551615, more than 4294967296"
+            r#"[{"xid":{"id":{"gpu":"GPU-a"},"code":79}},18446744073709551615], more than 4294967296"#
         );
         assert_eq!(gpu_a(&counts.totals, 79), None);
         assert_eq!(gpu_a(&counts.totals, 13), Some(MAX_COUNT));
@@ -307,8 +292,9 @@ mod tests {
         let mut alone = Counts::default();
         alone.totals.0.insert(sxid, u64::MAX);
         let damage = take_damage(&mut alone).unwrap();
-        assert!(damage.starts_with("the count of SXid 22013 of nvidia-nvswitch3 is "));
-        alone.totals = Totals(
+        let sxid = r#"[{"sxid":{"switch":3,"pci_bus_id":"00000000:04:00","code":22013,"#;
+        assert!(damage.starts_with(sxid), "{damage}");
+        alone.recount = Some(Totals(
             [(
                 Series::FallenOffBus {
                     id: XidOf::Bus("B".into()),
@@ -316,9 +302,12 @@ mod tests {
                 u64::MAX,
             )]
             .into(),
-        );
+        ));
         let damage = take_damage(&mut alone).unwrap();
-        assert!(damage.starts_with("the count of B falling off the bus is "));
+        assert!(
+            damage.starts_with(r#"[{"fallen_off_bus":{"id":{"bus":"B"}}},"#),
+            "{damage}"
+        );
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * 10_000) as f64;
         assert!(most < 2f64.powi(53));
