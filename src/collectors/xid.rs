@@ -50,10 +50,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
             }
             Err("no kernel log to count XID errors from".into())
         }
-        Some(source) => {
-            let read = counts.read(&source, run, &boot_id.replace('-', ""));
-            read.map_err(HostError::from)
-        }
+        Some(source) => counts.read(&source, run, &boot_id).map_err(Into::into),
     };
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
@@ -213,12 +210,8 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
                 code,
                 severity,
             } => {
-                let labels = [
-                    switch.to_string(),
-                    pci_bus_id.clone(),
-                    code.to_string(),
-                    severity.clone(),
-                ];
+                let (switch, code) = (switch.to_string(), code.to_string());
+                let labels = [switch, pci_bus_id.clone(), code, severity.clone()];
                 metrics::NVSWITCH_SXID_ERRORS.sample_with(labels, n)
             }
             _ => continue,

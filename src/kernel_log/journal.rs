@@ -88,7 +88,8 @@ pub(super) fn read(
     if let Some(dir) = dir {
         command.arg("--directory").arg(dir);
     }
-    // Without a cursor, from the entry's time on (a cursor journalctl makes).
+    let boot_id = boot_id.replace('-', ""); // as the journal writes it
+                                            // Without a cursor, from the entry's time on (a cursor journalctl makes).
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
     let cursor = at.cursor.clone().or(by_time);
@@ -131,29 +132,26 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
         let _ = io::copy(&mut stderr, &mut io::sink());
         String::from_utf8_lossy(&said).trim().to_owned()
     });
-    // Owns journalctl: kills it at the deadline (closing its output ends the
-    // read) or when the read stopped short of the output's end, then reaps it.
+    // Owns journalctl: kills it at the deadline (closing its output ends the read)
+    // or once the read stopped short of the output's end; then says how it ended.
     let (tell, told) = mpsc::channel();
     let watchdog = thread::spawn(move || {
-        let told = told.recv_timeout(until.saturating_duration_since(Instant::now()));
-        if told != Ok(true) {
+        let read = told.recv_timeout(until.saturating_duration_since(Instant::now()));
+        if !matches!(read, Ok(Ok(false))) {
             let _ = child.kill();
         }
-        (told == Err(mpsc::RecvTimeoutError::Timeout), child.wait())
+        let failed = |e| Error::Io("read journalctl's output".into(), e);
+        match (read, child.wait()) {
+            (Err(_), _) => Err(Error::Deadline), // the deadline came first
+            (Ok(Err(e)), _) => Err(failed(e)),
+            (Ok(Ok(true)), _) => Err(Error::Bound),
+            (_, Err(e)) => Err(failed(e)),
+            (_, Ok(status)) if status.success() => Ok(()),
+            (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
+        }
     });
-    let read = parse(stdout, on_entry);
-    let _ = tell.send(matches!(read, Ok(false))); // whether the output ended
-    let (late, status) = watchdog.join().expect("the watchdog does not panic");
-    let failed = |e| Error::Io("read journalctl's output".into(), e);
-    match read {
-        _ if late => Err(Error::Deadline),
-        Err(e) => Err(failed(e)),
-        Ok(true) => Err(Error::Bound),
-        Ok(false) => match status.map_err(failed)? {
-            status if status.success() => Ok(()),
-            status => Err(Error::Failed(status, said.join().unwrap_or_default())),
-        },
-    }
+    let _ = tell.send(parse(stdout, on_entry));
+    watchdog.join().expect("the watchdog does not panic")
 }
 
 /// Parses the output, handing each complete entry to `on_entry`, until it

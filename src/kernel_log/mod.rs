@@ -44,9 +44,9 @@ impl Source {
         }
     }
 
-    /// Reads from `at` until `until`, handing each event of the kernel's own
-    /// lines to `on_event` and moving `at` past each entry read. `boot_id` is
-    /// this boot's as the journal writes it (no dashes).
+    /// Reads this boot's (`boot_id`) log from `at` until `until`, handing each
+    /// event of the kernel's own lines to `on_event` and moving `at` past each
+    /// entry read.
     pub fn read(
         &self,
         at: &mut Position,
