@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use serde::{Deserialize, Deserializer};
+use serde::{de::Error as _, Deserialize, Deserializer};
 
 use super::event::{Error, Position, MAX_BYTES_PER_RUN};
 
@@ -61,16 +61,11 @@ struct Entry {
 /// A field's value: JSON gives it as its bytes where it is not UTF-8 or has
 /// control characters.
 fn text<'de, D: Deserializer<'de>>(value: D) -> Result<String, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Value {
-        Text(String),
-        Bytes(Vec<u8>),
-    }
-    Ok(match Value::deserialize(value)? {
-        Value::Text(text) => text,
-        Value::Bytes(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-    })
+    let bytes = match serde_json::Value::deserialize(value)? {
+        serde_json::Value::String(text) => return Ok(text),
+        bytes => Vec::<u8>::deserialize(bytes).map_err(D::Error::custom)?,
+    };
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// See [`super::Source::read`]; `dir` replaces the system journal, `on_line`
