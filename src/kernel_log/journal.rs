@@ -77,14 +77,12 @@ pub(super) fn read(
     until: Instant,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<(), Error> {
+    let boot_id = boot_id.replace('-', ""); // as the journal writes it
     let not_found = || io::Error::new(io::ErrorKind::NotFound, JOURNALCTL.join(" or "));
     let start = |e| Error::Io("run journalctl".into(), e);
     let mut command = Command::new(journalctl().ok_or_else(not_found).map_err(start)?);
-    if let Some(dir) = dir {
-        command.arg("--directory").arg(dir);
-    }
-    let boot_id = boot_id.replace('-', ""); // as the journal writes it
-                                            // Without a cursor, from the entry's time on (a cursor journalctl makes).
+    command.args(dir.iter().flat_map(|dir| [Path::new("--directory"), dir]));
+    // Without a cursor, from the entry's time on (a cursor journalctl makes).
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
     let cursor = at.cursor.clone().or(by_time);
@@ -114,9 +112,8 @@ pub(super) fn read(
     })
 }
 
-/// Hands each entry of `child`'s output to `on_entry` as it arrives until
-/// journalctl exits (its status decides), `until` passes or the byte bound is
-/// reached (then it is killed; the entries read by then count).
+/// Hands each entry of `child`'s output to `on_entry` as it arrives, until it
+/// ends (its exit status decides), `until` passes or the byte bound is reached.
 fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
