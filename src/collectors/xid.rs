@@ -65,12 +65,11 @@ impl Counts {
     fn read(&mut self, source: &Source, run: &HostRun<'_>, boot_id: &str) -> Result<(), Error> {
         self.unavailable = false;
         if self.source != source.label() {
-            if !self.source.is_empty() {
-                // The position is the other source's: recount.
+            // The position is the other source's, if any: recount.
+            if !std::mem::replace(&mut self.source, source.label().into()).is_empty() {
                 log::info!("reading the kernel log from {} now", source.label());
                 self.start_recount();
             }
-            self.source = source.label().into();
             self.position = Position::default();
         }
         // Each with what it does after a refused cursor.
@@ -194,8 +193,7 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
         let fallen = totals.get(&Series::FallenOffBus { id: gpu }).copied();
         samples.push(metrics::FALLEN_OFF_BUS.sample(fallen.unwrap_or(0) as f64));
     }
-    for (series, &n) in totals {
-        let n = n as f64;
+    for (series, n) in totals.iter().map(|(series, &n)| (series, n as f64)) {
         snapshot.host.push(match series {
             Series::Xid {
                 id: XidOf::Bus(bus),

@@ -80,14 +80,13 @@ pub(super) fn read(
     let boot_id = boot_id.replace('-', ""); // as the journal writes it
     let not_found = || io::Error::new(io::ErrorKind::NotFound, JOURNALCTL.join(" or "));
     let start = |e| Error::Io("run journalctl".into(), e);
-    let mut command = Command::new(journalctl().ok_or_else(not_found).map_err(start)?);
-    command.args(dir.iter().flat_map(|dir| [Path::new("--directory"), dir]));
     // Without a cursor, from the entry's time on (a cursor journalctl makes).
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
     let cursor = at.cursor.clone().or(by_time);
-    command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
-    let child = command
+    let child = Command::new(journalctl().ok_or_else(not_found).map_err(start)?)
+        .args(dir.iter().flat_map(|dir| [Path::new("--directory"), dir]))
+        .args(cursor.map(|cursor| format!("--cursor={cursor}")))
         .args(["--no-pager", "--quiet", "--all", "--output=json"])
         .arg("--output-fields=MESSAGE,SYSLOG_FACILITY")
         .arg("_TRANSPORT=kernel")
