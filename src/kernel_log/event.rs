@@ -106,9 +106,7 @@ impl Event {
                 },
             });
         }
-        if !message.contains("fallen off the bus") {
-            return None;
-        }
+        message.contains("fallen off the bus").then_some(())?;
         // The first `GPU ` (or `GPU at `) of the driver's text followed by a bus id.
         let driver = &message[message.find("NVRM: ")?..];
         let not_id = |c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.');

@@ -134,9 +134,8 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
         let failed = |e| Error::Io("read journalctl's output".into(), e);
         match (read, child.wait()) {
             (Err(_), _) => Err(Error::Deadline), // the deadline came first
-            (Ok(Err(e)), _) => Err(failed(e)),
             (Ok(Ok(true)), _) => Err(Error::Bound),
-            (_, Err(e)) => Err(failed(e)),
+            (Ok(Err(e)), _) | (_, Err(e)) => Err(failed(e)),
             (_, Ok(status)) if status.success() => Ok(()),
             (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
         }
