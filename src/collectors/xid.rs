@@ -151,7 +151,7 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
 fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
     let of = |bus: BusId| match gpus.get(&bus) {
         Some(uuid) => XidOf::Gpu(uuid.clone()),
-        None => XidOf::Bus(bus.into()),
+        None => XidOf::Bus(bus.into_string()),
     };
     let series = match event {
         Event::Xid { bus, code } => Series::Xid { id: of(bus), code },
@@ -163,7 +163,7 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
             severity,
         } => Series::Sxid {
             switch,
-            pci_bus_id: bus.into(),
+            pci_bus_id: bus.into_string(),
             code,
             severity: severity.into(),
         },
@@ -180,12 +180,11 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals.0;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
         let gpu = XidOf::Gpu(device.uuid.clone());
-        let codes = totals.iter().filter_map(|(series, &n)| match series {
+        let (mut total, samples) = (0, &mut device.samples);
+        for (code, n) in totals.iter().filter_map(|(series, &n)| match series {
             Series::Xid { id, code } if *id == gpu => Some((code, n)),
             _ => None,
-        });
-        let (mut total, samples) = (0, &mut device.samples);
-        for (code, n) in codes {
+        }) {
             total += n;
             samples.push(metrics::XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
         }

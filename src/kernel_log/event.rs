@@ -150,11 +150,9 @@ impl BusId {
         let id = format!("{domain:08X}:{bus:02X}:{device:02X}");
         parts.next().is_none().then_some(BusId(id))
     }
-}
 
-impl From<BusId> for String {
-    fn from(bus: BusId) -> String {
-        bus.0
+    pub fn into_string(self) -> String {
+        self.0
     }
 }
 

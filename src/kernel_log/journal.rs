@@ -131,11 +131,10 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
         if !matches!(read, Ok(Ok(false))) {
             let _ = child.kill();
         }
-        let failed = |e| Error::Io("read journalctl's output".into(), e);
         match (read, child.wait()) {
             (Err(_), _) => Err(Error::Deadline), // the deadline came first
             (Ok(Ok(true)), _) => Err(Error::Bound),
-            (Ok(Err(e)), _) | (_, Err(e)) => Err(failed(e)),
+            (Ok(Err(e)), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
             (_, Ok(status)) if status.success() => Ok(()),
             (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
         }
