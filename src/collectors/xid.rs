@@ -6,11 +6,9 @@
 //! complete recount raises each total to it (docs/design.md, "Recovery").
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::time::Instant;
 
 use crate::collector::{HostError, HostRun};
-use crate::kernel_log::{self, BusId, Event, Position, Source};
+use crate::kernel_log::{BusId, Error, Event, Position, Source};
 use crate::metrics::families;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
@@ -36,42 +34,19 @@ families! {
 /// year): a stored count above it is damage. Counting saturates here.
 const MAX_COUNT: u64 = 1 << 32;
 
-/// Why a run did not count the kernel log to its end.
-#[derive(Debug)]
-enum Error {
-    NoBootId,
-    StateUnusable,
-    NoKernelLog,
-    Log(kernel_log::Error),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Error::NoBootId => "cannot read this boot's id: nothing can be told to be this boot's",
-            Error::StateUnusable => {
-                "the state cannot be used this run; the XID counts are left out"
-            }
-            Error::NoKernelLog => "no kernel log to count XID errors from",
-            Error::Log(e) => return e.fmt(f),
-        })
-    }
-}
-
-impl std::error::Error for Error {}
-
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
 /// adds the totals to the snapshot; the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let Some(boot_id) = boot_id() else {
         // No state was loaded either (see `state::boot_id`).
-        log::warn!("cannot count XID errors: {}", Error::NoBootId);
-        return Err(Error::NoBootId.into());
+        let why = "cannot read this boot's id: nothing can be told to be this boot's";
+        log::warn!("cannot count XID errors: {why}");
+        return Err(why.into());
     };
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
-        return Err(Error::StateUnusable.into());
+        return Err("the state cannot be used this run; the XID counts are left out".into());
     }
     let mut counts = run.state.previous().xid.clone();
     if let Some(damage) = take_damage(&mut counts) {
@@ -83,72 +58,59 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     }
     let result = match Source::choose(run.journal_dir) {
         None => {
-            if !counts.unavailable {
+            if !std::mem::replace(&mut counts.unavailable, true) {
                 log::warn!(
                     "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
                      readable); publishing the counts known so far"
                 );
             }
-            counts.unavailable = true;
-            Err(Error::NoKernelLog)
+            Err("no kernel log to count XID errors from".into())
         }
-        Some(source) => {
-            // By bus id; a GPU without a UUID or bus id takes no events.
-            let devices = run.snapshot.devices.iter().filter(|d| !d.uuid.is_empty());
-            let gpus = devices
-                .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
-                .collect();
-            counts.read(&source, &gpus, &boot_id.replace('-', ""), run.until)
-        }
+        Some(source) => counts.read(&source, run, &boot_id).map_err(Into::into),
     };
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
-    result.map_err(HostError::from)
+    result
 }
 
 impl Counts {
-    /// Reads `source` from the position until `until`, counting its events:
-    /// from the saved cursor; if that fails, from its entry's time; then,
-    /// recounting, from the boot's start. The first read that works counts;
-    /// if none does, nothing changes.
-    fn read(
-        &mut self,
-        source: &Source,
-        gpus: &BTreeMap<BusId, String>,
-        boot_id: &str,
-        until: Instant,
-    ) -> Result<(), Error> {
+    /// Reads `source` from the position until the run's deadline, counting its
+    /// events: from the saved cursor; if that fails, from its entry's time;
+    /// then, recounting, from the boot's start. The first read that works
+    /// counts; if none does, nothing changes.
+    fn read(&mut self, source: &Source, run: &HostRun<'_>, boot_id: &str) -> Result<(), Error> {
         self.unavailable = false;
         if self.source != source.label() {
-            if !self.source.is_empty() {
-                // The position is the other source's: recount.
+            // The position is the other source's, if any: recount.
+            if !std::mem::replace(&mut self.source, source.label().into()).is_empty() {
                 log::info!("reading the kernel log from {} now", source.label());
                 self.start_recount();
             }
-            self.source = source.label().into();
             self.position = Position::default();
         }
-        let mut tries = vec![self.clone()];
+        // Each with what it does after a refused cursor.
+        let mut tries = vec![(self.clone(), "")];
         if self.position.cursor.is_some() {
-            let mut by_time = self.clone();
+            let (mut by_time, mut recount) = (self.clone(), self.clone());
             by_time.position.cursor = None;
-            tries.extend(by_time.position.monotonic.is_some().then_some(by_time));
-            let mut recount = self.clone();
             recount.start_recount();
-            tries.push(recount);
+            let on = "reading on from the time of the last line counted";
+            tries.extend(by_time.position.monotonic.map(|_| (by_time, on)));
+            tries.push((recount, "recounting this boot's kernel log from its start"));
         }
+        // By bus id; a GPU without a UUID or bus id takes no events.
+        let devices = run.snapshot.devices.iter().filter(|d| !d.uuid.is_empty());
+        let gpus = devices
+            .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
+            .collect();
         let mut first_error = None;
-        for mut attempt in tries {
+        for (mut attempt, now) in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
             let at = &mut attempt.position;
-            match source.read(at, boot_id, until, &mut |e| count(into, e, gpus)) {
+            match source.read(at, boot_id, run.until, &mut |e| count(into, e, &gpus)) {
                 Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
                 read => {
                     if let Some(error) = first_error {
-                        let now = match attempt.recount {
-                            Some(_) => "recounting this boot's kernel log from its start",
-                            None => "reading on from the time of the last line counted",
-                        };
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");
                     }
                     *self = attempt;
@@ -158,17 +120,17 @@ impl Counts {
         }
         let error = first_error.expect("one read was tried");
         log::warn!("cannot count XID errors: {error}; publishing the counts known so far");
-        Err(Error::Log(error))
+        Err(error)
     }
 
     /// Ends a read: a complete one ends a recount under way (each total
     /// becomes the larger of the two); a cut one says why.
-    fn finish(&mut self, read: Result<(), kernel_log::Error>) -> Result<(), Error> {
-        if let Err(cut) = read {
+    fn finish(&mut self, read: Result<(), Error>) -> Result<(), Error> {
+        if let Err(cut) = &read {
             log::warn!(
                 "{cut}; counted the kernel lines read by then, the rest follows in the next runs"
             );
-            return Err(Error::Log(cut));
+            return read;
         }
         for (series, n) in self.recount.take().unwrap_or_default().0 {
             let at = self.totals.0.entry(series).or_default();
@@ -184,20 +146,15 @@ impl Counts {
     }
 }
 
-/// Drops every count above [`MAX_COUNT`] and describes the first, if any.
+/// Drops every count above [`MAX_COUNT`] and describes the first, if any, by
+/// its record in the state.
 fn take_damage(counts: &mut Counts) -> Option<String> {
     let mut damage = None;
     for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
         totals.0.retain(|series, &mut n| {
-            if n > MAX_COUNT && damage.is_none() {
-                let what = match series {
-                    Series::Xid { id, code } => format!("XID {code} for {}", id.name()),
-                    Series::FallenOffBus { id } => format!("{} falling off the bus", id.name()),
-                    Series::Sxid { switch, code, .. } => {
-                        format!("SXid {code} of nvidia-nvswitch{switch}")
-                    }
-                };
-                damage = Some(format!("the count of {what} is {n}, more than {MAX_COUNT}"));
+            if n > MAX_COUNT {
+                let record = || serde_json::to_string(&(series, n)).unwrap_or_default();
+                damage.get_or_insert_with(|| format!("{}, more than {MAX_COUNT}", record()));
             }
             n <= MAX_COUNT
         });
@@ -205,20 +162,12 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
     damage
 }
 
-impl XidOf {
-    fn name(&self) -> &str {
-        match self {
-            XidOf::Gpu(id) | XidOf::Bus(id) => id,
-        }
-    }
-}
-
 /// Counts `event` (attributed to `gpus`: bus id → UUID) into `totals`,
 /// saturating at [`MAX_COUNT`].
 fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
     let of = |bus: BusId| match gpus.get(&bus) {
         Some(uuid) => XidOf::Gpu(uuid.clone()),
-        None => XidOf::Bus(bus.into()),
+        None => XidOf::Bus(bus.into_string()),
     };
     let series = match event {
         Event::Xid { bus, code } => Series::Xid { id: of(bus), code },
@@ -230,7 +179,7 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
             severity,
         } => Series::Sxid {
             switch,
-            pci_bus_id: bus.into(),
+            pci_bus_id: bus.into_string(),
             code,
             severity: severity.into(),
         },
@@ -247,23 +196,19 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals.0;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {
         let gpu = XidOf::Gpu(device.uuid.clone());
-        let codes: Vec<(u32, u64)> = (totals.iter())
-            .filter_map(|(series, &n)| match series {
-                Series::Xid { id, code } if *id == gpu => Some((*code, n)),
-                _ => None,
-            })
-            .collect();
-        let fallen = totals.get(&Series::FallenOffBus { id: gpu });
-        let samples = &mut device.samples;
-        let total: u64 = codes.iter().map(|(_, n)| n).sum();
-        samples.push(XID_ERRORS.sample(total as f64));
-        for (code, n) in codes {
+        let (mut total, samples) = (0, &mut device.samples);
+        for (code, n) in totals.iter().filter_map(|(series, &n)| match series {
+            Series::Xid { id, code } if *id == gpu => Some((code, n)),
+            _ => None,
+        }) {
+            total += n;
             samples.push(XID_ERRORS_BY_CODE.sample_with([code.to_string()], n as f64));
         }
-        samples.push(FALLEN_OFF_BUS.sample(fallen.copied().unwrap_or(0) as f64));
+        samples.push(XID_ERRORS.sample(total as f64));
+        let fallen = totals.get(&Series::FallenOffBus { id: gpu }).copied();
+        samples.push(FALLEN_OFF_BUS.sample(fallen.unwrap_or(0) as f64));
     }
-    for (series, &n) in totals {
-        let n = n as f64;
+    for (series, n) in totals.iter().map(|(series, &n)| (series, n as f64)) {
         snapshot.host.push(match series {
             Series::Xid {
                 id: XidOf::Bus(bus),
@@ -278,12 +223,8 @@ fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
                 code,
                 severity,
             } => {
-                let labels = [
-                    switch.to_string(),
-                    pci_bus_id.clone(),
-                    code.to_string(),
-                    severity.clone(),
-                ];
+                let (switch, code) = (switch.to_string(), code.to_string());
+                let labels = [switch, pci_bus_id.clone(), code, severity.clone()];
                 NVSWITCH_SXID_ERRORS.sample_with(labels, n)
             }
             _ => continue,
@@ -347,7 +288,7 @@ mod tests {
         let damage = take_damage(&mut counts).unwrap();
         assert_eq!(
             damage,
-            "the count of XID 79 for GPU-a is 18446744073709551615, more than 4294967296"
+            r#"[{"xid":{"id":{"gpu":"GPU-a"},"code":79}},18446744073709551615], more than 4294967296"#
         );
         assert_eq!(gpu_a(&counts.totals, 79), None);
         assert_eq!(gpu_a(&counts.totals, 13), Some(MAX_COUNT));
@@ -357,8 +298,9 @@ mod tests {
         let mut alone = Counts::default();
         alone.totals.0.insert(sxid, u64::MAX);
         let damage = take_damage(&mut alone).unwrap();
-        assert!(damage.starts_with("the count of SXid 22013 of nvidia-nvswitch3 is "));
-        alone.totals = Totals(
+        let sxid = r#"[{"sxid":{"switch":3,"pci_bus_id":"00000000:04:00","code":22013,"#;
+        assert!(damage.starts_with(sxid), "{damage}");
+        alone.recount = Some(Totals(
             [(
                 Series::FallenOffBus {
                     id: XidOf::Bus("B".into()),
@@ -366,9 +308,12 @@ mod tests {
                 u64::MAX,
             )]
             .into(),
-        );
+        ));
         let damage = take_damage(&mut alone).unwrap();
-        assert!(damage.starts_with("the count of B falling off the bus is "));
+        assert!(
+            damage.starts_with(r#"[{"fallen_off_bus":{"id":{"bus":"B"}}},"#),
+            "{damage}"
+        );
         // The largest possible file stays exact and plausible.
         let most = (MAX_COUNT * 10_000) as f64;
         assert!(most < 2f64.powi(53));

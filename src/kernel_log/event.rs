@@ -86,31 +86,27 @@ const MAX_SXID: u32 = 99_999;
 impl Event {
     /// The event a kernel message is, if any.
     pub fn parse(message: &str) -> Option<Event> {
-        if let Some((inside, rest)) = after(message, "NVRM: Xid (") {
+        if let Some((_, inside, rest)) = after(message, "NVRM: Xid (") {
             let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_XID)?;
             return Some(Event::Xid { bus, code });
         }
-        if let Some((inside, rest)) = after(message, ": SXid (") {
-            let name = &message[..message.find(": SXid (")?];
+        if let Some((name, inside, rest)) = after(message, ": SXid (") {
             let switch = name.rsplit_once("nvidia-nvswitch")?.1.parse().ok()?;
             let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_SXID)?;
-            let severity = match rest.split(',').nth(1).map(str::trim) {
-                Some("Fatal") => "fatal",
-                Some("Non-fatal") => "non_fatal",
-                _ => return None,
-            };
             return Some(Event::SXid {
                 switch,
                 bus,
                 code,
-                severity,
+                severity: match rest.split(',').nth(1).map(str::trim) {
+                    Some("Fatal") => "fatal",
+                    Some("Non-fatal") => "non_fatal",
+                    _ => return None,
+                },
             });
         }
-        if !message.contains("fallen off the bus") {
-            return None;
-        }
+        message.contains("fallen off the bus").then_some(())?;
         // The first `GPU ` (or `GPU at `) of the driver's text followed by a bus id.
         let driver = &message[message.find("NVRM: ")?..];
         let not_id = |c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.');
@@ -122,11 +118,11 @@ impl Event {
     }
 }
 
-/// The text between `opening` and the next `)`, and what follows that `):`.
-fn after<'m>(message: &'m str, opening: &str) -> Option<(&'m str, &'m str)> {
-    let rest = &message[message.find(opening)? + opening.len()..];
+/// The text before `opening`, between it and the next `)`, and after that `):`.
+fn after<'m>(message: &'m str, opening: &str) -> Option<(&'m str, &'m str, &'m str)> {
+    let (before, rest) = message.split_once(opening)?;
     let (inside, rest) = rest.split_once(')')?;
-    Some((inside, rest.strip_prefix(':')?.trim_start()))
+    Some((before, inside, rest.strip_prefix(':')?.trim_start()))
 }
 
 /// The decimal number `text` starts with.
@@ -154,11 +150,9 @@ impl BusId {
         let id = format!("{domain:08X}:{bus:02X}:{device:02X}");
         parts.next().is_none().then_some(BusId(id))
     }
-}
 
-impl From<BusId> for String {
-    fn from(bus: BusId) -> String {
-        bus.0
+    pub fn into_string(self) -> String {
+        self.0
     }
 }
 

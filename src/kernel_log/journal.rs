@@ -1,5 +1,5 @@
 //! This boot's kernel entries from the systemd journal: `journalctl -o json`
-//! (one entry a line) parsed on a thread of its own as it arrives, until journalctl ends, the
+//! (one entry a line) parsed as it arrives, until journalctl ends, the
 //! deadline passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is
 //! killed; an entry cut off is not read). The read starts with `--cursor`, not
 //! `--after-cursor` (docs/design.md says why), and drops the cursor's entry.
@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use serde::{Deserialize, Deserializer};
+use serde::{de::Error as _, Deserialize, Deserializer};
 
 use super::event::{Error, Position, MAX_BYTES_PER_RUN};
 
@@ -61,16 +61,11 @@ struct Entry {
 /// A field's value: JSON gives it as its bytes where it is not UTF-8 or has
 /// control characters.
 fn text<'de, D: Deserializer<'de>>(value: D) -> Result<String, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Value {
-        Text(String),
-        Bytes(Vec<u8>),
-    }
-    Ok(match Value::deserialize(value)? {
-        Value::Text(text) => text,
-        Value::Bytes(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-    })
+    let bytes = match serde_json::Value::deserialize(value)? {
+        serde_json::Value::String(text) => return Ok(text),
+        bytes => Vec::<u8>::deserialize(bytes).map_err(D::Error::custom)?,
+    };
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// See [`super::Source::read`]; `dir` replaces the system journal, `on_line`
@@ -82,18 +77,16 @@ pub(super) fn read(
     until: Instant,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<(), Error> {
+    let boot_id = boot_id.replace('-', ""); // as the journal writes it
     let not_found = || io::Error::new(io::ErrorKind::NotFound, JOURNALCTL.join(" or "));
     let start = |e| Error::Io("run journalctl".into(), e);
-    let mut command = Command::new(journalctl().ok_or_else(not_found).map_err(start)?);
-    if let Some(dir) = dir {
-        command.arg("--directory").arg(dir);
-    }
     // Without a cursor, from the entry's time on (a cursor journalctl makes).
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
     let cursor = at.cursor.clone().or(by_time);
-    command.args(cursor.map(|cursor| format!("--cursor={cursor}")));
-    let child = command
+    let child = Command::new(journalctl().ok_or_else(not_found).map_err(start)?)
+        .args(dir.iter().flat_map(|dir| [Path::new("--directory"), dir]))
+        .args(cursor.map(|cursor| format!("--cursor={cursor}")))
         .args(["--no-pager", "--quiet", "--all", "--output=json"])
         .arg("--output-fields=MESSAGE,SYSLOG_FACILITY")
         .arg("_TRANSPORT=kernel")
@@ -118,24 +111,11 @@ pub(super) fn read(
     })
 }
 
-/// Hands each entry of `child`'s export output to `on_entry` until it exits
-/// (its status decides), `until` passes or the byte bound is reached (then it
-/// is killed).
+/// Hands each entry of `child`'s output to `on_entry` as it arrives, until it
+/// ends (its exit status decides), `until` passes or the byte bound is reached.
 fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
-    // Entries travel in batches of up to 256 (sent when the output read so
-    // far is used up), at most four queued.
-    let (batches, parsed) = mpsc::sync_channel(4);
-    let parser = thread::spawn(move || {
-        let mut batch = Vec::new();
-        let ended = parse(stdout, &mut |entry, drained| {
-            batch.push(entry);
-            (batch.len() < 256 && !drained) || batches.send(std::mem::take(&mut batch)).is_ok()
-        });
-        let _ = batches.send(batch);
-        ended
-    });
     // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
     let said = thread::spawn(move || {
         let mut said = Vec::new();
@@ -143,59 +123,40 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
         let _ = io::copy(&mut stderr, &mut io::sink());
         String::from_utf8_lossy(&said).trim().to_owned()
     });
-    let failed = |e| Error::Io("read journalctl's output".into(), e);
-    let cut = loop {
-        // A queued batch is received even after the deadline: look first.
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break Some(Error::Deadline);
+    // Owns journalctl: kills it at the deadline (closing its output ends the read)
+    // or once the read stopped short of the output's end; then says how it ended.
+    let (tell, told) = mpsc::channel();
+    let watchdog = thread::spawn(move || {
+        let read = told.recv_timeout(until.saturating_duration_since(Instant::now()));
+        if !matches!(read, Ok(Ok(false))) {
+            let _ = child.kill();
         }
-        match parsed.recv_timeout(left) {
-            Ok(batch) => batch.into_iter().for_each(&mut *on_entry),
-            Err(mpsc::RecvTimeoutError::Timeout) => break Some(Error::Deadline),
-            Err(mpsc::RecvTimeoutError::Disconnected) => match parser.join() {
-                Ok(Ok(false)) => break None, // the output ended
-                Ok(bound) => break Some(bound.map_or_else(failed, |_| Error::Bound)),
-                Err(panic) => std::panic::resume_unwind(panic),
-            },
+        match (read, child.wait()) {
+            (Err(_), _) => Err(Error::Deadline), // the deadline came first
+            (Ok(Ok(true)), _) => Err(Error::Bound),
+            (Ok(Err(e)), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
+            (_, Ok(status)) if status.success() => Ok(()),
+            (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
         }
-    };
-    if let Some(cut) = cut {
-        // The parser thread ends once journalctl's output closes.
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(cut);
-    }
-    let status = child.wait().map_err(failed)?;
-    let said = said.join().unwrap_or_default();
-    let exited = status.success();
-    exited.then_some(()).ok_or(Error::Failed(status, said))
+    });
+    let _ = tell.send(parse(stdout, on_entry));
+    watchdog.join().expect("the watchdog does not panic")
 }
 
-/// Parses the output, handing each complete entry to `on_entry` (with whether
-/// the output read so far is used up) until it returns false or the output
+/// Parses the output, handing each complete entry to `on_entry`, until it
 /// ends; true if it ended at the byte bound. A line not an entry is skipped.
-fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry, bool) -> bool) -> io::Result<bool> {
-    let mut limited = output.take(MAX_BYTES_PER_RUN);
-    let mut reader = BufReader::new(&mut limited);
+fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry)) -> io::Result<bool> {
+    let mut reader = BufReader::new(output.take(MAX_BYTES_PER_RUN));
     let mut line = Vec::new();
-    while reader
-        .by_ref()
-        .take(MAX_LINE)
-        .read_until(b'\n', &mut line)?
-        > 0
-    {
+    while (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line)? > 0 {
         if line.pop_if(|b| *b == b'\n').is_none() {
             reader.skip_until(b'\n')?; // cut off, or longer than kept
         } else if let Ok(entry) = serde_json::from_slice(&line) {
-            if !on_entry(entry, reader.buffer().is_empty()) {
-                break;
-            }
+            on_entry(entry);
         }
         line.clear();
     }
-    drop(reader);
-    Ok(limited.limit() == 0)
+    Ok(reader.get_ref().limit() == 0)
 }
 
 #[cfg(test)]
@@ -217,17 +178,9 @@ mod tests {
 
     fn entries(data: &[u8]) -> Vec<Entry> {
         let mut all = Vec::new();
-        assert!(!parse(data, &mut |e, _| {
-            all.push(e);
-            true
-        })
-        .unwrap());
+        assert!(!parse(data, &mut |e| all.push(e)).unwrap());
         let mut trickled = Vec::new();
-        parse(Trickle(data), &mut |e, _| {
-            trickled.push(e);
-            true
-        })
-        .unwrap();
+        parse(Trickle(data), &mut |e| trickled.push(e)).unwrap();
         assert_eq!(trickled, all);
         all
     }
@@ -297,6 +250,11 @@ mod tests {
         assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(seen, 1);
+        // Busy at the deadline: killed there, the entries read by then count.
+        let (mut seen, soon) = (0, Instant::now() + Duration::from_millis(100));
+        let ended = stream(child(r#"yes '{"__CURSOR":"c"}'"#), soon, &mut |_| seen += 1);
+        assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
+        assert!(seen > 0);
 
         let ended = stream(child("echo no >&2; exit 3"), far, &mut |_| {});
         assert!(

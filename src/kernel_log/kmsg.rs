@@ -18,14 +18,13 @@ pub(super) fn open() -> io::Result<File> {
         .open(KMSG)
 }
 
-/// See [`super::Source::read`]; `on_line` gets the kernel's own messages.
+/// See [`super::Source::read`]; `file` is [`open`]'s, `on_line` gets the kernel's own messages.
 pub(super) fn read(
+    mut file: &File,
     at: &mut Position,
     until: Instant,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<(), Error> {
-    let failed = |e| Error::Io(format!("read {KMSG}"), e);
-    let mut file = open().map_err(failed)?;
     // A record is at most about 8 KiB.
     let mut buffer = vec![0u8; 1 << 14];
     while Instant::now() < until {
@@ -36,18 +35,17 @@ pub(super) fn read(
             // Records were overwritten while reading: go on with the next.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(failed(e)),
+            Err(e) => return Err(Error::Io(format!("read {KMSG}"), e)),
         };
-        let Some((facility, seq, message)) = parse(&buffer[..n]) else {
-            continue;
-        };
-        if at.kmsg_seq.is_some_and(|last| seq <= last) {
-            continue;
+        match parse(&buffer[..n]) {
+            Some((facility, seq, message)) if at.kmsg_seq.is_none_or(|last| seq > last) => {
+                if facility == 0 {
+                    on_line(&message);
+                }
+                at.kmsg_seq = Some(seq);
+            }
+            _ => {} // not a record, or one read before
         }
-        if facility == 0 {
-            on_line(&message);
-        }
-        at.kmsg_seq = Some(seq);
     }
     Err(Error::Deadline)
 }

@@ -7,19 +7,19 @@ mod event;
 mod journal;
 mod kmsg;
 
-use std::io;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use event::{BusId, Error, Event, Position};
 
 /// Where the kernel log is read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Source {
     /// The systemd journal: the system's, or the files in a directory.
     Journal(Option<PathBuf>),
-    /// The kernel's ring buffer, /dev/kmsg.
-    Kmsg,
+    /// The kernel's ring buffer, /dev/kmsg, open for reads that never block.
+    Kmsg(File),
 }
 
 impl Source {
@@ -27,7 +27,7 @@ impl Source {
     pub fn label(&self) -> &'static str {
         match self {
             Source::Journal(_) => "journal",
-            Source::Kmsg => "kmsg",
+            Source::Kmsg(_) => "kmsg",
         }
     }
 
@@ -37,19 +37,16 @@ impl Source {
         match journal_dir {
             Some(dir) => Some(Source::Journal(Some(dir.to_path_buf()))),
             None if journal::system_journal_exists() => Some(Source::Journal(None)),
-            None => {
-                let unreadable = |e: &io::Error| log::debug!("cannot open {}: {e}", kmsg::KMSG);
-                kmsg::open()
-                    .inspect_err(unreadable)
-                    .ok()
-                    .map(|_| Source::Kmsg)
-            }
+            None => kmsg::open()
+                .inspect_err(|e| log::debug!("cannot open {}: {e}", kmsg::KMSG))
+                .ok()
+                .map(Source::Kmsg),
         }
     }
 
-    /// Reads from `at` until `until`, handing each event of the kernel's own
-    /// lines to `on_event` and moving `at` past each entry read. `boot_id` is
-    /// this boot's as the journal writes it (no dashes).
+    /// Reads this boot's (`boot_id`) log from `at` until `until`, handing each
+    /// event of the kernel's own lines to `on_event` and moving `at` past each
+    /// entry read.
     pub fn read(
         &self,
         at: &mut Position,
@@ -60,7 +57,7 @@ impl Source {
         let on_line = &mut |line: &str| Event::parse(line).into_iter().for_each(&mut *on_event);
         match self {
             Source::Journal(dir) => journal::read(dir.as_deref(), at, boot_id, until, on_line),
-            Source::Kmsg => kmsg::read(at, until, on_line),
+            Source::Kmsg(file) => kmsg::read(file, at, until, on_line),
         }
     }
 }
