@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{BusId, Error, Event, Position, Source};
 use crate::metrics::families;
+use crate::reason::constants;
 use crate::snapshot::Snapshot;
 use crate::state::boot_id;
 use crate::state::schema::{Series, XidCounts as Counts, XidOf, XidTotals as Totals};
@@ -34,19 +35,36 @@ families! {
 /// year): a stored count above it is damage. Counting saturates here.
 const MAX_COUNT: u64 = 1 << 32;
 
+constants! {
+    /// Why a run counted nothing, without reading the kernel log.
+    pub enum Skipped {
+        fn message;
+    }
+    NoBootId => ("cannot read this boot's id: nothing can be told to be this boot's");
+    StateUnusable => ("the state cannot be used this run; the XID counts are left out");
+    NoKernelLog => ("no kernel log to count XID errors from");
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for Skipped {}
+
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
 /// adds the totals to the snapshot; the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let Some(boot_id) = boot_id() else {
         // No state was loaded either (see `state::boot_id`).
-        let why = "cannot read this boot's id: nothing can be told to be this boot's";
-        log::warn!("cannot count XID errors: {why}");
-        return Err(why.into());
+        log::warn!("cannot count XID errors: {}", Skipped::NoBootId);
+        return Err(Skipped::NoBootId.into());
     };
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
-        return Err("the state cannot be used this run; the XID counts are left out".into());
+        return Err(Skipped::StateUnusable.into());
     }
     let mut counts = run.state.previous().xid.clone();
     if let Some(damage) = take_damage(&mut counts) {
@@ -64,7 +82,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
                      readable); publishing the counts known so far"
                 );
             }
-            Err("no kernel log to count XID errors from".into())
+            Err(Skipped::NoKernelLog.into())
         }
         Some(source) => counts.read(&source, run, &boot_id).map_err(Into::into),
     };
