@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{BusId, Error, Event, Position, Source};
 use crate::metrics::families;
-use crate::reason::constants;
 use crate::snapshot::Snapshot;
-use crate::state::boot_id;
 use crate::state::schema::{Series, XidCounts as Counts, XidOf, XidTotals as Totals};
 
 families! {
@@ -35,37 +33,28 @@ families! {
 /// year): a stored count above it is damage. Counting saturates here.
 const MAX_COUNT: u64 = 1 << 32;
 
-constants! {
-    /// Why a run counted nothing, without reading the kernel log.
-    pub enum Skipped {
-        fn message;
-    }
-    NoBootId => ("cannot read this boot's id: nothing can be told to be this boot's");
-    StateUnusable => ("the state cannot be used this run; the XID counts are left out");
-    NoKernelLog => ("no kernel log to count XID errors from");
-}
+/// Why a run counted nothing: the state cannot be used this run.
+#[derive(Debug)]
+pub struct StateUnusable;
 
-impl std::fmt::Display for Skipped {
+impl std::fmt::Display for StateUnusable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.message())
+        f.write_str("the state cannot be used this run; the XID counts are left out")
     }
 }
 
-impl std::error::Error for Skipped {}
+impl std::error::Error for StateUnusable {}
 
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
 /// adds the totals to the snapshot; the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
-    let Some(boot_id) = boot_id() else {
-        // No state was loaded either (see `state::boot_id`).
-        log::warn!("cannot count XID errors: {}", Skipped::NoBootId);
-        return Err(Skipped::NoBootId.into());
-    };
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
-        return Err(Skipped::StateUnusable.into());
+        return Err(StateUnusable.into());
     }
+    // Whenever totals continue, the state's boot id is this boot's.
+    let boot_id = run.state.previous().boot_id.clone();
     let mut counts = run.state.previous().xid.clone();
     if let Some(damage) = take_damage(&mut counts) {
         log::warn!(
@@ -74,21 +63,15 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
         );
         counts.start_recount();
     }
-    let result = match Source::choose(run.journal_dir) {
-        None => {
-            if !std::mem::replace(&mut counts.unavailable, true) {
-                log::warn!(
-                    "no kernel log to count XID errors from (no journal files, /dev/kmsg not \
-                     readable); publishing the counts known so far"
-                );
-            }
-            Err(Skipped::NoKernelLog.into())
-        }
-        Some(source) => counts.read(&source, run, &boot_id).map_err(Into::into),
-    };
+    let source = Source::choose(run.journal_dir);
+    let result = source.and_then(|source| counts.read(&source, run, &boot_id));
+    if matches!(result, Err(Error::NoSource)) && !std::mem::replace(&mut counts.unavailable, true) {
+        let none = Error::NoSource;
+        log::warn!("cannot count XID errors: {none}; publishing the counts known so far");
+    }
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
-    result
+    result.map_err(Into::into)
 }
 
 impl Counts {
@@ -126,7 +109,9 @@ impl Counts {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
             let at = &mut attempt.position;
             match source.read(at, boot_id, run.until, &mut |e| count(into, e, &gpus)) {
-                Err(error) if !error.is_cut() => drop(first_error.get_or_insert(error)),
+                Err(e) if !matches!(e, Error::Deadline | Error::Bound) => {
+                    first_error.get_or_insert(e);
+                }
                 read => {
                     if let Some(error) = first_error {
                         log::warn!("journalctl refused the saved cursor ({error}); {now}");

@@ -26,7 +26,9 @@ pub struct Position {
 /// entry read before.
 #[derive(Debug)]
 pub enum Error {
-    /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`] ([`Error::is_cut`]).
+    /// Neither journal files (with journalctl) nor a readable /dev/kmsg.
+    NoSource,
+    /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`].
     Deadline,
     Bound,
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
@@ -40,6 +42,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let bytes = MAX_BYTES_PER_RUN;
         match self {
+            Error::NoSource => {
+                f.write_str("no kernel log (no journal files, /dev/kmsg not readable)")
+            }
             Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
             Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
             Error::Deadline => {
@@ -47,12 +52,6 @@ impl fmt::Display for Error {
             }
             Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
         }
-    }
-}
-
-impl Error {
-    pub fn is_cut(&self) -> bool {
-        matches!(self, Error::Deadline | Error::Bound)
     }
 }
 
@@ -84,15 +83,18 @@ const MAX_XID: u32 = 9999;
 const MAX_SXID: u32 = 99_999;
 
 impl Event {
-    /// The event a kernel message is, if any.
+    /// The event a kernel message is, if any. Only a message that starts as
+    /// the driver's do (`NVRM: `, `nvidia-nvswitchN: `) is one, not text a
+    /// user got the kernel to echo (an unknown mount option, say).
     pub fn parse(message: &str) -> Option<Event> {
-        if let Some((_, inside, rest)) = after(message, "NVRM: Xid (") {
+        if let Some((inside, rest)) = message.strip_prefix("NVRM: Xid (").and_then(parens) {
             let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_XID)?;
             return Some(Event::Xid { bus, code });
         }
-        if let Some((name, inside, rest)) = after(message, ": SXid (") {
-            let switch = name.rsplit_once("nvidia-nvswitch")?.1.parse().ok()?;
+        if let Some((name, rest)) = message.split_once(": SXid (") {
+            let switch = name.strip_prefix("nvidia-nvswitch")?.parse().ok()?;
+            let (inside, rest) = parens(rest)?;
             let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
             let code = leading_number(rest).filter(|code| *code <= MAX_SXID)?;
             return Some(Event::SXid {
@@ -106,9 +108,9 @@ impl Event {
                 },
             });
         }
-        message.contains("fallen off the bus").then_some(())?;
+        let driver = message.strip_prefix("NVRM: ")?;
+        driver.contains("fallen off the bus").then_some(())?;
         // The first `GPU ` (or `GPU at `) of the driver's text followed by a bus id.
-        let driver = &message[message.find("NVRM: ")?..];
         let not_id = |c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.');
         driver.split("GPU ").skip(1).find_map(|text| {
             let id = text.trim_start_matches("at ").split(not_id).next()?;
@@ -118,11 +120,10 @@ impl Event {
     }
 }
 
-/// The text before `opening`, between it and the next `)`, and after that `):`.
-fn after<'m>(message: &'m str, opening: &str) -> Option<(&'m str, &'m str, &'m str)> {
-    let (before, rest) = message.split_once(opening)?;
-    let (inside, rest) = rest.split_once(')')?;
-    Some((before, inside, rest.strip_prefix(':')?.trim_start()))
+/// The text up to the next `)`, and what follows that `):`.
+fn parens(text: &str) -> Option<(&str, &str)> {
+    let (inside, rest) = text.split_once(')')?;
+    Some((inside, rest.strip_prefix(':')?.trim_start()))
 }
 
 /// The decimal number `text` starts with.
@@ -173,6 +174,7 @@ mod tests {
         let old = "NVRM: Xid (0000:01:00): 13, Graphics Exception: ESR 0x405840=0x0";
         assert_eq!(Event::parse(old), xid("00000000:01:00", 13));
         for not_xid in [
+            "tmpfs: Unknown parameter 'NVRM: Xid (PCI:0000:18:00): 79'",
             "NVRM: GPU at PCI:0000:3b:00: GPU-1234",
             "NVRM: Xid (PCI:zz:3b:00): 79, x",
             "NVRM: Xid (PCI:0000:3b:00): , x",
@@ -220,6 +222,8 @@ mod tests {
         ] {
             assert_eq!(Event::parse(&format!("{at}{repeat}")), None, "{repeat}");
         }
+        let echoed = format!("tmpfs: Unknown parameter '{fatal}'");
+        assert_eq!(Event::parse(&echoed), None);
     }
 
     /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (the driver's
@@ -246,6 +250,9 @@ mod tests {
             fallen("00000000:01:00")
         );
         assert_eq!(Event::parse("NVRM: GPU has fallen off the bus."), None);
+        let echoed =
+            "tmpfs: Unknown parameter 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.'";
+        assert_eq!(Event::parse(echoed), None);
     }
 
     #[test]

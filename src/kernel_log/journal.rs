@@ -6,9 +6,10 @@
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
@@ -84,6 +85,9 @@ pub(super) fn read(
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
     let cursor = at.cursor.clone().or(by_time);
+    // A socket, so that a read gives up at `until` even while another process
+    // holds journalctl's output open.
+    let (output, theirs) = UnixStream::pair().map_err(start)?;
     let child = Command::new(journalctl().ok_or_else(not_found).map_err(start)?)
         .args(dir.iter().flat_map(|dir| [Path::new("--directory"), dir]))
         .args(cursor.map(|cursor| format!("--cursor={cursor}")))
@@ -93,11 +97,11 @@ pub(super) fn read(
         .arg(format!("_BOOT_ID={boot_id}"))
         .env("SYSTEMD_COLORS", "0")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(OwnedFd::from(theirs))
         .stderr(Stdio::piped())
         .spawn()
         .map_err(start)?;
-    stream(child, until, &mut |entry| {
+    stream(child, ReadBy(output, until), &mut |entry| {
         if Some(&entry.cursor) == at.cursor.as_ref() {
             return; // the entry read last, still in the journal
         }
@@ -111,10 +115,10 @@ pub(super) fn read(
     })
 }
 
-/// Hands each entry of `child`'s output to `on_entry` as it arrives, until it
-/// ends (its exit status decides), `until` passes or the byte bound is reached.
-fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
-    let stdout = child.stdout.take().expect("piped");
+/// Hands each entry of `child`'s `output` to `on_entry` as it arrives, until
+/// it ends (the exit status decides), its deadline passes or the byte bound is
+/// reached (then `child` is killed).
+fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let mut stderr = child.stderr.take().expect("piped");
     // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
     let said = thread::spawn(move || {
@@ -123,24 +127,31 @@ fn stream(mut child: Child, until: Instant, on_entry: &mut dyn FnMut(Entry)) -> 
         let _ = io::copy(&mut stderr, &mut io::sink());
         String::from_utf8_lossy(&said).trim().to_owned()
     });
-    // Owns journalctl: kills it at the deadline (closing its output ends the read)
-    // or once the read stopped short of the output's end; then says how it ended.
-    let (tell, told) = mpsc::channel();
-    let watchdog = thread::spawn(move || {
-        let read = told.recv_timeout(until.saturating_duration_since(Instant::now()));
-        if !matches!(read, Ok(Ok(false))) {
-            let _ = child.kill();
+    let read = parse(output, on_entry);
+    if !matches!(read, Ok(false)) {
+        let _ = child.kill();
+    }
+    match (read, child.wait()) {
+        (Err(e), _) if e.kind() == io::ErrorKind::WouldBlock => Err(Error::Deadline),
+        (Ok(true), _) => Err(Error::Bound),
+        (Err(e), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
+        (_, Ok(status)) if status.success() => Ok(()),
+        (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
+    }
+}
+
+/// Reads from a socket until a deadline; then each read fails with `WouldBlock`.
+struct ReadBy(UnixStream, Instant);
+
+impl Read for ReadBy {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.1.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::WouldBlock.into());
         }
-        match (read, child.wait()) {
-            (Err(_), _) => Err(Error::Deadline), // the deadline came first
-            (Ok(Ok(true)), _) => Err(Error::Bound),
-            (Ok(Err(e)), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
-            (_, Ok(status)) if status.success() => Ok(()),
-            (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
-        }
-    });
-    let _ = tell.send(parse(stdout, on_entry));
-    watchdog.join().expect("the watchdog does not panic")
+        self.0.set_read_timeout(Some(left))?;
+        self.0.read(buf)
+    }
 }
 
 /// Parses the output, handing each complete entry to `on_entry`, until it
@@ -218,49 +229,61 @@ mod tests {
         );
     }
 
-    fn child(script: &str) -> Child {
-        let mut command = Command::new("/bin/sh");
-        command
+    /// `script` run by sh, and its output read by `until`.
+    fn child(script: &str, until: Instant) -> (Child, ReadBy) {
+        let (output, theirs) = UnixStream::pair().unwrap();
+        let child = Command::new("/bin/sh")
             .args(["-c", script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command.spawn().unwrap()
+            .stdout(OwnedFd::from(theirs))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child, ReadBy(output, until))
     }
 
     #[test]
     fn a_stream_ends_at_the_byte_bound_the_deadline_and_the_exit_status() {
         let far = Instant::now() + Duration::from_secs(60);
+        let run = |script: &str, until, on_entry: &mut dyn FnMut(Entry)| {
+            let (child, output) = child(script, until);
+            stream(child, output, on_entry)
+        };
         // One endless entry: never handed on, memory bounded, cut at the bound.
         let mut seen = 0;
-        let ended = stream(child("yes __CURSOR=c"), far, &mut |_| seen += 1);
+        let ended = run("yes __CURSOR=c", far, &mut |_| seen += 1);
         assert!(matches!(ended, Err(Error::Bound)), "{ended:?}");
         assert_eq!(seen, 0);
 
         let started = Instant::now();
         let soon = started + Duration::from_millis(200);
-        let ended = stream(
-            child(r#"printf '{"__CURSOR":"c1"}\n'; exec sleep 30"#),
-            soon,
-            &mut |e| {
-                assert_eq!(e.cursor, "c1");
-                seen += 1;
-            },
-        );
+        let script = r#"printf '{"__CURSOR":"c1"}\n'; exec sleep 30"#;
+        let ended = run(script, soon, &mut |e| {
+            assert_eq!(e.cursor, "c1");
+            seen += 1;
+        });
         assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(seen, 1);
+        // A process left holding the output (a wrapper that does not exec):
+        // the read still ends at the deadline.
+        let started = Instant::now();
+        let soon = started + Duration::from_millis(200);
+        let script = r#"printf '{"__CURSOR":"c1"}\n'; sleep 5 & wait"#;
+        let ended = run(script, soon, &mut |_| seen += 1);
+        assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(seen, 2);
         // Busy at the deadline: killed there, the entries read by then count.
         let (mut seen, soon) = (0, Instant::now() + Duration::from_millis(100));
-        let ended = stream(child(r#"yes '{"__CURSOR":"c"}'"#), soon, &mut |_| seen += 1);
+        let ended = run(r#"yes '{"__CURSOR":"c"}'"#, soon, &mut |_| seen += 1);
         assert!(matches!(ended, Err(Error::Deadline)), "{ended:?}");
         assert!(seen > 0);
 
-        let ended = stream(child("echo no >&2; exit 3"), far, &mut |_| {});
+        let ended = run("echo no >&2; exit 3", far, &mut |_| {});
         assert!(
             matches!(ended, Err(Error::Failed(s, ref said)) if s.code() == Some(3) && said == "no"),
             "{ended:?}"
         );
-        assert!(matches!(stream(child("true"), far, &mut |_| {}), Ok(())));
+        assert!(matches!(run("true", far, &mut |_| {}), Ok(())));
     }
 }

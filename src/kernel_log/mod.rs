@@ -32,15 +32,15 @@ impl Source {
     }
 
     /// `journal_dir` if given; else the system journal if journalctl and
-    /// journal files exist; else `/dev/kmsg` if it opens; else none.
-    pub fn choose(journal_dir: Option<&Path>) -> Option<Source> {
+    /// journal files exist; else `/dev/kmsg` if it opens.
+    pub fn choose(journal_dir: Option<&Path>) -> Result<Source, Error> {
         match journal_dir {
-            Some(dir) => Some(Source::Journal(Some(dir.to_path_buf()))),
-            None if journal::system_journal_exists() => Some(Source::Journal(None)),
+            Some(dir) => Ok(Source::Journal(Some(dir.to_path_buf()))),
+            None if journal::system_journal_exists() => Ok(Source::Journal(None)),
             None => kmsg::open()
                 .inspect_err(|e| log::debug!("cannot open {}: {e}", kmsg::KMSG))
-                .ok()
-                .map(Source::Kmsg),
+                .map(Source::Kmsg)
+                .map_err(|_| Error::NoSource),
         }
     }
 

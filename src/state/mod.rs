@@ -500,7 +500,7 @@ impl StateFile {
 }
 
 /// The running kernel's boot id (with dashes), if it reads as one.
-pub fn boot_id() -> Option<String> {
+fn boot_id() -> Option<String> {
     boot_id_in(Path::new("/proc/sys/kernel/random/boot_id"))
 }
 
