@@ -406,8 +406,8 @@ fn read_group(
 
 /// `nvidia_gpu_driver_info` (a version NVML cannot tell is an empty label).
 fn driver_info(versions: &Versions) -> Sample {
-    let Versions { driver, cuda, nvml } = versions.clone();
-    metrics::DRIVER_INFO.sample_with([driver, cuda, nvml], 1.0)
+    let labels = [&versions.driver, &versions.cuda, &versions.nvml].map(Clone::clone);
+    metrics::DRIVER_INFO.sample_with(labels, 1.0)
 }
 
 /// The GPUs' previous state as this driver may use it (after a driver

@@ -25,10 +25,9 @@ mod thermal;
 mod utilization;
 pub mod xid;
 
-use crate::collector::SHARED;
+use crate::collector::{Hooks, SHARED};
 use crate::metrics::{self, Family};
 
-use crate::collector::Hooks;
 pub use crate::collector::{Collector, HostRun, Settings};
 
 /// Reads a GPU's identity and its info sample: first, on every GPU.
