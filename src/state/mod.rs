@@ -471,6 +471,8 @@ impl StateFile {
             for (stream, carry) in &before.carries {
                 gpu.carries.entry(*stream).or_insert(*carry);
             }
+            // A run that did not read the links forgets none seen before.
+            gpu.links_seen_active |= before.links_seen_active;
             gpu.index = device.index;
             let or_before =
                 |read: &String, known: &String| if read.is_empty() { known } else { read }.clone();

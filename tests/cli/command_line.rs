@@ -72,6 +72,30 @@ fn unit_start_timeout_outlasts_every_allowed_timeout() {
     assert_eq!(refused.status.code(), Some(2));
 }
 
+/// The unit's comment states the GPM window `auto` gives under its
+/// `--timeout 14s`, as the binary computes it.
+#[test]
+fn unit_comment_states_the_auto_gpm_window() {
+    let unit = fs::read_to_string(Path::new(ROOT).join("systemd/nvidia-textfile-exporter.service"))
+        .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|line| line.strip_prefix("ExecStart="))
+        .expect("ExecStart= in the unit");
+    assert!(exec.contains("--timeout 14s --gpm-window auto"), "{exec}");
+    let stated = unit
+        .split(" s of it")
+        .next()
+        .and_then(|before| before.rsplit('(').next())
+        .expect("the unit states the window as (N s of it");
+    let computed = nvidia_textfile_exporter::timing::gpm_window(
+        Some(nvidia_textfile_exporter::timing::WindowRequest::Longest),
+        Duration::from_secs(14),
+    )
+    .unwrap();
+    assert_eq!(format!("{:.1}", computed.as_secs_f64()), stated);
+}
+
 fn bad_input(args: &[&str], status: i32, message: &str) {
     let output = Command::new(EXE).args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -474,3 +474,30 @@ fn a_link_that_went_down_is_counted_lost() {
         Some(0.0)
     );
 }
+
+/// A run that does not read the links (`--no-collector nvlink`) keeps the
+/// links the state saw active: a later loss is still counted.
+#[test]
+fn a_run_without_the_links_keeps_the_links_seen_active() {
+    let state = tempfile::tempdir().unwrap();
+    let store = ["--stdout", "--write-state"];
+    let first = ex().run_args("nvlink-fields", state.path(), &store, &[]);
+    assert_eq!(first.code(), Some(0), "{}", first.err());
+    let without = ["--stdout", "--write-state", "--no-collector", "nvlink"];
+    let second = ex().run_args("nvlink-fields", state.path(), &without, &[]);
+    assert_eq!(second.code(), Some(0), "{}", second.err());
+    let lost = |run: &Outcome| gpu_value(&run.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]);
+    assert_eq!(lost(&second), None, "no links read, none published");
+    let dir = tempfile::tempdir().unwrap();
+    let down = ex().replaced(
+        dir.path(),
+        "nvlink-fields",
+        &[(
+            "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
+            "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
+        )],
+    );
+    let third = ex().run_args(&down, state.path(), &store, &[]);
+    assert_eq!(third.code(), Some(0), "{}", third.err());
+    assert_eq!(lost(&third), Some(1.0));
+}
