@@ -1,12 +1,16 @@
 //! The xid collector against real journal files (written by
 //! systemd-journal-remote, package systemd-journal-remote): how it fails,
 //! says so and recovers, how it keeps counting across vacuuming, and the
-//! NVSwitch and fallen-off-the-bus lines it counts beside the XIDs. XID
-//! counting itself is in `tests/cli/`.
+//! NVSwitch and fallen-off-the-bus lines it counts beside the XIDs; what a
+//! user forges counts nothing, from the journal and from the kernel's own
+//! /dev/kmsg. XID counting itself is in `tests/cli/`.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::process::Command;
 use std::sync::OnceLock;
 
 use tempfile::TempDir;
@@ -322,4 +326,247 @@ fn sxids_and_gpus_fallen_off_the_bus_count_exactly_between_runs() {
         "{}",
         out.text()
     );
+}
+
+/// What the kernel logs when a program segfaults (show_signal_msg): its
+/// process name (`comm`, set with prctl) and its file's name come first and
+/// last, both the user's choice.
+fn segfault(comm: &str, file: &str) -> String {
+    format!(
+        "{comm}[18231]: segfault at 0 ip 00005577b91e817a sp 00007ffc3836a380 error 6 in \
+         {file}[117a,5577b91e8000+1000] likely on CPU 1 (core 1, socket 0)"
+    )
+}
+
+/// The driver's API mismatch record before R575: `version` is the client's
+/// (up to 63 bytes, line feeds included).
+fn api_mismatch(version: &str) -> String {
+    format!(
+        "NVRM: API mismatch: the client has the version {version}, but\nNVRM: this kernel \
+         module has the version 570.86.15.  Please\nNVRM: make sure that this kernel module \
+         and all NVIDIA driver\nNVRM: components have the same version."
+    )
+}
+
+/// The counted series of a run (XIDs, SXids, fallen off the bus) as lines.
+fn counted(out: &Outcome) -> Vec<String> {
+    let text = out.text();
+    let families = [
+        "nvidia_gpu_xid_",
+        "nvidia_gpu_fallen_off_bus",
+        "nvidia_gpu_nvswitch_sxid",
+    ];
+    text.lines()
+        .filter(|line| families.iter().any(|family| line.starts_with(family)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The totals the state keeps.
+fn stored_totals(state: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(state.join("state")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["xid"]["totals"].clone()
+}
+
+/// Kernel lines that quote what a user chose, in the journal as the kernel
+/// logged them (kernel transport, facility 0): a segfault whose process and
+/// file name spell a GPU falling off the bus (of a GPU here, and of a bus id
+/// no GPU has), and API mismatch records whose client version holds a line
+/// of the driver's. None counts, adds a series or enters the state; a real
+/// line after them does count.
+#[test]
+fn lines_a_user_forged_count_nothing_and_add_no_series() {
+    let mut export = sxid_22013(1000).into_bytes();
+    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal_bytes(journal.path(), "a.journal", &export);
+    let before = run(state.path(), journal.path(), None);
+    assert_eq!(before.series(GPU0), Some(1.0), "{}", before.text());
+    let totals = stored_totals(state.path());
+
+    let mut forged = Vec::new();
+    for (at, line) in [
+        (
+            2000,
+            segfault("NVRM: x", "GPU 0000:18:00.0 has fallen off the bus"),
+        ),
+        (
+            2001,
+            segfault("NVRM: x", "GPU 0000:e7:00.0 has fallen off the bus"),
+        ),
+        (2002, segfault("NVRM: Xid (PCI:", "0000:18:00): 79, x")),
+    ] {
+        forged.extend(journal_entry(at, "kernel", &line).into_bytes());
+    }
+    for (at, version) in [
+        (
+            2010,
+            "1\nNVRM: GPU 0000:18:00.0: GPU has fallen off the bus.",
+        ),
+        (2011, "1\nNVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, x"),
+        (
+            2012,
+            "1\nnvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, x",
+        ),
+    ] {
+        forged.extend(journal_entry_binary(at, &api_mismatch(version)));
+    }
+    write_journal_bytes(journal.path(), "b.journal", &forged);
+    let after = run(state.path(), journal.path(), None);
+    assert_eq!(after.series(SUCCESS), Some(1.0), "{}", after.err());
+    assert_eq!(counted(&after), counted(&before), "{}", after.text());
+    assert_eq!(stored_totals(state.path()), totals);
+
+    add_xid79(journal.path(), "c.journal", 3000);
+    assert_eq!(
+        run(state.path(), journal.path(), None).series(GPU0),
+        Some(2.0)
+    );
+}
+
+/// 100,000 forged lines between two runs, each naming another bus id, shed
+/// no real count (the state's bound on series is never reached) and leave
+/// the state usable.
+#[test]
+fn a_flood_of_forged_lines_sheds_no_real_count() {
+    let mut export = sxid_22013(1000).into_bytes();
+    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal_bytes(journal.path(), "a.journal", &export);
+    let before = run(state.path(), journal.path(), None);
+    assert_eq!(before.series(SXID_22013), Some(1.0), "{}", before.text());
+
+    let mut flood = String::new();
+    for i in 0..100_000u64 {
+        let (domain, bus) = (i >> 8, i & 0xff);
+        let file = format!("GPU {domain:04x}:{bus:02x}:00.0 has fallen off the bus");
+        flood += &journal_entry(2000 + i, "kernel", &segfault("NVRM: x", &file));
+    }
+    write_journal(journal.path(), "b.journal", &flood);
+    // A run may stop short of the end (its deadline): the next goes on.
+    let mut after = run(state.path(), journal.path(), None);
+    for _ in 0..3 {
+        if after.series(SUCCESS) == Some(1.0) {
+            break;
+        }
+        after = run(state.path(), journal.path(), None);
+    }
+    assert_eq!(after.series(SUCCESS), Some(1.0), "{}", after.err());
+    assert_eq!(counted(&after), counted(&before));
+    assert_eq!(after.series("nvidia_gpu_collector_state_ok"), Some(1.0));
+
+    write_journal(journal.path(), "c.journal", &sxid_22013(200_000));
+    let last = run(state.path(), journal.path(), None);
+    assert_eq!(last.series(SXID_22013), Some(2.0), "{}", last.text());
+}
+
+/// The attack itself, through the kernel: a program run as `nobody`, named
+/// `NVRM: x` and from a file named `GPU 0000:18:00.0 has fallen off the bus`
+/// (GPU 0's bus), dereferences NULL; the kernel logs it with the kernel
+/// facility. The exporter reads /dev/kmsg (no journal in its mount
+/// namespace), moves past the line and counts nothing. Needs root, `cc`,
+/// unshare and setpriv (util-linux), as `make test` has.
+#[test]
+fn a_segfault_in_the_kernels_own_log_counts_nothing() {
+    assert_eq!(
+        fs::metadata("/proc/self").unwrap().uid(),
+        0,
+        "needs root (to read /dev/kmsg and unshare a mount namespace): run it as make test does"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let source = dir.path().join("segv.c");
+    fs::write(
+        &source,
+        "#include <sys/prctl.h>\nint main(int c, char **v) { prctl(PR_SET_NAME, v[1], 0, 0, 0); \
+         *(volatile int *)0 = c; return 0; }\n",
+    )
+    .unwrap();
+    let program = dir.path().join("GPU 0000:18:00.0 has fallen off the bus");
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .status();
+    assert!(cc.expect("cc (gcc)").success());
+
+    let state = tempfile::tempdir().unwrap();
+    let kmsg_run = || {
+        let hide = "for d in /var/log/journal /run/log/journal; do \
+                    [ -d \"$d\" ] && mount -t tmpfs none \"$d\"; done; exec \"$@\"";
+        let out = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                hide,
+                "sh",
+            ])
+            .arg(EXE)
+            .arg("--nvml-lib")
+            .arg(&ex().lib)
+            .args(["--stdout", "--write-state", "--state-dir"])
+            .arg(state.path())
+            .env("FAKE_NVML_SCENARIO", ex().scenario("h100x8"))
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("unshare (util-linux)");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let stored = fs::read_to_string(state.path().join("state")).unwrap();
+        let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+        (text, stored["xid"].clone())
+    };
+    let (_, first) = kmsg_run();
+    assert_eq!(first["source"], "kmsg", "{first}");
+
+    let crashed = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&program)
+        .arg("NVRM: x")
+        .status()
+        .expect("setpriv (util-linux)");
+    assert_eq!(crashed.signal(), Some(11), "the program segfaults");
+    let seq = kmsg_records()
+        .iter()
+        .rev()
+        .find(|(_, text)| text.starts_with("NVRM: x[") && text.contains(" has fallen off the bus["))
+        .map(|(seq, _)| *seq)
+        .expect("the kernel logged the segfault (/proc/sys/debug/exception-trace 1)");
+
+    let (text, xid) = kmsg_run();
+    assert!(xid["kmsg_seq"].as_u64() >= Some(seq), "read past it: {xid}");
+    assert_eq!(xid["totals"], first["totals"], "{xid}");
+    let gpu0 = r#"nvidia_gpu_fallen_off_bus_total{gpu="0",uuid="GPU-5a8f0c3e-1b7d-4e52-9c61-2f3a8d4b7e10"} 0"#;
+    assert!(text.lines().any(|line| line == gpu0), "{text}");
+    assert!(!text.contains("_unattributed_total{"), "{text}");
+}
+
+/// The records in /dev/kmsg now: sequence number and message.
+fn kmsg_records() -> Vec<(u64, String)> {
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .expect("/dev/kmsg");
+    let mut records = Vec::new();
+    let mut buffer = vec![0u8; 1 << 14];
+    loop {
+        let n = match file.read(&mut buffer) {
+            Ok(n) if n > 0 => n,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => continue,
+            _ => return records,
+        };
+        let record = String::from_utf8_lossy(&buffer[..n]).into_owned();
+        let Some((header, message)) = record.split_once(';') else {
+            continue;
+        };
+        if let Some(seq) = header.split(',').nth(1).and_then(|s| s.parse().ok()) {
+            records.push((seq, message.lines().next().unwrap_or_default().to_owned()));
+        }
+    }
 }

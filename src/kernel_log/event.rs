@@ -57,10 +57,12 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// A kernel line the driver logs about a GPU or NVSwitch.
+/// A kernel line the driver logs about a GPU or NVSwitch, in the shapes of
+/// the driver's own format strings (docs/design.md names each source).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// `NVRM: Xid (PCI:0000:3b:00): 79, pid=…` (older drivers: `Xid (0000:3b:00)`).
+    /// `NVRM: Xid (PCI:0000:3b:00): 79, pid=…` (with ` GPU-I:01` and
+    /// ` GPU-CI:00` after the id for a MIG instance).
     Xid { bus: BusId, code: u32 },
     /// `nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 …`:
     /// the one line of an SXid that names its severity.
@@ -72,8 +74,8 @@ pub enum Event {
         severity: &'static str,
     },
     /// A GPU that fell off the bus, in a line that is not an Xid:
-    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (and the
-    /// probe-time and older drivers' wordings, see the tests).
+    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`, or the
+    /// probe-time record of three lines.
     FallenOffBus { bus: BusId },
 }
 
@@ -83,53 +85,103 @@ const MAX_XID: u32 = 9999;
 const MAX_SXID: u32 = 99_999;
 
 impl Event {
-    /// The event a kernel message is, if any. Only a message that starts as
-    /// the driver's do (`NVRM: `, `nvidia-nvswitchN: `) is one, not text a
-    /// user got the kernel to echo (an unknown mount option, say).
-    pub fn parse(message: &str) -> Option<Event> {
-        if let Some((inside, rest)) = message.strip_prefix("NVRM: Xid (").and_then(parens) {
-            let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
-            let code = leading_number(rest).filter(|code| *code <= MAX_XID)?;
-            return Some(Event::Xid { bus, code });
-        }
-        if let Some((name, rest)) = message.split_once(": SXid (") {
-            let switch = name.strip_prefix("nvidia-nvswitch")?.parse().ok()?;
-            let (inside, rest) = parens(rest)?;
-            let bus = BusId::parse(inside.strip_prefix("PCI:").unwrap_or(inside))?;
-            let code = leading_number(rest).filter(|code| *code <= MAX_SXID)?;
-            return Some(Event::SXid {
-                switch,
-                bus,
-                code,
-                severity: match rest.split(',').nth(1).map(str::trim) {
-                    Some("Fatal") => "fatal",
-                    Some("Non-fatal") => "non_fatal",
-                    _ => return None,
-                },
-            });
-        }
-        let driver = message.strip_prefix("NVRM: ")?;
-        driver.contains("fallen off the bus").then_some(())?;
-        // The first `GPU ` (or `GPU at `) of the driver's text followed by a bus id.
-        let not_id = |c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.');
-        driver.split("GPU ").skip(1).find_map(|text| {
-            let id = text.trim_start_matches("at ").split(not_id).next()?;
-            let bus = BusId::parse(id.trim_end_matches([':', '.']))?;
-            Some(Event::FallenOffBus { bus })
-        })
+    /// The event a kernel record is, if it is one of the driver's lines in
+    /// its exact shape from its first byte: nothing a user controls (a
+    /// process name, a file name, a client's version string) comes before
+    /// what identifies it, so no quoted or echoed text counts.
+    pub fn parse(record: &str) -> Option<Event> {
+        let record = record.strip_suffix('\n').unwrap_or(record);
+        xid(record)
+            .or_else(|| sxid(record))
+            .or_else(|| fallen_off_bus(record))
     }
 }
 
-/// The text up to the next `)`, and what follows that `):`.
-fn parens(text: &str) -> Option<(&str, &str)> {
-    let (inside, rest) = text.split_once(')')?;
-    Some((inside, rest.strip_prefix(':')?.trim_start()))
+/// `NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, …`
+/// (krcReportXid); what follows the code (pid, a process name) is not read.
+fn xid(record: &str) -> Option<Event> {
+    let (bus, rest) = pci(record.strip_prefix("NVRM: Xid (PCI:")?, false)?;
+    let rest =
+        instance(rest, " GPU-I:").map_or(rest, |rest| instance(rest, " GPU-CI:").unwrap_or(rest));
+    let (code, rest) = decimal(rest.strip_prefix("): ")?, 1)?;
+    (rest.starts_with(", ") && code <= MAX_XID).then_some(Event::Xid { bus, code })
 }
 
-/// The decimal number `text` starts with.
-fn leading_number(text: &str) -> Option<u32> {
+/// The text after `label` and its `%02u` instance id.
+fn instance<'a>(text: &'a str, label: &str) -> Option<&'a str> {
+    Some(decimal(text.strip_prefix(label)?, 2)?.1)
+}
+
+/// `nvidia-nvswitch%d: SXid (PCI:%04x:%02x:%02x.%x): %05d, Fatal|Non-fatal, …`
+/// (NVSWITCH_PRINT_SXID).
+fn sxid(record: &str) -> Option<Event> {
+    let (switch, rest) = decimal(record.strip_prefix("nvidia-nvswitch")?, 1)?;
+    let (bus, rest) = pci(rest.strip_prefix(": SXid (PCI:")?, true)?;
+    let (code, rest) = decimal(rest.strip_prefix("): ")?, 5)?;
+    let severity = if rest.starts_with(", Fatal, ") {
+        "fatal"
+    } else if rest.starts_with(", Non-fatal, ") {
+        "non_fatal"
+    } else {
+        return None;
+    };
+    (code <= MAX_SXID).then_some(Event::SXid {
+        switch,
+        bus,
+        code,
+        severity,
+    })
+}
+
+/// The whole record `NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the
+/// bus.` (osHandleGpuLost), or the probe-time record of
+/// rm_is_supported_device.
+fn fallen_off_bus(record: &str) -> Option<Event> {
+    const PROBE_END: &str = ") installed in this system has\nNVRM: fallen off the bus and is \
+                             not responding to commands.";
+    let (bus, end) = if let Some(rest) = record.strip_prefix("NVRM: GPU ") {
+        let (bus, rest) = pci(rest, true)?;
+        (bus, rest == ": GPU has fallen off the bus.")
+    } else {
+        let (bus, rest) = pci(record.strip_prefix("NVRM: The NVIDIA GPU ")?, true)?;
+        let rest = rest.strip_prefix("\nNVRM: (PCI ID: ")?;
+        let (_, rest) = hex(rest, 4, 4)?;
+        let (_, rest) = hex(rest.strip_prefix(':')?, 4, 4)?;
+        (bus, rest == PROBE_END)
+    };
+    end.then_some(Event::FallenOffBus { bus })
+}
+
+/// A PCI id as the driver prints it, `%04x:%02x:%02x` and with `function`
+/// `.%x`; and the text after it.
+fn pci(text: &str, function: bool) -> Option<(BusId, &str)> {
+    let (domain, rest) = hex(text, 4, 8)?;
+    let (bus, rest) = hex(rest.strip_prefix(':')?, 2, 2)?;
+    let (device, mut rest) = hex(rest.strip_prefix(':')?, 2, 2)?;
+    if function {
+        rest = hex(rest.strip_prefix('.')?, 1, 1)?.1;
+    }
+    Some((BusId::new(domain, bus, device), rest))
+}
+
+/// The `%x` number `text` starts with, of `min..=max` lower-case digits.
+fn hex(text: &str, min: usize, max: usize) -> Option<(u32, &str)> {
+    let digits = text
+        .bytes()
+        .take_while(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        .count();
+    (min..=max).contains(&digits).then_some(())?;
+    Some((
+        u32::from_str_radix(&text[..digits], 16).ok()?,
+        &text[digits..],
+    ))
+}
+
+/// The `%d` number `text` starts with, of at least `min` digits.
+fn decimal(text: &str, min: usize) -> Option<(u32, &str)> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    text[..digits].parse().ok()
+    (digits >= min).then_some(())?;
+    Some((text[..digits].parse().ok()?, &text[digits..]))
 }
 
 /// A PCI bus id as `DDDDDDDD:BB:DD` (domain in 8 hex digits, upper case, no
@@ -139,7 +191,11 @@ fn leading_number(text: &str) -> Option<u32> {
 pub struct BusId(String);
 
 impl BusId {
-    /// `None` if `text` is not a bus id (`[domain:]bus:device[.function]`).
+    fn new(domain: u32, bus: u32, device: u32) -> BusId {
+        BusId(format!("{domain:08X}:{bus:02X}:{device:02X}"))
+    }
+
+    /// NVML's bus id (`[domain:]bus:device[.function]`); `None` if it is not one.
     pub fn parse(text: &str) -> Option<BusId> {
         let hex = |part: Option<&str>, digits: usize| {
             let part = part.filter(|part| !part.is_empty() && part.len() <= digits)?;
@@ -148,8 +204,10 @@ impl BusId {
         let mut parts = text.trim().split('.').next()?.rsplit(':');
         let (device, bus) = (hex(parts.next(), 2)?, hex(parts.next(), 2)?);
         let domain = hex(Some(parts.next().unwrap_or("0")), 8)?;
-        let id = format!("{domain:08X}:{bus:02X}:{device:02X}");
-        parts.next().is_none().then_some(BusId(id))
+        parts
+            .next()
+            .is_none()
+            .then(|| BusId::new(domain, bus, device))
     }
 
     pub fn into_string(self) -> String {
@@ -165,24 +223,81 @@ mod tests {
         BusId(id.into())
     }
 
+    /// krcReportXid's shapes: with and without pid and name (R570 on), of
+    /// a MIG instance (` GPU-I:` and ` GPU-CI:` after the id).
     #[test]
-    fn xid_lines_of_new_and_old_drivers_parse() {
-        let new =
-            "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
+    fn xid_lines_parse_in_the_drivers_shapes() {
         let xid = |id: &str, code| Some(Event::Xid { bus: bus(id), code });
-        assert_eq!(Event::parse(new), xid("00000000:3B:00", 79));
-        let old = "NVRM: Xid (0000:01:00): 13, Graphics Exception: ESR 0x405840=0x0";
-        assert_eq!(Event::parse(old), xid("00000000:01:00", 13));
+        let line =
+            "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
+        assert_eq!(Event::parse(line), xid("00000000:3B:00", 79));
+        let no_pid = "NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: ESR 0x405840=0x0";
+        assert_eq!(Event::parse(no_pid), xid("00000000:01:00", 13));
+        let mig = "NVRM: Xid (PCI:0000:c1:00 GPU-I:02 GPU-CI:00): 43, pid=7, name=x, Ch 8";
+        assert_eq!(Event::parse(mig), xid("00000000:C1:00", 43));
+        let instance = "NVRM: Xid (PCI:0000:c1:00 GPU-I:13): 31, pid=7, name=x, fault";
+        assert_eq!(Event::parse(instance), xid("00000000:C1:00", 31));
         for not_xid in [
             "tmpfs: Unknown parameter 'NVRM: Xid (PCI:0000:18:00): 79'",
             "NVRM: GPU at PCI:0000:3b:00: GPU-1234",
             "NVRM: Xid (PCI:zz:3b:00): 79, x",
+            "NVRM: Xid (PCI:0000:3B:00): 79, x",
+            "NVRM: Xid (PCI:0000:3b:00.0): 79, x",
             "NVRM: Xid (PCI:0000:3b:00): , x",
+            "NVRM: Xid (PCI:0000:3b:00): 79",
             "NVRM: Xid (PCI:0000:3b:00): 123456, x",
-            "Xid (PCI:0000:3b:00): 79",
+            "NVRM: Xid (0000:3b:00): 79, x",
+            "Xid (PCI:0000:3b:00): 79, x",
+            " NVRM: Xid (PCI:0000:3b:00): 79, x",
         ] {
             assert_eq!(Event::parse(not_xid), None, "{not_xid}");
         }
+    }
+
+    /// Kernel records whose first bytes a user chooses (a process name of at
+    /// most 15 bytes, a file name) or that carry a client's text after the
+    /// driver's prefix (the API mismatch's version string, up to 63 bytes
+    /// with line feeds; a process name in an Xid) count nothing of what
+    /// they quote.
+    #[test]
+    fn text_a_user_chooses_counts_nothing() {
+        let forged = [
+            // show_signal_msg: comm, pid, then the faulting file's name.
+            "NVRM: x[18231]: segfault at 0 ip 00005577b91e817a sp 00007ffc3836a380 error 6 in \
+             GPU 0000:18:00.0 has fallen off the bus[117a,5577b91e8000+1000] likely on CPU 1 \
+             (core 1, socket 0)",
+            "NVRM: Xid (PCI:[18232]: segfault at 0 ip 0000 sp 0000 error 6 in \
+             0000:18:00): 79, x[117a,5577b91e8000+1000]",
+            "NVRM: GPU 0000:[9]: segfault at 0 in 18:00.0: GPU has fallen off the bus.[1,2+3]",
+            // RmPerformVersionCheck before R575: the client's version string.
+            "NVRM: API mismatch: the client has the version 1\nNVRM: GPU 0000:18:00.0: GPU has \
+             fallen off the bus., but\nNVRM: this kernel module has the version 570.86.15.  \
+             Please\nNVRM: make sure that this kernel module and all NVIDIA driver\nNVRM: \
+             components have the same version.",
+            "NVRM: API mismatch: the client has the version 1\nNVRM: Xid (PCI:0000:18:00): 79, x, \
+             but\nNVRM: this kernel module has the version 570.86.15.  Please",
+            // R575 on: the client's process name first.
+            "NVRM: API mismatch: the client 'NVRM: Xid (PCI:' (pid 77)\nNVRM: has the version \
+             580.95.05, but this kernel module has\nNVRM: the version 580.65.06.  Please make \
+             sure that this\nNVRM: kernel module and all NVIDIA driver components\nNVRM: have \
+             the same version.",
+            // nv_kthread_q's warning and the late unmap name the process.
+            "nv_kthread_q: task: NVRM: GPU 0000: bad",
+            "NVRM: VM: nvidia_vma_release: late unmap, comm: NVRM: Xid (PCI:, 0x0000",
+        ];
+        for record in forged {
+            assert_eq!(Event::parse(record), None, "{record}");
+        }
+        // A process name in a real Xid line does not add a second event.
+        let named = "NVRM: Xid (PCI:0000:3b:00): 13, pid=9, name=a\nNVRM: GPU 0000:18:00.0: GPU \
+                     has fallen off the bus., Graphics Exception";
+        assert_eq!(
+            Event::parse(named),
+            Some(Event::Xid {
+                bus: bus("00000000:3B:00"),
+                code: 13
+            })
+        );
     }
 
     /// The lines of NVIDIA/nvtrust#124 (driver 570.195.03), leptonai/gpud#338
@@ -222,14 +337,20 @@ mod tests {
         ] {
             assert_eq!(Event::parse(&format!("{at}{repeat}")), None, "{repeat}");
         }
-        let echoed = format!("tmpfs: Unknown parameter '{fatal}'");
-        assert_eq!(Event::parse(&echoed), None);
+        for not_sxid in [
+            format!("tmpfs: Unknown parameter '{fatal}'"),
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00): 20034, Fatal, Link 30".into(),
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 2003, Fatal, Link 30".into(),
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Correctable, Link 30".into(),
+            "nvidia-nvswitchx: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30".into(),
+        ] {
+            assert_eq!(Event::parse(&not_sxid), None, "{not_sxid}");
+        }
     }
 
-    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (the driver's
-    /// per-device line, logged after an Xid 79 or alone: NVIDIA/NVSentinel#155,
-    /// #195), NVSentinel#155's probe-time record of three lines (driver
-    /// 570.158.01) and Bumblebee-Project/Bumblebee#554 (old drivers).
+    /// osHandleGpuLost's line (logged after an Xid 79 or alone:
+    /// NVIDIA/NVSentinel#155, #195) and rm_is_supported_device's probe-time
+    /// record of three lines (NVSentinel#155, driver 570.158.01).
     #[test]
     fn fallen_off_the_bus_lines_name_their_gpu() {
         let fallen = |id: &str| Some(Event::FallenOffBus { bus: bus(id) });
@@ -240,19 +361,21 @@ mod tests {
         let probe = "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in \
                      this system has\nNVRM: fallen off the bus and is not responding to commands.";
         assert_eq!(Event::parse(probe), fallen("00000000:B3:00"));
-        // /dev/kmsg escapes the record's line feeds.
         assert_eq!(
-            Event::parse(&probe.replace('\n', "\\x0a")),
+            Event::parse(&format!("{probe}\n")),
             fallen("00000000:B3:00")
         );
-        assert_eq!(
-            Event::parse("NVRM: GPU at 0000:01:00.0 has fallen off the bus."),
-            fallen("00000000:01:00")
-        );
-        assert_eq!(Event::parse("NVRM: GPU has fallen off the bus."), None);
-        let echoed =
-            "tmpfs: Unknown parameter 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.'";
-        assert_eq!(Event::parse(echoed), None);
+        for not_fallen in [
+            "NVRM: GPU has fallen off the bus.",
+            "NVRM: GPU at 0000:01:00.0 has fallen off the bus.",
+            "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus. x",
+            "NVRM: GPU 0000:3b:00: GPU has fallen off the bus.",
+            "tmpfs: Unknown parameter 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.'",
+            &probe.replace("10de", "10DE"),
+            &probe.replace('\n', " "),
+        ] {
+            assert_eq!(Event::parse(not_fallen), None, "{not_fallen}");
+        }
     }
 
     #[test]

@@ -51,16 +51,36 @@ pub(super) fn read(
 }
 
 /// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,
-/// <flags>[,…];<message>\n`, then continuation lines (` KEY=value`). Line
-/// feeds within the message are escaped (`\x0a`).
+/// <flags>[,…];<message>\n`, then continuation lines (` KEY=value`). The
+/// kernel escapes a message's control characters, bytes above 126 and `\`
+/// as `\xHH`: the message is given as it was logged, as the journal gives it.
 fn parse(record: &[u8]) -> Option<(u32, u64, String)> {
-    let text = String::from_utf8_lossy(record);
-    let (header, rest) = text.split_once(';')?;
+    let split = record.iter().position(|&b| b == b';')?;
+    let header = std::str::from_utf8(&record[..split]).ok()?;
     let mut fields = header.split(',');
     let prio: u32 = fields.next()?.parse().ok()?;
     let seq = fields.next()?.parse().ok()?;
-    let message = rest.split('\n').next().unwrap_or_default();
-    Some((prio >> 3, seq, message.into()))
+    let escaped = record[split + 1..].split(|&b| b == b'\n').next()?;
+    Some((prio >> 3, seq, unescape(escaped)))
+}
+
+/// `escaped` with each `\xHH` replaced by its byte.
+fn unescape(escaped: &[u8]) -> String {
+    let digit = |b: &u8| char::from(*b).to_digit(16).map(|d| d as u8);
+    let mut bytes = Vec::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some((&byte, after)) = rest.split_first() {
+        if let [b'x', high, low, tail @ ..] = after {
+            if let (b'\\', Some(high), Some(low)) = (byte, digit(high), digit(low)) {
+                bytes.push(high << 4 | low);
+                rest = tail;
+                continue;
+            }
+        }
+        bytes.push(byte);
+        rest = after;
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -82,5 +102,27 @@ mod tests {
         let user = parse(b"12,1022,5001,-;NVRM: Xid (PCI:0000:3b:00): 79\n").unwrap();
         assert_eq!(user.0, 1);
         assert_eq!(parse(b"garbage"), None);
+    }
+
+    /// The kernel's escapes are undone: the probe-time record's line feeds,
+    /// a `\` and a byte above 126 read as logged; a forged line after an
+    /// escaped line feed stays inside its record.
+    #[test]
+    fn escaped_messages_read_as_logged() {
+        let probe = b"3,7,9,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) \
+                      installed in this system has\\x0aNVRM: fallen off the bus and is not \
+                      responding to commands.\\x0a\n";
+        let (_, _, message) = parse(probe).unwrap();
+        assert!(matches!(
+            Event::parse(&message),
+            Some(Event::FallenOffBus { .. })
+        ));
+        let (_, _, message) = parse(b"6,8,9,-;a\\x5cx41 \\xc3\\xa9 \\x4 \\\n").unwrap();
+        assert_eq!(message, "a\\x41 \u{e9} \\x4 \\");
+        let mismatch = b"4,9,9,-;NVRM: API mismatch: the client has the version 1\\x0aNVRM: \
+                         GPU 0000:18:00.0: GPU has fallen off the bus., but\\x0aNVRM: this \
+                         kernel module has the version 570.86.15.\n";
+        let (facility, _, message) = parse(mismatch).unwrap();
+        assert_eq!((facility, Event::parse(&message)), (0, None));
     }
 }
