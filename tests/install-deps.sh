@@ -36,6 +36,8 @@ needs=(
     flock util-linux
     runuser util-linux
     nsenter util-linux
+    unshare util-linux
+    setpriv util-linux
     strip binutils
     cc gcc
     python3 python3
