@@ -378,7 +378,7 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     };
     if let Some(integrated) = integrated {
         for value in integrated.rejected {
-            reader.reject(engine.ratio.family(), value as f64 / 100.0);
+            reader.reject(engine.ratio.family(), metrics::ratio(value as f64));
         }
         if let Some(ratio) = integrated.ratio {
             reader.gauge(engine.ratio, ratio);
@@ -405,7 +405,7 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
 /// ratio (impossible values rejected).
 pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
     let percent = f64::from(percent);
-    reader.push_read(engine.ratio.sample(percent / 100.0), percent);
+    reader.push_read(engine.ratio.sample(metrics::ratio(percent)), percent);
 }
 
 #[cfg(test)]

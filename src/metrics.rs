@@ -176,7 +176,13 @@ const RATIO: std::ops::RangeInclusive<f64> = 0.0..=1.0;
 
 /// Whether an NVML reading in percent of a period can be one.
 pub fn plausible_percent(percent: f64) -> bool {
-    RATIO.contains(&(percent / 100.0))
+    RATIO.contains(&ratio(percent))
+}
+
+/// `percent` as a ratio, as a person reads it: the decimal NVML's number
+/// prints as, moved two places (58.7 % is 0.587, not 0.5870000000000001).
+pub fn ratio(percent: f64) -> f64 {
+    format!("{percent}e-2").parse().unwrap_or(percent / 100.0)
 }
 
 #[cfg(test)]
@@ -188,5 +194,14 @@ mod tests {
         assert!(plausible_percent(0.0) && plausible_percent(100.0));
         assert!(!plausible_percent(101.0) && !plausible_percent(-1.0));
         assert!(!plausible_percent(f64::NAN) && !plausible_percent(4_294_967_295.0));
+    }
+
+    #[test]
+    fn ratios_print_as_their_percentages_do() {
+        assert_eq!(ratio(58.7).to_string(), "0.587");
+        assert_eq!(ratio(9.7).to_string(), "0.097");
+        assert_eq!(ratio(100.0), 1.0);
+        assert_eq!(ratio(51.723_456_7).to_string(), "0.517234567");
+        assert!(ratio(f64::NAN).is_nan() && ratio(f64::INFINITY).is_infinite());
     }
 }

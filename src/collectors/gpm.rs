@@ -14,7 +14,7 @@ use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::GpmSample;
 
 use crate::collector::{Gpu, Settings, Window};
-use crate::metrics::{families, Labelled};
+use crate::metrics::{self, families, Labelled};
 use crate::nvml::mig;
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
@@ -251,8 +251,10 @@ impl<'n> Window<'n> for GpuWindow<'n> {
             let mut any = false;
             for ((_, report), value) in METRICS.iter().zip(values) {
                 let Some(percent) = value else { continue };
-                any |=
-                    reader.push_read(report.sample(measurement.target, percent / 100.0), percent);
+                any |= reader.push_read(
+                    report.sample(measurement.target, metrics::ratio(percent)),
+                    percent,
+                );
             }
             if any && window_seconds.is_none() {
                 window_seconds = Some((second_at - measurement.first_at).as_secs_f64());

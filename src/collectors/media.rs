@@ -5,7 +5,7 @@
 use nvml_wrapper::enum_wrappers::device::Sampling;
 
 use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
-use crate::metrics::families;
+use crate::metrics::{self, families};
 use crate::nvml::unwrapped::Accelerator;
 use crate::state::schema::Stream;
 
@@ -90,7 +90,7 @@ fn read_accelerators(reader: &mut Gpu<'_>) {
         (Accelerator::OpticalFlow, OFA_UTILIZATION),
     ] {
         if let Some(percent) = reader.accelerator_percent(engine).map(f64::from) {
-            reader.push_read(family.sample(percent / 100.0), percent);
+            reader.push_read(family.sample(metrics::ratio(percent)), percent);
         }
     }
 }

@@ -95,7 +95,7 @@ impl Utilization {
     fn ratios(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
         self.percent
             .iter()
-            .map(|&(pid, sm)| (pid, sm as f64 / 100.0))
+            .map(|&(pid, sm)| (pid, metrics::ratio(sm as f64)))
     }
 
     /// The process's mean SM utilization over the window; NVML lists only

@@ -10,7 +10,7 @@ use nvml_wrapper::sys_exports::field_id::{
 };
 
 use crate::collector::Gpu;
-use crate::metrics::families;
+use crate::metrics::{self, families};
 use crate::nvml::fields::{self, Field};
 
 families! {
@@ -102,7 +102,8 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         .unwrap_or(0);
     for fan in 0..fans {
         if let Some(percent) = reader.read("nvmlDeviceGetFanSpeed_v2", |d| d.fan_speed(fan)) {
-            reader.push(FAN_SPEED.sample_with([fan.to_string()], f64::from(percent) / 100.0));
+            reader
+                .push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
         }
     }
     if let Some(celsius) = reader.margin_temperature() {

@@ -90,8 +90,8 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated 
     }
     let ratio = match (sampled, plain.1) {
         (0, 0) => None,
-        (0, count) => Some(plain.0 as f64 / count as f64 / 100.0),
-        _ => Some(busy as f64 / sampled as f64 / 100.0),
+        (0, count) => Some(plain.0 as f64 / (count as f64 * 100.0)),
+        _ => Some(busy as f64 / (sampled as f64 * 100.0)),
     };
     Integrated {
         carry: Carry {

@@ -79,7 +79,7 @@ fn mig_devices_listed_under_their_parent() {
     }
     assert!(value(&samples, "nvidia_gpu_mig_enabled", &[("gpu", "0")]).is_some());
     // GPM per GPU instance, labelled like the other MIG series.
-    for (gi, sm_active) in [("2", 0.855), ("3", 0.27399999999999997), ("9", 0.0)] {
+    for (gi, sm_active) in [("2", 0.855), ("3", 0.274), ("9", 0.0)] {
         let series = format!(
             "nvidia_gpu_mig_sm_active_ratio{{gpu=\"0\",uuid=\"GPU-a7c3e915-2f4d-4b80-9e16-c5d8b2f07a43\",gpu_instance_id=\"{gi}\"}}"
         );
