@@ -42,7 +42,9 @@ def linked_crates():
             if normal and not macro and dep["pkg"] not in seen:
                 seen.add(dep["pkg"])
                 todo.append(dep["pkg"])
-    return sorted((packages[i] for i in seen), key=lambda p: (p["name"], p["version"]))
+    # The workspace's own crates (no source: a path) are the project's.
+    vendored = (packages[i] for i in seen if packages[i]["source"] is not None)
+    return sorted(vendored, key=lambda p: (p["name"], p["version"]))
 
 
 def dep5_license(spdx):

@@ -4,20 +4,20 @@
 //! which imports the collector files, so no import cycle.
 
 use std::collections::hash_map::{Entry, HashMap};
-use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nvml_wrapper::enum_wrappers::device::{Clock, Sampling};
+use nvml::calls::Call;
+use nvml::types::{Clock, Sampling};
+use nvml::DeviceReader;
 
+use crate::facts::GpuFacts;
 use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
-use crate::nvml::facts::GpuFacts;
-use crate::nvml::reader::DeviceReader;
-use crate::nvml::samples::{self, Carry, SampleRead};
 use crate::reason::Reason;
+use crate::samples::{self, Carry, SampleRead};
 use crate::snapshot::{Device, Sample, Snapshot};
-use crate::state::schema::Stream;
+use crate::state::schema::{GpuState, Stream};
 use crate::state::StateFile;
 
 families! {
@@ -170,32 +170,96 @@ impl PartialEq for Collector {
 
 impl Eq for Collector {}
 
-/// One GPU as its collectors see it: the reader of its NVML calls (which it
-/// derefs to) and the samples they push.
+/// One GPU as its collectors see it: its NVML calls, what the info read
+/// found of it, the state the previous run left and the one this run leaves
+/// (fields a run does not set keep what they held, see `state`), and the
+/// samples pushed.
 pub struct Gpu<'n> {
-    reader: DeviceReader<'n>,
+    /// The GPU's NVML calls under the error policy.
+    pub nvml: DeviceReader<'n>,
+    facts: GpuFacts,
+    previous: GpuState,
+    next: GpuState,
+    keeps_totals: bool,
     samples: Vec<Sample>,
 }
 
-impl<'n> Deref for Gpu<'n> {
-    type Target = DeviceReader<'n>;
-    fn deref(&self) -> &DeviceReader<'n> {
-        &self.reader
-    }
-}
-
-impl<'n> DerefMut for Gpu<'n> {
-    fn deref_mut(&mut self) -> &mut DeviceReader<'n> {
-        &mut self.reader
-    }
-}
-
 impl<'n> Gpu<'n> {
-    pub fn new(reader: DeviceReader<'n>) -> Self {
+    pub fn new(nvml: DeviceReader<'n>) -> Self {
         Gpu {
-            reader,
+            nvml,
+            facts: GpuFacts::default(),
+            previous: GpuState::default(),
+            next: GpuState::default(),
+            keeps_totals: false,
             samples: Vec::with_capacity(256),
         }
+    }
+
+    /// NVML's index of the GPU.
+    pub fn index(&self) -> u32 {
+        self.nvml.index()
+    }
+
+    /// What the info read found of this GPU (all empty before it ran).
+    pub fn facts(&self) -> &GpuFacts {
+        &self.facts
+    }
+
+    /// Keeps what the info read found, for the collectors that follow.
+    pub fn set_facts(&mut self, facts: GpuFacts) {
+        self.facts = facts;
+    }
+
+    /// Hands the GPU what the previous run left for it, and
+    /// [`Self::keeps_totals`].
+    pub(crate) fn resume(&mut self, state: GpuState, keeps_totals: bool) {
+        self.previous = state;
+        self.keeps_totals = keeps_totals;
+    }
+
+    /// What the previous run left for this GPU.
+    pub fn previous_state(&self) -> &GpuState {
+        &self.previous
+    }
+
+    /// What this run leaves for the next.
+    pub fn next_state(&mut self) -> &mut GpuState {
+        &mut self.next
+    }
+
+    /// Whether running totals kept in the state may be published for this
+    /// GPU: not when the state is unusable this run or the identity is not
+    /// its own (a counter restarting from 0 would read as a reset).
+    pub fn keeps_totals(&self) -> bool {
+        self.keeps_totals
+    }
+
+    /// A reading fixed while the driver is loaded, kept in the state under
+    /// `name` as `to_kept` makes it, else made by `call`. `Some(None)`: not
+    /// supported (kept too); `None`: failed (made again next run) or down.
+    pub fn read_fixed<A, T>(
+        &mut self,
+        name: &str,
+        call: Call<A, T>,
+        args: A,
+        to_kept: fn(T) -> i64,
+    ) -> Option<Option<i64>> {
+        let value = match self.previous.fixed.get(name) {
+            Some(&value) => value,
+            None => match self.nvml.try_read(call, args)? {
+                Ok(value) => Some(to_kept(value)),
+                Err(error) => {
+                    self.nvml.note(&error);
+                    if !error.is_unsupported() {
+                        return None;
+                    }
+                    None
+                }
+            },
+        };
+        self.next.fixed.insert(name.to_owned(), value);
+        Some(value)
     }
 
     /// Adds a sample; a value no GPU can produce ([`Family::admits`]) is
@@ -219,8 +283,8 @@ impl<'n> Gpu<'n> {
 
     /// Drops an impossible reading, logged and counted as a read error.
     pub fn reject(&mut self, family: &Family, value: f64) {
-        let index = self.reader.index();
-        self.reader.count_error(format!(
+        let index = self.index();
+        self.nvml.count_error(format!(
             "GPU {index}: {} read {value}, which is impossible; dropped",
             family.name
         ));
@@ -246,10 +310,10 @@ impl<'n> Gpu<'n> {
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
     pub fn finish(mut self, identity: &Identity) -> Device {
-        let index = self.reader.index();
-        let (state, read_errors) = match self.reader.finish() {
-            Ok(finished) => finished,
-            Err(fault) => return down(index, identity, fault),
+        let index = self.index();
+        let read_errors = match self.nvml.finish() {
+            Ok(read_errors) => read_errors,
+            Err(fault) => return down(index, identity, fault.into()),
         };
         let merged = merge_duplicates(&mut self.samples);
         if merged > 0 {
@@ -262,7 +326,7 @@ impl<'n> Gpu<'n> {
             .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(read_errors)));
         Device {
             samples: self.samples,
-            state: Some(state),
+            state: Some(self.next),
             ..identified(index, identity)
         }
     }
@@ -372,7 +436,8 @@ impl Engine {
 /// no samples for it: the caller falls back to a point reading.
 pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     let previous = reader.previous_carry(engine.stream);
-    let SampleRead::Read { carry, integrated } = samples::read(reader, engine.sampling, previous)
+    let SampleRead::Read { carry, integrated } =
+        samples::read(&mut reader.nvml, engine.sampling, previous)
     else {
         return false;
     };

@@ -1,6 +1,6 @@
 //! nvidia-textfile-exporter: one NVML snapshot of every GPU, written atomically as
 //! a Prometheus textfile for node_exporter. The pipeline, one layer per stage:
-//! `nvml` → `collectors` (over `collector`, run by `phases`) → `snapshot` →
+//! the `nvml` crate → `collectors` (over `collector`, run by `phases`) → `snapshot` →
 //! `render` → `publish`; the other modules serve them (docs/design.md,
 //! "Architecture").
 
@@ -14,21 +14,21 @@ pub mod collector;
 #[forbid(unsafe_code)]
 pub mod collectors;
 pub mod exit;
+pub mod facts;
 pub mod fsutil;
 pub mod generate;
 pub mod identity;
-pub mod inflight;
 #[forbid(unsafe_code)]
 pub mod kernel_log;
 pub mod logging;
 pub mod metrics;
-pub mod nvml;
 #[forbid(unsafe_code)]
 pub mod phases;
 pub mod procfs;
 pub mod publish;
 pub mod reason;
 pub mod render;
+pub mod samples;
 pub mod snapshot;
 pub mod state;
 pub mod timing;

@@ -13,15 +13,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nvml_wrapper::Device as NvmlDevice;
+use nvml::types::Device as NvmlDevice;
+use nvml::{DeviceReader, InFlight, InitError, Scope, Session, Versions};
 
 use crate::collector::{down, Collector, Gpu, HostRun, Settings, Window};
 use crate::collectors;
 use crate::identity::{self, Identity};
-use crate::inflight::{InFlight, Scope};
 use crate::metrics;
-use crate::nvml::reader::DeviceReader;
-use crate::nvml::{InitError, Session, Versions};
 use crate::reason::Reason;
 use crate::snapshot::{Device, KnownGpu, Sample};
 use crate::state::schema::GpuState;
@@ -344,7 +342,7 @@ fn read_group(
 ) {
     let handles: Vec<Result<NvmlDevice<'static>, Reason>> = group
         .iter()
-        .map(|(index, _)| session.handle(*index, inflight))
+        .map(|(index, _)| session.handle(*index, inflight).map_err(Reason::from))
         .collect();
     let mut identified = Vec::with_capacity(group.len());
     for ((index, start), handle) in group.into_iter().zip(&handles) {
@@ -459,7 +457,7 @@ impl<'n> Enumerated<'n> {
             Ok(reader) => reader,
             Err(why) => return Err(Box::new(down(self.index, &self.identity, why))),
         };
-        reader.set_previous_state(self.state, self.keeps_totals);
+        reader.resume(self.state, self.keeps_totals);
         let windows: Vec<_> = settings
             .collectors
             .iter()
@@ -505,7 +503,7 @@ impl Opened<'_> {
         fields.sort_unstable();
         fields.dedup();
         if !fields.is_empty() {
-            reader.prefetch(&fields);
+            reader.nvml.prefetch(&fields);
         }
         for read in collectors.iter().filter_map(|c| c.hooks.read) {
             read(reader);

@@ -103,6 +103,29 @@ constants! {
         "the exporter could not get a thread or memory: check the unit's limits.");
 }
 
+impl From<nvml::Failure> for Reason {
+    fn from(failure: nvml::Failure) -> Reason {
+        use nvml::Failure as F;
+        match failure {
+            F::LibraryNotFound => Reason::LibraryNotFound,
+            F::DriverNotLoaded => Reason::DriverNotLoaded,
+            F::NoPermission => Reason::NoPermission,
+            F::DriverLibraryMismatch => Reason::DriverLibraryMismatch,
+            F::MissingSymbol => Reason::MissingSymbol,
+            F::GpuLost => Reason::GpuLost,
+            F::ResetRequired => Reason::ResetRequired,
+            F::Uninitialized => Reason::Uninitialized,
+            F::DriverTimeout => Reason::DriverTimeout,
+            F::IrqIssue => Reason::IrqIssue,
+            F::InsufficientPower => Reason::InsufficientPower,
+            F::CorruptedInforom => Reason::CorruptedInforom,
+            F::OutOfMemory => Reason::OutOfMemory,
+            F::OperatingSystem => Reason::OperatingSystem,
+            F::Unknown => Reason::Unknown,
+        }
+    }
+}
+
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.label())

@@ -12,14 +12,13 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exit::Exit;
-use crate::inflight::InFlight;
 use crate::logging;
 use crate::metrics;
-use crate::nvml::InitError;
 use crate::phases::Reading;
 use crate::reason::Reason;
 use crate::snapshot::{Sample, Snapshot};
 use crate::timing::{self, HARD_STOP_GRACE};
+use nvml::{InFlight, InitError};
 
 /// The snapshot to publish and how the run should exit.
 #[derive(Debug)]
@@ -206,7 +205,7 @@ where
             }
         }
         Ok(Err(error)) => {
-            let (reason, detail) = (error.reason, error.detail);
+            let (reason, detail) = (Reason::from(error.failure), error.detail);
             log::error!(
                 "cannot use NVML ({reason}): {detail}\nhint: {}",
                 reason.hint()

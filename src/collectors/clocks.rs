@@ -1,17 +1,18 @@
 //! Clock frequencies, the performance state and what holds the clocks down:
 //! clock event reasons now, and violation time per policy as counters.
 
-use nvml_wrapper::enum_wrappers::device::{PerformancePolicy, PerformanceState};
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::calls;
+use nvml::types::field_id::{
     NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
     NVML_FI_DEV_PERF_POLICY_POWER, NVML_FI_DEV_PERF_POLICY_RELIABILITY,
     NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, NVML_FI_DEV_PERF_POLICY_THERMAL,
     NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
 };
+use nvml::types::{PerformancePolicy, PerformanceState};
 
 use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics::families;
-use crate::nvml::unwrapped::EventReasons;
+use nvml::unwrapped::EventReasons;
 
 families! {
     FAMILIES;
@@ -79,11 +80,11 @@ const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
-        if let Some(mhz) = reader.read("nvmlDeviceGetClockInfo", |d| d.clock_info(clock)) {
+        if let Some(mhz) = reader.nvml.read(calls::CLOCK_INFO, clock) {
             reader.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
-    if let Some(Ok(state)) = reader.read_enum() {
+    if let Some(Ok(state)) = reader.nvml.read_enum() {
         if let Some(number) = pstate_number(state) {
             reader.gauge(PERFORMANCE_STATE, f64::from(number));
         }
@@ -96,11 +97,8 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 /// `nvmlDeviceGetViolationStatus`.
 fn read_violations(reader: &mut Gpu<'_>) {
     for (policy, field, label) in POLICIES {
-        let nanoseconds = reader.field_or(field, |reader| {
-            reader
-                .read("nvmlDeviceGetViolationStatus", |d| {
-                    d.violation_status(policy)
-                })
+        let nanoseconds = reader.nvml.field_or(field, |nvml| {
+            nvml.read(calls::VIOLATION_STATUS, policy)
                 .map(|time| time.violation_time as f64)
         });
         if let Some(nanoseconds) = nanoseconds {
@@ -122,10 +120,11 @@ pub(super) const FIELDS: &[u32] = &{
 
 /// One 0/1 sample per reason the GPU supports (all if it cannot say).
 fn read_event_reasons(reader: &mut Gpu<'_>) {
-    let Some(active) = reader.clocks_event_reasons(EventReasons::Current) else {
+    let Some(active) = reader.nvml.clocks_event_reasons(EventReasons::Current) else {
         return;
     };
     let supported = reader
+        .nvml
         .clocks_event_reasons(EventReasons::Supported)
         .unwrap_or(u64::MAX);
     for (bit, label) in EVENT_REASONS {

@@ -3,7 +3,8 @@
 
 use crate::collector::Gpu;
 use crate::metrics::families;
-use crate::nvml::fabric::{self, Condition, FabricState, Summary};
+use nvml::calls;
+use nvml::fabric::{Condition, FabricState, Summary};
 
 families! {
     FAMILIES;
@@ -24,12 +25,10 @@ const KEY: &str = "fabric";
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     // Read once per driver: `Some(None)` is a GPU on no fabric.
-    if reader.read_fixed(KEY, fabric::CALL, |d| fabric::on_fabric(d).map(i64::from))
-        != Some(Some(1))
-    {
+    if reader.read_fixed(KEY, calls::ON_FABRIC, (), i64::from) != Some(Some(1)) {
         return;
     }
-    let Some(info) = reader.fabric_info() else {
+    let Some(info) = reader.nvml.fabric_info() else {
         return;
     };
     for state in FabricState::ALL {

@@ -8,14 +8,11 @@
 
 use std::time::Instant;
 
-use nvml_wrapper::enums::gpm::GpmMetricId;
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::gpm::gpm_metrics_get;
-use nvml_wrapper::GpmSample;
+use nvml::types::{GpmMetricId, GpmSample};
+use nvml::{calls, mig, Code};
 
 use crate::collector::{Gpu, Settings, Window};
 use crate::metrics::{self, families, Labelled};
-use crate::nvml::mig;
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
 
@@ -92,11 +89,10 @@ impl Unavailable {
         }
     }
 
-    fn from_error(error: &NvmlError) -> Option<Self> {
-        match error {
-            NvmlError::NoPermission => Some(Unavailable::NoPermission),
-            // INSUFFICIENT_RESOURCES (23): newer drivers, a profiler holding them.
-            NvmlError::InUse | NvmlError::UnexpectedVariant(23) => Some(Unavailable::CountersInUse),
+    fn from_code(code: Code) -> Option<Self> {
+        match code {
+            Code::NoPermission => Some(Unavailable::NoPermission),
+            Code::InUse => Some(Unavailable::CountersInUse),
             _ => None,
         }
     }
@@ -268,15 +264,13 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 
 /// Whether NVML says the GPU supports GPM.
 fn supported(reader: &mut Gpu<'_>) -> bool {
-    reader
-        .read("nvmlGpmQueryDeviceSupport", |d| d.gpm_support())
-        .unwrap_or(false)
+    reader.nvml.read(calls::GPM_SUPPORT, ()).unwrap_or(false)
 }
 
 /// The GPU instance ids of a GPU in MIG mode (none otherwise), each once.
 fn gpu_instances(reader: &mut Gpu<'_>) -> Vec<u32> {
     let mut ids = Vec::new();
-    for device in mig::devices(reader) {
+    for device in mig::devices(&mut reader.nvml) {
         if !ids.contains(&device.gpu_instance_id) && ids.len() < MAX_GPU_INSTANCES {
             ids.push(device.gpu_instance_id);
         }
@@ -297,24 +291,18 @@ enum Taken<'n> {
 /// Takes a sample of `target`.
 fn take<'n>(reader: &mut Gpu<'n>, target: Target) -> Taken<'n> {
     let before = Instant::now();
-    let (call, result) = match target {
-        Target::Gpu => {
-            let call = "nvmlGpmSampleGet";
-            (call, reader.try_read(call, |d| d.gpm_sample()))
-        }
-        Target::Instance(gi) => {
-            let call = "nvmlGpmMigSampleGet";
-            (call, reader.try_read(call, |d| d.gpm_mig_sample(gi)))
-        }
+    let result = match target {
+        Target::Gpu => reader.nvml.gpm_sample(None),
+        Target::Instance(gi) => reader.nvml.gpm_sample(Some(gi)),
     };
     let after = Instant::now();
     match result {
         None => Taken::Down,
         Some(Ok(sample)) => Taken::At(before + (after - before) / 2, sample),
-        Some(Err(error)) => match Unavailable::from_error(&error) {
+        Some(Err(error)) => match Unavailable::from_code(error.code()) {
             Some(why) => Taken::Unavailable(why),
             None => {
-                reader.note(call, &error);
+                reader.nvml.note(&error);
                 Taken::Skipped
             }
         },
@@ -328,20 +316,9 @@ fn metrics_get<'n>(
     first: &GpmSample<'n>,
     second: &GpmSample<'n>,
 ) -> Option<Vec<Option<f64>>> {
-    let call = "nvmlGpmMetricsGet";
-    let ids = METRICS.map(|(id, _)| id);
-    let results = reader.read(call, |d| gpm_metrics_get(d.nvml(), first, second, &ids))?;
-    let values = results
-        .into_iter()
-        .map(|result| match result {
-            Ok(metric) => Some(metric.value),
-            Err(error) => {
-                reader.note(call, &error);
-                None
-            }
-        })
-        .collect();
-    Some(values)
+    reader
+        .nvml
+        .gpm_metrics(first, second, &METRICS.map(|(id, _)| id))
 }
 
 /// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
@@ -387,14 +364,14 @@ mod tests {
             ]
         );
         assert_eq!(
-            Unavailable::from_error(&NvmlError::NoPermission),
+            Unavailable::from_code(Code::NoPermission),
             Some(Unavailable::NoPermission)
         );
         assert_eq!(
-            Unavailable::from_error(&NvmlError::InUse),
+            Unavailable::from_code(Code::InUse),
             Some(Unavailable::CountersInUse)
         );
-        assert_eq!(Unavailable::from_error(&NvmlError::Unknown), None);
-        assert_eq!(Unavailable::from_error(&NvmlError::NotSupported), None);
+        assert_eq!(Unavailable::from_code(Code::Other), None);
+        assert_eq!(Unavailable::from_code(Code::NotSupported), None);
     }
 }

@@ -1,11 +1,12 @@
 //! Memory health: ECC mode and error counters, retired pages, remapped rows,
 //! the recovery action the driver asks for.
 
-use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::calls;
+use nvml::types::field_id::{
     NVML_FI_DEV_ECC_CURRENT, NVML_FI_DEV_ECC_DBE_AGG_TOTAL, NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
     NVML_FI_DEV_ECC_PENDING, NVML_FI_DEV_ECC_SBE_AGG_TOTAL, NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
 };
+use nvml::types::{EccCounter, MemoryError, RetirementCause};
 
 use crate::collector::Gpu;
 use crate::metrics::families;
@@ -87,12 +88,13 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     recovery_action(reader);
     // The function is the fallback for both fields: a failing batch entry is
     // counted only through it.
-    let current = reader.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
-    let pending = reader.field_or(NVML_FI_DEV_ECC_PENDING, |_| None);
+    let current = reader.nvml.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
+    let pending = reader.nvml.field_or(NVML_FI_DEV_ECC_PENDING, |_| None);
     let ecc = match (current, pending) {
         (Some(current), Some(pending)) => Some((current != 0.0, pending != 0.0)),
         _ => reader
-            .read("nvmlDeviceGetEccMode", |d| d.is_ecc_enabled())
+            .nvml
+            .read(calls::ECC_MODE, ())
             .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
     };
     if let Some((current, pending)) = ecc {
@@ -102,11 +104,8 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     // Error counters only mean something while ECC is on.
     if ecc.is_some_and(|(current, _)| current) {
         for (field, (error, error_label), (counter, counter_label)) in ECC_COUNTERS {
-            let count = reader.field_or(field, |reader| {
-                reader
-                    .read("nvmlDeviceGetTotalEccErrors", |d| {
-                        d.total_ecc_errors(error, counter)
-                    })
+            let count = reader.nvml.field_or(field, |nvml| {
+                nvml.read(calls::TOTAL_ECC_ERRORS, (error, counter))
                     .map(|count| count as f64)
             });
             if let Some(count) = count {
@@ -115,17 +114,14 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         }
     }
     for (cause, label) in RETIREMENT_CAUSES {
-        if let Some(pages) = reader.read("nvmlDeviceGetRetiredPages_v2", |d| d.retired_pages(cause))
-        {
+        if let Some(pages) = reader.nvml.read(calls::RETIRED_PAGES, cause) {
             reader.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
         }
     }
-    if let Some(pending) = reader.read("nvmlDeviceGetRetiredPagesPendingStatus", |d| {
-        d.are_pages_pending_retired()
-    }) {
+    if let Some(pending) = reader.nvml.read(calls::RETIRED_PAGES_PENDING, ()) {
         reader.gauge(RETIRED_PAGES_PENDING, flag(pending));
     }
-    if let Some(rows) = reader.remapped_rows() {
+    if let Some(rows) = reader.nvml.remapped_rows() {
         for (count, label) in [
             (rows.correctable, "correctable"),
             (rows.uncorrectable, "uncorrectable"),
@@ -140,7 +136,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 /// `nvidia_gpu_recovery_action` as a state set; a value newer than this
 /// exporter knows is `action="unknown"`.
 fn recovery_action(reader: &mut Gpu<'_>) {
-    let Some(value) = reader.field(FI_GPU_RECOVERY_ACTION) else {
+    let Some(value) = reader.nvml.field(FI_GPU_RECOVERY_ACTION) else {
         return;
     };
     let known = value >= 0.0 && value.fract() == 0.0 && value < RECOVERY_ACTIONS.len() as f64;

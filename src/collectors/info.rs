@@ -2,27 +2,28 @@
 //! others' reads depend on is left on the reader ([`GpuFacts`]). Every label
 //! is written, empty when unknown, so the series keeps one label set.
 
-use nvml_wrapper::enum_wrappers::device::Brand;
-use nvml_wrapper::enums::device::DeviceArchitecture;
+use nvml::calls;
+use nvml::types::Brand;
+use nvml::types::DeviceArchitecture;
 
 use crate::collector::Gpu;
+use crate::facts::GpuFacts;
 use crate::identity;
 use crate::metrics;
-use crate::nvml::facts::GpuFacts;
-use crate::nvml::unwrapped::Text;
+use nvml::unwrapped::Text;
 
 /// Reads the GPU's identity and pushes its info sample.
 pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
-    let uuid = reader.text(Text::Uuid);
-    let name = reader.text(Text::Name);
-    let pci = reader.read("nvmlDeviceGetPciInfo_v3", |d| d.pci_info());
+    let uuid = reader.nvml.text(Text::Uuid);
+    let name = reader.nvml.text(Text::Name);
+    let pci = reader.nvml.read(calls::PCI_INFO, ());
     let pci_device_id = pci.as_ref().map(|pci| pci.pci_device_id);
     let pci_bus_id = pci.map(|pci| pci.bus_id);
-    let serial = reader.text(Text::Serial);
-    let vbios = reader.text(Text::VbiosVersion);
-    let brand = reader.read_enum::<Brand>();
-    let architecture = reader.read_enum::<DeviceArchitecture>();
-    let minor = reader.read("nvmlDeviceGetMinorNumber", |d| d.minor_number());
+    let serial = reader.nvml.text(Text::Serial);
+    let vbios = reader.nvml.text(Text::VbiosVersion);
+    let brand = reader.nvml.read_enum::<Brand>();
+    let architecture = reader.nvml.read_enum::<DeviceArchitecture>();
+    let minor = reader.nvml.read(calls::MINOR_NUMBER, ());
     let name = name.unwrap_or_default();
     reader.set_facts(GpuFacts {
         architecture: architecture.clone(),

@@ -3,6 +3,7 @@
 
 use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 use crate::metrics::families;
+use nvml::calls;
 
 families! {
     FAMILIES;
@@ -16,13 +17,11 @@ families! {
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
-        if let Some(mhz) = reader.read("nvmlDeviceGetMaxClockInfo", |d| d.max_clock_info(clock)) {
+        if let Some(mhz) = reader.nvml.read(calls::MAX_CLOCK_INFO, clock) {
             reader.push(CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
-    if let Some(limits) = reader.read("nvmlDeviceGetPowerManagementLimitConstraints", |d| {
-        d.power_management_limit_constraints()
-    }) {
+    if let Some(limits) = reader.nvml.read(calls::POWER_LIMIT_CONSTRAINTS, ()) {
         reader.gauge(POWER_MIN_LIMIT, f64::from(limits.min_limit) / PER_MILLI);
         reader.gauge(POWER_MAX_LIMIT, f64::from(limits.max_limit) / PER_MILLI);
     }

@@ -2,12 +2,13 @@
 //! reading) and encoder sessions, where the chip has an encoder
 //! (`GpuFacts::has_video_encoder`); JPEG and optical flow utilization.
 
-use nvml_wrapper::enum_wrappers::device::Sampling;
+use nvml::calls;
+use nvml::types::Sampling;
 
 use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
 use crate::metrics::{self, families};
-use crate::nvml::unwrapped::Accelerator;
 use crate::state::schema::Stream;
+use nvml::unwrapped::Accelerator;
 
 families! {
     FAMILIES [BUSY, SAMPLED];
@@ -54,9 +55,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     }
     // Where NVML keeps no samples, the point reading of its last sample period.
     if !read_engine(reader, DECODER) {
-        if let Some(info) = reader.read("nvmlDeviceGetDecoderUtilization", |d| {
-            d.decoder_utilization()
-        }) {
+        if let Some(info) = reader.nvml.read(calls::DECODER_UTILIZATION, ()) {
             point(reader, DECODER, info.utilization);
         }
     }
@@ -66,13 +65,11 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 /// The encoder's utilization (samples, else the point reading) and sessions.
 fn read_encoder(reader: &mut Gpu<'_>) {
     if !read_engine(reader, ENCODER) {
-        if let Some(info) = reader.read("nvmlDeviceGetEncoderUtilization", |d| {
-            d.encoder_utilization()
-        }) {
+        if let Some(info) = reader.nvml.read(calls::ENCODER_UTILIZATION, ()) {
             point(reader, ENCODER, info.utilization);
         }
     }
-    if let Some(stats) = reader.read("nvmlDeviceGetEncoderStats", |d| d.encoder_stats()) {
+    if let Some(stats) = reader.nvml.read(calls::ENCODER_STATS, ()) {
         reader.gauge(ENCODER_SESSIONS, f64::from(stats.session_count));
         reader.gauge(ENCODER_FPS, f64::from(stats.average_fps));
         reader.gauge(
@@ -89,7 +86,7 @@ fn read_accelerators(reader: &mut Gpu<'_>) {
         (Accelerator::Jpeg, JPEG_UTILIZATION),
         (Accelerator::OpticalFlow, OFA_UTILIZATION),
     ] {
-        if let Some(percent) = reader.accelerator_percent(engine).map(f64::from) {
+        if let Some(percent) = reader.nvml.accelerator_percent(engine).map(f64::from) {
             reader.push_read(family.sample(metrics::ratio(percent)), percent);
         }
     }

@@ -2,6 +2,7 @@
 
 use crate::collector::Gpu;
 use crate::metrics::families;
+use nvml::calls;
 
 families! {
     FAMILIES;
@@ -20,13 +21,13 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |d| d.memory_info()) {
+    if let Some(memory) = reader.nvml.read(calls::MEMORY_INFO, ()) {
         reader.gauge(MEMORY_USED, memory.used as f64);
         reader.gauge(MEMORY_FREE, memory.free as f64);
         reader.gauge(MEMORY_TOTAL, memory.total as f64);
         reader.gauge(MEMORY_RESERVED, memory.reserved as f64);
     }
-    if let Some(bar1) = reader.read("nvmlDeviceGetBAR1MemoryInfo", |d| d.bar1_memory_info()) {
+    if let Some(bar1) = reader.nvml.read(calls::BAR1_MEMORY_INFO, ()) {
         reader.gauge(BAR1_USED, bar1.used as f64);
         reader.gauge(BAR1_TOTAL, bar1.total as f64);
     }

@@ -3,7 +3,8 @@
 
 use crate::collector::Gpu;
 use crate::metrics::families;
-use crate::nvml::mig::{self, MigDevice};
+use nvml::calls;
+use nvml::mig::{self, MigDevice};
 
 families! {
     FAMILIES;
@@ -20,25 +21,26 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    for device in mig::devices(reader) {
+    for device in mig::devices(&mut reader.nvml) {
         read_mig_device(reader, &device);
     }
 }
 
 fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
-    let Some(mig_uuid) = reader.read("nvmlDeviceGetUUID", |_| mig.handle.uuid()) else {
+    let Some(mig_uuid) = reader.nvml.read_on(&mig.handle, calls::UUID, ()) else {
         return;
     };
     // The profile ends the name: one unprivileged call, and it names a
     // compute instance's profile too. Empty when unreadable.
     let profile = reader
-        .read("nvmlDeviceGetName", |_| mig.name())
+        .nvml
+        .mig_name(mig)
         .map(|name| profile(&name).to_owned())
         .unwrap_or_default();
     let gi = mig.gpu_instance_id.to_string();
     let ci = mig.compute_instance_id.to_string();
     reader.push(MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));
-    if let Some(memory) = reader.read("nvmlDeviceGetMemoryInfo_v2", |_| mig.handle.memory_info()) {
+    if let Some(memory) = reader.nvml.read_on(&mig.handle, calls::MEMORY_INFO, ()) {
         for (family, bytes) in [
             (MIG_MEMORY_USED, memory.used),
             (MIG_MEMORY_TOTAL, memory.total),

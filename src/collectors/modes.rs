@@ -1,6 +1,7 @@
 //! Persistence, compute and MIG modes.
 
-use nvml_wrapper::enum_wrappers::device::ComputeMode;
+use nvml::calls;
+use nvml::types::ComputeMode;
 
 use crate::collector::Gpu;
 use crate::metrics::families;
@@ -18,12 +19,10 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    if let Some(on) = reader.read("nvmlDeviceGetPersistenceMode", |d| {
-        d.is_in_persistent_mode()
-    }) {
+    if let Some(on) = reader.nvml.read(calls::PERSISTENCE_MODE, ()) {
         reader.gauge(PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
     }
-    if let Some(mode) = reader.read_enum::<ComputeMode>() {
+    if let Some(mode) = reader.nvml.read_enum::<ComputeMode>() {
         let label = match mode {
             Ok(ComputeMode::Default) => "default",
             Ok(ComputeMode::ExclusiveThread) => "exclusive_thread",
@@ -33,7 +32,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         };
         reader.push(COMPUTE_MODE.sample_with([label], 1.0));
     }
-    if let Some(mig) = reader.mig_mode() {
+    if let Some(mig) = reader.nvml.mig_mode() {
         reader.gauge(MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
         reader.gauge(MIG_PENDING_ENABLED, f64::from(u8::from(mig.pending == 1)));
     }

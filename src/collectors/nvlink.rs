@@ -5,20 +5,20 @@
 //! (Blackwell) counters replace the Hopper ones where the GPU has them (read
 //! once per driver).
 
-use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::types::field_id::{
     NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_GET_STATE, NVML_FI_DEV_NVLINK_LINK_COUNT,
     NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
+use nvml::types::ErrorCounter;
+use nvml::{calls, Code};
 
 use crate::collector::Gpu;
 use crate::metrics::families;
-use crate::nvml::fields::{self, Field};
 use crate::snapshot::LabelValue;
+use nvml::fields::Field;
 
 families! {
     FAMILIES;
@@ -160,13 +160,19 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     };
     // NVML's per-GPU total where the driver has it, else the links' sum.
     let replay = reader
+        .nvml
         .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
         .or_else(|| sum(&|l| l.replay));
     let recovery = reader
+        .nvml
         .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
         .or_else(|| sum(&|l| l.recovery));
-    let crc_flit = reader.field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
-    let crc_data = reader.field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    let crc_flit = reader
+        .nvml
+        .field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
+    let crc_data = reader
+        .nvml
+        .field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
     let nvlink5 = |pick: fn(&Nvlink5) -> Option<f64>| -> Option<f64> {
         if !nvlink5 {
             return None;
@@ -205,8 +211,10 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 
 /// The link count field, if plausible.
 fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
-    let count = reader.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
-    reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
+    let count = reader.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
+    reader
+        .nvml
+        .bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
 }
 
 /// One link's fields of the per-GPU collector's batch.
@@ -245,9 +253,7 @@ fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
         id: LINK_RECOVERY_EVENTS,
         scope: 0,
     };
-    reader.read_fixed("nvlink5", fields::CALL, |d| {
-        fields::read_one(d, probe).map(|_| 1)
-    }) == Some(Some(1))
+    reader.read_fixed("nvlink5", calls::FIELD, probe, |_| 1) == Some(Some(1))
 }
 
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
@@ -288,7 +294,7 @@ fn read_link_fields(reader: &mut Gpu<'_>, count: u32, nvlink5: bool) -> Vec<Link
                 .map(move |&id| Field { id, scope: link })
         })
         .collect();
-    let values = reader.read_fields(&requests);
+    let values = reader.nvml.read_fields(&requests);
     values
         .chunks(per_link)
         .map(|values| LinkFields {
@@ -313,9 +319,8 @@ fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<Lin
             None
         }
         None => reader
-            .read("nvmlDeviceGetNvLinkState", |d| {
-                d.link_wrapper_for(link).is_active()
-            })
+            .nvml
+            .read(calls::NVLINK_ACTIVE, link)
             .map(LinkState::from_active),
     }
 }
@@ -343,16 +348,14 @@ const PER_LINK_FIELDS: [u32; 4] = [
 fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
-        match reader.try_read("nvmlDeviceGetNvLinkState", |d| {
-            d.link_wrapper_for(link).is_active()
-        })? {
+        match reader.nvml.try_read(calls::NVLINK_ACTIVE, link)? {
             Ok(active) => links.push(Some(active)),
             // A GPU without NVLink says so for link 0; past the last link NVML
             // answers "invalid argument".
-            Err(NvmlError::NotSupported) if link == 0 => return None,
-            Err(NvmlError::InvalidArg) => break,
+            Err(error) if error.code() == Code::NotSupported && link == 0 => return None,
+            Err(error) if error.code() == Code::InvalidArgument => break,
             Err(error) => {
-                reader.note("nvmlDeviceGetNvLinkState", &error);
+                reader.nvml.note(&error);
                 links.push(None);
             }
         }
@@ -382,7 +385,7 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
                 .map(move |&id| Field { id, scope: link })
         })
         .collect();
-    let values = reader.read_fields(&requests);
+    let values = reader.nvml.read_fields(&requests);
     for (&(link, active), values) in links.iter().zip(values.chunks(per_link)) {
         let label = link.to_string();
         reader
@@ -475,9 +478,10 @@ fn read_error_counters(
     counters: &[(ErrorCounter, &'static str)],
 ) {
     for &(counter, counter_label) in counters {
-        if let Some(count) = reader.read("nvmlDeviceGetNvLinkErrorCounter", |d| {
-            d.link_wrapper_for(link).error_counter(counter)
-        }) {
+        if let Some(count) = reader
+            .nvml
+            .read(calls::NVLINK_ERROR_COUNTER, (link, counter))
+        {
             reader.push(NVLINK_LINK_ERRORS.sample_with(
                 [LabelValue::from(label.to_owned()), counter_label.into()],
                 count as f64,

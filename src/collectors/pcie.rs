@@ -1,11 +1,12 @@
 //! PCIe link generation and width against their maxima (read once per
 //! driver: a link that trained low shows), replays and traffic.
 
-use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::calls;
+use nvml::types::field_id::{
     NVML_FI_DEV_PCIE_COUNT_RX_BYTES, NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
     NVML_FI_DEV_PCIE_REPLAY_COUNTER,
 };
+use nvml::types::PcieUtilCounter;
 
 use crate::collector::Gpu;
 use crate::metrics::families;
@@ -42,42 +43,35 @@ const BYTES_PER_KIB: f64 = 1024.0;
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(Some(generation)) = reader.read_fixed(
         "pcie.max_generation",
-        "nvmlDeviceGetMaxPcieLinkGeneration",
-        |d| d.max_pcie_link_gen().map(i64::from),
+        calls::MAX_PCIE_GENERATION,
+        (),
+        i64::from,
     ) {
         reader.gauge(PCIE_MAX_GENERATION, generation as f64);
     }
     if let Some(Some(width)) =
-        reader.read_fixed("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth", |d| {
-            d.max_pcie_link_width().map(i64::from)
-        })
+        reader.read_fixed("pcie.max_width", calls::MAX_PCIE_WIDTH, (), i64::from)
     {
         reader.gauge(PCIE_MAX_WIDTH, width as f64);
     }
-    if let Some(generation) = reader.read("nvmlDeviceGetCurrPcieLinkGeneration", |d| {
-        d.current_pcie_link_gen()
-    }) {
+    if let Some(generation) = reader.nvml.read(calls::PCIE_GENERATION, ()) {
         reader.gauge(PCIE_GENERATION, f64::from(generation));
     }
-    if let Some(width) = reader.read("nvmlDeviceGetCurrPcieLinkWidth", |d| {
-        d.current_pcie_link_width()
-    }) {
+    if let Some(width) = reader.nvml.read(calls::PCIE_WIDTH, ()) {
         reader.gauge(PCIE_WIDTH, f64::from(width));
     }
-    let replays = reader.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |reader| {
-        reader
-            .read("nvmlDeviceGetPcieReplayCounter", |d| {
-                d.pcie_replay_counter()
-            })
-            .map(f64::from)
-    });
+    let replays = reader
+        .nvml
+        .field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |nvml| {
+            nvml.read(calls::PCIE_REPLAY_COUNTER, ()).map(f64::from)
+        });
     if let Some(replays) = replays {
         reader.gauge(PCIE_REPLAYS, replays);
     }
-    if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
+    if let Some(bytes) = reader.nvml.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
         reader.gauge(PCIE_TRANSMIT, bytes);
     }
-    if let Some(bytes) = reader.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
+    if let Some(bytes) = reader.nvml.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
         reader.gauge(PCIE_RECEIVE, bytes);
     }
 }
@@ -95,9 +89,7 @@ pub(super) fn read_throughput(reader: &mut Gpu<'_>) {
         (PcieUtilCounter::Send, PCIE_TRANSMIT_THROUGHPUT),
         (PcieUtilCounter::Receive, PCIE_RECEIVE_THROUGHPUT),
     ] {
-        if let Some(kib) = reader.read("nvmlDeviceGetPcieThroughput", |d| {
-            d.pcie_throughput(counter)
-        }) {
+        if let Some(kib) = reader.nvml.read(calls::PCIE_THROUGHPUT, counter) {
             reader.gauge(family, f64::from(kib) * BYTES_PER_KIB);
         }
     }

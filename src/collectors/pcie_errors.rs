@@ -1,7 +1,7 @@
 //! PCIe error counters the GPU keeps (driver 535+), by kind. Off by default:
 //! twelve field values a run, and a healthy GPU counts many (read as rates).
 
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::types::field_id::{
     NVML_FI_DEV_PCIE_COUNT_BAD_DLLP, NVML_FI_DEV_PCIE_COUNT_BAD_TLP,
     NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR,
     NVML_FI_DEV_PCIE_COUNT_LANE_ERROR, NVML_FI_DEV_PCIE_COUNT_LCRC_ERROR,
@@ -52,7 +52,7 @@ pub(super) const FIELDS: &[u32] = &{
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     for (field, kind) in KINDS {
-        if let Some(count) = reader.field(field) {
+        if let Some(count) = reader.nvml.field(field) {
             reader.push(PCIE_ERRORS.sample_with([kind], count));
         }
     }

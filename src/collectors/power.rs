@@ -2,14 +2,15 @@
 //! a 1 s average on some architectures and instantaneous on others: the
 //! second power reading is the one the draw is not, never both.
 
-use nvml_wrapper::enums::device::DeviceArchitecture;
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::calls;
+use nvml::types::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
 };
+use nvml::types::DeviceArchitecture;
 
 use crate::collector::{Gpu, PER_MILLI};
+use crate::facts::{Chip, GpuFacts};
 use crate::metrics::families;
-use crate::nvml::facts::{Chip, GpuFacts};
 
 families! {
     FAMILIES;
@@ -60,34 +61,29 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerUsage", |d| d.power_usage()) {
+    if let Some(milliwatts) = reader.nvml.read(calls::POWER_USAGE, ()) {
         reader.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
     }
-    let energy = reader.field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |reader| {
-        reader
-            .read("nvmlDeviceGetTotalEnergyConsumption", |d| {
-                d.total_energy_consumption()
-            })
-            .map(|millijoules| millijoules as f64)
-    });
+    let energy = reader
+        .nvml
+        .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
+            nvml.read(calls::TOTAL_ENERGY, ())
+                .map(|millijoules| millijoules as f64)
+        });
     if let Some(millijoules) = energy {
         reader.gauge(ENERGY, millijoules / PER_MILLI);
     }
-    if let Some(milliwatts) = reader.read("nvmlDeviceGetEnforcedPowerLimit", |d| {
-        d.enforced_power_limit()
-    }) {
+    if let Some(milliwatts) = reader.nvml.read(calls::ENFORCED_POWER_LIMIT, ()) {
         reader.gauge(POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
-    if let Some(milliwatts) = reader.read("nvmlDeviceGetPowerManagementDefaultLimit", |d| {
-        d.power_management_limit_default()
-    }) {
+    if let Some(milliwatts) = reader.nvml.read(calls::DEFAULT_POWER_LIMIT, ()) {
         reader.gauge(POWER_DEFAULT_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
     for (field, family) in [
         (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
         (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
     ] {
-        if let Some(milliwatts) = reader.field(field) {
+        if let Some(milliwatts) = reader.nvml.field(field) {
             reader.gauge(family, milliwatts / PER_MILLI);
         }
     }

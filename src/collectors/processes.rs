@@ -1,13 +1,13 @@
 //! Per-process GPU memory and SM utilization; the host step adds the owners
 //! from procfs.
 
-use nvml_wrapper::enum_wrappers::device::Sampling;
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml::samples::{fetch_processes, ProcessEntry};
+use nvml::types::{Sampling, UsedGpuMemory};
 
 use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics::{self, families};
-use crate::nvml::samples::{self, Carry, ProcessEntry, SampleRead};
 use crate::procfs::{self, Owner, Users};
+use crate::samples::{self, Carry, SampleRead};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Stream;
 
@@ -20,7 +20,7 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let Some(processes) = reader.compute_processes() else {
+    let Some(processes) = reader.nvml.compute_processes() else {
         return;
     };
     let utilization = utilization(reader);
@@ -112,7 +112,7 @@ impl Utilization {
 fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
     let previous = reader.previous_carry(Stream::Processes);
     let SampleRead::Read { carry, integrated } =
-        samples::read(reader, Sampling::GpuUtilization, previous)
+        samples::read(&mut reader.nvml, Sampling::GpuUtilization, previous)
     else {
         return None;
     };
@@ -124,15 +124,7 @@ fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
         return None;
     }
     let since = integrated.intervals.first()?.start_us;
-    let call = "nvmlDeviceGetProcessUtilization";
-    match samples::fetch_processes(reader, since)? {
-        Ok(entries) => Some(Utilization::from_entries(entries)),
-        Err(error) => {
-            // Unsupported is logged at debug level only; others are counted.
-            reader.note(call, &error);
-            None
-        }
-    }
+    fetch_processes(&mut reader.nvml, since).map(Utilization::from_entries)
 }
 
 #[cfg(test)]

@@ -1,17 +1,18 @@
 //! Temperatures, thresholds and fans, the thermal margin and the margins the
 //! GPU acts at, and the time held down by heat and power brake.
 
-use nvml_wrapper::enum_wrappers::device::TemperatureThreshold;
-use nvml_wrapper::sys_exports::field_id::{
+use nvml::calls;
+use nvml::types::field_id::{
     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
     NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, NVML_FI_DEV_MEMORY_TEMP,
     NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
 };
+use nvml::types::TemperatureThreshold;
 
 use crate::collector::Gpu;
 use crate::metrics::{self, families};
-use crate::nvml::fields::{self, Field};
+use nvml::fields::Field;
 
 families! {
     FAMILIES;
@@ -76,11 +77,11 @@ pub(super) const FIELDS: &[u32] = &[
 const MAX_FANS: u32 = 16;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    if let Some(celsius) = reader.gpu_temperature() {
+    if let Some(celsius) = reader.nvml.gpu_temperature() {
         reader.gauge(TEMPERATURE, celsius);
     }
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
-    if let Some(celsius) = reader.field(NVML_FI_DEV_MEMORY_TEMP) {
+    if let Some(celsius) = reader.nvml.field(NVML_FI_DEV_MEMORY_TEMP) {
         if celsius > 0.0 {
             reader.gauge(MEMORY_TEMPERATURE, celsius);
         }
@@ -89,44 +90,39 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     for (threshold, label) in THRESHOLDS {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
-            reader.read_fixed(&key, "nvmlDeviceGetTemperatureThreshold", |d| {
-                d.temperature_threshold(threshold).map(i64::from)
-            })
+            reader.read_fixed(&key, calls::TEMPERATURE_THRESHOLD, threshold, i64::from)
         {
             reader.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     let fans = reader
-        .read("nvmlDeviceGetNumFans", |d| d.num_fans())
-        .and_then(|count| reader.bounded("nvmlDeviceGetNumFans", count, MAX_FANS))
+        .nvml
+        .read(calls::FAN_COUNT, ())
+        .and_then(|count| reader.nvml.bounded(calls::FAN_COUNT.name, count, MAX_FANS))
         .unwrap_or(0);
     for fan in 0..fans {
-        if let Some(percent) = reader.read("nvmlDeviceGetFanSpeed_v2", |d| d.fan_speed(fan)) {
+        if let Some(percent) = reader.nvml.read(calls::FAN_SPEED, fan) {
             reader
                 .push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
         }
     }
-    if let Some(celsius) = reader.margin_temperature() {
+    if let Some(celsius) = reader.nvml.margin_temperature() {
         reader.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
     }
     for (field, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
-        if let Some(Some(celsius)) = reader.read_fixed(&key, fields::CALL, |d| {
-            fields::read_one(
-                d,
-                Field {
-                    id: field,
-                    scope: 0,
-                },
-            )
-            // Whole degrees: NVML answers these offsets as integers.
-            .map(|celsius| celsius.round() as i64)
-        }) {
+        let field = Field {
+            id: field,
+            scope: 0,
+        };
+        // Whole degrees: NVML answers these offsets as integers.
+        let whole = |celsius: f64| celsius.round() as i64;
+        if let Some(Some(celsius)) = reader.read_fixed(&key, calls::FIELD, field, whole) {
             reader.push(TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     for (field, label) in SLOWDOWNS {
-        if let Some(nanoseconds) = reader.field(field) {
+        if let Some(nanoseconds) = reader.nvml.field(field) {
             reader.push(SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
     }

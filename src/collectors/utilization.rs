@@ -2,7 +2,8 @@
 //! buffers (`nvml::samples`), their busy and sampled totals, and the count of
 //! compute processes.
 
-use nvml_wrapper::enum_wrappers::device::Sampling;
+use nvml::calls;
+use nvml::types::Sampling;
 
 use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
 use crate::metrics::families;
@@ -36,8 +37,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             "GPU {}: no utilization samples; using nvmlDeviceGetUtilizationRates",
             reader.index()
         );
-        if let Some(rates) = reader.read("nvmlDeviceGetUtilizationRates", |d| d.utilization_rates())
-        {
+        if let Some(rates) = reader.nvml.read(calls::UTILIZATION_RATES, ()) {
             if !gpu {
                 point(reader, GPU, rates.gpu);
             }
@@ -46,7 +46,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             }
         }
     }
-    if let Some(processes) = reader.compute_processes() {
+    if let Some(processes) = reader.nvml.compute_processes() {
         reader.gauge(PROCESSES, processes.len() as f64);
     }
 }

@@ -9,9 +9,7 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
 };
 
-use super::reader::DeviceReader;
-use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
-use crate::reason::constants;
+use super::{raw, struct_version, DeviceReader, ARGUMENT_VERSION_MISMATCH};
 
 const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
 /// The v2 struct is a prefix of v3 (without the summary): NVML writes no more.
@@ -20,41 +18,53 @@ const VERSION_2: u32 = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
 /// The NVML function named in logs and errors.
 pub const CALL: &str = "nvmlDeviceGetGpuFabricInfoV";
 
-constants! {
-    /// Where the GPU's registration with the Fabric Manager stands.
-    pub enum FabricState {
-        /// The label value; `ALL` is in NVML's order (from 1).
-        fn label;
-    }
-    NotStarted => ("not_started");
-    InProgress => ("in_progress");
-    Completed => ("completed");
+/// `label`: the name of each variant, in snake case; `ALL`: the variants in
+/// NVML's order (from 1).
+macro_rules! labelled {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$doc:meta])* $variant:ident = $label:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($(#[$doc])* $variant,)* }
+
+        impl $name {
+            pub const ALL: [$name; [$($label),*].len()] = [$($name::$variant),*];
+
+            pub fn label(self) -> &'static str {
+                match self { $($name::$variant => $label,)* }
+            }
+        }
+    };
 }
 
-constants! {
+labelled! {
+    /// Where the GPU's registration with the Fabric Manager stands.
+    pub enum FabricState {
+        NotStarted = "not_started",
+        InProgress = "in_progress",
+        Completed = "completed",
+    }
+}
+
+labelled! {
     /// A fabric health condition, a field of the health mask (nvml.h
     /// `NVML_GPU_FABRIC_HEALTH_MASK_*`).
     pub enum Condition {
-        /// The label value; `ALL` is in NVML's order (from 1).
-        fn label;
+        DegradedBandwidth = "degraded_bandwidth",
+        RouteRecovery = "route_recovery",
+        RouteUnhealthy = "route_unhealthy",
+        AccessTimeoutRecovery = "access_timeout_recovery",
+        /// 0 not supported, 1 none, 2 and up a kind of misconfiguration.
+        IncorrectConfiguration = "incorrect_configuration",
     }
-    DegradedBandwidth => ("degraded_bandwidth");
-    RouteRecovery => ("route_recovery");
-    RouteUnhealthy => ("route_unhealthy");
-    AccessTimeoutRecovery => ("access_timeout_recovery");
-    /// 0 not supported, 1 none, 2 and up a kind of misconfiguration.
-    IncorrectConfiguration => ("incorrect_configuration");
 }
 
-constants! {
+labelled! {
     /// The health summary of struct version 3 (`NVML_GPU_FABRIC_HEALTH_SUMMARY_*`).
     pub enum Summary {
-        /// The label value; `ALL` is in NVML's order (from 1).
-        fn label;
+        Healthy = "healthy",
+        Unhealthy = "unhealthy",
+        LimitedCapacity = "limited_capacity",
     }
-    Healthy => ("healthy");
-    Unhealthy => ("unhealthy");
-    LimitedCapacity => ("limited_capacity");
 }
 
 impl Condition {
@@ -165,9 +175,8 @@ impl DeviceReader<'_> {
     }
 }
 
-/// Whether `device` is on a fabric: `Err(NotSupported)` where it is not, for
-/// [`DeviceReader::read_fixed`] to keep per driver.
-pub fn on_fabric(device: &NvmlDevice<'_>) -> Result<bool, NvmlError> {
+/// Whether `device` is on a fabric: `Err(NotSupported)` where it is not.
+pub(crate) fn on_fabric(device: &NvmlDevice<'_>) -> Result<bool, NvmlError> {
     raw(device, FabricInfo::read).map(|_| true)
 }
 

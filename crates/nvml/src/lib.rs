@@ -1,8 +1,10 @@
-//! The NVML session and its error policy: the only code that loads NVML
-//! ([`Session`]), calls its C functions or holds `unsafe` for it. Every call
-//! goes through [`reader::DeviceReader`], bracketed in [`InFlight`]: a field
-//! NVML does not support ([`unsupported`]) is left out quietly, a
-//! [`device_fatal`] error marks the GPU down, any other is logged and counted.
+//! The NVML layer of nvidia-textfile-exporter: the only code that loads NVML
+//! ([`Session`]), calls its C functions or holds `unsafe` for it; it knows
+//! nothing of the exporter (no metrics, state or output). Every device call
+//! is declared once ([`calls`]) and made through [`DeviceReader`], bracketed
+//! in [`InFlight`]: a field NVML does not support is left out quietly, a
+//! device-fatal error marks the GPU down ([`Failure`]), any other is logged
+//! and counted.
 
 /// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a lookup is
 /// a `Result<&F, NvmlError>`): its failures as an `NvmlError`.
@@ -27,11 +29,14 @@ macro_rules! symbol {
     };
 }
 
+pub mod calls;
+mod error;
 pub mod fabric;
-pub mod facts;
 pub mod fields;
+mod gpm;
+mod inflight;
 pub mod mig;
-pub mod reader;
+mod reader;
 pub mod samples;
 pub mod unwrapped;
 
@@ -43,14 +48,30 @@ use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
-use crate::inflight::{InFlight, Scope};
-use crate::reason::Reason;
+pub use error::{Code, Error, Failure};
+pub use inflight::{InFlight, Scope};
+pub use reader::DeviceReader;
+
+/// The types of nvml-wrapper that the layer's calls take and answer.
+pub mod types {
+    pub use nvml_wrapper::enum_wrappers::device::{
+        Brand, Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy,
+        PerformanceState, RetirementCause, Sampling, TemperatureThreshold,
+    };
+    pub use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+    pub use nvml_wrapper::enums::device::{DeviceArchitecture, UsedGpuMemory};
+    pub use nvml_wrapper::enums::gpm::GpmMetricId;
+    pub use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+    pub use nvml_wrapper::structs::device::MigMode;
+    pub use nvml_wrapper::sys_exports::field_id;
+    pub use nvml_wrapper::{Device, GpmSample};
+}
 
 /// NVML could not be used at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitError {
-    /// Why: the `reason` label of `nvidia_gpu_collector_error`.
-    pub reason: Reason,
+    /// Why, in the layer's terms.
+    pub failure: Failure,
     /// What NVML or the loader said.
     pub detail: String,
 }
@@ -58,55 +79,10 @@ pub struct InitError {
 impl InitError {
     fn from_nvml(call: &str, error: &NvmlError) -> Self {
         InitError {
-            reason: reason(error),
+            failure: Failure::of(error),
             detail: format!("{call}: {error}"),
         }
     }
-}
-
-/// The failure reason for an NVML error.
-pub fn reason(error: &NvmlError) -> Reason {
-    match error {
-        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => Reason::LibraryNotFound,
-        NvmlError::DriverNotLoaded => Reason::DriverNotLoaded,
-        NvmlError::NoPermission => Reason::NoPermission,
-        NvmlError::LibRmVersionMismatch => Reason::DriverLibraryMismatch,
-        NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => Reason::MissingSymbol,
-        NvmlError::GpuLost => Reason::GpuLost,
-        NvmlError::ResetRequired => Reason::ResetRequired,
-        NvmlError::Uninitialized => Reason::Uninitialized,
-        NvmlError::Timeout => Reason::DriverTimeout,
-        NvmlError::IrqIssue => Reason::IrqIssue,
-        NvmlError::InsufficientPower => Reason::InsufficientPower,
-        NvmlError::CorruptedInfoROM => Reason::CorruptedInforom,
-        NvmlError::InsufficientMemory => Reason::OutOfMemory,
-        NvmlError::OperatingSystem => Reason::OperatingSystem,
-        _ => Reason::Unknown,
-    }
-}
-
-/// Errors after which nothing more can be read from a GPU: it is reported down.
-pub fn device_fatal(error: &NvmlError) -> bool {
-    matches!(
-        error,
-        NvmlError::GpuLost
-            | NvmlError::ResetRequired
-            | NvmlError::DriverNotLoaded
-            | NvmlError::Uninitialized
-            | NvmlError::LibRmVersionMismatch
-    )
-}
-
-/// Errors that only mean "this GPU or driver does not have this field"; every
-/// other code, a return code newer than nvml-wrapper included, is a read error.
-pub fn unsupported(error: &NvmlError) -> bool {
-    matches!(
-        error,
-        NvmlError::NotSupported
-            | NvmlError::FailedToLoadSymbol(_)
-            | NvmlError::FunctionNotFound
-            | NvmlError::NoData
-    )
 }
 
 /// More GPUs than one host holds: a larger count from NVML is a sentinel.
@@ -134,7 +110,7 @@ impl Session {
         inflight.leave();
         if count > MAX_GPUS {
             return Err(InitError {
-                reason: Reason::Unknown,
+                failure: Failure::Unknown,
                 detail: format!(
                     "nvmlDeviceGetCount_v2 returned {count}, more GPUs than any host has \
                      ({MAX_GPUS}); NVML is not answering sensibly"
@@ -155,13 +131,13 @@ impl Session {
     }
 
     /// The handle of GPU `index`, or why the GPU is down.
-    pub fn handle(&self, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'_>, Reason> {
+    pub fn handle(&self, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'_>, Failure> {
         inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
         let handle = self.nvml.device_by_index(index);
         inflight.leave();
         handle.map_err(|e| {
             log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
-            reason(&e)
+            Failure::of(&e)
         })
     }
 }

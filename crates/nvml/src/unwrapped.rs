@@ -14,8 +14,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU, nvmlTemperature_v1_t, NvmlLib,
 };
 
-use super::reader::DeviceReader;
-use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
+use super::{raw, struct_version, DeviceReader, Error, ARGUMENT_VERSION_MISMATCH};
 
 /// A string NVML keeps of a GPU.
 #[derive(Debug, Clone, Copy)]
@@ -162,12 +161,12 @@ impl<'n> DeviceReader<'n> {
             Err(NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound) => {}
             Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {}
             Err(error) => {
-                self.note(CALL, &error);
+                self.note(&Error::new(CALL, error));
                 return None;
             }
         }
         let sensor = TemperatureSensor::Gpu;
-        self.read("nvmlDeviceGetTemperature", |d| d.temperature(sensor))
+        self.read_by("nvmlDeviceGetTemperature", |d| d.temperature(sensor))
             .map(f64::from)
     }
 
@@ -186,22 +185,22 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// Like [`DeviceReader::read`], but hands `read` the raw library and handle.
-    pub(super) fn read_raw<T>(
+    pub(crate) fn read_raw<T>(
         &mut self,
         call: &'static str,
         read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        self.read(call, |device| raw(device, read))
+        self.read_by(call, |device| raw(device, read))
     }
 
     /// Like [`DeviceReader::try_read`], but hands `read` the raw library and
     /// handle: for calls whose errors are partly answers.
-    pub(super) fn try_read_raw<T>(
+    pub(crate) fn try_read_raw<T>(
         &mut self,
         call: &'static str,
         read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> Result<T, NvmlError>,
     ) -> Option<Result<T, NvmlError>> {
-        self.try_read(call, |device| raw(device, read))
+        self.attempt(call, |device| raw(device, read))
     }
 }
 

@@ -2,7 +2,7 @@
 //! it, and the one place a GPU's chip is recognised: by its PCI device id, else
 //! by its product name (NVML names the architecture, not the chip).
 
-use nvml_wrapper::enums::device::DeviceArchitecture;
+use nvml::types::DeviceArchitecture;
 
 /// What the info read found of a GPU, set once per run before any other
 /// collector runs; a fact NVML could not tell is empty.

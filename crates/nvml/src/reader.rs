@@ -1,6 +1,7 @@
-//! Reading one GPU: NVML's calls under the error policy of `nvml` (counted,
-//! logged once, or the GPU down), the batched field values, and the GPU's
-//! state from the previous run and for the next. Samples are the collectors'.
+//! Reading one GPU: NVML's calls under the error policy (not supported left
+//! out quietly, other errors counted and logged once, a device-fatal one
+//! marks the GPU down), the batched field values, and the answers read once
+//! a run however many callers ask.
 
 use std::time::Instant;
 
@@ -9,12 +10,9 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::structs::device::MigMode;
 use nvml_wrapper::Device as NvmlDevice;
 
-use super::facts::GpuFacts;
+use super::calls::Call;
 use super::fields::{self, Field};
-use super::{device_fatal, reason, unsupported};
-use crate::inflight::{InFlight, Scope};
-use crate::reason::Reason;
-use crate::state::schema::GpuState;
+use super::{Error, Failure, InFlight, Scope};
 
 /// One GPU's NVML reads under the error policy.
 pub struct DeviceReader<'n> {
@@ -23,14 +21,10 @@ pub struct DeviceReader<'n> {
     inflight: &'n InFlight,
     read_errors: u32,
     /// Set by the first device-fatal error; from then on nothing is read.
-    fault: Option<Reason>,
+    fault: Option<Failure>,
     /// The batch read before the collectors run; an entry's error is handled
     /// when it is taken.
     prefetched: Vec<(u32, Option<Result<f64, NvmlError>>)>,
-    previous_state: GpuState,
-    next_state: GpuState,
-    keeps_totals: bool,
-    facts: GpuFacts,
     /// Read once per run however many collectors ask.
     mig_mode: Option<Option<MigMode>>,
     compute_processes: Option<Option<Vec<ProcessInfo>>>,
@@ -49,10 +43,6 @@ impl<'n> DeviceReader<'n> {
             fault: None,
             prefetched: Vec::new(),
             seen: Vec::new(),
-            previous_state: GpuState::default(),
-            next_state: GpuState::default(),
-            keeps_totals: false,
-            facts: GpuFacts::default(),
             mig_mode: None,
             compute_processes: None,
         }
@@ -63,40 +53,53 @@ impl<'n> DeviceReader<'n> {
         self.index
     }
 
-    /// Keeps what the info read found, for the collectors that follow.
-    pub fn set_facts(&mut self, facts: GpuFacts) {
-        self.facts = facts;
+    /// Makes `call` with `args`. `None` when the field is not supported,
+    /// failed (counted) or the GPU is already down.
+    pub fn read<A, T>(&mut self, call: Call<A, T>, args: A) -> Option<T> {
+        self.read_by(call.name, |d| (call.make)(d, args))
     }
 
-    /// What the info read found of this GPU (all empty before it ran).
-    pub fn facts(&self) -> &GpuFacts {
-        &self.facts
+    /// [`Self::read`] of another device than the GPU: one of its MIG devices.
+    pub fn read_on<A, T>(
+        &mut self,
+        device: &NvmlDevice<'_>,
+        call: Call<A, T>,
+        args: A,
+    ) -> Option<T> {
+        self.read_by(call.name, |_| (call.make)(device, args))
     }
 
-    /// Calls NVML function `call` through `read`. `None` when the field is not
-    /// supported, failed (counted) or the GPU is already down.
-    pub fn read<T>(
+    /// Makes `call` without the error policy, for callers that take some
+    /// errors as answers; `None` when the GPU is down. Pass other errors to
+    /// [`Self::note`].
+    pub fn try_read<A, T>(&mut self, call: Call<A, T>, args: A) -> Option<Result<T, Error>> {
+        let answer = self.attempt(call.name, |d| (call.make)(d, args))?;
+        Some(answer.map_err(|e| Error::new(call.name, e)))
+    }
+
+    /// Calls NVML function `call` through `read`, under the error policy.
+    pub(crate) fn read_by<T>(
         &mut self,
         call: &'static str,
         read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        match self.try_read(call, read)? {
+        match self.attempt(call, read)? {
             Ok(value) => Some(value),
             Err(error) => {
-                self.note(call, &error);
+                self.note(&Error::new(call, error));
                 None
             }
         }
     }
 
-    /// Applies the error policy to an error of `call` obtained some other way.
-    pub fn note(&mut self, call: &str, error: &NvmlError) {
-        let index = self.index;
-        if unsupported(error) {
+    /// Applies the error policy to an error obtained some other way.
+    pub fn note(&mut self, error: &Error) {
+        let (index, call) = (self.index, error.call);
+        if error.is_unsupported() {
             log::debug!("GPU {index}: {call}: {error}");
-        } else if device_fatal(error) {
+        } else if error.is_device_fatal() {
             log::warn!("GPU {index}: {call}: {error}; reporting the GPU down");
-            self.fault = Some(reason(error));
+            self.fault = Some(error.failure());
         } else {
             self.count_error(format!("GPU {index}: {call}: {error}"));
         }
@@ -142,7 +145,7 @@ impl<'n> DeviceReader<'n> {
             .map(|value| match value? {
                 Ok(number) => Some(number),
                 Err(error) => {
-                    self.note(fields::CALL, &error);
+                    self.note(&Error::new(fields::CALL, error));
                     None
                 }
             })
@@ -177,7 +180,7 @@ impl<'n> DeviceReader<'n> {
         match self.take_field(id)? {
             Ok(value) => Some(value),
             Err(error) => {
-                self.note(fields::CALL, &error);
+                self.note(&Error::new(fields::CALL, error));
                 None
             }
         }
@@ -191,16 +194,19 @@ impl<'n> DeviceReader<'n> {
         id: u32,
         fallback: impl FnOnce(&mut Self) -> Option<f64>,
     ) -> Option<f64> {
-        match self.take_field(id) {
+        match self
+            .take_field(id)
+            .map(|value| value.map_err(|e| Error::new(fields::CALL, e)))
+        {
             Some(Ok(value)) => return Some(value),
-            Some(Err(error)) if !unsupported(&error) && !device_fatal(&error) => {
+            Some(Err(error)) if !error.is_unsupported() && !error.is_device_fatal() => {
                 log::debug!(
                     "GPU {}: {} field {id}: {error}; trying the function",
                     self.index,
                     fields::CALL
                 );
             }
-            Some(Err(error)) => self.note(fields::CALL, &error),
+            Some(Err(error)) => self.note(&error),
             None => {}
         }
         fallback(self)
@@ -209,7 +215,7 @@ impl<'n> DeviceReader<'n> {
     /// The GPU's MIG mode (current and pending), read once per run.
     pub fn mig_mode(&mut self) -> Option<MigMode> {
         if self.mig_mode.is_none() {
-            self.mig_mode = Some(self.read("nvmlDeviceGetMigMode", |d| d.mig_mode()));
+            self.mig_mode = Some(self.read_by("nvmlDeviceGetMigMode", |d| d.mig_mode()));
         }
         self.mig_mode.clone().flatten()
     }
@@ -218,61 +224,9 @@ impl<'n> DeviceReader<'n> {
     pub fn compute_processes(&mut self) -> Option<Vec<ProcessInfo>> {
         if self.compute_processes.is_none() {
             let call = "nvmlDeviceGetComputeRunningProcesses_v3";
-            self.compute_processes = Some(self.read(call, |d| d.running_compute_processes()));
+            self.compute_processes = Some(self.read_by(call, |d| d.running_compute_processes()));
         }
         self.compute_processes.clone().flatten()
-    }
-
-    /// A reading fixed while the driver is loaded: the state's value under
-    /// `name`, else read through `call`; kept for the next run. `Some(None)`:
-    /// not supported (kept too); `None`: failed (read again next run) or down.
-    pub fn read_fixed(
-        &mut self,
-        name: &str,
-        call: &'static str,
-        read: impl FnOnce(&NvmlDevice<'n>) -> Result<i64, NvmlError>,
-    ) -> Option<Option<i64>> {
-        let value = match self.previous_state.fixed.get(name) {
-            Some(&value) => value,
-            None => match self.try_read(call, read)? {
-                Ok(value) => Some(value),
-                Err(error) if unsupported(&error) => {
-                    self.note(call, &error);
-                    None
-                }
-                Err(error) => {
-                    self.note(call, &error);
-                    return None;
-                }
-            },
-        };
-        self.next_state.fixed.insert(name.to_owned(), value);
-        Some(value)
-    }
-
-    /// Hands the reader what the previous run left for this GPU, and
-    /// [`Self::keeps_totals`].
-    pub fn set_previous_state(&mut self, state: GpuState, keeps_totals: bool) {
-        self.previous_state = state;
-        self.keeps_totals = keeps_totals;
-    }
-
-    /// Whether running totals kept in the state may be published for this
-    /// GPU: not when the state is unusable this run or the identity is not
-    /// its own (a counter restarting from 0 would read as a reset).
-    pub fn keeps_totals(&self) -> bool {
-        self.keeps_totals
-    }
-
-    /// What the previous run left for this GPU.
-    pub fn previous_state(&self) -> &GpuState {
-        &self.previous_state
-    }
-
-    /// What this run leaves for the next (starts empty; see
-    /// `state::StateFile::store`).
-    pub fn next_state(&mut self) -> &mut GpuState {
-        &mut self.next_state
     }
 
     /// Counts a read error that no NVML call returned (an impossible
@@ -282,9 +236,9 @@ impl<'n> DeviceReader<'n> {
         self.warn_once(message);
     }
 
-    /// The repeated warnings summed up; what this run leaves for the next
-    /// and how many reads failed, or why the GPU is down.
-    pub fn finish(self) -> Result<(GpuState, u32), Reason> {
+    /// The repeated warnings summed up; how many reads failed, or why the
+    /// GPU is down.
+    pub fn finish(self) -> Result<u32, Failure> {
         for (message, count) in &self.seen {
             if *count > 1 {
                 log::warn!("{message} (seen {count} times in this run)");
@@ -292,14 +246,12 @@ impl<'n> DeviceReader<'n> {
         }
         match self.fault {
             Some(fault) => Err(fault),
-            None => Ok((self.next_state, self.read_errors)),
+            None => Ok(self.read_errors),
         }
     }
 
-    /// Calls `read` without the error policy, for callers that take some
-    /// errors as answers; `None` when the GPU is down. Pass other errors to
-    /// [`DeviceReader::note`].
-    pub fn try_read<T>(
+    /// Calls `read` without the error policy; `None` when the GPU is down.
+    pub(crate) fn attempt<T>(
         &mut self,
         call: &'static str,
         read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,

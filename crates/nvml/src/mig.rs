@@ -6,9 +6,8 @@ use std::ffi::c_uint;
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::Device as NvmlDevice;
 
-use super::raw;
-use super::reader::DeviceReader;
 use super::unwrapped::{c_string, Symbol, UintGetter};
+use super::{raw, DeviceReader, Error};
 
 /// The most MIG devices one GPU can hold (NVML's limit of 8 GPU instances).
 pub const MAX_MIG_DEVICES: u32 = 8;
@@ -28,14 +27,14 @@ pub struct MigDevice<'n> {
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
     let call = "nvmlDeviceGetMaxMigDeviceCount";
-    let count = enabled.then(|| reader.read(call, |d| d.mig_device_count()));
+    let count = enabled.then(|| reader.read_by(call, |d| d.mig_device_count()));
     let Some(count) = count.flatten() else {
         return Vec::new();
     };
     let slots = reader.bounded(call, count, MAX_MIG_DEVICES);
     let mut found = Vec::new();
     for slot in 0..slots.unwrap_or(MAX_MIG_DEVICES) {
-        let handle = match reader.try_read(HANDLE_CALL, |d| d.mig_device_by_index(slot)) {
+        let handle = match reader.attempt(HANDLE_CALL, |d| d.mig_device_by_index(slot)) {
             None => break,
             Some(Ok(handle)) => handle,
             // An empty slot; beyond the last slot a clamped count may ask for,
@@ -43,12 +42,12 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
             Some(Err(NvmlError::NotFound)) => continue,
             Some(Err(NvmlError::InvalidArg)) if count > MAX_MIG_DEVICES => break,
             Some(Err(error)) => {
-                reader.note(HANDLE_CALL, &error);
+                reader.note(&Error::new(HANDLE_CALL, error));
                 continue;
             }
         };
         let ids = INSTANCE_IDS.map(|(call, getter)| {
-            reader.read(call, |_| {
+            reader.read_by(call, |_| {
                 raw(&handle, |lib, mig| {
                     let mut id: c_uint = 0;
                     raw_call!(getter(lib), mig, &mut id).map(|()| id)
@@ -66,11 +65,13 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     found
 }
 
-impl MigDevice<'_> {
-    /// The MIG device's name, decoded lossily (read as `nvmlDeviceGetName`).
-    pub fn name(&self) -> Result<String, NvmlError> {
-        raw(&self.handle, |lib, handle| {
-            c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)
+impl DeviceReader<'_> {
+    /// The name of a MIG device of the GPU, decoded lossily.
+    pub fn mig_name(&mut self, mig: &MigDevice<'_>) -> Option<String> {
+        self.read_by("nvmlDeviceGetName", |_| {
+            raw(&mig.handle, |lib, handle| {
+                c_string(nvml_sym(lib.nvmlDeviceGetName.as_ref()), handle)
+            })
         })
     }
 }

@@ -1,19 +1,13 @@
-//! NVML's sample buffers of engine and per-process utilization, fetched from the
+//! NVML's sample buffers of engine and per-process utilization, read from the
 //! last timestamp consumed and integrated into the running totals of a [`Carry`]
 //! (docs/design.md, "Utilization").
 
-use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nvml_wrapper::enum_wrappers::device::Sampling;
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper_sys::bindings::{
-    nvmlProcessUtilizationSample_t, nvmlSample_t,
-    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as UNSIGNED_SHORT, nvmlValueType_t,
-};
+use nvml::samples::{self as nvml_samples, Point};
+use nvml::types::Sampling;
+use nvml::DeviceReader;
 
-use super::fields;
-use super::reader::DeviceReader;
 use crate::metrics;
 
 pub use crate::state::schema::Carry;
@@ -38,9 +32,6 @@ pub struct Integrated {
     /// One per consumed sample, in order.
     pub intervals: Vec<Interval>,
 }
-
-/// One sample as NVML returned it: timestamp (µs) and percent.
-pub type Point = (u64, u64);
 
 /// Integrates `samples` (in NVML's order) into `carry` by the rule of
 /// docs/design.md, "Utilization". `anchored`: NVML returned only samples newer
@@ -106,9 +97,6 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated 
     }
 }
 
-/// One process's entry as NVML gave it: pid, timestamp (µs), SM percent.
-pub type ProcessEntry = (u32, u64, u64);
-
 /// How far behind our last timestamp the system clock must be to be a step back.
 const CLOCK_STEP_SLACK_US: u64 = 1_000_000;
 
@@ -144,9 +132,9 @@ pub fn read(
     previous: Option<Carry>,
 ) -> SampleRead {
     let carry = previous.unwrap_or_default();
-    let answer = match fetch_samples(reader, sampling, carry.last_us) {
-        Some(Err(error)) if super::unsupported(&error) => {
-            reader.note("nvmlDeviceGetSamples", &error);
+    let answer = match nvml_samples::fetch(reader, sampling, carry.last_us) {
+        Some(Err(error)) if error.is_unsupported() => {
+            reader.note(&error);
             return SampleRead::Unsupported;
         }
         Some(Ok(samples)) if samples.is_empty() && clock_step(carry.last_us, now_us()) => {
@@ -156,103 +144,17 @@ pub fn read(
                 reader.index(),
                 carry.last_us
             );
-            let (answer, now) = (fetch_samples(reader, sampling, 0), now_us());
+            let (answer, now) = (nvml_samples::fetch(reader, sampling, 0), now_us());
             let taken = |samples: Vec<Point>| samples.into_iter().filter(|&(ts, _)| ts <= now);
             answer.map(|answer| answer.map(|samples| (taken(samples).collect(), false)))
         }
         other => other.map(|answer| answer.map(|samples| (samples, true))),
     };
     let integrated = answer
-        .and_then(|answer| {
-            answer
-                .map_err(|e| reader.note("nvmlDeviceGetSamples", &e))
-                .ok()
-        })
+        .and_then(|answer| answer.map_err(|e| reader.note(&e)).ok())
         .map(|(samples, anchored)| integrate(carry, &samples, anchored));
     let carry = integrated.as_ref().map_or(carry, |w| w.carry);
     SampleRead::Read { carry, integrated }
-}
-
-/// Room for more samples than NVML keeps (71 on an H200).
-const INITIAL_CAPACITY: c_uint = 256;
-/// More samples than any driver keeps: a larger count is not believed.
-const MAX_CAPACITY: c_uint = 1 << 16;
-
-/// Calls `call` with a buffer and its length, growing it while NVML asks for
-/// more (up to [`MAX_CAPACITY`]); NOT_FOUND (nothing new) is an empty answer.
-fn fetch<T: Clone>(
-    zero: T,
-    mut call: impl FnMut(*mut T, &mut c_uint) -> Result<(), NvmlError>,
-) -> Result<Vec<T>, NvmlError> {
-    let mut capacity = INITIAL_CAPACITY;
-    loop {
-        let mut buffer = vec![zero.clone(); capacity as usize];
-        let mut count = capacity;
-        match call(buffer.as_mut_ptr(), &mut count) {
-            Ok(()) => {
-                buffer.truncate(count.min(capacity) as usize);
-                return Ok(buffer);
-            }
-            Err(NvmlError::NotFound) => return Ok(Vec::new()),
-            Err(NvmlError::InsufficientSize(_)) if count > capacity && count <= MAX_CAPACITY => {
-                capacity = count;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-}
-
-/// The samples newer than `last_seen`, in NVML's order; `None` when the GPU is down.
-fn fetch_samples(
-    reader: &mut DeviceReader<'_>,
-    sampling: Sampling,
-    last_seen: u64,
-) -> Option<Result<Vec<Point>, NvmlError>> {
-    reader.try_read_raw("nvmlDeviceGetSamples", |lib, handle| {
-        let mut value_type: nvmlValueType_t = 0;
-        // SAFETY: nvmlSample_t is plain data; zero is a valid value.
-        let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
-        let samples = fetch(zero, |buffer, count| {
-            let (kind, value_type) = (sampling.as_c(), &mut value_type);
-            raw_call!(lib.nvmlDeviceGetSamples(handle, kind, last_seen, value_type, count, buffer))
-        })?;
-        Ok(samples
-            .iter()
-            .map(|sample| (sample.timeStamp, percent(value_type, sample)))
-            .collect())
-    })
-}
-
-/// The processes' utilization since `last_seen`; `None` when the GPU is down.
-pub fn fetch_processes(
-    reader: &mut DeviceReader<'_>,
-    last_seen: u64,
-) -> Option<Result<Vec<ProcessEntry>, NvmlError>> {
-    reader.try_read_raw("nvmlDeviceGetProcessUtilization", |lib, handle| {
-        // SAFETY: plain data; zero is a valid value.
-        let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
-        let entries = fetch(zero, |buffer, count| {
-            raw_call!(lib.nvmlDeviceGetProcessUtilization(handle, buffer, count, last_seen))
-        })?;
-        Ok(entries
-            .iter()
-            .map(|e| (e.pid, e.timeStamp, u64::from(e.smUtil)))
-            .collect())
-    })
-}
-
-/// A sample's value in percent, whatever type NVML gave it; a negative or
-/// non-finite value becomes an impossible one, to be rejected.
-fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
-    let value = match value_type {
-        // SAFETY: NVML says which member of the union it wrote.
-        UNSIGNED_SHORT => Some(f64::from(unsafe { sample.sampleValue.usVal })),
-        _ => fields::number(value_type, &sample.sampleValue),
-    };
-    match value {
-        Some(value) if value.is_finite() && value >= 0.0 => value.round() as u64,
-        _ => u64::MAX,
-    }
 }
 
 #[cfg(test)]
@@ -393,53 +295,5 @@ mod tests {
         assert!(!clock_step(10_000_000, 10_000_000));
         assert!(!clock_step(10_500_000, 10_000_000));
         assert!(clock_step(12_000_000, 10_000_000));
-    }
-
-    #[test]
-    fn a_sample_of_any_value_type_is_read_as_percent() {
-        // SAFETY: plain data; zero is a valid value.
-        let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
-        let with = |set: &dyn Fn(&mut nvmlSample_t)| {
-            let mut sample = zero;
-            set(&mut sample);
-            sample
-        };
-        let double = |v: f64| with(&|s| s.sampleValue.dVal = v);
-        assert_eq!(percent(0, &double(41.6)), 42);
-        assert_eq!(percent(0, &double(-1.0)), u64::MAX);
-        assert_eq!(percent(0, &double(f64::NAN)), u64::MAX);
-        assert_eq!(percent(1, &with(&|s| s.sampleValue.uiVal = 37)), 37);
-        assert_eq!(percent(2, &with(&|s| s.sampleValue.ulVal = 38)), 38);
-        assert_eq!(percent(3, &with(&|s| s.sampleValue.ullVal = 39)), 39);
-        assert_eq!(percent(4, &with(&|s| s.sampleValue.sllVal = -3)), u64::MAX);
-        assert_eq!(percent(5, &with(&|s| s.sampleValue.siVal = 40)), 40);
-        assert_eq!(percent(6, &with(&|s| s.sampleValue.usVal = 41)), 41);
-        assert_eq!(percent(7, &with(&|s| s.sampleValue.uiVal = 1)), u64::MAX);
-        // A huge value stays impossible, and is logged as the same number.
-        let huge = percent(3, &with(&|s| s.sampleValue.ullVal = u64::MAX - 1));
-        assert_eq!(huge as f64, (u64::MAX - 1) as f64);
-    }
-
-    #[test]
-    fn the_buffer_grows_to_what_nvml_asks_and_not_found_is_empty() {
-        let mut asked = Vec::new();
-        let grown = fetch(0u8, |_, count| {
-            asked.push(*count);
-            if *count < 300 {
-                *count = 300;
-                return Err(NvmlError::InsufficientSize(Some(300)));
-            }
-            *count = 5;
-            Ok(())
-        });
-        assert_eq!(grown.map(|buffer| buffer.len()).ok(), Some(5));
-        assert_eq!(asked, [INITIAL_CAPACITY, 300]);
-        let nothing = fetch(0u8, |_, _| Err(NvmlError::NotFound));
-        assert_eq!(nothing.ok(), Some(Vec::new()));
-        let sentinel = fetch(0u8, |_, count| {
-            *count = u32::MAX;
-            Err(NvmlError::InsufficientSize(None))
-        });
-        assert!(matches!(sentinel, Err(NvmlError::InsufficientSize(None))));
     }
 }

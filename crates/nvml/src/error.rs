@@ -1,0 +1,147 @@
+//! NVML's errors in the layer's terms: [`Failure`] says why NVML or a GPU
+//! cannot be used, [`Error`] is a call's error with the policy's questions
+//! answered (not supported, device-fatal) and the few [`Code`]s callers act on.
+
+use std::fmt;
+
+use nvml_wrapper::error::NvmlError;
+
+/// Why NVML, or a GPU, cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    LibraryNotFound,
+    DriverNotLoaded,
+    NoPermission,
+    DriverLibraryMismatch,
+    MissingSymbol,
+    GpuLost,
+    ResetRequired,
+    Uninitialized,
+    DriverTimeout,
+    IrqIssue,
+    InsufficientPower,
+    CorruptedInforom,
+    OutOfMemory,
+    OperatingSystem,
+    Unknown,
+}
+
+impl Failure {
+    pub(crate) fn of(error: &NvmlError) -> Failure {
+        match error {
+            NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => Failure::LibraryNotFound,
+            NvmlError::DriverNotLoaded => Failure::DriverNotLoaded,
+            NvmlError::NoPermission => Failure::NoPermission,
+            NvmlError::LibRmVersionMismatch => Failure::DriverLibraryMismatch,
+            NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => {
+                Failure::MissingSymbol
+            }
+            NvmlError::GpuLost => Failure::GpuLost,
+            NvmlError::ResetRequired => Failure::ResetRequired,
+            NvmlError::Uninitialized => Failure::Uninitialized,
+            NvmlError::Timeout => Failure::DriverTimeout,
+            NvmlError::IrqIssue => Failure::IrqIssue,
+            NvmlError::InsufficientPower => Failure::InsufficientPower,
+            NvmlError::CorruptedInfoROM => Failure::CorruptedInforom,
+            NvmlError::InsufficientMemory => Failure::OutOfMemory,
+            NvmlError::OperatingSystem => Failure::OperatingSystem,
+            _ => Failure::Unknown,
+        }
+    }
+}
+
+/// The return codes a caller tells apart; every other is `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    NotSupported,
+    InvalidArgument,
+    NotFound,
+    NoPermission,
+    /// NVML_ERROR_IN_USE, and code 23 where nvml-wrapper does not name it.
+    InUse,
+    Other,
+}
+
+/// A call's error, with the NVML function that returned it.
+#[derive(Debug)]
+pub struct Error {
+    pub(crate) call: &'static str,
+    pub(crate) nvml: NvmlError,
+}
+
+impl Error {
+    pub(crate) fn new(call: &'static str, nvml: NvmlError) -> Error {
+        Error { call, nvml }
+    }
+
+    /// The NVML function that returned it.
+    pub fn call(&self) -> &'static str {
+        self.call
+    }
+
+    /// Only "this GPU or driver does not have this field"; every other code,
+    /// a return code newer than nvml-wrapper included, is a read error.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self.nvml,
+            NvmlError::NotSupported
+                | NvmlError::FailedToLoadSymbol(_)
+                | NvmlError::FunctionNotFound
+                | NvmlError::NoData
+        )
+    }
+
+    /// After this error nothing more can be read from the GPU: it is down.
+    pub fn is_device_fatal(&self) -> bool {
+        matches!(
+            self.nvml,
+            NvmlError::GpuLost
+                | NvmlError::ResetRequired
+                | NvmlError::DriverNotLoaded
+                | NvmlError::Uninitialized
+                | NvmlError::LibRmVersionMismatch
+        )
+    }
+
+    pub fn failure(&self) -> Failure {
+        Failure::of(&self.nvml)
+    }
+
+    pub fn code(&self) -> Code {
+        match self.nvml {
+            NvmlError::NotSupported => Code::NotSupported,
+            NvmlError::InvalidArg => Code::InvalidArgument,
+            NvmlError::NotFound => Code::NotFound,
+            NvmlError::NoPermission => Code::NoPermission,
+            NvmlError::InUse | NvmlError::UnexpectedVariant(23) => Code::InUse,
+            _ => Code::Other,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.nvml.fmt(f)
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_callers_act_on() {
+        let error = |nvml| Error::new("nvmlDeviceGetPowerUsage", nvml);
+        let code = |nvml| error(nvml).code();
+        assert_eq!(code(NvmlError::NoPermission), Code::NoPermission);
+        // INSUFFICIENT_RESOURCES (23): newer drivers, a profiler holding GPM.
+        assert_eq!(code(NvmlError::InUse), Code::InUse);
+        assert_eq!(code(NvmlError::UnexpectedVariant(23)), Code::InUse);
+        assert_eq!(code(NvmlError::Unknown), Code::Other);
+        assert!(error(NvmlError::NoData).is_unsupported());
+        assert!(error(NvmlError::GpuLost).is_device_fatal());
+        assert_eq!(error(NvmlError::GpuLost).failure(), Failure::GpuLost);
+    }
+}
