@@ -570,3 +570,47 @@ fn kmsg_records() -> Vec<(u64, String)> {
         }
     }
 }
+
+/// Driver-shaped lines of 4,100 new series (a bus id each) after a real SXid
+/// and XID: the first series stay counted and go on counting; the lines past
+/// the state's bound of 4,096 series are refused, said in the log and by the
+/// xid collector's success 0 (kernel lines a user can shape, such as a
+/// cgroup name the kernel prints alone, cannot displace a real count).
+#[test]
+fn new_series_past_the_bound_never_displace_the_first() {
+    let mut export = sxid_22013(1000).into_bytes();
+    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal_bytes(journal.path(), "a.journal", &export);
+    let before = run(state.path(), journal.path(), None);
+    assert_eq!(before.series(SXID_22013), Some(1.0), "{}", before.text());
+
+    let mut flood = String::new();
+    for i in 0..4100u64 {
+        let line = format!(
+            "NVRM: Xid (PCI:{:04x}:{:02x}:00): 13, x",
+            1 + (i >> 8),
+            i & 0xff
+        );
+        flood += &journal_entry(2000 + i, "kernel", &line);
+    }
+    write_journal(journal.path(), "b.journal", &flood);
+    let after = run(state.path(), journal.path(), None);
+    assert_eq!(after.series(SXID_22013), Some(1.0), "{}", after.err());
+    assert_eq!(after.series(GPU0_79), Some(1.0));
+    assert_eq!(after.series(SUCCESS), Some(0.0));
+    assert!(
+        after.err().contains("beyond the bound of 4096 series"),
+        "{}",
+        after.err()
+    );
+
+    let mut more = sxid_22013(10_000);
+    more += &journal_entry(10_010, "kernel", XID79);
+    write_journal(journal.path(), "c.journal", &more);
+    let last = run(state.path(), journal.path(), None);
+    assert_eq!(last.series(SXID_22013), Some(2.0), "{}", last.text());
+    assert_eq!(last.series(GPU0_79), Some(2.0));
+    assert_eq!(last.series(SUCCESS), Some(1.0), "{}", last.err());
+}

@@ -257,20 +257,24 @@ fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
 }
 
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
-/// (the state) that are now inactive.
+/// (the state) that are now inactive; left out while a link seen active has
+/// a state not read this run (its loss is not known).
 fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     let mut seen = reader.previous_state().links_seen_active;
-    let mut lost = 0;
+    let (mut lost, mut unknown) = (0, false);
     for (link, state) in states.iter().enumerate().take(64) {
         let bit = 1u64 << link;
         match state {
             Some(LinkState::Active) => seen |= bit,
             Some(LinkState::Inactive) if seen & bit != 0 => lost += 1,
+            None if seen & bit != 0 => unknown = true,
             _ => {}
         }
     }
     reader.next_state().links_seen_active = seen;
-    reader.gauge(NVLINK_LINKS_LOST, f64::from(lost));
+    if !unknown {
+        reader.gauge(NVLINK_LINKS_LOST, f64::from(lost));
+    }
 }
 
 /// Per-link fields of the per-GPU collector, in [`LinkFields`] order.

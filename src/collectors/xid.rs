@@ -11,7 +11,9 @@ use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{BusId, Error, Event, Position, Source};
 use crate::metrics::families;
 use crate::snapshot::Snapshot;
-use crate::state::schema::{Series, XidCounts as Counts, XidOf, XidTotals as Totals};
+use crate::state::schema::{
+    Series, XidCounts as Counts, XidOf, XidTotals as Totals, MAX_XID_SERIES,
+};
 
 families! {
     FAMILIES;
@@ -26,7 +28,7 @@ families! {
     FALLEN_OFF_BUS_UNATTRIBUTED: Counter(Count), "nvidia_gpu_fallen_off_bus_unattributed_total", ["pci_bus_id"],
         "Kernel lines of this boot saying a GPU has fallen off the bus, for a PCI bus id that matches no GPU NVML reports (one that fell off before it enumerated), by bus id (domain:bus:device).";
     NVSWITCH_SXID_ERRORS: Counter(Count), "nvidia_gpu_nvswitch_sxid_errors_total", ["switch", "pci_bus_id", "code", "sxid_severity"],
-        "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal); a series appears at its first count.";
+        "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal, correctable); a series appears at its first count.";
 }
 
 /// The most events one series counts in one boot (one every 7 ms for a
@@ -44,6 +46,24 @@ impl std::fmt::Display for StateUnusable {
 }
 
 impl std::error::Error for StateUnusable {}
+
+/// Why a run did not count every line: this many were of new series beyond
+/// [`MAX_XID_SERIES`] (the series counted before stay).
+#[derive(Debug)]
+pub struct Beyond(u64);
+
+impl std::fmt::Display for Beyond {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} kernel line(s) of new XID or SXid series beyond the bound of {MAX_XID_SERIES} \
+             series were not counted; the series counted before are kept",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Beyond {}
 
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
@@ -64,22 +84,36 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
         counts.start_recount();
     }
     let source = Source::choose(run.journal_dir);
-    let result = source.and_then(|source| counts.read(&source, run, &boot_id));
+    let mut refused = 0;
+    let result = source.and_then(|source| counts.read(&source, run, &boot_id, &mut refused));
     if matches!(result, Err(Error::NoSource)) && !std::mem::replace(&mut counts.unavailable, true) {
         let none = Error::NoSource;
         log::warn!("cannot count XID errors: {none}; publishing the counts known so far");
     }
     add_samples(&counts, run.snapshot);
     run.state.set_xid(counts);
-    result.map_err(Into::into)
+    result?;
+    if refused > 0 {
+        let beyond = Beyond(refused);
+        log::warn!("{beyond}");
+        return Err(beyond.into());
+    }
+    Ok(())
 }
 
 impl Counts {
     /// Reads `source` from the position until the run's deadline, counting its
     /// events: from the saved cursor; if that fails, from its entry's time;
     /// then, recounting, from the boot's start. The first read that works
-    /// counts; if none does, nothing changes.
-    fn read(&mut self, source: &Source, run: &HostRun<'_>, boot_id: &str) -> Result<(), Error> {
+    /// counts; if none does, nothing changes. `refused` counts the events
+    /// of new series beyond the bound.
+    fn read(
+        &mut self,
+        source: &Source,
+        run: &HostRun<'_>,
+        boot_id: &str,
+        refused: &mut u64,
+    ) -> Result<(), Error> {
         self.unavailable = false;
         if self.source != source.label() {
             // The position is the other source's, if any: recount.
@@ -108,8 +142,10 @@ impl Counts {
         for (mut attempt, now) in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
             let at = &mut attempt.position;
-            match source.read(at, boot_id, run.until, &mut |e| count(into, e, &gpus)) {
-                Err(e) if !matches!(e, Error::Deadline | Error::Bound) => {
+            *refused = 0;
+            let mut on_event = |e| *refused += u64::from(!count(into, e, &gpus));
+            match source.read(at, boot_id, run.until, &mut on_event) {
+                Err(e) if !matches!(e, Error::Deadline | Error::Bound | Error::Lost(_)) => {
                     first_error.get_or_insert(e);
                 }
                 read => {
@@ -126,20 +162,28 @@ impl Counts {
         Err(error)
     }
 
-    /// Ends a read: a complete one ends a recount under way (each total
-    /// becomes the larger of the two); a cut one says why.
+    /// Ends a read: one that reached the end ends a recount under way
+    /// (each total becomes the larger of the two); a cut one says why.
     fn finish(&mut self, read: Result<(), Error>) -> Result<(), Error> {
-        if let Err(cut) = &read {
-            log::warn!(
-                "{cut}; counted the kernel lines read by then, the rest follows in the next runs"
-            );
-            return read;
+        match &read {
+            Err(lost @ Error::Lost(_)) => log::warn!("{lost}"),
+            Err(cut) => {
+                log::warn!(
+                    "{cut}; counted the kernel lines read by then, the rest follows in the next runs"
+                );
+                return read;
+            }
+            Ok(()) => {}
         }
         for (series, n) in self.recount.take().unwrap_or_default().0 {
-            let at = self.totals.0.entry(series).or_default();
-            *at = (*at).max(n);
+            let room = self.totals.0.len() < MAX_XID_SERIES;
+            if let Some(at) = self.totals.0.get_mut(&series) {
+                *at = (*at).max(n);
+            } else if room {
+                self.totals.0.insert(series, n);
+            }
         }
-        Ok(())
+        read
     }
 
     /// Recounts from the boot's start: forgets the position.
@@ -166,8 +210,9 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
 }
 
 /// Counts `event` (attributed to `gpus`: bus id → UUID) into `totals`,
-/// saturating at [`MAX_COUNT`].
-fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
+/// saturating at [`MAX_COUNT`]; false for a new series beyond
+/// [`MAX_XID_SERIES`], which is not counted (the first series stay).
+fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) -> bool {
     let of = |bus: BusId| match gpus.get(&bus) {
         Some(uuid) => XidOf::Gpu(uuid.clone()),
         None => XidOf::Bus(bus.into_string()),
@@ -187,8 +232,12 @@ fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) {
             severity: severity.into(),
         },
     };
+    if !totals.0.contains_key(&series) && totals.0.len() >= MAX_XID_SERIES {
+        return false;
+    }
     let total = totals.0.entry(series).or_default();
     *total = total.saturating_add(1).min(MAX_COUNT);
+    true
 }
 
 /// Adds the samples: for every GPU of the snapshot with a UUID (down ones
@@ -255,7 +304,7 @@ mod tests {
     }
 
     fn count(totals: &mut Totals, event: Event) {
-        super::count(totals, event, &gpus());
+        assert!(super::count(totals, event, &gpus()));
     }
 
     fn gpu_a(totals: &Totals, code: u32) -> Option<u64> {
@@ -265,6 +314,26 @@ mod tests {
     fn xid_of(uuid: &str, code: u32) -> Series {
         let id = XidOf::Gpu(uuid.into());
         Series::Xid { id, code }
+    }
+
+    /// Past the bound a new series is refused; the first series, and the
+    /// counts of any series already there, go on.
+    #[test]
+    fn new_series_beyond_the_bound_are_refused_not_the_first() {
+        let mut totals = Totals::default();
+        let unattributed = |n: u32| Event::FallenOffBus {
+            bus: BusId::parse(&format!("{:04x}:{:02x}:00", n >> 8, n & 0xff)).unwrap(),
+        };
+        count(&mut totals, xid(79));
+        for n in 1..MAX_XID_SERIES as u32 {
+            count(&mut totals, unattributed(n));
+        }
+        assert_eq!(totals.0.len(), MAX_XID_SERIES);
+        assert!(!super::count(&mut totals, unattributed(99_999), &gpus()));
+        assert!(!super::count(&mut totals, xid(13), &gpus()));
+        assert!(super::count(&mut totals, xid(79), &gpus()));
+        assert_eq!(gpu_a(&totals, 79), Some(2));
+        assert_eq!(totals.0.len(), MAX_XID_SERIES);
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub enum Error {
     /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`].
     Deadline,
     Bound,
+    /// This many /dev/kmsg records were overwritten in the ring buffer
+    /// after the position before they could be read.
+    Lost(u64),
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
     Io(String, io::Error),
     /// journalctl exited with a failure, saying this on its stderr. A refused
@@ -51,6 +54,12 @@ impl fmt::Display for Error {
                 f.write_str("reading the kernel log did not finish by the run's deadline")
             }
             Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
+            Error::Lost(n) => write!(
+                f,
+                "{n} kernel log record(s) were overwritten in /dev/kmsg before this run could \
+                 read them: XIDs among them are not counted (a journal keeps them: install \
+                 systemd-journald, or run the timer more often)"
+            ),
         }
     }
 }
@@ -70,7 +79,7 @@ pub enum Event {
         switch: u32,
         bus: BusId,
         code: u32,
-        /// `fatal` or `non_fatal`.
+        /// `fatal`, `non_fatal` or `correctable`.
         severity: &'static str,
     },
     /// A GPU that fell off the bus, in a line that is not an Xid:
@@ -112,19 +121,19 @@ fn instance<'a>(text: &'a str, label: &str) -> Option<&'a str> {
     Some(decimal(text.strip_prefix(label)?, 2)?.1)
 }
 
-/// `nvidia-nvswitch%d: SXid (PCI:%04x:%02x:%02x.%x): %05d, Fatal|Non-fatal, …`
+/// `nvidia-nvswitch%d: SXid (PCI:%04x:%02x:%02x.%x): %05d, Fatal|Non-fatal|Correctable, …`
 /// (NVSWITCH_PRINT_SXID).
 fn sxid(record: &str) -> Option<Event> {
     let (switch, rest) = decimal(record.strip_prefix("nvidia-nvswitch")?, 1)?;
     let (bus, rest) = pci(rest.strip_prefix(": SXid (PCI:")?, true)?;
     let (code, rest) = decimal(rest.strip_prefix("): ")?, 5)?;
-    let severity = if rest.starts_with(", Fatal, ") {
-        "fatal"
-    } else if rest.starts_with(", Non-fatal, ") {
-        "non_fatal"
-    } else {
-        return None;
-    };
+    let severity = [
+        (", Fatal, ", "fatal"),
+        (", Non-fatal, ", "non_fatal"),
+        (", Correctable, ", "correctable"),
+    ]
+    .into_iter()
+    .find_map(|(printed, label)| rest.starts_with(printed).then_some(label))?;
     (code <= MAX_SXID).then_some(Event::SXid {
         switch,
         bus,
@@ -330,6 +339,14 @@ mod tests {
                 ..
             })
         ));
+        let correctable = "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 12028, Correctable, Link 02";
+        assert!(matches!(
+            Event::parse(correctable),
+            Some(Event::SXid {
+                severity: "correctable",
+                ..
+            })
+        ));
         for repeat in [
             "Data {0x0000002b, 0x0000002b, 0x00000000, 0x0000002b, 0x80005302}",
             "Severity 0 Engine instance 44 Sub-engine instance 00",
@@ -341,7 +358,6 @@ mod tests {
             format!("tmpfs: Unknown parameter '{fatal}'"),
             "nvidia-nvswitch0: SXid (PCI:0000:05:00): 20034, Fatal, Link 30".into(),
             "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 2003, Fatal, Link 30".into(),
-            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Correctable, Link 30".into(),
             "nvidia-nvswitchx: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30".into(),
         ] {
             assert_eq!(Event::parse(&not_sxid), None, "{not_sxid}");

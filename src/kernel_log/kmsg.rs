@@ -18,7 +18,9 @@ pub(super) fn open() -> io::Result<File> {
         .open(KMSG)
 }
 
-/// See [`super::Source::read`]; `file` is [`open`]'s, `on_line` gets the kernel's own messages.
+/// See [`super::Source::read`]; `file` is [`open`]'s, `on_line` gets the
+/// kernel's own messages. Records overwritten in the ring after the position
+/// and before they were read are [`Error::Lost`] (the position moves on).
 pub(super) fn read(
     mut file: &File,
     at: &mut Position,
@@ -27,27 +29,44 @@ pub(super) fn read(
 ) -> Result<(), Error> {
     // A record is at most about 8 KiB.
     let mut buffer = vec![0u8; 1 << 14];
+    let mut lost = 0;
     while Instant::now() < until {
         let n = match file.read(&mut buffer) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return lost_or_done(lost),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            // Records were overwritten while reading: go on with the next.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return lost_or_done(lost),
+            // Records were overwritten while reading: the next read says how many.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::Io(format!("read {KMSG}"), e)),
         };
-        match parse(&buffer[..n]) {
-            Some((facility, seq, message)) if at.kmsg_seq.is_none_or(|last| seq > last) => {
-                if facility == 0 {
-                    on_line(&message);
-                }
-                at.kmsg_seq = Some(seq);
-            }
-            _ => {} // not a record, or one read before
-        }
+        lost += take(&buffer[..n], at, on_line);
     }
     Err(Error::Deadline)
+}
+
+fn lost_or_done(lost: u64) -> Result<(), Error> {
+    match lost {
+        0 => Ok(()),
+        lost => Err(Error::Lost(lost)),
+    }
+}
+
+/// Hands `record`'s message to `on_line` if it is the kernel's and after
+/// `at`, and moves `at` past it; how many records between were lost.
+fn take(record: &[u8], at: &mut Position, on_line: &mut dyn FnMut(&str)) -> u64 {
+    let Some((facility, seq, message)) = parse(record) else {
+        return 0; // not a record
+    };
+    if at.kmsg_seq.is_some_and(|last| seq <= last) {
+        return 0; // read before
+    }
+    if facility == 0 {
+        on_line(&message);
+    }
+    let lost = at.kmsg_seq.map_or(0, |last| seq - last - 1);
+    at.kmsg_seq = Some(seq);
+    lost
 }
 
 /// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,
@@ -102,6 +121,21 @@ mod tests {
         let user = parse(b"12,1022,5001,-;NVRM: Xid (PCI:0000:3b:00): 79\n").unwrap();
         assert_eq!(user.0, 1);
         assert_eq!(parse(b"garbage"), None);
+    }
+
+    /// A record after a gap in the sequence numbers says how many were
+    /// overwritten before they were read; the first read of a boot has none.
+    #[test]
+    fn a_gap_after_the_position_is_lost_records() {
+        let mut at = Position::default();
+        let mut lines = Vec::new();
+        let mut on_line = |line: &str| lines.push(line.to_owned());
+        assert_eq!(take(b"4,500,1,-;first\n", &mut at, &mut on_line), 0);
+        assert_eq!(take(b"4,501,2,-;next\n", &mut at, &mut on_line), 0);
+        assert_eq!(take(b"4,501,2,-;next\n", &mut at, &mut on_line), 0);
+        assert_eq!(take(b"4,2000,3,-;after\n", &mut at, &mut on_line), 1498);
+        assert_eq!(at.kmsg_seq, Some(2000));
+        assert_eq!(lines, ["first", "next", "after"]);
     }
 
     /// The kernel's escapes are undone: the probe-time record's line feeds,

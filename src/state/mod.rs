@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::fsutil::{self, io_error, FileError};
 use crate::snapshot::{Device, KnownGpu};
-use schema::{Damage, Series, State, XidCounts, XidTotals};
+use schema::{Damage, State, XidCounts};
 use schema::{MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES, VERSION};
 
 const FILE_NAME: &str = "state";
@@ -49,10 +49,9 @@ pub enum Problem {
     Busy(PathBuf),
     /// The state directory did not answer by the deadline while doing this.
     TimedOut(&'static str),
-    /// Bounds: the bytes the state would have, the GPUs, the ids whose XID counts are dropped.
+    /// Bounds: the bytes the state would have, the GPUs.
     TooLarge(usize),
     TooManyGpus(usize),
-    XidDropped(usize),
 }
 
 impl fmt::Display for Problem {
@@ -103,11 +102,6 @@ impl fmt::Display for Problem {
             Problem::TooManyGpus(n) => {
                 write!(f, "{bound} {n} GPUs, more than {MAX_GPUS}; not stored")
             }
-            Problem::XidDropped(n) => write!(
-                f,
-                "{bound} the XID counts of {n} GPU(s) or bus id(s) beyond {MAX_XID_SERIES} \
-                 series are dropped and start again at 0"
-            ),
         }
     }
 }
@@ -304,22 +298,6 @@ fn within_bounds(state: State) -> Result<State, Damage> {
     Ok(state)
 }
 
-/// Drops whole ids (SXids, then bus ids no GPU has, then GPUs, the last first:
-/// `Ok` < `Err`, `Gpu` < `Bus`) down to [`MAX_XID_SERIES`] series; returns how many.
-fn shed(totals: &mut XidTotals) -> usize {
-    let owner = |series: &Series| match series {
-        Series::Xid { id, .. } | Series::FallenOffBus { id } => Ok(id.clone()),
-        sxid => Err(sxid.clone()),
-    };
-    let mut dropped = 0;
-    while totals.0.len() > MAX_XID_SERIES {
-        let last = totals.0.keys().map(owner).max().expect("not empty");
-        totals.0.retain(|series, _| owner(series) != last);
-        dropped += 1;
-    }
-    dropped
-}
-
 /// One run's use of the state: what the previous run left, what this run
 /// leaves, and whether both went right (`nvidia_gpu_collector_state_ok`).
 #[derive(Debug)]
@@ -492,11 +470,6 @@ impl StateFile {
         if next.gpus.len() > MAX_GPUS {
             return Err(Problem::TooManyGpus(next.gpus.len()));
         }
-        let dropped = shed(&mut next.xid.totals) + next.xid.recount.as_mut().map_or(0, shed);
-        if dropped > 0 {
-            // The kernel log's position is kept: nothing is counted twice.
-            self.fail(Problem::XidDropped(dropped));
-        }
         Ok(next)
     }
 }
@@ -517,6 +490,7 @@ fn boot_id_in(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use schema::{Series, XidTotals};
     use std::fs::Permissions;
     use std::os::unix::fs::PermissionsExt;
 
@@ -643,12 +617,6 @@ mod tests {
             (
                 Problem::TooManyGpus(65),
                 "the state keeps no more: 65 GPUs, more than 64; not stored".into(),
-            ),
-            (
-                Problem::XidDropped(2),
-                "the state keeps no more: the XID counts of 2 GPU(s) or bus id(s) beyond 4096 \
-                 series are dropped and start again at 0"
-                    .into(),
             ),
         ];
         for (problem, text) in cases {
@@ -796,48 +764,6 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("fixed"));
-    }
-
-    #[test]
-    fn a_bound_drops_totals_never_the_position() {
-        let mut state_file = StateFile {
-            dir: StateDir::new("/nonexistent"),
-            previous: sample(),
-            problem: None,
-            xid_next: None,
-            lock: None,
-        };
-        let mut counts = largest().xid;
-        let bus = || XidOf::Bus("00000000:3B:00".into());
-        let sxid = Series::Sxid {
-            switch: 0,
-            pci_bus_id: "00000000:04:00".into(),
-            code: 20034,
-            severity: "fatal".into(),
-        };
-        let more = [
-            Series::Xid {
-                id: bus(),
-                code: 13,
-            },
-            Series::FallenOffBus { id: bus() },
-            sxid,
-        ];
-        counts.totals.0.extend(more.map(|series| (series, 1)));
-        // The recount holds one GPU too many: the last GPU goes.
-        let last = Series::FallenOffBus {
-            id: XidOf::Gpu("z".into()),
-        };
-        let recount = counts.recount.as_mut().unwrap();
-        recount.0.insert(last, 1);
-        state_file.set_xid(counts.clone());
-        let next = state_file.next(&[], "580.1").unwrap();
-        assert_eq!(next.xid.position, counts.position);
-        // The SXid first, then the bus id's two series: two ids.
-        assert_eq!(next.xid.totals, largest().xid.totals);
-        assert_eq!(next.xid.recount, largest().xid.recount);
-        assert!(matches!(state_file.problem, Some(Problem::XidDropped(3))));
-        assert!(within_bounds(next).is_ok());
     }
 
     #[test]

@@ -202,7 +202,7 @@ pub enum Series {
     FallenOffBus {
         id: XidOf,
     },
-    /// Of `nvidia-nvswitch<switch>`; the severity `fatal` or `non_fatal`.
+    /// Of `nvidia-nvswitch<switch>`; the severity `fatal`, `non_fatal` or `correctable`.
     Sxid {
         switch: u32,
         pci_bus_id: String,

@@ -501,3 +501,48 @@ fn a_run_without_the_links_keeps_the_links_seen_active() {
     assert_eq!(third.code(), Some(0), "{}", third.err());
     assert_eq!(lost(&third), Some(1.0));
 }
+
+/// While the state of a link seen active cannot be read, whether it is lost
+/// is not known: `links_lost` is left out, not 0, and comes back once read.
+#[test]
+fn links_lost_is_left_out_while_a_link_seen_active_is_unread() {
+    let state = tempfile::tempdir().unwrap();
+    let store = ["--stdout", "--write-state"];
+    let first = ex().run_args("nvlink-fields", state.path(), &store, &[]);
+    assert_eq!(first.code(), Some(0), "{}", first.err());
+    let dir = tempfile::tempdir().unwrap();
+    let down = "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2";
+    let link_down = (
+        "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
+        down,
+    );
+    let lost = |run: &Outcome| gpu_value(&run.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]);
+    let second = ex().run_args(
+        &ex().replaced(dir.path(), "nvlink-fields", &[link_down]),
+        state.path(),
+        &store,
+        &[],
+    );
+    assert_eq!(lost(&second), Some(1.0));
+    let unread = ex().replaced(
+        dir.path(),
+        "nvlink-fields",
+        &[
+            link_down,
+            (
+                "nvlinks = [",
+                "errors = { nvmlDeviceGetNvLinkState = \"UNKNOWN\" }\nnvlinks = [",
+            ),
+        ],
+    );
+    let third = ex().run_args(&unread, state.path(), &store, &[]);
+    assert_eq!(third.code(), Some(0), "{}", third.err());
+    assert_eq!(lost(&third), None, "{}", third.text());
+    let fourth = ex().run_args(
+        &ex().replaced(dir.path(), "nvlink-fields", &[link_down]),
+        state.path(),
+        &store,
+        &[],
+    );
+    assert_eq!(lost(&fourth), Some(1.0));
+}
