@@ -17,7 +17,7 @@ use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::reason::Reason;
 use crate::samples::{self, Carry, SampleRead};
 use crate::snapshot::{Device, Sample, Snapshot};
-use crate::state::schema::{GpuState, Stream};
+use crate::state::schema::{GpuState, Stream, Unsupported};
 use crate::state::StateFile;
 
 families! {
@@ -212,10 +212,20 @@ impl<'n> Gpu<'n> {
     }
 
     /// Hands the GPU what the previous run left for it, and
-    /// [`Self::keeps_totals`].
+    /// [`Self::keeps_totals`]; the calls it answered NOT_SUPPORTED under the
+    /// same MIG mode are not made again.
     pub(crate) fn resume(&mut self, state: GpuState, keeps_totals: bool) {
+        if state.unsupported.mig_mode == self.mig_mode() {
+            self.nvml
+                .assume_unsupported(state.unsupported.calls.clone());
+        }
         self.previous = state;
         self.keeps_totals = keeps_totals;
+    }
+
+    /// The current MIG mode (read once a run).
+    fn mig_mode(&mut self) -> Option<u32> {
+        self.nvml.mig_mode().map(|mode| mode.current)
     }
 
     /// What the previous run left for this GPU.
@@ -238,7 +248,7 @@ impl<'n> Gpu<'n> {
     /// A reading fixed while the driver is loaded, kept in the state under
     /// `name` as `to_kept` makes it, else made by `call`. `Some(None)`: not
     /// supported (kept too); `None`: failed (made again next run) or down.
-    pub fn read_fixed<A, T>(
+    pub fn read_fixed<A: std::fmt::Debug, T>(
         &mut self,
         name: &str,
         call: Call<A, T>,
@@ -311,6 +321,10 @@ impl<'n> Gpu<'n> {
     /// The GPU's samples, or only its down state if a fatal error occurred.
     pub fn finish(mut self, identity: &Identity) -> Device {
         let index = self.index();
+        self.next.unsupported = Unsupported {
+            mig_mode: self.mig_mode(),
+            calls: self.nvml.unsupported_calls().clone(),
+        };
         let read_errors = match self.nvml.finish() {
             Ok(read_errors) => read_errors,
             Err(fault) => return down(index, identity, fault.into()),

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use crate::fsutil::{self, io_error, FileError};
 use crate::snapshot::{Device, KnownGpu};
 use schema::{Damage, State, XidCounts};
-use schema::{MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES, VERSION};
+use schema::{MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_UNSUPPORTED, MAX_XID_SERIES, VERSION};
 
 const FILE_NAME: &str = "state";
 const LOCK_NAME: &str = ".state.lock";
@@ -290,6 +290,10 @@ fn within_bounds(state: State) -> Result<State, Damage> {
         .find(|(_, gpu)| gpu.fixed.len() > MAX_FIXED)
     {
         return Err(Damage::Fixed(uuid.clone()));
+    }
+    let too_many = |gpu: &&schema::GpuState| gpu.unsupported.calls.len() > MAX_UNSUPPORTED;
+    if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| too_many(gpu)) {
+        return Err(Damage::Unsupported(uuid.clone()));
     }
     let recount = state.xid.recount.as_ref().map_or(0, |r| r.0.len());
     if state.xid.totals.0.len().max(recount) > MAX_XID_SERIES {

@@ -2,7 +2,7 @@
 //! typed field, its bounds, and what makes a file [`Damage`]d. A field missing
 //! from a file is its default: the version changes when a field's meaning does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +18,9 @@ pub const MAX_GPUS: usize = 64;
 pub const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
 /// The most fixed readings one GPU keeps (its readers keep four).
 pub const MAX_FIXED: usize = 32;
+/// The most unsupported calls one GPU keeps (about 60 calls are declared,
+/// some of them per clock, link or counter).
+pub const MAX_UNSUPPORTED: usize = 256;
 /// A larger state file is not ours (the bounds fit with NVML's identifiers).
 pub const MAX_SIZE: u64 = 2 << 20;
 
@@ -29,6 +32,7 @@ pub enum Damage {
     Schema(serde_json::Error),
     Gpus,
     Fixed(String),
+    Unsupported(String),
     XidSeries,
     /// A version 1 file's damage that names no line.
     V1(&'static str),
@@ -49,6 +53,12 @@ impl fmt::Display for Damage {
             Damage::Schema(e) => e.fmt(f),
             Damage::Gpus => write!(f, "more than {MAX_GPUS} GPUs"),
             Damage::Fixed(uuid) => write!(f, "more than {MAX_FIXED} fixed readings for {uuid}"),
+            Damage::Unsupported(uuid) => {
+                write!(
+                    f,
+                    "more than {MAX_UNSUPPORTED} unsupported calls for {uuid}"
+                )
+            }
             Damage::XidSeries => write!(f, "more than {MAX_XID_SERIES} XID series"),
             Damage::V1(what) => f.write_str(what),
             Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
@@ -101,6 +111,19 @@ pub struct GpuState {
     pub fixed: BTreeMap<String, Option<i64>>,
     /// The NVLink links seen active under this driver, one bit per link.
     pub links_seen_active: u64,
+    /// The calls that answered NOT_SUPPORTED under this driver.
+    pub unsupported: Unsupported,
+}
+
+/// The declared NVML calls (with their arguments) a GPU answered
+/// NOT_SUPPORTED under one driver and MIG mode (enabling MIG changes what a
+/// GPU supports, without a driver change): they are not made again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Unsupported {
+    /// The current MIG mode they were answered under; `None`: unknown.
+    pub mig_mode: Option<u32>,
+    pub calls: BTreeSet<String>,
 }
 
 impl GpuState {

@@ -584,3 +584,39 @@ fn fixed_reading_is_read_once_per_driver(symbol: &str, per_gpu: f64) -> String {
     assert_eq!(calls.total(symbol) as f64, 8.0 * per_gpu, "{calls:?}");
     text
 }
+
+/// A call the GPU answered NOT_SUPPORTED (a GeForce's ECC mode and retired
+/// pages) is made on the first run only: the next run under the same driver
+/// does not make it and gives the same families; a new driver asks again.
+#[test]
+fn unsupported_calls_are_made_once_per_driver() {
+    let state = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let run = |scenario: &str, log: &str| {
+        let log = logs.path().join(log);
+        let env = [("FAKE_NVML_CALL_LOG", log.to_str().unwrap())];
+        let out = ex().run_args(scenario, state.path(), &["--stdout", "--write-state"], &env);
+        assert_eq!(out.code(), Some(0), "{}", out.err());
+        let families: Vec<String> = out.samples().keys().map(|s| s.name.clone()).collect();
+        (families, Calls::read(&log))
+    };
+    let unsupported = [
+        "nvmlDeviceGetEccMode",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+    ];
+    let (first, calls) = run("geforce", "first");
+    for call in unsupported {
+        assert_eq!(calls.count(call, "0"), 1, "{call}: {calls:?}");
+    }
+    let (second, calls) = run("geforce", "second");
+    for call in unsupported {
+        assert_eq!(calls.total(call), 0, "{call} made again: {calls:?}");
+    }
+    assert_eq!(second, first);
+    let dir = tempfile::tempdir().unwrap();
+    let upgraded = ex().replaced(dir.path(), "geforce", &[("550.90.07", "550.127.05")]);
+    let (_, calls) = run(&upgraded, "third");
+    for call in unsupported {
+        assert_eq!(calls.count(call, "0"), 1, "{call}: {calls:?}");
+    }
+}

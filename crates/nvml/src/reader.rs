@@ -3,6 +3,8 @@
 //! marks the GPU down), the batched field values, and the answers read once
 //! a run however many callers ask.
 
+use std::collections::BTreeSet;
+use std::fmt::Debug;
 use std::time::Instant;
 
 use nvml_wrapper::error::NvmlError;
@@ -13,6 +15,15 @@ use nvml_wrapper::Device as NvmlDevice;
 use super::calls::Call;
 use super::fields::{self, Field};
 use super::{Error, Failure, InFlight, Scope};
+
+/// A declared call with its arguments, as the set of unsupported calls
+/// keeps it: `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
+fn unsupported_key<A: Debug>(name: &str, args: &A) -> String {
+    match format!("{args:?}") {
+        unit if unit == "()" => name.to_owned(),
+        args => format!("{name}({args})"),
+    }
+}
 
 /// One GPU's NVML reads under the error policy.
 pub struct DeviceReader<'n> {
@@ -25,6 +36,9 @@ pub struct DeviceReader<'n> {
     /// The batch read before the collectors run; an entry's error is handled
     /// when it is taken.
     prefetched: Vec<(u32, Option<Result<f64, NvmlError>>)>,
+    /// The declared calls (with their arguments) that answered NOT_SUPPORTED
+    /// on this GPU: not made again (see [`Self::assume_unsupported`]).
+    unsupported: BTreeSet<String>,
     /// Read once per run however many collectors ask.
     mig_mode: Option<Option<MigMode>>,
     compute_processes: Option<Option<Vec<ProcessInfo>>>,
@@ -43,6 +57,7 @@ impl<'n> DeviceReader<'n> {
             fault: None,
             prefetched: Vec::new(),
             seen: Vec::new(),
+            unsupported: BTreeSet::new(),
             mig_mode: None,
             compute_processes: None,
         }
@@ -55,8 +70,14 @@ impl<'n> DeviceReader<'n> {
 
     /// Makes `call` with `args`. `None` when the field is not supported,
     /// failed (counted) or the GPU is already down.
-    pub fn read<A, T>(&mut self, call: Call<A, T>, args: A) -> Option<T> {
-        self.read_by(call.name, |d| (call.make)(d, args))
+    pub fn read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<T> {
+        match self.try_read(call, args)? {
+            Ok(value) => Some(value),
+            Err(error) => {
+                self.note(&error);
+                None
+            }
+        }
     }
 
     /// [`Self::read`] of another device than the GPU: one of its MIG devices.
@@ -71,10 +92,32 @@ impl<'n> DeviceReader<'n> {
 
     /// Makes `call` without the error policy, for callers that take some
     /// errors as answers; `None` when the GPU is down. Pass other errors to
-    /// [`Self::note`].
-    pub fn try_read<A, T>(&mut self, call: Call<A, T>, args: A) -> Option<Result<T, Error>> {
+    /// [`Self::note`]. A call this GPU answered NOT_SUPPORTED (here or in a
+    /// run whose answers were handed on) answers so again without being made.
+    pub fn try_read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<Result<T, Error>> {
+        let key = unsupported_key(call.name, &args);
+        if self.unsupported.contains(&key) {
+            return self
+                .fault
+                .is_none()
+                .then(|| Err(Error::new(call.name, NvmlError::NotSupported)));
+        }
         let answer = self.attempt(call.name, |d| (call.make)(d, args))?;
+        if matches!(answer, Err(NvmlError::NotSupported)) {
+            self.unsupported.insert(key);
+        }
         Some(answer.map_err(|e| Error::new(call.name, e)))
+    }
+
+    /// Hands on the declared calls a run before answered NOT_SUPPORTED on
+    /// this GPU (under the same driver), which are then not made.
+    pub fn assume_unsupported(&mut self, calls: BTreeSet<String>) {
+        self.unsupported = calls;
+    }
+
+    /// The declared calls this GPU answered NOT_SUPPORTED, with those handed on.
+    pub fn unsupported_calls(&self) -> &BTreeSet<String> {
+        &self.unsupported
     }
 
     /// Calls NVML function `call` through `read`, under the error policy.
