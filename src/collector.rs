@@ -16,7 +16,7 @@ use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::reason::Reason;
 use crate::samples::{self, Carry, SampleRead};
-use crate::snapshot::{Device, Sample, Snapshot};
+use crate::snapshot::{Device, Process, Sample, Snapshot};
 use crate::state::schema::{GpuState, Stream, Unsupported};
 use crate::state::StateFile;
 
@@ -182,6 +182,9 @@ pub struct Gpu<'n> {
     next: GpuState,
     keeps_totals: bool,
     samples: Vec<Sample>,
+    processes: Vec<Process>,
+    /// Readings NVML listed twice (a pid on one instance), merged.
+    merged: usize,
 }
 
 impl<'n> Gpu<'n> {
@@ -193,7 +196,26 @@ impl<'n> Gpu<'n> {
             next: GpuState::default(),
             keeps_totals: false,
             samples: Vec::with_capacity(256),
+            processes: Vec::new(),
+            merged: 0,
         }
+    }
+
+    /// Adds a process; one NVML listed twice on the same instance is one,
+    /// its memory summed and the larger share kept.
+    pub fn process(&mut self, process: Process) {
+        let Some(earlier) = self.processes.iter_mut().find(|p| p.is(&process)) else {
+            return self.processes.push(process);
+        };
+        self.merged += 1;
+        earlier.memory_bytes = match (earlier.memory_bytes, process.memory_bytes) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+        earlier.sm_ratio = match (earlier.sm_ratio, process.sm_ratio) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// NVML's index of the GPU.
@@ -329,7 +351,7 @@ impl<'n> Gpu<'n> {
             Ok(read_errors) => read_errors,
             Err(fault) => return down(index, identity, fault.into()),
         };
-        let merged = merge_duplicates(&mut self.samples);
+        let merged = merge_duplicates(&mut self.samples) + self.merged;
         if merged > 0 {
             log::warn!(
                 "GPU {index}: NVML listed {merged} reading(s) twice (the same pid or MIG instance); merged"
@@ -340,6 +362,7 @@ impl<'n> Gpu<'n> {
             .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(read_errors)));
         Device {
             samples: self.samples,
+            processes: self.processes,
             state: Some(self.next),
             ..identified(index, identity)
         }

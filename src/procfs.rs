@@ -10,8 +10,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use crate::metrics::Labelled;
-use crate::snapshot::{LabelValue, Snapshot};
+use crate::snapshot::LabelValue;
 
 /// What `/proc/<pid>` says about a process's owner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -183,42 +182,9 @@ fn container_id(component: &str) -> Option<String> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
-/// Adds owner labels to every sample of `snapshot` of the `per_process`
-/// families, whose first labels are `pid`, `gpu_instance_id` and
-/// `compute_instance_id`, followed by the owner's.
-pub fn attribute(
-    snapshot: &mut Snapshot,
-    per_process: &[Labelled<8>],
-    procfs: &Path,
-    users: &Users,
-) {
-    let mut owners: HashMap<String, Owner> = HashMap::new();
-    for device in &mut snapshot.devices {
-        for sample in &mut device.samples {
-            let Some(family) = per_process.iter().find(|f| f.family() == sample.family) else {
-                continue;
-            };
-            // The ids are the family's first three declared labels.
-            let ids: [Option<LabelValue>; 3] = std::array::from_fn(|i| {
-                let name = family.family().labels[i];
-                let label = sample.labels.iter().find(|l| l.name == name);
-                label.map(|l| l.value.clone())
-            });
-            let Some(pid) = &ids[0] else {
-                continue;
-            };
-            let owner = owners
-                .entry(pid.to_string())
-                .or_insert_with_key(|pid| Owner::read(procfs, pid, users));
-            *sample = family.sample_some(labels(ids, owner), sample.value);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{self, families};
 
     #[test]
     fn docker_scope_in_cgroup_v2() {
@@ -278,68 +244,6 @@ mod tests {
             Some(1000)
         );
         assert_eq!(real_uid("Name:\tpython\n"), None);
-    }
-
-    families! {
-        MEMORY: Gauge(Bytes), "nvidia_gpu_test_memory_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"], "Bytes.";
-        RATIO: Gauge(Ratio), "nvidia_gpu_test_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"], "A ratio.";
-    }
-
-    #[test]
-    fn attribution_keeps_the_ids_and_adds_the_owner_in_declared_order() {
-        let root = tempfile::tempdir().unwrap();
-        let pid = root.path().join("77");
-        fs::create_dir(&pid).unwrap();
-        fs::write(pid.join("comm"), "python\n").unwrap();
-        fs::write(
-            pid.join("cgroup"),
-            "0::/system.slice/slurmstepd.scope/job_5/step_0\n",
-        )
-        .unwrap();
-        let id = |id: &'static str| Some(LabelValue::from(id));
-        let mig = labels([id("77"), id("2"), id("0")], &Owner::default());
-        let gone = labels([id("78"), None, None], &Owner::default());
-        let mut snapshot = Snapshot {
-            devices: vec![crate::snapshot::Device {
-                samples: vec![
-                    MEMORY.sample_some(mig, 1024.0),
-                    RATIO.sample_some(gone, 0.5),
-                    metrics::UP.sample(1.0),
-                ],
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let users = Users::new(Instant::now() + std::time::Duration::from_secs(5));
-        attribute(&mut snapshot, &[MEMORY, RATIO], root.path(), &users);
-        let written: Vec<(f64, Vec<String>)> = snapshot.devices[0]
-            .samples
-            .iter()
-            .map(|sample| {
-                let labels = sample.labels.iter();
-                let pairs = labels.map(|l| format!("{}={}", l.name, l.value)).collect();
-                (sample.value, pairs)
-            })
-            .collect();
-        let owned = |pairs: &[&str]| pairs.iter().map(|p| p.to_string()).collect();
-        assert_eq!(
-            written,
-            [
-                (
-                    1024.0,
-                    owned(&[
-                        "pid=77",
-                        "gpu_instance_id=2",
-                        "compute_instance_id=0",
-                        "comm=python",
-                        "systemd_unit=slurmstepd.scope",
-                        "slurm_job_id=5",
-                    ])
-                ),
-                (0.5, owned(&["pid=78"])),
-                (1.0, Vec::new()),
-            ]
-        );
     }
 
     #[test]

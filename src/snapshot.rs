@@ -84,8 +84,31 @@ pub struct Device {
     /// Board serial; empty when the GPU has none or NVML could not tell it.
     pub serial: String,
     pub samples: Vec<Sample>,
+    /// Its compute processes, which become samples once their owners are known.
+    pub processes: Vec<Process>,
     /// What the readers leave for the next run; `None`: keep what it had.
     pub state: Option<GpuState>,
+}
+
+/// A process on a GPU (or a MIG instance of it) as NVML listed it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Process {
+    pub pid: u32,
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+    /// Device memory it holds; `None` where NVML cannot tell.
+    pub memory_bytes: Option<u64>,
+    /// Its share of the GPU's busy time since the previous run (0-1); `None`
+    /// where not read.
+    pub sm_ratio: Option<f64>,
+}
+
+impl Process {
+    /// Whether `other` is the same process on the same instance.
+    pub fn is(&self, other: &Process) -> bool {
+        (self.pid, self.gpu_instance_id, self.compute_instance_id)
+            == (other.pid, other.gpu_instance_id, other.compute_instance_id)
+    }
 }
 
 /// Everything one run writes.

@@ -1,6 +1,9 @@
 //! Per-process GPU memory and SM utilization; the host step adds the owners
 //! from procfs.
 
+use std::collections::HashMap;
+use std::path::Path;
+
 use nvml::samples::{fetch_processes, ProcessEntry};
 use nvml::types::{Sampling, UsedGpuMemory};
 
@@ -8,7 +11,7 @@ use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics::{self, families};
 use crate::procfs::{self, Owner, Users};
 use crate::samples::{self, Carry, SampleRead};
-use crate::snapshot::LabelValue;
+use crate::snapshot::{Device, LabelValue, Process};
 use crate::state::schema::Stream;
 
 families! {
@@ -20,55 +23,77 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let Some(processes) = reader.nvml.compute_processes() else {
+    let Some(listed) = reader.nvml.compute_processes() else {
         return;
     };
     let utilization = utilization(reader);
-    let listed: Vec<u32> = processes.iter().map(|p| p.pid).collect();
-    for process in processes {
-        let id = |id: Option<u32>| id.map(|id| LabelValue::Owned(id.to_string()));
-        let ids = [
-            Some(process.pid),
-            process.gpu_instance_id,
-            process.compute_instance_id,
-        ]
-        .map(id);
-        // The owner is not known yet: `owners` adds it.
-        let labels = procfs::labels(ids, &Owner::default());
-        // NVML cannot always tell (no permission, some MIG setups): such a process
-        // is still counted in nvidia_gpu_processes but has no memory reading.
-        if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
-            reader.push(PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64));
-        }
-        if let Some(utilization) = &utilization {
-            let ratio = utilization.ratio(process.pid);
-            reader.push(PROCESS_UTILIZATION.sample_some(labels.clone(), ratio));
-        }
+    let share = |pid| utilization.as_ref().map(|u| u.ratio(pid));
+    for process in &listed {
+        reader.process(Process {
+            pid: process.pid,
+            gpu_instance_id: process.gpu_instance_id,
+            compute_instance_id: process.compute_instance_id,
+            // NVML cannot always tell (no permission, some MIG setups): such a
+            // process is still counted in nvidia_gpu_processes.
+            memory_bytes: match process.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            },
+            sm_ratio: share(process.pid),
+        });
     }
     // A process that used the GPU in the window but is gone by now (or is
     // not a compute process) still has its share: without it the processes
     // would not add up to the GPU.
     for (pid, ratio) in utilization.iter().flat_map(Utilization::ratios) {
-        if !listed.contains(&pid) {
-            let labels = procfs::labels(
-                [Some(LabelValue::Owned(pid.to_string())), None, None],
-                &Owner::default(),
-            );
-            reader.push(PROCESS_UTILIZATION.sample_some(labels, ratio));
+        if !listed.iter().any(|p| p.pid == pid) {
+            reader.process(Process {
+                pid,
+                sm_ratio: Some(ratio),
+                ..Process::default()
+            });
         }
     }
 }
 
-/// The host step: owner labels from procfs on every per-process sample.
+/// The host step: each GPU's processes become samples, with their owners
+/// from procfs.
 pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
-    let per_process = [PROCESS_MEMORY_USED, PROCESS_UTILIZATION];
-    procfs::attribute(
-        run.snapshot,
-        &per_process,
+    attribute(
+        &mut run.snapshot.devices,
         run.procfs,
         &Users::new(run.until),
     );
     Ok(())
+}
+
+/// Turns every device's processes into samples labelled with their ids and
+/// owner (read once per pid).
+fn attribute(devices: &mut [Device], procfs: &Path, users: &Users) {
+    let mut owners: HashMap<u32, Owner> = HashMap::new();
+    for device in devices {
+        for process in std::mem::take(&mut device.processes) {
+            let owner = owners
+                .entry(process.pid)
+                .or_insert_with(|| Owner::read(procfs, &process.pid.to_string(), users));
+            let id = |id: Option<u32>| id.map(|id| LabelValue::Owned(id.to_string()));
+            let ids = [
+                Some(process.pid),
+                process.gpu_instance_id,
+                process.compute_instance_id,
+            ];
+            let labels = procfs::labels(ids.map(id), owner);
+            if let Some(bytes) = process.memory_bytes {
+                let sample = PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64);
+                device.samples.push(sample);
+            }
+            if let Some(ratio) = process.sm_ratio {
+                device
+                    .samples
+                    .push(PROCESS_UTILIZATION.sample_some(labels, ratio));
+            }
+        }
+    }
 }
 
 /// One run's per-process SM utilization: each process's mean SM percent
@@ -130,6 +155,69 @@ fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::time::{Duration, Instant};
+
+    /// A process on a MIG instance with its memory and a gone one with only
+    /// its share: ids first, then the owner, in declared order.
+    #[test]
+    fn processes_become_samples_with_their_ids_and_owner() {
+        let root = tempfile::tempdir().unwrap();
+        let pid = root.path().join("77");
+        fs::create_dir(&pid).unwrap();
+        fs::write(pid.join("comm"), "python\n").unwrap();
+        let cgroup = "0::/system.slice/slurmstepd.scope/job_5/step_0\n";
+        fs::write(pid.join("cgroup"), cgroup).unwrap();
+        let mut devices = vec![Device {
+            processes: vec![
+                Process {
+                    pid: 77,
+                    gpu_instance_id: Some(2),
+                    compute_instance_id: Some(0),
+                    memory_bytes: Some(1024),
+                    sm_ratio: None,
+                },
+                Process {
+                    pid: 78,
+                    sm_ratio: Some(0.5),
+                    ..Process::default()
+                },
+            ],
+            ..Device::default()
+        }];
+        let users = Users::new(Instant::now() + Duration::from_secs(5));
+        attribute(&mut devices, root.path(), &users);
+        let written: Vec<(&str, f64, Vec<String>)> = devices[0]
+            .samples
+            .iter()
+            .map(|sample| {
+                let labels = sample.labels.iter();
+                let pairs = labels.map(|l| format!("{}={}", l.name, l.value)).collect();
+                (sample.family.name, sample.value, pairs)
+            })
+            .collect();
+        let owned = |pairs: &[&str]| pairs.iter().map(|p| p.to_string()).collect();
+        let mig = [
+            "pid=77",
+            "gpu_instance_id=2",
+            "compute_instance_id=0",
+            "comm=python",
+            "systemd_unit=slurmstepd.scope",
+            "slurm_job_id=5",
+        ];
+        assert_eq!(
+            written,
+            [
+                ("nvidia_gpu_process_memory_used_bytes", 1024.0, owned(&mig)),
+                (
+                    "nvidia_gpu_process_utilization_ratio",
+                    0.5,
+                    owned(&["pid=78"])
+                ),
+            ]
+        );
+        assert!(devices[0].processes.is_empty());
+    }
 
     #[test]
     fn one_entry_per_process_is_its_mean_and_a_missing_pid_was_idle() {
