@@ -6,9 +6,10 @@ use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use crate::bounded::{self, Unfinished};
 
 /// Why a file operation failed; each names the path involved.
 #[derive(Debug)]
@@ -158,17 +159,11 @@ pub fn within<T: Send + 'static>(
     until: Instant,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
-    let (sender, receiver) = mpsc::channel();
-    let spawned = thread::Builder::new().name("files".into()).spawn(move || {
-        let _ = sender.send(work());
-    });
-    if let Err(e) = spawned {
+    let done = bounded::call("files", until, work);
+    if let Err(Unfinished::NotStarted(e)) = &done {
         log::warn!("cannot start a thread for file I/O: {e}");
-        return None;
     }
-    receiver
-        .recv_timeout(until.saturating_duration_since(Instant::now()))
-        .ok()
+    done.ok()
 }
 
 /// Writes `bytes` to `fd` by `until` (`Ok(false)`: it had not taken them all),

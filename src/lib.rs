@@ -8,6 +8,7 @@
 // items are meant (`cargo doc --document-private-items`).
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub mod bounded;
 pub mod cli;
 #[forbid(unsafe_code)]
 pub mod collector;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::Device as NvmlDevice;
 
+use crate::bounded::{Threads, Waiting};
 use crate::collector::{down, Collector, Gpu, HostRun, Settings, Window};
 use crate::collectors;
 use crate::identity::{self, Identity};
@@ -69,29 +70,35 @@ enum Report {
 }
 
 /// What a GPU's thread needs, once the identities are resolved.
+#[derive(Clone)]
 struct Start {
     identity: Identity,
     state: GpuState,
     keeps_totals: bool,
 }
 
-/// What the coordinator knows of one GPU.
-#[derive(Default)]
-struct Slot {
-    read: Option<identity::Read>,
-    identity: Identity,
-    state: GpuState,
-    reads_started: bool,
-    /// How long its reads took, once they ended.
-    reads_took: Option<Duration>,
-    device: Option<Device>,
-    /// Why it is down without readings of its own.
-    failed: Option<Reason>,
+/// Where one GPU is, as far as the coordinator knows.
+enum Slot {
+    /// Its identity is being read.
+    Identifying,
+    /// Its identity read (empty where it failed); its reads have not started.
+    Identified(identity::Read),
+    /// Its reads started; how long they took, once they ended (its windows'
+    /// close follows).
+    Reading(Option<Duration>),
+    /// Its readings.
+    Read(Box<Device>),
+    /// Down without readings of its own, why; its identity read, if it came.
+    Down(Reason, Option<identity::Read>),
 }
 
 impl Slot {
+    fn identified(&self) -> bool {
+        !matches!(self, Slot::Identifying)
+    }
+
     fn settled(&self) -> bool {
-        self.device.is_some() || self.failed.is_some()
+        matches!(self, Slot::Read(_) | Slot::Down(..))
     }
 }
 
@@ -110,19 +117,19 @@ pub fn read(
     let opened_at = Instant::now();
     opened();
     let states = states_for(previous, &session.versions.driver);
-    let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::default()).collect();
-    let (report, reports) = mpsc::channel();
+    let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::Identifying).collect();
+    let readers = Threads::default();
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
-    spawn_readers(session, settings, inflight, &report, waits, &mut slots);
-    drop(report);
-    let missing = identify(
+    spawn_readers(session, settings, inflight, &readers, waits, &mut slots);
+    let reports = readers.waiting();
+    let (started, missing) = identify(
         &reports, &mut slots, starts, &states, previous, settings, inflight,
     );
     receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
     let mut timed_out = false;
     let mut devices = Vec::with_capacity(slots.len() + missing.len());
-    for (index, slot) in (0..).zip(slots) {
-        let (device, timeout) = slot.into_device(index, settings, inflight, opened_at);
+    for ((index, slot), start) in (0..).zip(slots).zip(started) {
+        let (device, timeout) = slot.into_device(index, start, settings, inflight, opened_at);
         timed_out |= timeout;
         devices.push(device);
     }
@@ -136,46 +143,48 @@ pub fn read(
 }
 
 /// Phase 1: awaits the identities until `timing::identities_end`, resolves
-/// them and starts each GPU's reads. Returns the GPUs that left.
+/// them and starts each GPU's reads. Returns what each GPU was started with,
+/// and the GPUs that left.
 fn identify(
-    reports: &Receiver<Report>,
+    reports: &Waiting<Report>,
     slots: &mut [Slot],
     starts: Vec<Sender<Start>>,
     states: &BTreeMap<String, GpuState>,
     previous: &PreviousState,
     settings: &Settings,
     inflight: &InFlight,
-) -> Vec<KnownGpu> {
+) -> (Vec<Start>, Vec<KnownGpu>) {
     let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
-    receive(reports, slots, identities_end, |slot| slot.read.is_some());
+    receive(reports, slots, identities_end, Slot::identified);
     let reads: Vec<identity::Read> = (0..)
         .zip(slots.iter_mut())
-        .map(|(index, slot)| {
-            slot.read.clone().unwrap_or_else(|| {
+        .map(|(index, slot)| match slot {
+            Slot::Identified(read) | Slot::Down(_, Some(read)) => read.clone(),
+            Slot::Identifying => {
                 stuck(index, "its identity reads", settings, inflight);
-                slot.failed = Some(Reason::Timeout);
+                *slot = Slot::Down(Reason::Timeout, None);
                 identity::Read::unread(index)
-            })
+            }
+            // Down before its identity came; nothing else comes before Start.
+            _ => identity::Read::unread(index),
         })
         .collect();
     let resolution = identity::resolve(&reads, &previous.known);
-    for ((slot, identity), start) in slots.iter_mut().zip(resolution.identities).zip(starts) {
+    let mut started = Vec::with_capacity(slots.len());
+    for ((slot, identity), sender) in slots.iter().zip(resolution.identities).zip(starts) {
         // What is kept under a UUID two GPUs share is neither's.
-        slot.state = states
-            .get(&identity.uuid)
-            .filter(|_| identity.unique)
-            .cloned()
-            .unwrap_or_default();
+        let state = states.get(&identity.uuid).filter(|_| identity.unique);
+        let start = Start {
+            state: state.cloned().unwrap_or_default(),
+            keeps_totals: previous.totals && identity.unique,
+            identity,
+        };
         if !slot.settled() {
-            let _ = start.send(Start {
-                identity: identity.clone(),
-                state: slot.state.clone(),
-                keeps_totals: previous.totals && identity.unique,
-            });
+            let _ = sender.send(start.clone());
         }
-        slot.identity = identity;
+        started.push(start);
     }
-    resolution.missing
+    (started, resolution.missing)
 }
 
 impl Slot {
@@ -183,34 +192,36 @@ impl Slot {
     fn into_device(
         self,
         index: u32,
+        start: Start,
         settings: &Settings,
         inflight: &InFlight,
         opened: Instant,
     ) -> (Device, bool) {
-        if let Some(device) = self.device {
-            return (device, false);
-        }
-        let reason = self.failed.unwrap_or_else(|| {
-            stuck(index, "its reads", settings, inflight);
-            Reason::Timeout
-        });
-        let mut device = down(index, &self.identity, reason);
-        if reason != Reason::Timeout {
-            return (device, false);
-        }
-        // The phase the deadline cut keeps all the run's time (`timing::cut`).
-        let mut state = self.state;
-        let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
-        let cut = micros(timing::cut(opened, settings.reading_ends));
-        match (self.reads_started, self.reads_took) {
-            (true, None) => state.reads_us = cut,
-            (true, Some(took)) => {
-                state.reads_us = micros(took);
-                state.closing_us = cut;
-            }
+        let mut state = start.state;
+        match self {
+            Slot::Read(device) => return (*device, false),
+            // Its identity reads timed out: its reads never started.
+            Slot::Down(Reason::Timeout, _) => {}
+            Slot::Down(reason, _) => return (down(index, &start.identity, reason), false),
             // Not reached (behind another GPU's call): nothing learnt.
-            (false, _) => {}
+            Slot::Identifying | Slot::Identified(_) => {
+                stuck(index, "its reads", settings, inflight);
+            }
+            Slot::Reading(took) => {
+                stuck(index, "its reads", settings, inflight);
+                // The phase the deadline cut keeps all the run's time (`timing::cut`).
+                let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
+                let cut = micros(timing::cut(opened, settings.reading_ends));
+                match took {
+                    None => state.reads_us = cut,
+                    Some(took) => {
+                        state.reads_us = micros(took);
+                        state.closing_us = cut;
+                    }
+                }
+            }
         }
+        let mut device = down(index, &start.identity, Reason::Timeout);
         device.state = Some(state);
         (device, true)
     }
@@ -218,36 +229,38 @@ impl Slot {
 
 /// Takes the threads' reports until every slot is `done` or `until` came.
 fn receive(
-    reports: &Receiver<Report>,
+    reports: &Waiting<Report>,
     slots: &mut [Slot],
     until: Instant,
     done: impl Fn(&Slot) -> bool,
 ) {
     while !slots.iter().all(&done) {
-        let Ok(report) = reports.recv_timeout(until.saturating_duration_since(Instant::now()))
-        else {
+        let Ok(report) = reports.next_by(until) else {
             return;
         };
-        match report {
-            Report::Identified(index, read) => slots[index as usize].read = Some(read),
-            Report::ReadsStarted(index) => slots[index as usize].reads_started = true,
-            Report::ReadsEnded(index, took) => slots[index as usize].reads_took = Some(took),
-            Report::Done(device) => {
-                let slot = &mut slots[device.index as usize];
-                if slot.failed.is_none() {
-                    slot.device = Some(*device);
-                }
-            }
+        let (index, next) = match report {
+            Report::Identified(index, read) => (index, Slot::Identified(read)),
+            Report::ReadsStarted(index) => (index, Slot::Reading(None)),
+            Report::ReadsEnded(index, took) => (index, Slot::Reading(Some(took))),
+            Report::Done(device) => (device.index, Slot::Read(device)),
             Report::Panicked(indices) => {
                 for index in indices {
                     let slot = &mut slots[index as usize];
-                    slot.read
-                        .get_or_insert_with(|| identity::Read::unread(index));
                     if !slot.settled() {
-                        slot.failed = Some(Reason::ExporterBug);
+                        let read = match slot {
+                            Slot::Identified(read) => std::mem::take(read),
+                            _ => identity::Read::unread(index),
+                        };
+                        *slot = Slot::Down(Reason::ExporterBug, Some(read));
                     }
                 }
+                continue;
             }
+        };
+        // A GPU already down stays down (its identity reads timed out).
+        let slot = &mut slots[index as usize];
+        if !matches!(slot, Slot::Down(..)) {
+            *slot = next;
         }
     }
 }
@@ -295,7 +308,7 @@ fn spawn_readers(
     session: &'static Session,
     settings: &Settings,
     inflight: &Arc<InFlight>,
-    report: &Sender<Report>,
+    readers: &Threads<Report>,
     waits: Vec<Receiver<Start>>,
     slots: &mut [Slot],
 ) {
@@ -312,9 +325,9 @@ fn spawn_readers(
         } else {
             "gpus".to_owned()
         };
-        let (settings, inflight, report) = (settings.clone(), Arc::clone(inflight), report.clone());
+        let (settings, inflight) = (settings.clone(), Arc::clone(inflight));
         let panicked = indices.clone();
-        let spawned = thread::Builder::new().name(name).spawn(move || {
+        let spawned = readers.spawn(name, move |report| {
             let reading = panic::catch_unwind(AssertUnwindSafe(|| {
                 read_group(session, group, &settings, &inflight, &report)
             }));
@@ -325,9 +338,7 @@ fn spawn_readers(
         if let Err(e) = spawned {
             log::warn!("GPU {indices:?}: cannot start a reading thread: {e}");
             for index in indices {
-                let slot = &mut slots[index as usize];
-                slot.read = Some(identity::Read::unread(index));
-                slot.failed = Some(Reason::ExporterResources);
+                slots[index as usize] = Slot::Down(Reason::ExporterResources, None);
             }
         }
     }

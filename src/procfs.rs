@@ -6,10 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
-use std::sync::mpsc;
-use std::thread;
 use std::time::Instant;
 
+use crate::bounded::{self, Unfinished};
 use crate::metrics::Labelled;
 use crate::snapshot::{LabelValue, Snapshot};
 
@@ -93,26 +92,18 @@ impl Users {
         if self.gave_up.get() {
             return None;
         }
-        let (sender, receiver) = mpsc::channel();
-        let spawned = thread::Builder::new().name("nss".into()).spawn(move || {
-            let _ = sender.send(lookup(uid));
-        });
-        if let Err(e) = spawned {
-            log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid");
-            self.gave_up.set(true);
-            return None;
-        }
-        match receiver.recv_timeout(self.until.saturating_duration_since(Instant::now())) {
-            Ok(name) => name,
-            Err(_) => {
-                log::warn!(
-                    "the user database (NSS) did not name uid {uid} in time; \
-                     process owners of this run are shown by uid"
-                );
-                self.gave_up.set(true);
-                None
+        match bounded::call("nss", self.until, move || lookup(uid)) {
+            Ok(name) => return name,
+            Err(Unfinished::NotStarted(e)) => {
+                log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid")
             }
+            Err(Unfinished::Late | Unfinished::Ended) => log::warn!(
+                "the user database (NSS) did not name uid {uid} in time; \
+                 process owners of this run are shown by uid"
+            ),
         }
+        self.gave_up.set(true);
+        None
     }
 }
 
