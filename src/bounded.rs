@@ -63,24 +63,16 @@ impl<T> Waiting<T> {
     }
 }
 
-/// Starts `work` on a thread named `name`; its value is waited for later.
-pub fn spawn<T: Send + 'static>(
-    name: &str,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<Waiting<T>, Unfinished> {
-    let threads = Threads::default();
-    let spawned = threads.spawn(name.into(), move |done| drop(done.send(work())));
-    spawned.map_err(Unfinished::NotStarted)?;
-    Ok(threads.waiting())
-}
-
 /// Runs `work` on a thread named `name`; its value, if it ended by `until`.
 pub fn call<T: Send + 'static>(
     name: &str,
     until: Instant,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Unfinished> {
-    spawn(name, work)?.next_by(until)
+    let threads = Threads::default();
+    let spawned = threads.spawn(name.into(), move |done| drop(done.send(work())));
+    spawned.map_err(Unfinished::NotStarted)?;
+    threads.waiting().next_by(until)
 }
 
 #[cfg(test)]

@@ -93,10 +93,6 @@ enum Slot {
 }
 
 impl Slot {
-    fn identified(&self) -> bool {
-        !matches!(self, Slot::Identifying)
-    }
-
     fn settled(&self) -> bool {
         matches!(self, Slot::Read(_) | Slot::Down(..))
     }
@@ -155,7 +151,9 @@ fn identify(
     inflight: &InFlight,
 ) -> (Vec<Start>, Vec<KnownGpu>) {
     let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
-    receive(reports, slots, identities_end, Slot::identified);
+    receive(reports, slots, identities_end, |s| {
+        !matches!(s, Slot::Identifying)
+    });
     let reads: Vec<identity::Read> = (0..)
         .zip(slots.iter_mut())
         .map(|(index, slot)| match slot {
@@ -205,7 +203,7 @@ impl Slot {
             Slot::Down(reason, _) => return (down(index, &start.identity, reason), false),
             // Not reached (behind another GPU's call): nothing learnt.
             Slot::Identifying | Slot::Identified(_) => {
-                stuck(index, "its reads", settings, inflight);
+                stuck(index, "its reads", settings, inflight)
             }
             Slot::Reading(took) => {
                 stuck(index, "its reads", settings, inflight);
@@ -214,10 +212,7 @@ impl Slot {
                 let cut = micros(timing::cut(opened, settings.reading_ends));
                 match took {
                     None => state.reads_us = cut,
-                    Some(took) => {
-                        state.reads_us = micros(took);
-                        state.closing_us = cut;
-                    }
+                    Some(took) => (state.reads_us, state.closing_us) = (micros(took), cut),
                 }
             }
         }
@@ -238,29 +233,25 @@ fn receive(
         let Ok(report) = reports.next_by(until) else {
             return;
         };
-        let (index, next) = match report {
-            Report::Identified(index, read) => (index, Slot::Identified(read)),
-            Report::ReadsStarted(index) => (index, Slot::Reading(None)),
-            Report::ReadsEnded(index, took) => (index, Slot::Reading(Some(took))),
-            Report::Done(device) => (device.index, Slot::Read(device)),
+        let reported = match report {
+            Report::Identified(index, read) => vec![(index, Slot::Identified(read))],
+            Report::ReadsStarted(index) => vec![(index, Slot::Reading(None))],
+            Report::ReadsEnded(index, took) => vec![(index, Slot::Reading(Some(took)))],
+            Report::Done(device) => vec![(device.index, Slot::Read(device))],
             Report::Panicked(indices) => {
-                for index in indices {
-                    let slot = &mut slots[index as usize];
-                    if !slot.settled() {
-                        let read = match slot {
-                            Slot::Identified(read) => std::mem::take(read),
-                            _ => identity::Read::unread(index),
-                        };
-                        *slot = Slot::Down(Reason::ExporterBug, Some(read));
-                    }
-                }
-                continue;
+                let down = |index| (index, Slot::Down(Reason::ExporterBug, None));
+                indices.into_iter().map(down).collect()
             }
         };
-        // A GPU already down stays down (its identity reads timed out).
-        let slot = &mut slots[index as usize];
-        if !matches!(slot, Slot::Down(..)) {
-            *slot = next;
+        for (index, next) in reported {
+            let slot = &mut slots[index as usize];
+            *slot = match (std::mem::replace(slot, Slot::Identifying), next) {
+                // Settled stays so (a GPU whose identity reads timed out goes on).
+                (settled @ (Slot::Read(_) | Slot::Down(..)), _) => settled,
+                // What is down keeps the identity read that came before.
+                (Slot::Identified(read), Slot::Down(why, None)) => Slot::Down(why, Some(read)),
+                (_, next) => next,
+            };
         }
     }
 }

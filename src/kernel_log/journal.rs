@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::{de::Error as _, Deserialize, Deserializer};
 
 use super::event::{Error, Position, MAX_BYTES_PER_RUN};
-use crate::bounded;
+use crate::bounded::Threads;
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.
@@ -122,13 +122,14 @@ fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> 
     let mut stderr = child.stderr.take().expect("piped");
     // The first 64 KiB of what journalctl says (read to the end: it never blocks
     // on it), waited for until the deadline.
-    let said = bounded::spawn("journalctl", move || {
-        let mut said = Vec::new();
-        let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut said);
+    let said = Threads::default();
+    let _ = said.spawn("journalctl".into(), move |said| {
+        let mut text = Vec::new();
+        let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut text);
         let _ = io::copy(&mut stderr, &mut io::sink());
-        String::from_utf8_lossy(&said).trim().to_owned()
+        let _ = said.send(String::from_utf8_lossy(&text).trim().to_owned());
     });
-    let until = output.1;
+    let (said, until) = (said.waiting(), output.1);
     let read = parse(output, on_entry);
     if !matches!(read, Ok(false)) {
         let _ = child.kill();
@@ -138,10 +139,10 @@ fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> 
         (Ok(true), _) => Err(Error::Bound),
         (Err(e), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
         (_, Ok(status)) if status.success() => Ok(()),
-        (_, Ok(status)) => {
-            let said = said.and_then(|said| said.next_by(until));
-            Err(Error::Failed(status, said.unwrap_or_default()))
-        }
+        (_, Ok(status)) => Err(Error::Failed(
+            status,
+            said.next_by(until).unwrap_or_default(),
+        )),
     }
 }
 
