@@ -8,29 +8,48 @@
 // items are meant (`cargo doc --document-private-items`).
 #![allow(rustdoc::private_intra_doc_links)]
 
+#[forbid(unsafe_code)]
 pub mod bounded;
+#[forbid(unsafe_code)]
 pub mod cli;
 #[forbid(unsafe_code)]
 pub mod collector;
 #[forbid(unsafe_code)]
 pub mod collectors;
+#[forbid(unsafe_code)]
 pub mod exit;
+#[forbid(unsafe_code)]
 pub mod fsutil;
+#[forbid(unsafe_code)]
 pub mod generate;
+#[forbid(unsafe_code)]
 pub mod identity;
+#[forbid(unsafe_code)]
 pub mod inflight;
 #[forbid(unsafe_code)]
 pub mod kernel_log;
+#[forbid(unsafe_code)]
 pub mod logging;
+#[forbid(unsafe_code)]
 pub mod metrics;
+// Every FFI call and `unsafe` for NVML (docs/design.md, "Architecture").
 pub mod nvml;
 #[forbid(unsafe_code)]
 pub mod phases;
+#[forbid(unsafe_code)]
 pub mod procfs;
+#[forbid(unsafe_code)]
 pub mod publish;
+#[forbid(unsafe_code)]
 pub mod reason;
+#[forbid(unsafe_code)]
 pub mod render;
+#[forbid(unsafe_code)]
 pub mod snapshot;
+#[forbid(unsafe_code)]
 pub mod state;
+#[forbid(unsafe_code)]
 pub mod timing;
+// Its one `unsafe`: the hard stop's _exit(2), which has no safe wrapper.
+#[deny(unsafe_code)]
 pub mod watchdog;

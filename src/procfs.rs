@@ -87,13 +87,13 @@ impl Users {
         name
     }
 
-    /// [`lookup`] on a thread of its own, waited for until `until`.
+    /// getpwuid_r(3) on a thread of its own, waited for until `until`.
     fn bounded_lookup(&self, uid: u32) -> Option<String> {
         if self.gave_up.get() {
             return None;
         }
-        match bounded::call("nss", self.until, move || lookup(uid)) {
-            Ok(name) => return name,
+        match bounded::call("nss", self.until, move || uzers::get_user_by_uid(uid)) {
+            Ok(user) => return user.map(|user| user.name().to_string_lossy().into_owned()),
             Err(Unfinished::NotStarted(e)) => {
                 log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid")
             }
@@ -104,28 +104,6 @@ impl Users {
         }
         self.gave_up.set(true);
         None
-    }
-}
-
-/// `getpwuid_r(3)`: the name of `uid`, if it has one.
-fn lookup(uid: u32) -> Option<String> {
-    let mut buffer: Vec<libc::c_char> = vec![0; 1024];
-    loop {
-        // SAFETY: passwd is plain old data, filled pointing into `buffer`.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let (start, len) = (buffer.as_mut_ptr(), buffer.len());
-        let code = unsafe { libc::getpwuid_r(uid, &mut entry, start, len, &mut result) };
-        if code == libc::ERANGE && buffer.len() < 1 << 20 {
-            buffer.resize(buffer.len() * 4, 0);
-            continue;
-        }
-        if code != 0 || result.is_null() || entry.pw_name.is_null() {
-            return None;
-        }
-        // SAFETY: on success pw_name is a NUL-terminated string in `buffer`.
-        let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
-        return Some(name.to_string_lossy().into_owned());
     }
 }
 

@@ -137,12 +137,11 @@ impl Deadline {
 
 /// Ends the process at once, without exit handlers or library destructors
 /// (libnvidia-ml's may wait for locks a stuck call holds) and flushing nothing.
+#[allow(unsafe_code)]
 pub fn exit_now(exit: Exit) -> ! {
-    extern "C" {
-        fn _exit(status: i32) -> !;
-    }
-    // SAFETY: _exit(2) only ends the process; stderr is unbuffered.
-    unsafe { _exit(i32::from(exit.code())) }
+    // SAFETY: _exit(2) only ends the process; stderr is unbuffered. No safe
+    // wrapper exists (rustix has it only in its experimental runtime module).
+    unsafe { libc::_exit(i32::from(exit.code())) }
 }
 
 /// How the reading thread gets on.
