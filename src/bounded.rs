@@ -1,7 +1,6 @@
-//! Bounded calls: work run on threads of its own, what they hand over waited
-//! for until a deadline and never longer. Work not done by then is left behind
-//! (never joined), holding what it holds; the caller names what it was stuck
-//! in (for NVML, its [`crate::inflight::InFlight`]).
+//! Bounded waits: work run on threads of its own, what it hands over waited for
+//! until a deadline and never longer; work not done by then is left behind (never
+//! joined), and the caller names what it was stuck in (NVML's: `inflight`).
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -36,14 +35,11 @@ impl<T: Send + 'static> Threads<T> {
     /// Starts `work` on a thread named `name`.
     pub fn spawn(
         &self,
-        name: String,
+        name: &str,
         work: impl FnOnce(Sender<T>) + Send + 'static,
     ) -> io::Result<()> {
-        let sender = self.0.clone();
-        thread::Builder::new()
-            .name(name)
-            .spawn(move || work(sender))
-            .map(drop)
+        let (sender, thread) = (self.0.clone(), thread::Builder::new().name(name.into()));
+        thread.spawn(move || work(sender)).map(drop)
     }
 
     /// Starts no more: from now on a wait ends once every thread has.
@@ -70,7 +66,7 @@ pub fn call<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Unfinished> {
     let threads = Threads::default();
-    let spawned = threads.spawn(name.into(), move |done| drop(done.send(work())));
+    let spawned = threads.spawn(name, move |done| drop(done.send(work())));
     spawned.map_err(Unfinished::NotStarted)?;
     threads.waiting().next_by(until)
 }
@@ -99,7 +95,7 @@ mod tests {
         let threads = Threads::default();
         for n in 0..3 {
             threads
-                .spawn(format!("t{n}"), move |s| {
+                .spawn(&format!("t{n}"), move |s| {
                     let _ = s.send(n);
                 })
                 .unwrap();

@@ -32,7 +32,6 @@ pub mod kernel_log;
 pub mod logging;
 #[forbid(unsafe_code)]
 pub mod metrics;
-// Every FFI call and `unsafe` for NVML (docs/design.md, "Architecture").
 pub mod nvml;
 #[forbid(unsafe_code)]
 pub mod phases;
@@ -50,6 +49,5 @@ pub mod snapshot;
 pub mod state;
 #[forbid(unsafe_code)]
 pub mod timing;
-// Its one `unsafe`: the hard stop's _exit(2), which has no safe wrapper.
 #[deny(unsafe_code)]
 pub mod watchdog;

@@ -55,19 +55,8 @@ pub struct Reading {
     pub timed_out: bool,
 }
 
-/// What a reading thread tells the coordinator.
-enum Report {
-    /// A GPU's identity read (empty where it failed).
-    Identified(u32, identity::Read),
-    /// A GPU's reads started.
-    ReadsStarted(u32),
-    /// A GPU's reads ended, after this long; its windows' close follows.
-    ReadsEnded(u32, Duration),
-    /// A GPU's readings.
-    Done(Box<Device>),
-    /// The thread of these GPUs panicked.
-    Panicked(Vec<u32>),
-}
+/// What a reading thread tells the coordinator: where one of its GPUs is now.
+type Report = (u32, Slot);
 
 /// What a GPU's thread needs, once the identities are resolved.
 #[derive(Clone)]
@@ -83,8 +72,7 @@ enum Slot {
     Identifying,
     /// Its identity read (empty where it failed); its reads have not started.
     Identified(identity::Read),
-    /// Its reads started; how long they took, once they ended (its windows'
-    /// close follows).
+    /// Its reads started; how long they took once they ended (its windows' close follows).
     Reading(Option<Duration>),
     /// Its readings.
     Read(Box<Device>),
@@ -139,8 +127,7 @@ pub fn read(
 }
 
 /// Phase 1: awaits the identities until `timing::identities_end`, resolves
-/// them and starts each GPU's reads. Returns what each GPU was started with,
-/// and the GPUs that left.
+/// them and starts each GPU's reads; returns each GPU's start and the GPUs that left.
 fn identify(
     reports: &Waiting<Report>,
     slots: &mut [Slot],
@@ -151,9 +138,8 @@ fn identify(
     inflight: &InFlight,
 ) -> (Vec<Start>, Vec<KnownGpu>) {
     let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
-    receive(reports, slots, identities_end, |s| {
-        !matches!(s, Slot::Identifying)
-    });
+    let identified = |slot: &Slot| !matches!(slot, Slot::Identifying);
+    receive(reports, slots, identities_end, identified);
     let reads: Vec<identity::Read> = (0..)
         .zip(slots.iter_mut())
         .map(|(index, slot)| match slot {
@@ -201,10 +187,6 @@ impl Slot {
             // Its identity reads timed out: its reads never started.
             Slot::Down(Reason::Timeout, _) => {}
             Slot::Down(reason, _) => return (down(index, &start.identity, reason), false),
-            // Not reached (behind another GPU's call): nothing learnt.
-            Slot::Identifying | Slot::Identified(_) => {
-                stuck(index, "its reads", settings, inflight)
-            }
             Slot::Reading(took) => {
                 stuck(index, "its reads", settings, inflight);
                 // The phase the deadline cut keeps all the run's time (`timing::cut`).
@@ -215,6 +197,8 @@ impl Slot {
                     Some(took) => (state.reads_us, state.closing_us) = (micros(took), cut),
                 }
             }
+            // Its reads not reached (behind another GPU's call): nothing learnt.
+            _ => stuck(index, "its reads", settings, inflight),
         }
         let mut device = down(index, &start.identity, Reason::Timeout);
         device.state = Some(state);
@@ -230,29 +214,17 @@ fn receive(
     done: impl Fn(&Slot) -> bool,
 ) {
     while !slots.iter().all(&done) {
-        let Ok(report) = reports.next_by(until) else {
+        let Ok((index, next)) = reports.next_by(until) else {
             return;
         };
-        let reported = match report {
-            Report::Identified(index, read) => vec![(index, Slot::Identified(read))],
-            Report::ReadsStarted(index) => vec![(index, Slot::Reading(None))],
-            Report::ReadsEnded(index, took) => vec![(index, Slot::Reading(Some(took)))],
-            Report::Done(device) => vec![(device.index, Slot::Read(device))],
-            Report::Panicked(indices) => {
-                let down = |index| (index, Slot::Down(Reason::ExporterBug, None));
-                indices.into_iter().map(down).collect()
-            }
+        let slot = &mut slots[index as usize];
+        *slot = match (std::mem::replace(slot, Slot::Identifying), next) {
+            // Settled stays so (a GPU whose identity reads timed out goes on).
+            (settled @ (Slot::Read(_) | Slot::Down(..)), _) => settled,
+            // What is down keeps the identity read that came before.
+            (Slot::Identified(read), Slot::Down(why, None)) => Slot::Down(why, Some(read)),
+            (_, next) => next,
         };
-        for (index, next) in reported {
-            let slot = &mut slots[index as usize];
-            *slot = match (std::mem::replace(slot, Slot::Identifying), next) {
-                // Settled stays so (a GPU whose identity reads timed out goes on).
-                (settled @ (Slot::Read(_) | Slot::Down(..)), _) => settled,
-                // What is down keeps the identity read that came before.
-                (Slot::Identified(read), Slot::Down(why, None)) => Slot::Down(why, Some(read)),
-                (_, next) => next,
-            };
-        }
     }
 }
 
@@ -318,12 +290,14 @@ fn spawn_readers(
         };
         let (settings, inflight) = (settings.clone(), Arc::clone(inflight));
         let panicked = indices.clone();
-        let spawned = readers.spawn(name, move |report| {
+        let spawned = readers.spawn(&name, move |report| {
             let reading = panic::catch_unwind(AssertUnwindSafe(|| {
                 read_group(session, group, &settings, &inflight, &report)
             }));
             if reading.is_err() {
-                let _ = report.send(Report::Panicked(panicked));
+                for index in panicked {
+                    let _ = report.send((index, Slot::Down(Reason::ExporterBug, None)));
+                }
             }
         });
         if let Err(e) = spawned {
@@ -358,7 +332,7 @@ fn read_group(
             }
             Err(why) => (Err(*why), identity::Read::unread(index)),
         };
-        let _ = report.send(Report::Identified(index, read));
+        let _ = report.send((index, Slot::Identified(read)));
         identified.push((index, reader, start));
     }
     let mut opened = Vec::with_capacity(identified.len());
@@ -379,7 +353,7 @@ fn read_group(
         match gpu {
             Ok(gpu) => ready.push(gpu),
             Err(down) => {
-                let _ = report.send(Report::Done(down));
+                let _ = report.send((down.index, Slot::Read(down)));
             }
         }
     }
@@ -399,10 +373,10 @@ fn read_group(
     }
     for mut gpu in ready {
         let index = gpu.reader.index();
-        let _ = report.send(Report::ReadsStarted(index));
+        let _ = report.send((index, Slot::Reading(None)));
         let took = gpu.read(&settings.collectors);
-        let _ = report.send(Report::ReadsEnded(index, took));
-        let _ = report.send(Report::Done(Box::new(gpu.close())));
+        let _ = report.send((index, Slot::Reading(Some(took))));
+        let _ = report.send((index, Slot::Read(Box::new(gpu.close()))));
     }
 }
 
@@ -565,5 +539,50 @@ pub fn run_host(
             metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
             metrics::COLLECTOR_STEP_DURATION.sample_with(labels, started.elapsed().as_secs_f64()),
         ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU's slot after its thread reported: down keeps the identity read
+    /// that came before; a settled slot (read, or down when its identity
+    /// timed out) ignores what its thread says later.
+    #[test]
+    fn a_report_moves_a_slot_and_a_settled_slot_stays() {
+        let read = identity::Read {
+            uuid: "GPU-0".into(),
+            ..identity::Read::unread(0)
+        };
+        let mut slots = vec![
+            Slot::Identified(read.clone()),
+            Slot::Identifying,
+            Slot::Down(Reason::Timeout, None),
+            Slot::Read(Box::default()),
+            Slot::Identified(identity::Read::unread(4)),
+        ];
+        let bug = || Slot::Down(Reason::ExporterBug, None);
+        let reports = [
+            (0, bug()),
+            (1, bug()),
+            (2, Slot::Identified(identity::Read::unread(2))),
+            (2, Slot::Reading(None)),
+            (3, bug()),
+            (4, Slot::Reading(None)),
+            (4, Slot::Reading(Some(Duration::from_millis(7)))),
+        ];
+        let threads = Threads::default();
+        let sent = threads.spawn("test", move |report| {
+            reports.into_iter().for_each(|r| drop(report.send(r)));
+        });
+        sent.unwrap();
+        let far = Instant::now() + Duration::from_secs(5);
+        receive(&threads.waiting(), &mut slots, far, |_| false);
+        assert!(matches!(&slots[0], Slot::Down(Reason::ExporterBug, Some(r)) if *r == read));
+        assert!(matches!(slots[1], Slot::Down(Reason::ExporterBug, None)));
+        assert!(matches!(slots[2], Slot::Down(Reason::Timeout, None)));
+        assert!(matches!(slots[3], Slot::Read(_)));
+        assert!(matches!(slots[4], Slot::Reading(Some(took)) if took.as_millis() == 7));
     }
 }

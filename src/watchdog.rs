@@ -157,29 +157,20 @@ pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
 where
     F: FnOnce(&Arc<InFlight>, &dyn Fn()) -> Result<Reading, InitError> + Send + 'static,
 {
-    let inflight = Arc::new(InFlight::default());
-    let threads = Threads::default();
+    let (inflight, threads) = (Arc::new(InFlight::default()), Threads::default());
     let worker = Arc::clone(&inflight);
-    let received = threads
-        .spawn("nvml".into(), move |sender| {
-            let opened = sender.clone();
-            let reading = read(&worker, &move || {
-                let _ = opened.send(Progress::Opened);
-            });
-            let _ = sender.send(Progress::Done(reading));
-        })
-        .map_err(Unfinished::NotStarted)
-        .and_then(|()| {
-            let (progress, mut until) = (threads.waiting(), deadline.reading_ends());
-            loop {
-                match progress.next_by(until)? {
-                    Progress::Opened => {
-                        until = deadline.reading_ends() + timing::handoff(deadline.timeout)
-                    }
-                    Progress::Done(reading) => return Ok(reading),
-                }
-            }
-        });
+    let spawned = threads.spawn("nvml", move |sender| {
+        let opened = sender.clone();
+        let reading = read(&worker, &move || drop(opened.send(Progress::Opened)));
+        let _ = sender.send(Progress::Done(reading));
+    });
+    let (progress, mut until) = (threads.waiting(), deadline.reading_ends());
+    let received = spawned.map_err(Unfinished::NotStarted).and_then(|()| loop {
+        match progress.next_by(until)? {
+            Progress::Opened => until = deadline.reading_ends() + timing::handoff(deadline.timeout),
+            Progress::Done(reading) => return Ok(reading),
+        }
+    });
     match received {
         Ok(Ok(reading)) => {
             let down = metrics::DOWN_REASON.family();

@@ -120,16 +120,15 @@ pub(super) fn read(
 /// reached (then `child` is killed).
 fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let mut stderr = child.stderr.take().expect("piped");
-    // The first 64 KiB of what journalctl says (read to the end: it never blocks
-    // on it), waited for until the deadline.
+    // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
     let said = Threads::default();
-    let _ = said.spawn("journalctl".into(), move |said| {
+    let _ = said.spawn("journalctl", move |said| {
         let mut text = Vec::new();
         let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut text);
         let _ = io::copy(&mut stderr, &mut io::sink());
         let _ = said.send(String::from_utf8_lossy(&text).trim().to_owned());
     });
-    let (said, until) = (said.waiting(), output.1);
+    let (said, end) = (said.waiting(), output.1);
     let read = parse(output, on_entry);
     if !matches!(read, Ok(false)) {
         let _ = child.kill();
@@ -139,10 +138,7 @@ fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> 
         (Ok(true), _) => Err(Error::Bound),
         (Err(e), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
         (_, Ok(status)) if status.success() => Ok(()),
-        (_, Ok(status)) => Err(Error::Failed(
-            status,
-            said.next_by(until).unwrap_or_default(),
-        )),
+        (_, Ok(status)) => Err(Error::Failed(status, said.next_by(end).unwrap_or_default())),
     }
 }
 
