@@ -80,12 +80,6 @@ enum Slot {
     Down(Reason, Option<identity::Read>),
 }
 
-impl Slot {
-    fn settled(&self) -> bool {
-        matches!(self, Slot::Read(_) | Slot::Down(..))
-    }
-}
-
 /// Loads NVML from `library` and reads every GPU as `settings` say, calling
 /// `opened` once NVML is open. Returns by `settings.reading_ends` once NVML is
 /// open, whatever the GPUs do.
@@ -102,10 +96,8 @@ pub fn read(
     opened();
     let states = states_for(previous, &session.versions.driver);
     let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::Identifying).collect();
-    let readers = Threads::default();
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
-    spawn_readers(session, settings, inflight, &readers, waits, &mut slots);
-    let reports = readers.waiting();
+    let reports = spawn_readers(session, settings, inflight, waits, &mut slots);
     let (started, missing) = identify(
         &reports, &mut slots, starts, &states, previous, settings, inflight,
     );
@@ -149,8 +141,7 @@ fn identify(
                 *slot = Slot::Down(Reason::Timeout, None);
                 identity::Read::unread(index)
             }
-            // Down before its identity came; nothing else comes before Start.
-            _ => identity::Read::unread(index),
+            _ => identity::Read::unread(index), // down before its identity came
         })
         .collect();
     let resolution = identity::resolve(&reads, &previous.known);
@@ -172,6 +163,10 @@ fn identify(
 }
 
 impl Slot {
+    fn settled(&self) -> bool {
+        matches!(self, Slot::Read(_) | Slot::Down(..))
+    }
+
     /// Phase 3: the GPU's readings, or it down; whether it timed out.
     fn into_device(
         self,
@@ -265,16 +260,16 @@ fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
     device
 }
 
-/// Starts the reading threads; a GPU whose thread cannot start is down
-/// (`exporter_resources`).
+/// Starts the reading threads, whose reports it returns; a GPU whose thread
+/// cannot start is down (`exporter_resources`).
 fn spawn_readers(
     session: &'static Session,
     settings: &Settings,
     inflight: &Arc<InFlight>,
-    readers: &Threads<Report>,
     waits: Vec<Receiver<Start>>,
     slots: &mut [Slot],
-) {
+) -> Waiting<Report> {
+    let readers = Threads::default();
     let gpus: Vec<(u32, Receiver<Start>)> = (0..).zip(waits).collect();
     let groups: Vec<Vec<(u32, Receiver<Start>)>> = if settings.parallel {
         gpus.into_iter().map(|gpu| vec![gpu]).collect()
@@ -307,6 +302,7 @@ fn spawn_readers(
             }
         }
     }
+    readers.waiting()
 }
 
 /// Reads the GPUs of `group` on this thread: identities, then each once its

@@ -8,6 +8,8 @@ use std::fs;
 use std::path::Path;
 use std::time::Instant;
 
+use nix::unistd::User;
+
 use crate::bounded::{self, Unfinished};
 use crate::metrics::Labelled;
 use crate::snapshot::{LabelValue, Snapshot};
@@ -92,8 +94,8 @@ impl Users {
         if self.gave_up.get() {
             return None;
         }
-        match bounded::call("nss", self.until, move || uzers::get_user_by_uid(uid)) {
-            Ok(user) => return user.map(|user| user.name().to_string_lossy().into_owned()),
+        match bounded::call("nss", self.until, move || User::from_uid(uid.into())) {
+            Ok(user) => return user.ok().flatten().map(|user| user.name),
             Err(Unfinished::NotStarted(e)) => {
                 log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid")
             }
