@@ -4,11 +4,16 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use rustix::event::{self, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+
+use crate::bounded::{self, Unfinished};
 
 /// Why a file operation failed; each names the path involved.
 #[derive(Debug)]
@@ -158,51 +163,33 @@ pub fn within<T: Send + 'static>(
     until: Instant,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
-    let (sender, receiver) = mpsc::channel();
-    let spawned = thread::Builder::new().name("files".into()).spawn(move || {
-        let _ = sender.send(work());
-    });
-    if let Err(e) = spawned {
+    let done = bounded::call("files", until, work);
+    if let Err(Unfinished::NotStarted(e)) = &done {
         log::warn!("cannot start a thread for file I/O: {e}");
-        return None;
     }
-    receiver
-        .recv_timeout(until.saturating_duration_since(Instant::now()))
-        .ok()
+    done.ok()
 }
 
 /// Writes `bytes` to `fd` by `until` (`Ok(false)`: it had not taken them all),
 /// each write at most `piece` bytes after poll(2) says `fd` takes more, so none
 /// blocks past `until`.
-pub fn write_polled(fd: i32, bytes: &[u8], piece: usize, until: Instant) -> io::Result<bool> {
-    let mut rest = bytes;
+pub fn write_polled(fd: impl AsFd, bytes: &[u8], piece: usize, until: Instant) -> io::Result<bool> {
+    let (fd, mut rest) = (fd.as_fd(), bytes);
     while !rest.is_empty() {
-        let left = until.saturating_duration_since(Instant::now());
-        let wait_ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-        let mut ready = libc::pollfd {
-            fd,
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        match unsafe { libc::poll(&mut ready, 1, wait_ms) } {
-            0 => return Ok(false),
-            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
-            -1 => return Err(io::Error::last_os_error()),
+        let wait = Timespec::try_from(until.saturating_duration_since(Instant::now())).ok();
+        let mut ready = [PollFd::from_borrowed_fd(fd, PollFlags::OUT)];
+        match event::poll(&mut ready, wait.as_ref()) {
+            Ok(0) => return Ok(false),
+            Err(Errno::INTR) => continue,
+            Err(error) => return Err(error.into()),
             // Ready, or POLLERR/POLLHUP: the write says which (EPIPE).
-            _ => {}
+            Ok(_) => {}
         }
-        let chunk = &rest[..rest.len().min(piece)];
-        // SAFETY: `chunk` is valid for its length; write only reads it.
-        let written = unsafe { libc::write(fd, chunk.as_ptr().cast(), chunk.len()) };
-        if written < 0 {
-            let error = io::Error::last_os_error();
-            match error.kind() {
-                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => continue,
-                _ => return Err(error),
-            }
+        match rustix::io::write(fd, &rest[..rest.len().min(piece)]) {
+            Ok(written) => rest = &rest[written..],
+            Err(Errno::INTR | Errno::AGAIN) => continue,
+            Err(error) => return Err(error.into()),
         }
-        rest = &rest[written as usize..];
     }
     Ok(true)
 }
@@ -215,10 +202,7 @@ mod tests {
     fn special_files_are_refused_not_waited_on() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let path =
-            std::ffi::CString::new(fifo.clone().into_os_string().into_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, 0o600.into()).unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
         for path in [&fifo, &link] {

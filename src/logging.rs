@@ -3,12 +3,14 @@
 //! `<3>` (error), `<4>` (warning) or `<5>` (the rest, which the unit's
 //! `LogLevelMax=notice` keeps) before each line (sd-daemon(3)).
 
-use std::io::Write;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use libc::{PIPE_BUF, S_IFIFO};
+use libc::PIPE_BUF;
 use log::Level;
+use rustix::fs::{self, FileType, Mode, OFlags};
+use rustix::net::{self, SendFlags};
 
 use crate::fsutil;
 
@@ -57,12 +59,12 @@ fn prefixed(journal: bool, level: Level, message: &str) -> String {
 struct NonBlockingStderr;
 
 impl Write for NonBlockingStderr {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         write_to_stderr_nonblocking(bytes);
         Ok(bytes.len())
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }
@@ -70,39 +72,27 @@ impl Write for NonBlockingStderr {
 /// One write of `bytes` to fd 2 that never blocks, leaving the flags of fd 2's
 /// file description (perhaps a shell's) alone.
 fn write_to_stderr_nonblocking(bytes: &[u8]) {
-    // SAFETY: fstat only writes the struct it is given.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(2, &mut stat) } != 0 {
-        return;
-    }
-    let (start, len) = (bytes.as_ptr().cast(), bytes.len());
-    match stat.st_mode & libc::S_IFMT {
+    // Rust's `Stderr` for its descriptor only, never its lock.
+    let fd = &io::stderr();
+    let Ok(stat) = fs::fstat(fd) else { return };
+    match FileType::from_raw_mode(stat.st_mode) {
         // A file takes a write at once, at fd 2's own offset.
-        libc::S_IFREG => {
-            // SAFETY: `bytes` is valid for its length; write only reads it.
-            unsafe { libc::write(2, start, len) };
-        }
+        FileType::RegularFile => drop(rustix::io::write(fd, bytes)),
         // The journal's stream: send(2) takes a per-call flag.
-        libc::S_IFSOCK => {
-            // SAFETY: as above.
-            unsafe { libc::send(2, start, len, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        FileType::Socket => {
+            let _ = net::send(fd, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
         }
         // A pipe or a terminal: reopened non-blocking, or, if it is another
         // user's, fd 2 itself in pieces it takes whole (docs/design.md, "Timing").
         kind => {
-            let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
-            // SAFETY: a NUL-terminated path; the descriptor is closed below.
-            let fd = unsafe { libc::open(c"/proc/self/fd/2".as_ptr(), flags) };
-            if fd >= 0 {
-                // SAFETY: `fd` is open; `bytes` is valid for its length.
-                unsafe {
-                    libc::write(fd, start, len);
-                    libc::close(fd);
-                }
+            let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+            if let Ok(reopened) = fs::open("/proc/self/fd/2", flags, Mode::empty()) {
+                let _ = rustix::io::write(reopened, bytes);
             } else {
-                let piece = if kind == S_IFIFO { PIPE_BUF } else { 256 };
+                let fifo = kind == FileType::Fifo;
+                let piece = if fifo { PIPE_BUF } else { 256 };
                 // What fd 2 does not take now is dropped.
-                let _ = fsutil::write_polled(2, bytes, piece, Instant::now());
+                let _ = fsutil::write_polled(fd, bytes, piece, Instant::now());
             }
         }
     }
@@ -114,14 +104,9 @@ fn stderr_is_journal() -> bool {
     let ids = stream
         .split_once(':')
         .map(|(d, i)| (d.parse::<u64>(), i.parse::<u64>()));
-    let Some((Ok(device), Ok(inode))) = ids else {
+    let (Some((Ok(device), Ok(inode))), Ok(stat)) = (ids, fs::fstat(io::stderr())) else {
         return false;
     };
-    // SAFETY: fstat only writes the struct it is given.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(2, &mut stat) } != 0 {
-        return false;
-    }
     stat.st_dev == device && stat.st_ino == inode
 }
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use nvml::types::Device as NvmlDevice;
 use nvml::{DeviceReader, InFlight, InitError, Scope, Session, Versions};
 
+use crate::bounded::{Threads, Waiting};
 use crate::collector::{down, Collector, Gpu, HostRun, Settings, Window};
 use crate::collectors;
 use crate::identity::{self, Identity};
@@ -52,45 +53,29 @@ pub struct Reading {
     pub timed_out: bool,
 }
 
-/// What a reading thread tells the coordinator.
-enum Report {
-    /// A GPU's identity read (empty where it failed).
-    Identified(u32, identity::Read),
-    /// A GPU's reads started.
-    ReadsStarted(u32),
-    /// A GPU's reads ended, after this long; its windows' close follows.
-    ReadsEnded(u32, Duration),
-    /// A GPU's readings.
-    Done(Box<Device>),
-    /// The thread of these GPUs panicked.
-    Panicked(Vec<u32>),
-}
+/// What a reading thread tells the coordinator: where one of its GPUs is now.
+type Report = (u32, Slot);
 
 /// What a GPU's thread needs, once the identities are resolved.
+#[derive(Clone)]
 struct Start {
     identity: Identity,
     state: GpuState,
     keeps_totals: bool,
 }
 
-/// What the coordinator knows of one GPU.
-#[derive(Default)]
-struct Slot {
-    read: Option<identity::Read>,
-    identity: Identity,
-    state: GpuState,
-    reads_started: bool,
-    /// How long its reads took, once they ended.
-    reads_took: Option<Duration>,
-    device: Option<Device>,
-    /// Why it is down without readings of its own.
-    failed: Option<Reason>,
-}
-
-impl Slot {
-    fn settled(&self) -> bool {
-        self.device.is_some() || self.failed.is_some()
-    }
+/// Where one GPU is, as far as the coordinator knows.
+enum Slot {
+    /// Its identity is being read.
+    Identifying,
+    /// Its identity read (empty where it failed); its reads have not started.
+    Identified(identity::Read),
+    /// Its reads started; how long they took once they ended (its windows' close follows).
+    Reading(Option<Duration>),
+    /// Its readings.
+    Read(Box<Device>),
+    /// Down without readings of its own, why; its identity read, if it came.
+    Down(Reason, Option<identity::Read>),
 }
 
 /// Loads NVML from `library` and reads every GPU as `settings` say, calling
@@ -108,19 +93,17 @@ pub fn read(
     let opened_at = Instant::now();
     opened();
     let states = states_for(previous, &session.versions.driver);
-    let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::default()).collect();
-    let (report, reports) = mpsc::channel();
+    let mut slots: Vec<Slot> = (0..session.count).map(|_| Slot::Identifying).collect();
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
-    spawn_readers(session, settings, inflight, &report, waits, &mut slots);
-    drop(report);
-    let missing = identify(
+    let reports = spawn_readers(session, settings, inflight, waits, &mut slots);
+    let (started, missing) = identify(
         &reports, &mut slots, starts, &states, previous, settings, inflight,
     );
     receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
     let mut timed_out = false;
     let mut devices = Vec::with_capacity(slots.len() + missing.len());
-    for (index, slot) in (0..).zip(slots) {
-        let (device, timeout) = slot.into_device(index, settings, inflight, opened_at);
+    for ((index, slot), start) in (0..).zip(slots).zip(started) {
+        let (device, timeout) = slot.into_device(index, start, settings, inflight, opened_at);
         timed_out |= timeout;
         devices.push(device);
     }
@@ -134,81 +117,83 @@ pub fn read(
 }
 
 /// Phase 1: awaits the identities until `timing::identities_end`, resolves
-/// them and starts each GPU's reads. Returns the GPUs that left.
+/// them and starts each GPU's reads; returns each GPU's start and the GPUs that left.
 fn identify(
-    reports: &Receiver<Report>,
+    reports: &Waiting<Report>,
     slots: &mut [Slot],
     starts: Vec<Sender<Start>>,
     states: &BTreeMap<String, GpuState>,
     previous: &PreviousState,
     settings: &Settings,
     inflight: &InFlight,
-) -> Vec<KnownGpu> {
+) -> (Vec<Start>, Vec<KnownGpu>) {
     let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
-    receive(reports, slots, identities_end, |slot| slot.read.is_some());
+    let identified = |slot: &Slot| !matches!(slot, Slot::Identifying);
+    receive(reports, slots, identities_end, identified);
     let reads: Vec<identity::Read> = (0..)
         .zip(slots.iter_mut())
-        .map(|(index, slot)| {
-            slot.read.clone().unwrap_or_else(|| {
+        .map(|(index, slot)| match slot {
+            Slot::Identified(read) | Slot::Down(_, Some(read)) => read.clone(),
+            Slot::Identifying => {
                 stuck(index, "its identity reads", settings, inflight);
-                slot.failed = Some(Reason::Timeout);
+                *slot = Slot::Down(Reason::Timeout, None);
                 identity::Read::unread(index)
-            })
+            }
+            _ => identity::Read::unread(index), // down before its identity came
         })
         .collect();
     let resolution = identity::resolve(&reads, &previous.known);
-    for ((slot, identity), start) in slots.iter_mut().zip(resolution.identities).zip(starts) {
+    let mut started = Vec::with_capacity(slots.len());
+    for ((slot, identity), sender) in slots.iter().zip(resolution.identities).zip(starts) {
         // What is kept under a UUID two GPUs share is neither's.
-        slot.state = states
-            .get(&identity.uuid)
-            .filter(|_| identity.unique)
-            .cloned()
-            .unwrap_or_default();
+        let state = states.get(&identity.uuid).filter(|_| identity.unique);
+        let start = Start {
+            state: state.cloned().unwrap_or_default(),
+            keeps_totals: previous.totals && identity.unique,
+            identity,
+        };
         if !slot.settled() {
-            let _ = start.send(Start {
-                identity: identity.clone(),
-                state: slot.state.clone(),
-                keeps_totals: previous.totals && identity.unique,
-            });
+            let _ = sender.send(start.clone());
         }
-        slot.identity = identity;
+        started.push(start);
     }
-    resolution.missing
+    (started, resolution.missing)
 }
 
 impl Slot {
+    fn settled(&self) -> bool {
+        matches!(self, Slot::Read(_) | Slot::Down(..))
+    }
+
     /// Phase 3: the GPU's readings, or it down; whether it timed out.
     fn into_device(
         self,
         index: u32,
+        start: Start,
         settings: &Settings,
         inflight: &InFlight,
         opened: Instant,
     ) -> (Device, bool) {
-        if let Some(device) = self.device {
-            return (device, false);
-        }
-        let reason = self.failed.unwrap_or_else(|| {
-            stuck(index, "its reads", settings, inflight);
-            Reason::Timeout
-        });
-        let mut device = down(index, &self.identity, reason);
-        if reason != Reason::Timeout {
-            return (device, false);
-        }
-        // The phase the deadline cut keeps all the run's time (`timing::cut`).
-        let mut state = self.state;
-        let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
-        let cut = micros(timing::cut(opened, settings.reading_ends));
-        match (self.reads_started, self.reads_took) {
-            (true, None) => state.reads_us = cut,
-            (true, Some(took)) => {
-                state.reads_us = micros(took);
-                state.closing_us = cut;
+        let mut state = start.state;
+        match self {
+            Slot::Read(device) => return (*device, false),
+            // Its identity reads timed out: its reads never started.
+            Slot::Down(Reason::Timeout, _) => {}
+            Slot::Down(reason, _) => return (down(index, &start.identity, reason), false),
+            Slot::Reading(took) => {
+                stuck(index, "its reads", settings, inflight);
+                // The phase the deadline cut keeps all the run's time (`timing::cut`).
+                let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
+                let cut = micros(timing::cut(opened, settings.reading_ends));
+                match took {
+                    None => state.reads_us = cut,
+                    Some(took) => (state.reads_us, state.closing_us) = (micros(took), cut),
+                }
             }
-            // Not reached (behind another GPU's call): nothing learnt.
-            (false, _) => {}
+            // Its reads not reached (behind another GPU's call): nothing learnt.
+            _ => stuck(index, "its reads", settings, inflight),
         }
+        let mut device = down(index, &start.identity, Reason::Timeout);
         device.state = Some(state);
         (device, true)
     }
@@ -216,37 +201,23 @@ impl Slot {
 
 /// Takes the threads' reports until every slot is `done` or `until` came.
 fn receive(
-    reports: &Receiver<Report>,
+    reports: &Waiting<Report>,
     slots: &mut [Slot],
     until: Instant,
     done: impl Fn(&Slot) -> bool,
 ) {
     while !slots.iter().all(&done) {
-        let Ok(report) = reports.recv_timeout(until.saturating_duration_since(Instant::now()))
-        else {
+        let Ok((index, next)) = reports.next_by(until) else {
             return;
         };
-        match report {
-            Report::Identified(index, read) => slots[index as usize].read = Some(read),
-            Report::ReadsStarted(index) => slots[index as usize].reads_started = true,
-            Report::ReadsEnded(index, took) => slots[index as usize].reads_took = Some(took),
-            Report::Done(device) => {
-                let slot = &mut slots[device.index as usize];
-                if slot.failed.is_none() {
-                    slot.device = Some(*device);
-                }
-            }
-            Report::Panicked(indices) => {
-                for index in indices {
-                    let slot = &mut slots[index as usize];
-                    slot.read
-                        .get_or_insert_with(|| identity::Read::unread(index));
-                    if !slot.settled() {
-                        slot.failed = Some(Reason::ExporterBug);
-                    }
-                }
-            }
-        }
+        let slot = &mut slots[index as usize];
+        *slot = match (std::mem::replace(slot, Slot::Identifying), next) {
+            // Settled stays so (a GPU whose identity reads timed out goes on).
+            (settled @ (Slot::Read(_) | Slot::Down(..)), _) => settled,
+            // What is down keeps the identity read that came before.
+            (Slot::Identified(read), Slot::Down(why, None)) => Slot::Down(why, Some(read)),
+            (_, next) => next,
+        };
     }
 }
 
@@ -287,16 +258,16 @@ fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
     device
 }
 
-/// Starts the reading threads; a GPU whose thread cannot start is down
-/// (`exporter_resources`).
+/// Starts the reading threads, whose reports it returns; a GPU whose thread
+/// cannot start is down (`exporter_resources`).
 fn spawn_readers(
     session: &'static Session,
     settings: &Settings,
     inflight: &Arc<InFlight>,
-    report: &Sender<Report>,
     waits: Vec<Receiver<Start>>,
     slots: &mut [Slot],
-) {
+) -> Waiting<Report> {
+    let readers = Threads::default();
     let gpus: Vec<(u32, Receiver<Start>)> = (0..).zip(waits).collect();
     let groups: Vec<Vec<(u32, Receiver<Start>)>> = if settings.parallel {
         gpus.into_iter().map(|gpu| vec![gpu]).collect()
@@ -310,25 +281,26 @@ fn spawn_readers(
         } else {
             "gpus".to_owned()
         };
-        let (settings, inflight, report) = (settings.clone(), Arc::clone(inflight), report.clone());
+        let (settings, inflight) = (settings.clone(), Arc::clone(inflight));
         let panicked = indices.clone();
-        let spawned = thread::Builder::new().name(name).spawn(move || {
+        let spawned = readers.spawn(&name, move |report| {
             let reading = panic::catch_unwind(AssertUnwindSafe(|| {
                 read_group(session, group, &settings, &inflight, &report)
             }));
             if reading.is_err() {
-                let _ = report.send(Report::Panicked(panicked));
+                for index in panicked {
+                    let _ = report.send((index, Slot::Down(Reason::ExporterBug, None)));
+                }
             }
         });
         if let Err(e) = spawned {
             log::warn!("GPU {indices:?}: cannot start a reading thread: {e}");
             for index in indices {
-                let slot = &mut slots[index as usize];
-                slot.read = Some(identity::Read::unread(index));
-                slot.failed = Some(Reason::ExporterResources);
+                slots[index as usize] = Slot::Down(Reason::ExporterResources, None);
             }
         }
     }
+    readers.waiting()
 }
 
 /// Reads the GPUs of `group` on this thread: identities, then each once its
@@ -354,7 +326,7 @@ fn read_group(
             }
             Err(why) => (Err(*why), identity::Read::unread(index)),
         };
-        let _ = report.send(Report::Identified(index, read));
+        let _ = report.send((index, Slot::Identified(read)));
         identified.push((index, reader, start));
     }
     let mut opened = Vec::with_capacity(identified.len());
@@ -375,7 +347,7 @@ fn read_group(
         match gpu {
             Ok(gpu) => ready.push(gpu),
             Err(down) => {
-                let _ = report.send(Report::Done(down));
+                let _ = report.send((down.index, Slot::Read(down)));
             }
         }
     }
@@ -395,10 +367,10 @@ fn read_group(
     }
     for mut gpu in ready {
         let index = gpu.reader.index();
-        let _ = report.send(Report::ReadsStarted(index));
+        let _ = report.send((index, Slot::Reading(None)));
         let took = gpu.read(&settings.collectors);
-        let _ = report.send(Report::ReadsEnded(index, took));
-        let _ = report.send(Report::Done(Box::new(gpu.close())));
+        let _ = report.send((index, Slot::Reading(Some(took))));
+        let _ = report.send((index, Slot::Read(Box::new(gpu.close()))));
     }
 }
 
@@ -561,5 +533,50 @@ pub fn run_host(
             metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
             metrics::COLLECTOR_STEP_DURATION.sample_with(labels, started.elapsed().as_secs_f64()),
         ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU's slot after its thread reported: down keeps the identity read
+    /// that came before; a settled slot (read, or down when its identity
+    /// timed out) ignores what its thread says later.
+    #[test]
+    fn a_report_moves_a_slot_and_a_settled_slot_stays() {
+        let read = identity::Read {
+            uuid: "GPU-0".into(),
+            ..identity::Read::unread(0)
+        };
+        let mut slots = vec![
+            Slot::Identified(read.clone()),
+            Slot::Identifying,
+            Slot::Down(Reason::Timeout, None),
+            Slot::Read(Box::default()),
+            Slot::Identified(identity::Read::unread(4)),
+        ];
+        let bug = || Slot::Down(Reason::ExporterBug, None);
+        let reports = [
+            (0, bug()),
+            (1, bug()),
+            (2, Slot::Identified(identity::Read::unread(2))),
+            (2, Slot::Reading(None)),
+            (3, bug()),
+            (4, Slot::Reading(None)),
+            (4, Slot::Reading(Some(Duration::from_millis(7)))),
+        ];
+        let threads = Threads::default();
+        let sent = threads.spawn("test", move |report| {
+            reports.into_iter().for_each(|r| drop(report.send(r)));
+        });
+        sent.unwrap();
+        let far = Instant::now() + Duration::from_secs(5);
+        receive(&threads.waiting(), &mut slots, far, |_| false);
+        assert!(matches!(&slots[0], Slot::Down(Reason::ExporterBug, Some(r)) if *r == read));
+        assert!(matches!(slots[1], Slot::Down(Reason::ExporterBug, None)));
+        assert!(matches!(slots[2], Slot::Down(Reason::Timeout, None)));
+        assert!(matches!(slots[3], Slot::Read(_)));
+        assert!(matches!(slots[4], Slot::Reading(Some(took)) if took.as_millis() == 7));
     }
 }

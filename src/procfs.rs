@@ -6,10 +6,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
-use std::sync::mpsc;
-use std::thread;
 use std::time::Instant;
 
+use nix::unistd::User;
+
+use crate::bounded::{self, Unfinished};
 use crate::snapshot::LabelValue;
 
 /// What `/proc/<pid>` says about a process's owner.
@@ -87,53 +88,23 @@ impl Users {
         name
     }
 
-    /// [`lookup`] on a thread of its own, waited for until `until`.
+    /// getpwuid_r(3) on a thread of its own, waited for until `until`.
     fn bounded_lookup(&self, uid: u32) -> Option<String> {
         if self.gave_up.get() {
             return None;
         }
-        let (sender, receiver) = mpsc::channel();
-        let spawned = thread::Builder::new().name("nss".into()).spawn(move || {
-            let _ = sender.send(lookup(uid));
-        });
-        if let Err(e) = spawned {
-            log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid");
-            self.gave_up.set(true);
-            return None;
-        }
-        match receiver.recv_timeout(self.until.saturating_duration_since(Instant::now())) {
-            Ok(name) => name,
-            Err(_) => {
-                log::warn!(
-                    "the user database (NSS) did not name uid {uid} in time; \
-                     process owners of this run are shown by uid"
-                );
-                self.gave_up.set(true);
-                None
+        match bounded::call("nss", self.until, move || User::from_uid(uid.into())) {
+            Ok(user) => return user.ok().flatten().map(|user| user.name),
+            Err(Unfinished::NotStarted(e)) => {
+                log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid")
             }
+            Err(Unfinished::Late | Unfinished::Ended) => log::warn!(
+                "the user database (NSS) did not name uid {uid} in time; \
+                 process owners of this run are shown by uid"
+            ),
         }
-    }
-}
-
-/// `getpwuid_r(3)`: the name of `uid`, if it has one.
-fn lookup(uid: u32) -> Option<String> {
-    let mut buffer: Vec<libc::c_char> = vec![0; 1024];
-    loop {
-        // SAFETY: passwd is plain old data, filled pointing into `buffer`.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let (start, len) = (buffer.as_mut_ptr(), buffer.len());
-        let code = unsafe { libc::getpwuid_r(uid, &mut entry, start, len, &mut result) };
-        if code == libc::ERANGE && buffer.len() < 1 << 20 {
-            buffer.resize(buffer.len() * 4, 0);
-            continue;
-        }
-        if code != 0 || result.is_null() || entry.pw_name.is_null() {
-            return None;
-        }
-        // SAFETY: on success pw_name is a NUL-terminated string in `buffer`.
-        let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
-        return Some(name.to_string_lossy().into_owned());
+        self.gave_up.set(true);
+        None
     }
 }
 

@@ -125,7 +125,7 @@ impl<'t> Publisher<'t> {
 /// Writes `text` to fd 1 by `until`, unbuffered, in pieces of `PIPE_BUF` bytes
 /// ([`fsutil::write_polled`]).
 pub fn write_stdout(text: &[u8], until: Instant) -> io::Result<bool> {
-    fsutil::write_polled(1, text, libc::PIPE_BUF, until)
+    fsutil::write_polled(io::stdout(), text, libc::PIPE_BUF, until)
 }
 
 /// The pid in a temporary file name `<prefix><pid>.<random>.tmp`, if `name` is one.
@@ -205,11 +205,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = Target::new(dir.path(), "x.prom");
         let fifo = |name: &str| {
-            let path =
-                std::ffi::CString::new(dir.path().join(name).into_os_string().into_encoded_bytes())
-                    .unwrap();
-            // SAFETY: a valid NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+            let path = dir.path().join(name);
+            rustix::fs::mkfifoat(rustix::fs::CWD, &path, 0o600.into()).unwrap();
         };
         fifo(".x.prom.lock");
         let err = Publisher::begin(&target, Instant::now()).unwrap_err();

@@ -6,11 +6,11 @@
 //! [`Deadline::arm`] ends a run still blocked after the deadline with
 //! [`Exit::Timeout`], naming the phase it was in.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::bounded::{Threads, Unfinished};
 use crate::exit::Exit;
 use crate::logging;
 use crate::metrics;
@@ -136,12 +136,11 @@ impl Deadline {
 
 /// Ends the process at once, without exit handlers or library destructors
 /// (libnvidia-ml's may wait for locks a stuck call holds) and flushing nothing.
+#[allow(unsafe_code)]
 pub fn exit_now(exit: Exit) -> ! {
-    extern "C" {
-        fn _exit(status: i32) -> !;
-    }
-    // SAFETY: _exit(2) only ends the process; stderr is unbuffered.
-    unsafe { _exit(i32::from(exit.code())) }
+    // SAFETY: _exit(2) only ends the process; stderr is unbuffered. No safe
+    // wrapper exists (rustix has it only in its experimental runtime module).
+    unsafe { libc::_exit(i32::from(exit.code())) }
 }
 
 /// How the reading thread gets on.
@@ -157,33 +156,20 @@ pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
 where
     F: FnOnce(&Arc<InFlight>, &dyn Fn()) -> Result<Reading, InitError> + Send + 'static,
 {
-    let inflight = Arc::new(InFlight::default());
-    let (sender, receiver) = mpsc::channel();
-    let worker = {
-        let inflight = Arc::clone(&inflight);
-        thread::Builder::new().name("nvml".into()).spawn(move || {
-            let opened = sender.clone();
-            let reading = read(&inflight, &move || {
-                let _ = opened.send(Progress::Opened);
-            });
-            let _ = sender.send(Progress::Done(reading));
-        })
-    };
-    if let Err(e) = worker {
-        log::error!("cannot start the NVML thread: {e}");
-        return deadline.failed(Reason::ExporterResources, Exit::NvmlUnavailable);
-    }
-    let mut until = deadline.reading_ends();
-    let received = loop {
-        let remaining = until.saturating_duration_since(Instant::now());
-        match receiver.recv_timeout(remaining) {
-            Ok(Progress::Opened) => {
-                until = deadline.reading_ends() + timing::handoff(deadline.timeout)
-            }
-            Ok(Progress::Done(reading)) => break Ok(reading),
-            Err(error) => break Err(error),
+    let (inflight, threads) = (Arc::new(InFlight::default()), Threads::default());
+    let worker = Arc::clone(&inflight);
+    let spawned = threads.spawn("nvml", move |sender| {
+        let opened = sender.clone();
+        let reading = read(&worker, &move || drop(opened.send(Progress::Opened)));
+        let _ = sender.send(Progress::Done(reading));
+    });
+    let (progress, mut until) = (threads.waiting(), deadline.reading_ends());
+    let received = spawned.map_err(Unfinished::NotStarted).and_then(|()| loop {
+        match progress.next_by(until)? {
+            Progress::Opened => until = deadline.reading_ends() + timing::handoff(deadline.timeout),
+            Progress::Done(reading) => return Ok(reading),
         }
-    };
+    });
     match received {
         Ok(Ok(reading)) => {
             let down = metrics::DOWN_REASON.family();
@@ -212,7 +198,11 @@ where
             );
             deadline.failed(reason, Exit::NvmlUnavailable)
         }
-        Err(RecvTimeoutError::Timeout) => {
+        Err(Unfinished::NotStarted(e)) => {
+            log::error!("cannot start the NVML thread: {e}");
+            deadline.failed(Reason::ExporterResources, Exit::NvmlUnavailable)
+        }
+        Err(Unfinished::Late) => {
             log::error!(
                 "NVML did not answer within the run's --timeout {}; stuck in {}. The driver \
                  may be hung: check `dmesg` for Xid errors and whether `nvidia-smi` also hangs.",
@@ -221,7 +211,7 @@ where
             );
             deadline.failed(Reason::Timeout, Exit::Timeout)
         }
-        Err(RecvTimeoutError::Disconnected) => {
+        Err(Unfinished::Ended) => {
             log::error!("the NVML thread ended without a result (see the panic above)");
             deadline.failed(Reason::ExporterBug, Exit::NvmlUnavailable)
         }

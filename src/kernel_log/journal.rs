@@ -10,12 +10,12 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread;
 use std::time::Instant;
 
 use serde::{de::Error as _, Deserialize, Deserializer};
 
 use super::event::{Error, Position, MAX_BYTES_PER_RUN};
+use crate::bounded::Threads;
 
 /// Where journalctl is, in the order tried: never looked up in `PATH`, where
 /// a program running as root would start whatever a writable directory holds.
@@ -121,12 +121,14 @@ pub(super) fn read(
 fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let mut stderr = child.stderr.take().expect("piped");
     // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
-    let said = thread::spawn(move || {
-        let mut said = Vec::new();
-        let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut said);
+    let said = Threads::default();
+    let _ = said.spawn("journalctl", move |said| {
+        let mut text = Vec::new();
+        let _ = stderr.by_ref().take(1 << 16).read_to_end(&mut text);
         let _ = io::copy(&mut stderr, &mut io::sink());
-        String::from_utf8_lossy(&said).trim().to_owned()
+        let _ = said.send(String::from_utf8_lossy(&text).trim().to_owned());
     });
+    let (said, end) = (said.waiting(), output.1);
     let read = parse(output, on_entry);
     if !matches!(read, Ok(false)) {
         let _ = child.kill();
@@ -136,7 +138,7 @@ fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> 
         (Ok(true), _) => Err(Error::Bound),
         (Err(e), _) | (_, Err(e)) => Err(Error::Io("read journalctl's output".into(), e)),
         (_, Ok(status)) if status.success() => Ok(()),
-        (_, Ok(status)) => Err(Error::Failed(status, said.join().unwrap_or_default())),
+        (_, Ok(status)) => Err(Error::Failed(status, said.next_by(end).unwrap_or_default())),
     }
 }
 

@@ -144,8 +144,7 @@ impl fmt::Display for Distrust {
 
 /// Why a user other than the running one and root could have written it.
 fn distrust(metadata: &fs::Metadata) -> Option<Distrust> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
     if uid != euid && uid != 0 {
         Some(Distrust::Owner(uid, euid))
