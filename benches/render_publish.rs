@@ -24,11 +24,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use nvidia_textfile_exporter::collectors;
 use nvidia_textfile_exporter::metrics::{self, Family, Labelled};
-use nvidia_textfile_exporter::publish::Target;
-use nvidia_textfile_exporter::render::render;
+use nvidia_textfile_exporter::render;
 use nvidia_textfile_exporter::snapshot::{Device, LabelValue, Sample, Snapshot};
+use nvidia_textfile_exporter::Target;
 
 // ---------------------------------------------------------------------------
 // Counting allocator
@@ -168,7 +167,7 @@ const NVLINKS: u32 = 18;
 /// without allocating, so that the counts below are the readers' own).
 fn family<const N: usize>(name: &str) -> Labelled<N> {
     let named = |family: &&Family| family.name.strip_prefix("nvidia_gpu_") == Some(name);
-    let found = collectors::families().find(named);
+    let found = nvidia_textfile_exporter::families().find(named);
     Labelled::new(found.expect("a declared family"))
 }
 

@@ -302,7 +302,11 @@ mod tests {
     #[test]
     fn collector_switches_resolve_against_the_registry() {
         let names = |cli: &Cli| cli.collectors().iter().map(|c| c.name).collect::<Vec<_>>();
-        let defaults: Vec<&str> = collectors::defaults().map(|c| c.name).collect();
+        let defaults: Vec<&str> = collectors::ALL
+            .iter()
+            .filter(|c| c.default)
+            .map(|c| c.name)
+            .collect();
         assert_eq!(names(&parse(&[])), defaults);
         let with = names(&parse(&[
             "--collector",

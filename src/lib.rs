@@ -1,8 +1,9 @@
 //! nvidia-textfile-exporter: one NVML snapshot of every GPU, written atomically as
 //! a Prometheus textfile for node_exporter. The pipeline, one layer per stage:
 //! the `nvml` crate → `collectors` (over `collector`, run by `phases`) →
-//! `snapshot` → `render` → `publish`; the other modules serve them
-//! (docs/design.md, "Architecture").
+//! `snapshot` → `render` → `publish`; the other modules serve them, `app`
+//! wires them (docs/design.md, "Architecture"). Public only what the binary,
+//! the tests, the benchmark and the capture tool use.
 //!
 //! No `unsafe` here: NVML's is the `nvml` crate's, and the one C call no safe
 //! crate covers is `_exit` in `watchdog::exit_now` (the hard stop).
@@ -12,25 +13,33 @@
 #![allow(rustdoc::private_intra_doc_links)]
 #![deny(unsafe_code)]
 
-pub mod bounded;
-pub mod cli;
-pub mod collector;
-pub mod collectors;
-pub mod exit;
-pub mod facts;
-pub mod fsutil;
-pub mod generate;
-pub mod identity;
-pub mod kernel_log;
-pub mod logging;
+mod app;
+mod bounded;
+mod cli;
+mod collector;
+mod collectors;
+mod exit;
+mod facts;
+mod fsutil;
+mod generate;
+mod identity;
+mod kernel_log;
+mod logging;
 pub mod metrics;
-pub mod phases;
-pub mod procfs;
-pub mod publish;
-pub mod reason;
-pub mod render;
-pub mod samples;
+mod phases;
+mod procfs;
+mod publish;
+mod reason;
+mod render;
+mod samples;
 pub mod snapshot;
-pub mod state;
-pub mod timing;
-pub mod watchdog;
+mod state;
+mod timing;
+mod watchdog;
+
+pub use app::main;
+pub use cli::MAX_TIMEOUT;
+pub use collectors::families;
+pub use publish::Target;
+pub use render::render;
+pub use timing::{gpm_window, WindowRequest, HARD_STOP_GRACE};

@@ -297,7 +297,7 @@ fn imports_are_read_through_use_trees() {
         ]
     );
     let edges = graph();
-    assert!(edges["main"].contains("phases"), "{:?}", edges["main"]);
+    assert!(edges["app"].contains("phases"), "{:?}", edges["app"]);
     assert!(
         edges["phases"].contains("collectors"),
         "{:?}",

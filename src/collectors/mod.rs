@@ -197,11 +197,6 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
     metrics::ALWAYS.iter().chain(SHARED).chain(own).copied()
 }
 
-/// The collectors that are on by default, in registry order.
-pub fn defaults() -> impl Iterator<Item = &'static Collector> {
-    ALL.iter().filter(|collector| collector.default)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

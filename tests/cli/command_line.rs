@@ -62,8 +62,7 @@ fn unit_start_timeout_outlasts_every_allowed_timeout() {
         .find_map(|line| line.strip_prefix("TimeoutStartSec="))
         .expect("TimeoutStartSec= in the unit");
     let start_timeout = humantime::parse_duration(value.trim()).unwrap();
-    let longest = nvidia_textfile_exporter::cli::MAX_TIMEOUT
-        + nvidia_textfile_exporter::timing::HARD_STOP_GRACE;
+    let longest = nvidia_textfile_exporter::MAX_TIMEOUT + nvidia_textfile_exporter::HARD_STOP_GRACE;
     assert!(start_timeout > longest + Duration::from_secs(5), "{value}");
     let refused = Command::new(EXE)
         .args(["--timeout", "301s", "--stdout"])
@@ -88,8 +87,8 @@ fn unit_comment_states_the_auto_gpm_window() {
         .next()
         .and_then(|before| before.rsplit('(').next())
         .expect("the unit states the window as (N s of it");
-    let computed = nvidia_textfile_exporter::timing::gpm_window(
-        Some(nvidia_textfile_exporter::timing::WindowRequest::Longest),
+    let computed = nvidia_textfile_exporter::gpm_window(
+        Some(nvidia_textfile_exporter::WindowRequest::Longest),
         Duration::from_secs(14),
     )
     .unwrap();

@@ -1,0 +1,181 @@
+//! The command line's run: take the deadline, begin publishing (lock, or
+//! busy), load the state, read the GPUs under the watchdog, run the host steps,
+//! store the state, render, publish; map the outcome to an exit status.
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use crate::cli::Cli;
+use crate::collectors::HostRun;
+use crate::exit::Exit;
+use crate::generate::generate;
+use crate::logging;
+use crate::metrics;
+use crate::phases::{self, PreviousState};
+use crate::publish::{write_stdout, Published, Publisher, Target};
+use crate::reason::Reason;
+use crate::render::render;
+use crate::state::{StateDir, StateFile};
+use crate::watchdog::{collect, exit_now, Deadline, Outcome};
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                Exit::Usage.into()
+            } else {
+                Exit::Success.into()
+            };
+        }
+    };
+    if let Err(message) = cli.check() {
+        let _ = Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, message)
+            .print();
+        return Exit::Usage.into();
+    }
+    logging::init();
+    if let Some(what) = cli.generate {
+        let written = generate(what, &mut std::io::stdout().lock());
+        return written
+            .map_or_else(|e| stdout_failed(e, Exit::Success), |()| Exit::Success)
+            .into();
+    }
+    let deadline = Deadline::start(cli.timeout);
+    deadline.arm();
+    match run(&cli, &deadline) {
+        Exit::Timeout => exit_now(Exit::Timeout),
+        exit => exit.into(),
+    }
+}
+
+fn run(cli: &Cli, deadline: &Deadline) -> Exit {
+    if cli.stdout {
+        let dir = StateDir::new(&cli.state_dir);
+        let mut state = if cli.write_state {
+            deadline.enter("waiting for the lock of the state");
+            StateFile::load_to_store(dir, deadline.waiting_ends())
+        } else {
+            deadline.enter("reading the state");
+            StateFile::load(dir, deadline.waiting_ends())
+        };
+        let mut outcome = snapshot_with_state(cli, deadline, &mut state, cli.write_state);
+        deadline.enter("writing to standard output");
+        deadline.stamp_duration(&mut outcome.snapshot);
+        let text = render(&outcome.snapshot);
+        return match write_stdout(text.as_bytes(), deadline.end()) {
+            Ok(true) => outcome.exit,
+            Ok(false) => {
+                log::error!(
+                    "standard output did not take the metrics within --timeout {}; \
+                     the reader got only part of them",
+                    humantime::format_duration(cli.timeout)
+                );
+                Exit::Timeout
+            }
+            Err(error) => stdout_failed(error, outcome.exit),
+        };
+    }
+
+    let target = Target::new(&cli.output_dir, &cli.output_file);
+    deadline.enter("waiting for the lock of the output file");
+    let publisher = match Publisher::begin(&target, deadline.reading_ends()) {
+        Ok(publisher) => publisher,
+        Err(error) => return publish_failed(error),
+    };
+    let mut outcome = if publisher.superseded() {
+        // Another run published while this one waited: its file is fresh, and
+        // this run's would repeat it later or replace it with an error.
+        log::warn!(
+            "another run held {} and published meanwhile; leaving its file",
+            target.path().display()
+        );
+        return Exit::Busy;
+    } else if publisher.holds_lock() {
+        deadline.enter("waiting for the lock of the state");
+        let mut state =
+            StateFile::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
+        snapshot_with_state(cli, deadline, &mut state, true)
+    } else {
+        log::error!(
+            "another run still holds {} at this run's deadline and published nothing \
+             meanwhile; writing reason=\"busy\"\nhint: {}",
+            target.path().display(),
+            Reason::Busy.hint()
+        );
+        deadline.failed(Reason::Busy, Exit::Busy)
+    };
+    deadline.enter("writing the output file");
+    deadline.stamp_duration(&mut outcome.snapshot);
+    match publisher.publish(&render(&outcome.snapshot)) {
+        Ok(Published::Written) => outcome.exit,
+        Ok(Published::LeftHoldersFile) => Exit::Busy,
+        Err(error) => publish_failed(error),
+    }
+}
+
+fn publish_failed(error: impl std::fmt::Display) -> Exit {
+    log::error!("{error}");
+    Exit::PublishFailed
+}
+
+/// What a failed write to standard output makes of a run that would exit
+/// `exit`: a closed pipe (`| head`) is a reader that has all it wanted.
+fn stdout_failed(error: std::io::Error, exit: Exit) -> Exit {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        return exit;
+    }
+    publish_failed(format_args!("cannot write to standard output: {error}"))
+}
+
+/// A snapshot read with the previous run's state, the host steps run over it,
+/// and (with `store`) stored for the next; the state's health in the snapshot.
+fn snapshot_with_state(
+    cli: &Cli,
+    deadline: &Deadline,
+    state: &mut StateFile,
+    store: bool,
+) -> Outcome {
+    let settings = cli.settings(deadline.reading_ends());
+    let previous = PreviousState {
+        gpus: state.previous().gpus.clone(),
+        driver_version: state.previous().driver_version.clone(),
+        known: state.known_gpus(),
+        totals: state.continues_totals(),
+    };
+    let library = cli.nvml_lib.clone();
+    let reading_settings = settings.clone();
+    deadline.enter("reading NVML");
+    let mut outcome = collect(
+        move |inflight, opened| {
+            phases::read(&library, &reading_settings, &previous, inflight, opened)
+        },
+        deadline,
+    );
+    // Host steps (the kernel log, process owners) work on the GPUs NVML
+    // reported: only after a successful read.
+    if outcome.driver_version.is_some() {
+        phases::run_host(
+            &settings.collectors,
+            &mut HostRun {
+                snapshot: &mut outcome.snapshot,
+                state,
+                until: deadline.reading_ends(),
+                journal_dir: cli.journal_dir.as_deref(),
+                procfs: &cli.procfs,
+            },
+            &|phase| deadline.enter(phase),
+        );
+    }
+    if let (true, Some(driver)) = (store, &outcome.driver_version) {
+        deadline.enter("storing the state");
+        state.store(&outcome.snapshot.devices, driver, deadline.storing_ends());
+    }
+    let state_ok = metrics::COLLECTOR_STATE_OK.sample(if state.ok() { 1.0 } else { 0.0 });
+    outcome.snapshot.host.push(state_ok);
+    outcome
+}
