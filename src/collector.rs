@@ -16,7 +16,7 @@ use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::reason::Reason;
 use crate::samples::{self, Carry, SampleRead};
-use crate::snapshot::{Device, Process, Sample, Snapshot};
+use crate::snapshot::{Device, Process, Sample, Snapshot, Status};
 use crate::state::schema::{GpuState, Stream, Unsupported};
 use crate::state::StateFile;
 
@@ -349,7 +349,7 @@ impl<'n> Gpu<'n> {
         };
         let read_errors = match self.nvml.finish() {
             Ok(read_errors) => read_errors,
-            Err(fault) => return down(index, identity, fault.into()),
+            Err(fault) => return down(index, identity, fault.into(), None),
         };
         let merged = merge_duplicates(&mut self.samples) + self.merged;
         if merged > 0 {
@@ -369,9 +369,16 @@ impl<'n> Gpu<'n> {
     }
 }
 
-/// A GPU reported down for `reason`, with only its identity.
-pub fn down(index: u32, identity: &Identity, reason: Reason) -> Device {
+/// A GPU reported down for `reason` (stuck in an NVML call, if known), with
+/// only its identity.
+pub fn down(
+    index: u32,
+    identity: &Identity,
+    reason: Reason,
+    stuck_in: Option<&'static str>,
+) -> Device {
     Device {
+        status: Status::Down { reason, stuck_in },
         samples: vec![
             metrics::UP.sample(0.0),
             metrics::DOWN_REASON.sample_with([reason.label()], 1.0),

@@ -175,13 +175,12 @@ impl Slot {
         opened: Instant,
     ) -> (Device, bool) {
         let mut state = start.state;
-        match self {
+        let stuck_in = match self {
             Slot::Read(device) => return (*device, false),
             // Its identity reads timed out: its reads never started.
-            Slot::Down(Reason::Timeout, _) => {}
-            Slot::Down(reason, _) => return (down(index, &start.identity, reason), false),
+            Slot::Down(Reason::Timeout, _) => None,
+            Slot::Down(reason, _) => return (down(index, &start.identity, reason, None), false),
             Slot::Reading(took) => {
-                stuck(index, "its reads", settings, inflight);
                 // The phase the deadline cut keeps all the run's time (`timing::cut`).
                 let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
                 let cut = micros(timing::cut(opened, settings.reading_ends));
@@ -189,11 +188,12 @@ impl Slot {
                     None => state.reads_us = cut,
                     Some(took) => (state.reads_us, state.closing_us) = (micros(took), cut),
                 }
+                stuck(index, "its reads", settings, inflight)
             }
             // Its reads not reached (behind another GPU's call): nothing learnt.
             _ => stuck(index, "its reads", settings, inflight),
-        }
-        let mut device = down(index, &start.identity, Reason::Timeout);
+        };
+        let mut device = down(index, &start.identity, Reason::Timeout, stuck_in);
         device.state = Some(state);
         (device, true)
     }
@@ -222,8 +222,14 @@ fn receive(
 }
 
 /// Logs that GPU `index` did not finish `what` by its deadline, and why.
-fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) {
-    let call = match inflight.call_of(Scope::Gpu(index)) {
+fn stuck(
+    index: u32,
+    what: &str,
+    settings: &Settings,
+    inflight: &InFlight,
+) -> Option<&'static str> {
+    let stuck_in = inflight.call_of(Scope::Gpu(index));
+    let call = match stuck_in {
         Some(call) => format!("stuck in {call}"),
         None if !settings.parallel => "behind another GPU's call (--sequential)".to_owned(),
         None => "between NVML calls".to_owned(),
@@ -233,6 +239,7 @@ fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) {
          (reason=\"timeout\"), the other GPUs as read\nhint: {}",
         Reason::Timeout.hint()
     );
+    stuck_in
 }
 
 /// A GPU this boot knew that NVML no longer enumerates: down, its state kept.
@@ -253,7 +260,7 @@ fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
         serial: gone.serial,
         unique: true,
     };
-    let mut device = down(gone.index, &identity, Reason::NotEnumerated);
+    let mut device = down(gone.index, &identity, Reason::NotEnumerated, None);
     device.state = Some(state);
     device
 }
@@ -427,7 +434,7 @@ impl<'n> Enumerated<'n> {
     fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
-            Err(why) => return Err(Box::new(down(self.index, &self.identity, why))),
+            Err(why) => return Err(Box::new(down(self.index, &self.identity, why, None))),
         };
         reader.resume(self.state, self.keeps_totals);
         let windows: Vec<_> = settings

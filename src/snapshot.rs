@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use crate::metrics::{Family, Labelled};
+use crate::reason::Reason;
 use crate::state::schema::GpuState;
 
 /// A label value that is usually a static string and only sometimes owned.
@@ -83,11 +84,26 @@ pub struct Device {
     pub pci_bus_id: String,
     /// Board serial; empty when the GPU has none or NVML could not tell it.
     pub serial: String,
+    /// Read, or down and why: the run's exit status comes from these.
+    pub status: Status,
     pub samples: Vec<Sample>,
     /// Its compute processes, which become samples once their owners are known.
     pub processes: Vec<Process>,
     /// What the readers leave for the next run; `None`: keep what it had.
     pub state: Option<GpuState>,
+}
+
+/// Whether a GPU was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Status {
+    #[default]
+    Up,
+    /// Not read for this reason; a timed-out GPU names the NVML call it was
+    /// stuck in, where it was in one.
+    Down {
+        reason: Reason,
+        stuck_in: Option<&'static str>,
+    },
 }
 
 /// A process on a GPU (or a MIG instance of it) as NVML listed it.

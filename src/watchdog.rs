@@ -16,7 +16,7 @@ use crate::logging;
 use crate::metrics;
 use crate::phases::Reading;
 use crate::reason::Reason;
-use crate::snapshot::{Sample, Snapshot};
+use crate::snapshot::{Sample, Snapshot, Status};
 use crate::timing::{self, HARD_STOP_GRACE};
 use nvml::{InFlight, InitError};
 
@@ -172,9 +172,8 @@ where
     });
     match received {
         Ok(Ok(reading)) => {
-            let down = metrics::DOWN_REASON.family();
-            let mut samples = reading.devices.iter().flat_map(|d| &d.samples);
-            let exit = match (reading.timed_out, samples.any(|s| s.family == down)) {
+            let down = reading.devices.iter().any(|d| d.status != Status::Up);
+            let exit = match (reading.timed_out, down) {
                 (true, _) => Exit::Timeout,
                 (false, true) => Exit::DeviceDown,
                 (false, false) => Exit::Success,
