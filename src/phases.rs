@@ -222,12 +222,7 @@ fn receive(
 }
 
 /// Logs that GPU `index` did not finish `what` by its deadline, and why.
-fn stuck(
-    index: u32,
-    what: &str,
-    settings: &Settings,
-    inflight: &InFlight,
-) -> Option<&'static str> {
+fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) -> Option<&'static str> {
     let stuck_in = inflight.call_of(Scope::Gpu(index));
     let call = match stuck_in {
         Some(call) => format!("stuck in {call}"),

@@ -5,301 +5,33 @@
 //! have written it (like OpenSSH's `StrictModes`) and within the bounds, and
 //! only by the run's deadline. It never fails the run: a [`Problem`] costs the
 //! state, shown as `nvidia_gpu_collector_state_ok 0` and one line on stderr.
+//! In parts: `store` (trust, the lock, bounded I/O; it knows no collector),
+//! `codec` (the text: serde, the previous format, the bounds), `merge` (the
+//! pure merge of the previous state with this run's readings), and here the
+//! run's use of them ([`StateFile`]).
 
+mod codec;
+mod merge;
+mod problem;
 pub mod schema;
+mod store;
 mod v1;
 
-use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::{Path, PathBuf};
+pub use problem::Problem;
+pub use store::StateDir;
+
+use std::fs::{self, File};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use log::Level;
-use serde::Deserialize;
 
-use crate::fsutil::{self, io_error, FileError};
+use crate::fsutil;
 use crate::snapshot::{Device, KnownGpu};
-use schema::{Damage, State, XidCounts};
-use schema::{MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_UNSUPPORTED, MAX_XID_SERIES, VERSION};
-
-const FILE_NAME: &str = "state";
-const LOCK_NAME: &str = ".state.lock";
-/// A temporary state file's name starts with this (and ends in `.tmp`).
-const TEMP_PREFIX: &str = ".state.";
+use schema::{State, XidCounts, VERSION};
 
 /// How long past the lock wait loading may take on a file system that works.
 const ANSWER: Duration = Duration::from_millis(100);
-
-/// Why the previous state could not be used, or this run's not stored.
-#[derive(Debug)]
-pub enum Problem {
-    Missing,
-    /// Not a state file of a version this exporter reads, or damaged.
-    Corrupt(Damage),
-    OtherBoot,
-    UnknownBoot,
-    Io(FileError),
-    Encode(serde_json::Error),
-    /// The directory could have been written by another user: nothing is stored in it.
-    UntrustedDir(PathBuf, Distrust),
-    UntrustedFile(PathBuf, Distrust),
-    /// Another run held this lock until this run's wait ended.
-    Busy(PathBuf),
-    /// The state directory did not answer by the deadline while doing this.
-    TimedOut(&'static str),
-    /// Bounds: the bytes the state would have, the GPUs.
-    TooLarge(usize),
-    TooManyGpus(usize),
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rule = "starting afresh. Only the running user or root may be able to write the \
-                    state directory and file (owner, and no group or world write permission)";
-        let bound = "the state keeps no more:";
-        match self {
-            Problem::Missing => f.write_str("no state yet (first run with this state directory)"),
-            Problem::Corrupt(why) => {
-                write!(f, "the state file is unusable ({why}); starting afresh")
-            }
-            Problem::OtherBoot => {
-                f.write_str("the state file is from another boot; starting afresh")
-            }
-            Problem::UnknownBoot => f.write_str(
-                "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
-                 the state is neither used nor stored",
-            ),
-            Problem::Io(error) => error.fmt(f),
-            Problem::Encode(e) => write!(f, "cannot encode the state: {e}"),
-            Problem::UntrustedDir(dir, why) => write!(
-                f,
-                "the state is not trusted: the state directory {} is {why}; nothing is \
-                 stored in it; {rule}",
-                dir.display()
-            ),
-            Problem::UntrustedFile(path, why) => write!(
-                f,
-                "the state is not trusted: {} is {why}; this run replaces it; {rule}",
-                path.display()
-            ),
-            Problem::Busy(lock) => write!(
-                f,
-                "another run held {} until this run stopped waiting; this run neither \
-                 uses nor stores the state",
-                lock.display()
-            ),
-            Problem::TimedOut(what) => write!(
-                f,
-                "the state directory did not answer in time while {what} (a frozen or \
-                 hung file system?); this run's totals are left out or not stored"
-            ),
-            Problem::TooLarge(bytes) => write!(
-                f,
-                "{bound} the state would be {bytes} bytes, more than {MAX_SIZE}; not stored"
-            ),
-            Problem::TooManyGpus(n) => {
-                write!(f, "{bound} {n} GPUs, more than {MAX_GPUS}; not stored")
-            }
-        }
-    }
-}
-
-impl From<FileError> for Problem {
-    fn from(error: FileError) -> Self {
-        Problem::Io(error)
-    }
-}
-
-/// Why the state directory or file could have been written by another user.
-#[derive(Debug)]
-pub enum Distrust {
-    NotADirectory,
-    /// Opened as a file, it is none (a symlink, a FIFO, a directory).
-    NotARegularFile,
-    TooLong(u64),
-    /// The owner's uid, and the running user's.
-    Owner(u32, u32),
-    Writable(u32),
-}
-
-impl fmt::Display for Distrust {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Distrust::NotADirectory => f.write_str("not a directory"),
-            Distrust::NotARegularFile => f.write_str("not a regular file (a symbolic link?)"),
-            Distrust::TooLong(len) => write!(
-                f,
-                "{len} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need"
-            ),
-            Distrust::Owner(uid, euid) => write!(
-                f,
-                "owned by uid {uid}, neither the running user (uid {euid}) nor root"
-            ),
-            Distrust::Writable(mode) => write!(f, "writable by others (mode {mode:04o})"),
-        }
-    }
-}
-
-/// Why a user other than the running one and root could have written it.
-fn distrust(metadata: &fs::Metadata) -> Option<Distrust> {
-    let euid = rustix::process::geteuid().as_raw();
-    let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
-    if uid != euid && uid != 0 {
-        Some(Distrust::Owner(uid, euid))
-    } else {
-        (mode & 0o022 != 0).then_some(Distrust::Writable(mode))
-    }
-}
-
-/// The state directory.
-#[derive(Debug, Clone)]
-pub struct StateDir {
-    dir: PathBuf,
-}
-
-impl StateDir {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        StateDir { dir: dir.into() }
-    }
-
-    /// An error if the directory is not trusted (a missing one is not).
-    fn check(&self) -> Result<(), Problem> {
-        let why = match fs::metadata(&self.dir) {
-            Ok(metadata) if !metadata.is_dir() => Some(Distrust::NotADirectory),
-            Ok(metadata) => distrust(&metadata),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_error("inspect", &self.dir)(e).into()),
-        };
-        why.map_or(Ok(()), |why| {
-            Err(Problem::UntrustedDir(self.dir.clone(), why))
-        })
-    }
-
-    /// Creates the directory if missing (mode 0755, like StateDirectory=;
-    /// no mkdir otherwise: it waits on a frozen file system), then checks it.
-    fn create(&self) -> Result<(), Problem> {
-        if !self.dir.is_dir() {
-            match fs::DirBuilder::new().mode(0o755).create(&self.dir) {
-                Ok(()) => log::info!("created the state directory {}", self.dir.display()),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_error("create the state directory", &self.dir)(e).into()),
-            }
-        }
-        self.check()
-    }
-
-    /// Takes the state's lock by `until`, creating the directory if need be,
-    /// and removes the temporary files of killed runs: every writer holds the
-    /// lock while its temporary file exists.
-    fn lock(&self, until: Instant) -> Result<File, Problem> {
-        self.create()?;
-        let path = self.dir.join(LOCK_NAME);
-        let lock = fsutil::lock_by(&path, until)?.ok_or(Problem::Busy(path))?;
-        match fsutil::remove_temp_files(&self.dir, TEMP_PREFIX, |_| true) {
-            Ok(0) => {}
-            Ok(n) => log::info!(
-                "removed {n} temporary state file(s) left by killed runs in {}",
-                self.dir.display()
-            ),
-            Err(error) => log::warn!("{error}"),
-        }
-        Ok(lock)
-    }
-
-    /// The state the previous run left for this boot.
-    fn load(&self, boot_id: &str) -> Result<State, Problem> {
-        self.check()?;
-        let state = parse(&read_trusted(&self.dir.join(FILE_NAME))?).map_err(Problem::Corrupt)?;
-        if state.boot_id != boot_id {
-            return Err(Problem::OtherBoot);
-        }
-        Ok(state)
-    }
-
-    /// Replaces the state file; no fsync: a crash of the machine ends its boot.
-    fn store(&self, state: &State) -> Result<(), Problem> {
-        let text = render(state)?;
-        self.create()?;
-        fsutil::replace(&self.dir, FILE_NAME, text.as_bytes(), TEMP_PREFIX, false)?;
-        Ok(())
-    }
-}
-
-/// The state file's text if it can be trusted, at most [`MAX_SIZE`] bytes.
-fn read_trusted(path: &Path) -> Result<String, Problem> {
-    let untrusted = |why| Err(Problem::UntrustedFile(path.to_path_buf(), why));
-    let file = match fsutil::open_regular(path, OpenOptions::new().read(true), "read") {
-        Err(FileError::NotRegularFile(_)) => return untrusted(Distrust::NotARegularFile),
-        Err(FileError::Io(_, _, e)) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Problem::Missing)
-        }
-        opened => opened?,
-    };
-    let metadata = file.metadata().map_err(io_error("read", path))?;
-    if metadata.len() > MAX_SIZE {
-        return untrusted(Distrust::TooLong(metadata.len()));
-    }
-    if let Some(why) = distrust(&metadata) {
-        return untrusted(why);
-    }
-    let mut text = String::new();
-    let read = file.take(MAX_SIZE).read_to_string(&mut text);
-    read.map_err(io_error("read", path))?;
-    Ok(text)
-}
-
-/// The text of `state`, at most [`MAX_SIZE`] bytes.
-fn render(state: &State) -> Result<String, Problem> {
-    let text = serde_json::to_string(state).map_err(Problem::Encode)? + "\n";
-    if text.len() as u64 > MAX_SIZE {
-        return Err(Problem::TooLarge(text.len()));
-    }
-    Ok(text)
-}
-
-/// A state file of this version, or of version 1 converted, within the bounds.
-fn parse(text: &str) -> Result<State, Damage> {
-    /// The one field every version has.
-    #[derive(Deserialize)]
-    struct Version {
-        version: u32,
-    }
-    let state = if text.starts_with(v1::MAGIC) {
-        v1::parse(text)?
-    } else {
-        let Version { version } = serde_json::from_str(text).map_err(Damage::NotJson)?;
-        if version != VERSION {
-            return Err(Damage::Version(version));
-        }
-        serde_json::from_str(text).map_err(Damage::Schema)?
-    };
-    within_bounds(state)
-}
-
-/// `state` if it holds no more than what is ever stored.
-fn within_bounds(state: State) -> Result<State, Damage> {
-    if state.gpus.len() > MAX_GPUS {
-        return Err(Damage::Gpus);
-    }
-    if let Some((uuid, _)) = state
-        .gpus
-        .iter()
-        .find(|(_, gpu)| gpu.fixed.len() > MAX_FIXED)
-    {
-        return Err(Damage::Fixed(uuid.clone()));
-    }
-    let too_many = |gpu: &&schema::GpuState| gpu.unsupported.calls.len() > MAX_UNSUPPORTED;
-    if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| too_many(gpu)) {
-        return Err(Damage::Unsupported(uuid.clone()));
-    }
-    let recount = state.xid.recount.as_ref().map_or(0, |r| r.0.len());
-    if state.xid.totals.0.len().max(recount) > MAX_XID_SERIES {
-        return Err(Damage::XidSeries);
-    }
-    Ok(state)
-}
 
 /// One run's use of the state: what the previous run left, what this run
 /// leaves, and whether both went right (`nvidia_gpu_collector_state_ok`).
@@ -407,7 +139,8 @@ impl StateFile {
         let Some(lock) = self.lock.take() else {
             return;
         };
-        let next = match self.next(devices, driver_version) {
+        let xid = self.xid_next.take();
+        let next = match merge::merge(&self.previous, devices, driver_version, xid) {
             Ok(next) => next,
             Err(problem) => return self.fail(problem),
         };
@@ -430,51 +163,6 @@ impl StateFile {
         log::log!(if missing { Level::Info } else { Level::Warn }, "{problem}");
         self.problem = Some(problem);
     }
-
-    /// The previous state with this run's readings merged in, within the
-    /// bounds: a GPU down, running totals not carried and GPUs not seen this
-    /// run keep what they had (unseen GPUs while there is room).
-    fn next(&mut self, devices: &[Device], driver_version: &str) -> Result<State, Problem> {
-        let mut next = self.previous.clone();
-        next.version = VERSION;
-        if next.driver_version != driver_version {
-            for gpu in next.gpus.values_mut() {
-                *gpu = gpu.after_driver_change();
-            }
-            next.driver_version = driver_version.to_owned();
-        }
-        if let Some(xid) = self.xid_next.take() {
-            next.xid = xid;
-        }
-        for device in devices.iter().filter(|d| !d.uuid.is_empty()) {
-            let before = next.gpus.remove(&device.uuid).unwrap_or_default();
-            let mut gpu = device.state.clone().unwrap_or_else(|| before.clone());
-            for (stream, carry) in &before.carries {
-                gpu.carries.entry(*stream).or_insert(*carry);
-            }
-            // A run that did not read the links forgets none seen before.
-            gpu.links_seen_active |= before.links_seen_active;
-            gpu.index = device.index;
-            let or_before =
-                |read: &String, known: &String| if read.is_empty() { known } else { read }.clone();
-            gpu.pci_bus_id = or_before(&device.pci_bus_id, &before.pci_bus_id);
-            gpu.serial = or_before(&device.serial, &before.serial);
-            while gpu.fixed.len() > MAX_FIXED {
-                gpu.fixed.pop_last();
-            }
-            next.gpus.insert(device.uuid.clone(), gpu);
-        }
-        let mut excess = next.gpus.len().saturating_sub(MAX_GPUS);
-        next.gpus.retain(|uuid, _| {
-            let unseen = excess > 0 && !devices.iter().any(|d| &d.uuid == uuid);
-            excess -= usize::from(unseen);
-            !unseen
-        });
-        if next.gpus.len() > MAX_GPUS {
-            return Err(Problem::TooManyGpus(next.gpus.len()));
-        }
-        Ok(next)
-    }
 }
 
 /// The running kernel's boot id (with dashes), if it reads as one.
@@ -493,9 +181,14 @@ fn boot_id_in(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use schema::{Series, XidTotals};
+    use crate::fsutil::io_error;
+    use codec::{parse, render};
+    use problem::Distrust;
+    use schema::{Damage, Series, XidTotals, MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES};
     use std::fs::Permissions;
+    use std::io;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
 
     use schema::{Carry, GpuState, Stream, XidOf};
 

@@ -1,0 +1,56 @@
+//! The pure merge of the previous state with this run's readings.
+
+use super::problem::Problem;
+use super::schema::{State, XidCounts, MAX_FIXED, MAX_GPUS, VERSION};
+use crate::snapshot::Device;
+
+/// `previous` with this run's readings merged in, within the bounds: a GPU
+/// down, running totals not carried, links not read and GPUs not seen this
+/// run keep what they had (unseen GPUs while there is room); the xid
+/// collector's `xid` (if it ran) replaces its part.
+pub(super) fn merge(
+    previous: &State,
+    devices: &[Device],
+    driver_version: &str,
+    xid: Option<XidCounts>,
+) -> Result<State, Problem> {
+    let mut next = previous.clone();
+    next.version = VERSION;
+    if next.driver_version != driver_version {
+        for gpu in next.gpus.values_mut() {
+            *gpu = gpu.after_driver_change();
+        }
+        next.driver_version = driver_version.to_owned();
+    }
+    if let Some(xid) = xid {
+        next.xid = xid;
+    }
+    for device in devices.iter().filter(|d| !d.uuid.is_empty()) {
+        let before = next.gpus.remove(&device.uuid).unwrap_or_default();
+        let mut gpu = device.state.clone().unwrap_or_else(|| before.clone());
+        for (stream, carry) in &before.carries {
+            gpu.carries.entry(*stream).or_insert(*carry);
+        }
+        // A run that did not read the links forgets none seen before.
+        gpu.links_seen_active |= before.links_seen_active;
+        gpu.index = device.index;
+        let or_before =
+            |read: &String, known: &String| if read.is_empty() { known } else { read }.clone();
+        gpu.pci_bus_id = or_before(&device.pci_bus_id, &before.pci_bus_id);
+        gpu.serial = or_before(&device.serial, &before.serial);
+        while gpu.fixed.len() > MAX_FIXED {
+            gpu.fixed.pop_last();
+        }
+        next.gpus.insert(device.uuid.clone(), gpu);
+    }
+    let mut excess = next.gpus.len().saturating_sub(MAX_GPUS);
+    next.gpus.retain(|uuid, _| {
+        let unseen = excess > 0 && !devices.iter().any(|d| &d.uuid == uuid);
+        excess -= usize::from(unseen);
+        !unseen
+    });
+    if next.gpus.len() > MAX_GPUS {
+        return Err(Problem::TooManyGpus(next.gpus.len()));
+    }
+    Ok(next)
+}
