@@ -268,7 +268,8 @@ impl<'n> Gpu<'n> {
     }
 
     /// A reading fixed while the driver is loaded, kept in the state under
-    /// `name` as `to_kept` makes it, else made by `call`. `Some(None)`: not
+    /// `name` as `to_kept` makes it (this run's answer, else the previous
+    /// run's), else made by `call`. `Some(None)`: not
     /// supported (kept too); `None`: failed (made again next run) or down.
     pub fn read_fixed<A: std::fmt::Debug, T>(
         &mut self,
@@ -277,7 +278,8 @@ impl<'n> Gpu<'n> {
         args: A,
         to_kept: fn(T) -> i64,
     ) -> Option<Option<i64>> {
-        let value = match self.previous.fixed.get(name) {
+        let known = self.next.fixed.get(name).or(self.previous.fixed.get(name));
+        let value = match known {
             Some(&value) => value,
             None => match self.nvml.try_read(call, args)? {
                 Ok(value) => Some(to_kept(value)),

@@ -43,3 +43,10 @@ pub use collectors::families;
 pub use publish::Target;
 pub use render::render;
 pub use timing::{gpm_window, WindowRequest, HARD_STOP_GRACE};
+
+/// What the capture tool (tests/nvml-capture) needs to make the field calls
+/// a run makes.
+pub mod capture {
+    pub use crate::collectors::{field_batches, Collector, ALL};
+    pub use crate::facts::GpuFacts;
+}

@@ -2,14 +2,16 @@
 //! GPU machine) replayed by the fake: the exporter's output on each is a
 //! golden file, and what a real GPU answers is held against what the
 //! exporter makes of it. The capture tool itself is checked by capturing the
-//! fake: a replay of a capture reads what the original scenario reads.
+//! fake: a replay of a capture reads what the original scenario reads, and
+//! the tool asks for field values in the exporter's own calls.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use test_support::exposition::{parse, value, Samples};
-use test_support::{golden, Exporter, Outcome};
+use test_support::{golden, Calls, Exporter, Outcome};
 
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -63,6 +65,8 @@ fn steady(samples: Samples) -> Samples {
         .collect()
 }
 
+/// A capture of the fake, replayed with every collector on, reads what the
+/// scenario reads.
 #[test]
 fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
     let temp = tempfile::tempdir().unwrap();
@@ -88,7 +92,9 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
         assert!(captured.status.success(), "{scenario}: {captured:?}");
         let path = temp.path().join(format!("{scenario}.toml"));
         std::fs::write(&path, &captured.stdout).unwrap();
-        let args = ["--collector", "processes", "--gpm-window", "100ms"];
+        let mut args = every_collector();
+        args.extend(["--gpm-window", "100ms"].map(String::from));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (expected, replayed) = (snapshot(&original, &args), snapshot(&path, &args));
         assert_eq!(expected.status, replayed.status, "{scenario}");
         let (expected, replayed) = (steady_file(&expected), steady_file(&replayed));
@@ -104,6 +110,104 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
             )
             .collect();
         assert!(differ.is_empty(), "{scenario}:\n{}", differ.join("\n"));
+    }
+}
+
+/// `--collector NAME` for every collector that is off by default.
+fn every_collector() -> Vec<String> {
+    let listing = Command::new(EXE)
+        .args(["--generate", "collectors"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8(listing.stdout).unwrap();
+    let off = listing.lines().filter_map(|line| {
+        let mut columns = line.split('\t');
+        let name = columns.next()?;
+        (columns.next()? == "off").then_some(name)
+    });
+    let args: Vec<String> = off
+        .flat_map(|name| ["--collector", name])
+        .map(String::from)
+        .collect();
+    assert!(args.len() >= 8, "{listing}");
+    args
+}
+
+/// The capture tool asks for the field values in the exporter's own calls:
+/// on each GPU of each scenario, its `nvmlDeviceGetFieldValues` calls ask,
+/// in order, what the exporter's run with every collector on and no state
+/// (the readings kept once per driver are taken) asks: the per-GPU batch,
+/// the thermal margin thresholds and the NVLink 5 probe alone, the per-link
+/// batches, the same field ids (as the driver numbers them), scopes and sizes.
+#[test]
+fn a_capture_asks_for_the_fields_in_the_exporters_own_calls() {
+    let every = every_collector();
+    let temp = tempfile::tempdir().unwrap();
+    // NVLink: Hopper's 18 links and their count field (h100x8, hgx-h100-fabric),
+    // NVLink 5 (gb200-nvl72, b200), 4 links read from their fields
+    // (nvlink-fields), links counted by probing (fault-duplicates); none
+    // (geforce and the H200 captures); MIG (h100-mig).
+    let scenarios = [
+        "h100x8",
+        "geforce",
+        "duty-cycle",
+        "hgx-h100-fabric",
+        "gb200-nvl72",
+        "b200",
+        "pcie-trained-low",
+        "nvlink-fields",
+        "fields-preferred",
+        "fault-duplicates",
+        "h100-mig",
+    ];
+    let captured = ["h200-idle", "h200-load"].map(|c| captures().join(format!("{c}.toml")));
+    let paths = scenarios
+        .map(|s| ex().scenario(s))
+        .into_iter()
+        .chain(captured);
+    for (n, path) in paths.enumerate() {
+        let (exporter_log, capture_log) = (
+            temp.path().join(format!("{n}.exporter")),
+            temp.path().join(format!("{n}.capture")),
+        );
+        let run = ex()
+            .run(path.to_str().unwrap())
+            .stdout()
+            .args(&every)
+            .args(["--gpm-window", "100ms"])
+            .call_log(&exporter_log)
+            .finish()
+            .unwrap();
+        assert!(run.success(), "{}: {}", path.display(), run.err());
+        let capture = Command::new(capture_tool())
+            .args(["--lib", ex().lib.to_str().unwrap(), "--gpm-window-ms", "1"])
+            .arg("a capture")
+            .env("FAKE_NVML_SCENARIO", &path)
+            .env("FAKE_NVML_CALL_LOG", &capture_log)
+            .output()
+            .unwrap();
+        assert!(capture.status.success(), "{}: {capture:?}", path.display());
+        let (exporter, capture) = (Calls::read(&exporter_log), Calls::read(&capture_log));
+        let devices = |calls: &Calls| -> BTreeSet<String> {
+            let fields = calls.0.iter().filter(|c| c.0 == "nvmlDeviceGetFieldValues");
+            fields.map(|c| c.1.clone()).collect()
+        };
+        assert_eq!(devices(&exporter), devices(&capture), "{}", path.display());
+        assert!(!devices(&exporter).is_empty(), "{}", path.display());
+        for device in devices(&exporter) {
+            let (asked, captured) = (
+                exporter.field_batches(&device),
+                capture.field_batches(&device),
+            );
+            let sizes = |batches: &[Vec<&str>]| batches.iter().map(Vec::len).collect::<Vec<_>>();
+            assert!(
+                asked == captured,
+                "{} GPU {device}: the exporter asked batches of {:?} fields, the capture {:?}\n{asked:?}\n{captured:?}",
+                path.display(),
+                sizes(&asked),
+                sizes(&captured),
+            );
+        }
     }
 }
 

@@ -25,7 +25,11 @@ mod thermal;
 mod utilization;
 pub mod xid;
 
+use nvml::fields::Field;
+use nvml::types::field_id::NVML_FI_DEV_NVLINK_LINK_COUNT;
+
 use crate::collector::{Hooks, SHARED};
+use crate::facts::GpuFacts;
 use crate::metrics::{self, Family};
 
 pub use crate::collector::{Collector, HostRun, Settings};
@@ -197,6 +201,57 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
     metrics::ALWAYS.iter().chain(SHARED).chain(own).copied()
 }
 
+/// The `nvmlDeviceGetFieldValues` calls a run makes on a GPU with `facts`
+/// when `collectors` are on, in its order, each made by `send` (which answers
+/// each entry's value, `None` where NVML gave none): the per-GPU batch of
+/// their fields (as `phases` sends it), then the collectors' own: thermal's
+/// margin thresholds and the NVLink 5 probe alone (as on a run without
+/// state: they are read once per driver), the NVLink collectors' per-link
+/// batches over the links the answers before tell. `links`: what
+/// `nvmlDeviceGetNvLinkState` answered for links 0, 1, … up to the first NVML
+/// does not know (`None` where it failed); `None` where link 0 is not
+/// supported. tests/nvml-capture records what these calls get.
+pub fn field_batches(
+    facts: &GpuFacts,
+    collectors: &[&Collector],
+    links: Option<&[Option<bool>]>,
+    send: &mut dyn FnMut(&[Field]) -> Vec<Option<f64>>,
+) {
+    let mut ids: Vec<u32> = collectors.iter().flat_map(|c| c.fields(facts)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let batch: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
+    let mut answers = if batch.is_empty() {
+        Vec::new()
+    } else {
+        send(&batch)
+    };
+    // A collector takes a field of the batch once (`DeviceReader::field`).
+    let mut take = |id| {
+        let at = ids.iter().position(|&i| i == id)?;
+        answers.get_mut(at)?.take()
+    };
+    let mut nvlink5 = None;
+    for collector in collectors {
+        match collector.name {
+            "thermal" => {
+                for (id, _) in thermal::MARGIN_THRESHOLDS {
+                    send(&[Field { id, scope: 0 }]);
+                }
+            }
+            "nvlink" => {
+                let count = take(NVML_FI_DEV_NVLINK_LINK_COUNT);
+                nvlink::totals_batches(count, links, &mut nvlink5, send);
+            }
+            "nvlink-links" => {
+                let count = take(NVML_FI_DEV_NVLINK_LINK_COUNT);
+                nvlink::links_batches(count, links, &mut nvlink5, send);
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +296,47 @@ mod tests {
             );
             assert!(readme.contains(&row), "README lacks the row\n{row}");
         }
+    }
+
+    /// The sizes of the calls [`field_batches`] makes with every collector
+    /// on: the link count field answers `count`, no other field answers.
+    fn batch_sizes(count: Option<f64>, links: Option<&[Option<bool>]>) -> Vec<usize> {
+        let every: Vec<&Collector> = ALL.iter().collect();
+        let (mut sizes, mut first) = (Vec::new(), Vec::new());
+        field_batches(&GpuFacts::default(), &every, links, &mut |batch| {
+            if first.is_empty() {
+                first = batch.iter().map(|field| field.id).collect();
+            }
+            sizes.push(batch.len());
+            let answer =
+                |field: &Field| count.filter(|_| field.id == NVML_FI_DEV_NVLINK_LINK_COUNT);
+            batch.iter().map(answer).collect()
+        });
+        let mut fields: Vec<u32> = every
+            .iter()
+            .flat_map(|c| c.fields(&GpuFacts::default()))
+            .collect();
+        fields.sort_unstable();
+        fields.dedup();
+        assert_eq!(first, fields, "the per-GPU batch: every field once, sorted");
+        sizes
+    }
+
+    #[test]
+    fn the_field_batches_follow_the_links_the_answers_tell() {
+        let n = batch_sizes(None, None)[0];
+        // No NVLink: the batch and the margin thresholds alone.
+        assert_eq!(batch_sizes(None, None), [n, 1, 1]);
+        // 18 links counted: the NVLink 5 probe alone (once a run) and 5
+        // fields a link; the per-link collector finds the count taken
+        // (`DeviceReader::field`), probes 18 links and asks 4 fields of each.
+        let active = [Some(true); 18];
+        assert_eq!(batch_sizes(Some(18.0), Some(&active)), [n, 1, 1, 1, 90, 72]);
+        // No count: 4 links probed, one failing, counted; asked where answered.
+        let probed = [Some(true), None, Some(false), Some(true)];
+        assert_eq!(batch_sizes(None, Some(&probed)), [n, 1, 1, 1, 20, 12]);
+        // An implausible count is none.
+        assert_eq!(batch_sizes(Some(1e6), None), [n, 1, 1]);
     }
 
     const PREFIX: &str = "nvidia_gpu_";

@@ -209,6 +209,76 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     }
 }
 
+/// The calls [`read`] makes after the per-GPU batch, for
+/// [`super::field_batches`] (`count`: the batch's link count field).
+pub(super) fn totals_batches(
+    count: Option<f64>,
+    links: Probed<'_>,
+    nvlink5: &mut Option<bool>,
+    send: SendFields<'_>,
+) {
+    let count = match plausible(count) {
+        Some(count) => count,
+        // Probed: the links up to the first NVML does not know, unless every
+        // probe failed.
+        None => match links.map(|links| &links[..links.len().min(MAX_LINKS as usize)]) {
+            Some(links) if links.iter().any(Option::is_some) => links.len() as u32,
+            _ => return,
+        },
+    };
+    if count == 0 {
+        return;
+    }
+    let nvlink5 = *nvlink5.get_or_insert_with(|| send(&[NVLINK5_PROBE])[0].is_some());
+    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
+    send(&link_batch(0..count, &ids));
+}
+
+/// The calls [`read_links`] makes, for [`super::field_batches`] (the NVLink 5
+/// probe only where no collector made it before in this run).
+pub(super) fn links_batches(
+    count: Option<f64>,
+    links: Probed<'_>,
+    nvlink5: &mut Option<bool>,
+    send: SendFields<'_>,
+) {
+    // Probed below the link count only (none below 0: no NOT_SUPPORTED).
+    let last = plausible(count).unwrap_or(MAX_LINKS) as usize;
+    let probed = match links {
+        Some(links) => &links[..links.len().min(last)],
+        None if last == 0 => &[],
+        None => return,
+    };
+    let nvlink5 = *nvlink5.get_or_insert_with(|| send(&[NVLINK5_PROBE])[0].is_some());
+    let answered = (0..)
+        .zip(probed)
+        .filter_map(|(link, active)| active.map(|_| link));
+    let batch = link_batch(
+        answered,
+        &per_link(&PER_LINK_FIELDS, &NVLINK5_LINK_FIELDS, nvlink5),
+    );
+    // An empty batch is not sent (`DeviceReader::read_fields`).
+    if !batch.is_empty() {
+        send(&batch);
+    }
+}
+
+/// What `nvmlDeviceGetNvLinkState` answered for links 0, 1, … up to the
+/// first NVML does not know (`None` where it failed); `None`: NOT_SUPPORTED
+/// for link 0 (no NVLink).
+pub(super) type Probed<'a> = Option<&'a [Option<bool>]>;
+
+/// Sends one `nvmlDeviceGetFieldValues` call; each entry's value, `None` where
+/// NVML gave none.
+pub(super) type SendFields<'a> = &'a mut dyn FnMut(&[Field]) -> Vec<Option<f64>>;
+
+/// A link count no GPU can have is no count.
+fn plausible(count: Option<f64>) -> Option<u32> {
+    count
+        .map(|count| count as u32)
+        .filter(|&count| count <= MAX_LINKS)
+}
+
 /// The link count field, if plausible.
 fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
     let count = reader.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
@@ -247,13 +317,15 @@ impl Nvlink5 {
     }
 }
 
+/// The field whose answer says the GPU has the NVLink 5 counters, read alone.
+const NVLINK5_PROBE: Field = Field {
+    id: LINK_RECOVERY_EVENTS,
+    scope: 0,
+};
+
 /// Whether the GPU has the NVLink 5 counters (read once per driver).
 fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
-    let probe = Field {
-        id: LINK_RECOVERY_EVENTS,
-        scope: 0,
-    };
-    reader.read_fixed("nvlink5", calls::FIELD, probe, |_| 1) == Some(Some(1))
+    reader.read_fixed("nvlink5", calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
 }
 
 /// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
@@ -286,21 +358,27 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
+/// The fields read per link: `fields`, then `nvlink5_fields` where the GPU
+/// has the NVLink 5 counters.
+fn per_link(fields: &[u32], nvlink5_fields: &[u32], nvlink5: bool) -> Vec<u32> {
+    let extra = if nvlink5 { nvlink5_fields } else { &[] };
+    fields.iter().chain(extra).copied().collect()
+}
+
+/// One batch of the fields `ids` of each of `links`, link by link.
+fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
+    links
+        .into_iter()
+        .flat_map(|link| ids.iter().map(move |&id| Field { id, scope: link }))
+        .collect()
+}
+
 /// Reads the per-link fields of links `0..count` in one call.
 fn read_link_fields(reader: &mut Gpu<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
-    let extra: &[u32] = if nvlink5 { &NVLINK5_FIELDS } else { &[] };
-    let per_link = TOTALS_LINK_FIELDS.len() + extra.len();
-    let requests: Vec<Field> = (0..count)
-        .flat_map(|link| {
-            TOTALS_LINK_FIELDS
-                .iter()
-                .chain(extra)
-                .map(move |&id| Field { id, scope: link })
-        })
-        .collect();
-    let values = reader.nvml.read_fields(&requests);
+    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
+    let values = reader.nvml.read_fields(&link_batch(0..count, &ids));
     values
-        .chunks(per_link)
+        .chunks(ids.len())
         .map(|values| LinkFields {
             state: values[0],
             replay: values[1],
@@ -378,19 +456,10 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
         .filter_map(|(link, active)| Some((link, active?)))
         .collect();
     let nvlink5 = has_nvlink5(reader);
-    let extra: &[u32] = if nvlink5 { &NVLINK5_LINK_FIELDS } else { &[] };
-    let per_link = PER_LINK_FIELDS.len() + extra.len();
-    let requests: Vec<Field> = links
-        .iter()
-        .flat_map(|&(link, _)| {
-            PER_LINK_FIELDS
-                .iter()
-                .chain(extra)
-                .map(move |&id| Field { id, scope: link })
-        })
-        .collect();
+    let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_LINK_FIELDS, nvlink5);
+    let requests = link_batch(links.iter().map(|&(link, _)| link), &ids);
     let values = reader.nvml.read_fields(&requests);
-    for (&(link, active), values) in links.iter().zip(values.chunks(per_link)) {
+    for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
         let label = link.to_string();
         reader
             .push(NVLINK_LINK_ACTIVE.sample_with([label.clone()], if active { 1.0 } else { 0.0 }));

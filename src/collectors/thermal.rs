@@ -41,7 +41,7 @@ const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
 ];
 
 /// Margins at which the GPU acts (T.Limit scale, read once per driver).
-const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
+pub(super) const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
     (NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, "shutdown"),
     (NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "slowdown"),
 ];

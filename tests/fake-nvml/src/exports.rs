@@ -13,9 +13,9 @@ use crate::scenario::{
     pattern_value, Gpu, Memory, Scenario, Text, CLOCK_ENV, DEFAULT_CLOCK_US, MAX_MIG_SLOTS,
 };
 use crate::state::{
-    device_call, gpu_call, gpu_handle, guard, handle_by_index, init, loaded, mig_handle,
-    sample_alloc, sample_free, sample_live, sample_take, sample_taken, shutdown, system_call,
-    OnMig, Ret,
+    device_call, device_call_asking, gpu_call, gpu_handle, guard, handle_by_index, init, loaded,
+    mig_handle, sample_alloc, sample_free, sample_live, sample_take, sample_taken, shutdown,
+    system_call, OnMig, Ret,
 };
 
 /// `referenceTime` of every `nvmlViolationTime_t` (a fixed timestamp, µs).
@@ -524,7 +524,17 @@ export! {
         values: *mut nvmlFieldValue_t,
     ) {
         let outs_ok = valuesCount >= 0 && (valuesCount == 0 || !values.is_null());
-        let d = device_call(SYM, device, outs_ok, OnMig::NotSupported)?;
+        // The fields asked, for the call log.
+        let asked: Vec<String> = match outs_ok {
+            true => (0..valuesCount as usize)
+                .map(|i| {
+                    let v = &*values.add(i);
+                    format!("{}:{}", v.fieldId, v.scopeId)
+                })
+                .collect(),
+            false => Vec::new(),
+        };
+        let d = device_call_asking(SYM, device, outs_ok, OnMig::NotSupported, &asked.join(","))?;
         let fields = &d.gpu().fields;
         let signed = &d.gpu().signed_fields;
         let timestamp = now_us();

@@ -22,7 +22,8 @@ pub const FAULTS_ENV: &str = "FAKE_NVML_FAULTS";
 /// Environment variable naming a file (opened for appending at the first
 /// call) that gets a line for every call that reads the scenario: the
 /// function's name and the device, `-` for none, `G` for GPU G, `G/M` for the
-/// MIG device at index M of GPU G's `mig_devices`.
+/// MIG device at index M of GPU G's `mig_devices`; `nvmlDeviceGetFieldValues`
+/// adds the fields asked, `id:scope,…`.
 pub const CALL_LOG_ENV: &str = "FAKE_NVML_CALL_LOG";
 
 static CALL_LOG: OnceLock<Option<Mutex<File>>> = OnceLock::new();
@@ -295,11 +296,24 @@ pub fn device_call(
     outs_ok: bool,
     on_mig: OnMig,
 ) -> Result<Dev, nvmlReturn_t> {
+    device_call_asking(sym, handle, outs_ok, on_mig, "")
+}
+
+/// [`device_call`] whose call log line ends in what it was asked (`asked`,
+/// after a space where not empty).
+pub fn device_call_asking(
+    sym: &str,
+    handle: nvmlDevice_t,
+    outs_ok: bool,
+    on_mig: OnMig,
+    asked: &str,
+) -> Result<Dev, nvmlReturn_t> {
     let scenario = loaded()?;
     let (gpu, mig) = resolve(&scenario, handle)?;
+    let space = if asked.is_empty() { "" } else { " " };
     match mig {
-        None => log_call(sym, format_args!("{gpu}")),
-        Some(mig) => log_call(sym, format_args!("{gpu}/{mig}")),
+        None => log_call(sym, format_args!("{gpu}{space}{asked}")),
+        Some(mig) => log_call(sym, format_args!("{gpu}/{mig}{space}{asked}")),
     }
     if !outs_ok {
         return Err(NVML_ERROR_INVALID_ARGUMENT);

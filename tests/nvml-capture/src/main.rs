@@ -1,5 +1,8 @@
 //! Records what a real `libnvidia-ml.so` answers to the calls the exporter
 //! makes, as a scenario file the fake NVML replays (tests/fake-nvml/README.md).
+//! The field values are asked in the exporter's own `nvmlDeviceGetFieldValues`
+//! calls, every collector on (`collectors::field_batches`): NVML answers a
+//! field differently by the batch it is in.
 //!
 //! ```sh
 //! nvml-capture [--lib PATH] [--gpm-window-ms N] "DESCRIPTION" > capture.toml
@@ -19,6 +22,10 @@ use std::ffi::{c_char, c_uint, CStr};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use nvidia_textfile_exporter::capture::{self as collectors, GpuFacts};
+use nvml::fields::{driver_id, Field};
+use nvml::types::DeviceArchitecture;
+use nvml_wrapper::{FieldIdScheme, Nvml};
 use nvml_wrapper_sys::bindings::*;
 
 const NOT_SUPPORTED: nvmlReturn_t = 3;
@@ -119,24 +126,27 @@ impl<'l> Capture<'l> {
         }
     }
 
-    /// A string getter (UUID, name, serial, VBIOS).
+    /// A string getter (UUID, name, serial, VBIOS); the text, decoded lossily
+    /// as the exporter decodes it.
     fn string(
         &mut self,
         key: &str,
         symbol: &'static str,
         f: Option<unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t>,
-    ) {
+    ) -> Option<String> {
         let mut buffer = [0 as c_char; 256];
         let rc = match f {
             // SAFETY: the buffer's length is passed with it.
             Some(f) => unsafe { f(self.handle, buffer.as_mut_ptr(), buffer.len() as c_uint) },
             None => FUNCTION_NOT_FOUND,
         };
-        if self.record(symbol, "", rc) {
-            // SAFETY: NVML wrote a NUL-terminated string into the buffer.
-            let bytes = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_bytes();
-            self.key(key, text(bytes));
+        if !self.record(symbol, "", rc) {
+            return None;
         }
+        // SAFETY: NVML wrote a NUL-terminated string into the buffer.
+        let bytes = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_bytes();
+        self.key(key, text(bytes));
+        Some(String::from_utf8_lossy(bytes).into_owned())
     }
 
     fn u32_getter(
@@ -193,14 +203,6 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// The field ids the exporter asks `nvmlDeviceGetFieldValues` for, and the
-/// neighbours a newer exporter may ask for: 1–300 per GPU (scope 0).
-const FIELD_IDS: std::ops::RangeInclusive<u32> = 1..=300;
-/// Per-link NVLink fields, scope = link: state, DL replay/recovery, data
-/// TX/RX, and NVLink 5's recoveries (successful, failed, total), effective
-/// and symbol errors and their bit error rates.
-const LINK_FIELDS: [u32; 12] = [165, 161, 162, 138, 139, 213, 214, 215, 219, 220, 221, 222];
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut lib_path = String::from("libnvidia-ml.so.1");
@@ -233,6 +235,12 @@ fn main() {
         eprintln!("nvml-capture: nvmlInit_v2: {}", code_name(rc));
         std::process::exit(1);
     }
+    // The field ids as the exporter sends them: nvml-wrapper tells the loaded
+    // driver's numbering (drivers from 580.82 renumbered 251-273).
+    let scheme = Nvml::builder()
+        .lib_path(std::ffi::OsStr::new(&lib_path))
+        .init()
+        .map_or(FieldIdScheme::V12, |nvml| nvml.field_id_scheme());
     let mut out = String::new();
     let description = description.unwrap_or_else(|| "a capture".to_owned());
     writeln!(out, "description = {}", text(description.as_bytes())).unwrap();
@@ -253,7 +261,7 @@ fn main() {
         };
         gpu.record("nvmlDeviceGetHandleByIndex_v2", &index.to_string(), rc);
         let recording = if rc == 0 {
-            read_gpu(&mut gpu, gpm_window)
+            read_gpu(&mut gpu, gpm_window, scheme)
         } else {
             String::new()
         };
@@ -325,10 +333,10 @@ fn render_gpu(gpu: &Capture<'_>, missing: &mut Vec<&'static str>, recording: &st
 
 /// Reads everything the exporter reads of one GPU into `gpu`; returns the
 /// `[gpu.recording]` tables.
-fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration) -> String {
-    identity(gpu);
-    readings(gpu);
-    fields(gpu);
+fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration, scheme: FieldIdScheme) -> String {
+    let facts = identity(gpu);
+    let links = readings(gpu);
+    fields(gpu, &facts, links.as_deref(), scheme);
     processes(gpu);
     if let Some(gpm) = gpm(gpu, gpm_window) {
         gpu.key("gpm", gpm);
@@ -337,14 +345,15 @@ fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration) -> String {
     recording(gpu)
 }
 
-fn identity(gpu: &mut Capture<'_>) {
+/// The identity keys; what the exporter's info read finds of the GPU.
+fn identity(gpu: &mut Capture<'_>) -> GpuFacts {
     let lib = gpu.lib;
     gpu.string(
         "uuid",
         "nvmlDeviceGetUUID",
         lib.nvmlDeviceGetUUID.as_ref().ok().copied(),
     );
-    gpu.string(
+    let name = gpu.string(
         "name",
         "nvmlDeviceGetName",
         lib.nvmlDeviceGetName.as_ref().ok().copied(),
@@ -364,9 +373,10 @@ fn identity(gpu: &mut Capture<'_>) {
         gpu.key("brand", brand);
     }
     let mut architecture: nvmlDeviceArchitecture_t = 0;
-    if call!(gpu, nvmlDeviceGetArchitecture(&mut architecture), "") {
+    let architecture = call!(gpu, nvmlDeviceGetArchitecture(&mut architecture), "").then(|| {
         gpu.key("architecture", architecture);
-    }
+        DeviceArchitecture::try_from(architecture).map_err(|_| architecture)
+    });
     gpu.u32_getter(
         "minor_number",
         "nvmlDeviceGetMinorNumber",
@@ -374,7 +384,8 @@ fn identity(gpu: &mut Capture<'_>) {
     );
     // SAFETY: plain data.
     let mut pci: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
-    if call!(gpu, nvmlDeviceGetPciInfo_v3(&mut pci), "") {
+    let read = call!(gpu, nvmlDeviceGetPciInfo_v3(&mut pci), "");
+    if read {
         gpu.key(
             "pci",
             format!(
@@ -388,10 +399,16 @@ fn identity(gpu: &mut Capture<'_>) {
             ),
         );
     }
+    GpuFacts {
+        architecture,
+        name: name.unwrap_or_default(),
+        pci_device_id: read.then_some(pci.pciDeviceId),
+    }
 }
 
-/// The point readings, in the fake's keys.
-fn readings(gpu: &mut Capture<'_>) {
+/// The point readings, in the fake's keys; what `nvmlDeviceGetNvLinkState`
+/// answered (see [`nvlinks`]).
+fn readings(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
     let lib = gpu.lib;
     let mut utilization = nvmlUtilization_t { gpu: 0, memory: 0 };
     if call!(gpu, nvmlDeviceGetUtilizationRates(&mut utilization), "") {
@@ -597,8 +614,9 @@ fn readings(gpu: &mut Capture<'_>) {
     ecc(gpu);
     media(gpu);
     modes(gpu);
-    nvlinks(gpu);
+    let links = nvlinks(gpu);
     fabric(gpu);
+    links
 }
 
 /// `nvmlDeviceGetGpuFabricInfoV` with struct version 3 (an H200 of driver 580
@@ -779,8 +797,13 @@ fn modes(gpu: &mut Capture<'_>) {
     }
 }
 
-fn nvlinks(gpu: &mut Capture<'_>) {
+/// The links' state and error counters, as `nvlinks`; what
+/// `nvmlDeviceGetNvLinkState` answered for links 0, 1, … up to the first NVML
+/// does not know (`None` where it failed), `None` where link 0 is not
+/// supported, as the exporter probes them.
+fn nvlinks(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
+    let mut probed = Vec::new();
     for link in 0..NVML_NVLINK_MAX_LINKS {
         let mut active: nvmlEnableState_t = 0;
         let rc = raw!(
@@ -788,9 +811,13 @@ fn nvlinks(gpu: &mut Capture<'_>) {
             nvmlDeviceGetNvLinkState(gpu.handle, link, &mut active)
         );
         gpu.record("nvmlDeviceGetNvLinkState", &format!("link {link}"), rc);
-        if rc == NOT_SUPPORTED && link == 0 || rc == INVALID_ARGUMENT {
+        if rc == NOT_SUPPORTED && link == 0 {
+            return None;
+        }
+        if rc == INVALID_ARGUMENT {
             break;
         }
+        probed.push((rc == 0).then_some(active == 1));
         let mut errors = Vec::new();
         for (counter, key) in ["replay", "recovery", "crc_flit", "crc_data", "ecc_data"]
             .into_iter()
@@ -823,74 +850,159 @@ fn nvlinks(gpu: &mut Capture<'_>) {
     if !links.is_empty() {
         gpu.key("nvlinks", format!("[\n    {},\n]", links.join(",\n    ")));
     }
+    Some(probed)
 }
 
-/// Every field in [`FIELD_IDS`] (scope 0) and the per-link ones: the
-/// unsigned answers as `field_values` (the fake answers unsigned only; the
-/// others are in the comments).
-fn fields(gpu: &mut Capture<'_>) {
-    let mut requests: Vec<(u32, u32)> = FIELD_IDS
-        .filter(|id| !LINK_FIELDS.contains(id))
-        .map(|id| (id, 0))
-        .collect();
-    for link in 0..NVML_NVLINK_MAX_LINKS {
-        requests.extend(LINK_FIELDS.iter().map(|&id| (id, link)));
-    }
-    // SAFETY: plain data.
-    let zero: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
-    let mut values: Vec<nvmlFieldValue_t> = requests
-        .iter()
-        .map(|&(id, scope)| nvmlFieldValue_t {
-            fieldId: id,
-            scopeId: scope,
-            ..zero
-        })
-        .collect();
-    if !call!(
-        gpu,
-        nvmlDeviceGetFieldValues(values.len() as i32, values.as_mut_ptr()),
-        &format!("{} fields", values.len())
-    ) {
-        return;
-    }
-    let (mut entries, mut signed) = (Vec::new(), Vec::new());
-    for value in &values {
-        let key = if LINK_FIELDS.contains(&value.fieldId) {
-            format!("{}:{}", value.fieldId, value.scopeId)
-        } else {
-            value.fieldId.to_string()
-        };
+/// One entry's answer in a `nvmlDeviceGetFieldValues` call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Unsigned(u64),
+    /// Signed, even where it is not negative: the fake answers it so.
+    Signed(i64),
+    /// A double, as its bits (the fake answers none: a comment).
+    Double(u64),
+    /// A value type NVML does not document.
+    Unknown(nvmlValueType_t),
+    /// The entry's own return code.
+    Failed(nvmlReturn_t),
+}
+
+impl Answer {
+    /// What NVML wrote into `value`.
+    fn of(value: &nvmlFieldValue_t) -> Answer {
         if value.nvmlReturn != 0 {
-            if value.nvmlReturn != NOT_SUPPORTED {
-                gpu.calls
-                    .push(format!("field {key} -> {}", code_name(value.nvmlReturn)));
-            }
-            continue;
+            return Answer::Failed(value.nvmlReturn);
         }
         // SAFETY: NVML says which member of the union it wrote.
-        let (unsigned, signed_value) = unsafe {
+        unsafe {
             match value.valueType {
-                1 => (Some(u64::from(value.value.uiVal)), None),
+                0 => Answer::Double(value.value.dVal.to_bits()),
+                1 => Answer::Unsigned(u64::from(value.value.uiVal)),
                 // `unsigned long` is 64 bits on the Linux targets NVML supports.
                 #[allow(clippy::unnecessary_cast)]
-                2 => (Some(value.value.ulVal as u64), None),
-                3 => (Some(value.value.ullVal), None),
-                6 => (Some(u64::from(value.value.usVal)), None),
-                4 => (None, Some(value.value.sllVal)),
-                5 => (None, Some(i64::from(value.value.siVal))),
-                _ => (None, None),
+                2 => Answer::Unsigned(value.value.ulVal as u64),
+                3 => Answer::Unsigned(value.value.ullVal),
+                4 => Answer::Signed(value.value.sllVal),
+                5 => Answer::Signed(i64::from(value.value.siVal)),
+                6 => Answer::Unsigned(u64::from(value.value.usVal)),
+                other => Answer::Unknown(other),
             }
+        }
+    }
+
+    /// The value the exporter reads of the entry (`nvml::fields`, which
+    /// takes no unsigned short).
+    fn read(value: &nvmlFieldValue_t) -> Option<f64> {
+        if value.valueType == 6 {
+            return None;
+        }
+        match Answer::of(value) {
+            Answer::Unsigned(v) => Some(v as f64),
+            Answer::Signed(v) => Some(v as f64),
+            Answer::Double(bits) => Some(f64::from_bits(bits)),
+            Answer::Unknown(_) | Answer::Failed(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Answer::Unsigned(v) => write!(f, "SUCCESS, {v}"),
+            Answer::Signed(v) => write!(f, "SUCCESS, signed {v}"),
+            Answer::Double(bits) => write!(f, "SUCCESS, a double: {}", f64::from_bits(bits)),
+            Answer::Unknown(t) => write!(f, "SUCCESS, value type {t}"),
+            Answer::Failed(rc) => f.write_str(&code_name(rc)),
+        }
+    }
+}
+
+/// The exporter's `nvmlDeviceGetFieldValues` calls, every collector on, ids
+/// as the driver numbers them (`scheme`): each call and every entry that is
+/// not a plain answer in the comments, the integer answers as
+/// `field_values` and `signed_field_values` (keyed `id:scope` where the field
+/// was asked at a link other than 0); a field asked twice keeps its first
+/// answer, the per-GPU batch's, and a different one later is a comment.
+fn fields(
+    gpu: &mut Capture<'_>,
+    facts: &GpuFacts,
+    links: Option<&[Option<bool>]>,
+    scheme: FieldIdScheme,
+) {
+    let mut answers: BTreeMap<(u32, u32), Answer> = BTreeMap::new();
+    let mut send = |batch: &[Field]| -> Vec<Option<f64>> {
+        // SAFETY: plain data.
+        let zero: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+        let mut values: Vec<nvmlFieldValue_t> = batch
+            .iter()
+            .map(|field| nvmlFieldValue_t {
+                fieldId: driver_id(scheme, field.id),
+                scopeId: field.scope,
+                ..zero
+            })
+            .collect();
+        // A batch of several links names its fields with their scope.
+        let links = batch.iter().any(|field| field.scope != 0);
+        let name = |value: &nvmlFieldValue_t| match links {
+            true => format!("{}:{}", value.fieldId, value.scopeId),
+            false => value.fieldId.to_string(),
         };
-        match (unsigned, signed_value) {
-            (Some(v), _) => entries.push(format!("\"{key}\" = {v}")),
-            // A non-negative signed answer is still answered as signed.
-            (None, Some(v)) => signed.push(format!("\"{key}\" = {v}")),
-            // SAFETY: as above (a double).
-            (None, None) => gpu.calls.push(format!(
-                "field {key} -> SUCCESS, value type {} (a double: {})",
-                value.valueType,
-                unsafe { value.value.dVal }
-            )),
+        let what = match &values[..] {
+            [one] => format!("field {}", name(one)),
+            all if links => {
+                let last = all.iter().map(|value| value.scopeId).max().unwrap_or(0);
+                format!("{} fields, links up to {last}", all.len())
+            }
+            all => format!("{} fields", all.len()),
+        };
+        if !call!(
+            gpu,
+            nvmlDeviceGetFieldValues(values.len() as i32, values.as_mut_ptr()),
+            &what
+        ) {
+            return vec![None; batch.len()];
+        }
+        let mut read = Vec::with_capacity(values.len());
+        for value in &values {
+            let answer = Answer::of(value);
+            read.push(Answer::read(value));
+            let key = name(value);
+            match answers.get(&(value.fieldId, value.scopeId)) {
+                Some(&first) if first != answer => gpu.calls.push(format!(
+                    "field {key} -> {answer}, differs from its first answer {first} (kept)"
+                )),
+                Some(_) => {}
+                None => {
+                    answers.insert((value.fieldId, value.scopeId), answer);
+                    if !matches!(answer, Answer::Unsigned(_) | Answer::Signed(_))
+                        && answer != Answer::Failed(NOT_SUPPORTED)
+                    {
+                        gpu.calls.push(format!("field {key} -> {answer}"));
+                    }
+                }
+            }
+        }
+        read
+    };
+    let every: Vec<&collectors::Collector> = collectors::ALL.iter().collect();
+    collectors::field_batches(facts, &every, links, &mut send);
+    // A field asked only at scope 0 is keyed by its id alone.
+    let scoped: Vec<u32> = answers
+        .keys()
+        .filter(|(_, scope)| *scope != 0)
+        .map(|(id, _)| *id)
+        .collect();
+    let (mut entries, mut signed) = (Vec::new(), Vec::new());
+    for (&(id, scope), answer) in &answers {
+        let key = if scoped.contains(&id) {
+            format!("{id}:{scope}")
+        } else {
+            id.to_string()
+        };
+        match answer {
+            Answer::Unsigned(v) => entries.push(format!("\"{key}\" = {v}")),
+            Answer::Signed(v) => signed.push(format!("\"{key}\" = {v}")),
+            _ => {}
         }
     }
     if !entries.is_empty() {
