@@ -328,6 +328,17 @@ fn sxids_and_gpus_fallen_off_the_bus_count_exactly_between_runs() {
     );
 }
 
+/// A state and journal after a run that counted a real SXid and Xid 79.
+fn real_counts() -> (TempDir, TempDir, Outcome) {
+    let mut export = sxid_22013(1000).into_bytes();
+    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
+    let state = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    write_journal_bytes(journal.path(), "a.journal", &export);
+    let before = run(state.path(), journal.path(), None);
+    (state, journal, before)
+}
+
 /// What the kernel logs when a program segfaults (show_signal_msg): its
 /// process name (`comm`, set with prctl) and its file's name come first and
 /// last, both the user's choice.
@@ -376,12 +387,7 @@ fn stored_totals(state: &Path) -> serde_json::Value {
 /// line after them does count.
 #[test]
 fn lines_a_user_forged_count_nothing_and_add_no_series() {
-    let mut export = sxid_22013(1000).into_bytes();
-    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal_bytes(journal.path(), "a.journal", &export);
-    let before = run(state.path(), journal.path(), None);
+    let (state, journal, before) = real_counts();
     assert_eq!(before.series(GPU0), Some(1.0), "{}", before.text());
     let totals = stored_totals(state.path());
 
@@ -430,12 +436,7 @@ fn lines_a_user_forged_count_nothing_and_add_no_series() {
 /// the state usable.
 #[test]
 fn a_flood_of_forged_lines_sheds_no_real_count() {
-    let mut export = sxid_22013(1000).into_bytes();
-    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal_bytes(journal.path(), "a.journal", &export);
-    let before = run(state.path(), journal.path(), None);
+    let (state, journal, before) = real_counts();
     assert_eq!(before.series(SXID_22013), Some(1.0), "{}", before.text());
 
     let mut flood = String::new();
@@ -578,12 +579,7 @@ fn kmsg_records() -> Vec<(u64, String)> {
 /// cgroup name the kernel prints alone, cannot displace a real count).
 #[test]
 fn new_series_past_the_bound_never_displace_the_first() {
-    let mut export = sxid_22013(1000).into_bytes();
-    export.extend(journal_entry(1010, "kernel", XID79).into_bytes());
-    let state = tempfile::tempdir().unwrap();
-    let journal = tempfile::tempdir().unwrap();
-    write_journal_bytes(journal.path(), "a.journal", &export);
-    let before = run(state.path(), journal.path(), None);
+    let (state, journal, before) = real_counts();
     assert_eq!(before.series(SXID_22013), Some(1.0), "{}", before.text());
 
     let mut flood = String::new();

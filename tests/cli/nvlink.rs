@@ -413,6 +413,12 @@ fn b200_fabric_and_nvlink5() {
     );
 }
 
+/// nvlink-fields with its link 3 down.
+const LINK_3_DOWN: (&str, &str) = (
+    "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
+    "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
+);
+
 /// A link active earlier in this boot that is down now is counted lost (the
 /// state remembers which links were seen active); a fresh state knows none,
 /// and a link asleep is not lost.
@@ -431,14 +437,7 @@ fn a_link_that_went_down_is_counted_lost() {
         Some(0.0)
     );
     let dir = tempfile::tempdir().unwrap();
-    let down = ex().replaced(
-        dir.path(),
-        "nvlink-fields",
-        &[(
-            "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
-            "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
-        )],
-    );
+    let down = ex().replaced(dir.path(), "nvlink-fields", &[LINK_3_DOWN]);
     let second = ex().run_args(&down, state.path(), &["--stdout", "--write-state"], &[]);
     assert_eq!(second.code(), Some(0));
     let samples = second.samples();
@@ -489,14 +488,7 @@ fn a_run_without_the_links_keeps_the_links_seen_active() {
     let lost = |run: &Outcome| gpu_value(&run.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]);
     assert_eq!(lost(&second), None, "no links read, none published");
     let dir = tempfile::tempdir().unwrap();
-    let down = ex().replaced(
-        dir.path(),
-        "nvlink-fields",
-        &[(
-            "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
-            "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2",
-        )],
-    );
+    let down = ex().replaced(dir.path(), "nvlink-fields", &[LINK_3_DOWN]);
     let third = ex().run_args(&down, state.path(), &store, &[]);
     assert_eq!(third.code(), Some(0), "{}", third.err());
     assert_eq!(lost(&third), Some(1.0));
@@ -511,11 +503,7 @@ fn links_lost_is_left_out_while_a_link_seen_active_is_unread() {
     let first = ex().run_args("nvlink-fields", state.path(), &store, &[]);
     assert_eq!(first.code(), Some(0), "{}", first.err());
     let dir = tempfile::tempdir().unwrap();
-    let down = "{ active = false, errors = { replay = 999, recovery = 999, crc_flit = 2";
-    let link_down = (
-        "{ active = true, errors = { replay = 999, recovery = 999, crc_flit = 2",
-        down,
-    );
+    let link_down = LINK_3_DOWN;
     let lost = |run: &Outcome| gpu_value(&run.samples(), "nvidia_gpu_nvlink_links_lost", "0", &[]);
     let second = ex().run_args(
         &ex().replaced(dir.path(), "nvlink-fields", &[link_down]),
