@@ -185,6 +185,8 @@ pub struct Gpu<'n> {
     processes: Vec<Process>,
     /// Readings NVML listed twice (a pid on one instance), merged.
     merged: usize,
+    /// Runs since the unsupported calls were last asked.
+    unsupported_runs: u32,
 }
 
 impl<'n> Gpu<'n> {
@@ -198,6 +200,7 @@ impl<'n> Gpu<'n> {
             samples: Vec::with_capacity(256),
             processes: Vec::new(),
             merged: 0,
+            unsupported_runs: 0,
         }
     }
 
@@ -235,11 +238,12 @@ impl<'n> Gpu<'n> {
 
     /// Hands the GPU what the previous run left for it, and
     /// [`Self::keeps_totals`]; the calls it answered NOT_SUPPORTED under the
-    /// same MIG mode are not made again.
+    /// same MIG mode are not made again (see [`Unsupported`]).
     pub(crate) fn resume(&mut self, state: GpuState, keeps_totals: bool) {
-        if state.unsupported.mig_mode == self.mig_mode() {
-            self.nvml
-                .assume_unsupported(state.unsupported.calls.clone());
+        let known = &state.unsupported;
+        if known.mig_mode == self.mig_mode() && known.runs < Unsupported::RUNS {
+            self.nvml.assume_unsupported(known.calls.clone());
+            self.unsupported_runs = known.runs + 1;
         }
         self.previous = state;
         self.keeps_totals = keeps_totals;
@@ -348,6 +352,7 @@ impl<'n> Gpu<'n> {
         self.next.unsupported = Unsupported {
             mig_mode: self.mig_mode(),
             calls: self.nvml.unsupported_calls().clone(),
+            runs: self.unsupported_runs,
         };
         let read_errors = match self.nvml.finish() {
             Ok(read_errors) => read_errors,

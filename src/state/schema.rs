@@ -117,13 +117,22 @@ pub struct GpuState {
 
 /// The declared NVML calls (with their arguments) a GPU answered
 /// NOT_SUPPORTED under one driver and MIG mode (enabling MIG changes what a
-/// GPU supports, without a driver change): they are not made again.
+/// GPU supports, without a driver change): they are not made again for
+/// [`Unsupported::RUNS`] runs, then asked afresh (an answer that was only
+/// for the moment costs a reading at most that long).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Unsupported {
     /// The current MIG mode they were answered under; `None`: unknown.
     pub mig_mode: Option<u32>,
     pub calls: BTreeSet<String>,
+    /// The runs since they were last asked.
+    pub runs: u32,
+}
+
+impl Unsupported {
+    /// 40 runs: 10 minutes of the timer.
+    pub const RUNS: u32 = 40;
 }
 
 impl GpuState {

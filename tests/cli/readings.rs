@@ -620,3 +620,28 @@ fn unsupported_calls_are_made_once_per_driver() {
         assert_eq!(calls.count(call, "0"), 1, "{call}: {calls:?}");
     }
 }
+
+/// A NOT_SUPPORTED that was only for the moment costs its reading for at
+/// most 40 runs (10 minutes of the timer): then the call is asked again.
+#[test]
+fn a_passing_not_supported_is_asked_again_within_forty_runs() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let refusing = ex().replaced(
+        dir.path(),
+        "geforce",
+        &[(
+            "pstate = 2",
+            "pstate = 2\nerrors = { nvmlDeviceGetPowerUsage = \"NOT_SUPPORTED\" }",
+        )],
+    );
+    let power = |scenario: &str| {
+        let out = ex().run_args(scenario, state.path(), &["--stdout", "--write-state"], &[]);
+        assert_eq!(out.code(), Some(0), "{}", out.err());
+        gpu_value(&out.samples(), "nvidia_gpu_power_watts", "0", &[])
+    };
+    assert_eq!(power(&refusing), None);
+    let answers: Vec<Option<f64>> = (0..41).map(|_| power("geforce")).collect();
+    assert_eq!(answers[0], None, "not asked again at once");
+    assert_eq!(answers[40], Some(187.432), "asked again within 40 runs");
+}
