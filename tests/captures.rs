@@ -160,7 +160,8 @@ fn a_capture_asks_for_the_fields_in_the_exporters_own_calls() {
         "fault-duplicates",
         "h100-mig",
     ];
-    let captured = ["h200-idle", "h200-load"].map(|c| captures().join(format!("{c}.toml")));
+    let captured = ["h200-idle", "h200-load", "h100-idle", "h100-load"]
+        .map(|c| captures().join(format!("{c}.toml")));
     let paths = scenarios
         .map(|s| ex().scenario(s))
         .into_iter()
@@ -225,6 +226,22 @@ fn the_idle_h200_replays_its_golden_file() {
     let utilization = value(&samples, "nvidia_gpu_utilization_ratio", &gpu).unwrap();
     assert!(utilization < 0.05, "{utilization}");
     assert_eq!(value(&samples, "nvidia_gpu_up", &gpu), Some(1.0));
+}
+
+/// The H100 captured with the exporter's own field calls (driver 580.159.04):
+/// its replay holds every field the exporter asks for, those the one large
+/// batch of the H200's capture lost among them (fields 193 and 194, the
+/// thermal margin thresholds, are asked alone).
+#[test]
+fn the_h100_captures_replay_their_golden_files() {
+    let samples = replay("h100-idle", &["--gpm-window", "100ms"]);
+    let gpu = [("gpu", "0")];
+    assert_eq!(value(&samples, "nvidia_gpu_up", &gpu), Some(1.0));
+    let margin = "nvidia_gpu_temperature_margin_threshold_celsius";
+    assert!(samples.keys().any(|s| s.name == margin), "no {margin}");
+    let loaded = replay("h100-load", &["--gpm-window", "100ms", "--collector", "processes"]);
+    let utilization = value(&loaded, "nvidia_gpu_utilization_ratio", &gpu).unwrap();
+    assert!(utilization > 0.05, "{utilization}");
 }
 
 /// The pid of the one process in the loaded H200's capture (the load).

@@ -26,7 +26,8 @@ repository root (`make gpu-check` builds what it needs and runs it):
   - encoder and decoder: the H200 has no NVENC, and no load here drives the
     decoder: both are left out of the suite (said in a line).
 - with CAPTURE_TOOL and OUT_DIR: an NVML capture of the idle GPU and one under
-  the first load (OUT_DIR/h200-idle.toml, OUT_DIR/h200-load.toml).
+  the first load (OUT_DIR/<model>-idle.toml, OUT_DIR/<model>-load.toml, the
+  model h100, h200, … from the GPU's name).
 
 One PASS/FAIL line a reading; the last line is `N passed, M failed`; exit
 status 1 when any failed. About six minutes.
@@ -185,19 +186,29 @@ def driver():
                           capture_output=True, text=True).stdout.strip()
 
 
+def model():
+    """The GPU's name (NVIDIA H100 80GB HBM3), and the captures' prefix (h100)."""
+    name = subprocess.run(["nvidia-smi", "-i", GPU, "--query-gpu=name", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+    prefix = next((m.lower() for m in ("H200", "H100", "B200", "GH200") if m in name), "gpu")
+    return name, prefix
+
+
 def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, GPU {GPU}: {driver()}", flush=True)
     static()
-    capture("h200-idle.toml", f"NVIDIA H200 idle ({driver()}), captured by tests/nvml-capture")
+    name, prefix = model()
+    version = driver().split(",")[0]
+    capture(f"{prefix}-idle.toml", f"{name} idle ({version}), captured by tests/nvml-capture")
 
     print("# one load: every SM 5 s busy / 5 s idle (spin 5000 5000 ... 264 1024)", flush=True)
     load = Load("spin", 5000, 5000, 140, 0, 264, 1024)
     time.sleep(1)
     pid = str(load.proc.pid)
     taken = runs(RUNS, during=lambda: capture(
-        "h200-load.toml",
-        f"NVIDIA H200 under gpuload spin 5000 5000 (every SM 5 s busy / 5 s idle, pid {pid}) "
-        f"({driver()}), captured by tests/nvml-capture", gpm_ms=5000))
+        f"{prefix}-load.toml",
+        f"{name} under gpuload spin 5000 5000 (every SM 5 s busy / 5 s idle, pid {pid}) "
+        f"({version}), captured by tests/nvml-capture", gpm_ms=5000))
     phases = load.stop()
     for i, (before, now) in enumerate(zip(taken, taken[1:]), 1):
         truth = busy_fraction(phases, before["ts"], now["ts"])
