@@ -239,7 +239,10 @@ fn the_h100_captures_replay_their_golden_files() {
     assert_eq!(value(&samples, "nvidia_gpu_up", &gpu), Some(1.0));
     let margin = "nvidia_gpu_temperature_margin_threshold_celsius";
     assert!(samples.keys().any(|s| s.name == margin), "no {margin}");
-    let loaded = replay("h100-load", &["--gpm-window", "100ms", "--collector", "processes"]);
+    let loaded = replay(
+        "h100-load",
+        &["--gpm-window", "100ms", "--collector", "processes"],
+    );
     let utilization = value(&loaded, "nvidia_gpu_utilization_ratio", &gpu).unwrap();
     assert!(utilization > 0.05, "{utilization}");
 }
