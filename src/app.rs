@@ -173,7 +173,8 @@ fn snapshot_with_state(
     }
     if let (true, Some(driver)) = (store, &outcome.driver_version) {
         deadline.enter("storing the state");
-        state.store(&outcome.snapshot.devices, driver, deadline.storing_ends());
+        let (devices, states) = (&outcome.snapshot.devices, &outcome.states);
+        state.store(devices, states, driver, deadline.storing_ends());
     }
     let state_ok = metrics::COLLECTOR_STATE_OK.sample(if state.ok() { 1.0 } else { 0.0 });
     outcome.snapshot.host.push(state_ok);

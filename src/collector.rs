@@ -347,7 +347,7 @@ impl<'n> Gpu<'n> {
     }
 
     /// The GPU's samples, or only its down state if a fatal error occurred.
-    pub fn finish(mut self, identity: &Identity) -> Device {
+    pub fn finish(mut self, identity: &Identity) -> Finished {
         let index = self.index();
         self.next.unsupported = Unsupported {
             mig_mode: self.mig_mode(),
@@ -356,7 +356,7 @@ impl<'n> Gpu<'n> {
         };
         let read_errors = match self.nvml.finish() {
             Ok(read_errors) => read_errors,
-            Err(fault) => return down(index, identity, fault.into(), None),
+            Err(fault) => return down(index, identity, fault.into(), None).into(),
         };
         let merged = merge_duplicates(&mut self.samples) + self.merged;
         if merged > 0 {
@@ -367,13 +367,23 @@ impl<'n> Gpu<'n> {
         self.samples.push(metrics::UP.sample(1.0));
         self.samples
             .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(read_errors)));
-        Device {
-            samples: self.samples,
-            processes: self.processes,
+        Finished {
+            device: Device {
+                samples: self.samples,
+                processes: self.processes,
+                ..identified(index, identity)
+            },
             state: Some(self.next),
-            ..identified(index, identity)
         }
     }
+}
+
+/// A GPU's reading and what it leaves for the next run (`None`: keep what
+/// the state had): the state goes to `state`, the device to the snapshot.
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub device: Device,
+    pub state: Option<GpuState>,
 }
 
 /// A GPU reported down for `reason` (stuck in an NVML call, if known), with
@@ -391,6 +401,16 @@ pub fn down(
             metrics::DOWN_REASON.sample_with([reason.label()], 1.0),
         ],
         ..identified(index, identity)
+    }
+}
+
+impl From<Device> for Finished {
+    /// A device that leaves the state as it was.
+    fn from(device: Device) -> Finished {
+        Finished {
+            device,
+            state: None,
+        }
     }
 }
 

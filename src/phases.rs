@@ -17,12 +17,12 @@ use nvml::types::Device as NvmlDevice;
 use nvml::{DeviceReader, InFlight, InitError, Scope, Session, Versions};
 
 use crate::bounded::{Threads, Waiting};
-use crate::collector::{down, Collector, Gpu, HostRun, Settings, Window};
+use crate::collector::{down, Collector, Finished, Gpu, HostRun, Settings, Window};
 use crate::collectors;
 use crate::identity::{self, Identity};
 use crate::metrics;
 use crate::reason::Reason;
-use crate::snapshot::{Device, KnownGpu, Sample};
+use crate::snapshot::{KnownGpu, Sample};
 use crate::state::schema::GpuState;
 use crate::timing;
 
@@ -48,7 +48,7 @@ pub struct Reading {
     /// The driver version, empty if it could not be read.
     pub driver_version: String,
     /// One entry per GPU in index order, then the GPUs that left enumeration.
-    pub devices: Vec<Device>,
+    pub devices: Vec<Finished>,
     /// A GPU did not answer by the deadline (it is down, reason `timeout`).
     pub timed_out: bool,
 }
@@ -73,7 +73,7 @@ enum Slot {
     /// Its reads started; how long they took once they ended (its windows' close follows).
     Reading(Option<Duration>),
     /// Its readings.
-    Read(Box<Device>),
+    Read(Box<Finished>),
     /// Down without readings of its own, why; its identity read, if it came.
     Down(Reason, Option<identity::Read>),
 }
@@ -173,13 +173,15 @@ impl Slot {
         settings: &Settings,
         inflight: &InFlight,
         opened: Instant,
-    ) -> (Device, bool) {
+    ) -> (Finished, bool) {
         let mut state = start.state;
         let stuck_in = match self {
-            Slot::Read(device) => return (*device, false),
+            Slot::Read(finished) => return (*finished, false),
             // Its identity reads timed out: its reads never started.
             Slot::Down(Reason::Timeout, _) => None,
-            Slot::Down(reason, _) => return (down(index, &start.identity, reason, None), false),
+            Slot::Down(reason, _) => {
+                return (down(index, &start.identity, reason, None).into(), false)
+            }
             Slot::Reading(took) => {
                 // The phase the deadline cut keeps all the run's time (`timing::cut`).
                 let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
@@ -193,9 +195,9 @@ impl Slot {
             // Its reads not reached (behind another GPU's call): nothing learnt.
             _ => stuck(index, "its reads", settings, inflight),
         };
-        let mut device = down(index, &start.identity, Reason::Timeout, stuck_in);
-        device.state = Some(state);
-        (device, true)
+        let device = down(index, &start.identity, Reason::Timeout, stuck_in);
+        let state = Some(state);
+        (Finished { device, state }, true)
     }
 }
 
@@ -238,7 +240,7 @@ fn stuck(index: u32, what: &str, settings: &Settings, inflight: &InFlight) -> Op
 }
 
 /// A GPU this boot knew that NVML no longer enumerates: down, its state kept.
-fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
+fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Finished {
     let mut state = states.get(&gone.uuid).cloned().unwrap_or_default();
     // Said once, when it leaves; the file says it every run.
     if !std::mem::replace(&mut state.left_enumeration, true) {
@@ -255,9 +257,9 @@ fn departed(gone: KnownGpu, states: &BTreeMap<String, GpuState>) -> Device {
         serial: gone.serial,
         unique: true,
     };
-    let mut device = down(gone.index, &identity, Reason::NotEnumerated, None);
-    device.state = Some(state);
-    device
+    let device = down(gone.index, &identity, Reason::NotEnumerated, None);
+    let state = Some(state);
+    Finished { device, state }
 }
 
 /// Starts the reading threads, whose reports it returns; a GPU whose thread
@@ -349,7 +351,7 @@ fn read_group(
         match gpu {
             Ok(gpu) => ready.push(gpu),
             Err(down) => {
-                let _ = report.send((down.index, Slot::Read(down)));
+                let _ = report.send((down.device.index, Slot::Read(down)));
             }
         }
     }
@@ -426,10 +428,10 @@ struct Opened<'n> {
 
 impl<'n> Enumerated<'n> {
     /// Phase 2a: the previous state, and every collector's window opened.
-    fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Device>> {
+    fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Finished>> {
         let mut reader = match self.reader {
             Ok(reader) => reader,
-            Err(why) => return Err(Box::new(down(self.index, &self.identity, why, None))),
+            Err(why) => return Err(Box::new(down(self.index, &self.identity, why, None).into())),
         };
         reader.resume(self.state, self.keeps_totals);
         let windows: Vec<_> = settings
@@ -489,7 +491,7 @@ impl Opened<'_> {
     }
 
     /// Phase 2c: closes the windows, keeping how long that took from their end.
-    fn close(mut self) -> Device {
+    fn close(mut self) -> Finished {
         let had_windows = !self.windows.is_empty();
         let ended = self.windows_end.map(|end| end.max(Instant::now()));
         for window in self.windows {

@@ -7,7 +7,6 @@ use std::borrow::Cow;
 
 use crate::metrics::{Family, Labelled};
 use crate::reason::Reason;
-use crate::state::schema::GpuState;
 
 /// A label value that is usually a static string and only sometimes owned.
 pub type LabelValue = Cow<'static, str>;
@@ -89,8 +88,6 @@ pub struct Device {
     pub samples: Vec<Sample>,
     /// Its compute processes, which become samples once their owners are known.
     pub processes: Vec<Process>,
-    /// What the readers leave for the next run; `None`: keep what it had.
-    pub state: Option<GpuState>,
 }
 
 /// Whether a GPU was read.

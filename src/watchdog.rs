@@ -6,17 +6,20 @@
 //! [`Deadline::arm`] ends a run still blocked after the deadline with
 //! [`Exit::Timeout`], naming the phase it was in.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bounded::{Threads, Unfinished};
+use crate::collector::Finished;
 use crate::exit::Exit;
 use crate::logging;
 use crate::metrics;
 use crate::phases::Reading;
 use crate::reason::Reason;
 use crate::snapshot::{Sample, Snapshot, Status};
+use crate::state::schema::GpuState;
 use crate::timing::{self, HARD_STOP_GRACE};
 use nvml::{InFlight, InitError};
 
@@ -24,6 +27,8 @@ use nvml::{InFlight, InitError};
 #[derive(Debug)]
 pub struct Outcome {
     pub snapshot: Snapshot,
+    /// What each GPU leaves for the next run, by UUID.
+    pub states: BTreeMap<String, GpuState>,
     pub exit: Exit,
     /// The driver version NVML was read under; `None`: store nothing of this run.
     pub driver_version: Option<String>,
@@ -128,6 +133,7 @@ impl Deadline {
                 host: self.samples(Some(reason)),
                 devices: Vec::new(),
             },
+            states: BTreeMap::new(),
             exit,
             driver_version: None,
         }
@@ -172,7 +178,10 @@ where
     });
     match received {
         Ok(Ok(reading)) => {
-            let down = reading.devices.iter().any(|d| d.status != Status::Up);
+            let down = reading
+                .devices
+                .iter()
+                .any(|d| d.device.status != Status::Up);
             let exit = match (reading.timed_out, down) {
                 (true, _) => Exit::Timeout,
                 (false, true) => Exit::DeviceDown,
@@ -180,11 +189,17 @@ where
             };
             let mut host = deadline.samples(None);
             host.extend(reading.host);
+            let mut states = BTreeMap::new();
+            let mut devices = Vec::with_capacity(reading.devices.len());
+            for Finished { device, state } in reading.devices {
+                if let Some(state) = state.filter(|_| !device.uuid.is_empty()) {
+                    states.insert(device.uuid.clone(), state);
+                }
+                devices.push(device);
+            }
             Outcome {
-                snapshot: Snapshot {
-                    host,
-                    devices: reading.devices,
-                },
+                snapshot: Snapshot { host, devices },
+                states,
                 exit,
                 driver_version: Some(reading.driver_version),
             }

@@ -1,7 +1,9 @@
 //! The pure merge of the previous state with this run's readings.
 
 use super::problem::Problem;
-use super::schema::{State, XidCounts, MAX_FIXED, MAX_GPUS, VERSION};
+use std::collections::BTreeMap;
+
+use super::schema::{GpuState, State, XidCounts, MAX_FIXED, MAX_GPUS, VERSION};
 use crate::snapshot::Device;
 
 /// `previous` with this run's readings merged in, within the bounds: a GPU
@@ -11,6 +13,7 @@ use crate::snapshot::Device;
 pub(super) fn merge(
     previous: &State,
     devices: &[Device],
+    states: &BTreeMap<String, GpuState>,
     driver_version: &str,
     xid: Option<XidCounts>,
 ) -> Result<State, Problem> {
@@ -27,7 +30,10 @@ pub(super) fn merge(
     }
     for device in devices.iter().filter(|d| !d.uuid.is_empty()) {
         let before = next.gpus.remove(&device.uuid).unwrap_or_default();
-        let mut gpu = device.state.clone().unwrap_or_else(|| before.clone());
+        let mut gpu = states
+            .get(&device.uuid)
+            .cloned()
+            .unwrap_or_else(|| before.clone());
         for (stream, carry) in &before.carries {
             gpu.carries.entry(*stream).or_insert(*carry);
         }

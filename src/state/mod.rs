@@ -20,6 +20,7 @@ mod v1;
 pub use problem::Problem;
 pub use store::StateDir;
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -28,7 +29,7 @@ use log::Level;
 
 use crate::fsutil;
 use crate::snapshot::{Device, KnownGpu};
-use schema::{State, XidCounts, VERSION};
+use schema::{GpuState, State, XidCounts, VERSION};
 
 /// How long past the lock wait loading may take on a file system that works.
 const ANSWER: Duration = Duration::from_millis(100);
@@ -134,13 +135,20 @@ impl StateFile {
             .collect()
     }
 
-    /// Stores, by `until`, what `devices` leave for the next run (`next`).
-    pub fn store(&mut self, devices: &[Device], driver_version: &str, until: Instant) {
+    /// Stores, by `until`, the previous state with what `devices` leave
+    /// for the next run (`states`, by UUID) merged in.
+    pub fn store(
+        &mut self,
+        devices: &[Device],
+        states: &BTreeMap<String, GpuState>,
+        driver_version: &str,
+        until: Instant,
+    ) {
         let Some(lock) = self.lock.take() else {
             return;
         };
         let xid = self.xid_next.take();
-        let next = match merge::merge(&self.previous, devices, driver_version, xid) {
+        let next = match merge::merge(&self.previous, devices, states, driver_version, xid) {
             Ok(next) => next,
             Err(problem) => return self.fail(problem),
         };
@@ -468,7 +476,7 @@ mod tests {
         let states = StateDir::new(dir.path());
         let far = || Instant::now() + Duration::from_secs(5);
         let mut first = StateFile::load_to_store(states.clone(), Instant::now());
-        first.store(&[], "580", far());
+        first.store(&[], &BTreeMap::new(), "580", far());
         let stored = fs::read_to_string(dir.path().join("state")).unwrap();
         // The first store gave its lock back; the second run holds it now.
         let holder = StateFile::load_to_store(states.clone(), Instant::now());
@@ -478,7 +486,7 @@ mod tests {
         let mut second = StateFile::load_to_store(states.clone(), until);
         assert!(started.elapsed() >= Duration::from_millis(100));
         assert!(matches!(second.problem, Some(Problem::Busy(_))));
-        second.store(&[], "999", far());
+        second.store(&[], &BTreeMap::new(), "999", far());
         assert_eq!(
             fs::read_to_string(dir.path().join("state")).unwrap(),
             stored
@@ -531,22 +539,25 @@ mod tests {
             last_us,
             ..Carry::default()
         };
-        let device = |carries: &[(Stream, u64)], gpm: Option<&str>| Device {
+        let device = Device {
             uuid: "GPU-a".into(),
-            state: Some(GpuState {
+            ..Device::default()
+        };
+        let left = |carries: &[(Stream, u64)], gpm: Option<&str>| {
+            let state = GpuState {
                 carries: carries.iter().map(|&(s, last)| (s, carry(last))).collect(),
                 gpm_unavailable: gpm.map(str::to_owned),
                 ..GpuState::default()
-            }),
-            ..Device::default()
+            };
+            BTreeMap::from([("GPU-a".to_owned(), state)])
         };
         let far = || Instant::now() + Duration::from_secs(5);
         let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
-        let first = device(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some("paused"));
-        state_file.store(&[first], "580", far());
+        let first = left(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some("paused"));
+        state_file.store(std::slice::from_ref(&device), &first, "580", far());
         drop(state_file);
         let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
-        state_file.store(&[device(&[(Stream::Gpu, 5)], None)], "580", far());
+        state_file.store(&[device], &left(&[(Stream::Gpu, 5)], None), "580", far());
         let gpu = &StateDir::new(dir.path())
             .load(&boot_id().unwrap())
             .unwrap()
