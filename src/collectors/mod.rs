@@ -221,15 +221,15 @@ pub fn field_batches(
     ids.sort_unstable();
     ids.dedup();
     let batch: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
-    let mut answers = if batch.is_empty() {
+    let answers = if batch.is_empty() {
         Vec::new()
     } else {
         send(&batch)
     };
-    // A collector takes a field of the batch once (`DeviceReader::field`).
-    let mut take = |id| {
+    // Every collector reads a value of the batch (`DeviceReader::field`).
+    let take = |id| {
         let at = ids.iter().position(|&i| i == id)?;
-        answers.get_mut(at)?.take()
+        *answers.get(at)?
     };
     let mut nvlink5 = None;
     for collector in collectors {
@@ -328,8 +328,8 @@ mod tests {
         // No NVLink: the batch and the margin thresholds alone.
         assert_eq!(batch_sizes(None, None), [n, 1, 1]);
         // 18 links counted: the NVLink 5 probe alone (once a run) and 5
-        // fields a link; the per-link collector finds the count taken
-        // (`DeviceReader::field`), probes 18 links and asks 4 fields of each.
+        // fields a link; the per-link collector reads the count too, probes
+        // the 18 links and asks 4 fields of each.
         let active = [Some(true); 18];
         assert_eq!(batch_sizes(Some(18.0), Some(&active)), [n, 1, 1, 1, 90, 72]);
         // No count: 4 links probed, one failing, counted; asked where answered.

@@ -534,3 +534,22 @@ fn links_lost_is_left_out_while_a_link_seen_active_is_unread() {
     );
     assert_eq!(lost(&fourth), Some(1.0));
 }
+
+/// With both NVLink collectors on, the per-link one reads the link count of
+/// the batch too (4): it asks the state of those 4 links, not of links up to
+/// the first NVML does not know; the totals collector asks the 4 too (the
+/// state field is not answered here).
+#[test]
+fn both_nvlink_collectors_read_the_link_count() {
+    let state = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let out = ex().run_args(
+        "nvlink-fields",
+        state.path(),
+        &["--stdout", "--collector", "nvlink-links"],
+        &[("FAKE_NVML_CALL_LOG", log.path().to_str().unwrap())],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.err());
+    let calls = Calls::read(log.path());
+    assert_eq!(calls.total("nvmlDeviceGetNvLinkState"), 4 + 4, "{calls:?}");
+}

@@ -210,12 +210,18 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// Takes the prefetched entry of field `id`, once.
+    /// The prefetched entry of field `id`: its value for every caller, its
+    /// error once (so that it is counted once).
     fn take_field(&mut self, id: u32) -> Option<Result<f64, NvmlError>> {
-        self.prefetched
+        let entry = &mut self
+            .prefetched
             .iter_mut()
-            .find(|(field, _)| *field == id)
-            .and_then(|(_, value)| value.take())
+            .find(|(field, _)| *field == id)?
+            .1;
+        match entry {
+            Some(Ok(value)) => Some(Ok(*value)),
+            _ => entry.take(),
+        }
     }
 
     /// A prefetched field value that has no other source.
