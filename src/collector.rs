@@ -287,12 +287,10 @@ impl<'n> Gpu<'n> {
             Some(&value) => value,
             None => match self.nvml.try_read(call, args)? {
                 Ok(value) => Some(to_kept(value)),
+                // Not supported is an answer, kept; any other error is not.
                 Err(error) => {
                     self.nvml.note(&error);
-                    if !error.is_unsupported() {
-                        return None;
-                    }
-                    None
+                    error.is_unsupported().then_some(None)?
                 }
             },
         };
