@@ -428,16 +428,10 @@ fn identified(index: u32, identity: &Identity) -> Device {
 /// How many samples were merged away.
 fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     let key = |sample: &Sample| {
-        let mut key = sample.family.name.to_owned();
-        for label in &sample.labels {
-            key.push('\0');
-            key.push_str(label.name);
-            key.push('\0');
-            key.push_str(&label.value);
-        }
-        key
+        let labels = sample.labels.iter().map(|l| (l.name, l.value.clone()));
+        (sample.family.name, labels.collect::<Vec<_>>())
     };
-    let mut first: HashMap<String, usize> = HashMap::with_capacity(samples.len());
+    let mut first = HashMap::with_capacity(samples.len());
     let mut kept: Vec<Sample> = Vec::with_capacity(samples.len());
     let total = samples.len();
     for sample in samples.drain(..) {
@@ -478,26 +472,10 @@ pub const PER_MILLI: f64 = 1000.0;
 /// its sample buffer and the stream whose carry the state keeps for it.
 #[derive(Clone, Copy)]
 pub struct Engine {
-    label: &'static str,
-    ratio: Labelled<0>,
-    sampling: Sampling,
-    stream: Stream,
-}
-
-impl Engine {
-    pub const fn new(
-        label: &'static str,
-        ratio: Labelled<0>,
-        sampling: Sampling,
-        stream: Stream,
-    ) -> Engine {
-        Engine {
-            label,
-            ratio,
-            sampling,
-            stream,
-        }
-    }
+    pub label: &'static str,
+    pub ratio: Labelled<0>,
+    pub sampling: Sampling,
+    pub stream: Stream,
 }
 
 /// Reads `engine`'s samples since the previous run and pushes its ratio (if

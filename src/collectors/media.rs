@@ -28,18 +28,18 @@ families! {
         "Fraction of the last sample period during which the optical flow accelerator (OFA) was busy (0-1).";
 }
 
-const ENCODER: Engine = Engine::new(
-    "encoder",
-    ENCODER_UTILIZATION,
-    Sampling::EncoderUtilization,
-    Stream::Encoder,
-);
-const DECODER: Engine = Engine::new(
-    "decoder",
-    DECODER_UTILIZATION,
-    Sampling::DecoderUtilization,
-    Stream::Decoder,
-);
+const ENCODER: Engine = Engine {
+    label: "encoder",
+    ratio: ENCODER_UTILIZATION,
+    sampling: Sampling::EncoderUtilization,
+    stream: Stream::Encoder,
+};
+const DECODER: Engine = Engine {
+    label: "decoder",
+    ratio: DECODER_UTILIZATION,
+    sampling: Sampling::DecoderUtilization,
+    stream: Stream::Decoder,
+};
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 

@@ -19,13 +19,18 @@ families! {
         "Compute processes running on the GPU.";
 }
 
-const GPU: Engine = Engine::new("gpu", UTILIZATION, Sampling::GpuUtilization, Stream::Gpu);
-const MEMORY: Engine = Engine::new(
-    "memory",
-    MEMORY_UTILIZATION,
-    Sampling::MemoryUtilization,
-    Stream::Memory,
-);
+const GPU: Engine = Engine {
+    label: "gpu",
+    ratio: UTILIZATION,
+    sampling: Sampling::GpuUtilization,
+    stream: Stream::Gpu,
+};
+const MEMORY: Engine = Engine {
+    label: "memory",
+    ratio: MEMORY_UTILIZATION,
+    sampling: Sampling::MemoryUtilization,
+    stream: Stream::Memory,
+};
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     let gpu = read_engine(reader, GPU);

@@ -26,14 +26,6 @@ pub struct Call<A, T> {
     pub(crate) make: fn(&Device<'_>, A) -> Result<T, NvmlError>,
 }
 
-impl<A, T> Clone for Call<A, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<A, T> Copy for Call<A, T> {}
-
 /// `NAME: nvmlFunction(args) -> Answer = |device, args| how;`
 macro_rules! calls {
     ($($(#[$doc:meta])* $name:ident: $symbol:ident($($arg:ident: $ty:ty),*) -> $answer:ty

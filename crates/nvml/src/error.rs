@@ -55,7 +55,6 @@ impl Failure {
 pub enum Code {
     NotSupported,
     InvalidArgument,
-    NotFound,
     NoPermission,
     /// NVML_ERROR_IN_USE, and code 23 where nvml-wrapper does not name it.
     InUse,
@@ -72,11 +71,6 @@ pub struct Error {
 impl Error {
     pub(crate) fn new(call: &'static str, nvml: NvmlError) -> Error {
         Error { call, nvml }
-    }
-
-    /// The NVML function that returned it.
-    pub fn call(&self) -> &'static str {
-        self.call
     }
 
     /// Only "this GPU or driver does not have this field"; every other code,
@@ -111,7 +105,6 @@ impl Error {
         match self.nvml {
             NvmlError::NotSupported => Code::NotSupported,
             NvmlError::InvalidArg => Code::InvalidArgument,
-            NvmlError::NotFound => Code::NotFound,
             NvmlError::NoPermission => Code::NoPermission,
             NvmlError::InUse | NvmlError::UnexpectedVariant(23) => Code::InUse,
             _ => Code::Other,

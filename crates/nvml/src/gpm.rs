@@ -36,16 +36,8 @@ impl<'n> DeviceReader<'n> {
     ) -> Option<Vec<Option<f64>>> {
         const CALL: &str = "nvmlGpmMetricsGet";
         let results = self.read_by(CALL, |d| gpm_metrics_get(d.nvml(), first, second, ids))?;
-        let values = results
-            .into_iter()
-            .map(|result| match result {
-                Ok(metric) => Some(metric.value),
-                Err(error) => {
-                    self.note(&Error::new(CALL, error));
-                    None
-                }
-            })
-            .collect();
-        Some(values)
+        let mut note = |error| self.note(&Error::new(CALL, error));
+        let values = results.into_iter().map(|r| r.map_err(&mut note).ok());
+        Some(values.map(|metric| Some(metric?.value)).collect())
     }
 }

@@ -71,13 +71,7 @@ impl<'n> DeviceReader<'n> {
     /// Makes `call` with `args`. `None` when the field is not supported,
     /// failed (counted) or the GPU is already down.
     pub fn read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<T> {
-        match self.try_read(call, args)? {
-            Ok(value) => Some(value),
-            Err(error) => {
-                self.note(&error);
-                None
-            }
-        }
+        self.try_read(call, args)?.map_err(|e| self.note(&e)).ok()
     }
 
     /// [`Self::read`] of another device than the GPU: one of its MIG devices.
@@ -126,13 +120,8 @@ impl<'n> DeviceReader<'n> {
         call: &'static str,
         read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        match self.attempt(call, read)? {
-            Ok(value) => Some(value),
-            Err(error) => {
-                self.note(&Error::new(call, error));
-                None
-            }
-        }
+        let answer = self.attempt(call, read)?;
+        answer.map_err(|e| self.note(&Error::new(call, e))).ok()
     }
 
     /// Applies the error policy to an error obtained some other way.
@@ -145,17 +134,6 @@ impl<'n> DeviceReader<'n> {
             self.fault = Some(error.failure());
         } else {
             self.count_error(format!("GPU {index}: {call}: {error}"));
-        }
-    }
-
-    /// Logs `message` as a warning the first time this run sees it.
-    fn warn_once(&mut self, message: String) {
-        match self.seen.iter_mut().find(|(seen, _)| *seen == message) {
-            Some((_, count)) => *count += 1,
-            None => {
-                log::warn!("{message}");
-                self.seen.push((message, 1));
-            }
         }
     }
 
@@ -185,12 +163,10 @@ impl<'n> DeviceReader<'n> {
     pub fn read_fields(&mut self, fields: &[Field]) -> Vec<Option<f64>> {
         self.fetch_fields(fields)
             .into_iter()
-            .map(|value| match value? {
-                Ok(number) => Some(number),
-                Err(error) => {
-                    self.note(&Error::new(fields::CALL, error));
-                    None
-                }
+            .map(|value| {
+                value?
+                    .map_err(|e| self.note(&Error::new(fields::CALL, e)))
+                    .ok()
             })
             .collect()
     }
@@ -226,13 +202,10 @@ impl<'n> DeviceReader<'n> {
 
     /// A prefetched field value that has no other source.
     pub fn field(&mut self, id: u32) -> Option<f64> {
-        match self.take_field(id)? {
-            Ok(value) => Some(value),
-            Err(error) => {
-                self.note(&Error::new(fields::CALL, error));
-                None
-            }
-        }
+        let value = self.take_field(id)?;
+        value
+            .map_err(|e| self.note(&Error::new(fields::CALL, e)))
+            .ok()
     }
 
     /// A prefetched field value, or else what `fallback` reads through the
@@ -282,7 +255,13 @@ impl<'n> DeviceReader<'n> {
     /// value), logged once.
     pub fn count_error(&mut self, message: String) {
         self.read_errors += 1;
-        self.warn_once(message);
+        match self.seen.iter_mut().find(|(seen, _)| *seen == message) {
+            Some((_, count)) => *count += 1,
+            None => {
+                log::warn!("{message}");
+                self.seen.push((message, 1));
+            }
+        }
     }
 
     /// The repeated warnings summed up; how many reads failed, or why the
