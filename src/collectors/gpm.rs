@@ -44,51 +44,36 @@ families! {
         "nvidia_gpu_pipe_active_ratio of one MIG GPU instance, by pipe (0-1).";
 }
 
-/// Why the GPM metrics of a GPU that supports GPM are missing from a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unavailable {
-    NoPermission,
-    CountersInUse,
-    Paused,
-    /// The time left is shorter than [`MIN_WINDOW`] (which reads zeros).
-    WindowTooShort,
+// `ALL` is the test's.
+#[allow(dead_code)]
+mod unavailable {
+    crate::reason::constants! {
+        /// Why the GPM metrics of a GPU that supports GPM are missing from a run.
+        pub enum Unavailable {
+            /// The `reason` label of `nvidia_gpu_gpm_unavailable`.
+            fn label;
+            /// What the log line says about it.
+            fn hint;
+        }
+        NoPermission => ("no_permission",
+            "the driver keeps the performance counters from processes without \
+             CAP_SYS_ADMIN (NVreg_RestrictProfilingToAdminUsers=1, its default); \
+             set that option to 0, or grant the unit the capability (README, GPM), \
+             or turn GPM off with --no-collector gpm");
+        CountersInUse => ("counters_in_use",
+            "another tool holds the performance counters (Nsight Compute, DCGM \
+             profiling); GPM metrics return when it releases them");
+        Paused => ("paused", "the GPM pause file exists (--gpm-pause-file); remove it to resume");
+        /// The time left is shorter than [`crate::timing::MIN_WINDOW`] (which reads zeros).
+        WindowTooShort => ("window_too_short",
+            "--timeout leaves the window less than 100ms once NVML has started and \
+             the reads have their time; lengthen --timeout, or turn GPM off with \
+             --gpm-window 0");
+    }
 }
+pub use unavailable::Unavailable;
 
 impl Unavailable {
-    /// The `reason` label of `nvidia_gpu_gpm_unavailable`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Unavailable::NoPermission => "no_permission",
-            Unavailable::CountersInUse => "counters_in_use",
-            Unavailable::Paused => "paused",
-            Unavailable::WindowTooShort => "window_too_short",
-        }
-    }
-
-    /// What the log line says about it.
-    pub fn hint(self) -> &'static str {
-        match self {
-            Unavailable::NoPermission => {
-                "the driver keeps the performance counters from processes without \
-                 CAP_SYS_ADMIN (NVreg_RestrictProfilingToAdminUsers=1, its default); \
-                 set that option to 0, or grant the unit the capability (README, GPM), \
-                 or turn GPM off with --no-collector gpm"
-            }
-            Unavailable::CountersInUse => {
-                "another tool holds the performance counters (Nsight Compute, DCGM \
-                 profiling); GPM metrics return when it releases them"
-            }
-            Unavailable::Paused => {
-                "the GPM pause file exists (--gpm-pause-file); remove it to resume"
-            }
-            Unavailable::WindowTooShort => {
-                "--timeout leaves the window less than 100ms once NVML has started and \
-                 the reads have their time; lengthen --timeout, or turn GPM off with \
-                 --gpm-window 0"
-            }
-        }
-    }
-
     fn from_code(code: Code) -> Option<Self> {
         match code {
             Code::NoPermission => Some(Unavailable::NoPermission),
@@ -132,15 +117,13 @@ enum Report {
 }
 
 impl Report {
-    /// The sample of `ratio` measured on `target`.
-    fn sample(self, target: Target, ratio: f64) -> MetricSample {
-        match (self, target) {
-            (Report::Engine(gpu, _), Target::Gpu) => gpu.sample(ratio),
-            (Report::Engine(_, mig), Target::Instance(gi)) => {
-                mig.sample_with([gi.to_string()], ratio)
-            }
-            (Report::Pipe(pipe), Target::Gpu) => PIPE_ACTIVE.sample_with([pipe], ratio),
-            (Report::Pipe(pipe), Target::Instance(gi)) => {
+    /// The sample of `ratio` measured on the GPU, or on its GPU instance `gi`.
+    fn sample(self, gi: Option<u32>, ratio: f64) -> MetricSample {
+        match (self, gi) {
+            (Report::Engine(gpu, _), None) => gpu.sample(ratio),
+            (Report::Engine(_, mig), Some(gi)) => mig.sample_with([gi.to_string()], ratio),
+            (Report::Pipe(pipe), None) => PIPE_ACTIVE.sample_with([pipe], ratio),
+            (Report::Pipe(pipe), Some(gi)) => {
                 MIG_PIPE_ACTIVE.sample_with([gi.to_string(), pipe.to_owned()], ratio)
             }
         }
@@ -150,24 +133,11 @@ impl Report {
 /// The most GPU instances one GPU has (7 on H100/H200).
 const MAX_GPU_INSTANCES: usize = 8;
 
-/// What is sampled: the whole GPU, or one MIG GPU instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    Gpu,
-    Instance(u32),
-}
-
-/// The first sample of one target and when it was taken.
-struct Measurement<'n> {
-    target: Target,
-    first: GpmSample<'n>,
-    /// Midpoint of the first sample's call.
-    first_at: Instant,
-}
-
 /// A GPU's open GPM window, from [`open`] to its close.
 struct GpuWindow<'n> {
-    measurements: Vec<Measurement<'n>>,
+    /// For the GPU (`None`) and each GPU instance of a GPU in MIG mode, when
+    /// its first sample was taken (the midpoint of the call) and the sample.
+    firsts: Vec<(Option<u32>, Instant, GpmSample<'n>)>,
     /// When the second samples are due.
     ends: Instant,
 }
@@ -177,7 +147,7 @@ pub(super) fn open<'n>(
     reader: &mut Gpu<'n>,
     settings: &Settings,
 ) -> Option<Box<dyn Window<'n> + 'n>> {
-    if settings.gpm_window.is_zero() || !supported(reader) {
+    if settings.gpm_window.is_zero() || !reader.nvml.read(calls::GPM_SUPPORT, ())? {
         return None;
     }
     if settings.gpm_paused {
@@ -191,16 +161,17 @@ pub(super) fn open<'n>(
         unavailable(reader, Unavailable::WindowTooShort);
         return None;
     };
-    let mut targets = vec![Target::Gpu];
-    targets.extend(gpu_instances(reader).into_iter().map(Target::Instance));
-    let mut measurements = Vec::with_capacity(targets.len());
+    let mut targets = vec![None];
+    for device in mig::devices(&mut reader.nvml) {
+        let gi = Some(device.gpu_instance_id);
+        if !targets.contains(&gi) && targets.len() <= MAX_GPU_INSTANCES {
+            targets.push(gi);
+        }
+    }
+    let mut firsts = Vec::with_capacity(targets.len());
     for target in targets {
         match take(reader, target) {
-            Taken::At(first_at, first) => measurements.push(Measurement {
-                target,
-                first,
-                first_at,
-            }),
+            Taken::At(at, first) => firsts.push((target, at, first)),
             Taken::Skipped => {}
             Taken::Unavailable(why) => {
                 unavailable(reader, why);
@@ -209,8 +180,8 @@ pub(super) fn open<'n>(
             Taken::Down => return None,
         }
     }
-    let ends = latest.min(measurements.first()?.first_at + settings.gpm_window);
-    Some(Box::new(GpuWindow { measurements, ends }))
+    let ends = latest.min(firsts.first()?.1 + settings.gpm_window);
+    Some(Box::new(GpuWindow { firsts, ends }))
 }
 
 impl<'n> Window<'n> for GpuWindow<'n> {
@@ -224,58 +195,39 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 
     /// Takes the second samples when the window ends and exports the metrics.
     fn close(self: Box<Self>, reader: &mut Gpu<'n>) {
-        let window = *self;
-        std::thread::sleep(window.ends.saturating_duration_since(Instant::now()));
-        let mut results = Vec::with_capacity(window.measurements.len());
-        for measurement in &window.measurements {
-            match take(reader, measurement.target) {
-                Taken::At(second_at, second) => results.push((measurement, second, second_at)),
+        std::thread::sleep(self.ends.saturating_duration_since(Instant::now()));
+        let mut pairs = Vec::with_capacity(self.firsts.len());
+        for first in &self.firsts {
+            match take(reader, first.0) {
+                Taken::At(second_at, second) => pairs.push((first, second_at, second)),
                 Taken::Skipped => {}
                 Taken::Unavailable(why) => return unavailable(reader, why),
                 Taken::Down => return,
             }
         }
+        let ids = METRICS.map(|(id, _)| id);
         let mut window_seconds = None;
-        for (measurement, second, second_at) in results {
+        for ((target, first_at, first), second_at, second) in pairs {
             // A window cut short reads zeros: better nothing than a false idle.
-            if second_at - measurement.first_at < MIN_WINDOW {
+            if second_at - *first_at < MIN_WINDOW {
                 return unavailable(reader, Unavailable::WindowTooShort);
             }
-            let Some(values) = metrics_get(reader, &measurement.first, &second) else {
+            let Some(values) = reader.nvml.gpm_metrics(first, &second, &ids) else {
                 continue;
             };
             let mut any = false;
             for ((_, report), value) in METRICS.iter().zip(values) {
                 let Some(percent) = value else { continue };
-                any |= reader.push_read(
-                    report.sample(measurement.target, metrics::ratio(percent)),
-                    percent,
-                );
+                any |= reader.push_read(report.sample(*target, metrics::ratio(percent)), percent);
             }
             if any && window_seconds.is_none() {
-                window_seconds = Some((second_at - measurement.first_at).as_secs_f64());
+                window_seconds = Some((second_at - *first_at).as_secs_f64());
             }
         }
         if let Some(seconds) = window_seconds {
             reader.gauge(GPM_WINDOW, seconds);
         }
     }
-}
-
-/// Whether NVML says the GPU supports GPM.
-fn supported(reader: &mut Gpu<'_>) -> bool {
-    reader.nvml.read(calls::GPM_SUPPORT, ()).unwrap_or(false)
-}
-
-/// The GPU instance ids of a GPU in MIG mode (none otherwise), each once.
-fn gpu_instances(reader: &mut Gpu<'_>) -> Vec<u32> {
-    let mut ids = Vec::new();
-    for device in mig::devices(&mut reader.nvml) {
-        if !ids.contains(&device.gpu_instance_id) && ids.len() < MAX_GPU_INSTANCES {
-            ids.push(device.gpu_instance_id);
-        }
-    }
-    ids
 }
 
 enum Taken<'n> {
@@ -288,13 +240,10 @@ enum Taken<'n> {
     Down,
 }
 
-/// Takes a sample of `target`.
-fn take<'n>(reader: &mut Gpu<'n>, target: Target) -> Taken<'n> {
+/// Takes a sample of the GPU, or of its GPU instance `gi`.
+fn take<'n>(reader: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
     let before = Instant::now();
-    let result = match target {
-        Target::Gpu => reader.nvml.gpm_sample(None),
-        Target::Instance(gi) => reader.nvml.gpm_sample(Some(gi)),
-    };
+    let result = reader.nvml.gpm_sample(gi);
     let after = Instant::now();
     match result {
         None => Taken::Down,
@@ -307,18 +256,6 @@ fn take<'n>(reader: &mut Gpu<'n>, target: Target) -> Taken<'n> {
             }
         },
     }
-}
-
-/// The percentages of [`METRICS`] between two samples of one target, each
-/// `None` where NVML does not give it; `None` when the call failed.
-fn metrics_get<'n>(
-    reader: &mut Gpu<'n>,
-    first: &GpmSample<'n>,
-    second: &GpmSample<'n>,
-) -> Option<Vec<Option<f64>>> {
-    reader
-        .nvml
-        .gpm_metrics(first, second, &METRICS.map(|(id, _)| id))
 }
 
 /// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
