@@ -5,6 +5,9 @@
 //! (Blackwell) counters replace the Hopper ones where the GPU has them (read
 //! once per driver).
 
+use std::convert::identity;
+
+use nvml::fields::Field;
 use nvml::types::field_id::{
     NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
@@ -16,9 +19,8 @@ use nvml::types::ErrorCounter;
 use nvml::{calls, Code};
 
 use crate::collector::Gpu;
-use crate::metrics::families;
+use crate::metrics::{families, Labelled};
 use crate::snapshot::LabelValue;
-use nvml::fields::Field;
 
 families! {
     FAMILIES;
@@ -67,12 +69,26 @@ const SYMBOL_ERRORS: u32 = 221;
 const EFFECTIVE_BER: u32 = 220;
 const SYMBOL_BER: u32 = 222;
 
-/// The NVLink 5 fields read per link, in [`Nvlink5`] order.
-const NVLINK5_FIELDS: [u32; 4] = [
+/// The NVLink 5 fields read per link where the GPU has them: the counters
+/// (the first four, all the per-GPU collector reads), then the bit error rates.
+const NVLINK5_FIELDS: [u32; 6] = [
     LINK_RECOVERY_SUCCESSFUL,
     LINK_RECOVERY_FAILED,
     EFFECTIVE_ERRORS,
     SYMBOL_ERRORS,
+    EFFECTIVE_BER,
+    SYMBOL_BER,
+];
+
+/// The per-link collector's series of each of [`NVLINK5_FIELDS`], and how
+/// its value is read.
+const NVLINK5_SERIES: [(Labelled<2>, &str, fn(f64) -> f64); 6] = [
+    (NVLINK_LINK_RECOVERIES, "successful", identity),
+    (NVLINK_LINK_RECOVERIES, "failed", identity),
+    (NVLINK_LINK_ERRORS, "effective", identity),
+    (NVLINK_LINK_ERRORS, "symbol", identity),
+    (NVLINK_LINK_BIT_ERROR, "effective", ber),
+    (NVLINK_LINK_BIT_ERROR, "symbol", ber),
 ];
 
 /// NVML counts NVLink data in KiB.
@@ -112,8 +128,7 @@ impl LinkState {
 /// The per-GPU collector: the batch and one more field read per link (links
 /// probed with `nvmlDeviceGetNvLinkState` where there is no count field).
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let count = link_count(reader);
-    let (count, probed) = match count {
+    let (count, probed) = match link_count(reader) {
         Some(count) => (count, Vec::new()),
         None => {
             let Some(probed) = probe_links(reader, MAX_LINKS) else {
@@ -130,17 +145,18 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         return;
     }
     let nvlink5 = has_nvlink5(reader);
-    let links = read_link_fields(reader, count, nvlink5);
+    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
+    let values = reader.nvml.read_fields(&link_batch(0..count, &ids));
+    let links: Vec<&[Option<f64>]> = values.chunks(ids.len()).collect();
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
         reader.gauge(NVLINK_LINKS, f64::from(count));
     }
-    let states: Vec<Option<LinkState>> = links
-        .iter()
-        .enumerate()
-        .map(|(link, values)| match probed.get(link) {
+    let states: Vec<Option<LinkState>> = (0..count)
+        .zip(&links)
+        .map(|(link, values)| match probed.get(link as usize) {
             Some(active) => active.map(LinkState::from_active),
-            None => link_state(reader, link as u32, values.state),
+            None => link_state(reader, link, values[0]),
         })
         .collect();
     let active: Option<u32> = states
@@ -151,59 +167,50 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         reader.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
     }
     count_lost(reader, &states);
-    // A total only when every link answered (else a false reset).
-    let sum = |pick: &dyn Fn(&LinkFields) -> Option<f64>| -> Option<f64> {
-        if links.is_empty() {
-            return None;
-        }
-        links.iter().map(pick).sum()
+    // A field summed over the links, only when every link answered (else a
+    // false reset); `None` for a field not read.
+    let sum = |id: u32| -> Option<f64> {
+        let at = ids.iter().position(|&i| i == id)?;
+        links.iter().map(|values| values[at]).sum()
     };
     // NVML's per-GPU total where the driver has it, else the links' sum.
     let replay = reader
         .nvml
         .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(&|l| l.replay));
+        .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY));
     let recovery = reader
         .nvml
         .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(&|l| l.recovery));
+        .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY));
     let crc_flit = reader
         .nvml
         .field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
     let crc_data = reader
         .nvml
         .field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
-    let nvlink5 = |pick: fn(&Nvlink5) -> Option<f64>| -> Option<f64> {
-        if !nvlink5 {
-            return None;
-        }
-        sum(&|l| l.nvlink5.as_ref().and_then(pick))
-    };
-    for (count, result) in [
-        (nvlink5(|l| l.recovery_successful), "successful"),
-        (nvlink5(|l| l.recovery_failed), "failed"),
+    for (family, label, count) in [
+        (
+            NVLINK_RECOVERIES,
+            "successful",
+            sum(LINK_RECOVERY_SUCCESSFUL),
+        ),
+        (NVLINK_RECOVERIES, "failed", sum(LINK_RECOVERY_FAILED)),
+        (NVLINK_ERRORS, "replay", replay),
+        (NVLINK_ERRORS, "recovery", recovery),
+        (NVLINK_ERRORS, "crc_flit", crc_flit),
+        (NVLINK_ERRORS, "crc_data", crc_data),
+        (NVLINK_ERRORS, "effective", sum(EFFECTIVE_ERRORS)),
+        (NVLINK_ERRORS, "symbol", sum(SYMBOL_ERRORS)),
     ] {
         if let Some(count) = count {
-            reader.push(NVLINK_RECOVERIES.sample_with([result], count));
+            reader.push(family.sample_with([label], count));
         }
     }
-    for (count, counter) in [
-        (replay, "replay"),
-        (recovery, "recovery"),
-        (crc_flit, "crc_flit"),
-        (crc_data, "crc_data"),
-        (nvlink5(|l| l.effective), "effective"),
-        (nvlink5(|l| l.symbol), "symbol"),
+    for (id, family) in [
+        (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVLINK_TRANSMIT),
+        (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVLINK_RECEIVE),
     ] {
-        if let Some(count) = count {
-            reader.push(NVLINK_ERRORS.sample_with([counter], count));
-        }
-    }
-    for (kib, family) in [
-        (sum(&|l| l.transmit), NVLINK_TRANSMIT),
-        (sum(&|l| l.receive), NVLINK_RECEIVE),
-    ] {
-        if let Some(kib) = kib {
+        if let Some(kib) = sum(id) {
             reader.gauge(family, kib * BYTES_PER_KIB);
         }
     }
@@ -230,7 +237,7 @@ pub(super) fn totals_batches(
         return;
     }
     let nvlink5 = *nvlink5.get_or_insert_with(|| send(&[NVLINK5_PROBE])[0].is_some());
-    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
+    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
     send(&link_batch(0..count, &ids));
 }
 
@@ -255,7 +262,7 @@ pub(super) fn links_batches(
         .filter_map(|(link, active)| active.map(|_| link));
     let batch = link_batch(
         answered,
-        &per_link(&PER_LINK_FIELDS, &NVLINK5_LINK_FIELDS, nvlink5),
+        &per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5),
     );
     // An empty batch is not sent (`DeviceReader::read_fields`).
     if !batch.is_empty() {
@@ -285,36 +292,6 @@ fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
     reader
         .nvml
         .bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
-}
-
-/// One link's fields of the per-GPU collector's batch.
-struct LinkFields {
-    state: Option<f64>,
-    replay: Option<f64>,
-    recovery: Option<f64>,
-    transmit: Option<f64>,
-    receive: Option<f64>,
-    /// Only where the GPU has NVLink 5 counters.
-    nvlink5: Option<Nvlink5>,
-}
-
-/// One link's NVLink 5 counters.
-struct Nvlink5 {
-    recovery_successful: Option<f64>,
-    recovery_failed: Option<f64>,
-    effective: Option<f64>,
-    symbol: Option<f64>,
-}
-
-impl Nvlink5 {
-    fn from_values(values: &[Option<f64>]) -> Nvlink5 {
-        Nvlink5 {
-            recovery_successful: values[0],
-            recovery_failed: values[1],
-            effective: values[2],
-            symbol: values[3],
-        }
-    }
 }
 
 /// The field whose answer says the GPU has the NVLink 5 counters, read alone.
@@ -349,7 +326,7 @@ fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     }
 }
 
-/// Per-link fields of the per-GPU collector, in [`LinkFields`] order.
+/// Per-link fields of the per-GPU collector, the state first.
 const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_GET_STATE,
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
@@ -370,23 +347,6 @@ fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
     links
         .into_iter()
         .flat_map(|link| ids.iter().map(move |&id| Field { id, scope: link }))
-        .collect()
-}
-
-/// Reads the per-link fields of links `0..count` in one call.
-fn read_link_fields(reader: &mut Gpu<'_>, count: u32, nvlink5: bool) -> Vec<LinkFields> {
-    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
-    let values = reader.nvml.read_fields(&link_batch(0..count, &ids));
-    values
-        .chunks(ids.len())
-        .map(|values| LinkFields {
-            state: values[0],
-            replay: values[1],
-            recovery: values[2],
-            transmit: values[3],
-            receive: values[4],
-            nvlink5: nvlink5.then(|| Nvlink5::from_values(&values[TOTALS_LINK_FIELDS.len()..])),
-        })
         .collect()
 }
 
@@ -445,7 +405,8 @@ fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     Some(links)
 }
 
-/// The per-link collector (`nvlink-links`).
+/// The per-link collector (`nvlink-links`): the batch, then the error
+/// counters it lacks, one call per link and counter.
 pub(super) fn read_links(reader: &mut Gpu<'_>) {
     let last = link_count(reader).unwrap_or(MAX_LINKS);
     let Some(probed) = probe_links(reader, last) else {
@@ -456,27 +417,26 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
         .filter_map(|(link, active)| Some((link, active?)))
         .collect();
     let nvlink5 = has_nvlink5(reader);
-    let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_LINK_FIELDS, nvlink5);
+    let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
     let requests = link_batch(links.iter().map(|&(link, _)| link), &ids);
     let values = reader.nvml.read_fields(&requests);
     for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
-        let label = link.to_string();
-        reader
-            .push(NVLINK_LINK_ACTIVE.sample_with([label.clone()], if active { 1.0 } else { 0.0 }));
-        let (values, nvlink5_values) = values.split_at(PER_LINK_FIELDS.len());
-        let [replay, recovery, transmit, receive] = values else {
+        let label = || LabelValue::from(link.to_string());
+        reader.push(NVLINK_LINK_ACTIVE.sample_with([label()], if active { 1.0 } else { 0.0 }));
+        let Some(([replay, recovery, transmit, receive], nvlink5_values)) =
+            values.split_first_chunk()
+        else {
             continue;
         };
-        if nvlink5 {
-            push_nvlink5_link(reader, &label, nvlink5_values);
+        for (&(family, kind, read), value) in NVLINK5_SERIES.iter().zip(nvlink5_values) {
+            if let Some(value) = *value {
+                reader.push(family.sample_with([label(), kind.into()], read(value)));
+            }
         }
         let counters = match (replay, recovery) {
             (Some(replay), Some(recovery)) => {
                 for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
-                    reader.push(
-                        NVLINK_LINK_ERRORS
-                            .sample_with([LabelValue::from(label.clone()), counter.into()], *count),
-                    );
+                    reader.push(NVLINK_LINK_ERRORS.sample_with([label(), counter.into()], *count));
                 }
                 &ERROR_COUNTERS[2..]
             }
@@ -484,52 +444,21 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
             _ if nvlink5 => &[],
             _ => &ERROR_COUNTERS[..],
         };
-        read_error_counters(reader, link, &label, counters);
+        for &(counter, name) in counters {
+            if let Some(count) = reader
+                .nvml
+                .read(calls::NVLINK_ERROR_COUNTER, (link, counter))
+            {
+                reader.push(NVLINK_LINK_ERRORS.sample_with([label(), name.into()], count as f64));
+            }
+        }
         for (value, family) in [
             (transmit, NVLINK_LINK_TRANSMIT),
             (receive, NVLINK_LINK_RECEIVE),
         ] {
             if let Some(kib) = value {
-                reader.push(family.sample_with([label.clone()], kib * BYTES_PER_KIB));
+                reader.push(family.sample_with([label()], kib * BYTES_PER_KIB));
             }
-        }
-    }
-}
-
-/// The per-link NVLink 5 fields of the per-link collector: the counters of
-/// [`NVLINK5_FIELDS`], then the effective and symbol bit error rates.
-const NVLINK5_LINK_FIELDS: [u32; 6] = [
-    LINK_RECOVERY_SUCCESSFUL,
-    LINK_RECOVERY_FAILED,
-    EFFECTIVE_ERRORS,
-    SYMBOL_ERRORS,
-    EFFECTIVE_BER,
-    SYMBOL_BER,
-];
-
-/// One link's NVLink 5 samples from its [`NVLINK5_LINK_FIELDS`] values.
-fn push_nvlink5_link(reader: &mut Gpu<'_>, label: &str, values: &[Option<f64>]) {
-    let counters = Nvlink5::from_values(values);
-    let link = || LabelValue::from(label.to_owned());
-    for (count, result) in [
-        (counters.recovery_successful, "successful"),
-        (counters.recovery_failed, "failed"),
-    ] {
-        if let Some(count) = count {
-            reader.push(NVLINK_LINK_RECOVERIES.sample_with([link(), result.into()], count));
-        }
-    }
-    for (count, counter) in [
-        (counters.effective, "effective"),
-        (counters.symbol, "symbol"),
-    ] {
-        if let Some(count) = count {
-            reader.push(NVLINK_LINK_ERRORS.sample_with([link(), counter.into()], count));
-        }
-    }
-    for (raw, kind) in [(values[4], "effective"), (values[5], "symbol")] {
-        if let Some(raw) = raw {
-            reader.push(NVLINK_LINK_BIT_ERROR.sample_with([link(), kind.into()], ber(raw)));
         }
     }
 }
@@ -541,26 +470,6 @@ fn ber(raw: f64) -> f64 {
     let exponent = (bits & 0xff) as i32;
     let mantissa = ((bits >> 8) & 0xf) as f64;
     mantissa * 10f64.powi(-exponent)
-}
-
-/// Error counters of one link, one call each.
-fn read_error_counters(
-    reader: &mut Gpu<'_>,
-    link: u32,
-    label: &str,
-    counters: &[(ErrorCounter, &'static str)],
-) {
-    for &(counter, counter_label) in counters {
-        if let Some(count) = reader
-            .nvml
-            .read(calls::NVLINK_ERROR_COUNTER, (link, counter))
-        {
-            reader.push(NVLINK_LINK_ERRORS.sample_with(
-                [LabelValue::from(label.to_owned()), counter_label.into()],
-                count as f64,
-            ));
-        }
-    }
 }
 
 #[cfg(test)]
