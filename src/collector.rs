@@ -15,7 +15,7 @@ use crate::facts::GpuFacts;
 use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::reason::Reason;
-use crate::samples::{self, Carry, SampleRead};
+use crate::samples::{self, Carry};
 use crate::snapshot::{Device, Process, Sample, Snapshot, Status};
 use crate::state::schema::{GpuState, Stream, Unsupported};
 use crate::state::StateFile;
@@ -463,6 +463,11 @@ pub const CLOCK_DOMAINS: [(Clock, &str); 4] = [
     (Clock::Video, "video"),
 ];
 
+/// A yes or no as a sample's value: 1 or 0.
+pub fn flag(on: bool) -> f64 {
+    f64::from(u8::from(on))
+}
+
 pub const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 
 /// NVML reads power in milliwatts and energy in millijoules.
@@ -483,8 +488,7 @@ pub struct Engine {
 /// no samples for it: the caller falls back to a point reading.
 pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     let previous = reader.previous_carry(engine.stream);
-    let SampleRead::Read { carry, integrated } =
-        samples::read(&mut reader.nvml, engine.sampling, previous)
+    let Some((carry, integrated)) = samples::read(&mut reader.nvml, engine.sampling, previous)
     else {
         return false;
     };

@@ -113,29 +113,20 @@ pub fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// What reading a stream found.
-pub enum SampleRead {
-    /// NVML keeps no samples for this stream (MIG mode, older GPUs).
-    Unsupported,
-    /// `carry` is what stands now; `integrated` is `None` after a (counted) error.
-    Read {
-        carry: Carry,
-        integrated: Option<Integrated>,
-    },
-}
-
 /// Reads the samples of `sampling` since `previous` (the stream's carry, `None`
-/// for none or damaged) and integrates them.
+/// for none or damaged) and integrates them: the carry that stands now, and
+/// what was integrated (`None` after a counted error); `None` where NVML keeps
+/// no samples for this stream (MIG mode, older GPUs).
 pub fn read(
     reader: &mut DeviceReader<'_>,
     sampling: Sampling,
     previous: Option<Carry>,
-) -> SampleRead {
+) -> Option<(Carry, Option<Integrated>)> {
     let carry = previous.unwrap_or_default();
     let answer = match nvml_samples::fetch(reader, sampling, carry.last_us) {
         Some(Err(error)) if error.is_unsupported() => {
             reader.note(&error);
-            return SampleRead::Unsupported;
+            return None;
         }
         Some(Ok(samples)) if samples.is_empty() && clock_step(carry.last_us, now_us()) => {
             log::info!(
@@ -154,7 +145,7 @@ pub fn read(
         .and_then(|answer| answer.map_err(|e| reader.note(&e)).ok())
         .map(|(samples, anchored)| integrate(carry, &samples, anchored));
     let carry = integrated.as_ref().map_or(carry, |w| w.carry);
-    SampleRead::Read { carry, integrated }
+    Some((carry, integrated))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::{PerformancePolicy, PerformanceState};
 
-use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
+use crate::collector::{flag, Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics::families;
 use nvml::unwrapped::EventReasons;
 
@@ -129,8 +129,7 @@ fn read_event_reasons(reader: &mut Gpu<'_>) {
         .unwrap_or(u64::MAX);
     for (bit, label) in EVENT_REASONS {
         if supported & bit != 0 {
-            let value = if active & bit != 0 { 1.0 } else { 0.0 };
-            reader.push(CLOCKS_EVENT.sample_with([label], value));
+            reader.push(CLOCKS_EVENT.sample_with([label], flag(active & bit != 0)));
         }
     }
 }

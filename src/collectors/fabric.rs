@@ -1,7 +1,7 @@
 //! The NVLink fabric of NVSwitch systems: registration, cluster and clique,
 //! health. Nothing on a GPU on no fabric (read once per driver).
 
-use crate::collector::Gpu;
+use crate::collector::{flag, Gpu};
 use crate::metrics::families;
 use nvml::calls;
 use nvml::fabric::{Condition, FabricState, Summary};
@@ -32,23 +32,20 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         return;
     };
     for state in FabricState::ALL {
-        let value = if state == info.state { 1.0 } else { 0.0 };
-        reader.push(FABRIC_STATE.sample_with([state.label()], value));
+        reader.push(FABRIC_STATE.sample_with([state.label()], flag(state == info.state)));
     }
     reader.gauge(FABRIC_STATUS, f64::from(info.status));
     reader.push(FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0));
     if let Some(mask) = info.health_mask {
         for condition in Condition::ALL {
             if let Some(holds) = condition.holds(mask) {
-                let value = if holds { 1.0 } else { 0.0 };
-                reader.push(FABRIC_HEALTH.sample_with([condition.label()], value));
+                reader.push(FABRIC_HEALTH.sample_with([condition.label()], flag(holds)));
             }
         }
     }
     if let Some(summary) = info.summary {
         for each in Summary::ALL {
-            let value = if each == summary { 1.0 } else { 0.0 };
-            reader.push(FABRIC_HEALTH_SUMMARY.sample_with([each.label()], value));
+            reader.push(FABRIC_HEALTH_SUMMARY.sample_with([each.label()], flag(each == summary)));
         }
     }
 }

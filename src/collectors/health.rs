@@ -8,7 +8,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::{EccCounter, MemoryError, RetirementCause};
 
-use crate::collector::Gpu;
+use crate::collector::{flag, Gpu};
 use crate::metrics::families;
 
 families! {
@@ -68,10 +68,6 @@ const RECOVERY_ACTIONS: [&str; 5] = [
     "drain_p2p",
     "drain_and_reset",
 ];
-
-fn flag(on: bool) -> f64 {
-    f64::from(u8::from(on))
-}
 
 /// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &[

@@ -3,7 +3,7 @@
 use nvml::calls;
 use nvml::types::ComputeMode;
 
-use crate::collector::Gpu;
+use crate::collector::{flag, Gpu};
 use crate::metrics::families;
 
 families! {
@@ -20,7 +20,7 @@ families! {
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(on) = reader.nvml.read(calls::PERSISTENCE_MODE, ()) {
-        reader.gauge(PERSISTENCE_MODE, if on { 1.0 } else { 0.0 });
+        reader.gauge(PERSISTENCE_MODE, flag(on));
     }
     if let Some(mode) = reader.nvml.read_enum::<ComputeMode>() {
         let label = match mode {
@@ -33,7 +33,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         reader.push(COMPUTE_MODE.sample_with([label], 1.0));
     }
     if let Some(mig) = reader.nvml.mig_mode() {
-        reader.gauge(MIG_ENABLED, f64::from(u8::from(mig.current == 1)));
-        reader.gauge(MIG_PENDING_ENABLED, f64::from(u8::from(mig.pending == 1)));
+        reader.gauge(MIG_ENABLED, flag(mig.current == 1));
+        reader.gauge(MIG_PENDING_ENABLED, flag(mig.pending == 1));
     }
 }

@@ -18,7 +18,7 @@ use nvml::types::field_id::{
 use nvml::types::ErrorCounter;
 use nvml::{calls, Code};
 
-use crate::collector::Gpu;
+use crate::collector::{flag, Gpu};
 use crate::metrics::{families, Labelled};
 use crate::snapshot::LabelValue;
 
@@ -422,7 +422,7 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
     let values = reader.nvml.read_fields(&requests);
     for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
         let label = || LabelValue::from(link.to_string());
-        reader.push(NVLINK_LINK_ACTIVE.sample_with([label()], if active { 1.0 } else { 0.0 }));
+        reader.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));
         let Some(([replay, recovery, transmit, receive], nvlink5_values)) =
             values.split_first_chunk()
         else {

@@ -10,7 +10,7 @@ use nvml::types::{Sampling, UsedGpuMemory};
 use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics::{self, families};
 use crate::procfs::{self, Owner, Users};
-use crate::samples::{self, Carry, SampleRead};
+use crate::samples::{self, Carry};
 use crate::snapshot::{Device, LabelValue, Process};
 use crate::state::schema::Stream;
 
@@ -27,7 +27,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         return;
     };
     let utilization = utilization(reader);
-    let share = |pid| utilization.as_ref().map(|u| u.ratio(pid));
+    let share = |pid| utilization.as_deref().map(|u| ratio_of(u, pid));
     for process in &listed {
         reader.process(Process {
             pid: process.pid,
@@ -45,7 +45,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     // A process that used the GPU in the window but is gone by now (or is
     // not a compute process) still has its share: without it the processes
     // would not add up to the GPU.
-    for (pid, ratio) in utilization.iter().flat_map(Utilization::ratios) {
+    for &(pid, ratio) in utilization.iter().flatten() {
         if !listed.iter().any(|p| p.pid == pid) {
             reader.process(Process {
                 pid,
@@ -96,51 +96,30 @@ fn attribute(devices: &mut [Device], procfs: &Path, users: &Users) {
     }
 }
 
-/// One run's per-process SM utilization: each process's mean SM percent
-/// over the GPU samples since the window's start.
-#[derive(Debug, Default, PartialEq)]
-struct Utilization {
-    /// Mean SM percent by pid; a pid listed twice keeps its newest entry.
-    percent: Vec<(u32, u64)>,
+/// Each process's mean SM utilization over the window, by pid: NVML's newest
+/// possible entry per pid (one over 100 % is impossible and dropped).
+fn ratios(mut entries: Vec<ProcessEntry>) -> Vec<(u32, f64)> {
+    entries.retain(|&(_, _, sm)| metrics::plausible_percent(sm as f64));
+    entries.sort_unstable_by_key(|&(pid, ts, _)| (pid, std::cmp::Reverse(ts)));
+    entries.dedup_by_key(|&mut (pid, _, _)| pid);
+    let ratio = |(pid, _, sm): ProcessEntry| (pid, metrics::ratio(sm as f64));
+    entries.into_iter().map(ratio).collect()
 }
 
-impl Utilization {
-    /// From NVML's entries: the newest possible one per pid (an entry over
-    /// 100 % is impossible and dropped).
-    fn from_entries(mut entries: Vec<ProcessEntry>) -> Self {
-        entries.retain(|&(_, _, sm)| metrics::plausible_percent(sm as f64));
-        entries.sort_unstable_by_key(|&(pid, ts, _)| (pid, std::cmp::Reverse(ts)));
-        entries.dedup_by_key(|&mut (pid, _, _)| pid);
-        Utilization {
-            percent: entries.into_iter().map(|(pid, _, sm)| (pid, sm)).collect(),
-        }
-    }
-
-    /// Every listed process's ratio, by pid.
-    fn ratios(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
-        self.percent
-            .iter()
-            .map(|&(pid, sm)| (pid, metrics::ratio(sm as f64)))
-    }
-
-    /// The process's mean SM utilization over the window; NVML lists only
-    /// processes that used the GPU in it, so a process missing was idle (0).
-    fn ratio(&self, pid: u32) -> f64 {
-        self.ratios()
-            .find(|&(p, _)| p == pid)
-            .map_or(0.0, |(_, r)| r)
-    }
+/// The ratio of `pid`; NVML lists only processes that used the GPU in the
+/// window, so a process missing was idle (0).
+fn ratio_of(ratios: &[(u32, f64)], pid: u32) -> f64 {
+    ratios
+        .iter()
+        .find(|&&(p, _)| p == pid)
+        .map_or(0.0, |&(_, r)| r)
 }
 
 /// The GPU engine's samples since the previous run, then the processes'
 /// utilization over the same window; `None` when it covers no time.
-fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
+fn utilization(reader: &mut Gpu<'_>) -> Option<Vec<(u32, f64)>> {
     let previous = reader.previous_carry(Stream::Processes);
-    let SampleRead::Read { carry, integrated } =
-        samples::read(&mut reader.nvml, Sampling::GpuUtilization, previous)
-    else {
-        return None;
-    };
+    let (carry, integrated) = samples::read(&mut reader.nvml, Sampling::GpuUtilization, previous)?;
     if reader.keeps_totals() && carry != Carry::default() {
         reader.next_state().carries.insert(Stream::Processes, carry);
     }
@@ -149,7 +128,7 @@ fn utilization(reader: &mut Gpu<'_>) -> Option<Utilization> {
         return None;
     }
     let since = integrated.intervals.first()?.start_us;
-    fetch_processes(&mut reader.nvml, since).map(Utilization::from_entries)
+    fetch_processes(&mut reader.nvml, since).map(ratios)
 }
 
 #[cfg(test)]
@@ -221,11 +200,10 @@ mod tests {
 
     #[test]
     fn one_entry_per_process_is_its_mean_and_a_missing_pid_was_idle() {
-        let utilization =
-            Utilization::from_entries(vec![(7, 10, 40), (7, 20, 50), (9, 20, 101), (8, 5, 25)]);
-        assert_eq!(utilization.ratio(7), 0.5);
-        assert_eq!(utilization.ratio(8), 0.25);
-        assert_eq!(utilization.ratio(9), 0.0);
-        assert_eq!(utilization.ratio(6), 0.0);
+        let ratios = ratios(vec![(7, 10, 40), (7, 20, 50), (9, 20, 101), (8, 5, 25)]);
+        assert_eq!(ratio_of(&ratios, 7), 0.5);
+        assert_eq!(ratio_of(&ratios, 8), 0.25);
+        assert_eq!(ratio_of(&ratios, 9), 0.0);
+        assert_eq!(ratio_of(&ratios, 6), 0.0);
     }
 }

@@ -109,12 +109,9 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(celsius) = reader.nvml.margin_temperature() {
         reader.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
     }
-    for (field, label) in MARGIN_THRESHOLDS {
+    for (id, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
-        let field = Field {
-            id: field,
-            scope: 0,
-        };
+        let field = Field { id, scope: 0 };
         // Whole degrees: NVML answers these offsets as integers.
         let whole = |celsius: f64| celsius.round() as i64;
         if let Some(Some(celsius)) = reader.read_fixed(&key, calls::FIELD, field, whole) {
