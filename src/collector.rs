@@ -51,16 +51,16 @@ pub struct Collector {
     pub help: &'static str,
     /// The families its hooks may emit.
     pub families: &'static [&'static Family],
-    /// Field ids its reader takes from the GPU's batched field read.
-    pub(crate) fields: &'static [u32],
     pub(crate) hooks: Hooks,
 }
 
 /// What a collector does in each phase of a run (see `phases`).
 #[derive(Clone, Copy)]
 pub(crate) struct Hooks {
-    /// Field ids for the batch that depend on the GPU's facts, added to the
-    /// row's `fields`.
+    /// Field ids `read` takes from the GPU's batched field read.
+    pub(crate) fields: &'static [u32],
+    /// Field ids for the batch that depend on the GPU's facts, added to
+    /// `fields`.
     pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
     /// Opens a window before any other reading, closed after every `read`.
     pub(crate) open: Option<OpenHook>,
@@ -82,15 +82,17 @@ pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Hooks {
     pub(crate) const NONE: Hooks = Hooks {
+        fields: &[],
         fields_for: None,
         open: None,
         read: None,
         host: None,
     };
 
-    pub(crate) const fn read(read: fn(&mut Gpu<'_>)) -> Hooks {
+    pub(crate) const fn read(read: fn(&mut Gpu<'_>), fields: &'static [u32]) -> Hooks {
         Hooks {
             read: Some(read),
+            fields,
             ..Hooks::NONE
         }
     }
@@ -147,7 +149,7 @@ impl Collector {
     /// The field ids it takes from the batch of a GPU with these facts.
     pub(crate) fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
         let chosen = self.hooks.fields_for.map_or(&[][..], |pick| pick(facts));
-        self.fields.iter().chain(chosen).copied()
+        self.hooks.fields.iter().chain(chosen).copied()
     }
 
     /// Whether it opens a window over each GPU (takes `--gpm-window`).
