@@ -40,40 +40,33 @@ const EVENT_REASONS: [(u64, &str); 9] = [
     (0x100, "display_clock_setting"),
 ];
 
-/// Violation policies, their field ids and their `policy` label values.
-const POLICIES: [(PerformancePolicy, u32, &str); 8] = {
+/// Violation policies with their `policy` label values, in [`FIELDS`] order.
+const POLICIES: [(PerformancePolicy, &str); 8] = {
     use PerformancePolicy::*;
     [
-        (Power, NVML_FI_DEV_PERF_POLICY_POWER, "power"),
-        (Thermal, NVML_FI_DEV_PERF_POLICY_THERMAL, "thermal"),
-        (SyncBoost, NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, "sync_boost"),
-        (
-            BoardLimit,
-            NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
-            "board_limit",
-        ),
-        (
-            LowUtilization,
-            NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
-            "low_utilization",
-        ),
-        (
-            Reliability,
-            NVML_FI_DEV_PERF_POLICY_RELIABILITY,
-            "reliability",
-        ),
-        (
-            TotalAppClocks,
-            NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
-            "app_clocks",
-        ),
-        (
-            TotalBaseClocks,
-            NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
-            "base_clocks",
-        ),
+        (Power, "power"),
+        (Thermal, "thermal"),
+        (SyncBoost, "sync_boost"),
+        (BoardLimit, "board_limit"),
+        (LowUtilization, "low_utilization"),
+        (Reliability, "reliability"),
+        (TotalAppClocks, "app_clocks"),
+        (TotalBaseClocks, "base_clocks"),
     ]
 };
+
+/// Field values this collector takes from the per-GPU batch: the violation
+/// time of each of [`POLICIES`].
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_PERF_POLICY_POWER,
+    NVML_FI_DEV_PERF_POLICY_THERMAL,
+    NVML_FI_DEV_PERF_POLICY_SYNC_BOOST,
+    NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+    NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+    NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+    NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS,
+    NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
+];
 
 /// Dividing (not multiplying by 1e-9) keeps values exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
@@ -96,7 +89,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 /// Violation time per policy from the batch, else
 /// `nvmlDeviceGetViolationStatus`.
 fn read_violations(reader: &mut Gpu<'_>) {
-    for (policy, field, label) in POLICIES {
+    for ((policy, label), &field) in POLICIES.into_iter().zip(FIELDS) {
         let nanoseconds = reader.nvml.field_or(field, |nvml| {
             nvml.read(calls::VIOLATION_STATUS, policy)
                 .map(|time| time.violation_time as f64)
@@ -106,17 +99,6 @@ fn read_violations(reader: &mut Gpu<'_>) {
         }
     }
 }
-
-/// Field values this collector takes from the per-GPU batch.
-pub(super) const FIELDS: &[u32] = &{
-    let mut ids = [0; POLICIES.len()];
-    let mut i = 0;
-    while i < ids.len() {
-        ids[i] = POLICIES[i].1;
-        i += 1;
-    }
-    ids
-};
 
 /// One 0/1 sample per reason the GPU supports (all if it cannot say).
 fn read_event_reasons(reader: &mut Gpu<'_>) {
