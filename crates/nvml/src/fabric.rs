@@ -109,46 +109,42 @@ impl FabricInfo {
     /// is on no fabric (state NOT_SUPPORTED, or the driver lacks both calls);
     /// a state nvml.h does not define is `UnexpectedVariant`.
     pub fn read(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<FabricInfo, NvmlError> {
-        let (state, status, uuid, clique_id, health_mask, summary) =
-            if lib.nvmlDeviceGetGpuFabricInfoV.is_err() {
-                // SAFETY: plain old data; all-zero is valid.
-                let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
-                raw_call!(lib.nvmlDeviceGetGpuFabricInfo(handle, &mut v1))?;
-                (v1.state, v1.status, v1.clusterUuid, v1.cliqueId, None, 0)
-            } else {
-                let versioned = |version| {
-                    // SAFETY: plain old data; all-zero is valid.
-                    let mut info: nvmlGpuFabricInfo_v3_t = unsafe { std::mem::zeroed() };
-                    info.version = version;
-                    raw_call!(lib.nvmlDeviceGetGpuFabricInfoV(handle, &mut info)).map(|()| info)
-                };
-                let v3 = match versioned(VERSION_3) {
-                    Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
-                        versioned(VERSION_2)
-                    }
-                    other => other,
-                }?;
-                let (mask, summary) = (Some(v3.healthMask), v3.healthSummary);
-                (
-                    v3.state,
-                    v3.status,
-                    v3.clusterUuid,
-                    v3.cliqueId,
-                    mask,
-                    summary,
-                )
+        // SAFETY: plain old data; all-zero is valid.
+        let zeroed = || -> nvmlGpuFabricInfo_v3_t { unsafe { std::mem::zeroed() } };
+        let mut info = zeroed();
+        let health_mask = if lib.nvmlDeviceGetGpuFabricInfoV.is_err() {
+            // SAFETY: plain old data; all-zero is valid.
+            let mut v1: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+            raw_call!(lib.nvmlDeviceGetGpuFabricInfo(handle, &mut v1))?;
+            (info.state, info.status, info.clusterUuid) = (v1.state, v1.status, v1.clusterUuid);
+            info.cliqueId = v1.cliqueId;
+            None
+        } else {
+            let mut versioned = |version| {
+                info = zeroed();
+                info.version = version;
+                raw_call!(lib.nvmlDeviceGetGpuFabricInfoV(handle, &mut info))
             };
+            match versioned(VERSION_3) {
+                Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
+                    versioned(VERSION_2)
+                }
+                other => other,
+            }?;
+            Some(info.healthMask)
+        };
+        let state = info.state;
         if u32::from(state) == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED {
             return Err(NvmlError::NotSupported);
         }
         Ok(FabricInfo {
             state: numbered(&FabricState::ALL, state)
                 .ok_or(NvmlError::UnexpectedVariant(state.into()))?,
-            status,
-            cluster_uuid: uuid_text(&uuid),
-            clique_id,
+            status: info.status,
+            cluster_uuid: uuid_text(&info.clusterUuid),
+            clique_id: info.cliqueId,
             health_mask,
-            summary: numbered(&Summary::ALL, summary),
+            summary: numbered(&Summary::ALL, info.healthSummary),
         })
     }
 }
