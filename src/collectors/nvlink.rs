@@ -5,8 +5,6 @@
 //! (Blackwell) counters replace the Hopper ones where the GPU has them (read
 //! once per driver).
 
-use std::convert::identity;
-
 use nvml::fields::Field;
 use nvml::types::field_id::{
     NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
@@ -80,15 +78,15 @@ const NVLINK5_FIELDS: [u32; 6] = [
     SYMBOL_BER,
 ];
 
-/// The per-link collector's series of each of [`NVLINK5_FIELDS`], and how
-/// its value is read.
-const NVLINK5_SERIES: [(Labelled<2>, &str, fn(f64) -> f64); 6] = [
-    (NVLINK_LINK_RECOVERIES, "successful", identity),
-    (NVLINK_LINK_RECOVERIES, "failed", identity),
-    (NVLINK_LINK_ERRORS, "effective", identity),
-    (NVLINK_LINK_ERRORS, "symbol", identity),
-    (NVLINK_LINK_BIT_ERROR, "effective", ber),
-    (NVLINK_LINK_BIT_ERROR, "symbol", ber),
+/// The per-link collector's series of each of [`NVLINK5_FIELDS`] (the bit
+/// error rates decoded by [`ber`]).
+const NVLINK5_SERIES: [(Labelled<2>, &str); 6] = [
+    (NVLINK_LINK_RECOVERIES, "successful"),
+    (NVLINK_LINK_RECOVERIES, "failed"),
+    (NVLINK_LINK_ERRORS, "effective"),
+    (NVLINK_LINK_ERRORS, "symbol"),
+    (NVLINK_LINK_BIT_ERROR, "effective"),
+    (NVLINK_LINK_BIT_ERROR, "symbol"),
 ];
 
 /// NVML counts NVLink data in KiB.
@@ -428,10 +426,12 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
         else {
             continue;
         };
-        for (&(family, kind, read), value) in NVLINK5_SERIES.iter().zip(nvlink5_values) {
-            if let Some(value) = *value {
-                reader.push(family.sample_with([label(), kind.into()], read(value)));
+        for (&(family, kind), value) in NVLINK5_SERIES.iter().zip(nvlink5_values) {
+            let Some(mut value) = *value else { continue };
+            if family.family() == NVLINK_LINK_BIT_ERROR.family() {
+                value = ber(value);
             }
+            reader.push(family.sample_with([label(), kind.into()], value));
         }
         let counters = match (replay, recovery) {
             (Some(replay), Some(recovery)) => {
