@@ -95,9 +95,11 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             reader.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
+    // A board's fans do not change while the driver is loaded.
     let fans = reader
-        .nvml
-        .read(calls::FAN_COUNT, ())
+        .read_fixed("fan_count", calls::FAN_COUNT, (), i64::from)
+        .flatten()
+        .and_then(|count| u32::try_from(count).ok())
         .and_then(|count| reader.nvml.bounded(calls::FAN_COUNT.name, count, MAX_FANS))
         .unwrap_or(0);
     for fan in 0..fans {
