@@ -29,7 +29,7 @@ use log::Level;
 
 use crate::fsutil;
 use crate::snapshot::{Device, KnownGpu};
-use schema::{GpuState, State, XidCounts, VERSION};
+use schema::{GpuState, State, VERSION};
 
 /// How long past the lock wait loading may take on a file system that works.
 const ANSWER: Duration = Duration::from_millis(100);
@@ -41,8 +41,9 @@ pub struct StateFile {
     dir: StateDir,
     previous: State,
     problem: Option<Problem>,
-    /// The xid collector's counts for the next run, if it ran.
-    xid_next: Option<XidCounts>,
+    /// What this run leaves, before the GPUs' readings are merged in: the
+    /// previous state with the parts the host steps set.
+    next: State,
     /// The lock, held from loading to storing; `None`: nothing is stored.
     lock: Option<File>,
 }
@@ -71,7 +72,7 @@ impl StateFile {
                 ..State::default()
             },
             problem: None,
-            xid_next: None,
+            next: State::default(),
             lock: None,
         };
         let Some(boot_id) = boot else {
@@ -94,6 +95,7 @@ impl StateFile {
             Ok(state) => file.previous = state,
             Err(problem) => file.fail(problem),
         }
+        file.next = file.previous.clone();
         file
     }
 
@@ -102,9 +104,9 @@ impl StateFile {
         &self.previous
     }
 
-    /// Makes [`Self::store`] keep `counts` as the xid collector's.
-    pub fn set_xid(&mut self, counts: XidCounts) {
-        self.xid_next = Some(counts);
+    /// What this run leaves for the next: a host step sets its part here.
+    pub fn next(&mut self) -> &mut State {
+        &mut self.next
     }
 
     /// Whether the previous state was used and this run's was stored.
@@ -147,8 +149,8 @@ impl StateFile {
         let Some(lock) = self.lock.take() else {
             return;
         };
-        let xid = self.xid_next.take();
-        let next = match merge::merge(&self.previous, devices, states, driver_version, xid) {
+        let next = std::mem::take(&mut self.next);
+        let next = match merge::merge(next, devices, states, driver_version) {
             Ok(next) => next,
             Err(problem) => return self.fail(problem),
         };
@@ -190,15 +192,16 @@ fn boot_id_in(path: &Path) -> Option<String> {
 mod tests {
     use super::*;
     use crate::fsutil::io_error;
+    use crate::kernel_log::{Series, XidOf, MAX_SERIES as MAX_XID_SERIES};
     use codec::{parse, render};
     use problem::Distrust;
-    use schema::{Damage, Series, XidTotals, MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES};
+    use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_SIZE};
     use std::fs::Permissions;
     use std::io;
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
-    use schema::{Carry, GpuState, Stream, XidOf};
+    use schema::{Carry, GpuState, Stream};
 
     fn sample() -> State {
         let mut gpu = GpuState {
@@ -420,13 +423,15 @@ mod tests {
         let long = |n: usize| format!("{n:0>95}");
         let mut state = sample();
         state.gpus.clear();
-        let mut xid = XidTotals::default();
         for n in 0..MAX_XID_SERIES {
             let id = XidOf::Gpu(long(n));
-            xid.0.insert(Series::Xid { id, code: 9999 }, 1 << 32);
+            state
+                .xid
+                .totals
+                .0
+                .insert(Series::Xid { id, code: 9999 }, 1 << 32);
         }
-        state.xid.totals = xid.clone();
-        state.xid.recount = Some(xid);
+        state.xid.recount = Some(state.xid.totals.clone());
         state.xid.position.cursor = Some("x".repeat(8 << 10));
         for n in 0..MAX_GPUS {
             let mut gpu = GpuState {

@@ -14,7 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use super::schema::{Carry, Damage, GpuState, Series, State, Stream, XidCounts, XidOf, VERSION};
+use super::schema::{Carry, Damage, GpuState, State, Stream, VERSION};
+use crate::kernel_log::{Counts, Series, XidOf};
 
 /// The first line of a version 1 file.
 pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
@@ -122,8 +123,8 @@ fn carry(text: &str) -> Option<Carry> {
 
 /// The xid collector's version 1 host records (`xid.cursor`, …, the counts
 /// `xid.[recount.]gpu.<uuid>.<code>` and `xid.[recount.]bus.<bus id>.<code>`).
-fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
-    let mut counts = XidCounts::default();
+fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<Counts, Damage> {
+    let mut counts = Counts::default();
     for (key, &value) in host {
         let Some(key) = key.strip_prefix("xid.") else {
             continue;
