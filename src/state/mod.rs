@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use log::Level;
 
 use crate::fsutil;
-use crate::snapshot::{Device, KnownGpu};
+use crate::snapshot::Device;
 use schema::{GpuState, State, VERSION};
 
 /// How long past the lock wait loading may take on a file system that works.
@@ -49,20 +49,11 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    /// Loads this boot's state by `until` + `ANSWER`, without the lock:
-    /// for a run that does not store it (`--stdout`).
-    pub fn load(dir: StateDir, until: Instant) -> Self {
-        Self::open(dir, until, false)
-    }
-
-    /// Takes the lock by `until` (held until stored or dropped; without it
-    /// nothing is stored), removes stale temporary files and loads the state.
-    pub fn load_to_store(dir: StateDir, until: Instant) -> Self {
-        Self::open(dir, until, true)
-    }
-
-    /// A problem is logged here, once; the run goes on with an empty state.
-    fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
+    /// Loads this boot's state by `until` + `ANSWER`; `to_store`: first takes
+    /// the lock by `until` (held until stored or dropped; without it nothing
+    /// is stored) and removes stale temporary files. A problem is logged
+    /// here, once; the run goes on with an empty state.
+    pub fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
         let boot = boot_id();
         let mut file = StateFile {
             dir: dir.clone(),
@@ -121,20 +112,6 @@ impl StateFile {
             self.problem,
             None | Some(Problem::Missing | Problem::Corrupt(_) | Problem::OtherBoot)
         )
-    }
-
-    /// The GPUs this boot has seen, for identities that cannot be read now.
-    pub fn known_gpus(&self) -> Vec<KnownGpu> {
-        self.previous
-            .gpus
-            .iter()
-            .map(|(uuid, gpu)| KnownGpu {
-                index: gpu.index,
-                uuid: uuid.clone(),
-                pci_bus_id: gpu.pci_bus_id.clone(),
-                serial: gpu.serial.clone(),
-            })
-            .collect()
     }
 
     /// Stores, by `until`, the previous state with what `devices` leave
@@ -480,15 +457,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let states = StateDir::new(dir.path());
         let far = || Instant::now() + Duration::from_secs(5);
-        let mut first = StateFile::load_to_store(states.clone(), Instant::now());
+        let mut first = StateFile::open(states.clone(), Instant::now(), true);
         first.store(&[], &BTreeMap::new(), "580", far());
         let stored = fs::read_to_string(dir.path().join("state")).unwrap();
         // The first store gave its lock back; the second run holds it now.
-        let holder = StateFile::load_to_store(states.clone(), Instant::now());
+        let holder = StateFile::open(states.clone(), Instant::now(), true);
         assert!(holder.lock.is_some());
         let started = Instant::now();
         let until = started + Duration::from_millis(100);
-        let mut second = StateFile::load_to_store(states.clone(), until);
+        let mut second = StateFile::open(states.clone(), until, true);
         assert!(started.elapsed() >= Duration::from_millis(100));
         assert!(matches!(second.problem, Some(Problem::Busy(_))));
         second.store(&[], &BTreeMap::new(), "999", far());
@@ -497,7 +474,7 @@ mod tests {
             stored
         );
         drop(holder);
-        let third = StateFile::load_to_store(states, Instant::now());
+        let third = StateFile::open(states, Instant::now(), true);
         assert!(third.ok());
     }
 
@@ -557,11 +534,11 @@ mod tests {
             BTreeMap::from([("GPU-a".to_owned(), state)])
         };
         let far = || Instant::now() + Duration::from_secs(5);
-        let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
+        let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
         let first = left(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some("paused"));
         state_file.store(std::slice::from_ref(&device), &first, "580", far());
         drop(state_file);
-        let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
+        let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
         state_file.store(&[device], &left(&[(Stream::Gpu, 5)], None), "580", far());
         let gpu = &StateDir::new(dir.path())
             .load(&boot_id().unwrap())
