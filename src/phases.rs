@@ -103,7 +103,7 @@ pub fn read(
     })
 }
 
-/// Phase 1: awaits the identities until `timing::identities_end`, resolves
+/// Phase 1: awaits the identities until `timing::halfway`, resolves
 /// them and starts each GPU's reads; returns each GPU's start and the GPUs that left.
 fn identify(
     reports: &Waiting<Report>,
@@ -114,7 +114,7 @@ fn identify(
     settings: &Settings,
     inflight: &InFlight,
 ) -> (Vec<Start>, Vec<KnownGpu>) {
-    let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
+    let identities_end = timing::halfway(Instant::now(), settings.reading_ends);
     let identified = |slot: &Slot| !matches!(slot, Slot::Identifying);
     receive(reports, slots, identities_end, identified);
     let reads: Vec<identity::Read> = (0..)
@@ -328,19 +328,13 @@ fn read_group(
         let _ = report.send((index, Slot::Identified(read)));
         identified.push((index, reader, start));
     }
-    let mut opened = Vec::with_capacity(identified.len());
+    let mut ready = Vec::with_capacity(identified.len());
     for (index, reader, start) in identified {
         // No start: the deadline came first; nothing of this GPU is wanted.
         let Ok(start) = start.recv() else { continue };
-        opened.push(open(index, reader, start, settings));
-    }
-    let mut ready = Vec::with_capacity(opened.len());
-    for gpu in opened {
-        match gpu {
+        match open(index, reader, start, settings) {
             Ok(gpu) => ready.push(gpu),
-            Err(down) => {
-                let _ = report.send((down.device.index, Slot::Read(down)));
-            }
+            Err(down) => drop(report.send((index, Slot::Read(down)))),
         }
     }
     let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();

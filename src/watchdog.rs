@@ -67,7 +67,7 @@ impl Deadline {
 
     /// When a wait that starts now before reading gives up.
     pub fn waiting_ends(&self) -> Instant {
-        timing::waiting_ends(Instant::now(), self.reading_ends())
+        timing::halfway(Instant::now(), self.reading_ends())
     }
 
     /// Records what the run is doing, for the hard stop's message.
