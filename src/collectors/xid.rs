@@ -24,35 +24,32 @@ families! {
         "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal, correctable); a series appears at its first count.";
 }
 
-/// Why a run counted nothing: the state cannot be used this run.
+/// Why a run did not count every line.
 #[derive(Debug)]
-pub struct StateUnusable;
+pub enum Uncounted {
+    /// The state cannot be used this run: nothing was counted.
+    StateUnusable,
+    /// This many were of new series beyond [`MAX_SERIES`] (the series
+    /// counted before stay).
+    Beyond(u64),
+}
 
-impl std::fmt::Display for StateUnusable {
+impl std::fmt::Display for Uncounted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the state cannot be used this run; the XID counts are left out")
+        match self {
+            Uncounted::StateUnusable => {
+                f.write_str("the state cannot be used this run; the XID counts are left out")
+            }
+            Uncounted::Beyond(n) => write!(
+                f,
+                "{n} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
+                 series were not counted; the series counted before are kept"
+            ),
+        }
     }
 }
 
-impl std::error::Error for StateUnusable {}
-
-/// Why a run did not count every line: this many were of new series beyond
-/// [`MAX_SERIES`] (the series counted before stay).
-#[derive(Debug)]
-pub struct Beyond(u64);
-
-impl std::fmt::Display for Beyond {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
-             series were not counted; the series counted before are kept",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for Beyond {}
+impl std::error::Error for Uncounted {}
 
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and
@@ -60,7 +57,7 @@ impl std::error::Error for Beyond {}
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
-        return Err(StateUnusable.into());
+        return Err(Uncounted::StateUnusable.into());
     }
     // Whenever totals continue, the state's boot id is this boot's.
     let boot_id = run.state.previous().boot_id.clone();
@@ -73,7 +70,7 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let refused = counts.update(run.journal_dir, &gpus, &boot_id, run.until);
     add_samples(counts, run.snapshot);
     if let refused @ 1.. = refused? {
-        let beyond = Beyond(refused);
+        let beyond = Uncounted::Beyond(refused);
         log::warn!("{beyond}");
         return Err(beyond.into());
     }
