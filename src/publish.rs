@@ -36,6 +36,17 @@ impl Target {
         self.dir.is_dir().then_some(()).ok_or_else(missing)
     }
 
+    /// Removes the temporary files whose writer process is gone (call it
+    /// holding the run lock); returns how many.
+    fn remove_stale_temp_files(&self) -> Result<usize, FileError> {
+        let prefix = format!(".{}.", self.file_name);
+        let writer_gone = |name: &str| {
+            temp_file_pid(name, &prefix)
+                .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())
+        };
+        fsutil::remove_temp_files(&self.dir, &prefix, writer_gone)
+    }
+
     /// Replaces the target file with `text` (under the lock, but for the benchmark).
     pub fn publish(&self, text: &str) -> Result<(), FileError> {
         self.check_dir()?;
@@ -71,19 +82,14 @@ pub struct Publisher<'t> {
 
 impl<'t> Publisher<'t> {
     /// Waits for the lock until `until`; with it, removes the temporary
-    /// files of killed runs (whose writer process is gone).
+    /// files of killed runs.
     pub fn begin(target: &'t Target, until: Instant) -> Result<Self, FileError> {
         let published_before = target.published_file();
         target.check_dir()?;
         let path = target.dir.join(format!(".{}.lock", target.file_name));
         let lock = fsutil::lock_by(&path, until)?;
         if lock.is_some() {
-            let prefix = format!(".{}.", target.file_name);
-            let writer_gone = |name: &str| {
-                temp_file_pid(name, &prefix)
-                    .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())
-            };
-            match fsutil::remove_temp_files(&target.dir, &prefix, writer_gone) {
+            match target.remove_stale_temp_files() {
                 Ok(0) => {}
                 Ok(n) => log::info!("removed {n} temporary file(s) left by killed runs"),
                 Err(error) => log::warn!("{error}"),
