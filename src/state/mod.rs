@@ -332,12 +332,24 @@ mod tests {
                 Damage::V1("a host line without a value"),
                 "a host line without a value",
             ),
-            (Damage::GpuLine("gpu a".into()), "bad gpu line \"gpu a\""),
-            (Damage::Index("gpu a x".into()), "bad index in \"gpu a x\""),
-            (Damage::SetLine("set a".into()), "bad set line \"set a\""),
-            (Damage::UnknownLine("x".into()), "unknown line \"x\""),
             (
-                Damage::UnlistedGpu("GPU-b".into()),
+                Damage::V1Line("bad gpu line", "gpu a".into()),
+                "bad gpu line \"gpu a\"",
+            ),
+            (
+                Damage::V1Line("bad index in", "gpu a x".into()),
+                "bad index in \"gpu a x\"",
+            ),
+            (
+                Damage::V1Line("bad set line", "set a".into()),
+                "bad set line \"set a\"",
+            ),
+            (
+                Damage::V1Line("unknown line", "x".into()),
+                "unknown line \"x\"",
+            ),
+            (
+                Damage::V1Line("an entry for an unlisted GPU", "GPU-b".into()),
                 "an entry for an unlisted GPU \"GPU-b\"",
             ),
         ];

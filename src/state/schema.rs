@@ -34,11 +34,8 @@ pub enum Damage {
     XidSeries,
     /// A version 1 file's damage that names no line.
     V1(&'static str),
-    GpuLine(String),
-    Index(String),
-    SetLine(String),
-    UnknownLine(String),
-    UnlistedGpu(String),
+    /// A version 1 line (or the UUID it names) and what is wrong with it.
+    V1Line(&'static str, String),
     /// A version 1 XID count's key (after `xid.`) and its value, no number.
     XidCount(String, String),
 }
@@ -59,11 +56,7 @@ impl fmt::Display for Damage {
             }
             Damage::XidSeries => write!(f, "more than {MAX_SERIES} XID series"),
             Damage::V1(what) => f.write_str(what),
-            Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
-            Damage::Index(line) => write!(f, "bad index in {line:?}"),
-            Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
-            Damage::UnknownLine(line) => write!(f, "unknown line {line:?}"),
-            Damage::UnlistedGpu(uuid) => write!(f, "an entry for an unlisted GPU {uuid:?}"),
+            Damage::V1Line(what, line) => write!(f, "{what} {line:?}"),
             Damage::XidCount(key, value) => {
                 write!(f, "the XID count xid.{key} is {value:?}, not a number")
             }
