@@ -87,9 +87,12 @@ pub enum XidOf {
 impl Counts {
     /// Counts the events this boot (`boot_id`) logged since the position,
     /// attributed to `gpus` (bus id → UUID), until `until`, read from the
-    /// source [`Source::choose`] picks for `journal_dir`; returns how many
-    /// events of new series beyond [`MAX_SERIES`] were not counted. A
-    /// damaged count is dropped and the boot recounted.
+    /// source [`Source::choose`] picks for `journal_dir`: from the saved
+    /// cursor; if that fails, from its entry's time; then, recounting, from
+    /// the boot's start. The first read that works counts; if none does,
+    /// nothing changes. Returns how many events of new series beyond
+    /// [`MAX_SERIES`] were not counted. A damaged count is dropped and the
+    /// boot recounted.
     pub fn update(
         &mut self,
         journal_dir: Option<&Path>,
@@ -104,27 +107,11 @@ impl Counts {
             );
             self.start_recount();
         }
-        let source = Source::choose(journal_dir);
-        let result = source.and_then(|source| self.read(&source, gpus, boot_id, until));
-        if matches!(result, Err(Error::NoSource)) && !std::mem::replace(&mut self.unavailable, true)
-        {
-            let none = Error::NoSource;
-            log::warn!("cannot count XID errors: {none}; publishing the counts known so far");
-        }
-        result
-    }
-
-    /// Reads `source` from the position until `until`, counting its events:
-    /// from the saved cursor; if that fails, from its entry's time; then,
-    /// recounting, from the boot's start. The first read that works counts;
-    /// if none does, nothing changes.
-    fn read(
-        &mut self,
-        source: &Source,
-        gpus: &BTreeMap<BusId, String>,
-        boot_id: &str,
-        until: Instant,
-    ) -> Result<u64, Error> {
+        let source = Source::choose(journal_dir).inspect_err(|none| {
+            if !std::mem::replace(&mut self.unavailable, true) {
+                log::warn!("cannot count XID errors: {none}; publishing the counts known so far");
+            }
+        })?;
         self.unavailable = false;
         if self.source != source.label() {
             // The position is the other source's, if any: recount.
