@@ -12,7 +12,7 @@ use crate::exit::Exit;
 use crate::generate::generate;
 use crate::logging;
 use crate::metrics;
-use crate::phases::{self, PreviousState};
+use crate::phases;
 use crate::publish::{write_stdout, Published, Publisher, Target};
 use crate::reason::Reason;
 use crate::render::render;
@@ -55,15 +55,7 @@ pub fn main() -> ExitCode {
 
 fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
-        let dir = StateDir::new(&cli.state_dir);
-        let mut state = if cli.write_state {
-            deadline.enter("waiting for the lock of the state");
-            StateFile::load_to_store(dir, deadline.waiting_ends())
-        } else {
-            deadline.enter("reading the state");
-            StateFile::load(dir, deadline.waiting_ends())
-        };
-        let mut outcome = snapshot_with_state(cli, deadline, &mut state, cli.write_state);
+        let mut outcome = snapshot_with_state(cli, deadline, cli.write_state);
         deadline.enter("writing to standard output");
         deadline.stamp_duration(&mut outcome.snapshot);
         let text = render(&outcome.snapshot);
@@ -96,10 +88,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
         );
         return Exit::Busy;
     } else if publisher.holds_lock() {
-        deadline.enter("waiting for the lock of the state");
-        let mut state =
-            StateFile::load_to_store(StateDir::new(&cli.state_dir), deadline.waiting_ends());
-        snapshot_with_state(cli, deadline, &mut state, true)
+        snapshot_with_state(cli, deadline, true)
     } else {
         log::error!(
             "another run still holds {} at this run's deadline and published nothing \
@@ -133,26 +122,29 @@ fn stdout_failed(error: std::io::Error, exit: Exit) -> Exit {
 }
 
 /// A snapshot read with the previous run's state, the host steps run over it,
-/// and (with `store`) stored for the next; the state's health in the snapshot.
-fn snapshot_with_state(
-    cli: &Cli,
-    deadline: &Deadline,
-    state: &mut StateFile,
-    store: bool,
-) -> Outcome {
+/// and (with `store`: under the state's lock) stored for the next; the
+/// state's health in the snapshot.
+fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
+    deadline.enter(match store {
+        true => "waiting for the lock of the state",
+        false => "reading the state",
+    });
+    let dir = StateDir::new(&cli.state_dir);
+    let state = &mut StateFile::open(dir, deadline.waiting_ends(), store);
     let settings = cli.settings(deadline.reading_ends());
-    let previous = PreviousState {
-        gpus: state.previous().gpus.clone(),
-        driver_version: state.previous().driver_version.clone(),
-        known: state.known_gpus(),
-        totals: state.continues_totals(),
-    };
+    let (previous, totals) = (state.previous().clone(), state.continues_totals());
     let library = cli.nvml_lib.clone();
     let reading_settings = settings.clone();
     deadline.enter("reading NVML");
     let mut outcome = collect(
         move |inflight, opened| {
-            phases::read(&library, &reading_settings, &previous, inflight, opened)
+            phases::read(
+                &library,
+                &reading_settings,
+                (&previous, totals),
+                inflight,
+                opened,
+            )
         },
         deadline,
     );

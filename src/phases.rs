@@ -23,22 +23,8 @@ use crate::identity::{self, Identity};
 use crate::metrics;
 use crate::reason::Reason;
 use crate::snapshot::{KnownGpu, Sample};
-use crate::state::schema::GpuState;
+use crate::state::schema::{GpuState, State};
 use crate::timing;
-
-/// What the previous run left that the GPUs' reading uses.
-#[derive(Debug, Clone, Default)]
-pub struct PreviousState {
-    /// Each GPU's state by UUID.
-    pub gpus: BTreeMap<String, GpuState>,
-    /// The driver version the state was written under.
-    pub driver_version: String,
-    /// The GPUs this boot has seen.
-    pub known: Vec<KnownGpu>,
-    /// Whether running totals continue from the state this run (see
-    /// `state::StateFile::continues_totals`).
-    pub totals: bool,
-}
 
 /// What a successful read produced.
 #[derive(Debug)]
@@ -78,13 +64,14 @@ enum Slot {
     Down(Reason, Option<identity::Read>),
 }
 
-/// Loads NVML from `library` and reads every GPU as `settings` say, calling
-/// `opened` once NVML is open. Returns by `settings.reading_ends` once NVML is
-/// open, whatever the GPUs do.
+/// Loads NVML from `library` and reads every GPU as `settings` say, with the
+/// `previous` state (its running totals continue if `totals`, see
+/// `state::StateFile::continues_totals`), calling `opened` once NVML is open.
+/// Returns by `settings.reading_ends` once NVML is open, whatever the GPUs do.
 pub fn read(
     library: &Path,
     settings: &Settings,
-    previous: &PreviousState,
+    (previous, totals): (&State, bool),
     inflight: &Arc<InFlight>,
     opened: &dyn Fn(),
 ) -> Result<Reading, InitError> {
@@ -97,7 +84,7 @@ pub fn read(
     let (starts, waits): (Vec<_>, Vec<_>) = (0..session.count).map(|_| mpsc::channel()).unzip();
     let reports = spawn_readers(session, settings, inflight, waits, &mut slots);
     let (started, missing) = identify(
-        &reports, &mut slots, starts, &states, previous, settings, inflight,
+        &reports, &mut slots, starts, &states, totals, settings, inflight,
     );
     receive(&reports, &mut slots, settings.reading_ends, Slot::settled);
     let mut timed_out = false;
@@ -116,18 +103,18 @@ pub fn read(
     })
 }
 
-/// Phase 1: awaits the identities until `timing::identities_end`, resolves
+/// Phase 1: awaits the identities until `timing::halfway`, resolves
 /// them and starts each GPU's reads; returns each GPU's start and the GPUs that left.
 fn identify(
     reports: &Waiting<Report>,
     slots: &mut [Slot],
     starts: Vec<Sender<Start>>,
     states: &BTreeMap<String, GpuState>,
-    previous: &PreviousState,
+    totals: bool,
     settings: &Settings,
     inflight: &InFlight,
 ) -> (Vec<Start>, Vec<KnownGpu>) {
-    let identities_end = timing::identities_end(Instant::now(), settings.reading_ends);
+    let identities_end = timing::halfway(Instant::now(), settings.reading_ends);
     let identified = |slot: &Slot| !matches!(slot, Slot::Identifying);
     receive(reports, slots, identities_end, identified);
     let reads: Vec<identity::Read> = (0..)
@@ -142,14 +129,22 @@ fn identify(
             _ => identity::Read::unread(index), // down before its identity came
         })
         .collect();
-    let resolution = identity::resolve(&reads, &previous.known);
+    let known: Vec<KnownGpu> = (states.iter())
+        .map(|(uuid, gpu)| KnownGpu {
+            index: gpu.index,
+            uuid: uuid.clone(),
+            pci_bus_id: gpu.pci_bus_id.clone(),
+            serial: gpu.serial.clone(),
+        })
+        .collect();
+    let resolution = identity::resolve(&reads, &known);
     let mut started = Vec::with_capacity(slots.len());
     for ((slot, identity), sender) in slots.iter().zip(resolution.identities).zip(starts) {
         // What is kept under a UUID two GPUs share is neither's.
         let state = states.get(&identity.uuid).filter(|_| identity.unique);
         let start = Start {
             state: state.cloned().unwrap_or_default(),
-            keeps_totals: previous.totals && identity.unique,
+            keeps_totals: totals && identity.unique,
             identity,
         };
         if !slot.settled() {
@@ -333,26 +328,13 @@ fn read_group(
         let _ = report.send((index, Slot::Identified(read)));
         identified.push((index, reader, start));
     }
-    let mut opened = Vec::with_capacity(identified.len());
+    let mut ready = Vec::with_capacity(identified.len());
     for (index, reader, start) in identified {
         // No start: the deadline came first; nothing of this GPU is wanted.
         let Ok(start) = start.recv() else { continue };
-        let gpu = Enumerated {
-            index,
-            reader,
-            identity: start.identity,
-            state: start.state,
-            keeps_totals: start.keeps_totals,
-        };
-        opened.push(gpu.open(settings));
-    }
-    let mut ready = Vec::with_capacity(opened.len());
-    for gpu in opened {
-        match gpu {
+        match open(index, reader, start, settings) {
             Ok(gpu) => ready.push(gpu),
-            Err(down) => {
-                let _ = report.send((down.device.index, Slot::Read(down)));
-            }
+            Err(down) => drop(report.send((index, Slot::Read(down)))),
         }
     }
     let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
@@ -386,7 +368,7 @@ fn driver_info(versions: &Versions) -> Sample {
 
 /// The GPUs' previous state as this driver may use it (after a driver
 /// change, only the identities and the boot's running totals).
-fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String, GpuState> {
+fn states_for(previous: &State, driver_version: &str) -> BTreeMap<String, GpuState> {
     if previous.driver_version == driver_version {
         return previous.gpus.clone();
     }
@@ -404,15 +386,6 @@ fn states_for(previous: &PreviousState, driver_version: &str) -> BTreeMap<String
         .collect()
 }
 
-/// One enumerated GPU on its way through the phases.
-struct Enumerated<'n> {
-    index: u32,
-    reader: Result<Gpu<'n>, Reason>,
-    identity: Identity,
-    state: GpuState,
-    keeps_totals: bool,
-}
-
 /// A GPU whose windows are open.
 struct Opened<'n> {
     reader: Gpu<'n>,
@@ -426,35 +399,38 @@ struct Opened<'n> {
     reads: Option<(Instant, Instant)>,
 }
 
-impl<'n> Enumerated<'n> {
-    /// Phase 2a: the previous state, and every collector's window opened.
-    fn open(self, settings: &Settings) -> Result<Opened<'n>, Box<Finished>> {
-        let mut reader = match self.reader {
-            Ok(reader) => reader,
-            Err(why) => return Err(Box::new(down(self.index, &self.identity, why, None).into())),
-        };
-        reader.resume(self.state, self.keeps_totals);
-        let windows: Vec<_> = settings
-            .collectors
-            .iter()
-            .filter_map(|c| c.hooks.open.and_then(|open| open(&mut reader, settings)))
-            .collect();
-        let windows_end = windows.iter().map(|w| w.ends()).min();
-        let previous = reader.previous_state();
-        let estimate = timing::Estimate::new(
-            previous.reads_us.map(Duration::from_micros),
-            previous.closing_us.map(Duration::from_micros),
-            !windows.is_empty(),
-        );
-        Ok(Opened {
-            reader,
-            identity: self.identity,
-            windows,
-            windows_end,
-            estimate,
-            reads: None,
-        })
-    }
+/// Phase 2a: GPU `index`'s previous state, and every collector's window opened.
+fn open<'n>(
+    index: u32,
+    reader: Result<Gpu<'n>, Reason>,
+    start: Start,
+    settings: &Settings,
+) -> Result<Opened<'n>, Box<Finished>> {
+    let mut reader = match reader {
+        Ok(reader) => reader,
+        Err(why) => return Err(Box::new(down(index, &start.identity, why, None).into())),
+    };
+    reader.resume(start.state, start.keeps_totals);
+    let windows: Vec<_> = settings
+        .collectors
+        .iter()
+        .filter_map(|c| c.hooks.open.and_then(|open| open(&mut reader, settings)))
+        .collect();
+    let windows_end = windows.iter().map(|w| w.ends()).min();
+    let previous = reader.previous_state();
+    let estimate = timing::Estimate::new(
+        previous.reads_us.map(Duration::from_micros),
+        previous.closing_us.map(Duration::from_micros),
+        !windows.is_empty(),
+    );
+    Ok(Opened {
+        reader,
+        identity: start.identity,
+        windows,
+        windows_end,
+        estimate,
+        reads: None,
+    })
 }
 
 impl Opened<'_> {

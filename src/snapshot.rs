@@ -64,11 +64,7 @@ impl<const N: usize> Labelled<N> {
 impl Labelled<0> {
     /// A sample with no labels beyond the identity ones.
     pub fn sample(self, value: f64) -> Sample {
-        Sample {
-            family: self.family(),
-            labels: Vec::new(),
-            value,
-        }
+        self.sample_some([], value)
     }
 }
 

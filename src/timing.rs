@@ -30,8 +30,11 @@ pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
     reading_ends + publish_reserve(timeout) / 2
 }
 
-/// When a wait before reading (the state's lock) gives up: half-way to `reading_ends`.
-pub fn waiting_ends(now: Instant, reading_ends: Instant) -> Instant {
+/// Half-way from `now` to `reading_ends`: when a wait before reading (the
+/// state's lock) gives up, and when the identities of the GPUs, for NVML
+/// opened `now`, must have been read (a GPU that has not answered is read no
+/// further).
+pub fn halfway(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
 
@@ -39,12 +42,6 @@ pub fn waiting_ends(now: Instant, reading_ends: Instant) -> Instant {
 /// open: a quarter of the publish reserve, at most 50 ms.
 pub fn handoff(timeout: Duration) -> Duration {
     (publish_reserve(timeout) / 4).min(Duration::from_millis(50))
-}
-
-/// When the identities of the GPUs, for NVML opened `now`, must have been read:
-/// half of the time left to read; a GPU that has not answered is read no further.
-pub fn identities_end(now: Instant, reading_ends: Instant) -> Instant {
-    now + reading_ends.saturating_duration_since(now) / 2
 }
 
 /// The shortest GPM window: on an H200 a 50 ms window read all zeros.

@@ -67,7 +67,7 @@ impl Deadline {
 
     /// When a wait that starts now before reading gives up.
     pub fn waiting_ends(&self) -> Instant {
-        timing::waiting_ends(Instant::now(), self.reading_ends())
+        timing::halfway(Instant::now(), self.reading_ends())
     }
 
     /// Records what the run is doing, for the hard stop's message.
@@ -79,23 +79,21 @@ impl Deadline {
     /// phase the run is stuck in and ends the process with [`Exit::Timeout`].
     pub fn arm(&self) {
         let deadline = self.clone();
-        let spawned = thread::Builder::new()
-            .name("hard-stop".into())
-            .spawn(move || {
-                let stop = deadline.end() + HARD_STOP_GRACE;
-                while Instant::now() < stop {
-                    thread::sleep(stop.saturating_duration_since(Instant::now()));
-                }
-                // The phase's lock is only ever held to copy a pointer; the
-                // stuck thread may hold the logger's (see `logging::emergency`).
-                let phase = *deadline.phase.lock().unwrap_or_else(|e| e.into_inner());
-                logging::emergency(&format!(
-                    "the run did not finish within --timeout {} (stuck {phase}); \
-                     exiting without publishing",
-                    humantime::format_duration(deadline.timeout)
-                ));
-                exit_now(Exit::Timeout)
-            });
+        let spawned = Threads::<()>::default().spawn("hard-stop", move |_| {
+            let stop = deadline.end() + HARD_STOP_GRACE;
+            while Instant::now() < stop {
+                thread::sleep(stop.saturating_duration_since(Instant::now()));
+            }
+            // The phase's lock is only ever held to copy a pointer; the
+            // stuck thread may hold the logger's (see `logging::emergency`).
+            let phase = *deadline.phase.lock().unwrap_or_else(|e| e.into_inner());
+            logging::emergency(&format!(
+                "the run did not finish within --timeout {} (stuck {phase}); \
+                 exiting without publishing",
+                humantime::format_duration(deadline.timeout)
+            ));
+            exit_now(Exit::Timeout)
+        });
         if let Err(e) = spawned {
             log::warn!("cannot start the hard-stop thread: {e}");
         }

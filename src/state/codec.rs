@@ -5,10 +5,10 @@ use serde::Deserialize;
 
 use super::problem::Problem;
 use super::schema::{
-    Damage, GpuState, State, MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_UNSUPPORTED, MAX_XID_SERIES,
-    VERSION,
+    Damage, GpuState, State, MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_UNSUPPORTED, VERSION,
 };
 use super::v1;
+use crate::kernel_log::MAX_SERIES;
 
 /// The text of `state`, at most [`MAX_SIZE`] bytes.
 pub(super) fn render(state: &State) -> Result<String, Problem> {
@@ -55,7 +55,7 @@ pub(super) fn within_bounds(state: State) -> Result<State, Damage> {
         return Err(Damage::Unsupported(uuid.clone()));
     }
     let recount = state.xid.recount.as_ref().map_or(0, |r| r.0.len());
-    if state.xid.totals.0.len().max(recount) > MAX_XID_SERIES {
+    if state.xid.totals.0.len().max(recount) > MAX_SERIES {
         return Err(Damage::XidSeries);
     }
     Ok(state)

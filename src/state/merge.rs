@@ -3,30 +3,25 @@
 use super::problem::Problem;
 use std::collections::BTreeMap;
 
-use super::schema::{GpuState, State, XidCounts, MAX_FIXED, MAX_GPUS, VERSION};
+use super::schema::{GpuState, State, MAX_FIXED, MAX_GPUS, VERSION};
 use crate::snapshot::Device;
 
-/// `previous` with this run's readings merged in, within the bounds: a GPU
-/// down, running totals not carried, links not read and GPUs not seen this
-/// run keep what they had (unseen GPUs while there is room); the xid
-/// collector's `xid` (if it ran) replaces its part.
+/// `next` (the previous state, with the parts the host steps set) with this
+/// run's GPU readings merged in, within the bounds: a GPU down, running
+/// totals not carried, links not read and GPUs not seen this run keep what
+/// they had (unseen GPUs while there is room).
 pub(super) fn merge(
-    previous: &State,
+    mut next: State,
     devices: &[Device],
     states: &BTreeMap<String, GpuState>,
     driver_version: &str,
-    xid: Option<XidCounts>,
 ) -> Result<State, Problem> {
-    let mut next = previous.clone();
     next.version = VERSION;
     if next.driver_version != driver_version {
         for gpu in next.gpus.values_mut() {
             *gpu = gpu.after_driver_change();
         }
         next.driver_version = driver_version.to_owned();
-    }
-    if let Some(xid) = xid {
-        next.xid = xid;
     }
     for device in devices.iter().filter(|d| !d.uuid.is_empty()) {
         let before = next.gpus.remove(&device.uuid).unwrap_or_default();

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use log::Level;
 
 use crate::fsutil;
-use crate::snapshot::{Device, KnownGpu};
-use schema::{GpuState, State, XidCounts, VERSION};
+use crate::snapshot::Device;
+use schema::{GpuState, State, VERSION};
 
 /// How long past the lock wait loading may take on a file system that works.
 const ANSWER: Duration = Duration::from_millis(100);
@@ -41,27 +41,19 @@ pub struct StateFile {
     dir: StateDir,
     previous: State,
     problem: Option<Problem>,
-    /// The xid collector's counts for the next run, if it ran.
-    xid_next: Option<XidCounts>,
+    /// What this run leaves, before the GPUs' readings are merged in: the
+    /// previous state with the parts the host steps set.
+    next: State,
     /// The lock, held from loading to storing; `None`: nothing is stored.
     lock: Option<File>,
 }
 
 impl StateFile {
-    /// Loads this boot's state by `until` + `ANSWER`, without the lock:
-    /// for a run that does not store it (`--stdout`).
-    pub fn load(dir: StateDir, until: Instant) -> Self {
-        Self::open(dir, until, false)
-    }
-
-    /// Takes the lock by `until` (held until stored or dropped; without it
-    /// nothing is stored), removes stale temporary files and loads the state.
-    pub fn load_to_store(dir: StateDir, until: Instant) -> Self {
-        Self::open(dir, until, true)
-    }
-
-    /// A problem is logged here, once; the run goes on with an empty state.
-    fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
+    /// Loads this boot's state by `until` + `ANSWER`; `to_store`: first takes
+    /// the lock by `until` (held until stored or dropped; without it nothing
+    /// is stored) and removes stale temporary files. A problem is logged
+    /// here, once; the run goes on with an empty state.
+    pub fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
         let boot = boot_id();
         let mut file = StateFile {
             dir: dir.clone(),
@@ -71,7 +63,7 @@ impl StateFile {
                 ..State::default()
             },
             problem: None,
-            xid_next: None,
+            next: State::default(),
             lock: None,
         };
         let Some(boot_id) = boot else {
@@ -94,6 +86,7 @@ impl StateFile {
             Ok(state) => file.previous = state,
             Err(problem) => file.fail(problem),
         }
+        file.next = file.previous.clone();
         file
     }
 
@@ -102,9 +95,9 @@ impl StateFile {
         &self.previous
     }
 
-    /// Makes [`Self::store`] keep `counts` as the xid collector's.
-    pub fn set_xid(&mut self, counts: XidCounts) {
-        self.xid_next = Some(counts);
+    /// What this run leaves for the next: a host step sets its part here.
+    pub fn next(&mut self) -> &mut State {
+        &mut self.next
     }
 
     /// Whether the previous state was used and this run's was stored.
@@ -121,20 +114,6 @@ impl StateFile {
         )
     }
 
-    /// The GPUs this boot has seen, for identities that cannot be read now.
-    pub fn known_gpus(&self) -> Vec<KnownGpu> {
-        self.previous
-            .gpus
-            .iter()
-            .map(|(uuid, gpu)| KnownGpu {
-                index: gpu.index,
-                uuid: uuid.clone(),
-                pci_bus_id: gpu.pci_bus_id.clone(),
-                serial: gpu.serial.clone(),
-            })
-            .collect()
-    }
-
     /// Stores, by `until`, the previous state with what `devices` leave
     /// for the next run (`states`, by UUID) merged in.
     pub fn store(
@@ -147,8 +126,8 @@ impl StateFile {
         let Some(lock) = self.lock.take() else {
             return;
         };
-        let xid = self.xid_next.take();
-        let next = match merge::merge(&self.previous, devices, states, driver_version, xid) {
+        let next = std::mem::take(&mut self.next);
+        let next = match merge::merge(next, devices, states, driver_version) {
             Ok(next) => next,
             Err(problem) => return self.fail(problem),
         };
@@ -190,15 +169,16 @@ fn boot_id_in(path: &Path) -> Option<String> {
 mod tests {
     use super::*;
     use crate::fsutil::io_error;
+    use crate::kernel_log::{Series, XidOf, MAX_SERIES as MAX_XID_SERIES};
     use codec::{parse, render};
     use problem::Distrust;
-    use schema::{Damage, Series, XidTotals, MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_XID_SERIES};
+    use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_SIZE};
     use std::fs::Permissions;
     use std::io;
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
-    use schema::{Carry, GpuState, Stream, XidOf};
+    use schema::{Carry, GpuState, Stream};
 
     fn sample() -> State {
         let mut gpu = GpuState {
@@ -352,12 +332,24 @@ mod tests {
                 Damage::V1("a host line without a value"),
                 "a host line without a value",
             ),
-            (Damage::GpuLine("gpu a".into()), "bad gpu line \"gpu a\""),
-            (Damage::Index("gpu a x".into()), "bad index in \"gpu a x\""),
-            (Damage::SetLine("set a".into()), "bad set line \"set a\""),
-            (Damage::UnknownLine("x".into()), "unknown line \"x\""),
             (
-                Damage::UnlistedGpu("GPU-b".into()),
+                Damage::V1Line("bad gpu line", "gpu a".into()),
+                "bad gpu line \"gpu a\"",
+            ),
+            (
+                Damage::V1Line("bad index in", "gpu a x".into()),
+                "bad index in \"gpu a x\"",
+            ),
+            (
+                Damage::V1Line("bad set line", "set a".into()),
+                "bad set line \"set a\"",
+            ),
+            (
+                Damage::V1Line("unknown line", "x".into()),
+                "unknown line \"x\"",
+            ),
+            (
+                Damage::V1Line("an entry for an unlisted GPU", "GPU-b".into()),
                 "an entry for an unlisted GPU \"GPU-b\"",
             ),
         ];
@@ -420,13 +412,15 @@ mod tests {
         let long = |n: usize| format!("{n:0>95}");
         let mut state = sample();
         state.gpus.clear();
-        let mut xid = XidTotals::default();
         for n in 0..MAX_XID_SERIES {
             let id = XidOf::Gpu(long(n));
-            xid.0.insert(Series::Xid { id, code: 9999 }, 1 << 32);
+            state
+                .xid
+                .totals
+                .0
+                .insert(Series::Xid { id, code: 9999 }, 1 << 32);
         }
-        state.xid.totals = xid.clone();
-        state.xid.recount = Some(xid);
+        state.xid.recount = Some(state.xid.totals.clone());
         state.xid.position.cursor = Some("x".repeat(8 << 10));
         for n in 0..MAX_GPUS {
             let mut gpu = GpuState {
@@ -475,15 +469,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let states = StateDir::new(dir.path());
         let far = || Instant::now() + Duration::from_secs(5);
-        let mut first = StateFile::load_to_store(states.clone(), Instant::now());
+        let mut first = StateFile::open(states.clone(), Instant::now(), true);
         first.store(&[], &BTreeMap::new(), "580", far());
         let stored = fs::read_to_string(dir.path().join("state")).unwrap();
         // The first store gave its lock back; the second run holds it now.
-        let holder = StateFile::load_to_store(states.clone(), Instant::now());
+        let holder = StateFile::open(states.clone(), Instant::now(), true);
         assert!(holder.lock.is_some());
         let started = Instant::now();
         let until = started + Duration::from_millis(100);
-        let mut second = StateFile::load_to_store(states.clone(), until);
+        let mut second = StateFile::open(states.clone(), until, true);
         assert!(started.elapsed() >= Duration::from_millis(100));
         assert!(matches!(second.problem, Some(Problem::Busy(_))));
         second.store(&[], &BTreeMap::new(), "999", far());
@@ -492,7 +486,7 @@ mod tests {
             stored
         );
         drop(holder);
-        let third = StateFile::load_to_store(states, Instant::now());
+        let third = StateFile::open(states, Instant::now(), true);
         assert!(third.ok());
     }
 
@@ -552,11 +546,11 @@ mod tests {
             BTreeMap::from([("GPU-a".to_owned(), state)])
         };
         let far = || Instant::now() + Duration::from_secs(5);
-        let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
+        let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
         let first = left(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some("paused"));
         state_file.store(std::slice::from_ref(&device), &first, "580", far());
         drop(state_file);
-        let mut state_file = StateFile::load_to_store(StateDir::new(dir.path()), far());
+        let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
         state_file.store(&[device], &left(&[(Stream::Gpu, 5)], None), "580", far());
         let gpu = &StateDir::new(dir.path())
             .load(&boot_id().unwrap())

@@ -7,15 +7,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::kernel_log::Position;
+use crate::kernel_log::{Counts, MAX_SERIES};
 
 /// The version this exporter writes; `state::v1` reads the one before.
 pub const VERSION: u32 = 2;
 
 /// The most GPUs a state keeps (more than any host has).
 pub const MAX_GPUS: usize = 64;
-/// The most XID series (id and code) in the totals, and in a recount.
-pub const MAX_XID_SERIES: usize = 64 * MAX_GPUS;
 /// The most fixed readings one GPU keeps (its readers keep four).
 pub const MAX_FIXED: usize = 32;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
@@ -36,11 +34,8 @@ pub enum Damage {
     XidSeries,
     /// A version 1 file's damage that names no line.
     V1(&'static str),
-    GpuLine(String),
-    Index(String),
-    SetLine(String),
-    UnknownLine(String),
-    UnlistedGpu(String),
+    /// A version 1 line (or the UUID it names) and what is wrong with it.
+    V1Line(&'static str, String),
     /// A version 1 XID count's key (after `xid.`) and its value, no number.
     XidCount(String, String),
 }
@@ -59,13 +54,9 @@ impl fmt::Display for Damage {
                     "more than {MAX_UNSUPPORTED} unsupported calls for {uuid}"
                 )
             }
-            Damage::XidSeries => write!(f, "more than {MAX_XID_SERIES} XID series"),
+            Damage::XidSeries => write!(f, "more than {MAX_SERIES} XID series"),
             Damage::V1(what) => f.write_str(what),
-            Damage::GpuLine(line) => write!(f, "bad gpu line {line:?}"),
-            Damage::Index(line) => write!(f, "bad index in {line:?}"),
-            Damage::SetLine(line) => write!(f, "bad set line {line:?}"),
-            Damage::UnknownLine(line) => write!(f, "unknown line {line:?}"),
-            Damage::UnlistedGpu(uuid) => write!(f, "an entry for an unlisted GPU {uuid:?}"),
+            Damage::V1Line(what, line) => write!(f, "{what} {line:?}"),
             Damage::XidCount(key, value) => {
                 write!(f, "the XID count xid.{key} is {value:?}, not a number")
             }
@@ -82,7 +73,7 @@ pub struct State {
     pub boot_id: String,
     /// The NVIDIA driver version it was written under; empty if unknown.
     pub driver_version: String,
-    pub xid: XidCounts,
+    pub xid: Counts,
     /// Per GPU UUID.
     pub gpus: BTreeMap<String, GpuState>,
 }
@@ -186,67 +177,4 @@ impl Carry {
     pub fn sampled_seconds(&self) -> f64 {
         self.sampled_us as f64 / 1e6
     }
-}
-
-/// The xid collector's position in the kernel log, kept whatever happens to
-/// its totals (a position lost with totals kept would count the boot again).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct XidCounts {
-    /// `journal` or `kmsg`, the position's source; empty before a boot's first read.
-    pub source: String,
-    /// Set while no kernel log can be read (so that it is said once).
-    pub unavailable: bool,
-    #[serde(flatten)]
-    pub position: Position,
-    /// Every XID from the start of this boot up to the position.
-    pub totals: XidTotals,
-    /// A recount of this boot up to the position, under way (not published).
-    pub recount: Option<XidTotals>,
-}
-
-/// The count of each series, stored as a list of `[series, count]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "Vec<(Series, u64)>", into = "Vec<(Series, u64)>")]
-pub struct XidTotals(pub BTreeMap<Series, u64>);
-
-impl From<Vec<(Series, u64)>> for XidTotals {
-    fn from(records: Vec<(Series, u64)>) -> Self {
-        XidTotals(records.into_iter().collect())
-    }
-}
-
-impl From<XidTotals> for Vec<(Series, u64)> {
-    fn from(totals: XidTotals) -> Self {
-        totals.0.into_iter().collect()
-    }
-}
-
-/// One counted series: XIDs and lines saying a GPU fell off the bus (outside
-/// an Xid line) of a GPU or a bus id no GPU has; NVSwitch SXids.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Series {
-    Xid {
-        id: XidOf,
-        code: u32,
-    },
-    FallenOffBus {
-        id: XidOf,
-    },
-    /// Of `nvidia-nvswitch<switch>`; the severity `fatal`, `non_fatal` or `correctable`.
-    Sxid {
-        switch: u32,
-        pci_bus_id: String,
-        code: u32,
-        severity: String,
-    },
-}
-
-/// Whose a series is: a GPU's by UUID, or unattributed, by bus id.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum XidOf {
-    Gpu(String),
-    Bus(String),
 }

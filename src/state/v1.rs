@@ -14,7 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use super::schema::{Carry, Damage, GpuState, Series, State, Stream, XidCounts, XidOf, VERSION};
+use super::schema::{Carry, Damage, GpuState, State, Stream, VERSION};
+use crate::kernel_log::{Counts, Series, XidOf};
 
 /// The first line of a version 1 file.
 pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
@@ -38,7 +39,7 @@ pub fn parse(text: &str) -> Result<State, Damage> {
         if ended {
             return Err(Damage::V1("text after the end line"));
         }
-        let bad = |damage: fn(String) -> Damage| damage(line.to_owned());
+        let bad = |what| Damage::V1Line(what, line.to_owned());
         let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
         match kind {
             "boot" => state.boot_id = rest.to_owned(),
@@ -50,11 +51,11 @@ pub fn parse(text: &str) -> Result<State, Damage> {
             }
             "gpu" => {
                 let [uuid, index, bus, serial] = rest.split(' ').collect::<Vec<_>>()[..] else {
-                    return Err(bad(Damage::GpuLine));
+                    return Err(bad("bad gpu line"));
                 };
                 let undash = |text: &str| if text == "-" { "" } else { text }.to_owned();
                 let gpu = GpuState {
-                    index: index.parse().map_err(|_| bad(Damage::Index))?,
+                    index: index.parse().map_err(|_| bad("bad index in"))?,
                     pci_bus_id: undash(bus),
                     serial: undash(serial),
                     ..GpuState::default()
@@ -63,14 +64,14 @@ pub fn parse(text: &str) -> Result<State, Damage> {
             }
             "set" => {
                 let [uuid, key, value] = rest.splitn(3, ' ').collect::<Vec<_>>()[..] else {
-                    return Err(bad(Damage::SetLine));
+                    return Err(bad("bad set line"));
                 };
-                let unlisted = || Damage::UnlistedGpu(uuid.to_owned());
+                let unlisted = || Damage::V1Line("an entry for an unlisted GPU", uuid.to_owned());
                 set(state.gpus.get_mut(uuid).ok_or_else(unlisted)?, key, value);
             }
             "end" if rest.parse() == Ok(before) => ended = true,
             "end" => return Err(Damage::V1("truncated (line count does not match)")),
-            _ => return Err(bad(Damage::UnknownLine)),
+            _ => return Err(bad("unknown line")),
         }
     }
     if !ended {
@@ -122,8 +123,8 @@ fn carry(text: &str) -> Option<Carry> {
 
 /// The xid collector's version 1 host records (`xid.cursor`, …, the counts
 /// `xid.[recount.]gpu.<uuid>.<code>` and `xid.[recount.]bus.<bus id>.<code>`).
-fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<XidCounts, Damage> {
-    let mut counts = XidCounts::default();
+fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<Counts, Damage> {
+    let mut counts = Counts::default();
     for (key, &value) in host {
         let Some(key) = key.strip_prefix("xid.") else {
             continue;
