@@ -85,7 +85,7 @@ const MAX_GPUS: u32 = 64;
 pub struct Session {
     nvml: ManuallyDrop<Nvml>,
     pub versions: Versions,
-    /// At most [`MAX_GPUS`].
+    /// At most `MAX_GPUS`.
     pub count: u32,
 }
 
