@@ -1,7 +1,5 @@
-//! What a collector is and shares: its registry row ([`Collector`],
-//! [`Hooks`]), what its hooks are given ([`Settings`], [`Gpu`], [`HostRun`]),
-//! the [`Window`] one may open, and the sampled engines. Below the registry,
-//! which imports the collector files, so no import cycle.
+//! A collector's registry row and hooks, what its hooks are given, and the
+//! sampled engines.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::path::Path;
@@ -21,8 +19,7 @@ use crate::state::schema::{GpuState, Stream, Unsupported};
 use crate::state::StateFile;
 
 families! {
-    // Emitted by more than one collector (utilization, media), each with
-    // its own `engine` values.
+    // Emitted by utilization and media, each with its own `engine` values.
     SHARED;
     BUSY: Counter(Seconds), "nvidia_gpu_busy_seconds_total", ["engine"],
         "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples; rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
@@ -30,26 +27,22 @@ families! {
         "Time covered by the NVML samples integrated into nvidia_gpu_busy_seconds_total, by engine; grows slower than wall time where samples were missed (a timer period longer than NVML's buffer, missed runs).";
 }
 
-/// A window a collector opened over one GPU (GPM's two samples); the other
-/// reads are taken at its end.
+/// A window over one GPU (GPM's two samples); the other reads are taken at
+/// its end.
 pub trait Window<'n> {
-    /// When the window closes.
     fn ends(&self) -> Instant;
-    /// Shortens the window to end by `latest` (see `timing::schedule`).
     fn end_by(&mut self, latest: Instant);
-    /// Closes the window (waiting for its end) and pushes its readings.
+    /// Waits for the window's end and pushes its readings.
     fn close(self: Box<Self>, reader: &mut Gpu<'n>);
 }
 
 /// A group of metric families that can be switched on and off.
 pub struct Collector {
-    /// The name on the command line.
     pub name: &'static str,
     /// On unless `--no-collector` names it.
     pub default: bool,
     /// One line for `--help`, the man page and the README.
     pub help: &'static str,
-    /// The families its hooks may emit.
     pub families: &'static [&'static Family],
     pub(crate) hooks: Hooks,
 }
@@ -59,25 +52,22 @@ pub struct Collector {
 pub(crate) struct Hooks {
     /// Field ids `read` takes from the GPU's batched field read.
     pub(crate) fields: &'static [u32],
-    /// Field ids for the batch that depend on the GPU's facts, added to
-    /// `fields`.
+    /// More field ids, by the GPU's facts.
     pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
     /// Opens a window before any other reading, closed after every `read`.
     pub(crate) open: Option<OpenHook>,
-    /// Reads the collector's families from one GPU.
     pub(crate) read: Option<fn(&mut Gpu<'_>)>,
-    /// Host-level work once the GPUs were read (the kernel log, process
-    /// owners); an error makes `nvidia_gpu_collector_success` 0.
+    /// Runs once the GPUs were read; an error makes
+    /// `nvidia_gpu_collector_success` 0.
     pub(crate) host: Option<HostHook>,
 }
 
-/// Opens a window over one GPU; `None` when there is nothing to measure.
+/// `None`: nothing to measure.
 type OpenHook = for<'n> fn(&mut Gpu<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
 
-/// A host step; the error says why it did not work.
 type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
 
-/// Why a host step did not work: the step's own typed error.
+/// The host step's own typed error.
 pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Hooks {
@@ -126,15 +116,13 @@ pub struct Settings {
     pub collectors: Vec<&'static Collector>,
     /// Read each GPU on a thread of its own.
     pub parallel: bool,
-    /// When reading must be done.
     pub reading_ends: Instant,
-    /// The GPM window; zero turns GPM off.
+    /// Zero turns GPM off.
     pub gpm_window: Duration,
     /// The GPM pause file exists.
     pub gpm_paused: bool,
 }
 
-/// What a host step works with, once NVML was read.
 pub struct HostRun<'a> {
     pub snapshot: &'a mut Snapshot,
     pub state: &'a mut StateFile,
@@ -146,13 +134,12 @@ pub struct HostRun<'a> {
 }
 
 impl Collector {
-    /// The field ids it takes from the batch of a GPU with these facts.
     pub(crate) fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
         let chosen = self.hooks.fields_for.map_or(&[][..], |pick| pick(facts));
         self.hooks.fields.iter().chain(chosen).copied()
     }
 
-    /// Whether it opens a window over each GPU (takes `--gpm-window`).
+    /// Takes `--gpm-window`.
     pub fn opens_window(&self) -> bool {
         self.hooks.open.is_some()
     }
@@ -172,12 +159,9 @@ impl PartialEq for Collector {
 
 impl Eq for Collector {}
 
-/// One GPU as its collectors see it: its NVML calls, what the info read
-/// found of it, the state the previous run left and the one this run leaves
-/// (fields a run does not set keep what they held, see `state`), and the
-/// samples pushed.
+/// One GPU as its collectors see it; fields of the next state a run does
+/// not set keep what they held (see `state`).
 pub struct Gpu<'n> {
-    /// The GPU's NVML calls under the error policy.
     pub nvml: DeviceReader<'n>,
     facts: GpuFacts,
     previous: GpuState,
@@ -185,7 +169,7 @@ pub struct Gpu<'n> {
     keeps_totals: bool,
     samples: Vec<Sample>,
     processes: Vec<Process>,
-    /// Readings NVML listed twice (a pid on one instance), merged.
+    /// Processes NVML listed twice, merged.
     merged: usize,
     /// Runs since the unsupported calls were last asked.
     unsupported_runs: u32,
@@ -206,8 +190,8 @@ impl<'n> Gpu<'n> {
         }
     }
 
-    /// Adds a process; one NVML listed twice on the same instance is one,
-    /// its memory summed and the larger share kept.
+    /// A process listed twice on one instance is one: memory summed, the
+    /// larger share kept.
     pub fn process(&mut self, process: Process) {
         let Some(earlier) = self.processes.iter_mut().find(|p| p.is(&process)) else {
             return self.processes.push(process);
@@ -223,7 +207,6 @@ impl<'n> Gpu<'n> {
         };
     }
 
-    /// NVML's index of the GPU.
     pub fn index(&self) -> u32 {
         self.nvml.index()
     }
@@ -233,14 +216,12 @@ impl<'n> Gpu<'n> {
         &self.facts
     }
 
-    /// Keeps what the info read found, for the collectors that follow.
     pub fn set_facts(&mut self, facts: GpuFacts) {
         self.facts = facts;
     }
 
-    /// Hands the GPU what the previous run left for it, and
-    /// [`Self::keeps_totals`]; the calls it answered NOT_SUPPORTED under the
-    /// same MIG mode are not made again (see [`Unsupported`]).
+    /// The calls answered NOT_SUPPORTED under the same MIG mode are not made
+    /// again (see [`Unsupported`]).
     pub(crate) fn resume(&mut self, state: GpuState, keeps_totals: bool) {
         let known = &state.unsupported;
         if known.mig_mode == self.mig_mode() && known.runs < Unsupported::RUNS {
@@ -251,32 +232,27 @@ impl<'n> Gpu<'n> {
         self.keeps_totals = keeps_totals;
     }
 
-    /// The current MIG mode (read once a run).
     fn mig_mode(&mut self) -> Option<u32> {
         self.nvml.mig_mode().map(|mode| mode.current)
     }
 
-    /// What the previous run left for this GPU.
     pub fn previous_state(&self) -> &GpuState {
         &self.previous
     }
 
-    /// What this run leaves for the next.
     pub fn next_state(&mut self) -> &mut GpuState {
         &mut self.next
     }
 
-    /// Whether running totals kept in the state may be published for this
-    /// GPU: not when the state is unusable this run or the identity is not
-    /// its own (a counter restarting from 0 would read as a reset).
+    /// False when the state is unusable or not this GPU's: totals it keeps
+    /// are then left out (a restart from 0 would read as a reset).
     pub fn keeps_totals(&self) -> bool {
         self.keeps_totals
     }
 
     /// A reading fixed while the driver is loaded, kept in the state under
-    /// `name` as `to_kept` makes it (this run's answer, else the previous
-    /// run's), else made by `call`. `Some(None)`: not
-    /// supported (kept too); `None`: failed (made again next run) or down.
+    /// `name`. `Some(None)`: not supported (kept too); `None`: failed (made
+    /// again next run) or down.
     pub fn read_fixed<A: std::fmt::Debug, T>(
         &mut self,
         name: &str,
@@ -289,7 +265,6 @@ impl<'n> Gpu<'n> {
             Some(&value) => value,
             None => match self.nvml.try_read(call, args)? {
                 Ok(value) => Some(to_kept(value)),
-                // Not supported is an answer, kept; any other error is not.
                 Err(error) => {
                     self.nvml.note(&error);
                     error.is_unsupported().then_some(None)?
@@ -300,15 +275,15 @@ impl<'n> Gpu<'n> {
         Some(value)
     }
 
-    /// Adds a sample; a value no GPU can produce ([`Family::admits`]) is
-    /// dropped, logged and counted.
+    /// A value no GPU can produce ([`Family::admits`]) is dropped, logged
+    /// and counted.
     pub fn push(&mut self, sample: Sample) {
         let value = sample.value;
         self.push_read(sample, value);
     }
 
-    /// Like [`Self::push`] for a sample converted from what NVML read
-    /// (`read`, a percentage say), which a rejection logs. Whether it was kept.
+    /// [`Self::push`] logging `read`, the value NVML gave, on a rejection.
+    /// Whether it was kept.
     pub fn push_read(&mut self, sample: Sample, read: f64) -> bool {
         let admitted = sample.family.admits(sample.value);
         if admitted {
@@ -319,7 +294,7 @@ impl<'n> Gpu<'n> {
         admitted
     }
 
-    /// Drops an impossible reading, logged and counted as a read error.
+    /// Counts a dropped impossible reading as a read error.
     pub fn reject(&mut self, family: &Family, value: f64) {
         let index = self.index();
         self.nvml.count_error(format!(
@@ -328,8 +303,7 @@ impl<'n> Gpu<'n> {
         ));
     }
 
-    /// The carry the previous run left for `stream`, if it can be one (an
-    /// impossible one starts the totals afresh).
+    /// `None` for an impossible carry too: the totals start afresh.
     pub fn previous_carry(&self, stream: Stream) -> Option<Carry> {
         let carry = *self.previous_state().carries.get(&stream)?;
         if !carry.is_possible() {
@@ -341,12 +315,11 @@ impl<'n> Gpu<'n> {
         Some(carry)
     }
 
-    /// Adds a sample of a family without labels.
     pub fn gauge(&mut self, family: Labelled<0>, value: f64) {
         self.push(family.sample(value));
     }
 
-    /// The GPU's samples, or only its down state if a fatal error occurred.
+    /// Only the down state if a fatal error occurred.
     pub fn finish(mut self, identity: &Identity) -> Finished {
         let index = self.index();
         self.next.unsupported = Unsupported {
@@ -378,16 +351,14 @@ impl<'n> Gpu<'n> {
     }
 }
 
-/// A GPU's reading and what it leaves for the next run (`None`: keep what
-/// the state had): the state goes to `state`, the device to the snapshot.
+/// `state: None` keeps what the state file had.
 #[derive(Debug, Default)]
 pub struct Finished {
     pub device: Device,
     pub state: Option<GpuState>,
 }
 
-/// A GPU reported down for `reason` (stuck in an NVML call, if known), with
-/// only its identity.
+/// `stuck_in`: the NVML call it hung in, if known.
 pub fn down(
     index: u32,
     identity: &Identity,
@@ -405,7 +376,6 @@ pub fn down(
 }
 
 impl From<Device> for Finished {
-    /// A device that leaves the state as it was.
     fn from(device: Device) -> Finished {
         Finished {
             device,
@@ -414,7 +384,6 @@ impl From<Device> for Finished {
     }
 }
 
-/// A device with `identity` and nothing read.
 fn identified(index: u32, identity: &Identity) -> Device {
     Device {
         index,
@@ -425,9 +394,8 @@ fn identified(index: u32, identity: &Identity) -> Device {
     }
 }
 
-/// Merges samples of the same family and labels by the family's [`Merge`]
-/// rule, at the first one's position, so that no series is written twice.
-/// How many samples were merged away.
+/// Merges samples of one family and labels by its [`Merge`] rule, at the
+/// first one's position. How many were merged away.
 fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     let key = |sample: &Sample| {
         let labels = sample.labels.iter().map(|l| (l.name, l.value.clone()));
@@ -457,7 +425,6 @@ fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
     merged
 }
 
-/// The clock domains read, with their `clock` label values.
 pub const CLOCK_DOMAINS: [(Clock, &str); 4] = [
     (Clock::Graphics, "graphics"),
     (Clock::SM, "sm"),
@@ -465,7 +432,6 @@ pub const CLOCK_DOMAINS: [(Clock, &str); 4] = [
     (Clock::Video, "video"),
 ];
 
-/// A yes or no as a sample's value: 1 or 0.
 pub fn flag(on: bool) -> f64 {
     f64::from(u8::from(on))
 }
@@ -475,8 +441,7 @@ pub const HERTZ_PER_MEGAHERTZ: f64 = 1e6;
 /// NVML reads power in milliwatts and energy in millijoules.
 pub const PER_MILLI: f64 = 1000.0;
 
-/// One NVML sampling engine: its `engine` label, the ratio family it feeds,
-/// its sample buffer and the stream whose carry the state keeps for it.
+/// One NVML sampling engine, and the stream whose carry the state keeps.
 #[derive(Clone, Copy)]
 pub struct Engine {
     pub label: &'static str,
@@ -485,9 +450,8 @@ pub struct Engine {
     pub stream: Stream,
 }
 
-/// Reads `engine`'s samples since the previous run and pushes its ratio (if
-/// any sample is new) and its busy and sampled totals. False where NVML keeps
-/// no samples for it: the caller falls back to a point reading.
+/// Pushes the ratio (if any sample is new) and the busy and sampled totals.
+/// False where NVML keeps no samples: the caller falls back to [`point`].
 pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     let previous = reader.previous_carry(engine.stream);
     let Some((carry, integrated)) = samples::read(&mut reader.nvml, engine.sampling, previous)
@@ -502,8 +466,6 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
             reader.gauge(engine.ratio, ratio);
         }
     }
-    // Totals that cannot continue from run to run are left out, not
-    // restarted (see `DeviceReader::keeps_totals`).
     if !reader.keeps_totals() {
         return true;
     }
@@ -519,8 +481,7 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     true
 }
 
-/// Pushes a point reading in percent of NVML's sample period as `engine`'s
-/// ratio (impossible values rejected).
+/// A point reading, in percent of NVML's sample period, as the ratio.
 pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
     let percent = f64::from(percent);
     reader.push_read(engine.ratio.sample(metrics::ratio(percent)), percent);

@@ -1,42 +1,36 @@
-//! What the info read found of a GPU that decides how other collectors read
-//! it, and the one place a GPU's chip is recognised: by its PCI device id, else
-//! by its product name (NVML names the architecture, not the chip).
+//! What the info read found of a GPU, and the one place a GPU's chip is
+//! recognised (NVML names the architecture, not the chip).
 
 use nvml::types::DeviceArchitecture;
 
-/// What the info read found of a GPU, set once per run before any other
-/// collector runs; a fact NVML could not tell is empty.
+/// Set once per run before any other collector runs; a fact NVML could not
+/// tell is empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuFacts {
-    /// `nvmlDeviceGetArchitecture`: `None` when it could not be read,
     /// `Some(Err(raw))` for a value newer than this exporter knows.
     pub architecture: Option<Result<DeviceArchitecture, u32>>,
-    /// `nvmlDeviceGetName` (e.g. `NVIDIA A100-SXM4-80GB`); empty when unread.
+    /// E.g. `NVIDIA A100-SXM4-80GB`.
     pub name: String,
-    /// The PCI device id with the vendor id in its low 16 bits
-    /// (`nvmlPciInfo_t.pciDeviceId`, e.g. `0x20B210DE`); `None` when unread.
+    /// The vendor id in its low 16 bits (e.g. `0x20B210DE`).
     pub pci_device_id: Option<u32>,
 }
 
-/// The chips some reading rule depends on; every other chip is `Other`.
+/// The chips some reading rule depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chip {
     /// Ampere GA100: A100, A30, A800 (no NVENC; an instantaneous power draw).
     Ga100,
     /// Hopper GH100: H100, H200, H800, H20, GH200 (no NVENC).
     Gh100,
-    /// Any other chip, or one that neither the id nor the name tells.
     Other,
 }
 
-/// Product names of GA100 and GH100 boards, as words of `nvmlDeviceGetName`.
 const GA100_NAMES: &[&str] = &["A100", "A100X", "A30", "A30X", "A800", "AX800"];
 const GH100_NAMES: &[&str] = &["H100", "H200", "H800", "H20", "GH200"];
 
 impl GpuFacts {
-    /// The GPU's chip: by its PCI device id where NVML gave it (an id outside
-    /// the known ranges is `Other`, whatever the name says), else by a whole
-    /// word of its product name (`A10` is no `A100`).
+    /// By the PCI device id where NVML gave it (whatever the name says), else
+    /// by a whole word of the product name (`A10` is no `A100`).
     pub fn chip(&self) -> Chip {
         let named = |names: &[&str]| {
             self.name
@@ -53,8 +47,7 @@ impl GpuFacts {
         }
     }
 
-    /// Whether the GPU has a video encoder (NVENC) worth reading: not on GA100 or
-    /// GH100, which have none though NVML answers its calls; true if unknown.
+    /// GA100 and GH100 have no NVENC though NVML answers its calls.
     pub fn has_video_encoder(&self) -> bool {
         !matches!(self.chip(), Chip::Ga100 | Chip::Gh100)
     }

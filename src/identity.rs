@@ -1,17 +1,10 @@
-//! GPU identity, resolved in one place ([`resolve`]) from this run's reads
-//! and the GPUs this boot has seen, so that no GPU takes another's:
-//! - a UUID read is the GPU's; what it could not read comes from that UUID;
-//! - else a bus id read takes the identity known there (and serial), unless a
-//!   UUID read this run holds it;
-//! - else the identity known at its index, only if it is the one known there,
-//!   and no more known GPUs are unaccounted for than GPUs that cannot be told;
-//! - a UUID two GPUs read is kept by both but [`Identity::unique`] by neither;
-//! - a known GPU no GPU of this run is has left ([`Resolution::missing`]),
-//!   unless some GPU of this run cannot be told.
+//! GPU identity, resolved once from this run's reads and the GPUs this boot
+//! has seen, so that no GPU takes another's (rules: docs/design.md,
+//! "Identity"). A UUID two GPUs read is kept by both, `unique` by neither.
 
 use crate::snapshot::KnownGpu;
 
-/// What this run read of one enumerated GPU (empty strings: unreadable).
+/// Empty strings: unreadable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Read {
     pub index: u32,
@@ -21,7 +14,6 @@ pub struct Read {
 }
 
 impl Read {
-    /// A GPU of which nothing could be read.
     pub fn unread(index: u32) -> Read {
         Read {
             index,
@@ -30,7 +22,7 @@ impl Read {
     }
 }
 
-/// A GPU's identity for this run (empty strings: not known at all).
+/// Empty strings: not known at all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
     pub uuid: String,
@@ -40,15 +32,15 @@ pub struct Identity {
     pub unique: bool,
 }
 
-/// Every GPU's identity, in the order of the reads, and the GPUs that left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resolution {
+    /// In the order of the reads.
     pub identities: Vec<Identity>,
-    /// GPUs this boot knew that this run did not enumerate.
+    /// GPUs this boot knew that this run did not enumerate; none while a GPU
+    /// of this run cannot be told.
     pub missing: Vec<KnownGpu>,
 }
 
-/// Resolves the identities of the GPUs read this run against `known`.
 pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
     let read_uuids: Vec<&str> = reads
         .iter()

@@ -1,24 +1,19 @@
-//! What a metric family is (name, type, unit, labels and HELP, declared once
-//! with [`families!`] beside the code that reads it) and the families every
-//! run writes ([`ALWAYS`]). A [`Labelled`] handle's type carries its family's
-//! label count, so a sample with the wrong number of label values does not
-//! compile. Over every family (`collectors::families`, tested there): names
-//! unique, starting with `nvidia_gpu_`, ending in their unit, and only
-//! counters end in `_total`.
+//! What a metric family is, and the families every run writes. Every family
+//! (tested in `collectors`): a unique name starting with `nvidia_gpu_` and
+//! ending in its unit; only counters end in `_total`.
 
 use crate::reason::constants;
 
 constants! {
-    /// The Prometheus metric type of a family.
     pub enum Kind {
-        /// The word used on the `# TYPE` line.
+        /// The word on the `# TYPE` line.
         fn as_str;
     }
     Gauge => ("gauge");
     Counter => ("counter");
 }
 
-/// What a family's values measure, in base units (the name's suffix says the same).
+/// In base units, as the name's suffix says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
     Ratio,
@@ -36,7 +31,7 @@ pub enum Unit {
     Number,
 }
 
-/// How two samples of one family with the same labels become one.
+/// How two samples of one family and labels become one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merge {
     Sum,
@@ -44,7 +39,6 @@ pub enum Merge {
     Max,
 }
 
-/// A metric family: one name, one HELP, one TYPE.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Family {
     pub name: &'static str,
@@ -52,12 +46,12 @@ pub struct Family {
     pub kind: Kind,
     /// Decides [`Family::plausible`] and [`Family::merge`].
     pub unit: Unit,
-    /// The label names beyond the device identity (`gpu`, `uuid`), in order.
+    /// Beyond the device identity (`gpu`, `uuid`).
     pub labels: &'static [&'static str],
 }
 
-/// A family whose samples carry `N` labels beyond the device identity, the
-/// way to make a [`crate::snapshot::Sample`]; `N` is the family's label count.
+/// A family with `N` labels: a sample with the wrong number of label values
+/// does not compile.
 #[derive(Debug, Clone, Copy)]
 pub struct Labelled<const N: usize> {
     family: &'static Family,
@@ -75,9 +69,8 @@ impl<const N: usize> Labelled<N> {
     }
 }
 
-/// Declares families beside the code that reads them: a [`Labelled`] handle
-/// per family and, if named, `$list`: the families of a collector (first
-/// those in brackets, declared elsewhere).
+/// A [`Labelled`] handle per family and, if named, `$list`: the collector's
+/// families (first those in brackets, declared elsewhere).
 macro_rules! families {
     ($list:ident $([$($shared:path),*])?;
      $($ident:ident: $kind:ident($unit:ident), $name:literal, [$($label:literal),*], $help:literal;)*) => {
@@ -102,8 +95,7 @@ macro_rules! families {
 pub(crate) use families;
 
 families! {
-    // Written by every run: collector health (the only series when NVML is
-    // unusable), the driver, and each GPU's up, down reason and info.
+    // Written by every run (the collector's only when NVML is unusable).
     ALWAYS;
     COLLECTOR_UP: Gauge(Number), "nvidia_gpu_collector_up", [],
         "1 if this run read NVML, 0 if it did not (the reason is in nvidia_gpu_collector_error).";
@@ -133,10 +125,9 @@ families! {
         "Static facts about the GPU as labels; always 1.";
 }
 
-/// The one plausibility rule: a reading outside is a sentinel or garbage,
-/// dropped and counted by the reader (docs/metrics.md lists the bounds).
 impl Family {
-    /// The values a reading of this family can take on any GPU.
+    /// A reading outside is a sentinel or garbage, dropped and counted
+    /// (docs/metrics.md lists the bounds).
     pub fn plausible(&self) -> std::ops::RangeInclusive<f64> {
         let counter = self.kind == Kind::Counter;
         match self.unit {
@@ -156,12 +147,10 @@ impl Family {
         }
     }
 
-    /// Whether `value` is finite and [`Family::plausible`].
     pub fn admits(&self, value: f64) -> bool {
         value.is_finite() && self.plausible().contains(&value)
     }
 
-    /// How duplicate samples merge: bytes and counters sum, the rest keeps the larger.
     pub fn merge(&self) -> Merge {
         if self.unit == Unit::Bytes || self.kind == Kind::Counter {
             Merge::Sum
@@ -171,16 +160,13 @@ impl Family {
     }
 }
 
-/// A fraction of time or capacity.
 const RATIO: std::ops::RangeInclusive<f64> = 0.0..=1.0;
 
-/// Whether an NVML reading in percent of a period can be one.
 pub fn plausible_percent(percent: f64) -> bool {
     RATIO.contains(&ratio(percent))
 }
 
-/// `percent` as a ratio, as a person reads it: the decimal NVML's number
-/// prints as, moved two places (58.7 % is 0.587, not 0.5870000000000001).
+/// The decimal point moved two places: 58.7 % is 0.587, not 0.5870000000000001.
 pub fn ratio(percent: f64) -> f64 {
     format!("{percent}e-2").parse().unwrap_or(percent / 100.0)
 }

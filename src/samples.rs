@@ -1,5 +1,4 @@
-//! NVML's sample buffers of engine and per-process utilization, read from the
-//! last timestamp consumed and integrated into the running totals of a [`Carry`]
+//! NVML's utilization sample buffers, integrated into a [`Carry`]
 //! (docs/design.md, "Utilization").
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -12,29 +11,27 @@ use crate::metrics;
 
 pub use crate::state::schema::Carry;
 
-/// The time one consumed sample stands for: its start (µs), and how much of it
-/// is claimed (0 for a dropped or duplicate sample).
+/// The time one consumed sample stands for; `claimed_us` is 0 for a dropped
+/// or duplicate sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interval {
     pub start_us: u64,
     pub claimed_us: u64,
 }
 
-/// What one run's samples gave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Integrated {
     pub carry: Carry,
     /// Time-weighted mean of the consumed samples (0-1), the plain mean where
     /// they cover no time; `None` when nothing was consumed.
     pub ratio: Option<f64>,
-    /// Sample values above 100 %, which were dropped.
+    /// Sample values above 100 %, dropped.
     pub rejected: Vec<u64>,
-    /// One per consumed sample, in order.
+    /// One per consumed sample.
     pub intervals: Vec<Interval>,
 }
 
-/// Integrates `samples` (in NVML's order) into `carry` by the rule of
-/// docs/design.md, "Utilization". `anchored`: NVML returned only samples newer
+/// `samples` in NVML's order. `anchored`: NVML returned only samples newer
 /// than `carry.last_us`, so the first one follows it.
 pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated {
     // Samples before the last backward step belong to the old clock.
@@ -97,26 +94,24 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated 
     }
 }
 
-/// How far behind our last timestamp the system clock must be to be a step back.
 const CLOCK_STEP_SLACK_US: u64 = 1_000_000;
 
-/// Whether the system clock (µs) is behind the last consumed timestamp: NVML
-/// has nothing newer until it catches up, so the whole buffer is read again.
+/// The system clock is behind the last consumed timestamp: NVML has nothing
+/// newer until it catches up, so the whole buffer is read again.
 pub fn clock_step(last_us: u64, now_us: u64) -> bool {
     last_us > 0 && now_us.saturating_add(CLOCK_STEP_SLACK_US) < last_us
 }
 
-/// The system clock in µs, as NVML stamps samples.
+/// As NVML stamps samples.
 pub fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// Reads the samples of `sampling` since `previous` (the stream's carry, `None`
-/// for none or damaged) and integrates them: the carry that stands now, and
-/// what was integrated (`None` after a counted error); `None` where NVML keeps
-/// no samples for this stream (MIG mode, older GPUs).
+/// The carry that stands now, and what was integrated (`None` after a
+/// counted error); `None` where NVML keeps no samples for this stream (MIG
+/// mode, older GPUs).
 pub fn read(
     reader: &mut DeviceReader<'_>,
     sampling: Sampling,

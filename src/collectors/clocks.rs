@@ -26,8 +26,7 @@ families! {
         "Time the clocks were held below their target by this policy, by policy.";
 }
 
-/// Clock event reason bits of nvml.h (`nvmlClocksEventReason*`), with their
-/// `reason` label values.
+/// nvml.h `nvmlClocksEventReason*`.
 const EVENT_REASONS: [(u64, &str); 9] = [
     (0x1, "gpu_idle"),
     (0x2, "applications_clocks_setting"),
@@ -40,7 +39,7 @@ const EVENT_REASONS: [(u64, &str); 9] = [
     (0x100, "display_clock_setting"),
 ];
 
-/// Violation policies with their `policy` label values, in [`FIELDS`] order.
+/// In [`FIELDS`] order.
 const POLICIES: [(PerformancePolicy, &str); 8] = {
     use PerformancePolicy::*;
     [
@@ -55,8 +54,6 @@ const POLICIES: [(PerformancePolicy, &str); 8] = {
     ]
 };
 
-/// Field values this collector takes from the per-GPU batch: the violation
-/// time of each of [`POLICIES`].
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_PERF_POLICY_POWER,
     NVML_FI_DEV_PERF_POLICY_THERMAL,
@@ -86,8 +83,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     read_violations(reader);
 }
 
-/// Violation time per policy from the batch, else
-/// `nvmlDeviceGetViolationStatus`.
+/// From the batch, else `nvmlDeviceGetViolationStatus`.
 fn read_violations(reader: &mut Gpu<'_>) {
     for ((policy, label), &field) in POLICIES.into_iter().zip(FIELDS) {
         let nanoseconds = reader.nvml.field_or(field, |nvml| {
@@ -100,7 +96,7 @@ fn read_violations(reader: &mut Gpu<'_>) {
     }
 }
 
-/// One 0/1 sample per reason the GPU supports (all if it cannot say).
+/// One sample per reason the GPU supports (all if it cannot say).
 fn read_event_reasons(reader: &mut Gpu<'_>) {
     let Some(active) = reader.nvml.clocks_event_reasons(EventReasons::Current) else {
         return;

@@ -1,5 +1,5 @@
-//! The NVLink fabric of NVSwitch systems: registration, cluster and clique,
-//! health. Nothing on a GPU on no fabric (read once per driver).
+//! The NVLink fabric of NVSwitch systems. Nothing on a GPU on no fabric (read
+//! once per driver).
 
 use crate::collector::{flag, Gpu};
 use crate::metrics::families;
@@ -20,11 +20,10 @@ families! {
         "The driver's summary of the fabric's health (struct version 3), as a state set: 1 for the current one (healthy, unhealthy, limited_capacity), 0 for the others.";
 }
 
-/// The state key under which "this GPU is on a fabric" is kept per driver.
 const KEY: &str = "fabric";
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    // Read once per driver: `Some(None)` is a GPU on no fabric.
+    // `Some(None)` is a GPU on no fabric.
     if reader.read_fixed(KEY, calls::ON_FABRIC, (), i64::from) != Some(Some(1)) {
         return;
     }

@@ -1,10 +1,6 @@
-//! GPM: SM, engine, DRAM and pipe activity from two samples of the GPU's
-//! performance counters a window apart. [`open`] takes the first sample after
-//! the identity; the window closes at `--gpm-window` (shortened by
-//! `timing::schedule`), after the other reads. Percentages become ratios
-//! (impossible ones rejected); counters that may not be read leave the
-//! metrics out with `nvidia_gpu_gpm_unavailable{reason}`, said once in the
-//! log; a GPU in MIG mode is also sampled per GPU instance.
+//! GPM: activity from two samples of the GPU's performance counters a window
+//! apart (docs/design.md, "GPM"); a GPU in MIG mode is also sampled per GPU
+//! instance.
 
 use std::time::Instant;
 
@@ -48,11 +44,9 @@ families! {
 #[allow(dead_code)]
 mod unavailable {
     crate::reason::constants! {
-        /// Why the GPM metrics of a GPU that supports GPM are missing from a run.
+        /// Why the GPM metrics of a GPU that supports GPM are missing.
         pub enum Unavailable {
-            /// The `reason` label of `nvidia_gpu_gpm_unavailable`.
             fn label;
-            /// What the log line says about it.
             fn hint;
         }
         NoPermission => ("no_permission",
@@ -83,7 +77,6 @@ impl Unavailable {
     }
 }
 
-/// What GPM measures and how it is reported.
 const METRICS: [(GpmMetricId, Report); 12] = {
     use GpmMetricId::*;
     use Report::{Engine, Pipe};
@@ -106,18 +99,15 @@ const METRICS: [(GpmMetricId, Report); 12] = {
     ]
 };
 
-/// How one GPM metric is reported.
 #[derive(Debug, Clone, Copy)]
 enum Report {
-    /// In a family of its own: the one of the whole GPU, and the one of a MIG
-    /// GPU instance (labelled with its `gpu_instance_id`).
+    /// The whole GPU's family, and the GPU instances' one.
     Engine(Labelled<0>, Labelled<1>),
     /// As this `pipe` of `nvidia_gpu_pipe_active_ratio` (or of its MIG twin).
     Pipe(&'static str),
 }
 
 impl Report {
-    /// The sample of `ratio` measured on the GPU, or on its GPU instance `gi`.
     fn sample(self, gi: Option<u32>, ratio: f64) -> MetricSample {
         match (self, gi) {
             (Report::Engine(gpu, _), None) => gpu.sample(ratio),
@@ -133,16 +123,13 @@ impl Report {
 /// The most GPU instances one GPU has (7 on H100/H200).
 const MAX_GPU_INSTANCES: usize = 8;
 
-/// A GPU's open GPM window, from [`open`] to its close.
 struct GpuWindow<'n> {
-    /// For the GPU (`None`) and each GPU instance of a GPU in MIG mode, when
-    /// its first sample was taken (the midpoint of the call) and the sample.
+    /// The GPU (`None`) and each GPU instance: the first sample and the
+    /// midpoint of its call.
     firsts: Vec<(Option<u32>, Instant, GpmSample<'n>)>,
-    /// When the second samples are due.
     ends: Instant,
 }
 
-/// Opens the GPM window of a GPU: checks support, takes the first samples.
 pub(super) fn open<'n>(
     reader: &mut Gpu<'n>,
     settings: &Settings,
@@ -193,7 +180,6 @@ impl<'n> Window<'n> for GpuWindow<'n> {
         self.ends = self.ends.min(latest);
     }
 
-    /// Takes the second samples when the window ends and exports the metrics.
     fn close(self: Box<Self>, reader: &mut Gpu<'n>) {
         std::thread::sleep(self.ends.saturating_duration_since(Instant::now()));
         let mut pairs = Vec::with_capacity(self.firsts.len());
@@ -233,14 +219,12 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 enum Taken<'n> {
     /// The sample, taken at the midpoint of the call.
     At(Instant, GpmSample<'n>),
-    /// This target cannot be sampled (not supported, or a counted error).
+    /// Not supported, or a counted error.
     Skipped,
     Unavailable(Unavailable),
-    /// The GPU is down.
     Down,
 }
 
-/// Takes a sample of the GPU, or of its GPU instance `gi`.
 fn take<'n>(reader: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
     let before = Instant::now();
     let result = reader.nvml.gpm_sample(gi);
@@ -258,8 +242,7 @@ fn take<'n>(reader: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
     }
 }
 
-/// Leaves the GPU's GPM metrics out of this run for `why`, logged when the
-/// reason is new.
+/// Logged when the reason is new.
 fn unavailable(reader: &mut Gpu<'_>, why: Unavailable) {
     if reader.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
         let message = format!(

@@ -1,5 +1,4 @@
-//! Memory health: ECC mode and error counters, retired pages, remapped rows,
-//! the recovery action the driver asks for.
+//! Memory health, and the recovery action the driver asks for.
 
 use nvml::calls;
 use nvml::types::field_id::{
@@ -33,7 +32,6 @@ families! {
         "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
 }
 
-/// An ECC error kind or counter, with its label.
 type Labelled<T> = (T, &'static str);
 
 const CORRECTED: (MemoryError, &str) = (MemoryError::Corrected, "corrected");
@@ -41,7 +39,7 @@ const UNCORRECTED: (MemoryError, &str) = (MemoryError::Uncorrected, "uncorrected
 const VOLATILE: (EccCounter, &str) = (EccCounter::Volatile, "volatile");
 const AGGREGATE: (EccCounter, &str) = (EccCounter::Aggregate, "aggregate");
 
-/// ECC counters: field id, then the same counter as function arguments.
+/// The field id, then the same counter as function arguments.
 const ECC_COUNTERS: [(u32, Labelled<MemoryError>, Labelled<EccCounter>); 4] = [
     (NVML_FI_DEV_ECC_SBE_VOL_TOTAL, CORRECTED, VOLATILE),
     (NVML_FI_DEV_ECC_DBE_VOL_TOTAL, UNCORRECTED, VOLATILE),
@@ -60,7 +58,7 @@ const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (driver 570+, newer than the bindings).
 pub(super) const FI_GPU_RECOVERY_ACTION: u32 = 230;
 
-/// `nvmlDeviceGpuRecoveryAction_t` values 0..=4 as labels.
+/// `nvmlDeviceGpuRecoveryAction_t` values 0..=4.
 const RECOVERY_ACTIONS: [&str; 5] = [
     "none",
     "gpu_reset",
@@ -69,7 +67,6 @@ const RECOVERY_ACTIONS: [&str; 5] = [
     "drain_and_reset",
 ];
 
-/// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_ECC_CURRENT,
     NVML_FI_DEV_ECC_PENDING,
@@ -82,8 +79,7 @@ pub(super) const FIELDS: &[u32] = &[
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     recovery_action(reader);
-    // The function is the fallback for both fields: a failing batch entry is
-    // counted only through it.
+    // A failing batch entry is counted only through the fallback.
     let current = reader.nvml.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
     let pending = reader.nvml.field_or(NVML_FI_DEV_ECC_PENDING, |_| None);
     let ecc = match (current, pending) {
@@ -129,8 +125,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     }
 }
 
-/// `nvidia_gpu_recovery_action` as a state set; a value newer than this
-/// exporter knows is `action="unknown"`.
+/// A value newer than this exporter knows is `action="unknown"`.
 fn recovery_action(reader: &mut Gpu<'_>) {
     let Some(value) = reader.nvml.field(FI_GPU_RECOVERY_ACTION) else {
         return;

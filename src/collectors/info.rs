@@ -1,6 +1,5 @@
-//! `nvidia_gpu_info` and the GPU's identity, read first on every GPU; what
-//! others' reads depend on is left on the reader ([`GpuFacts`]). Every label
-//! is written, empty when unknown, so the series keeps one label set.
+//! `nvidia_gpu_info` and the GPU's identity, read first on every GPU. Every
+//! label is written, empty when unknown, so the series keeps one label set.
 
 use nvml::calls;
 use nvml::types::Brand;
@@ -12,7 +11,6 @@ use crate::identity;
 use crate::metrics;
 use nvml::unwrapped::Text;
 
-/// Reads the GPU's identity and pushes its info sample.
 pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
     let uuid = reader.nvml.text(Text::Uuid);
     let name = reader.nvml.text(Text::Name);
@@ -51,8 +49,7 @@ pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
     identity
 }
 
-/// The label of an enum read: its lower-case name, `unknown` for a value newer
-/// than this exporter knows, empty when it could not be read.
+/// `unknown` for a value newer than this exporter knows, empty when unread.
 fn enum_label<E: std::fmt::Debug>(read: Option<Result<E, u32>>) -> String {
     match read {
         Some(Ok(value)) => format!("{value:?}").to_lowercase(),

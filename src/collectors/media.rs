@@ -1,6 +1,5 @@
-//! Video encoder and decoder utilization (sample buffers, else the point
-//! reading) and encoder sessions, where the chip has an encoder
-//! (`GpuFacts::has_video_encoder`); JPEG and optical flow utilization.
+//! Video encoder (where the chip has one), decoder, JPEG and optical flow
+//! utilization, and encoder sessions.
 
 use nvml::calls;
 use nvml::types::Sampling;
@@ -53,7 +52,6 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             reader.facts().chip()
         );
     }
-    // Where NVML keeps no samples, the point reading of its last sample period.
     if !read_engine(reader, DECODER) {
         if let Some(info) = reader.nvml.read(calls::DECODER_UTILIZATION, ()) {
             point(reader, DECODER, info.utilization);
@@ -62,7 +60,6 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     read_accelerators(reader);
 }
 
-/// The encoder's utilization (samples, else the point reading) and sessions.
 fn read_encoder(reader: &mut Gpu<'_>) {
     if !read_engine(reader, ENCODER) {
         if let Some(info) = reader.nvml.read(calls::ENCODER_UTILIZATION, ()) {
@@ -79,8 +76,6 @@ fn read_encoder(reader: &mut Gpu<'_>) {
     }
 }
 
-/// JPEG decoder and optical flow accelerator utilization, where the GPU has
-/// them.
 fn read_accelerators(reader: &mut Gpu<'_>) {
     for (engine, family) in [
         (Accelerator::Jpeg, JPEG_UTILIZATION),

@@ -1,5 +1,4 @@
-//! MIG devices: `nvidia_gpu_mig_info` and memory per MIG device, under the
-//! parent GPU's labels.
+//! MIG devices, under the parent GPU's labels.
 
 use crate::collector::Gpu;
 use crate::metrics::families;
@@ -30,8 +29,8 @@ fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
     let Some(mig_uuid) = reader.nvml.read_on(&mig.handle, calls::UUID, ()) else {
         return;
     };
-    // The profile ends the name: one unprivileged call, and it names a
-    // compute instance's profile too. Empty when unreadable.
+    // From the name: one unprivileged call, and it names a compute
+    // instance's profile too.
     let profile = reader
         .nvml
         .mig_name(mig)
@@ -52,8 +51,7 @@ fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
     }
 }
 
-/// The MIG profile at the end of a MIG device's name, or "" if the name holds
-/// none.
+/// "" if the name holds none.
 fn profile(name: &str) -> &str {
     name.rsplit_once("MIG ")
         .map_or("", |(_, profile)| profile.trim())

@@ -1,10 +1,6 @@
-//! The collectors: the registry ([`ALL`], where a collector is defined: its
-//! name, default, help, families, batched fields and [`Hooks`]) and one file
-//! per collector, which declares its families beside its reader. The command
-//! line, `--help`, the man page and the README come from it. Invariants
-//! (tested): names unique kebab-case; a family emitted by one collector only,
-//! except the shared ones (`collector::SHARED`); a reader emits only its
-//! families (end to end, in `tests/cli/`).
+//! The registry ([`ALL`]) and one file per collector. Tested: names unique
+//! kebab-case; a family emitted by one collector only, except
+//! `collector::SHARED`; a reader emits only its families (in `tests/cli/`).
 
 mod clocks;
 mod fabric;
@@ -34,10 +30,10 @@ use crate::metrics::{self, Family};
 
 pub use crate::collector::{Collector, HostRun, Settings};
 
-/// Reads a GPU's identity and its info sample: first, on every GPU.
+/// Runs first, on every GPU.
 pub(crate) use info::read as identify;
 
-/// Every collector, in the order `--help` and the docs list them.
+/// In the order `--help` and the docs list them.
 pub static ALL: &[Collector] = &[
     Collector {
         name: "utilization",
@@ -174,24 +170,15 @@ pub static ALL: &[Collector] = &[
     },
 ];
 
-/// Every family: those every run writes, the shared ones, then each
-/// collector's own (a family declared twice is listed twice, for the tests).
+/// A family declared twice is listed twice, for the tests.
 pub fn families() -> impl Iterator<Item = &'static Family> {
     let rows = ALL.iter().flat_map(|collector| collector.families.iter());
     let own = rows.filter(|family| !SHARED.contains(family));
     metrics::ALWAYS.iter().chain(SHARED).chain(own).copied()
 }
 
-/// The `nvmlDeviceGetFieldValues` calls a run makes on a GPU with `facts`
-/// when `collectors` are on, in its order, each made by `send` (which answers
-/// each entry's value, `None` where NVML gave none): the per-GPU batch of
-/// their fields (as `phases` sends it), then the collectors' own: thermal's
-/// margin thresholds and the NVLink 5 probe alone (as on a run without
-/// state: they are read once per driver), the NVLink collectors' per-link
-/// batches over the links the answers before tell. `links`: what
-/// `nvmlDeviceGetNvLinkState` answered for links 0, 1, … up to the first NVML
-/// does not know (`None` where it failed); `None` where link 0 is not
-/// supported. tests/nvml-capture records what these calls get.
+/// The `nvmlDeviceGetFieldValues` calls a run without state makes on a GPU,
+/// in order, for tests/nvml-capture. `links`: as `nvlink::Probed`.
 pub fn field_batches(
     facts: &GpuFacts,
     collectors: &[&Collector],
@@ -207,7 +194,6 @@ pub fn field_batches(
     } else {
         send(&batch)
     };
-    // Every collector reads a value of the batch (`DeviceReader::field`).
     let take = |id| {
         let at = ids.iter().position(|&i| i == id)?;
         *answers.get(at)?

@@ -1,9 +1,6 @@
-//! NVLink: by default (`nvlink`) the links, active and lost links and the
-//! counters summed over the links, from batched field reads; per link
-//! (`nvlink-links`) state and counters, the CRC ones one call per link and
-//! counter. The link count is read, never a compiled-in maximum; NVLink 5
-//! (Blackwell) counters replace the Hopper ones where the GPU has them (read
-//! once per driver).
+//! NVLink: the counters summed over the links (`nvlink`) and per link
+//! (`nvlink-links`). The link count is read, never a compiled-in maximum;
+//! NVLink 5 (Blackwell) counters replace the Hopper ones where the GPU has them.
 
 use nvml::fields::Field;
 use nvml::types::field_id::{
@@ -67,8 +64,8 @@ const SYMBOL_ERRORS: u32 = 221;
 const EFFECTIVE_BER: u32 = 220;
 const SYMBOL_BER: u32 = 222;
 
-/// The NVLink 5 fields read per link where the GPU has them: the counters
-/// (the first four, all the per-GPU collector reads), then the bit error rates.
+/// The counters (the first four, all the per-GPU collector reads), then the
+/// bit error rates.
 const NVLINK5_FIELDS: [u32; 6] = [
     LINK_RECOVERY_SUCCESSFUL,
     LINK_RECOVERY_FAILED,
@@ -78,8 +75,7 @@ const NVLINK5_FIELDS: [u32; 6] = [
     SYMBOL_BER,
 ];
 
-/// The per-link collector's series of each of [`NVLINK5_FIELDS`] (the bit
-/// error rates decoded by [`ber`]).
+/// The per-link collector's series of each of [`NVLINK5_FIELDS`].
 const NVLINK5_SERIES: [(Labelled<2>, &str); 6] = [
     (NVLINK_LINK_RECOVERIES, "successful"),
     (NVLINK_LINK_RECOVERIES, "failed"),
@@ -89,11 +85,8 @@ const NVLINK5_SERIES: [(Labelled<2>, &str); 6] = [
     (NVLINK_LINK_BIT_ERROR, "symbol"),
 ];
 
-/// NVML counts NVLink data in KiB.
 const BYTES_PER_KIB: f64 = 1024.0;
 
-/// Field values the per-GPU collector takes from the batch: the link count
-/// and the per-GPU totals NVML keeps.
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_NVLINK_LINK_COUNT,
     NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
@@ -102,10 +95,9 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
 ];
 
-/// Field values the per-link collector takes from the batch.
 pub(super) const LINKS_FIELDS: &[u32] = &[NVML_FI_DEV_NVLINK_LINK_COUNT];
 
-/// A link's state (field 165: 0 inactive, 1 active, 2 asleep, not lost).
+/// Field 165: 0 inactive, 1 active, 2 asleep (not lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LinkState {
     Active,
@@ -123,8 +115,7 @@ impl LinkState {
     }
 }
 
-/// The per-GPU collector: the batch and one more field read per link (links
-/// probed with `nvmlDeviceGetNvLinkState` where there is no count field).
+/// Links probed with `nvmlDeviceGetNvLinkState` where there is no count field.
 pub(super) fn read(reader: &mut Gpu<'_>) {
     let (count, probed) = match link_count(reader) {
         Some(count) => (count, Vec::new()),
@@ -132,7 +123,6 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             let Some(probed) = probe_links(reader, MAX_LINKS) else {
                 return;
             };
-            // Where every probe failed, the count is unknown.
             if probed.iter().all(Option::is_none) {
                 return;
             }
@@ -165,8 +155,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         reader.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
     }
     count_lost(reader, &states);
-    // A field summed over the links, only when every link answered (else a
-    // false reset); `None` for a field not read.
+    // Only when every link answered (else a false reset).
     let sum = |id: u32| -> Option<f64> {
         let at = ids.iter().position(|&i| i == id)?;
         links.iter().map(|values| values[at]).sum()
@@ -214,8 +203,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     }
 }
 
-/// The calls [`read`] makes after the per-GPU batch, for
-/// [`super::field_batches`] (`count`: the batch's link count field).
+/// The calls [`read`] makes after the per-GPU batch.
 pub(super) fn totals_batches(
     count: Option<f64>,
     links: Probed<'_>,
@@ -224,8 +212,6 @@ pub(super) fn totals_batches(
 ) {
     let count = match plausible(count) {
         Some(count) => count,
-        // Probed: the links up to the first NVML does not know, unless every
-        // probe failed.
         None => match links.map(|links| &links[..links.len().min(MAX_LINKS as usize)]) {
             Some(links) if links.iter().any(Option::is_some) => links.len() as u32,
             _ => return,
@@ -239,8 +225,8 @@ pub(super) fn totals_batches(
     send(&link_batch(0..count, &ids));
 }
 
-/// The calls [`read_links`] makes, for [`super::field_batches`] (the NVLink 5
-/// probe only where no collector made it before in this run).
+/// The calls [`read_links`] makes (the NVLink 5 probe only where no
+/// collector made it before).
 pub(super) fn links_batches(
     count: Option<f64>,
     links: Probed<'_>,
@@ -262,29 +248,23 @@ pub(super) fn links_batches(
         answered,
         &per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5),
     );
-    // An empty batch is not sent (`DeviceReader::read_fields`).
     if !batch.is_empty() {
         send(&batch);
     }
 }
 
-/// What `nvmlDeviceGetNvLinkState` answered for links 0, 1, … up to the
-/// first NVML does not know (`None` where it failed); `None`: NOT_SUPPORTED
-/// for link 0 (no NVLink).
+/// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
+/// know (`None` where it failed); `None`: no NVLink.
 pub(super) type Probed<'a> = Option<&'a [Option<bool>]>;
 
-/// Sends one `nvmlDeviceGetFieldValues` call; each entry's value, `None` where
-/// NVML gave none.
 pub(super) type SendFields<'a> = &'a mut dyn FnMut(&[Field]) -> Vec<Option<f64>>;
 
-/// A link count no GPU can have is no count.
 fn plausible(count: Option<f64>) -> Option<u32> {
     count
         .map(|count| count as u32)
         .filter(|&count| count <= MAX_LINKS)
 }
 
-/// The link count field, if plausible.
 fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
     let count = reader.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
     reader
@@ -292,20 +272,17 @@ fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
         .bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
 }
 
-/// The field whose answer says the GPU has the NVLink 5 counters, read alone.
 const NVLINK5_PROBE: Field = Field {
     id: LINK_RECOVERY_EVENTS,
     scope: 0,
 };
 
-/// Whether the GPU has the NVLink 5 counters (read once per driver).
 fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
     reader.read_fixed("nvlink5", calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
 }
 
-/// `nvidia_gpu_nvlink_links_lost`: links seen active earlier in this boot
-/// (the state) that are now inactive; left out while a link seen active has
-/// a state not read this run (its loss is not known).
+/// Left out while a link seen active earlier in this boot has a state not
+/// read this run.
 fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     let mut seen = reader.previous_state().links_seen_active;
     let (mut lost, mut unknown) = (0, false);
@@ -324,7 +301,7 @@ fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     }
 }
 
-/// Per-link fields of the per-GPU collector, the state first.
+/// The state first.
 const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_GET_STATE,
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
@@ -333,14 +310,11 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// The fields read per link: `fields`, then `nvlink5_fields` where the GPU
-/// has the NVLink 5 counters.
 fn per_link(fields: &[u32], nvlink5_fields: &[u32], nvlink5: bool) -> Vec<u32> {
     let extra = if nvlink5 { nvlink5_fields } else { &[] };
     fields.iter().chain(extra).copied().collect()
 }
 
-/// One batch of the fields `ids` of each of `links`, link by link.
 fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
     links
         .into_iter()
@@ -348,7 +322,7 @@ fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
         .collect()
 }
 
-/// The state of `link`: its state field, else `nvmlDeviceGetNvLinkState`.
+/// The state field, else `nvmlDeviceGetNvLinkState`.
 fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
     match state {
         Some(0.0) => Some(LinkState::Inactive),
@@ -365,8 +339,7 @@ fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<Lin
     }
 }
 
-/// The counters of `nvmlDeviceGetNvLinkErrorCounter`; the two CRC counters come
-/// last, since [`PER_LINK_FIELDS`] can replace the first two.
+/// The CRC counters last: [`PER_LINK_FIELDS`] can replace the first two.
 const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlReplay, "replay"),
     (ErrorCounter::DlRecovery, "recovery"),
@@ -374,8 +347,7 @@ const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlCrcData, "crc_data"),
 ];
 
-/// Per-link fields of the per-link collector, in one batch (the CRC counts
-/// come from the function: the CRC field read 0 on H200s, driver 580).
+/// No CRC counts: the CRC field read 0 on H200s (driver 580).
 const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
@@ -383,8 +355,7 @@ const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// The state of each link below `last` up to the first NVML does not know
-/// (`None` where it failed); `None` without NVLink or when down.
+/// As [`Probed`]; `None` also when down.
 fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
@@ -403,8 +374,7 @@ fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     Some(links)
 }
 
-/// The per-link collector (`nvlink-links`): the batch, then the error
-/// counters it lacks, one call per link and counter.
+/// The batch, then the error counters it lacks, one call per link and counter.
 pub(super) fn read_links(reader: &mut Gpu<'_>) {
     let last = link_count(reader).unwrap_or(MAX_LINKS);
     let Some(probed) = probe_links(reader, last) else {
@@ -463,8 +433,7 @@ pub(super) fn read_links(reader: &mut Gpu<'_>) {
     }
 }
 
-/// A bit error rate as NVML encodes it: mantissa (bits 8-11) × 10^-exponent
-/// (bits 0-7).
+/// Mantissa (bits 8-11) × 10^-exponent (bits 0-7).
 fn ber(raw: f64) -> f64 {
     let bits = raw as u64;
     let exponent = (bits & 0xff) as i32;

@@ -1,5 +1,5 @@
 //! PCIe link generation and width against their maxima (read once per
-//! driver: a link that trained low shows), replays and traffic.
+//! driver), replays and traffic.
 
 use nvml::calls;
 use nvml::types::field_id::{
@@ -37,7 +37,6 @@ families! {
         "PCIe receive throughput over a 20 ms sample (only with --collector pcie-throughput).";
 }
 
-/// NVML reports PCIe throughput in KiB/s.
 const BYTES_PER_KIB: f64 = 1024.0;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
@@ -76,14 +75,13 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     }
 }
 
-/// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_PCIE_REPLAY_COUNTER,
     NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
     NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
 ];
 
-/// The sampled throughput: each direction blocks for NVML's 20 ms window.
+/// Each direction blocks for NVML's 20 ms window.
 pub(super) fn read_throughput(reader: &mut Gpu<'_>) {
     for (counter, family) in [
         (PcieUtilCounter::Send, PCIE_TRANSMIT_THROUGHPUT),

@@ -19,8 +19,7 @@ families! {
         "PCIe link events counted by the GPU since the driver was loaded, by kind: l0_to_recovery, correctable, nak_received, nak_sent, receiver, bad_tlp, bad_dllp, non_fatal, fatal, unsupported_request, lcrc, lane (only with --collector pcie-errors).";
 }
 
-/// The counters (nvml.h `NVML_FI_DEV_PCIE_*`, 169 and 173-183) with their
-/// `kind` label values.
+/// nvml.h `NVML_FI_DEV_PCIE_*`, 169 and 173-183.
 const KINDS: [(u32, &str); 12] = [
     (NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER, "l0_to_recovery"),
     (NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, "correctable"),
@@ -39,7 +38,6 @@ const KINDS: [(u32, &str); 12] = [
     (NVML_FI_DEV_PCIE_COUNT_LANE_ERROR, "lane"),
 ];
 
-/// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &{
     let mut ids = [0; KINDS.len()];
     let mut i = 0;

@@ -1,6 +1,6 @@
-//! Power draw, energy and power limits (NVML reads milli-units). The draw is
-//! a 1 s average on some architectures and instantaneous on others: the
-//! second power reading is the one the draw is not, never both.
+//! Power draw, energy and power limits. The draw is a 1 s average on some
+//! architectures and instantaneous on others: the second power reading is the
+//! one the draw is not.
 
 use nvml::calls;
 use nvml::types::field_id::{
@@ -28,10 +28,8 @@ families! {
         "Power drawn by the GPU at the moment of reading (nvidia-smi: Instantaneous Power Draw; driver 535+); only where nvidia_gpu_power_watts is a 1 s average (Ampere except GA100, and newer).";
 }
 
-/// Field values this collector takes from every GPU's batch.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
-/// The second power reading's field for a GPU with these facts.
 pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
     if draw_is_averaged(facts) {
         &[NVML_FI_DEV_POWER_INSTANT]
@@ -40,8 +38,8 @@ pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
     }
 }
 
-/// Whether `nvmlDeviceGetPowerUsage` is a 1 s average on this GPU: Ampere
-/// but GA100, and newer; an architecture not named counts as instantaneous.
+/// Ampere but GA100, and newer; an architecture not named counts as
+/// instantaneous.
 fn draw_is_averaged(facts: &GpuFacts) -> bool {
     match &facts.architecture {
         Some(Ok(DeviceArchitecture::Ampere)) => facts.chip() != Chip::Ga100,

@@ -1,5 +1,5 @@
-//! Temperatures, thresholds and fans, the thermal margin and the margins the
-//! GPU acts at, and the time held down by heat and power brake.
+//! Temperatures, thresholds, margins and fans, and the time held down by heat
+//! and power brake.
 
 use nvml::calls;
 use nvml::types::field_id::{
@@ -32,7 +32,6 @@ families! {
         "Degrees the GPU is below its nearest slowdown threshold (nvidia-smi: GPU T.Limit Temp); negative once past it.";
 }
 
-/// Thresholds read, with their `threshold` label values.
 const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
     (TemperatureThreshold::Slowdown, "slowdown"),
     (TemperatureThreshold::Shutdown, "shutdown"),
@@ -46,7 +45,7 @@ pub(super) const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
     (NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "slowdown"),
 ];
 
-/// Clock event times in ns, with their `reason` label values.
+/// Clock event times in ns.
 const SLOWDOWNS: [(u32, &str); 3] = [
     (
         NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
@@ -65,7 +64,6 @@ const SLOWDOWNS: [(u32, &str); 3] = [
 /// Dividing (not multiplying by 1e-9) keeps values exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
-/// Field values this collector takes from the per-GPU batch.
 pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_MEMORY_TEMP,
     NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
@@ -73,7 +71,7 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
 ];
 
-/// More fans than any board has (boards have one to four).
+/// Boards have one to four.
 const MAX_FANS: u32 = 16;
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
@@ -86,7 +84,6 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             reader.gauge(MEMORY_TEMPERATURE, celsius);
         }
     }
-    // The board's thresholds: read once per driver.
     for (threshold, label) in THRESHOLDS {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
@@ -95,7 +92,6 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             reader.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
-    // A board's fans do not change while the driver is loaded.
     let fans = reader
         .read_fixed("fan_count", calls::FAN_COUNT, (), i64::from)
         .flatten()

@@ -1,6 +1,4 @@
-//! Utilization ratios of the GPU and its memory, integrated from NVML's sample
-//! buffers (`nvml::samples`), their busy and sampled totals, and the count of
-//! compute processes.
+//! Utilization of the GPU and its memory, and the count of compute processes.
 
 use nvml::calls;
 use nvml::types::Sampling;
@@ -35,8 +33,7 @@ const MEMORY: Engine = Engine {
 pub(super) fn read(reader: &mut Gpu<'_>) {
     let gpu = read_engine(reader, GPU);
     let memory = read_engine(reader, MEMORY);
-    // Where NVML keeps no samples (MIG mode), its point reading of the last
-    // sample period is all there is; the HELP says so.
+    // No samples in MIG mode; the HELP says so.
     if !gpu || !memory {
         log::debug!(
             "GPU {}: no utilization samples; using nvmlDeviceGetUtilizationRates",

@@ -1,7 +1,6 @@
-//! Every device call the exporter makes through nvml-wrapper, each declared
-//! once: the NVML function's name (what the watchdog and the logs say), its
-//! arguments and its answer come from one line, so a caller cannot name one
-//! call and make another. Made through [`crate::DeviceReader`].
+//! Every device call made through nvml-wrapper: the NVML function's name (what
+//! the watchdog and the logs say) and the call come from one line, so a caller
+//! cannot name one call and make another.
 
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
@@ -19,9 +18,7 @@ use nvml_wrapper::Device;
 
 use crate::fields::{self, Field};
 
-/// One NVML device call with arguments `A` answering `T`.
 pub struct Call<A, T> {
-    /// The NVML function it calls.
     pub name: &'static str,
     pub(crate) make: fn(&Device<'_>, A) -> Result<T, NvmlError>,
 }
@@ -94,8 +91,7 @@ calls! {
     NVLINK_ERROR_COUNTER: nvmlDeviceGetNvLinkErrorCounter(link: u32, counter: ErrorCounter)
         -> u64 = |d| d.link_wrapper_for(link).error_counter(counter);
     GPM_SUPPORT: nvmlGpmQueryDeviceSupport() -> bool = |d| d.gpm_support();
-    /// One field value, alone in its call.
     FIELD: nvmlDeviceGetFieldValues(field: Field) -> f64 = |d| fields::read_one(d, field);
-    /// Whether the GPU is on an NVLink fabric: NOT_SUPPORTED where it is not.
+    /// NOT_SUPPORTED where the GPU is on no NVLink fabric.
     ON_FABRIC: nvmlDeviceGetGpuFabricInfoV() -> bool = |d| crate::fabric::on_fabric(d);
 }

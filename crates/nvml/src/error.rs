@@ -1,6 +1,4 @@
-//! NVML's errors in the layer's terms: [`Failure`] says why NVML or a GPU
-//! cannot be used, [`Error`] is a call's error with the policy's questions
-//! answered (not supported, device-fatal) and the few [`Code`]s callers act on.
+//! NVML's errors in the layer's terms.
 
 use std::fmt;
 
@@ -50,7 +48,7 @@ impl Failure {
     }
 }
 
-/// The return codes a caller tells apart; every other is `Other`.
+/// The return codes a caller tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     NotSupported,
@@ -61,7 +59,6 @@ pub enum Code {
     Other,
 }
 
-/// A call's error, with the NVML function that returned it.
 #[derive(Debug)]
 pub struct Error {
     pub(crate) call: &'static str,
@@ -73,8 +70,7 @@ impl Error {
         Error { call, nvml }
     }
 
-    /// Only "this GPU or driver does not have this field"; every other code,
-    /// a return code newer than nvml-wrapper included, is a read error.
+    /// Every other code, one newer than nvml-wrapper included, is a read error.
     pub fn is_unsupported(&self) -> bool {
         matches!(
             self.nvml,
@@ -85,7 +81,7 @@ impl Error {
         )
     }
 
-    /// After this error nothing more can be read from the GPU: it is down.
+    /// Nothing more can be read from the GPU: it is down.
     pub fn is_device_fatal(&self) -> bool {
         matches!(
             self.nvml,

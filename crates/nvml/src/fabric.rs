@@ -1,6 +1,6 @@
-//! The GPU's NVLink fabric (NVSwitch systems): its registration with the Fabric
-//! Manager, cluster, clique and health, from `nvmlDeviceGetGpuFabricInfoV`
-//! (struct version 3, else 2) or the older `nvmlDeviceGetGpuFabricInfo`.
+//! The GPU's NVLink fabric (NVSwitch systems), from
+//! `nvmlDeviceGetGpuFabricInfoV` (struct version 3, else 2) or the older
+//! `nvmlDeviceGetGpuFabricInfo`.
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device as NvmlDevice;
@@ -15,11 +15,9 @@ const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
 /// The v2 struct is a prefix of v3 (without the summary): NVML writes no more.
 const VERSION_2: u32 = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
 
-/// The NVML function named in logs and errors.
 pub const CALL: &str = "nvmlDeviceGetGpuFabricInfoV";
 
-/// `label`: the name of each variant, in snake case; `ALL`: the variants in
-/// NVML's order (from 1).
+/// `ALL`: the variants in NVML's order (from 1).
 macro_rules! labelled {
     ($(#[$meta:meta])* pub enum $name:ident { $($(#[$doc:meta])* $variant:ident = $label:literal,)* }) => {
         $(#[$meta])*
@@ -37,7 +35,7 @@ macro_rules! labelled {
 }
 
 labelled! {
-    /// Where the GPU's registration with the Fabric Manager stands.
+    /// The GPU's registration with the Fabric Manager.
     pub enum FabricState {
         NotStarted = "not_started",
         InProgress = "in_progress",
@@ -46,8 +44,7 @@ labelled! {
 }
 
 labelled! {
-    /// A fabric health condition, a field of the health mask (nvml.h
-    /// `NVML_GPU_FABRIC_HEALTH_MASK_*`).
+    /// A field of the health mask (`NVML_GPU_FABRIC_HEALTH_MASK_*`).
     pub enum Condition {
         DegradedBandwidth = "degraded_bandwidth",
         RouteRecovery = "route_recovery",
@@ -68,16 +65,15 @@ labelled! {
 }
 
 impl Condition {
-    /// Shift and mask of the field in `healthMask` (nvml.h `…_SHIFT_*` and
-    /// `…_WIDTH_*`): two bits each in order, four for the configuration.
+    /// Shift and width (nvml.h): two bits each in order, four for the
+    /// configuration.
     fn field(self) -> (u32, u32) {
         let configuration = self == Condition::IncorrectConfiguration;
         (2 * self as u32, if configuration { 0xf } else { 0x3 })
     }
 
-    /// Whether the condition holds by `mask` (a 2-bit field: 1 it holds, 2 it
-    /// does not); `None` where the driver does not report it (field 0) or the
-    /// value is one nvml.h does not define.
+    /// `None` where the driver does not report it (field 0) or the value is
+    /// one nvml.h does not define.
     pub fn holds(self, mask: u32) -> Option<bool> {
         let (shift, width) = self.field();
         match ((mask >> shift) & width, self) {
@@ -89,25 +85,23 @@ impl Condition {
     }
 }
 
-/// What NVML said of a GPU on an NVLink fabric.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricInfo {
     pub state: FabricState,
     /// The registration's NVML return code, once the state is completed.
     pub status: u32,
-    /// The cluster UUID, as 32 hex digits in 8-4-4-4-12 form.
+    /// In 8-4-4-4-12 form.
     pub cluster_uuid: String,
     pub clique_id: u32,
-    /// `healthMask`; `None` from the unversioned call.
+    /// `None` from the unversioned call.
     pub health_mask: Option<u32>,
-    /// `healthSummary`; `None` below struct version 3 or where not supported.
+    /// `None` below struct version 3 or where not supported.
     pub summary: Option<Summary>,
 }
 
 impl FabricInfo {
-    /// Reads the fabric info of `handle`. `Err(NotSupported)` where the GPU
-    /// is on no fabric (state NOT_SUPPORTED, or the driver lacks both calls);
-    /// a state nvml.h does not define is `UnexpectedVariant`.
+    /// `Err(NotSupported)` where the GPU is on no fabric (state
+    /// NOT_SUPPORTED, or the driver lacks both calls).
     pub fn read(lib: &NvmlLib, handle: nvmlDevice_t) -> Result<FabricInfo, NvmlError> {
         // SAFETY: plain old data; all-zero is valid.
         let zeroed = || -> nvmlGpuFabricInfo_v3_t { unsafe { std::mem::zeroed() } };
@@ -149,12 +143,11 @@ impl FabricInfo {
     }
 }
 
-/// The value NVML numbers `raw` in `all` (1 for the first); 0 is none.
+/// NVML numbers from 1; 0 is none.
 fn numbered<T: Copy>(all: &[T], raw: u8) -> Option<T> {
     all.get(usize::from(raw).checked_sub(1)?).copied()
 }
 
-/// 16 bytes as a UUID (`01234567-89ab-cdef-0123-456789abcdef`).
 fn uuid_text(bytes: &[u8; 16]) -> String {
     let mut text: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
     for at in [20, 16, 12, 8] {
@@ -164,14 +157,12 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
 }
 
 impl DeviceReader<'_> {
-    /// The GPU's fabric info; `None` where it is on no fabric (logged at
-    /// debug level), the read failed (counted) or the GPU is down.
+    /// `None` where on no fabric, failed (counted) or the GPU is down.
     pub fn fabric_info(&mut self) -> Option<FabricInfo> {
         self.read_raw(CALL, FabricInfo::read)
     }
 }
 
-/// Whether `device` is on a fabric: `Err(NotSupported)` where it is not.
 pub(crate) fn on_fabric(device: &NvmlDevice<'_>) -> Result<bool, NvmlError> {
     raw(device, FabricInfo::read).map(|_| true)
 }

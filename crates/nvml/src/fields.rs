@@ -1,5 +1,5 @@
-//! NVML field values (`nvmlDeviceGetFieldValues`): several readings, possibly
-//! per scope (NVLink link), in one call.
+//! NVML field values: several readings, possibly per scope (NVLink link), in
+//! one call.
 
 use std::mem;
 
@@ -11,18 +11,16 @@ use nvml_wrapper_sys::bindings::{
 
 use super::raw;
 
-/// One requested field: its id (the bindings' numbering) and scope (a link).
+/// The id in the bindings' numbering; the scope a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
     pub id: u32,
     pub scope: u32,
 }
 
-/// The NVML function behind every field read.
 pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
-/// The id the loaded driver answers for `id` of the bindings' numbering:
-/// drivers from 580.82 renumbered ids 251-273 (NVML reference, "Known issues").
+/// Drivers from 580.82 renumbered ids 251-273 (NVML reference, "Known issues").
 pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     match (scheme, id) {
         (FieldIdScheme::V12, id) => id,
@@ -32,8 +30,7 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     }
 }
 
-/// Reads `fields` in one call: the call's error, or each field's value or error
-/// (an undocumented value type is `UnexpectedVariant`).
+/// An undocumented value type is `UnexpectedVariant`.
 pub fn fetch(
     lib: &NvmlLib,
     handle: nvmlDevice_t,
@@ -62,8 +59,7 @@ pub fn fetch(
         .collect())
 }
 
-/// A value of NVML's value union by its type; `None` for a type other than
-/// double and the signed and unsigned ints.
+/// `None` for a type other than double and the signed and unsigned ints.
 pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option<f64> {
     // SAFETY: `value_type` says which union member NVML wrote.
     unsafe {
@@ -79,8 +75,7 @@ pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option
     }
 }
 
-/// One field value of `device` at `scope` through [`fetch`]: for readings
-/// taken once per driver (`DeviceReader::read_fixed`), outside the batch.
+/// For readings taken once per driver, outside the batch.
 pub fn read_one(device: &NvmlDevice<'_>, field: Field) -> Result<f64, NvmlError> {
     let scheme = device.nvml().field_id_scheme();
     raw(device, |lib, handle| fetch(lib, handle, scheme, &[field]))?

@@ -8,9 +8,7 @@ use nvml_wrapper::GpmSample;
 use super::{DeviceReader, Error};
 
 impl<'n> DeviceReader<'n> {
-    /// A GPM sample of the GPU, or of its GPU instance `instance`, without
-    /// the error policy (some errors say why GPM is unavailable); `None`
-    /// when the GPU is down.
+    /// Without the error policy (some errors say why GPM is unavailable).
     pub fn gpm_sample(&mut self, instance: Option<u32>) -> Option<Result<GpmSample<'n>, Error>> {
         let (call, answer) = match instance {
             None => (
@@ -25,9 +23,8 @@ impl<'n> DeviceReader<'n> {
         Some(answer?.map_err(|e| Error::new(call, e)))
     }
 
-    /// The values of metrics `ids` between two samples, each `None` where
-    /// NVML does not give it (counted unless not supported); `None` when
-    /// the call failed.
+    /// Each `None` where NVML does not give it (counted unless not
+    /// supported); `None` when the call failed.
     pub fn gpm_metrics(
         &mut self,
         first: &GpmSample<'n>,

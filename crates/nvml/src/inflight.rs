@@ -1,11 +1,10 @@
-//! Which NVML call each reading thread is inside (entered and not yet left),
-//! so that a watchdog can name the call that hung. Plain data: no NVML types.
+//! Which NVML call each reading thread is inside, so that a watchdog can name
+//! the call that hung.
 
 use std::fmt;
 use std::sync::Mutex;
 use std::thread::{self, ThreadId};
 
-/// Who is calling: the host-wide part of a run, or the thread of one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
     Host,
@@ -21,14 +20,13 @@ impl fmt::Display for Scope {
     }
 }
 
-/// The calls in progress, one at most per thread.
+/// One call at most per thread.
 #[derive(Debug, Default)]
 pub struct InFlight {
     calls: Mutex<Vec<(ThreadId, Scope, &'static str)>>,
 }
 
 impl InFlight {
-    /// Records that this thread, working for `scope`, is entering `call`.
     pub fn enter(&self, scope: Scope, call: &'static str) {
         let me = thread::current().id();
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
@@ -44,13 +42,12 @@ impl InFlight {
         calls.retain(|(thread, _, _)| *thread != me);
     }
 
-    /// The call a thread working for `scope` is inside, if one is.
     pub fn call_of(&self, scope: Scope) -> Option<&'static str> {
         let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         calls.iter().find(|c| c.1 == scope).map(|c| c.2)
     }
 
-    /// The calls in progress, e.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
+    /// E.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
     pub fn describe(&self) -> String {
         let held = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         let mut calls: Vec<(Scope, &str)> = held.iter().map(|c| (c.1, c.2)).collect();

@@ -1,13 +1,8 @@
-//! The NVML layer of nvidia-textfile-exporter: the only code that loads NVML
-//! ([`Session`]), calls its C functions or holds `unsafe` for it; it knows
-//! nothing of the exporter (no metrics, state or output). Every device call
-//! is declared once ([`calls`]) and made through [`DeviceReader`], bracketed
-//! in [`InFlight`]: a field NVML does not support is left out quietly, a
-//! device-fatal error marks the GPU down ([`Failure`]), any other is logged
-//! and counted.
+//! The only code that loads NVML, calls its C functions or holds `unsafe` for
+//! it; it knows nothing of the exporter (no metrics, state or output). Every
+//! device call is declared once ([`calls`]) and made through [`DeviceReader`].
 
-/// Calls an NVML function, `lib.nvmlName(args)` or `lookup, args` (a lookup is
-/// a `Result<&F, NvmlError>`): its failures as an `NvmlError`.
+/// `lib.nvmlName(args)` or `lookup, args` (a `Result<&F, NvmlError>`).
 macro_rules! raw_call {
     ($lib:ident . $name:ident ($($arg:expr),* $(,)?)) => {
         raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref()) $(, $arg)*)
@@ -20,7 +15,7 @@ macro_rules! raw_call {
     }};
 }
 
-/// The name of NVML function `$name` and its lookup, a [`unwrapped::Symbol`].
+/// A [`unwrapped::Symbol`].
 macro_rules! symbol {
     ($name:ident) => {
         (stringify!($name), |lib| {
@@ -52,7 +47,6 @@ pub use error::{Code, Error, Failure};
 pub use inflight::{InFlight, Scope};
 pub use reader::DeviceReader;
 
-/// The types of nvml-wrapper that the layer's calls take and answer.
 pub mod types {
     pub use nvml_wrapper::enum_wrappers::device::{
         Brand, Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy,
@@ -70,7 +64,6 @@ pub mod types {
 /// NVML could not be used at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitError {
-    /// Why, in the layer's terms.
     pub failure: Failure,
     /// What NVML or the loader said.
     pub detail: String,
@@ -88,17 +81,15 @@ impl InitError {
 /// More GPUs than one host holds: a larger count from NVML is a sentinel.
 const MAX_GPUS: u32 = 64;
 
-/// An initialised NVML: the host-wide facts, the GPU count, and handles on
-/// request. Never shut down: the process exits right after publishing.
+/// Never shut down: the process exits right after publishing.
 pub struct Session {
     nvml: ManuallyDrop<Nvml>,
     pub versions: Versions,
-    /// How many GPUs NVML enumerates (at most [`MAX_GPUS`]).
+    /// At most `MAX_GPUS`.
     pub count: u32,
 }
 
 impl Session {
-    /// Loads NVML from `library`, initialises it and reads the host-wide facts.
     pub fn open(library: &Path, inflight: &InFlight) -> Result<Session, InitError> {
         let started = Instant::now();
         let nvml = init(library, inflight)?;
@@ -130,7 +121,6 @@ impl Session {
         })
     }
 
-    /// The handle of GPU `index`, or why the GPU is down.
     pub fn handle(&self, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'_>, Failure> {
         inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
         let handle = self.nvml.device_by_index(index);
@@ -150,15 +140,14 @@ const fn struct_version<T>(version: u32) -> u32 {
     std::mem::size_of::<T>() as u32 | (version << 24)
 }
 
-/// Calls `read` with the library and raw handle of `device`.
 fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
     // SAFETY: the handle stays valid while `device` (and so NVML) lives, and
     // goes only to NVML's own functions.
     read(device.nvml().lib(), unsafe { device.handle() })
 }
 
-/// Loads and initialises NVML, each step named for the watchdog: `nvmlInit_v2`
-/// on a handle of our own, then nvml-wrapper's init (it reads the driver version).
+/// `nvmlInit_v2` on a handle of our own, so that the watchdog can name it,
+/// then nvml-wrapper's init (it reads the driver version).
 fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     inflight.enter(Scope::Host, "nvmlInit_v2");
     // SAFETY: loading a library runs its initialisers; this is the library the
@@ -178,8 +167,7 @@ fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
     Ok(nvml)
 }
 
-/// The driver's, CUDA driver API's and NVML's versions; one NVML cannot tell
-/// is empty.
+/// One NVML cannot tell is empty.
 #[derive(Debug, Clone)]
 pub struct Versions {
     pub driver: String,

@@ -1,5 +1,5 @@
-//! MIG enumeration, the one walk of a GPU's MIG slots: every consumer (the
-//! `mig` collector, GPM per GPU instance) agrees on which MIG devices exist.
+//! The one walk of a GPU's MIG slots, so that every consumer agrees on which
+//! MIG devices exist.
 
 use std::ffi::c_uint;
 
@@ -9,21 +9,19 @@ use nvml_wrapper::Device as NvmlDevice;
 use super::unwrapped::{c_string, Symbol, UintGetter};
 use super::{raw, DeviceReader, Error};
 
-/// The most MIG devices one GPU can hold (NVML's limit of 8 GPU instances).
+/// NVML's limit of 8 GPU instances.
 pub const MAX_MIG_DEVICES: u32 = 8;
 
 const HANDLE_CALL: &str = "nvmlDeviceGetMigDeviceHandleByIndex";
 
-/// A populated MIG slot.
 pub struct MigDevice<'n> {
     pub handle: NvmlDevice<'n>,
     pub gpu_instance_id: u32,
     pub compute_instance_id: u32,
 }
 
-/// The MIG devices of a GPU in MIG mode, in slot order (none when MIG is off,
-/// unreadable or the GPU is down); a slot whose ids cannot be read is skipped,
-/// an impossible slot count clamped to [`MAX_MIG_DEVICES`] (both counted).
+/// In slot order; a slot whose ids cannot be read is skipped, an impossible
+/// slot count clamped to [`MAX_MIG_DEVICES`] (both counted).
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
     let call = "nvmlDeviceGetMaxMigDeviceCount";
@@ -66,7 +64,7 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
 }
 
 impl DeviceReader<'_> {
-    /// The name of a MIG device of the GPU, decoded lossily.
+    /// Decoded lossily.
     pub fn mig_name(&mut self, mig: &MigDevice<'_>) -> Option<String> {
         self.read_by("nvmlDeviceGetName", |_| {
             raw(&mig.handle, |lib, handle| {
@@ -76,7 +74,6 @@ impl DeviceReader<'_> {
     }
 }
 
-/// The getters of a MIG device's GPU and compute instance ids.
 const INSTANCE_IDS: [(&str, Symbol<UintGetter>); 2] = [
     symbol!(nvmlDeviceGetGpuInstanceId),
     symbol!(nvmlDeviceGetComputeInstanceId),

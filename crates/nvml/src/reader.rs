@@ -1,7 +1,6 @@
-//! Reading one GPU: NVML's calls under the error policy (not supported left
-//! out quietly, other errors counted and logged once, a device-fatal one
-//! marks the GPU down), the batched field values, and the answers read once
-//! a run however many callers ask.
+//! One GPU's NVML calls under the error policy: not supported left out
+//! quietly, other errors counted and logged once, a device-fatal one marks the
+//! GPU down.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -16,8 +15,7 @@ use super::calls::Call;
 use super::fields::{self, Field};
 use super::{Error, Failure, InFlight, Scope};
 
-/// A declared call with its arguments, as the set of unsupported calls
-/// keeps it: `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
+/// E.g. `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
 fn unsupported_key<A: Debug>(name: &str, args: &A) -> String {
     match format!("{args:?}") {
         unit if unit == "()" => name.to_owned(),
@@ -25,7 +23,6 @@ fn unsupported_key<A: Debug>(name: &str, args: &A) -> String {
     }
 }
 
-/// One GPU's NVML reads under the error policy.
 pub struct DeviceReader<'n> {
     device: &'n NvmlDevice<'n>,
     index: u32,
@@ -33,17 +30,15 @@ pub struct DeviceReader<'n> {
     read_errors: u32,
     /// Set by the first device-fatal error; from then on nothing is read.
     fault: Option<Failure>,
-    /// The batch read before the collectors run; an entry's error is handled
-    /// when it is taken.
+    /// An entry's error is handled when it is taken.
     prefetched: Vec<(u32, Option<Result<f64, NvmlError>>)>,
-    /// The declared calls (with their arguments) that answered NOT_SUPPORTED
-    /// on this GPU: not made again (see [`Self::assume_unsupported`]).
+    /// Calls that answered NOT_SUPPORTED: not made again.
     unsupported: BTreeSet<String>,
     /// Read once per run however many collectors ask.
     mig_mode: Option<Option<MigMode>>,
     compute_processes: Option<Option<Vec<ProcessInfo>>>,
-    /// How often each warning was seen: the first is logged, the repeats
-    /// summed up once in [`Self::finish`].
+    /// The first of each warning is logged, the repeats summed up in
+    /// [`Self::finish`].
     seen: Vec<(String, u32)>,
 }
 
@@ -63,18 +58,16 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// NVML's index of the GPU.
     pub fn index(&self) -> u32 {
         self.index
     }
 
-    /// Makes `call` with `args`. `None` when the field is not supported,
-    /// failed (counted) or the GPU is already down.
+    /// `None` when not supported, failed (counted) or the GPU is down.
     pub fn read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<T> {
         self.try_read(call, args)?.map_err(|e| self.note(&e)).ok()
     }
 
-    /// [`Self::read`] of another device than the GPU: one of its MIG devices.
+    /// [`Self::read`] of one of the GPU's MIG devices.
     pub fn read_on<A, T>(
         &mut self,
         device: &NvmlDevice<'_>,
@@ -84,10 +77,8 @@ impl<'n> DeviceReader<'n> {
         self.read_by(call.name, |_| (call.make)(device, args))
     }
 
-    /// Makes `call` without the error policy, for callers that take some
-    /// errors as answers; `None` when the GPU is down. Pass other errors to
-    /// [`Self::note`]. A call this GPU answered NOT_SUPPORTED (here or in a
-    /// run whose answers were handed on) answers so again without being made.
+    /// Without the error policy (pass errors to [`Self::note`]); `None` when
+    /// the GPU is down. A call known NOT_SUPPORTED answers so without being made.
     pub fn try_read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<Result<T, Error>> {
         let key = unsupported_key(call.name, &args);
         if self.unsupported.contains(&key) {
@@ -103,18 +94,14 @@ impl<'n> DeviceReader<'n> {
         Some(answer.map_err(|e| Error::new(call.name, e)))
     }
 
-    /// Hands on the declared calls a run before answered NOT_SUPPORTED on
-    /// this GPU (under the same driver), which are then not made.
     pub fn assume_unsupported(&mut self, calls: BTreeSet<String>) {
         self.unsupported = calls;
     }
 
-    /// The declared calls this GPU answered NOT_SUPPORTED, with those handed on.
     pub fn unsupported_calls(&self) -> &BTreeSet<String> {
         &self.unsupported
     }
 
-    /// Calls NVML function `call` through `read`, under the error policy.
     pub(crate) fn read_by<T>(
         &mut self,
         call: &'static str,
@@ -137,8 +124,8 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// `count` as `call` returned it, if no hardware exceeds `max`; else (a
-    /// sentinel) dropped, logged and counted.
+    /// A count above `max`, which no hardware exceeds, is a sentinel:
+    /// dropped, logged and counted.
     pub fn bounded(&mut self, call: &str, count: u32, max: u32) -> Option<u32> {
         if count <= max {
             return Some(count);
@@ -150,16 +137,14 @@ impl<'n> DeviceReader<'n> {
         None
     }
 
-    /// Reads the field values `ids` (scope 0) in one call, for the collectors
-    /// to take with [`Self::field`].
+    /// For the collectors to take with [`Self::field`].
     pub fn prefetch(&mut self, ids: &[u32]) {
         let requests: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
         let values = self.fetch_fields(&requests);
         self.prefetched = ids.iter().copied().zip(values).collect();
     }
 
-    /// Reads `fields` in one call. Each entry is `None` where that field is not
-    /// supported or failed (errors other than "not supported" are counted).
+    /// `None` where a field is not supported or failed (counted).
     pub fn read_fields(&mut self, fields: &[Field]) -> Vec<Option<f64>> {
         self.fetch_fields(fields)
             .into_iter()
@@ -171,8 +156,7 @@ impl<'n> DeviceReader<'n> {
             .collect()
     }
 
-    /// Reads `fields` in one call, each entry's error left to the caller
-    /// (`None` in all when the call itself failed).
+    /// `None` in all when the call itself failed.
     fn fetch_fields(&mut self, requests: &[Field]) -> Vec<Option<Result<f64, NvmlError>>> {
         if requests.is_empty() {
             return Vec::new();
@@ -186,8 +170,7 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// The prefetched entry of field `id`: its value for every caller, its
-    /// error once (so that it is counted once).
+    /// The value for every caller, the error once (so it is counted once).
     fn take_field(&mut self, id: u32) -> Option<Result<f64, NvmlError>> {
         let entry = &mut self
             .prefetched
@@ -200,7 +183,6 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// A prefetched field value that has no other source.
     pub fn field(&mut self, id: u32) -> Option<f64> {
         let value = self.take_field(id)?;
         value
@@ -208,9 +190,7 @@ impl<'n> DeviceReader<'n> {
             .ok()
     }
 
-    /// A prefetched field value, or else what `fallback` reads through the
-    /// function that gives the same reading; a reading that fails both ways
-    /// counts as one error (the fallback's).
+    /// A reading that fails both ways counts as one error (the fallback's).
     pub fn field_or(
         &mut self,
         id: u32,
@@ -234,7 +214,6 @@ impl<'n> DeviceReader<'n> {
         fallback(self)
     }
 
-    /// The GPU's MIG mode (current and pending), read once per run.
     pub fn mig_mode(&mut self) -> Option<MigMode> {
         if self.mig_mode.is_none() {
             self.mig_mode = Some(self.read_by("nvmlDeviceGetMigMode", |d| d.mig_mode()));
@@ -242,7 +221,6 @@ impl<'n> DeviceReader<'n> {
         self.mig_mode.clone().flatten()
     }
 
-    /// The GPU's running compute processes, read once per run.
     pub fn compute_processes(&mut self) -> Option<Vec<ProcessInfo>> {
         if self.compute_processes.is_none() {
             let call = "nvmlDeviceGetComputeRunningProcesses_v3";
@@ -251,8 +229,7 @@ impl<'n> DeviceReader<'n> {
         self.compute_processes.clone().flatten()
     }
 
-    /// Counts a read error that no NVML call returned (an impossible
-    /// value), logged once.
+    /// A read error no NVML call returned (an impossible value), logged once.
     pub fn count_error(&mut self, message: String) {
         self.read_errors += 1;
         match self.seen.iter_mut().find(|(seen, _)| *seen == message) {
@@ -264,8 +241,7 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// The repeated warnings summed up; how many reads failed, or why the
-    /// GPU is down.
+    /// How many reads failed, or why the GPU is down.
     pub fn finish(self) -> Result<u32, Failure> {
         for (message, count) in &self.seen {
             if *count > 1 {
@@ -278,7 +254,7 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// Calls `read` without the error policy; `None` when the GPU is down.
+    /// `None` when the GPU is down.
     pub(crate) fn attempt<T>(
         &mut self,
         call: &'static str,

@@ -1,5 +1,4 @@
-//! NVML's sample buffers of engine and per-process utilization, fetched
-//! after a timestamp; what they mean is the caller's.
+//! NVML's utilization sample buffers; what they mean is the caller's.
 
 use std::ffi::c_uint;
 
@@ -12,10 +11,10 @@ use nvml_wrapper_sys::bindings::{
 
 use super::{fields, DeviceReader, Error};
 
-/// One sample as NVML returned it: timestamp (µs) and percent.
+/// Timestamp (µs) and percent.
 pub type Point = (u64, u64);
 
-/// One process's entry as NVML gave it: pid, timestamp (µs), SM percent.
+/// Pid, timestamp (µs), SM percent.
 pub type ProcessEntry = (u32, u64, u64);
 
 /// Room for more samples than NVML keeps (71 on an H200).
@@ -23,8 +22,8 @@ const INITIAL_CAPACITY: c_uint = 256;
 /// More samples than any driver keeps: a larger count is not believed.
 const MAX_CAPACITY: c_uint = 1 << 16;
 
-/// Calls `call` with a buffer and its length, growing it while NVML asks for
-/// more (up to [`MAX_CAPACITY`]); NOT_FOUND (nothing new) is an empty answer.
+/// Grows the buffer while NVML asks for more; NOT_FOUND (nothing new) is an
+/// empty answer.
 fn fetch_growing<T: Clone>(
     zero: T,
     mut call: impl FnMut(*mut T, &mut c_uint) -> Result<(), NvmlError>,
@@ -47,8 +46,7 @@ fn fetch_growing<T: Clone>(
     }
 }
 
-/// The samples of `sampling` newer than `last_seen`, in NVML's order (a
-/// value that is no percentage `u64::MAX`); `None` when the GPU is down.
+/// In NVML's order; a value that is no percentage is `u64::MAX`.
 pub fn fetch(
     reader: &mut DeviceReader<'_>,
     sampling: Sampling,
@@ -71,8 +69,7 @@ pub fn fetch(
     Some(answer.map_err(|e| Error::new(CALL, e)))
 }
 
-/// The processes' utilization since `last_seen`; `None` when it is not
-/// supported, failed (counted) or the GPU is down.
+/// `None` when not supported, failed (counted) or the GPU is down.
 pub fn fetch_processes(reader: &mut DeviceReader<'_>, last_seen: u64) -> Option<Vec<ProcessEntry>> {
     reader.read_raw("nvmlDeviceGetProcessUtilization", |lib, handle| {
         // SAFETY: plain data; zero is a valid value.
@@ -87,8 +84,7 @@ pub fn fetch_processes(reader: &mut DeviceReader<'_>, last_seen: u64) -> Option<
     })
 }
 
-/// A sample's value in percent, whatever type NVML gave it; a negative or
-/// non-finite value becomes an impossible one, to be rejected.
+/// A negative or non-finite value becomes an impossible one, to be rejected.
 fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
     let value = match value_type {
         // SAFETY: NVML says which member of the union it wrote.

@@ -1,6 +1,5 @@
-//! Typed reads of the NVML functions nvml-wrapper does not wrap, or wraps lossily
-//! (strings with invalid UTF-8, enum values newer than it knows, the pre-R535
-//! names of the clock event reasons), under [`DeviceReader`]'s error policy.
+//! The NVML functions nvml-wrapper does not wrap, or wraps lossily (invalid
+//! UTF-8, enum values newer than it knows, the pre-R535 clock event reasons).
 
 use std::ffi::{c_char, c_uint, c_ulonglong};
 
@@ -16,7 +15,6 @@ use nvml_wrapper_sys::bindings::{
 
 use super::{raw, struct_version, DeviceReader, Error, ARGUMENT_VERSION_MISMATCH};
 
-/// A string NVML keeps of a GPU.
 #[derive(Debug, Clone, Copy)]
 pub enum Text {
     Uuid,
@@ -25,22 +23,20 @@ pub enum Text {
     VbiosVersion,
 }
 
-/// Clock event reasons: those holding the clocks now, or those the GPU can report.
+/// Those holding the clocks now, or those the GPU can report.
 #[derive(Debug, Clone, Copy)]
 pub enum EventReasons {
     Current,
     Supported,
 }
 
-/// An engine read like the decoder: the JPEG decoders (NVJPG) or the optical
-/// flow accelerator (OFA).
+/// An engine read like the decoder.
 #[derive(Debug, Clone, Copy)]
 pub enum Accelerator {
     Jpeg,
     OpticalFlow,
 }
 
-/// `nvmlDeviceGetRemappedRows`.
 #[derive(Debug, Clone, Copy)]
 pub struct RemappedRows {
     pub correctable: u32,
@@ -51,7 +47,6 @@ pub struct RemappedRows {
     pub failure: bool,
 }
 
-/// An NVML enum read through a getter that writes one C unsigned int.
 pub trait NvmlEnum: TryFrom<c_uint, Error = NvmlError> {
     const GETTER: (&'static str, Symbol<UintGetter>);
 }
@@ -72,8 +67,7 @@ nvml_enums! {
 }
 
 impl<'n> DeviceReader<'n> {
-    /// One of the GPU's strings, invalid UTF-8 decoded lossily instead of
-    /// failing, so a hostile or corrupted string cannot hide a GPU.
+    /// Decoded lossily, so a hostile or corrupted string cannot hide a GPU.
     pub fn text(&mut self, text: Text) -> Option<String> {
         let (call, symbol): (_, Symbol<StringGetter>) = match text {
             Text::Uuid => symbol!(nvmlDeviceGetUUID),
@@ -84,9 +78,7 @@ impl<'n> DeviceReader<'n> {
         self.read_raw(call, |lib, handle| c_string(symbol(lib), handle))
     }
 
-    /// Reads an enum, converted with nvml-wrapper's `TryFrom`. Only the return
-    /// code goes through the error policy; a value newer than nvml-wrapper
-    /// knows is `Some(Err(raw))`, for the caller to label as unknown.
+    /// A value newer than nvml-wrapper knows is `Some(Err(raw))`.
     pub fn read_enum<E: NvmlEnum>(&mut self) -> Option<Result<E, c_uint>> {
         let (call, symbol) = E::GETTER;
         let raw = self.read_raw(call, |lib, handle| {
@@ -100,8 +92,7 @@ impl<'n> DeviceReader<'n> {
         }))
     }
 
-    /// The clock event reason bits (`nvmlClocksEventReason*`), through the
-    /// deprecated `*ClocksThrottleReasons` names on drivers older than R535.
+    /// Through the deprecated `*ClocksThrottleReasons` names before R535.
     pub fn clocks_event_reasons(&mut self, which: EventReasons) -> Option<u64> {
         let (call, symbol): (_, Symbol<MaskGetter>) = match which {
             EventReasons::Current => ("nvmlDeviceGetCurrentClocksEventReasons", |lib| {
@@ -131,7 +122,7 @@ impl<'n> DeviceReader<'n> {
         })
     }
 
-    /// The thermal margin (T.Limit) in °C (driver 555+).
+    /// T.Limit in °C (driver 555+).
     pub fn margin_temperature(&mut self) -> Option<i32> {
         self.read_raw("nvmlDeviceGetMarginTemperature", |lib, handle| {
             let mut info = nvmlMarginTemperature_t {
@@ -143,9 +134,8 @@ impl<'n> DeviceReader<'n> {
         })
     }
 
-    /// The GPU die temperature in °C from `nvmlDeviceGetTemperatureV` (NVML
-    /// 12.5+), else from the deprecated `nvmlDeviceGetTemperature` where the
-    /// driver lacks it or its struct version.
+    /// °C, from the deprecated `nvmlDeviceGetTemperature` where the driver
+    /// lacks `nvmlDeviceGetTemperatureV` (NVML 12.5+) or its struct version.
     pub fn gpu_temperature(&mut self) -> Option<f64> {
         const CALL: &str = "nvmlDeviceGetTemperatureV";
         let answer = self.try_read_raw(CALL, |lib, handle| {
@@ -170,7 +160,7 @@ impl<'n> DeviceReader<'n> {
             .map(f64::from)
     }
 
-    /// The rows remapped in HBM (Ampere and newer).
+    /// Ampere and newer.
     pub fn remapped_rows(&mut self) -> Option<RemappedRows> {
         self.read_raw("nvmlDeviceGetRemappedRows", |lib, handle| {
             let [mut a, mut b, mut c, mut d]: [c_uint; 4] = [0; 4];
@@ -184,7 +174,7 @@ impl<'n> DeviceReader<'n> {
         })
     }
 
-    /// Like [`DeviceReader::read`], but hands `read` the raw library and handle.
+    /// [`DeviceReader::read`] of the raw library and handle.
     pub(crate) fn read_raw<T>(
         &mut self,
         call: &'static str,
@@ -193,8 +183,7 @@ impl<'n> DeviceReader<'n> {
         self.read_by(call, |device| raw(device, read))
     }
 
-    /// Like [`DeviceReader::try_read`], but hands `read` the raw library and
-    /// handle: for calls whose errors are partly answers.
+    /// [`DeviceReader::try_read`] of the raw library and handle.
     pub(crate) fn try_read_raw<T>(
         &mut self,
         call: &'static str,
@@ -204,11 +193,8 @@ impl<'n> DeviceReader<'n> {
     }
 }
 
-/// Looks up one NVML function in the loaded library.
 pub type Symbol<F> = fn(&NvmlLib) -> Result<&F, NvmlError>;
 
-/// The signatures of NVML's getters: of one unsigned int (an enum, an id), of
-/// the clock event reasons, of JPEG/OFA utilization, of a string.
 pub type UintGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
 type MaskGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_ulonglong) -> nvmlReturn_t;
 type AcceleratorGetter =
@@ -218,7 +204,7 @@ type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> n
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
 const STRING_BUFFER: c_uint = 256;
 
-/// Calls a string getter on `handle`, decoding invalid UTF-8 lossily.
+/// Decodes invalid UTF-8 lossily.
 pub(super) fn c_string(
     getter: Result<&StringGetter, NvmlError>,
     handle: nvmlDevice_t,
