@@ -25,31 +25,18 @@ families! {
 }
 
 /// Why a run did not count every line.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Uncounted {
-    /// The state cannot be used this run: nothing was counted.
+    /// Nothing was counted.
+    #[error("the state cannot be used this run; the XID counts are left out")]
     StateUnusable,
-    /// This many were of new series beyond [`MAX_SERIES`] (the series
-    /// counted before stay).
+    /// This many were of new series beyond [`MAX_SERIES`].
+    #[error(
+        "{0} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
+         series were not counted; the series counted before are kept"
+    )]
     Beyond(u64),
 }
-
-impl std::fmt::Display for Uncounted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Uncounted::StateUnusable => {
-                f.write_str("the state cannot be used this run; the XID counts are left out")
-            }
-            Uncounted::Beyond(n) => write!(
-                f,
-                "{n} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
-                 series were not counted; the series counted before are kept"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Uncounted {}
 
 /// The xid collector's host step (after NVML was read, whose GPUs' bus ids
 /// attribute the events): counts the events logged since the previous run and

@@ -1,7 +1,6 @@
 //! What a read of the kernel log gives: the [`Event`]s of the driver's lines,
 //! the [`Position`] reached, or why it stopped short ([`Error`]).
 
-use std::fmt;
 use std::io;
 use std::process::ExitStatus;
 
@@ -24,47 +23,31 @@ pub struct Position {
 
 /// Why a read did not reach the end of the log; the position names the last
 /// entry read before.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Neither journal files (with journalctl) nor a readable /dev/kmsg.
+    #[error("no kernel log (no journal files, /dev/kmsg not readable)")]
     NoSource,
-    /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`].
+    #[error("reading the kernel log did not finish by the run's deadline")]
     Deadline,
+    #[error("journalctl wrote more than {MAX_BYTES_PER_RUN} bytes in this run")]
     Bound,
     /// This many /dev/kmsg records were overwritten in the ring buffer
     /// after the position before they could be read.
+    #[error(
+        "{0} kernel log record(s) were overwritten in /dev/kmsg before this run could \
+         read them: XIDs among them are not counted (a journal keeps them: install \
+         systemd-journald, or run the timer more often)"
+    )]
     Lost(u64),
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
+    #[error("cannot {0}: {1}")]
     Io(String, io::Error),
     /// journalctl exited with a failure, saying this on its stderr. A refused
     /// cursor fails as a journal it cannot open does (status 1).
+    #[error("journalctl failed ({0}): {1}")]
     Failed(ExitStatus, String),
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let bytes = MAX_BYTES_PER_RUN;
-        match self {
-            Error::NoSource => {
-                f.write_str("no kernel log (no journal files, /dev/kmsg not readable)")
-            }
-            Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
-            Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
-            Error::Deadline => {
-                f.write_str("reading the kernel log did not finish by the run's deadline")
-            }
-            Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
-            Error::Lost(n) => write!(
-                f,
-                "{n} kernel log record(s) were overwritten in /dev/kmsg before this run could \
-                 read them: XIDs among them are not counted (a journal keeps them: install \
-                 systemd-journald, or run the timer more often)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// A kernel line the driver logs about a GPU or NVSwitch, in the shapes of
 /// the driver's own format strings (docs/design.md names each source).
