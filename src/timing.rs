@@ -32,10 +32,8 @@ pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
     reading_ends + publish_reserve(timeout) / 2
 }
 
-/// Half-way from `now` to `reading_ends`: when a wait before reading (the
-/// state's lock) gives up, and when the identities of the GPUs, for NVML
-/// opened `now`, must have been read (a GPU that has not answered is read no
-/// further).
+/// Half-way from `now` to `reading_ends`: when a wait before reading gives
+/// up, and when the GPUs' identities, for NVML opened `now`, must be read.
 pub fn halfway(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
@@ -98,7 +96,6 @@ pub enum WindowError {
         format_duration(MAX_TIMEOUT)
     )]
     TooLong,
-    /// `window` and the second sample do not fit in `reading`, the time to read.
     #[error(
         "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
          sample needs {} after the window; use a longer --timeout, a shorter \

@@ -25,10 +25,8 @@ families! {
 /// Why a run did not count every line.
 #[derive(Debug, thiserror::Error)]
 pub enum Uncounted {
-    /// Nothing was counted.
     #[error("the state cannot be used this run; the XID counts are left out")]
     StateUnusable,
-    /// This many were of new series beyond [`MAX_SERIES`].
     #[error(
         "{0} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
          series were not counted; the series counted before are kept"

@@ -24,14 +24,12 @@ pub struct Position {
 /// entry read before.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Neither journal files (with journalctl) nor a readable /dev/kmsg.
     #[error("no kernel log (no journal files, /dev/kmsg not readable)")]
     NoSource,
     #[error("reading the kernel log did not finish by the run's deadline")]
     Deadline,
     #[error("journalctl wrote more than {MAX_BYTES_PER_RUN} bytes in this run")]
     Bound,
-    /// This many /dev/kmsg records were overwritten before they were read.
     #[error(
         "{0} kernel log record(s) were overwritten in /dev/kmsg before this run could \
          read them: XIDs among them are not counted (a journal keeps them: install \
@@ -41,7 +39,6 @@ pub enum Error {
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
     #[error("cannot {0}: {1}")]
     Io(String, io::Error),
-    /// journalctl's failure and its stderr (a refused cursor's is status 1).
     #[error("journalctl failed ({0}): {1}")]
     Failed(ExitStatus, String),
 }

@@ -10,7 +10,6 @@ use crate::fsutil::FileError;
 pub enum Problem {
     #[error("no state yet (first run with this state directory)")]
     Missing,
-    /// Not a state file of a version this exporter reads, or damaged.
     #[error("the state file is unusable ({0}); starting afresh")]
     Corrupt(Damage),
     #[error("the state file is from another boot; starting afresh")]
@@ -24,7 +23,6 @@ pub enum Problem {
     Io(#[from] FileError),
     #[error("cannot encode the state: {0}")]
     Encode(serde_json::Error),
-    /// The directory could have been written by another user: nothing is stored in it.
     #[error(
         "the state is not trusted: the state directory {} is {1}; nothing is \
          stored in it; {RULE}",
@@ -36,20 +34,17 @@ pub enum Problem {
         .0.display()
     )]
     UntrustedFile(PathBuf, Distrust),
-    /// Another run held this lock until this run's wait ended.
     #[error(
         "another run held {} until this run stopped waiting; this run neither \
          uses nor stores the state",
         .0.display()
     )]
     Busy(PathBuf),
-    /// The state directory did not answer by the deadline while doing this.
     #[error(
         "the state directory did not answer in time while {0} (a frozen or \
          hung file system?); this run's totals are left out or not stored"
     )]
     TimedOut(&'static str),
-    /// Bounds: the bytes the state would have, the GPUs.
     #[error(
         "the state keeps no more: the state would be {0} bytes, more than {MAX_SIZE}; not stored"
     )]
@@ -66,12 +61,10 @@ const RULE: &str = "starting afresh. Only the running user or root may be able t
 pub enum Distrust {
     #[error("not a directory")]
     NotADirectory,
-    /// Opened as a file, it is none (a symlink, a FIFO, a directory).
     #[error("not a regular file (a symbolic link?)")]
     NotARegularFile,
     #[error("{0} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need")]
     TooLong(u64),
-    /// The owner's uid, and the running user's.
     #[error("owned by uid {0}, neither the running user (uid {1}) nor root")]
     Owner(u32, u32),
     #[error("writable by others (mode {0:04o})")]

@@ -44,7 +44,6 @@ pub enum Damage {
     /// A version 1 line (or the UUID it names) and what is wrong with it.
     #[error("{0} {1:?}")]
     V1Line(&'static str, String),
-    /// A version 1 XID count's key (after `xid.`) and its value, no number.
     #[error("the XID count xid.{0} is {1:?}, not a number")]
     XidCount(String, String),
 }
