@@ -154,8 +154,7 @@ pub fn within<T: Send + 'static>(
 }
 
 /// Writes `bytes` to `fd` by `until` (`Ok(false)`: it had not taken them all),
-/// each write at most `piece` bytes after poll(2) says `fd` takes more, so none
-/// blocks past `until`.
+/// each write at most `piece` bytes after poll(2), so none blocks.
 pub fn write_polled(fd: impl AsFd, bytes: &[u8], piece: usize, until: Instant) -> io::Result<bool> {
     let (fd, mut rest) = (fd.as_fd(), bytes);
     while !rest.is_empty() {

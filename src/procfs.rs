@@ -43,8 +43,8 @@ impl Owner {
     }
 }
 
-/// The labels of a per-process sample in declared order: `ids` (pid, GPU and
-/// compute instance), then the owner; a `None` is left out.
+/// A per-process sample's labels: `ids` (pid, GPU and compute instance), then
+/// the owner's; a `None` is left out.
 pub fn labels(ids: [Option<LabelValue>; 3], owner: &Owner) -> [Option<LabelValue>; 8] {
     let [pid, gpu_instance, compute_instance] = ids;
     let owned = |value: &Option<String>| value.clone().map(LabelValue::Owned);

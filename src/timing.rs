@@ -179,11 +179,10 @@ pub struct Schedule {
     pub windows_end_by: Vec<Instant>,
 }
 
-/// The schedule, planned at `now`, of `gpus` read one after another over windows
-/// that end at `windows_end` (`None`: no window): each GPU's windows end as its
-/// reads do, shortened (never under [`MIN_WINDOW`]) so that the whole may overrun
-/// by half its estimate (at least [`reads_reserve`]) and still end
-/// [`AFTER_WINDOW`] before `reading_ends`.
+/// The schedule of `gpus` read one after another over windows ending at
+/// `windows_end` (`None`: no window), shortened (never under [`MIN_WINDOW`])
+/// so that the whole may overrun by half its estimate (at least
+/// [`reads_reserve`]) and still end [`AFTER_WINDOW`] before `reading_ends`.
 pub fn schedule(
     now: Instant,
     reading_ends: Instant,

@@ -113,9 +113,8 @@ fn sxid(record: &str) -> Option<Event> {
     })
 }
 
-/// The whole record `NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the
-/// bus.` (osHandleGpuLost), or the probe-time record of
-/// rm_is_supported_device.
+/// The whole record `NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the bus.`
+/// (osHandleGpuLost), or the probe-time record of rm_is_supported_device.
 fn fallen_off_bus(record: &str) -> Option<Event> {
     const PROBE_END: &str = ") installed in this system has\nNVRM: fallen off the bus and is \
                              not responding to commands.";
