@@ -1,5 +1,5 @@
 //! Who owns a GPU process (command, user, systemd unit, container, Slurm job),
-//! from `/proc/<pid>`. [`attribute`] never fails: what cannot be read is left
+//! from `/proc/<pid>`. [`Owner::read`] never fails: what cannot be read is left
 //! out; values are decoded lossily; each pid is looked up once per run.
 
 use std::cell::{Cell, RefCell};

@@ -66,7 +66,7 @@ fn text<'de, D: Deserializer<'de>>(value: D) -> Result<String, D::Error> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// See [`super::Source::read`]; `dir` replaces the system journal, `on_line`
+/// See [`super::source::Source::read`]; `dir` replaces the system journal, `on_line`
 /// gets the kernel's own messages.
 pub(super) fn read(
     dir: Option<&Path>,

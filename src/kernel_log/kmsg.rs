@@ -18,7 +18,7 @@ pub(super) fn open() -> io::Result<File> {
         .open(KMSG)
 }
 
-/// See [`super::Source::read`]; records overwritten before they were read
+/// See [`super::source::Source::read`]; records overwritten before they were read
 /// are [`Error::Lost`] (the position moves on).
 pub(super) fn read(
     mut file: &File,
