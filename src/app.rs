@@ -121,9 +121,8 @@ fn stdout_failed(error: std::io::Error, exit: Exit) -> Exit {
     publish_failed(format_args!("cannot write to standard output: {error}"))
 }
 
-/// A snapshot read with the previous run's state, the host steps run over it,
-/// and (with `store`: under the state's lock) stored for the next; the
-/// state's health in the snapshot.
+/// A snapshot read with the previous run's state and the host steps run over
+/// it; with `store`, the state is stored for the next run.
 fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
     deadline.enter(match store {
         true => "waiting for the lock of the state",
@@ -148,8 +147,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
         },
         deadline,
     );
-    // Host steps (the kernel log, process owners) work on the GPUs NVML
-    // reported: only after a successful read.
+    // Host steps work on the GPUs NVML reported: only after a successful read.
     if outcome.driver_version.is_some() {
         phases::run_host(
             &settings.collectors,

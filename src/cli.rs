@@ -220,55 +220,33 @@ impl Cli {
 }
 
 /// Options that cannot be used together (see [`Cli::check`]).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Conflict {
+    #[error(transparent)]
     GpmWindow(WindowError),
+    #[error(
+        "--state-dir {} is the textfile directory (--output-dir); the state needs a \
+         directory of its own",
+        .0.display()
+    )]
     StateInOutput(PathBuf),
 }
 
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Conflict::GpmWindow(error) => error.fmt(f),
-            Conflict::StateInOutput(dir) => write!(
-                f,
-                "--state-dir {} is the textfile directory (--output-dir); the state needs a \
-                 directory of its own",
-                dir.display()
-            ),
-        }
-    }
-}
-
 /// Why clap refuses the value of `--output-file` or `--timeout`.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum BadValue {
+    #[error("must be a file name, not a path (use --output-dir for the directory)")]
     Path,
+    #[error("must not start with '.': node_exporter would not read it")]
     Hidden,
+    #[error("must end in .prom: node_exporter's textfile collector reads only *.prom")]
     NotProm,
+    #[error(transparent)]
     Unreadable(humantime::DurationError),
+    #[error("must be longer than zero")]
     ZeroTimeout,
+    #[error("must be at most {}", humantime::format_duration(MAX_TIMEOUT))]
     TooLong,
-}
-
-impl std::error::Error for BadValue {}
-
-impl std::fmt::Display for BadValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let max = humantime::format_duration(MAX_TIMEOUT);
-        f.write_str(match self {
-            BadValue::Path => {
-                "must be a file name, not a path (use --output-dir for the directory)"
-            }
-            BadValue::Hidden => "must not start with '.': node_exporter would not read it",
-            BadValue::NotProm => {
-                "must end in .prom: node_exporter's textfile collector reads only *.prom"
-            }
-            BadValue::Unreadable(error) => return error.fmt(f),
-            BadValue::ZeroTimeout => "must be longer than zero",
-            BadValue::TooLong => return write!(f, "must be at most {max}"),
-        })
-    }
 }
 
 fn parse_output_file(name: &str) -> Result<String, BadValue> {

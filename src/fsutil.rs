@@ -1,7 +1,6 @@
 //! The file primitives `publish`, `state` and `logging` share, none knowing
 //! which directory it works in.
 
-use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::fd::AsFd;
@@ -16,36 +15,20 @@ use rustix::io::Errno;
 use crate::bounded::{self, Unfinished};
 
 /// Why a file operation failed; each names the path involved.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    /// Not a regular file (a FIFO, a device, a symlink, a directory).
+    #[error(
+        "{} is not a regular file (a FIFO, device, symlink or directory?); \
+         remove it so the exporter can use the name",
+        .0.display()
+    )]
     NotRegularFile(PathBuf),
-    /// The output directory does not exist or is not a directory.
+    #[error("output directory {} does not exist", .0.display())]
     MissingDirectory(PathBuf),
     /// What failed (`open`, `rename temporary file onto`, …), on which path, why.
+    #[error("cannot {0} {}: {2}", .1.display())]
     Io(&'static str, PathBuf, io::Error),
 }
-
-impl fmt::Display for FileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FileError::NotRegularFile(path) => write!(
-                f,
-                "{} is not a regular file (a FIFO, device, symlink or directory?); \
-                 remove it so the exporter can use the name",
-                path.display()
-            ),
-            FileError::MissingDirectory(dir) => {
-                write!(f, "output directory {} does not exist", dir.display())
-            }
-            FileError::Io(action, path, error) => {
-                write!(f, "cannot {action} {}: {error}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for FileError {}
 
 /// The error of `action` on `path`, as a closure for `map_err`.
 pub fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
@@ -171,8 +154,7 @@ pub fn within<T: Send + 'static>(
 }
 
 /// Writes `bytes` to `fd` by `until` (`Ok(false)`: it had not taken them all),
-/// each write at most `piece` bytes after poll(2) says `fd` takes more, so none
-/// blocks past `until`.
+/// each write at most `piece` bytes after poll(2), so none blocks.
 pub fn write_polled(fd: impl AsFd, bytes: &[u8], piece: usize, until: Instant) -> io::Result<bool> {
     let (fd, mut rest) = (fd.as_fd(), bytes);
     while !rest.is_empty() {

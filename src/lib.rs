@@ -8,8 +8,7 @@
 //! No `unsafe` here: NVML's is the `nvml` crate's, and the one C call no safe
 //! crate covers is `_exit` in `watchdog::exit_now` (the hard stop).
 
-// The documentation is for the people who work on this crate: links to private
-// items are meant (`cargo doc --document-private-items`).
+// Links to private items are meant (`cargo doc --document-private-items`).
 #![allow(rustdoc::private_intra_doc_links)]
 #![deny(unsafe_code)]
 

@@ -82,8 +82,7 @@ fn write_to_stderr_nonblocking(bytes: &[u8]) {
         FileType::Socket => {
             let _ = net::send(fd, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
         }
-        // A pipe or a terminal: reopened non-blocking, or, if it is another
-        // user's, fd 2 itself in pieces it takes whole (docs/design.md, "Timing").
+        // A pipe or a terminal (docs/design.md, "Timing").
         kind => {
             let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
             if let Ok(reopened) = fs::open("/proc/self/fd/2", flags, Mode::empty()) {

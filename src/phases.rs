@@ -64,10 +64,9 @@ enum Slot {
     Down(Reason, Option<identity::Read>),
 }
 
-/// Loads NVML from `library` and reads every GPU as `settings` say, with the
-/// `previous` state (its running totals continue if `totals`, see
-/// `state::StateFile::continues_totals`), calling `opened` once NVML is open.
-/// Returns by `settings.reading_ends` once NVML is open, whatever the GPUs do.
+/// Reads every GPU with the `previous` state (its running totals continue if
+/// `totals`), calling `opened` once NVML is open; from then on it returns by
+/// `settings.reading_ends`, whatever the GPUs do.
 pub fn read(
     library: &Path,
     settings: &Settings,
@@ -103,8 +102,8 @@ pub fn read(
     })
 }
 
-/// Phase 1: awaits the identities until `timing::halfway`, resolves
-/// them and starts each GPU's reads; returns each GPU's start and the GPUs that left.
+/// Phase 1: awaits the identities until `timing::halfway`, resolves them and
+/// starts each GPU's reads; returns the starts and the GPUs that left.
 fn identify(
     reports: &Waiting<Report>,
     slots: &mut [Slot],
@@ -302,8 +301,7 @@ fn spawn_readers(
     readers.waiting()
 }
 
-/// Reads the GPUs of `group` on this thread: identities, then each once its
-/// `Start` came.
+/// Reads the GPUs of `group` on this thread: identities, then each once started.
 fn read_group(
     session: &'static Session,
     group: Vec<(u32, Receiver<Start>)>,
@@ -488,10 +486,8 @@ impl Opened<'_> {
     }
 }
 
-/// Runs the host step of every collector that has one, in registry order,
-/// each said in the file: `nvidia_gpu_collector_success{collector}` and
-/// `nvidia_gpu_collector_step_duration_seconds{collector}`. `enter` names the
-/// phase for the watchdog.
+/// Runs every collector's host step in registry order, each with its
+/// `nvidia_gpu_collector_success` and `_step_duration_seconds` samples.
 pub fn run_host(
     collectors: &[&'static Collector],
     run: &mut HostRun<'_>,

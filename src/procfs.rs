@@ -1,5 +1,5 @@
 //! Who owns a GPU process (command, user, systemd unit, container, Slurm job),
-//! from `/proc/<pid>`. [`attribute`] never fails: what cannot be read is left
+//! from `/proc/<pid>`. [`Owner::read`] never fails: what cannot be read is left
 //! out; values are decoded lossily; each pid is looked up once per run.
 
 use std::cell::{Cell, RefCell};
@@ -43,8 +43,8 @@ impl Owner {
     }
 }
 
-/// The labels of a per-process sample in declared order: `ids` (pid, GPU and
-/// compute instance), then the owner; a `None` is left out.
+/// A per-process sample's labels: `ids` (pid, GPU and compute instance), then
+/// the owner's; a `None` is left out.
 pub fn labels(ids: [Option<LabelValue>; 3], owner: &Owner) -> [Option<LabelValue>; 8] {
     let [pid, gpu_instance, compute_instance] = ids;
     let owned = |value: &Option<String>| value.clone().map(LabelValue::Owned);

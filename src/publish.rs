@@ -36,8 +36,7 @@ impl Target {
         self.dir.is_dir().then_some(()).ok_or_else(missing)
     }
 
-    /// Removes the temporary files whose writer process is gone (call it
-    /// holding the run lock); returns how many.
+    /// Removes the temporary files whose writer is gone (under the lock).
     fn remove_stale_temp_files(&self) -> Result<usize, FileError> {
         let prefix = format!(".{}.", self.file_name);
         let writer_gone = |name: &str| {
@@ -81,8 +80,7 @@ pub struct Publisher<'t> {
 }
 
 impl<'t> Publisher<'t> {
-    /// Waits for the lock until `until`; with it, removes the temporary
-    /// files of killed runs.
+    /// Waits for the lock until `until`; with it, removes stale temporary files.
     pub fn begin(target: &'t Target, until: Instant) -> Result<Self, FileError> {
         let published_before = target.published_file();
         target.check_dir()?;

@@ -107,8 +107,7 @@ pub struct Process {
     pub compute_instance_id: Option<u32>,
     /// Device memory it holds; `None` where NVML cannot tell.
     pub memory_bytes: Option<u64>,
-    /// Its share of the GPU's busy time since the previous run (0-1); `None`
-    /// where not read.
+    /// Its share of the GPU's busy time since the previous run (0-1); `None`: not read.
     pub sm_ratio: Option<f64>,
 }
 

@@ -9,6 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use humantime::format_duration;
+
 /// The longest `--timeout` (and `--gpm-window`): well within a long timer period.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -30,10 +32,8 @@ pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
     reading_ends + publish_reserve(timeout) / 2
 }
 
-/// Half-way from `now` to `reading_ends`: when a wait before reading (the
-/// state's lock) gives up, and when the identities of the GPUs, for NVML
-/// opened `now`, must have been read (a GPU that has not answered is read no
-/// further).
+/// Half-way from `now` to `reading_ends`: when a wait before reading gives
+/// up, and when the GPUs' identities, for NVML opened `now`, must be read.
 pub fn halfway(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
@@ -82,44 +82,29 @@ impl std::str::FromStr for WindowRequest {
 }
 
 /// Why a `--gpm-window` cannot be used.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, thiserror::Error)]
 pub enum WindowError {
+    #[error(transparent)]
     Unreadable(humantime::DurationError),
+    #[error(
+        "must be auto, 0 (off) or at least {}: shorter windows read zeros",
+        format_duration(MIN_WINDOW)
+    )]
     TooShort,
+    #[error(
+        "must be at most {}: the window must fit in --timeout",
+        format_duration(MAX_TIMEOUT)
+    )]
     TooLong,
-    /// `window` and the second sample do not fit in `reading`, the time to read.
-    DoesNotFit {
-        window: Duration,
-        reading: Duration,
-    },
-}
-
-impl std::error::Error for WindowError {}
-
-impl std::fmt::Display for WindowError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let format = humantime::format_duration;
-        let (max, after) = (format(MAX_TIMEOUT), format(AFTER_WINDOW));
-        match self {
-            WindowError::Unreadable(error) => error.fmt(f),
-            WindowError::TooShort => write!(
-                f,
-                "must be auto, 0 (off) or at least {}: shorter windows read zeros",
-                format(MIN_WINDOW)
-            ),
-            WindowError::TooLong => {
-                write!(f, "must be at most {max}: the window must fit in --timeout")
-            }
-            WindowError::DoesNotFit { window, reading } => write!(
-                f,
-                "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
-                 sample needs {after} after the window; use a longer --timeout, a shorter \
-                 --gpm-window or --gpm-window auto",
-                format(*window),
-                format(*reading),
-            ),
-        }
-    }
+    #[error(
+        "--gpm-window {} does not fit in the time a run may read ({}): the second GPM \
+         sample needs {} after the window; use a longer --timeout, a shorter \
+         --gpm-window or --gpm-window auto",
+        format_duration(*.window),
+        format_duration(*.reading),
+        format_duration(AFTER_WINDOW)
+    )]
+    DoesNotFit { window: Duration, reading: Duration },
 }
 
 /// The GPM window a run with `timeout` asks for: a given duration if it fits
@@ -194,11 +179,10 @@ pub struct Schedule {
     pub windows_end_by: Vec<Instant>,
 }
 
-/// The schedule, planned at `now`, of `gpus` read one after another over windows
-/// that end at `windows_end` (`None`: no window): each GPU's windows end as its
-/// reads do, shortened (never under [`MIN_WINDOW`]) so that the whole may overrun
-/// by half its estimate (at least [`reads_reserve`]) and still end
-/// [`AFTER_WINDOW`] before `reading_ends`.
+/// The schedule of `gpus` read one after another over windows ending at
+/// `windows_end` (`None`: no window), shortened (never under [`MIN_WINDOW`])
+/// so that the whole may overrun by half its estimate (at least
+/// [`reads_reserve`]) and still end [`AFTER_WINDOW`] before `reading_ends`.
 pub fn schedule(
     now: Instant,
     reading_ends: Instant,

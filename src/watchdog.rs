@@ -142,8 +142,7 @@ impl Deadline {
 /// (libnvidia-ml's may wait for locks a stuck call holds) and flushing nothing.
 #[allow(unsafe_code)]
 pub fn exit_now(exit: Exit) -> ! {
-    // SAFETY: _exit(2) only ends the process; stderr is unbuffered. No safe
-    // wrapper exists (rustix has it only in its experimental runtime module).
+    // SAFETY: _exit(2) only ends the process; stderr is unbuffered.
     unsafe { libc::_exit(i32::from(exit.code())) }
 }
 

@@ -1,7 +1,5 @@
-//! XIDs, SXids and GPUs fallen off the bus, counted exactly between runs from
-//! the kernel log's events into this boot's totals in the state
-//! ([`Counts`]): XIDs and fallen-off lines by GPU (else unattributed by bus
-//! id), SXids by switch, bus id, code and severity.
+//! The kernel log's [`Counts`] of this boot: XIDs and fallen-off lines by GPU
+//! (else unattributed by bus id), SXids by switch, bus id, code and severity.
 
 use crate::collector::{HostError, HostRun};
 use crate::kernel_log::{BusId, Counts, Series, XidOf, MAX_SERIES};
@@ -25,35 +23,19 @@ families! {
 }
 
 /// Why a run did not count every line.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Uncounted {
-    /// The state cannot be used this run: nothing was counted.
+    #[error("the state cannot be used this run; the XID counts are left out")]
     StateUnusable,
-    /// This many were of new series beyond [`MAX_SERIES`] (the series
-    /// counted before stay).
+    #[error(
+        "{0} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
+         series were not counted; the series counted before are kept"
+    )]
     Beyond(u64),
 }
 
-impl std::fmt::Display for Uncounted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Uncounted::StateUnusable => {
-                f.write_str("the state cannot be used this run; the XID counts are left out")
-            }
-            Uncounted::Beyond(n) => write!(
-                f,
-                "{n} kernel line(s) of new XID or SXid series beyond the bound of {MAX_SERIES} \
-                 series were not counted; the series counted before are kept"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Uncounted {}
-
-/// The xid collector's host step (after NVML was read, whose GPUs' bus ids
-/// attribute the events): counts the events logged since the previous run and
-/// adds the totals to the snapshot; the counts known are published anyway.
+/// Counts the events logged since the previous run, attributed by the bus ids
+/// NVML read, into the snapshot; the counts known are published anyway.
 pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     if !run.state.continues_totals() {
         // Counts from nothing would publish a reset, then a jump.
@@ -77,10 +59,8 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     Ok(())
 }
 
-/// Adds the samples: for every GPU of the snapshot with a UUID (down ones
-/// too) its XID total and fallen-off-the-bus count (0 until the first) and
-/// its XIDs by code; the unattributed and SXid series as host samples. A
-/// recount under way is not published.
+/// Adds the samples of every GPU with a UUID (down ones too) and the host's;
+/// a recount under way is not published.
 fn add_samples(counts: &Counts, snapshot: &mut Snapshot) {
     let totals = &counts.totals.0;
     for device in snapshot.devices.iter_mut().filter(|d| !d.uuid.is_empty()) {

@@ -1,8 +1,7 @@
-//! The xid collector's counting: the kernel log's events counted by series
-//! into this boot's totals, from a position on, the part of the state that is
-//! the collector's ([`Counts`]). Without a position or with a damaged count,
-//! the boot is recounted into `recount` while the old totals stay published;
-//! a complete recount raises each total to it (docs/design.md, "Recovery").
+//! The kernel log's events counted by series into this boot's totals from a
+//! position on ([`Counts`], kernel_log's part of the state). Without a
+//! position or with a damaged count the boot is recounted (docs/design.md,
+//! "Recovery").
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,16 +12,14 @@ use serde::{Deserialize, Serialize};
 use super::event::{BusId, Error, Event, Position};
 use super::source::Source;
 
-/// The most series (id and code) in the totals, and in a recount: 64 for
-/// each of the 64 GPUs a state keeps.
+/// The most series in the totals, and in a recount: 64 for each of 64 GPUs.
 pub const MAX_SERIES: usize = 64 * 64;
 
-/// The most events one series counts in one boot (one every 7 ms for a
-/// year): a stored count above it is damage. Counting saturates here.
+/// Counting saturates here (one event every 7 ms for a year); a stored count
+/// above it is damage.
 const MAX_COUNT: u64 = 1 << 32;
 
-/// The collector's position in the kernel log, kept whatever happens to its
-/// totals (a position lost with totals kept would count the boot again).
+/// The position in the kernel log, kept whatever happens to the totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Counts {
@@ -85,14 +82,11 @@ pub enum XidOf {
 }
 
 impl Counts {
-    /// Counts the events this boot (`boot_id`) logged since the position,
-    /// attributed to `gpus` (bus id → UUID), until `until`, read from the
-    /// source [`Source::choose`] picks for `journal_dir`: from the saved
-    /// cursor; if that fails, from its entry's time; then, recounting, from
-    /// the boot's start. The first read that works counts; if none does,
+    /// Counts the events this boot logged since the position, attributed to
+    /// `gpus` (bus id → UUID), until `until`: from the cursor, else its
+    /// entry's time, else recounting from the boot's start; if no read works,
     /// nothing changes. Returns how many events of new series beyond
-    /// [`MAX_SERIES`] were not counted. A damaged count is dropped and the
-    /// boot recounted.
+    /// [`MAX_SERIES`] were not counted.
     pub fn update(
         &mut self,
         journal_dir: Option<&Path>,
@@ -155,8 +149,8 @@ impl Counts {
         Err(error)
     }
 
-    /// Ends a read: one that reached the end ends a recount under way
-    /// (each total becomes the larger of the two); a cut one says why.
+    /// Ends a read: one that reached the end ends a recount under way (each
+    /// total becomes the larger of the two).
     fn finish(&mut self, read: Result<(), Error>) -> Result<(), Error> {
         match &read {
             Err(lost @ Error::Lost(_)) => log::warn!("{lost}"),
@@ -186,8 +180,7 @@ impl Counts {
     }
 }
 
-/// Drops every count above [`MAX_COUNT`] and describes the first, if any, by
-/// its record in the state.
+/// Drops every count above [`MAX_COUNT`]; the first one's record, if any.
 fn take_damage(counts: &mut Counts) -> Option<String> {
     let mut damage = None;
     for totals in std::iter::once(&mut counts.totals).chain(&mut counts.recount) {
@@ -202,9 +195,8 @@ fn take_damage(counts: &mut Counts) -> Option<String> {
     damage
 }
 
-/// Counts `event` (attributed to `gpus`: bus id → UUID) into `totals`,
-/// saturating at [`MAX_COUNT`]; false for a new series beyond
-/// [`MAX_SERIES`], which is not counted (the first series stay).
+/// Counts `event` into `totals`; false for a new series beyond
+/// [`MAX_SERIES`], which is not counted.
 fn count(totals: &mut Totals, event: Event, gpus: &BTreeMap<BusId, String>) -> bool {
     let of = |bus: BusId| match gpus.get(&bus) {
         Some(uuid) => XidOf::Gpu(uuid.clone()),

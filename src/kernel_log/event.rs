@@ -1,14 +1,12 @@
 //! What a read of the kernel log gives: the [`Event`]s of the driver's lines,
 //! the [`Position`] reached, or why it stopped short ([`Error`]).
 
-use std::fmt;
 use std::io;
 use std::process::ExitStatus;
 
 use serde::{Deserialize, Serialize};
 
-/// The most bytes of journalctl's output one run reads: about 160,000 kernel
-/// lines. A larger backlog is worked off over several runs.
+/// The most bytes of journalctl's output one run reads (about 160,000 lines).
 pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
 
 /// Where a read goes on from: after the journal entry of `cursor`; without
@@ -24,50 +22,28 @@ pub struct Position {
 
 /// Why a read did not reach the end of the log; the position names the last
 /// entry read before.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Neither journal files (with journalctl) nor a readable /dev/kmsg.
+    #[error("no kernel log (no journal files, /dev/kmsg not readable)")]
     NoSource,
-    /// Cut by the deadline or by [`MAX_BYTES_PER_RUN`].
+    #[error("reading the kernel log did not finish by the run's deadline")]
     Deadline,
+    #[error("journalctl wrote more than {MAX_BYTES_PER_RUN} bytes in this run")]
     Bound,
-    /// This many /dev/kmsg records were overwritten in the ring buffer
-    /// after the position before they could be read.
+    #[error(
+        "{0} kernel log record(s) were overwritten in /dev/kmsg before this run could \
+         read them: XIDs among them are not counted (a journal keeps them: install \
+         systemd-journald, or run the timer more often)"
+    )]
     Lost(u64),
     /// What could not be done (run journalctl, read /dev/kmsg), and why.
+    #[error("cannot {0}: {1}")]
     Io(String, io::Error),
-    /// journalctl exited with a failure, saying this on its stderr. A refused
-    /// cursor fails as a journal it cannot open does (status 1).
+    #[error("journalctl failed ({0}): {1}")]
     Failed(ExitStatus, String),
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let bytes = MAX_BYTES_PER_RUN;
-        match self {
-            Error::NoSource => {
-                f.write_str("no kernel log (no journal files, /dev/kmsg not readable)")
-            }
-            Error::Io(what, e) => write!(f, "cannot {what}: {e}"),
-            Error::Failed(status, said) => write!(f, "journalctl failed ({status}): {said}"),
-            Error::Deadline => {
-                f.write_str("reading the kernel log did not finish by the run's deadline")
-            }
-            Error::Bound => write!(f, "journalctl wrote more than {bytes} bytes in this run"),
-            Error::Lost(n) => write!(
-                f,
-                "{n} kernel log record(s) were overwritten in /dev/kmsg before this run could \
-                 read them: XIDs among them are not counted (a journal keeps them: install \
-                 systemd-journald, or run the timer more often)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-/// A kernel line the driver logs about a GPU or NVSwitch, in the shapes of
-/// the driver's own format strings (docs/design.md names each source).
+/// A kernel line the driver logs about a GPU or NVSwitch (docs/design.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// `NVRM: Xid (PCI:0000:3b:00): 79, pid=…` (with ` GPU-I:01` and
@@ -82,22 +58,17 @@ pub enum Event {
         /// `fatal`, `non_fatal` or `correctable`.
         severity: &'static str,
     },
-    /// A GPU that fell off the bus, in a line that is not an Xid:
-    /// `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`, or the
-    /// probe-time record of three lines.
+    /// A GPU that fell off the bus, in a line that is not an Xid.
     FallenOffBus { bus: BusId },
 }
 
-/// Codes above these are not XIDs or SXids (NVIDIA's catalogs end well
-/// below): a garbled line must not create series without bound.
+/// Codes above are garbled (NVIDIA's catalogs end well below).
 const MAX_XID: u32 = 9999;
 const MAX_SXID: u32 = 99_999;
 
 impl Event {
-    /// The event a kernel record is, if it is one of the driver's lines in
-    /// its exact shape from its first byte: nothing a user controls (a
-    /// process name, a file name, a client's version string) comes before
-    /// what identifies it, so no quoted or echoed text counts.
+    /// The event a kernel record is, if it is a driver line in its exact
+    /// shape from its first byte (so no quoted or echoed text counts).
     pub fn parse(record: &str) -> Option<Event> {
         let record = record.strip_suffix('\n').unwrap_or(record);
         xid(record)
@@ -142,9 +113,8 @@ fn sxid(record: &str) -> Option<Event> {
     })
 }
 
-/// The whole record `NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the
-/// bus.` (osHandleGpuLost), or the probe-time record of
-/// rm_is_supported_device.
+/// The whole record `NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the bus.`
+/// (osHandleGpuLost), or the probe-time record of rm_is_supported_device.
 fn fallen_off_bus(record: &str) -> Option<Event> {
     const PROBE_END: &str = ") installed in this system has\nNVRM: fallen off the bus and is \
                              not responding to commands.";
@@ -193,9 +163,8 @@ fn decimal(text: &str, min: usize) -> Option<(u32, &str)> {
     Some((text[..digits].parse().ok()?, &text[digits..]))
 }
 
-/// A PCI bus id as `DDDDDDDD:BB:DD` (domain in 8 hex digits, upper case, no
-/// function), so that the driver's `0000:3b:00` and NVML's `00000000:3B:00.0`
-/// compare equal.
+/// A PCI bus id as `DDDDDDDD:BB:DD` (upper case, no function): the driver's
+/// `0000:3b:00` equals NVML's `00000000:3B:00.0`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BusId(String);
 

@@ -1,8 +1,7 @@
-//! This boot's kernel entries from the systemd journal: `journalctl -o json`
-//! (one entry a line) parsed as it arrives, until journalctl ends, the
-//! deadline passes or [`MAX_BYTES_PER_RUN`] bytes were read (then it is
-//! killed; an entry cut off is not read). The read starts with `--cursor`, not
-//! `--after-cursor` (docs/design.md says why), and drops the cursor's entry.
+//! This boot's kernel entries from `journalctl -o json`, parsed as they
+//! arrive, until journalctl ends, the deadline or [`MAX_BYTES_PER_RUN`] (then
+//! it is killed). The read starts with `--cursor` and drops the cursor's entry
+//! (docs/design.md, "Source").
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
@@ -17,12 +16,11 @@ use serde::{de::Error as _, Deserialize, Deserializer};
 use super::event::{Error, Position, MAX_BYTES_PER_RUN};
 use crate::bounded::Threads;
 
-/// Where journalctl is, in the order tried: never looked up in `PATH`, where
-/// a program running as root would start whatever a writable directory holds.
+/// Where journalctl is, in the order tried: never looked up in `PATH`.
 const JOURNALCTL: [&str; 2] = ["/usr/bin/journalctl", "/bin/journalctl"];
 
-/// The most bytes of an entry's line: a kernel line is at most about 1 KiB (a
-/// /dev/kmsg record 8 KiB, four times that as JSON bytes), a cursor 150 bytes.
+/// The most bytes of an entry's line: a /dev/kmsg record is 8 KiB at most,
+/// four times that as JSON bytes.
 const MAX_LINE: u64 = 64 << 10;
 
 /// Whether journalctl and the system's journal files exist (in the directory
@@ -59,8 +57,7 @@ struct Entry {
     message: String,
 }
 
-/// A field's value: JSON gives it as its bytes where it is not UTF-8 or has
-/// control characters.
+/// A field's value, also given as its bytes (not UTF-8, or control characters).
 fn text<'de, D: Deserializer<'de>>(value: D) -> Result<String, D::Error> {
     let bytes = match serde_json::Value::deserialize(value)? {
         serde_json::Value::String(text) => return Ok(text),
@@ -69,7 +66,7 @@ fn text<'de, D: Deserializer<'de>>(value: D) -> Result<String, D::Error> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// See [`super::Source::read`]; `dir` replaces the system journal, `on_line`
+/// See [`super::source::Source::read`]; `dir` replaces the system journal, `on_line`
 /// gets the kernel's own messages.
 pub(super) fn read(
     dir: Option<&Path>,
@@ -85,8 +82,7 @@ pub(super) fn read(
     let skip_through = at.monotonic.filter(|_| at.cursor.is_none());
     let by_time = skip_through.map(|m| format!("b={boot_id};m={m:x}"));
     let cursor = at.cursor.clone().or(by_time);
-    // A socket, so that a read gives up at `until` even while another process
-    // holds journalctl's output open.
+    // A socket: a read gives up at `until` even while another process holds it.
     let (output, theirs) = UnixStream::pair().map_err(start)?;
     let child = Command::new(journalctl().ok_or_else(not_found).map_err(start)?)
         .args(dir.iter().flat_map(|dir| [Path::new("--directory"), dir]))
@@ -115,9 +111,8 @@ pub(super) fn read(
     })
 }
 
-/// Hands each entry of `child`'s `output` to `on_entry` as it arrives, until
-/// it ends (the exit status decides), its deadline passes or the byte bound is
-/// reached (then `child` is killed).
+/// Hands each entry of `child`'s `output` to `on_entry` until it ends, its
+/// deadline passes or the byte bound is reached (then `child` is killed).
 fn stream(mut child: Child, output: ReadBy, on_entry: &mut dyn FnMut(Entry)) -> Result<(), Error> {
     let mut stderr = child.stderr.take().expect("piped");
     // The first 64 KiB of what journalctl says (read to the end: it never blocks on it).
@@ -156,8 +151,8 @@ impl Read for ReadBy {
     }
 }
 
-/// Parses the output, handing each complete entry to `on_entry`, until it
-/// ends; true if it ended at the byte bound. A line not an entry is skipped.
+/// Hands each complete entry to `on_entry`; true if the output ended at the
+/// byte bound. A line not an entry is skipped.
 fn parse(output: impl Read, on_entry: &mut dyn FnMut(Entry)) -> io::Result<bool> {
     let mut reader = BufReader::new(output.take(MAX_BYTES_PER_RUN));
     let mut line = Vec::new();

@@ -18,9 +18,8 @@ pub(super) fn open() -> io::Result<File> {
         .open(KMSG)
 }
 
-/// See [`super::Source::read`]; `file` is [`open`]'s, `on_line` gets the
-/// kernel's own messages. Records overwritten in the ring after the position
-/// and before they were read are [`Error::Lost`] (the position moves on).
+/// See [`super::source::Source::read`]; records overwritten before they were read
+/// are [`Error::Lost`] (the position moves on).
 pub(super) fn read(
     mut file: &File,
     at: &mut Position,
@@ -69,10 +68,9 @@ fn take(record: &[u8], at: &mut Position, on_line: &mut dyn FnMut(&str)) -> u64 
     lost
 }
 
-/// A record's facility, sequence number and message: `<prio>,<seq>,<µs>,
-/// <flags>[,…];<message>\n`, then continuation lines (` KEY=value`). The
-/// kernel escapes a message's control characters, bytes above 126 and `\`
-/// as `\xHH`: the message is given as it was logged, as the journal gives it.
+/// A record's facility, sequence number and message, unescaped (`\xHH`) as
+/// the journal gives it: `<prio>,<seq>,<µs>,<flags>[,…];<message>\n`, then
+/// continuation lines (` KEY=value`).
 fn parse(record: &[u8]) -> Option<(u32, u64, String)> {
     let split = record.iter().position(|&b| b == b';')?;
     let header = std::str::from_utf8(&record[..split]).ok()?;

@@ -1,8 +1,7 @@
-//! The kernel log as typed [`Event`](event::Event)s: the driver's lines of
-//! this boot after a [`Position`](event::Position), from the systemd journal
-//! ([`journal`]) or else `/dev/kmsg` ([`kmsg`]); only the kernel's own lines
-//! (facility kern, kernel transport); and their [`Counts`], the xid
-//! collector's part of the state. It knows neither NVML nor the state.
+//! The kernel log as typed [`Event`](event::Event)s: the kernel's own driver
+//! lines of this boot after a [`Position`](event::Position), from the journal
+//! ([`journal`]) or else `/dev/kmsg` ([`kmsg`]), and their [`Counts`] (its part
+//! of the state's schema). It knows neither NVML nor the state file.
 
 mod counts;
 mod event;

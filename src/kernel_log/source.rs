@@ -38,9 +38,8 @@ impl Source {
         }
     }
 
-    /// Reads this boot's (`boot_id`) log from `at` until `until`, handing each
-    /// event of the kernel's own lines to `on_event` and moving `at` past each
-    /// entry read.
+    /// Reads this boot's log from `at` until `until`, handing each event of
+    /// the kernel's own lines to `on_event`; `at` moves past each entry read.
     pub fn read(
         &self,
         at: &mut Position,

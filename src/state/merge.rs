@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use super::schema::{GpuState, State, MAX_FIXED, MAX_GPUS, VERSION};
 use crate::snapshot::Device;
 
-/// `next` (the previous state, with the parts the host steps set) with this
-/// run's GPU readings merged in, within the bounds: a GPU down, running
-/// totals not carried, links not read and GPUs not seen this run keep what
-/// they had (unseen GPUs while there is room).
+/// `next` with this run's GPU readings merged in, within the bounds: what a
+/// run did not read (a GPU down, totals, links, GPUs not seen while there is
+/// room) keeps what it had.
 pub(super) fn merge(
     mut next: State,
     devices: &[Device],

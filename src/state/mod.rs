@@ -49,10 +49,9 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    /// Loads this boot's state by `until` + `ANSWER`; `to_store`: first takes
-    /// the lock by `until` (held until stored or dropped; without it nothing
-    /// is stored) and removes stale temporary files. A problem is logged
-    /// here, once; the run goes on with an empty state.
+    /// Loads this boot's state by `until` + `ANSWER`, with `to_store` under the
+    /// lock taken by `until` (without it nothing is stored). A problem is
+    /// logged here, once; the run goes on with an empty state.
     pub fn open(dir: StateDir, until: Instant, to_store: bool) -> Self {
         let boot = boot_id();
         let mut file = StateFile {
@@ -114,8 +113,7 @@ impl StateFile {
         )
     }
 
-    /// Stores, by `until`, the previous state with what `devices` leave
-    /// for the next run (`states`, by UUID) merged in.
+    /// Stores, by `until`, the previous state with `states` (by UUID) merged in.
     pub fn store(
         &mut self,
         devices: &[Device],

@@ -1,117 +1,72 @@
 //! Why the state could not be used or stored: each run says it once.
 
-use std::fmt;
 use std::path::PathBuf;
 
 use super::schema::{Damage, MAX_GPUS, MAX_SIZE};
 use crate::fsutil::FileError;
 
 /// Why the previous state could not be used, or this run's not stored.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Problem {
+    #[error("no state yet (first run with this state directory)")]
     Missing,
-    /// Not a state file of a version this exporter reads, or damaged.
+    #[error("the state file is unusable ({0}); starting afresh")]
     Corrupt(Damage),
+    #[error("the state file is from another boot; starting afresh")]
     OtherBoot,
+    #[error(
+        "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
+         the state is neither used nor stored"
+    )]
     UnknownBoot,
-    Io(FileError),
+    #[error(transparent)]
+    Io(#[from] FileError),
+    #[error("cannot encode the state: {0}")]
     Encode(serde_json::Error),
-    /// The directory could have been written by another user: nothing is stored in it.
+    #[error(
+        "the state is not trusted: the state directory {} is {1}; nothing is \
+         stored in it; {RULE}",
+        .0.display()
+    )]
     UntrustedDir(PathBuf, Distrust),
+    #[error(
+        "the state is not trusted: {} is {1}; this run replaces it; {RULE}",
+        .0.display()
+    )]
     UntrustedFile(PathBuf, Distrust),
-    /// Another run held this lock until this run's wait ended.
+    #[error(
+        "another run held {} until this run stopped waiting; this run neither \
+         uses nor stores the state",
+        .0.display()
+    )]
     Busy(PathBuf),
-    /// The state directory did not answer by the deadline while doing this.
+    #[error(
+        "the state directory did not answer in time while {0} (a frozen or \
+         hung file system?); this run's totals are left out or not stored"
+    )]
     TimedOut(&'static str),
-    /// Bounds: the bytes the state would have, the GPUs.
+    #[error(
+        "the state keeps no more: the state would be {0} bytes, more than {MAX_SIZE}; not stored"
+    )]
     TooLarge(usize),
+    #[error("the state keeps no more: {0} GPUs, more than {MAX_GPUS}; not stored")]
     TooManyGpus(usize),
 }
 
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rule = "starting afresh. Only the running user or root may be able to write the \
+const RULE: &str = "starting afresh. Only the running user or root may be able to write the \
                     state directory and file (owner, and no group or world write permission)";
-        let bound = "the state keeps no more:";
-        match self {
-            Problem::Missing => f.write_str("no state yet (first run with this state directory)"),
-            Problem::Corrupt(why) => {
-                write!(f, "the state file is unusable ({why}); starting afresh")
-            }
-            Problem::OtherBoot => {
-                f.write_str("the state file is from another boot; starting afresh")
-            }
-            Problem::UnknownBoot => f.write_str(
-                "cannot read this boot's id (/proc/sys/kernel/random/boot_id); \
-                 the state is neither used nor stored",
-            ),
-            Problem::Io(error) => error.fmt(f),
-            Problem::Encode(e) => write!(f, "cannot encode the state: {e}"),
-            Problem::UntrustedDir(dir, why) => write!(
-                f,
-                "the state is not trusted: the state directory {} is {why}; nothing is \
-                 stored in it; {rule}",
-                dir.display()
-            ),
-            Problem::UntrustedFile(path, why) => write!(
-                f,
-                "the state is not trusted: {} is {why}; this run replaces it; {rule}",
-                path.display()
-            ),
-            Problem::Busy(lock) => write!(
-                f,
-                "another run held {} until this run stopped waiting; this run neither \
-                 uses nor stores the state",
-                lock.display()
-            ),
-            Problem::TimedOut(what) => write!(
-                f,
-                "the state directory did not answer in time while {what} (a frozen or \
-                 hung file system?); this run's totals are left out or not stored"
-            ),
-            Problem::TooLarge(bytes) => write!(
-                f,
-                "{bound} the state would be {bytes} bytes, more than {MAX_SIZE}; not stored"
-            ),
-            Problem::TooManyGpus(n) => {
-                write!(f, "{bound} {n} GPUs, more than {MAX_GPUS}; not stored")
-            }
-        }
-    }
-}
-
-impl From<FileError> for Problem {
-    fn from(error: FileError) -> Self {
-        Problem::Io(error)
-    }
-}
 
 /// Why the state directory or file could have been written by another user.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Distrust {
+    #[error("not a directory")]
     NotADirectory,
-    /// Opened as a file, it is none (a symlink, a FIFO, a directory).
+    #[error("not a regular file (a symbolic link?)")]
     NotARegularFile,
+    #[error("{0} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need")]
     TooLong(u64),
-    /// The owner's uid, and the running user's.
+    #[error("owned by uid {0}, neither the running user (uid {1}) nor root")]
     Owner(u32, u32),
+    #[error("writable by others (mode {0:04o})")]
     Writable(u32),
-}
-
-impl fmt::Display for Distrust {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Distrust::NotADirectory => f.write_str("not a directory"),
-            Distrust::NotARegularFile => f.write_str("not a regular file (a symbolic link?)"),
-            Distrust::TooLong(len) => write!(
-                f,
-                "{len} bytes long, more than the {MAX_SIZE} that {MAX_GPUS} GPUs need"
-            ),
-            Distrust::Owner(uid, euid) => write!(
-                f,
-                "owned by uid {uid}, neither the running user (uid {euid}) nor root"
-            ),
-            Distrust::Writable(mode) => write!(f, "writable by others (mode {mode:04o})"),
-        }
-    }
 }

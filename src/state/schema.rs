@@ -3,7 +3,6 @@
 //! from a file is its default: the version changes when a field's meaning does.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,45 +22,30 @@ pub const MAX_UNSUPPORTED: usize = 256;
 pub const MAX_SIZE: u64 = 2 << 20;
 
 /// What is wrong with a state file.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Damage {
+    #[error("not a state file: {0}")]
     NotJson(serde_json::Error),
+    #[error("version {0} is not {VERSION}")]
     Version(u32),
+    #[error(transparent)]
     Schema(serde_json::Error),
+    #[error("more than {MAX_GPUS} GPUs")]
     Gpus,
+    #[error("more than {MAX_FIXED} fixed readings for {0}")]
     Fixed(String),
+    #[error("more than {MAX_UNSUPPORTED} unsupported calls for {0}")]
     Unsupported(String),
+    #[error("more than {MAX_SERIES} XID series")]
     XidSeries,
     /// A version 1 file's damage that names no line.
+    #[error("{0}")]
     V1(&'static str),
     /// A version 1 line (or the UUID it names) and what is wrong with it.
+    #[error("{0} {1:?}")]
     V1Line(&'static str, String),
-    /// A version 1 XID count's key (after `xid.`) and its value, no number.
+    #[error("the XID count xid.{0} is {1:?}, not a number")]
     XidCount(String, String),
-}
-
-impl fmt::Display for Damage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Damage::NotJson(e) => write!(f, "not a state file: {e}"),
-            Damage::Version(version) => write!(f, "version {version} is not {VERSION}"),
-            Damage::Schema(e) => e.fmt(f),
-            Damage::Gpus => write!(f, "more than {MAX_GPUS} GPUs"),
-            Damage::Fixed(uuid) => write!(f, "more than {MAX_FIXED} fixed readings for {uuid}"),
-            Damage::Unsupported(uuid) => {
-                write!(
-                    f,
-                    "more than {MAX_UNSUPPORTED} unsupported calls for {uuid}"
-                )
-            }
-            Damage::XidSeries => write!(f, "more than {MAX_SERIES} XID series"),
-            Damage::V1(what) => f.write_str(what),
-            Damage::V1Line(what, line) => write!(f, "{what} {line:?}"),
-            Damage::XidCount(key, value) => {
-                write!(f, "the XID count xid.{key} is {value:?}, not a number")
-            }
-        }
-    }
 }
 
 /// Everything one run leaves for the next.

@@ -67,8 +67,7 @@ impl StateDir {
     }
 
     /// Takes the state's lock by `until`, creating the directory if need be,
-    /// and removes the temporary files of killed runs: every writer holds the
-    /// lock while its temporary file exists.
+    /// and removes the temporary files of killed runs (no writer holds it).
     pub(super) fn lock(&self, until: Instant) -> Result<File, Problem> {
         self.create()?;
         let path = self.dir.join(LOCK_NAME);
