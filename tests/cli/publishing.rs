@@ -257,7 +257,9 @@ fn overlapping_runs_only_ever_show_complete_files() {
         ex().run("fault-slow")
             .output_dir(dir.path())
             .state_dir(state.path())
-            .args(["--timeout", "1s"])
+            // Time to read under the load of 20 runs at once on two cores:
+            // a run that timed out would write a (complete) timeout file.
+            .args(["--timeout", "3s"])
             .start()
             .unwrap()
     };
