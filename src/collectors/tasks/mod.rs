@@ -8,8 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-
 use crate::collector::{HostError, HostRun};
 use crate::metrics::families;
 use crate::owner::{self, Placement, Pods, Task};
@@ -30,201 +28,10 @@ families! {
         "The GPU's energy between runs that no known task used: idle windows with no or several holders, and the share of processes whose task is unknown.";
 }
 
-/// A task on a GPU: who, and on which MIG instance (where NVML says).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Holder {
-    pub task: Task,
-    pub gpu_instance_id: Option<u32>,
-}
+mod ledger;
 
-/// One holder's running totals on one GPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Totals {
-    /// SM-busy time: the GPU's busy time by the holder's share, µs.
-    pub busy_us: u64,
-    /// Energy by the holder's share of the busy time, mJ.
-    pub energy_mj: u64,
-    /// Time a process of the holder was listed on the GPU, µs.
-    pub held_us: u64,
-    /// Wall time (µs since the epoch) it last held the GPU or was charged.
-    pub seen_us: u64,
-}
-
-/// A GPU's task accounting as one run leaves it for the next. `at_us` 0: no
-/// run to count from (the next run only sets the baseline).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Ledger {
-    /// Wall time of the run it is up to, µs since the epoch.
-    pub at_us: u64,
-    /// The GPU's energy counter at that run, mJ.
-    pub energy_mj: Option<u64>,
-    /// Energy of windows (or their parts) no known holder used, mJ.
-    pub unattributed_mj: u64,
-    pub totals: Vec<(Holder, Totals)>,
-    /// The processes listed at that run: pid, start time (µs since the
-    /// epoch), holder; how a share NVML gives a pid that has since exited or
-    /// been reused finds the holder it ran for.
-    pub processes: Vec<(u32, u64, Holder)>,
-}
-
-/// The most holders a GPU's ledger keeps (past it, new ones are not counted).
-pub const MAX_HOLDERS: usize = 256;
-/// The most processes a GPU's ledger remembers.
-pub const MAX_PROCESSES: usize = 1024;
-/// How long a holder's series stay after it last held the GPU: every
-/// scrape interval up to this sees its last increment.
-pub const LINGER_US: u64 = 10 * 60 * 1_000_000;
-
-/// The window of the processes' shares: the GPU engine's busy and covered
-/// time since the previous run, from its samples (µs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    pub busy_us: u64,
-    pub length_us: u64,
-}
-
-/// A process of this run as the host step knows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Seen {
-    pub pid: u32,
-    /// Listed by NVML now (it holds the GPU); else only its share is known.
-    pub listed: bool,
-    /// The holder of the process now running as `pid`, and its start time.
-    pub now: Option<(Holder, u64)>,
-    /// Its mean share of the window (0-1) and NVML's newest sample time of
-    /// it (µs since the epoch).
-    pub share: Option<(f64, u64)>,
-}
-
-/// What [`account`] gives: the next ledger, and whether a holder was not
-/// counted for [`MAX_HOLDERS`].
-#[derive(Debug, PartialEq)]
-pub struct Accounted {
-    pub ledger: Ledger,
-    pub refused: bool,
-}
-
-/// Advances `previous` to the run at `now_us`: each holder's share of the
-/// window's busy time, the energy since the previous run split by those
-/// shares (all of it to the only holder of a window without busy time; to
-/// nobody, `unattributed_mj`, where no known holder used it), and the time
-/// held since the previous run or the process's start. Nothing is added
-/// where `previous` has no run, or the energy counter went back (a driver
-/// reload): those only set the baseline. Holders gone for [`LINGER_US`]
-/// are dropped.
-pub fn account(
-    previous: &Ledger,
-    now_us: u64,
-    energy_mj: Option<u64>,
-    window: Option<Window>,
-    seen: &[Seen],
-) -> Accounted {
-    let mut totals: BTreeMap<Holder, Totals> = previous.totals.iter().cloned().collect();
-    let mut refused = false;
-    let mut charge = |holder: &Holder, add: &dyn Fn(&mut Totals)| {
-        if totals.len() >= MAX_HOLDERS && !totals.contains_key(holder) {
-            refused = true;
-            return;
-        }
-        let entry = totals.entry(holder.clone()).or_default();
-        add(entry);
-        entry.seen_us = now_us;
-    };
-    let counting = previous.at_us != 0 && previous.at_us < now_us;
-    // Who each share ran for: the process now at the pid, unless it started
-    // after NVML last saw the pid busy (reused) and the previous run knew
-    // the one before.
-    let earlier = |pid: u32| previous.processes.iter().find(|p| p.0 == pid);
-    let ran_for = |process: &Seen, last_us: u64| match (&process.now, earlier(process.pid)) {
-        (Some((holder, start)), Some((_, was_start, was))) if start != was_start && *start > last_us => {
-            Some(was.clone())
-        }
-        (Some((holder, _)), _) => Some(holder.clone()),
-        (None, Some((_, _, was))) => Some(was.clone()),
-        (None, None) => None,
-    };
-    let mut shares: BTreeMap<Holder, f64> = BTreeMap::new();
-    let mut unknown = 0.0;
-    for process in seen {
-        if let Some((share, last_us)) = process.share.filter(|&(share, _)| share > 0.0) {
-            match ran_for(process, last_us) {
-                Some(holder) => *shares.entry(holder).or_default() += share,
-                None => unknown += share,
-            }
-        }
-    }
-    let holding: Vec<&Holder> = {
-        let mut holding: Vec<&Holder> = seen
-            .iter()
-            .filter(|p| p.listed)
-            .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
-            .collect();
-        holding.sort();
-        holding.dedup();
-        holding
-    };
-    let mut unattributed_mj = previous.unattributed_mj;
-    if counting {
-        let all: f64 = shares.values().sum::<f64>() + unknown;
-        if let Some(window) = window.filter(|_| all > 0.0) {
-            for (holder, share) in &shares {
-                let busy = (window.busy_us as f64 * share / all).round() as u64;
-                charge(holder, &|t: &mut Totals| t.busy_us += busy);
-            }
-        }
-        let spent = match (previous.energy_mj, energy_mj) {
-            (Some(before), Some(now)) if now >= before => now - before,
-            _ => 0,
-        };
-        let mut given = 0;
-        if all > 0.0 {
-            for (holder, share) in &shares {
-                let part = (spent as f64 * share / all).floor() as u64;
-                given += part;
-                charge(holder, &|t: &mut Totals| t.energy_mj += part);
-            }
-        } else if let [only] = holding[..] {
-            given = spent;
-            charge(only, &|t: &mut Totals| t.energy_mj += spent);
-        }
-        unattributed_mj += spent - given;
-        for holder in &holding {
-            let start = seen
-                .iter()
-                .filter(|p| p.listed)
-                .filter_map(|p| p.now.as_ref())
-                .filter(|(h, _)| h == *holder)
-                .map(|&(_, start)| start)
-                .min()
-                .unwrap_or(0);
-            let held = now_us.saturating_sub(start.max(previous.at_us));
-            charge(holder, &|t: &mut Totals| t.held_us += held);
-        }
-    } else {
-        for holder in &holding {
-            charge(holder, &|_: &mut Totals| {});
-        }
-    }
-    totals.retain(|_, t| now_us.saturating_sub(t.seen_us) <= LINGER_US);
-    let processes = seen
-        .iter()
-        .filter(|p| p.listed)
-        .filter_map(|p| p.now.as_ref().map(|(holder, start)| (p.pid, *start, holder.clone())))
-        .take(MAX_PROCESSES)
-        .collect();
-    Accounted {
-        ledger: Ledger {
-            at_us: now_us,
-            energy_mj,
-            unattributed_mj,
-            totals: totals.into_iter().collect(),
-            processes,
-        },
-        refused,
-    }
-}
+pub use ledger::{Holder, Ledger};
+use ledger::{account, Seen, Window, MAX_HOLDERS};
 
 /// A run's task readings of one GPU, from its thread: the window of the
 /// processes' shares and the energy counter.
@@ -356,3 +163,4 @@ fn labels(holder: &Holder) -> [Option<LabelValue>; 10] {
     }
     labels
 }
+

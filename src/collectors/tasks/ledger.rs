@@ -1,0 +1,373 @@
+//! A GPU's task accounting from run to run: the state it keeps ([`Ledger`])
+//! and the pure step from one run to the next ([`account`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::owner::Task;
+
+/// A task on a GPU: who, and on which MIG instance (where NVML says).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Holder {
+    pub task: Task,
+    pub gpu_instance_id: Option<u32>,
+}
+
+/// One holder's running totals on one GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Totals {
+    /// SM-busy time: the GPU's busy time by the holder's share, µs.
+    pub busy_us: u64,
+    /// Energy by the holder's share of the busy time, mJ.
+    pub energy_mj: u64,
+    /// Time a process of the holder was listed on the GPU, µs.
+    pub held_us: u64,
+    /// Wall time (µs since the epoch) it last held the GPU or was charged.
+    pub seen_us: u64,
+}
+
+/// A GPU's task accounting as one run leaves it for the next. `at_us` 0: no
+/// run to count from (the next run only sets the baseline).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Ledger {
+    /// Wall time of the run it is up to, µs since the epoch.
+    pub at_us: u64,
+    /// The GPU's energy counter at that run, mJ.
+    pub energy_mj: Option<u64>,
+    /// Energy of windows (or their parts) no known holder used, mJ.
+    pub unattributed_mj: u64,
+    pub totals: Vec<(Holder, Totals)>,
+    /// The processes listed at that run: pid, start time (µs since the
+    /// epoch), holder; how a share NVML gives a pid that has since exited or
+    /// been reused finds the holder it ran for.
+    pub processes: Vec<(u32, u64, Holder)>,
+}
+
+/// The most holders a GPU's ledger keeps (past it, new ones are not counted).
+pub const MAX_HOLDERS: usize = 256;
+/// The most processes a GPU's ledger remembers.
+pub const MAX_PROCESSES: usize = 1024;
+/// How long a holder's series stay after it last held the GPU: every
+/// scrape interval up to this sees its last increment.
+pub const LINGER_US: u64 = 10 * 60 * 1_000_000;
+
+/// The window of the processes' shares: the GPU engine's busy and covered
+/// time since the previous run, from its samples (µs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub busy_us: u64,
+    pub length_us: u64,
+}
+
+/// A process of this run as the host step knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub pid: u32,
+    /// Listed by NVML now (it holds the GPU); else only its share is known.
+    pub listed: bool,
+    /// The holder of the process now running as `pid`, and its start time.
+    pub now: Option<(Holder, u64)>,
+    /// Its mean share of the window (0-1) and NVML's newest sample time of
+    /// it (µs since the epoch).
+    pub share: Option<(f64, u64)>,
+}
+
+/// What [`account`] gives: the next ledger, and whether a holder was not
+/// counted for [`MAX_HOLDERS`].
+#[derive(Debug, PartialEq)]
+pub struct Accounted {
+    pub ledger: Ledger,
+    pub refused: bool,
+}
+
+/// Advances `previous` to the run at `now_us`: each holder's share of the
+/// window's busy time, the energy since the previous run split by those
+/// shares (all of it to the only holder of a window without busy time; to
+/// nobody, `unattributed_mj`, where no known holder used it), and the time
+/// held since the previous run or the process's start. Nothing is added
+/// where `previous` has no run, or the energy counter went back (a driver
+/// reload): those only set the baseline. Holders gone for [`LINGER_US`]
+/// are dropped.
+pub fn account(
+    previous: &Ledger,
+    now_us: u64,
+    energy_mj: Option<u64>,
+    window: Option<Window>,
+    seen: &[Seen],
+) -> Accounted {
+    let mut totals: BTreeMap<Holder, Totals> = previous.totals.iter().cloned().collect();
+    let mut refused = false;
+    // Adds to a holder's totals; false (and nothing added) for a new holder
+    // past the bound.
+    let mut charge = |holder: &Holder, add: &dyn Fn(&mut Totals)| {
+        if totals.len() >= MAX_HOLDERS && !totals.contains_key(holder) {
+            refused = true;
+            return false;
+        }
+        let entry = totals.entry(holder.clone()).or_default();
+        add(entry);
+        entry.seen_us = now_us;
+        true
+    };
+    let counting = previous.at_us != 0 && previous.at_us < now_us;
+    // Who each share ran for: the process now at the pid, unless it started
+    // after NVML last saw the pid busy (reused) and the previous run knew
+    // the one before.
+    let earlier = |pid: u32| previous.processes.iter().find(|p| p.0 == pid);
+    let ran_for = |process: &Seen, last_us: u64| match (&process.now, earlier(process.pid)) {
+        (Some((_, start)), Some((_, was_start, was))) if start != was_start && *start > last_us => {
+            Some(was.clone())
+        }
+        (Some((holder, _)), _) => Some(holder.clone()),
+        (None, Some((_, _, was))) => Some(was.clone()),
+        (None, None) => None,
+    };
+    let mut shares: BTreeMap<Holder, f64> = BTreeMap::new();
+    let mut unknown = 0.0;
+    for process in seen {
+        if let Some((share, last_us)) = process.share.filter(|&(share, _)| share > 0.0) {
+            match ran_for(process, last_us) {
+                Some(holder) => *shares.entry(holder).or_default() += share,
+                None => unknown += share,
+            }
+        }
+    }
+    let holding: Vec<&Holder> = {
+        let mut holding: Vec<&Holder> = seen
+            .iter()
+            .filter(|p| p.listed)
+            .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
+            .collect();
+        holding.sort();
+        holding.dedup();
+        holding
+    };
+    let mut unattributed_mj = previous.unattributed_mj;
+    if counting {
+        let all: f64 = shares.values().sum::<f64>() + unknown;
+        if let Some(window) = window.filter(|_| all > 0.0) {
+            for (holder, share) in &shares {
+                let busy = (window.busy_us as f64 * share / all).round() as u64;
+                charge(holder, &|t: &mut Totals| t.busy_us += busy);
+            }
+        }
+        let spent = match (previous.energy_mj, energy_mj) {
+            (Some(before), Some(now)) if now >= before => now - before,
+            _ => 0,
+        };
+        let mut given = 0;
+        if all > 0.0 {
+            for (holder, share) in &shares {
+                let part = (spent as f64 * share / all).floor() as u64;
+                if charge(holder, &|t: &mut Totals| t.energy_mj += part) {
+                    given += part;
+                }
+            }
+        } else if let [only] = holding[..] {
+            if charge(only, &|t: &mut Totals| t.energy_mj += spent) {
+                given = spent;
+            }
+        }
+        unattributed_mj += spent - given;
+        for holder in &holding {
+            let start = seen
+                .iter()
+                .filter(|p| p.listed)
+                .filter_map(|p| p.now.as_ref())
+                .filter(|(h, _)| h == *holder)
+                .map(|&(_, start)| start)
+                .min()
+                .unwrap_or(0);
+            let held = now_us.saturating_sub(start.max(previous.at_us));
+            charge(holder, &|t: &mut Totals| t.held_us += held);
+        }
+    } else {
+        for holder in &holding {
+            charge(holder, &|_: &mut Totals| {});
+        }
+    }
+    totals.retain(|_, t| now_us.saturating_sub(t.seen_us) <= LINGER_US);
+    let processes = seen
+        .iter()
+        .filter(|p| p.listed)
+        .filter_map(|p| p.now.as_ref().map(|(holder, start)| (p.pid, *start, holder.clone())))
+        .take(MAX_PROCESSES)
+        .collect();
+    Accounted {
+        ledger: Ledger {
+            at_us: now_us,
+            energy_mj,
+            unattributed_mj,
+            totals: totals.into_iter().collect(),
+            processes,
+        },
+        refused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+    /// The previous run's time; this run is 15 s later.
+    const BEFORE: u64 = 1_800_000_000 * S;
+    const NOW: u64 = BEFORE + 15 * S;
+
+    fn job(id: &str) -> Holder {
+        let task = Task::Slurm {
+            job_id: Some(id.into()),
+            sluid: None,
+        };
+        Holder {
+            task,
+            gpu_instance_id: None,
+        }
+    }
+
+    fn process(pid: u32, holder: Option<(&Holder, u64)>, share: Option<f64>) -> Seen {
+        Seen {
+            pid,
+            listed: holder.is_some(),
+            now: holder.map(|(h, start)| (h.clone(), start)),
+            share: share.map(|s| (s, NOW - S)),
+        }
+    }
+
+    fn ledger(totals: &[(&Holder, Totals)], processes: &[(u32, u64, &Holder)]) -> Ledger {
+        Ledger {
+            at_us: BEFORE,
+            energy_mj: Some(1_000_000),
+            unattributed_mj: 0,
+            totals: totals.iter().map(|(h, t)| ((*h).clone(), *t)).collect(),
+            processes: processes.iter().map(|&(p, s, h)| (p, s, h.clone())).collect(),
+        }
+    }
+
+    fn totals_of<'l>(ledger: &'l Ledger, holder: &Holder) -> &'l Totals {
+        &ledger.totals.iter().find(|(h, _)| h == holder).unwrap().1
+    }
+
+    /// 15 s window, the GPU busy 9 s of it; 6 kJ spent.
+    const WINDOW: Window = Window {
+        busy_us: 9 * S,
+        length_us: 15 * S,
+    };
+    const ENERGY: Option<u64> = Some(7_000_000);
+
+    #[test]
+    fn a_first_run_sets_the_baseline_and_counts_nothing() {
+        let a = job("1");
+        let seen = [process(10, Some((&a, BEFORE - S)), Some(0.6))];
+        let next = account(&Ledger::default(), NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        assert_eq!(next.totals, [(a.clone(), Totals { seen_us: NOW, ..Totals::default() })]);
+        assert_eq!((next.at_us, next.energy_mj, next.unattributed_mj), (NOW, ENERGY, 0));
+        assert_eq!(next.processes, [(10, BEFORE - S, a)]);
+    }
+
+    #[test]
+    fn owners_split_the_windows_busy_time_and_energy_by_their_shares() {
+        let (a, b) = (job("1"), job("2"));
+        let previous = ledger(&[], &[(10, 0, &a), (20, 0, &b)]);
+        let seen = [
+            process(10, Some((&a, 0)), Some(0.49)),
+            process(20, Some((&b, 0)), Some(0.11)),
+        ];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let (ta, tb) = (totals_of(&next, &a), totals_of(&next, &b));
+        // The owners add up to the GPU's busy time and to the energy spent.
+        assert_eq!(ta.busy_us + tb.busy_us, WINDOW.busy_us);
+        assert_eq!((ta.busy_us, tb.busy_us), (7_350_000, 1_650_000));
+        assert_eq!(ta.energy_mj + tb.energy_mj + next.unattributed_mj, 6_000_000);
+        assert_eq!((ta.energy_mj, tb.energy_mj), (4_900_000, 1_100_000));
+        assert_eq!((ta.held_us, tb.held_us), (15 * S, 15 * S));
+    }
+
+    #[test]
+    fn an_idle_gpu_gives_its_energy_to_its_only_holder_else_to_nobody() {
+        let (a, b) = (job("1"), job("2"));
+        let previous = ledger(&[], &[]);
+        let one = [process(10, Some((&a, 0)), None)];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one).ledger;
+        assert_eq!(totals_of(&next, &a).energy_mj, 6_000_000);
+        assert_eq!(next.unattributed_mj, 0);
+        let two = [process(10, Some((&a, 0)), None), process(20, Some((&b, 0)), None)];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two).ledger;
+        assert_eq!(totals_of(&next, &a).energy_mj, 0);
+        assert_eq!(next.unattributed_mj, 6_000_000);
+        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[]).ledger;
+        assert_eq!(none.unattributed_mj, 6_000_000);
+    }
+
+    #[test]
+    fn an_energy_counter_that_went_back_adds_nothing() {
+        let a = job("1");
+        let previous = ledger(&[], &[(10, 0, &a)]);
+        let seen = [process(10, Some((&a, 0)), Some(0.5))];
+        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen).ledger;
+        assert_eq!((totals_of(&next, &a).energy_mj, next.unattributed_mj), (0, 0));
+        assert_eq!(next.energy_mj, Some(10));
+    }
+
+    #[test]
+    fn an_owner_that_exited_or_whose_pid_was_reused_keeps_its_share() {
+        let (a, b) = (job("1"), job("2"));
+        let previous = ledger(&[], &[(10, 100, &a), (20, 200, &a)]);
+        let seen = [
+            // pid 10 exited: only its share is listed.
+            process(10, None, Some(0.2)),
+            // pid 20 now runs for b, started after NVML last saw it busy.
+            process(20, Some((&b, NOW)), Some(0.4)),
+        ];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us);
+        assert_eq!(totals_of(&next, &b).busy_us, 0);
+        // b held the GPU from its start only.
+        assert_eq!(totals_of(&next, &b).held_us, 0);
+        // A share nobody can be named for is nobody's.
+        let unknown = [process(30, None, Some(0.3))];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown).ledger;
+        assert!(next.totals.is_empty());
+        assert_eq!(next.unattributed_mj, 6_000_000);
+    }
+
+    #[test]
+    fn time_held_counts_from_the_start_of_a_process_that_began_between_runs() {
+        let a = job("1");
+        let seen = [process(10, Some((&a, BEFORE + 5 * S)), None)];
+        let next = account(&ledger(&[], &[]), NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        assert_eq!(totals_of(&next, &a).held_us, 10 * S);
+    }
+
+    #[test]
+    fn an_owner_gone_longer_than_the_linger_time_is_dropped() {
+        let (a, b) = (job("1"), job("2"));
+        let kept = Totals { busy_us: 5, seen_us: NOW - LINGER_US, ..Totals::default() };
+        let gone = Totals { busy_us: 5, seen_us: NOW - LINGER_US - 1, ..Totals::default() };
+        let previous = ledger(&[(&a, kept), (&b, gone)], &[]);
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[]).ledger;
+        assert_eq!(next.totals, [(a, kept)]);
+    }
+
+    #[test]
+    fn past_the_bound_a_new_owner_is_refused_and_the_others_count_on() {
+        let holders: Vec<Holder> = (0..MAX_HOLDERS).map(|i| job(&i.to_string())).collect();
+        let full: Vec<(&Holder, Totals)> = holders
+            .iter()
+            .map(|h| (h, Totals { seen_us: BEFORE, ..Totals::default() }))
+            .collect();
+        let previous = ledger(&full, &[]);
+        let (old, new) = (&holders[0], job("new"));
+        let seen = [process(10, Some((old, 0)), Some(0.5)), process(20, Some((&new, 0)), Some(0.5))];
+        let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen);
+        assert!(accounted.refused);
+        assert_eq!(accounted.ledger.totals.len(), MAX_HOLDERS);
+        assert_eq!(totals_of(&accounted.ledger, old).busy_us, WINDOW.busy_us / 2);
+        // The refused share is not given to anyone else.
+        let given: u64 = accounted.ledger.totals.iter().map(|(_, t)| t.energy_mj).sum();
+        assert_eq!(given, 3_000_000);
+    }
+}
