@@ -36,7 +36,7 @@ pub enum Task {
 /// Where a cgroup path puts a process, before names are looked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
-    /// `job_<id>`: a job number, or a SLUID.
+    /// A job number (`job_<id>`), or a SLUID (the job's directory itself).
     Slurm(String),
     Pod {
         uid: String,
@@ -77,14 +77,17 @@ pub fn placement(cgroup: &str) -> Placement {
 /// The placement from a path's components, each read at its fixed position.
 fn of_path(c: &[&str]) -> Placement {
     let at = |i: usize| c.get(i).copied().unwrap_or("");
-    // cgroup v2: [system.slice/][<node>_]slurmstepd.scope/job_<id>/…
+    // cgroup v2: [system.slice/][<node>_]slurmstepd.scope/<job>/…, the job
+    // `job_<id>` or its SLUID.
     let stepd = usize::from(at(0) == "system.slice");
     if at(stepd).ends_with("slurmstepd.scope") {
-        return job(at(stepd + 1)).map_or(Placement::User, Placement::Slurm);
+        let job = at(stepd + 1);
+        let id = job_number(job).or_else(|| is_sluid(job).then(|| job.to_owned()));
+        return id.map_or(Placement::User, Placement::Slurm);
     }
     // cgroup v1: slurm[_<node>]/uid_<uid>/job_<id>/…
     if (at(0) == "slurm" || at(0).starts_with("slurm_")) && at(1).starts_with("uid_") {
-        return job(at(2)).map_or(Placement::User, Placement::Slurm);
+        return job_number(at(2)).map_or(Placement::User, Placement::Slurm);
     }
     if at(0) == "kubepods.slice" || at(0) == "kubepods" {
         // The pod is the first or (under a QoS class) the second level below.
@@ -117,11 +120,18 @@ fn of_path(c: &[&str]) -> Placement {
     }
 }
 
-/// The id of a `job_<id>` component: digits, or a SLUID (letters and digits).
-fn job(component: &str) -> Option<String> {
+/// The number of a `job_<id>` component.
+fn job_number(component: &str) -> Option<String> {
     let id = component.strip_prefix("job_")?;
-    let plain = !id.is_empty() && id.len() <= 32 && id.bytes().all(|b| b.is_ascii_alphanumeric());
-    plain.then(|| id.to_owned())
+    let digits = !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| id.to_owned())
+}
+
+/// Whether `text` is a SLUID as Slurm prints it: `s` and 13 characters of
+/// Crockford's base 32 (digits and capitals but I, L, O and U).
+fn is_sluid(text: &str) -> bool {
+    let crockford = |b: u8| b.is_ascii_digit() || (b.is_ascii_uppercase() && !b"ILOU".contains(&b));
+    text.len() == 14 && text.starts_with('s') && text.bytes().skip(1).all(crockford)
 }
 
 /// The pod UID of `kubepods[-<qos>]-pod<uid>.slice` (systemd driver, `_` for
@@ -155,13 +165,21 @@ fn container_id(component: &str) -> Option<String> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
-/// `SLURM_JOB_ID` from a process's environment (`/proc/<pid>/environ`).
-pub fn slurm_job_id(environ: &[u8]) -> Option<String> {
-    let value = environ
-        .split(|&b| b == 0)
-        .find_map(|var| var.strip_prefix(b"SLURM_JOB_ID="))?;
-    let digits = !value.is_empty() && value.len() <= 20 && value.iter().all(u8::is_ascii_digit);
-    digits.then(|| String::from_utf8_lossy(value).into_owned())
+/// `SLURM_JOB_ID` from the environment (`/proc/<pid>/environ`) of a process
+/// whose `SLURM_JOB_SLUID` is `sluid` (the job its cgroup places it in).
+pub fn slurm_job_id(environ: &[u8], sluid: &str) -> Option<String> {
+    let var = |name: &[u8]| {
+        environ
+            .split(|&b| b == 0)
+            .find_map(|var| var.strip_prefix(name))
+    };
+    if var(b"SLURM_JOB_SLUID=")? != sluid.as_bytes() {
+        return None;
+    }
+    job_number(&format!(
+        "job_{}",
+        String::from_utf8_lossy(var(b"SLURM_JOB_ID=")?)
+    ))
 }
 
 /// Pods and containers as the kubelet's log directories name them:
@@ -288,7 +306,9 @@ mod tests {
             // Slurm, cgroup v2 (one and several slurmd per node) and v1.
             ("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0", slurm("4711")),
             ("0::/system.slice/node7_slurmstepd.scope/job_12/step_batch/user/task_0", slurm("12")),
-            ("0::/system.slice/slurmstepd.scope/job_s1a2b3c4d5/step_0/user/task_0", slurm("s1a2b3c4d5")),
+            ("0::/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0", slurm("sEKNKTV3WPV500")),
+            ("0::/system.slice/slurmstepd.scope/sEKNKTV3WPV5O0/step_0", Placement::User),
+            ("0::/system.slice/slurmstepd.scope/system", Placement::User),
             ("12:memory:/slurm/uid_1000/job_99/step_0/task_0\n1:name=systemd:/\n0::/", slurm("99")),
             ("4:devices:/slurm_node7/uid_1000/job_98/step_0/task_0", slurm("98")),
             // Pods: systemd driver (QoS class, guaranteed), cgroupfs driver.
@@ -339,11 +359,16 @@ mod tests {
     }
 
     #[test]
-    fn the_job_number_comes_from_slurm_job_id_only() {
-        let environ = b"PATH=/bin\0SLURM_JOB_ID_X=1\0SLURM_JOB_ID=4711\0";
-        assert_eq!(slurm_job_id(environ).as_deref(), Some("4711"));
-        assert_eq!(slurm_job_id(b"SLURM_JOB_ID=47 11\0"), None);
-        assert_eq!(slurm_job_id(b"SLURM_JOBID=4711\0"), None);
+    fn the_job_number_comes_from_the_environment_of_its_own_sluid() {
+        let sluid = "sEKNKTV3WPV500";
+        let environ =
+            b"PATH=/bin\0SLURM_JOB_ID_X=1\0SLURM_JOB_ID=4711\0SLURM_JOB_SLUID=sEKNKTV3WPV500\0";
+        assert_eq!(slurm_job_id(environ, sluid).as_deref(), Some("4711"));
+        // Another job's SLUID, none, or a number that is none.
+        assert_eq!(slurm_job_id(environ, "sEKNKTV3WPV501"), None);
+        assert_eq!(slurm_job_id(b"SLURM_JOB_ID=4711\0", sluid), None);
+        let spaced = b"SLURM_JOB_ID=47 11\0SLURM_JOB_SLUID=sEKNKTV3WPV500\0";
+        assert_eq!(slurm_job_id(spaced, sluid), None);
     }
 
     #[test]

@@ -16,13 +16,13 @@ use crate::snapshot::{LabelValue, Process};
 
 families! {
     FAMILIES;
-    TASK_BUSY: Counter(Seconds), "nvidia_gpu_task_busy_seconds_total", ["gpu_instance_id", "slurm_job_id", "slurm_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
+    TASK_BUSY: Counter(Seconds), "nvidia_gpu_task_busy_seconds_total", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
         "SM-busy time of the task on the GPU: the GPU's busy time (nvidia_gpu_busy_seconds_total{engine=\"gpu\"}) by the share NVML gives the task's processes, counted from run to run; a GPU's tasks add up to it over the windows in which NVML names processes.";
-    TASK_ENERGY: Counter(Joules), "nvidia_gpu_task_energy_joules_total", ["gpu_instance_id", "slurm_job_id", "slurm_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
+    TASK_ENERGY: Counter(Joules), "nvidia_gpu_task_energy_joules_total", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
         "The GPU's energy between runs by the task's share of its busy time (all of it for the only task holding a GPU without busy time); the rest is in nvidia_gpu_unattributed_energy_joules_total.";
-    TASK_HELD: Counter(Seconds), "nvidia_gpu_task_held_seconds_total", ["gpu_instance_id", "slurm_job_id", "slurm_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
+    TASK_HELD: Counter(Seconds), "nvidia_gpu_task_held_seconds_total", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
         "Time a process of the task was on the GPU (NVML lists it with a context there), from its start or the previous run.";
-    TASK_MEMORY: Gauge(Bytes), "nvidia_gpu_task_memory_used_bytes", ["gpu_instance_id", "slurm_job_id", "slurm_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
+    TASK_MEMORY: Gauge(Bytes), "nvidia_gpu_task_memory_used_bytes", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
         "Device memory the task's processes hold now (while it holds the GPU).";
     UNATTRIBUTED_ENERGY: Counter(Joules), "nvidia_gpu_unattributed_energy_joules_total", [],
         "The GPU's energy between runs that no known task used: idle windows with no or several holders, and the share of processes whose task is unknown.";
@@ -125,7 +125,7 @@ fn task_of<'p>(
         Placement::Slurm(sluid) => Task::Slurm {
             job_id: std::fs::read(dir.join("environ"))
                 .ok()
-                .and_then(|environ| owner::slurm_job_id(&environ)),
+                .and_then(|environ| owner::slurm_job_id(&environ, &sluid)),
             sluid: Some(sluid),
         },
         Placement::Pod { uid, container_id } => pods().task(uid, container_id.as_deref()),
