@@ -570,7 +570,6 @@ export! {
 
 scalar! {
     fn nvmlDeviceGetPowerUsage(power: *mut c_uint) = |g| g.power_usage_mw;
-    fn nvmlDeviceGetTotalEnergyConsumption(energy: *mut c_ulonglong) = |g| g.total_energy_mj;
     fn nvmlDeviceGetEnforcedPowerLimit(limit: *mut c_uint) = |g| g.enforced_power_limit_mw;
     fn nvmlDeviceGetPowerManagementLimit(limit: *mut c_uint) = |g| g.power_limit_mw;
     fn nvmlDeviceGetPowerManagementDefaultLimit(defaultLimit: *mut c_uint) =
@@ -896,6 +895,18 @@ export! {
         }
         *infoCount = n;
         Ok(())
+    }
+}
+
+export! {
+    fn nvmlDeviceGetTotalEnergyConsumption(device: nvmlDevice_t, energy: *mut c_ulonglong) {
+        let d = device_call(SYM, device, !energy.is_null(), OnMig::NotSupported)?;
+        let g = d.gpu();
+        let grown = match g.energy_mw {
+            Some(mw) => mw * clock_us(&d.scenario)?.saturating_sub(DEFAULT_CLOCK_US) / 1_000_000,
+            None => 0,
+        };
+        put(energy, g.total_energy_mj.map(|mj| mj + grown))
     }
 }
 

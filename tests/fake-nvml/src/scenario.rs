@@ -189,6 +189,9 @@ pub struct Gpu {
     pub margin_temperature: Option<i32>,
     pub power_usage_mw: Option<u32>,
     pub total_energy_mj: Option<u64>,
+    /// The energy counter grows at this power (mW) on the sample clock:
+    /// `total_energy_mj` at [`DEFAULT_CLOCK_US`], more after it.
+    pub energy_mw: Option<u64>,
     pub power_limit_mw: Option<u32>,
     pub enforced_power_limit_mw: Option<u32>,
     pub default_power_limit_mw: Option<u32>,
