@@ -157,6 +157,9 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
                 until: deadline.reading_ends(),
                 journal_dir: cli.journal_dir.as_deref(),
                 procfs: &cli.procfs,
+                pod_logs: &cli.pod_log_dir,
+                container_logs: &cli.container_log_dir,
+                states: &mut outcome.states,
             },
             &|phase| deadline.enter(phase),
         );

@@ -120,9 +120,19 @@ pub struct Cli {
     )]
     pub gpm_pause_file: PathBuf,
 
-    /// Where to read process owners from when the processes collector is on.
+    /// Where to read process owners from (the processes and tasks collectors).
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs: PathBuf,
+
+    /// The kubelet's pod log directory (its podLogsDir), whose
+    /// <namespace>_<name>_<uid> entries name the pods of GPU processes.
+    #[arg(long, value_name = "DIR", default_value = "/var/log/pods")]
+    pub pod_log_dir: PathBuf,
+
+    /// The kubelet's container log links, <pod>_<namespace>_<container>-<id>.log,
+    /// which name the containers of GPU processes.
+    #[arg(long, value_name = "DIR", default_value = "/var/log/containers")]
+    pub container_log_dir: PathBuf,
 
     /// Print generated documentation or data and exit: the man page, the metric
     /// families, the collectors or the exit statuses (tab-separated).

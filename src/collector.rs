@@ -2,6 +2,7 @@
 //! sampled engines.
 
 use std::collections::hash_map::{Entry, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
 use crate::reason::Reason;
 use crate::samples::{self, Carry};
-use crate::snapshot::{Device, Process, Sample, Snapshot, Status};
+use crate::snapshot::{BusyWindow, Device, Process, Sample, Snapshot, Status, TaskReading};
 use crate::state::schema::{GpuState, Stream, Unsupported};
 use crate::state::StateFile;
 
@@ -131,6 +132,11 @@ pub struct HostRun<'a> {
     pub journal_dir: Option<&'a Path>,
     /// Where process owners are read from (`--procfs`).
     pub procfs: &'a Path,
+    /// The kubelet's pod log directory and `/var/log/containers`, which name pods.
+    pub pod_logs: &'a Path,
+    pub container_logs: &'a Path,
+    /// The state each GPU leaves, by UUID: a host step may set its part.
+    pub states: &'a mut BTreeMap<String, GpuState>,
 }
 
 impl Collector {
@@ -169,6 +175,9 @@ pub struct Gpu<'n> {
     keeps_totals: bool,
     samples: Vec<Sample>,
     processes: Vec<Process>,
+    /// The processes' window once they were listed (`processes::list`).
+    pub process_window: Option<Option<BusyWindow>>,
+    pub tasks: Option<TaskReading>,
     /// Processes NVML listed twice, merged.
     merged: usize,
     /// Runs since the unsupported calls were last asked.
@@ -185,6 +194,8 @@ impl<'n> Gpu<'n> {
             keeps_totals: false,
             samples: Vec::with_capacity(256),
             processes: Vec::new(),
+            process_window: None,
+            tasks: None,
             merged: 0,
             unsupported_runs: 0,
         }
@@ -205,6 +216,8 @@ impl<'n> Gpu<'n> {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
+        earlier.sm_seen_us = earlier.sm_seen_us.max(process.sm_seen_us);
+        earlier.listed |= process.listed;
     }
 
     pub fn index(&self) -> u32 {
@@ -344,6 +357,7 @@ impl<'n> Gpu<'n> {
             device: Device {
                 samples: self.samples,
                 processes: self.processes,
+                tasks: self.tasks,
                 ..identified(index, identity)
             },
             state: Some(self.next),

@@ -84,6 +84,25 @@ pub struct Device {
     pub samples: Vec<Sample>,
     /// Its compute processes, which become samples once their owners are known.
     pub processes: Vec<Process>,
+    /// What the tasks' accounting needs beyond the processes; `None` when the
+    /// tasks collector did not read this GPU.
+    pub tasks: Option<TaskReading>,
+}
+
+/// The GPU engine's busy and covered time since the previous run (µs), over
+/// which NVML gave the processes their shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyWindow {
+    pub busy_us: u64,
+    pub length_us: u64,
+}
+
+/// A GPU's readings for its tasks' accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskReading {
+    pub window: Option<BusyWindow>,
+    /// The energy counter, mJ.
+    pub energy_mj: Option<u64>,
 }
 
 /// Whether a GPU was read.
@@ -109,6 +128,10 @@ pub struct Process {
     pub memory_bytes: Option<u64>,
     /// Its share of the GPU's busy time since the previous run (0-1); `None`: not read.
     pub sm_ratio: Option<f64>,
+    /// NVML's newest sample of its share (µs since the epoch).
+    pub sm_seen_us: Option<u64>,
+    /// NVML lists it on the GPU now (else only its share of the window is known).
+    pub listed: bool,
 }
 
 impl Process {

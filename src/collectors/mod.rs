@@ -17,6 +17,7 @@ mod pcie;
 mod pcie_errors;
 mod power;
 mod processes;
+mod tasks;
 mod thermal;
 mod utilization;
 pub mod xid;
@@ -29,6 +30,7 @@ use crate::facts::GpuFacts;
 use crate::metrics::{self, Family};
 
 pub use crate::collector::{Collector, HostRun, Settings};
+pub(crate) use tasks::Ledger as TaskLedger;
 
 /// Runs first, on every GPU.
 pub(crate) use info::read as identify;
@@ -153,6 +155,13 @@ pub static ALL: &[Collector] = &[
         help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
         families: gpm::FAMILIES,
         hooks: Hooks::open(gpm::open),
+    },
+    Collector {
+        name: "tasks",
+        default: true,
+        help: "Per task (Slurm job, Kubernetes pod's container, container, systemd unit, else user) and GPU: SM-busy seconds, energy and seconds held, counted from run to run, and the memory it holds; the GPU's energy no task used.",
+        families: tasks::FAMILIES,
+        hooks: Hooks::read(tasks::read, tasks::FIELDS).with_host(tasks::host),
     },
     Collector {
         name: "processes",

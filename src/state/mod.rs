@@ -142,6 +142,12 @@ impl StateFile {
         }
     }
 
+    /// Marks the state this run leaves as not whole (`state_ok` 0) for a
+    /// bound whose owner logs it once.
+    pub fn bounded(&mut self, problem: Problem) {
+        self.problem.get_or_insert(problem);
+    }
+
     /// Logs `problem` (a missing state at info level) and keeps it.
     fn fail(&mut self, problem: Problem) {
         let missing = matches!(problem, Problem::Missing);

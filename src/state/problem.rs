@@ -51,6 +51,8 @@ pub enum Problem {
     TooLarge(usize),
     #[error("the state keeps no more: {0} GPUs, more than {MAX_GPUS}; not stored")]
     TooManyGpus(usize),
+    #[error("the state keeps no more: more than {0} tasks on a GPU; new ones are not counted")]
+    TooManyTasks(usize),
 }
 
 const RULE: &str = "starting afresh. Only the running user or root may be able to write the \

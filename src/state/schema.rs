@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::collectors::TaskLedger;
 use crate::kernel_log::{Counts, MAX_SERIES};
 
 /// The version this exporter writes; `state::v1` reads the one before.
@@ -88,6 +89,8 @@ pub struct GpuState {
     pub links_seen_active: u64,
     /// The calls that answered NOT_SUPPORTED under this driver.
     pub unsupported: Unsupported,
+    /// The tasks collector's accounting (kept across a driver reload).
+    pub tasks: TaskLedger,
 }
 
 /// The declared NVML calls (with their arguments) a GPU answered
@@ -117,6 +120,7 @@ impl GpuState {
             pci_bus_id: self.pci_bus_id.clone(),
             serial: self.serial.clone(),
             carries: self.carries.clone(),
+            tasks: self.tasks.clone(),
             ..GpuState::default()
         }
     }

@@ -21,7 +21,11 @@ impl Tree {
         }
         // Booted an hour ago.
         let boot_s = now_on_the_sample_grid() / SECOND - 3600;
-        fs::write(dir.path().join("proc/stat"), format!("cpu 1 2 3\nbtime {boot_s}\n")).unwrap();
+        fs::write(
+            dir.path().join("proc/stat"),
+            format!("cpu 1 2 3\nbtime {boot_s}\n"),
+        )
+        .unwrap();
         Tree { dir, boot_s }
     }
 
@@ -38,13 +42,17 @@ impl Tree {
         let ticks = (start_s - self.boot_s) * 100;
         let stat = format!("{pid} (py) thon) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {ticks} 1 1");
         fs::write(dir.join("stat"), stat).unwrap();
-        fs::write(dir.join("status"), format!("Name:\tpy\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")).unwrap();
+        fs::write(
+            dir.join("status"),
+            format!("Name:\tpy\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+        )
+        .unwrap();
         fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
         fs::write(dir.join("environ"), environ.replace(' ', "\0")).unwrap();
     }
 
     fn args(&self) -> Vec<String> {
-        let mut args = vec!["--gpm-window", "0", "--procfs"].map(String::from).to_vec();
+        let mut args: Vec<String> = ["--gpm-window", "0", "--procfs"].map(String::from).to_vec();
         args.push(self.path("proc"));
         args.push("--pod-log-dir".into());
         args.push(self.path("pods"));
@@ -60,7 +68,13 @@ fn tasks_tree() -> Tree {
     let start = tree.boot_s + 3000;
     let container = "c0".repeat(32);
     let pod_systemd = POD.replace('-', "_");
-    tree.process(1001, 1000, "/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0", start, "");
+    tree.process(
+        1001,
+        1000,
+        "/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0",
+        start,
+        "",
+    );
     tree.process(
         1002,
         0,
@@ -78,10 +92,28 @@ fn tasks_tree() -> Tree {
         start,
         &format!("SLURM_JOB_ID=4712 SLURM_JOB_SLUID={SLUID} "),
     );
-    tree.process(2002, 0, &format!("/kubepods/besteffort/pod{POD_CGROUPFS}/{}", "d1".repeat(32)), start, "");
-    tree.process(2003, 0, "/user.slice/user-0.slice/session-4.scope", start, "");
+    tree.process(
+        2002,
+        0,
+        &format!("/kubepods/besteffort/pod{POD_CGROUPFS}/{}", "d1".repeat(32)),
+        start,
+        "",
+    );
+    tree.process(
+        2003,
+        0,
+        "/user.slice/user-0.slice/session-4.scope",
+        start,
+        "",
+    );
     tree.process(2004, 0, "/system.slice/inference.service", start, "");
-    tree.process(2005, 0, &format!("/system.slice/docker-{}.scope", "e2".repeat(32)), start, "");
+    tree.process(
+        2005,
+        0,
+        &format!("/system.slice/docker-{}.scope", "e2".repeat(32)),
+        start,
+        "",
+    );
     tree
 }
 
@@ -108,8 +140,16 @@ fn each_task_gets_its_share_of_busy_time_and_energy_from_run_to_run() {
     let t0 = now_on_the_sample_grid();
     let first = ex().run_at("tasks", state.path(), t0, &args);
     // The first run sets the baseline: every task at 0.
-    assert_eq!(task_value(&first, "nvidia_gpu_task_busy_seconds_total", "0", &slurm("4711")), 0.0);
-    let second = ex().run_at("tasks", state.path(), t0 + 15 * SECOND, &args);
+    assert_eq!(
+        task_value(
+            &first,
+            "nvidia_gpu_task_busy_seconds_total",
+            "0",
+            &slurm("4711")
+        ),
+        0.0
+    );
+    let second = ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
     let busy = |gpu, labels: &[(&str, &str)]| {
         task_value(&second, "nvidia_gpu_task_busy_seconds_total", gpu, labels)
     };
@@ -122,11 +162,11 @@ fn each_task_gets_its_share_of_busy_time_and_energy_from_run_to_run() {
         ("k8s_pod_uid", POD),
         ("k8s_container_name", "pytorch"),
     ];
-    // GPU 0: busy 60 % of 15 s, shared 40:20; 300 W for 15 s.
-    assert!(close(busy("0", &slurm("4711")), 6.0), "{second}");
-    assert!(close(busy("0", &pod), 3.0), "{second}");
-    assert!(close(energy("0", &slurm("4711")), 3000.0), "{second}");
-    assert!(close(energy("0", &pod), 1500.0), "{second}");
+    // GPU 0: busy 60 % of 10 s, shared 40:20; 300 W for 10 s.
+    assert!(close(busy("0", &slurm("4711")), 4.0), "{second}");
+    assert!(close(busy("0", &pod), 2.0), "{second}");
+    assert!(close(energy("0", &slurm("4711")), 2000.0), "{second}");
+    assert!(close(energy("0", &pod), 1000.0), "{second}");
     // GPU 1: busy 50 %, shared 30:10:5:5 (an idle container gets nothing);
     // 200 W.
     let sluid = [("slurm_job_id", "4712"), ("slurm_job_sluid", SLUID)];
@@ -136,26 +176,46 @@ fn each_task_gets_its_share_of_busy_time_and_energy_from_run_to_run() {
     let container = "e2".repeat(32);
     let docker = [("container_id", container.as_str())];
     for (labels, seconds, joules) in [
-        (&sluid[..], 4.5, 1800.0),
-        (&cgroupfs[..], 1.5, 600.0),
-        (&user[..], 0.75, 300.0),
-        (&unit[..], 0.75, 300.0),
+        (&sluid[..], 3.0, 1200.0),
+        (&cgroupfs[..], 1.0, 400.0),
+        (&user[..], 0.5, 200.0),
+        (&unit[..], 0.5, 200.0),
         (&docker[..], 0.0, 0.0),
     ] {
         assert!(close(busy("1", labels), seconds), "{labels:?}: {second}");
         assert!(close(energy("1", labels), joules), "{labels:?}: {second}");
     }
     // The owners add up to the GPU's busy time and energy.
-    let gpu_busy = value_in(&second, "nvidia_gpu_busy_seconds_total", &[("gpu", "1"), ("engine", "gpu")]);
-    let first_busy = value_in(&first, "nvidia_gpu_busy_seconds_total", &[("gpu", "1"), ("engine", "gpu")]);
-    assert!(close(gpu_busy.unwrap() - first_busy.unwrap(), 7.5), "{second}");
-    let unattributed = value_in(&second, "nvidia_gpu_unattributed_energy_joules_total", &[("gpu", "1")]);
+    let gpu_busy = value_in(
+        &second,
+        "nvidia_gpu_busy_seconds_total",
+        &[("gpu", "1"), ("engine", "gpu")],
+    );
+    let first_busy = value_in(
+        &first,
+        "nvidia_gpu_busy_seconds_total",
+        &[("gpu", "1"), ("engine", "gpu")],
+    );
+    assert!(
+        close(gpu_busy.unwrap() - first_busy.unwrap(), 5.0),
+        "{second}"
+    );
+    let unattributed = value_in(
+        &second,
+        "nvidia_gpu_unattributed_energy_joules_total",
+        &[("gpu", "1")],
+    );
     assert_eq!(unattributed, Some(0.0));
     // Held since the previous run (the processes started before it), and
     // the memory each task holds now.
     let held = task_value(&second, "nvidia_gpu_task_held_seconds_total", "1", &docker);
     assert!(held > 0.0 && held < 60.0, "{held}");
-    let memory = task_value(&second, "nvidia_gpu_task_memory_used_bytes", "0", &slurm("4711"));
+    let memory = task_value(
+        &second,
+        "nvidia_gpu_task_memory_used_bytes",
+        "0",
+        &slurm("4711"),
+    );
     assert_eq!(memory, 20e9);
 }
 
@@ -167,25 +227,29 @@ fn a_task_that_exits_or_whose_pid_is_reused_keeps_its_share() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = now_on_the_sample_grid();
     ex().run_at("tasks", state.path(), t0, &args);
-    ex().run_at("tasks", state.path(), t0 + 15 * SECOND, &args);
+    ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
     // Before the third run the pod's process has exited, and the job's pid
     // belongs to a process of another job that started when the window
     // ended (after NVML last saw the pid busy).
     fs::remove_dir_all(tree.dir.path().join("proc/1002")).unwrap();
     let cgroup = "/system.slice/slurmstepd.scope/job_4799/step_0/user/task_0";
-    tree.process(1001, 1000, cgroup, (t0 + 30 * SECOND) / SECOND, "");
-    let third = ex().run_at("tasks", state.path(), t0 + 30 * SECOND, &args);
+    tree.process(1001, 1000, cgroup, (t0 + 21 * SECOND) / SECOND, "");
+    let third = ex().run_at("tasks", state.path(), t0 + 20 * SECOND, &args);
     let pod = [("k8s_pod_uid", POD)];
     let busy = |labels: &[(&str, &str)]| {
         task_value(&third, "nvidia_gpu_task_busy_seconds_total", "0", labels)
     };
-    assert!(close(busy(&slurm("4711")), 12.0), "{third}");
-    assert!(close(busy(&pod), 6.0), "{third}");
+    assert!(close(busy(&slurm("4711")), 8.0), "{third}");
+    assert!(close(busy(&pod), 4.0), "{third}");
     assert_eq!(busy(&slurm("4799")), 0.0, "{third}");
     // The exited pod holds no memory now; its series stay (until 10 min
     // after it last held the GPU).
     let samples = parsed(&third);
-    let memory = select(&samples, "nvidia_gpu_task_memory_used_bytes", &[("k8s_pod_uid", POD)]);
+    let memory = select(
+        &samples,
+        "nvidia_gpu_task_memory_used_bytes",
+        &[("k8s_pod_uid", POD)],
+    );
     assert!(memory.is_empty(), "{third}");
 }
 
@@ -197,17 +261,48 @@ fn a_lost_state_starts_the_tasks_afresh_and_counts_nothing_twice() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = now_on_the_sample_grid();
     ex().run_at("tasks", state.path(), t0, &args);
-    let second = ex().run_at("tasks", state.path(), t0 + 15 * SECOND, &args);
-    assert!(close(task_value(&second, "nvidia_gpu_task_busy_seconds_total", "0", &slurm("4711")), 6.0));
+    let second = ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
+    assert!(close(
+        task_value(
+            &second,
+            "nvidia_gpu_task_busy_seconds_total",
+            "0",
+            &slurm("4711")
+        ),
+        4.0
+    ));
     // The state is lost: the next run only sets a new baseline.
     for entry in fs::read_dir(state.path()).unwrap() {
         fs::remove_file(entry.unwrap().path()).unwrap();
     }
-    let third = ex().run_at("tasks", state.path(), t0 + 30 * SECOND, &args);
-    assert_eq!(task_value(&third, "nvidia_gpu_task_busy_seconds_total", "0", &slurm("4711")), 0.0);
-    assert_eq!(value_in(&third, "nvidia_gpu_unattributed_energy_joules_total", &[("gpu", "0")]), Some(0.0));
-    let fourth = ex().run_at("tasks", state.path(), t0 + 45 * SECOND, &args);
-    assert!(close(task_value(&fourth, "nvidia_gpu_task_busy_seconds_total", "0", &slurm("4711")), 6.0));
+    let third = ex().run_at("tasks", state.path(), t0 + 20 * SECOND, &args);
+    assert_eq!(
+        task_value(
+            &third,
+            "nvidia_gpu_task_busy_seconds_total",
+            "0",
+            &slurm("4711")
+        ),
+        0.0
+    );
+    assert_eq!(
+        value_in(
+            &third,
+            "nvidia_gpu_unattributed_energy_joules_total",
+            &[("gpu", "0")]
+        ),
+        Some(0.0)
+    );
+    let fourth = ex().run_at("tasks", state.path(), t0 + 30 * SECOND, &args);
+    assert!(close(
+        task_value(
+            &fourth,
+            "nvidia_gpu_task_busy_seconds_total",
+            "0",
+            &slurm("4711")
+        ),
+        4.0
+    ));
 }
 
 /// 64 GPUs with 100 tasks each (a unit apiece) fit the state's bounds:
@@ -217,7 +312,9 @@ fn sixty_four_gpus_with_a_hundred_tasks_each_fit_the_bounds() {
     let tree = Tree::new();
     let start = tree.boot_s + 3000;
     let dir = tempfile::tempdir().unwrap();
-    let mut toml = String::from("description = \"64 GPUs, 100 tasks each. Follows: tests/scenarios/tasks.toml\"\n");
+    let mut toml = String::from(
+        "description = \"64 GPUs, 100 tasks each. Follows: tests/scenarios/tasks.toml\"\n",
+    );
     for gpu in 0..64u32 {
         toml += &format!(
             "[[gpu]]\nuuid = \"GPU-7a5c0000-0000-4000-8000-{gpu:012}\"\nname = \"NVIDIA H100 80GB HBM3\"\n\
@@ -226,7 +323,13 @@ fn sixty_four_gpus_with_a_hundred_tasks_each_fit_the_bounds() {
         for task in 0..100u32 {
             let pid = 10_000 + gpu * 100 + task;
             toml += &format!("  {{ pid = {pid}, used_memory = 1000, sm = [1] }},\n");
-            tree.process(pid, 0, &format!("/system.slice/task-{task}.service"), start, "");
+            tree.process(
+                pid,
+                0,
+                &format!("/system.slice/task-{task}.service"),
+                start,
+                "",
+            );
         }
         toml += "]\n";
     }
@@ -238,11 +341,14 @@ fn sixty_four_gpus_with_a_hundred_tasks_each_fit_the_bounds() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t0 = now_on_the_sample_grid();
     ex().run_at(scenario, state.path(), t0, &args);
-    let second = ex().run_at(scenario, state.path(), t0 + 15 * SECOND, &args);
+    let second = ex().run_at(scenario, state.path(), t0 + 10 * SECOND, &args);
     let samples = parsed(&second);
     let busy = select(&samples, "nvidia_gpu_task_busy_seconds_total", &[]);
     assert_eq!(busy.len(), 6400);
-    // Each task: 1 % of 15 s on a GPU busy 100 %, normalised to the GPU.
-    assert!(busy.iter().all(|(_, v)| close(*v, 0.15)), "{second}");
-    assert_eq!(value(&samples, "nvidia_gpu_collector_state_ok", &[]), Some(1.0));
+    // Each task: 1 % of 10 s on a GPU busy 100 %, normalised to the GPU.
+    assert!(busy.iter().all(|(_, v)| close(*v, 0.1)), "{second}");
+    assert_eq!(
+        value(&samples, "nvidia_gpu_collector_state_ok", &[]),
+        Some(1.0)
+    );
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::owner::Task;
+use crate::snapshot::BusyWindow as Window;
 
 /// A task on a GPU: who, and on which MIG instance (where NVML says).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -44,6 +45,8 @@ pub struct Ledger {
     /// epoch), holder; how a share NVML gives a pid that has since exited or
     /// been reused finds the holder it ran for.
     pub processes: Vec<(u32, u64, Holder)>,
+    /// A holder was refused for [`MAX_HOLDERS`] (said once, when it began).
+    pub refused: bool,
 }
 
 /// The most holders a GPU's ledger keeps (past it, new ones are not counted).
@@ -53,14 +56,6 @@ pub const MAX_PROCESSES: usize = 1024;
 /// How long a holder's series stay after it last held the GPU: every
 /// scrape interval up to this sees its last increment.
 pub const LINGER_US: u64 = 10 * 60 * 1_000_000;
-
-/// The window of the processes' shares: the GPU engine's busy and covered
-/// time since the previous run, from its samples (µs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    pub busy_us: u64,
-    pub length_us: u64,
-}
 
 /// A process of this run as the host step knows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,10 +120,12 @@ pub fn account(
         (None, Some((_, _, was))) => Some(was.clone()),
         (None, None) => None,
     };
-    let mut shares: BTreeMap<Holder, f64> = BTreeMap::new();
-    let mut unknown = 0.0;
+    // Shares in parts per million, so that the parts add up exactly.
+    let mut shares: BTreeMap<Holder, u64> = BTreeMap::new();
+    let mut unknown = 0;
     for process in seen {
         if let Some((share, last_us)) = process.share.filter(|&(share, _)| share > 0.0) {
+            let share = (share * 1e6).round() as u64;
             match ran_for(process, last_us) {
                 Some(holder) => *shares.entry(holder).or_default() += share,
                 None => unknown += share,
@@ -147,10 +144,12 @@ pub fn account(
     };
     let mut unattributed_mj = previous.unattributed_mj;
     if counting {
-        let all: f64 = shares.values().sum::<f64>() + unknown;
-        if let Some(window) = window.filter(|_| all > 0.0) {
-            for (holder, share) in &shares {
-                let busy = (window.busy_us as f64 * share / all).round() as u64;
+        let all: u64 = shares.values().sum::<u64>() + unknown;
+        let part =
+            |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
+        if let Some(window) = window.filter(|_| all > 0) {
+            for (holder, &share) in &shares {
+                let busy = part(window.busy_us, share);
                 charge(holder, &|t: &mut Totals| t.busy_us += busy);
             }
         }
@@ -159,9 +158,9 @@ pub fn account(
             _ => 0,
         };
         let mut given = 0;
-        if all > 0.0 {
-            for (holder, share) in &shares {
-                let part = (spent as f64 * share / all).floor() as u64;
+        if all > 0 {
+            for (holder, &share) in &shares {
+                let part = part(spent, share);
                 if charge(holder, &|t: &mut Totals| t.energy_mj += part) {
                     given += part;
                 }
@@ -193,7 +192,11 @@ pub fn account(
     let processes = seen
         .iter()
         .filter(|p| p.listed)
-        .filter_map(|p| p.now.as_ref().map(|(holder, start)| (p.pid, *start, holder.clone())))
+        .filter_map(|p| {
+            p.now
+                .as_ref()
+                .map(|(holder, start)| (p.pid, *start, holder.clone()))
+        })
         .take(MAX_PROCESSES)
         .collect();
     Accounted {
@@ -203,6 +206,7 @@ pub fn account(
             unattributed_mj,
             totals: totals.into_iter().collect(),
             processes,
+            refused,
         },
         refused,
     }
@@ -242,8 +246,12 @@ mod tests {
             at_us: BEFORE,
             energy_mj: Some(1_000_000),
             unattributed_mj: 0,
+            refused: false,
             totals: totals.iter().map(|(h, t)| ((*h).clone(), *t)).collect(),
-            processes: processes.iter().map(|&(p, s, h)| (p, s, h.clone())).collect(),
+            processes: processes
+                .iter()
+                .map(|&(p, s, h)| (p, s, h.clone()))
+                .collect(),
         }
     }
 
@@ -263,8 +271,20 @@ mod tests {
         let a = job("1");
         let seen = [process(10, Some((&a, BEFORE - S)), Some(0.6))];
         let next = account(&Ledger::default(), NOW, ENERGY, Some(WINDOW), &seen).ledger;
-        assert_eq!(next.totals, [(a.clone(), Totals { seen_us: NOW, ..Totals::default() })]);
-        assert_eq!((next.at_us, next.energy_mj, next.unattributed_mj), (NOW, ENERGY, 0));
+        assert_eq!(
+            next.totals,
+            [(
+                a.clone(),
+                Totals {
+                    seen_us: NOW,
+                    ..Totals::default()
+                }
+            )]
+        );
+        assert_eq!(
+            (next.at_us, next.energy_mj, next.unattributed_mj),
+            (NOW, ENERGY, 0)
+        );
         assert_eq!(next.processes, [(10, BEFORE - S, a)]);
     }
 
@@ -281,7 +301,10 @@ mod tests {
         // The owners add up to the GPU's busy time and to the energy spent.
         assert_eq!(ta.busy_us + tb.busy_us, WINDOW.busy_us);
         assert_eq!((ta.busy_us, tb.busy_us), (7_350_000, 1_650_000));
-        assert_eq!(ta.energy_mj + tb.energy_mj + next.unattributed_mj, 6_000_000);
+        assert_eq!(
+            ta.energy_mj + tb.energy_mj + next.unattributed_mj,
+            6_000_000
+        );
         assert_eq!((ta.energy_mj, tb.energy_mj), (4_900_000, 1_100_000));
         assert_eq!((ta.held_us, tb.held_us), (15 * S, 15 * S));
     }
@@ -294,7 +317,10 @@ mod tests {
         let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one).ledger;
         assert_eq!(totals_of(&next, &a).energy_mj, 6_000_000);
         assert_eq!(next.unattributed_mj, 0);
-        let two = [process(10, Some((&a, 0)), None), process(20, Some((&b, 0)), None)];
+        let two = [
+            process(10, Some((&a, 0)), None),
+            process(20, Some((&b, 0)), None),
+        ];
         let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two).ledger;
         assert_eq!(totals_of(&next, &a).energy_mj, 0);
         assert_eq!(next.unattributed_mj, 6_000_000);
@@ -308,7 +334,10 @@ mod tests {
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), Some(0.5))];
         let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen).ledger;
-        assert_eq!((totals_of(&next, &a).energy_mj, next.unattributed_mj), (0, 0));
+        assert_eq!(
+            (totals_of(&next, &a).energy_mj, next.unattributed_mj),
+            (0, 0)
+        );
         assert_eq!(next.energy_mj, Some(10));
     }
 
@@ -345,8 +374,16 @@ mod tests {
     #[test]
     fn an_owner_gone_longer_than_the_linger_time_is_dropped() {
         let (a, b) = (job("1"), job("2"));
-        let kept = Totals { busy_us: 5, seen_us: NOW - LINGER_US, ..Totals::default() };
-        let gone = Totals { busy_us: 5, seen_us: NOW - LINGER_US - 1, ..Totals::default() };
+        let kept = Totals {
+            busy_us: 5,
+            seen_us: NOW - LINGER_US,
+            ..Totals::default()
+        };
+        let gone = Totals {
+            busy_us: 5,
+            seen_us: NOW - LINGER_US - 1,
+            ..Totals::default()
+        };
         let previous = ledger(&[(&a, kept), (&b, gone)], &[]);
         let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[]).ledger;
         assert_eq!(next.totals, [(a, kept)]);
@@ -357,17 +394,36 @@ mod tests {
         let holders: Vec<Holder> = (0..MAX_HOLDERS).map(|i| job(&i.to_string())).collect();
         let full: Vec<(&Holder, Totals)> = holders
             .iter()
-            .map(|h| (h, Totals { seen_us: BEFORE, ..Totals::default() }))
+            .map(|h| {
+                (
+                    h,
+                    Totals {
+                        seen_us: BEFORE,
+                        ..Totals::default()
+                    },
+                )
+            })
             .collect();
         let previous = ledger(&full, &[]);
         let (old, new) = (&holders[0], job("new"));
-        let seen = [process(10, Some((old, 0)), Some(0.5)), process(20, Some((&new, 0)), Some(0.5))];
+        let seen = [
+            process(10, Some((old, 0)), Some(0.5)),
+            process(20, Some((&new, 0)), Some(0.5)),
+        ];
         let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen);
         assert!(accounted.refused);
         assert_eq!(accounted.ledger.totals.len(), MAX_HOLDERS);
-        assert_eq!(totals_of(&accounted.ledger, old).busy_us, WINDOW.busy_us / 2);
+        assert_eq!(
+            totals_of(&accounted.ledger, old).busy_us,
+            WINDOW.busy_us / 2
+        );
         // The refused share is not given to anyone else.
-        let given: u64 = accounted.ledger.totals.iter().map(|(_, t)| t.energy_mj).sum();
+        let given: u64 = accounted
+            .ledger
+            .totals
+            .iter()
+            .map(|(_, t)| t.energy_mj)
+            .sum();
         assert_eq!(given, 3_000_000);
     }
 }

@@ -4,15 +4,21 @@
 //! reads the window and the energy counter; the host step names each
 //! process's task and advances the GPU's [`Ledger`] ([`account`], pure).
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::collector::{HostError, HostRun};
+use nvml::calls;
+use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
+
+use crate::bounded;
+use crate::collector::{Gpu, HostError, HostRun};
 use crate::metrics::families;
 use crate::owner::{self, Placement, Pods, Task};
 use crate::procfs::Users;
-use crate::snapshot::{LabelValue, Process};
+use crate::snapshot::{LabelValue, Process, TaskReading};
+use crate::state::Problem;
 
 families! {
     FAMILIES;
@@ -30,15 +36,28 @@ families! {
 
 mod ledger;
 
-pub use ledger::{Holder, Ledger};
-use ledger::{account, Seen, Window, MAX_HOLDERS};
+pub use ledger::Ledger;
+use ledger::{account, Holder, Seen, MAX_HOLDERS};
 
-/// A run's task readings of one GPU, from its thread: the window of the
-/// processes' shares and the energy counter.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Reading {
-    pub window: Option<Window>,
-    pub energy_mj: Option<u64>,
+/// Field values this collector takes from the batch.
+pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
+
+/// The GPU thread's part: the processes and their window (listed once with
+/// the processes collector), the energy counter, and the ledger carried to
+/// the host step; nothing where this run's totals cannot continue the
+/// state's (the next run then starts the ledger afresh).
+pub(super) fn read(reader: &mut Gpu<'_>) {
+    let window = super::processes::list(reader);
+    let energy_mj = reader
+        .nvml
+        .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
+            nvml.read(calls::TOTAL_ENERGY, ()).map(|mj| mj as f64)
+        })
+        .map(|mj| mj as u64);
+    if reader.keeps_totals() {
+        reader.next_state().tasks = reader.previous_state().tasks.clone();
+        reader.tasks = Some(TaskReading { window, energy_mj });
+    }
 }
 
 /// The host step: names each process's task, advances every GPU's ledger
@@ -48,9 +67,11 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
     let users = Users::new(run.until);
-    let mut pods = None;
+    // Read once, and only for a run with a pod's process.
+    let pods = OnceCell::new();
     let mut holders = HashMap::new();
     let mut refused = false;
+    let (pod_logs, container_logs, until) = (run.pod_logs, run.container_logs, run.until);
     for device in &mut run.snapshot.devices {
         let Some(reading) = device.tasks.take() else {
             continue;
@@ -60,12 +81,16 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         };
         let mut holder_of = |process: &Process| -> Option<(Holder, u64)> {
             let found = holders.entry(process.pid).or_insert_with(|| {
-                let pods = || pods.get_or_insert_with(|| Pods::read(run.pod_logs, run.container_logs));
+                let pods = || pods.get_or_init(|| read_pods(pod_logs, container_logs, until));
                 task_of(run.procfs, process.pid, &users, pods)
             });
             let (task, start) = found.clone()?;
             let gpu_instance_id = process.gpu_instance_id;
-            Some((Holder { task, gpu_instance_id }, start))
+            let holder = Holder {
+                task,
+                gpu_instance_id,
+            };
+            Some((named(holder, &state.tasks), start))
         };
         let seen: Vec<Seen> = device
             .processes
@@ -74,10 +99,23 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 pid: process.pid,
                 listed: process.listed,
                 now: holder_of(process),
-                share: process.sm_ratio.zip(process.sm_last_us),
+                share: process.sm_ratio.zip(process.sm_seen_us),
             })
             .collect();
-        let accounted = account(&state.tasks, now_us, reading.energy_mj, reading.window, &seen);
+        let accounted = account(
+            &state.tasks,
+            now_us,
+            reading.energy_mj,
+            reading.window,
+            &seen,
+        );
+        if accounted.refused && !state.tasks.refused {
+            log::warn!(
+                "GPU {}: {}",
+                device.index,
+                Problem::TooManyTasks(MAX_HOLDERS)
+            );
+        }
         refused |= accounted.refused;
         state.tasks = accounted.ledger;
         let mut memory: BTreeMap<&Holder, u64> = BTreeMap::new();
@@ -94,17 +132,30 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 TASK_HELD.sample_some(labels.clone(), totals.held_us as f64 / 1e6),
             ]);
             if let Some(&bytes) = memory.get(holder) {
-                device.samples.push(TASK_MEMORY.sample_some(labels, bytes as f64));
+                device
+                    .samples
+                    .push(TASK_MEMORY.sample_some(labels, bytes as f64));
             }
         }
         let unattributed = state.tasks.unattributed_mj as f64 / 1e3;
-        device.samples.push(UNATTRIBUTED_ENERGY.sample(unattributed));
+        device
+            .samples
+            .push(UNATTRIBUTED_ENERGY.sample(unattributed));
     }
     if refused {
-        run.state.lose_bound("tasks", MAX_HOLDERS);
-        return Err(format!("more than {MAX_HOLDERS} tasks on a GPU; new ones are not counted").into());
+        run.state.bounded(Problem::TooManyTasks(MAX_HOLDERS));
     }
     Ok(())
+}
+
+/// The kubelet's names, read on a thread of its own until the deadline (a
+/// hung file system names nothing).
+fn read_pods(pods: &Path, containers: &Path, until: Instant) -> Pods {
+    let (pods, containers) = (pods.to_owned(), containers.to_owned());
+    bounded::call("pods", until, move || Pods::read(&pods, &containers)).unwrap_or_else(|_| {
+        log::warn!("the kubelet's log directories did not answer in time; pods are not named");
+        Pods::default()
+    })
 }
 
 /// The task of process `pid` and its start time; `None` when it is gone.
@@ -139,11 +190,33 @@ fn task_of<'p>(
     Some((task, start))
 }
 
+/// `holder`, a pod the kubelet's directories no longer (or not yet) name
+/// taking the names the ledger knows it by: a pod's series keep their
+/// labels while its log directory comes and goes.
+fn named(holder: Holder, ledger: &Ledger) -> Holder {
+    let Task::Pod {
+        uid,
+        namespace: None,
+        container,
+        ..
+    } = &holder.task
+    else {
+        return holder;
+    };
+    let known = ledger.totals.iter().map(|(known, _)| known).find(|known| {
+        matches!(&known.task, Task::Pod { uid: u, container: c, .. } if u == uid && (c == container || container.is_none()))
+            && known.gpu_instance_id == holder.gpu_instance_id
+    });
+    known.cloned().unwrap_or(holder)
+}
+
 /// A holder's label values, in the families' order.
 fn labels(holder: &Holder) -> [Option<LabelValue>; 10] {
     let owned = |value: &Option<String>| value.clone().map(LabelValue::Owned);
     let one = |value: &String| Some(LabelValue::Owned(value.clone()));
-    let instance = holder.gpu_instance_id.map(|id| LabelValue::Owned(id.to_string()));
+    let instance = holder
+        .gpu_instance_id
+        .map(|id| LabelValue::Owned(id.to_string()));
     let mut labels: [Option<LabelValue>; 10] = Default::default();
     labels[0] = instance;
     match &holder.task {
@@ -163,4 +236,3 @@ fn labels(holder: &Holder) -> [Option<LabelValue>; 10] {
     }
     labels
 }
-

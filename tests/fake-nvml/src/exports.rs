@@ -903,7 +903,10 @@ export! {
         let d = device_call(SYM, device, !energy.is_null(), OnMig::NotSupported)?;
         let g = d.gpu();
         let grown = match g.energy_mw {
-            Some(mw) => mw * clock_us(&d.scenario)?.saturating_sub(DEFAULT_CLOCK_US) / 1_000_000,
+            Some(mw) => {
+                let elapsed_us = clock_us(&d.scenario)?.saturating_sub(DEFAULT_CLOCK_US);
+                (u128::from(mw) * u128::from(elapsed_us) / 1_000_000) as u64
+            }
             None => 0,
         };
         put(energy, g.total_energy_mj.map(|mj| mj + grown))

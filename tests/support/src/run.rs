@@ -326,6 +326,11 @@ impl<'a> Run<'a> {
         };
         let state = self.state.clone().unwrap_or_else(&mut temp);
         let journal = self.journal.clone().unwrap_or_else(&mut temp);
+        // The scenarios' pids are no process of this host's: an empty /proc
+        // unless the test gives one.
+        if !self.args.iter().any(|a| a == "--procfs") {
+            cmd.arg("--procfs").arg(temp());
+        }
         cmd.arg("--state-dir")
             .arg(&state)
             .arg("--journal-dir")
