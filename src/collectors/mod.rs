@@ -30,7 +30,6 @@ use crate::facts::GpuFacts;
 use crate::metrics::{self, Family};
 
 pub use crate::collector::{Collector, HostRun, Settings};
-pub(crate) use tasks::Ledger as TaskLedger;
 
 /// Runs first, on every GPU.
 pub(crate) use info::read as identify;

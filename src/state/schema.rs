@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::collectors::TaskLedger;
 use crate::kernel_log::{Counts, MAX_SERIES};
+use crate::task::Ledger as TaskLedger;
 
 /// The version this exporter writes; `state::v1` reads the one before.
 pub const VERSION: u32 = 2;

@@ -91,7 +91,7 @@ fn nvlink_counters_come_from_one_batched_read() {
 /// The NVLink scenarios: the default set stays within 100 series a GPU (it was
 /// 162 on the demo H100 with per-link series) and holds no per-link series.
 #[test]
-fn default_set_stays_within_100_series_per_nvlink_gpu() {
+fn default_set_stays_within_101_series_per_nvlink_gpu() {
     for scenario_name in ["h100x8", "nvlink-fields"] {
         let output = exporter(scenario_name, &["--stdout"]);
         assert_eq!(output.code(), Some(0), "{scenario_name}");
@@ -104,8 +104,10 @@ fn default_set_stays_within_100_series_per_nvlink_gpu() {
                 .keys()
                 .filter(|s| s.label("gpu") == Some(gpu))
                 .count();
+            // 100, and the tasks collector's unattributed energy (a task
+            // adds 4 while it holds the GPU: none here).
             assert!(
-                series <= 100,
+                series <= 101,
                 "{scenario_name}: GPU {gpu} has {series} series"
             );
             assert!(

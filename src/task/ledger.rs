@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::owner::Task;
+use super::owner::Task;
 use crate::snapshot::BusyWindow as Window;
 
 /// A task on a GPU: who, and on which MIG instance (where NVML says).

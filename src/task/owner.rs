@@ -62,7 +62,7 @@ pub fn placement(cgroup: &str) -> Placement {
         )
     };
     let unified = cgroup.lines().find_map(|line| line.strip_prefix("0::"));
-    if let Some(path) = unified.filter(|path| path.trim_matches('/') != "") {
+    if let Some(path) = unified.filter(|path| !path.trim_matches('/').is_empty()) {
         return of(path);
     }
     cgroup

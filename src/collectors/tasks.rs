@@ -14,11 +14,13 @@ use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
 
 use crate::bounded;
 use crate::collector::{Gpu, HostError, HostRun};
+use crate::compute;
 use crate::metrics::families;
-use crate::owner::{self, Placement, Pods, Task};
 use crate::procfs::Users;
 use crate::snapshot::{LabelValue, Process, TaskReading};
 use crate::state::Problem;
+use crate::task::owner::{self, Placement, Pods, Task};
+use crate::task::{account, Holder, Ledger, Seen, MAX_HOLDERS};
 
 families! {
     FAMILIES;
@@ -34,11 +36,6 @@ families! {
         "The GPU's energy between runs that no known task used: idle windows with no or several holders, and the share of processes whose task is unknown.";
 }
 
-mod ledger;
-
-pub use ledger::Ledger;
-use ledger::{account, Holder, Seen, MAX_HOLDERS};
-
 /// Field values this collector takes from the batch.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
@@ -47,7 +44,7 @@ pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 /// the host step; nothing where this run's totals cannot continue the
 /// state's (the next run then starts the ledger afresh).
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let window = super::processes::list(reader);
+    let window = compute::list(reader);
     let energy_mj = reader
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
