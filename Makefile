@@ -37,11 +37,15 @@ test: deps
 	$(MAKE) -j2 --output-sync=target nspawn-both arm64-package
 
 ## demo: run the real binary against the fake 8x H100 node (its samples follow the wall clock,
-## so every run shows the utilization since the previous one); writes demo/nvidia_gpu.prom
-## and prints one line per GPU from it
+## so every run shows the utilization since the previous one), its processes in the small
+## /proc and kubelet log tree of tests/fixtures/demo-node (Slurm jobs, pods, a user); writes
+## demo/nvidia_gpu.prom and prints one line per GPU and per task from it (run it twice: a
+## task's counters grow from the second run on)
+DEMO_NODE := tests/fixtures/demo-node
 demo: build
 	mkdir -p demo
-	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state; \
+	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state \
+		--procfs $(DEMO_NODE)/proc --pod-log-dir $(DEMO_NODE)/pods --container-log-dir $(DEMO_NODE)/containers; \
 	status=$$?; python3 -c "$$DEMO_SUMMARY" demo/nvidia_gpu.prom $$status
 
 # The demo's summary: per GPU what a person looks at first, read from the
@@ -50,8 +54,8 @@ define DEMO_SUMMARY
 import re, sys
 path, status = sys.argv[1], sys.argv[2]
 sample = re.compile(r"^([a-z_]+)(?:\{(.*)\})? (\S+)$$")
-label = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
-host, gpus, lines = {}, {}, 0
+label = re.compile(r'([a-z0-9_]+)="((?:[^"\\]|\\.)*)"')
+host, gpus, tasks, lines = {}, {}, {}, 0
 for line in open(path, encoding="utf-8"):
     lines += 1
     match = sample.match(line.rstrip("\n"))
@@ -62,6 +66,10 @@ for line in open(path, encoding="utf-8"):
         host["error"] = labels["reason"]
     elif name == "nvidia_gpu_collector_up":
         host["up"] = value
+    elif name.startswith("nvidia_gpu_task_"):
+        who = {k: v for k, v in labels.items() if k not in ("gpu", "uuid")}
+        task = tasks.setdefault((int(labels["gpu"]), tuple(sorted(who.items()))), {})
+        task[name[len("nvidia_gpu_task_"):]] = float(value)
     elif "gpu" in labels and "gpu_instance_id" not in labels and "pid" not in labels:
         gpu = gpus.setdefault(int(labels["gpu"]), {})
         if name == "nvidia_gpu_down_reason" and value == "1":
@@ -80,6 +88,20 @@ for index, gpu in sorted(gpus.items()):
         memory = f"{gpu['memory_used_bytes'] / 2**30:.1f} / {gpu['memory_total_bytes'] / 2**30:.1f} GiB"
     print(f"{index:>3}  {gpu.get('up', 0):>2.0f}  {show(gpu, 'utilization_ratio', 100, '%'):>5}  {memory:>20}  "
           f"{show(gpu, 'temperature_celsius', 1, '°C'):>6}  {show(gpu, 'power_watts', 1, 'W'):>6}  {gpu.get('down', '')}".rstrip())
+def named(who):
+    who = dict(who)
+    for key, show in [("slurm_job_id", "Slurm job {}"), ("k8s_pod_name", "pod {k8s_namespace_name}/{}"),
+                      ("k8s_pod_uid", "pod {}"), ("slurm_job_sluid", "Slurm job {}"),
+                      ("container_id", "container {:.12}"), ("systemd_unit", "unit {}"), ("user", "user {}")]:
+        if key in who:
+            return show.format(who[key], **who)
+    return "?"
+if tasks:
+    print(f"\n{'gpu':>3}  {'task':<34}  {'busy':>8}  {'energy':>10}  {'held':>8}  {'memory':>9}")
+for (index, who), task in sorted(tasks.items()):
+    memory = f"{task['memory_used_bytes'] / 2**30:.1f} GiB" if "memory_used_bytes" in task else "-"
+    print(f"{index:>3}  {named(who):<34}  {task.get('busy_seconds_total', 0):>7.1f}s  "
+          f"{task.get('energy_joules_total', 0):>9.0f}J  {task.get('held_seconds_total', 0):>7.1f}s  {memory:>9}")
 print(f"full file: {path} ({lines} lines)")
 sys.exit(int(status))
 endef

@@ -23,6 +23,12 @@ repository root (`make gpu-check` builds what it needs and runs it):
   - tensor and DRAM loads 5 s / 5 s, 3 runs each: the tensor and DRAM
     activity against the load's known activity while busy (77 % and 95 % on
     an H200, tests/gpu/gpm.py) times the timeline's busy fraction, within 0.05;
+  - tasks: two loads whose busy phases do not overlap (2 s / 8 s each, 5 s
+    apart), placed in cgroups shaped as a Slurm job step and a pod's
+    container (with the pod's kubelet log directories), 6 runs: each task's
+    busy seconds within 0.05 × the window of its load's own timeline, the
+    tasks' energy plus the unattributed energy equal to the GPU's energy
+    counter's growth within 1 %, each task's time held within 1 s;
   - encoder and decoder: the H200 has no NVENC, and no load here drives the
     decoder: both are left out of the suite (said in a line).
 - with CAPTURE_TOOL and OUT_DIR: an NVML capture of the idle GPU and one under
@@ -87,11 +93,14 @@ class Load:
     # Longer than any busy phase here: a phase is logged when it ends.
     PHASE_END = 6.0
 
-    def __init__(self, *args):
+    def __init__(self, *args, cgroup=None):
         self.log = tempfile.mktemp(prefix="gpuload-", suffix=".log")
         self.proc = subprocess.Popen([GPULOAD, *map(str, args)],
                                      env={**os.environ, "GPULOAD_LOG": self.log},
                                      stdout=subprocess.DEVNULL)
+        if cgroup:
+            os.makedirs(cgroup, exist_ok=True)
+            Path(cgroup, "cgroup.procs").write_text(f"{self.proc.pid}\n")
 
     def stop(self):
         """Ends the load once the busy phase it is in has been logged."""
@@ -143,6 +152,11 @@ def window_values(samples):
         "dram": value(samples, "nvidia_gpu_dram_active_ratio"),
         "processes": {dict(s.labels)["pid"]: v for s, v in samples.items()
                       if s.name == "nvidia_gpu_process_utilization_ratio" and dict(s.labels).get("gpu") == GPU},
+        "energy": value(samples, "nvidia_gpu_energy_joules_total"),
+        "unattributed": value(samples, "nvidia_gpu_unattributed_energy_joules_total"),
+        "tasks": {(s.name, tuple(sorted((k, w) for k, w in s.labels if k not in ("gpu", "uuid")))): v
+                  for s, v in samples.items()
+                  if s.name.startswith("nvidia_gpu_task_") and dict(s.labels).get("gpu") == GPU},
     }
 
 
@@ -192,6 +206,46 @@ def model():
                           capture_output=True, text=True).stdout.strip()
     prefix = next((m.lower() for m in ("H200", "H100", "B200", "GH200") if m in name), "gpu")
     return name, prefix
+
+
+POD_UID = "3f0c8a52-9b1e-4c7d-8e2f-5a6b7c8d9e01"
+CONTAINER = "c0" * 32
+SLURM_CGROUP = "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0"
+POD_CGROUP = ("/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+              f"{POD_UID.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope")
+SLURM_TASK = (("slurm_job_id", "4711"),)
+POD_TASK = (("k8s_container_name", "pytorch"), ("k8s_namespace_name", "ml"),
+            ("k8s_pod_name", "trainer-0"), ("k8s_pod_uid", POD_UID))
+
+
+def tasks():
+    """Two loads in a Slurm job's and a pod's cgroups, their busy phases apart."""
+    print("# tasks: 2 s / 8 s each, 5 s apart, in a Slurm job step and a pod's container", flush=True)
+    os.makedirs(f"/var/log/pods/ml_trainer-0_{POD_UID}/pytorch", exist_ok=True)
+    os.makedirs("/var/log/containers", exist_ok=True)
+    Path(f"/var/log/containers/trainer-0_ml_pytorch-{CONTAINER}.log").touch()
+    job = Load("spin", 2000, 8000, 140, 0, 264, 1024, cgroup=SLURM_CGROUP)
+    time.sleep(5)
+    pod = Load("spin", 2000, 8000, 140, 0, 264, 1024, cgroup=POD_CGROUP)
+    taken = runs(RUNS)
+    timelines = {SLURM_TASK: job.stop(), POD_TASK: pod.stop()}
+    for i, (before, now) in enumerate(zip(taken, taken[1:]), 1):
+        window = now["ts"] - before["ts"]
+        delta = lambda family, task: (now["tasks"].get((family, task), 0.0)  # noqa: E731
+                                      - before["tasks"].get((family, task), 0.0))
+        for task, phases in timelines.items():
+            name = dict(task).get("slurm_job_id") and "Slurm job 4711" or "pod ml/trainer-0"
+            truth = busy_fraction(phases, before["ts"], now["ts"]) * window
+            check(f"run {i} {name} busy seconds (window {window:.1f} s)",
+                  delta("nvidia_gpu_task_busy_seconds_total", task), truth, TOLERANCE * window)
+            check(f"run {i} {name} seconds held", delta("nvidia_gpu_task_held_seconds_total", task), window, 1.0)
+        spent = None if None in (now["energy"], before["energy"]) else now["energy"] - before["energy"]
+        given = sum(v for (family, _), v in now["tasks"].items() if family == "nvidia_gpu_task_energy_joules_total") \
+            - sum(v for (family, _), v in before["tasks"].items() if family == "nvidia_gpu_task_energy_joules_total")
+        if None not in (now["unattributed"], before["unattributed"]):
+            given += now["unattributed"] - before["unattributed"]
+        check(f"run {i} tasks' energy + unattributed = the GPU's ({given:.1f} J)", given, spent,
+              0.01 * (spent or 0))
 
 
 def main():
@@ -246,6 +300,8 @@ def main():
         for i, now in enumerate(taken[1:], 1):
             gpm = busy_fraction(phases, now["ts"] - (now["gpm_window"] or 0), now["ts"])
             check(f"run {i} GPM {key} active ratio ({scale:.0%} while busy)", now[key], scale * gpm)
+
+    tasks()
 
     print("# encoder/decoder: not checked (no NVENC on this chip, no decoder load)")
     print(f"{results['passed']} passed, {results['failed']} failed")
