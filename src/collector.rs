@@ -178,6 +178,8 @@ pub struct Gpu<'n> {
     /// The processes' window once they were listed (`processes::list`).
     pub process_window: Option<Option<BusyWindow>>,
     pub tasks: Option<TaskReading>,
+    /// The sample buffers fetched this run.
+    pub fetched: samples::Fetched,
     /// Processes NVML listed twice, merged.
     merged: usize,
     /// Runs since the unsupported calls were last asked.
@@ -196,6 +198,7 @@ impl<'n> Gpu<'n> {
             processes: Vec::new(),
             process_window: None,
             tasks: None,
+            fetched: samples::Fetched::default(),
             merged: 0,
             unsupported_runs: 0,
         }
@@ -468,8 +471,12 @@ pub struct Engine {
 /// False where NVML keeps no samples: the caller falls back to [`point`].
 pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
     let previous = reader.previous_carry(engine.stream);
-    let Some((carry, integrated)) = samples::read(&mut reader.nvml, engine.sampling, previous)
-    else {
+    let Some((carry, integrated)) = samples::read(
+        &mut reader.nvml,
+        &mut reader.fetched,
+        engine.sampling,
+        previous,
+    ) else {
         return false;
     };
     if let Some(integrated) = integrated {

@@ -83,7 +83,12 @@ fn share_of(ratios: &[Share], pid: u32) -> (f64, Option<u64>) {
 /// utilization over the same window; `None` when it covers no time.
 fn utilization(reader: &mut Gpu<'_>) -> Option<(BusyWindow, Vec<Share>)> {
     let previous = reader.previous_carry(Stream::Processes);
-    let (carry, integrated) = samples::read(&mut reader.nvml, Sampling::GpuUtilization, previous)?;
+    let (carry, integrated) = samples::read(
+        &mut reader.nvml,
+        &mut reader.fetched,
+        Sampling::GpuUtilization,
+        previous,
+    )?;
     if reader.keeps_totals() && carry != Carry::default() {
         reader.next_state().carries.insert(Stream::Processes, carry);
     }

@@ -109,16 +109,46 @@ pub fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
+/// A run's answers of NVML's sample buffers: one fetch serves every later
+/// read of the same buffer whose last sample is not older (the GPU engine's
+/// is read for utilization and for the processes' window).
+#[derive(Debug, Default)]
+pub struct Fetched(Vec<(Sampling, u64, Vec<Point>)>);
+
+impl Fetched {
+    fn fetch(
+        &mut self,
+        reader: &mut DeviceReader<'_>,
+        sampling: Sampling,
+        last_seen: u64,
+    ) -> Option<Result<Vec<Point>, nvml::Error>> {
+        let earlier = self
+            .0
+            .iter()
+            .find(|(s, seen, _)| *s == sampling && *seen <= last_seen);
+        if let Some((_, _, samples)) = earlier {
+            let newer = samples.iter().filter(|&&(ts, _)| ts > last_seen);
+            return Some(Ok(newer.copied().collect()));
+        }
+        let answer = nvml_samples::fetch(reader, sampling, last_seen);
+        if let Some(Ok(samples)) = &answer {
+            self.0.push((sampling, last_seen, samples.clone()));
+        }
+        answer
+    }
+}
+
 /// The carry that stands now, and what was integrated (`None` after a
 /// counted error); `None` where NVML keeps no samples for this stream (MIG
 /// mode, older GPUs).
 pub fn read(
     reader: &mut DeviceReader<'_>,
+    fetched: &mut Fetched,
     sampling: Sampling,
     previous: Option<Carry>,
 ) -> Option<(Carry, Option<Integrated>)> {
     let carry = previous.unwrap_or_default();
-    let answer = match nvml_samples::fetch(reader, sampling, carry.last_us) {
+    let answer = match fetched.fetch(reader, sampling, carry.last_us) {
         Some(Err(error)) if error.is_unsupported() => {
             reader.note(&error);
             return None;

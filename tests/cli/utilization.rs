@@ -251,3 +251,25 @@ fn a_run_without_the_state_leaves_the_totals_out() {
     let after = ex().stored_run("duty-cycle", state.path(), T0 + 30 * SECOND, &[]);
     assert!(busy(&after).unwrap() > before);
 }
+
+/// The GPU engine's sample buffer is fetched once a run, whichever of
+/// utilization, tasks and processes read it; the memory buffer is another.
+#[test]
+fn the_gpu_engines_samples_are_fetched_once_for_every_reader() {
+    let state = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let out = ex().run_args(
+        "tasks",
+        state.path(),
+        &["--stdout", "--collector", "processes", "--gpm-window", "0"],
+        &[("FAKE_NVML_CALL_LOG", log.path().to_str().unwrap())],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.err());
+    let calls = Calls::read(log.path());
+    // Per GPU the GPU engine's buffer once (not again for the processes'
+    // window), the memory's, and the decoder's (NOT_SUPPORTED here; the
+    // encoder is not asked on GH100).
+    let samples = calls.count("nvmlDeviceGetSamples", "0");
+    assert_eq!(samples, 3, "{calls:?}");
+    assert_eq!(calls.count("nvmlDeviceGetProcessUtilization", "0"), 1, "{calls:?}");
+}
