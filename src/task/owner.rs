@@ -50,9 +50,21 @@ pub enum Placement {
 
 /// The placement from `/proc/<pid>/cgroup`: the unified (v2) line's path,
 /// or where that is the root (v1 or hybrid hierarchies), the first v1 line
-/// that says more than [`Placement::User`]. Only the first `0::` line is the
-/// unified one: a cgroup name holding a line feed cannot add another.
+/// that says more than [`Placement::User`]. The kernel writes one line per
+/// hierarchy, their ids falling (the unified `0` last); a text that does
+/// not (a line feed in a name, which kernels before 5.2 take, adding lines
+/// of its own: before the real `0::` line where the name is in a v1
+/// hierarchy a user was delegated, `name=systemd` in hybrid setups) places
+/// nothing.
 pub fn placement(cgroup: &str) -> Placement {
+    let ids = cgroup.lines().map(|line| {
+        line.split_once(':')
+            .and_then(|(id, _)| id.parse::<u32>().ok())
+    });
+    let ids: Option<Vec<u32>> = ids.collect();
+    if !ids.is_some_and(|ids| ids.windows(2).all(|w| w[0] > w[1])) {
+        return Placement::User;
+    }
     let of = |path: &str| {
         of_path(
             &path
@@ -353,9 +365,16 @@ mod tests {
         // Inside a real job or pod, deeper names do not change it.
         let nested = "0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0/job_4711";
         assert_eq!(placement(nested), slurm("12"));
-        // A line feed in a name of the user's cannot add a unified line.
+        // A line feed in a name of the user's cannot add a unified line,
+        // nor (hybrid, legacy) lines before the real ones.
         let fed = "0::/user.slice/user-1000.slice/user@1000.service/x\n0::/system.slice/slurmstepd.scope/job_4711/step_0";
         assert_eq!(placement(fed), Placement::User);
+        let mine = "/user.slice/user-1000.slice/user@1000.service/x";
+        let hybrid =
+            format!("1:name=systemd:{mine}\n0::/system.slice/slurmstepd.scope/job_4711\n0::{mine}");
+        assert_eq!(placement(&hybrid), Placement::User);
+        let legacy = format!("1:name=systemd:{mine}\n1:devices:/slurm/uid_1000/job_99\n0::/");
+        assert_eq!(placement(&legacy), Placement::User);
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod nvml_faults;
 mod processes;
 mod publishing;
 mod readings;
+mod task_attacks;
 mod tasks;
 mod utilization;
 mod xid;

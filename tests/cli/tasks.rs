@@ -3,18 +3,18 @@
 
 use super::*;
 
-const POD: &str = "3f0c8a52-9b1e-4c7d-8e2f-5a6b7c8d9e01";
+pub(super) const POD: &str = "3f0c8a52-9b1e-4c7d-8e2f-5a6b7c8d9e01";
 const POD_CGROUPFS: &str = "5e1d2c3b-4a59-4687-9a0b-1c2d3e4f5a6b";
-const SLUID: &str = "sEKNKTV3WPV500";
+pub(super) const SLUID: &str = "sEKNKTV3WPV500";
 
 /// A /proc and kubelet log tree: `proc/`, `pods/`, `containers/`.
-struct Tree {
-    dir: tempfile::TempDir,
-    boot_s: u64,
+pub(super) struct Tree {
+    pub(super) dir: tempfile::TempDir,
+    pub(super) boot_s: u64,
 }
 
 impl Tree {
-    fn new() -> Tree {
+    pub(super) fn new() -> Tree {
         let dir = tempfile::tempdir().unwrap();
         for sub in ["proc", "pods", "containers"] {
             fs::create_dir(dir.path().join(sub)).unwrap();
@@ -29,13 +29,13 @@ impl Tree {
         Tree { dir, boot_s }
     }
 
-    fn path(&self, sub: &str) -> String {
+    pub(super) fn path(&self, sub: &str) -> String {
         self.dir.path().join(sub).to_str().unwrap().to_owned()
     }
 
     /// Process `pid` of user `uid` in `cgroup`, started at `start_s` (Unix
     /// time, whole seconds), with `environ`.
-    fn process(&self, pid: u32, uid: u32, cgroup: &str, start_s: u64, environ: &str) {
+    pub(super) fn process(&self, pid: u32, uid: u32, cgroup: &str, start_s: u64, environ: &str) {
         let dir = self.dir.path().join("proc").join(pid.to_string());
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir(&dir).unwrap();
@@ -51,7 +51,7 @@ impl Tree {
         fs::write(dir.join("environ"), environ.replace(' ', "\0")).unwrap();
     }
 
-    fn args(&self) -> Vec<String> {
+    pub(super) fn args(&self) -> Vec<String> {
         let mut args: Vec<String> = ["--gpm-window", "0", "--procfs"].map(String::from).to_vec();
         args.push(self.path("proc"));
         args.push("--pod-log-dir".into());
@@ -63,7 +63,7 @@ impl Tree {
 }
 
 /// The tasks of tests/scenarios/tasks.toml, started ten minutes ago.
-fn tasks_tree() -> Tree {
+pub(super) fn tasks_tree() -> Tree {
     let tree = Tree::new();
     let start = tree.boot_s + 3000;
     let container = "c0".repeat(32);
@@ -118,7 +118,7 @@ fn tasks_tree() -> Tree {
 }
 
 /// A task's value of `family` on GPU `gpu`, found by its labels.
-fn task_value(text: &str, family: &str, gpu: &str, labels: &[(&str, &str)]) -> f64 {
+pub(super) fn task_value(text: &str, family: &str, gpu: &str, labels: &[(&str, &str)]) -> f64 {
     let samples = parsed(text);
     let mut all = vec![("gpu", gpu)];
     all.extend_from_slice(labels);
@@ -127,7 +127,7 @@ fn task_value(text: &str, family: &str, gpu: &str, labels: &[(&str, &str)]) -> f
     found[0].1
 }
 
-fn slurm(id: &str) -> Vec<(&str, &str)> {
+pub(super) fn slurm(id: &str) -> Vec<(&str, &str)> {
     vec![("slurm_job_id", id)]
 }
 
