@@ -201,7 +201,7 @@ fn named(holder: Holder, ledger: &Ledger) -> Holder {
         return holder;
     };
     let known = ledger.totals.iter().map(|(known, _)| known).find(|known| {
-        matches!(&known.task, Task::Pod { uid: u, container: c, .. } if u == uid && (c == container || container.is_none()))
+        matches!(&known.task, Task::Pod { uid: u, container: c, .. } if u == uid && c == container)
             && known.gpu_instance_id == holder.gpu_instance_id
     });
     known.cloned().unwrap_or(holder)

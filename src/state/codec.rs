@@ -54,6 +54,9 @@ pub(super) fn within_bounds(state: State) -> Result<State, Damage> {
     if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| too_many(gpu)) {
         return Err(Damage::Unsupported(uuid.clone()));
     }
+    if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| !gpu.tasks.is_bounded()) {
+        return Err(Damage::Tasks(uuid.clone()));
+    }
     let recount = state.xid.recount.as_ref().map_or(0, |r| r.0.len());
     if state.xid.totals.0.len().max(recount) > MAX_SERIES {
         return Err(Damage::XidSeries);

@@ -278,10 +278,10 @@ mod tests {
                 ),
             ),
             (
-                Problem::UntrustedFile(dir.join("state"), Distrust::TooLong(3 << 20)),
+                Problem::UntrustedFile(dir.join("state"), Distrust::TooLong(24 << 20)),
                 format!(
-                    "the state is not trusted: /var/lib/x/state is 3145728 bytes long, more \
-                     than the 2097152 that 64 GPUs need; this run replaces it; {rule}"
+                    "the state is not trusted: /var/lib/x/state is 25165824 bytes long, more \
+                     than the 23068672 that 64 GPUs need; this run replaces it; {rule}"
                 ),
             ),
             (
@@ -297,8 +297,8 @@ mod tests {
                     .into(),
             ),
             (
-                Problem::TooLarge(3 << 20),
-                "the state keeps no more: the state would be 3145728 bytes, more than 2097152; \
+                Problem::TooLarge(24 << 20),
+                "the state keeps no more: the state would be 25165824 bytes, more than 23068672; \
                  not stored"
                     .into(),
             ),
@@ -412,6 +412,48 @@ mod tests {
 
     /// The largest state the bounds allow, with identifiers as long as NVML's
     /// (a UUID buffer is 96 bytes).
+    /// A task ledger at its bounds, every holder a pod of the longest names.
+    fn largest_ledger() -> crate::task::Ledger {
+        use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
+        use crate::task::owner::Task;
+        let name = |n: usize| format!("{n:a>253}");
+        let totals = (0..MAX_HOLDERS)
+            .map(|n| {
+                let task = Task::Pod {
+                    uid: format!("{n:0>8}-0000-0000-0000-000000000000"),
+                    namespace: Some(name(n)),
+                    name: Some(name(n)),
+                    container: Some(name(n)),
+                };
+                let max = Totals {
+                    busy_us: u64::MAX,
+                    energy_mj: u64::MAX,
+                    held_us: u64::MAX,
+                    seen_us: u64::MAX,
+                };
+                let gpu_instance_id = Some(u32::MAX);
+                (
+                    Holder {
+                        task,
+                        gpu_instance_id,
+                    },
+                    max,
+                )
+            })
+            .collect();
+        let processes = (0..MAX_PROCESSES)
+            .map(|n| (u32::MAX, u64::MAX, n % MAX_HOLDERS))
+            .collect();
+        crate::task::Ledger {
+            at_us: u64::MAX,
+            energy_mj: Some(u64::MAX),
+            unattributed_mj: u64::MAX,
+            totals,
+            processes,
+            refused: true,
+        }
+    }
+
     fn largest() -> State {
         let long = |n: usize| format!("{n:0>95}");
         let mut state = sample();
@@ -432,6 +474,7 @@ mod tests {
                 serial: long(n),
                 ..sample().gpus["GPU-a"].clone()
             };
+            gpu.tasks = largest_ledger();
             gpu.fixed.clear();
             for f in 0..MAX_FIXED {
                 gpu.fixed.insert(long(f), Some(i64::MAX));

@@ -19,8 +19,10 @@ pub const MAX_FIXED: usize = 32;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
 /// some of them per clock, link or counter).
 pub const MAX_UNSUPPORTED: usize = 256;
-/// A larger state file is not ours (the bounds fit with NVML's identifiers).
-pub const MAX_SIZE: u64 = 2 << 20;
+/// A larger state file is not ours (the bounds fit with NVML's identifiers,
+/// and each GPU's task ledger: 256 holders of up to 1 KiB with their totals,
+/// and 1024 processes).
+pub const MAX_SIZE: u64 = (2 << 20) + MAX_GPUS as u64 * (320 << 10);
 
 /// What is wrong with a state file.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +41,8 @@ pub enum Damage {
     Unsupported(String),
     #[error("more than {MAX_SERIES} XID series")]
     XidSeries,
+    #[error("a task ledger beyond its bounds for {0}")]
+    Tasks(String),
     /// A version 1 file's damage that names no line.
     #[error("{0}")]
     V1(&'static str),

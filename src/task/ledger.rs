@@ -42,11 +42,23 @@ pub struct Ledger {
     pub unattributed_mj: u64,
     pub totals: Vec<(Holder, Totals)>,
     /// The processes listed at that run: pid, start time (µs since the
-    /// epoch), holder; how a share NVML gives a pid that has since exited or
-    /// been reused finds the holder it ran for.
-    pub processes: Vec<(u32, u64, Holder)>,
+    /// epoch), its holder's index in `totals`; how a share NVML gives a pid
+    /// that has since exited or been reused finds the holder it ran for.
+    pub processes: Vec<(u32, u64, usize)>,
     /// A holder was refused for [`MAX_HOLDERS`] (said once, when it began).
     pub refused: bool,
+}
+
+impl Ledger {
+    /// Within the bounds, each process naming a holder it has.
+    pub fn is_bounded(&self) -> bool {
+        self.totals.len() <= MAX_HOLDERS
+            && self.processes.len() <= MAX_PROCESSES
+            && self
+                .processes
+                .iter()
+                .all(|&(_, _, at)| at < self.totals.len())
+    }
 }
 
 /// The most holders a GPU's ledger keeps (past it, new ones are not counted).
@@ -111,13 +123,16 @@ pub fn account(
     // Who each share ran for: the process now at the pid, unless it started
     // after NVML last saw the pid busy (reused) and the previous run knew
     // the one before.
-    let earlier = |pid: u32| previous.processes.iter().find(|p| p.0 == pid);
+    let earlier = |pid: u32| {
+        let &(_, start, at) = previous.processes.iter().find(|p| p.0 == pid)?;
+        Some((start, &previous.totals.get(at)?.0))
+    };
     let ran_for = |process: &Seen, last_us: u64| match (&process.now, earlier(process.pid)) {
-        (Some((_, start)), Some((_, was_start, was))) if start != was_start && *start > last_us => {
+        (Some((_, start)), Some((was_start, was))) if *start != was_start && *start > last_us => {
             Some(was.clone())
         }
         (Some((holder, _)), _) => Some(holder.clone()),
-        (None, Some((_, _, was))) => Some(was.clone()),
+        (None, Some((_, was))) => Some(was.clone()),
         (None, None) => None,
     };
     // Shares in parts per million, so that the parts add up exactly.
@@ -188,14 +203,16 @@ pub fn account(
             charge(holder, &|_: &mut Totals| {});
         }
     }
-    totals.retain(|_, t| now_us.saturating_sub(t.seen_us) <= LINGER_US);
+    // Either way: a clock stepped back does not keep a holder for ever.
+    totals.retain(|_, t| now_us.abs_diff(t.seen_us) <= LINGER_US);
+    let totals: Vec<(Holder, Totals)> = totals.into_iter().collect();
     let processes = seen
         .iter()
         .filter(|p| p.listed)
         .filter_map(|p| {
-            p.now
-                .as_ref()
-                .map(|(holder, start)| (p.pid, *start, holder.clone()))
+            let (holder, start) = p.now.as_ref()?;
+            let at = totals.iter().position(|(h, _)| h == holder)?;
+            Some((p.pid, *start, at))
         })
         .take(MAX_PROCESSES)
         .collect();
@@ -204,7 +221,7 @@ pub fn account(
             at_us: now_us,
             energy_mj,
             unattributed_mj,
-            totals: totals.into_iter().collect(),
+            totals,
             processes,
             refused,
         },
@@ -241,17 +258,32 @@ mod tests {
         }
     }
 
+    /// A previous run's ledger; its processes' holders are added to the
+    /// totals (at 0) where missing.
     fn ledger(totals: &[(&Holder, Totals)], processes: &[(u32, u64, &Holder)]) -> Ledger {
+        let mut all: Vec<(Holder, Totals)> =
+            totals.iter().map(|(h, t)| ((*h).clone(), *t)).collect();
+        for &(_, _, h) in processes {
+            if !all.iter().any(|(known, _)| known == h) {
+                all.push((
+                    h.clone(),
+                    Totals {
+                        seen_us: BEFORE,
+                        ..Totals::default()
+                    },
+                ));
+            }
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let at = |h: &Holder| all.iter().position(|(known, _)| known == h).unwrap();
+        let processes = processes.iter().map(|&(p, s, h)| (p, s, at(h))).collect();
         Ledger {
             at_us: BEFORE,
             energy_mj: Some(1_000_000),
             unattributed_mj: 0,
             refused: false,
-            totals: totals.iter().map(|(h, t)| ((*h).clone(), *t)).collect(),
-            processes: processes
-                .iter()
-                .map(|&(p, s, h)| (p, s, h.clone()))
-                .collect(),
+            totals: all,
+            processes,
         }
     }
 
@@ -285,7 +317,7 @@ mod tests {
             (next.at_us, next.energy_mj, next.unattributed_mj),
             (NOW, ENERGY, 0)
         );
-        assert_eq!(next.processes, [(10, BEFORE - S, a)]);
+        assert_eq!(next.processes, [(10, BEFORE - S, 0)]);
     }
 
     #[test]
@@ -359,7 +391,7 @@ mod tests {
         // A share nobody can be named for is nobody's.
         let unknown = [process(30, None, Some(0.3))];
         let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown).ledger;
-        assert!(next.totals.is_empty());
+        assert_eq!(next.totals, previous.totals);
         assert_eq!(next.unattributed_mj, 6_000_000);
     }
 

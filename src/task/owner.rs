@@ -156,14 +156,16 @@ fn pod_uid(component: &str) -> Option<String> {
     is_uid(&uid).then_some(uid)
 }
 
-/// Whether `text` is a UUID as Kubernetes writes it (lower-case 8-4-4-4-12).
+/// Whether `text` is a pod UID as the kubelet writes it: a lower-case UUID
+/// (8-4-4-4-12), or a static pod's 32 hex digits (the hash of its manifest).
 fn is_uid(text: &str) -> bool {
+    let hex = |g: &str| {
+        g.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     let groups: Vec<&str> = text.split('-').collect();
-    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
-        && groups.iter().all(|g| {
-            g.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        })
+    let uuid = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]);
+    (uuid || (text.len() == 32 && groups.len() == 1)) && groups.iter().all(|g| hex(g))
 }
 
 /// A container id from `<runtime>-<id>.scope`, or a bare 64-hex-digit id.
@@ -331,6 +333,11 @@ mod tests {
             (&format!("0::/kubepods.slice/kubepods-pod{systemd_uid}.slice/crio-{ID}.scope"), pod(Some(ID))),
             (&format!("0::/kubepods/burstable/pod{UID}/{ID}"), pod(Some(ID))),
             (&format!("0::/kubepods/pod{UID}"), pod(None)),
+            // A static pod's UID is its manifest's hash.
+            (
+                "0::/kubepods.slice/kubepods-podd41d8cd98f00b204e9800998ecf8427e.slice",
+                Placement::Pod { uid: "d41d8cd98f00b204e9800998ecf8427e".into(), container_id: None },
+            ),
             // Containers, units, users.
             (&format!("0::/system.slice/docker-{ID}.scope"), Placement::Container(ID.into())),
             (&format!("0::/machine.slice/libpod-{ID}.scope/container"), Placement::Container(ID.into())),

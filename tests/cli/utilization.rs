@@ -271,5 +271,9 @@ fn the_gpu_engines_samples_are_fetched_once_for_every_reader() {
     // encoder is not asked on GH100).
     let samples = calls.count("nvmlDeviceGetSamples", "0");
     assert_eq!(samples, 3, "{calls:?}");
-    assert_eq!(calls.count("nvmlDeviceGetProcessUtilization", "0"), 1, "{calls:?}");
+    assert_eq!(
+        calls.count("nvmlDeviceGetProcessUtilization", "0"),
+        1,
+        "{calls:?}"
+    );
 }
