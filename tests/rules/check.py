@@ -39,7 +39,7 @@ RECORDING = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-rules.yml"
 RECORDING_TESTS = os.path.join(ROOT, "tests", "rules", "nvidia-gpu-rules.test.yml")
 # Prometheus's naming convention for recorded series, level:metric:operations
 # (https://prometheus.io/docs/practices/rules/), for this exporter's metrics.
-RECORD_NAME = re.compile(r"[a-z]+(_[a-z]+)*:nvidia_gpu_[a-z_]+:[a-z0-9_]+")
+RECORD_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*:nvidia_gpu_[a-z_]+:[a-z0-9_]+")
 DASHBOARD = os.path.join(ROOT, "packaging", "grafana", "nvidia-gpu.json")
 SCENARIOS = os.path.join(ROOT, "tests", "scenarios")
 
@@ -53,6 +53,8 @@ FOREIGN = {
 # Labels that Prometheus adds to every scraped series, labels of node_exporter's
 # series, and labels of ALERTS.
 TARGET_LABELS = {"instance", "job"}
+# Levels of recorded series per task (a Slurm job, a pod) over all its nodes.
+TASK_LEVELS = {"slurm_job", "k8s_pod"}
 FOREIGN_LABELS = {"file"}
 ALERT_LABELS = {"alertname", "alertstate", "severity"}
 # A target label the rules document for marking GPU hosts.
@@ -343,6 +345,9 @@ def check_dashboard():
         for name, matchers in selectors(expr):
             if name in FOREIGN and name != "node_textfile_mtime_seconds":
                 continue
+            # A task's recorded figures span its nodes: no instance to pick.
+            if name.split(":")[0] in TASK_LEVELS:
+                continue
             labels = {label for label, _, _ in matchers}
             if "instance" not in labels:
                 problem(f"{where}: {name} is not filtered by $instance")
@@ -430,6 +435,14 @@ def exporter_output(binary, fake):
     runs = [(os.path.basename(s), [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *no_state, *extra],
              dict(os.environ, FAKE_NVML_SCENARIO=s))
             for s in scenarios for extra in ([], ["--collector", "processes"])]
+    # Task series of every kind: the demo node's processes in its /proc and
+    # kubelet tree (Slurm jobs, pods, a unit, a container, a user)
+    node = os.path.join(ROOT, "tests", "fixtures", "demo-node")
+    runs.append(("demo-h100x8.toml with the demo node's tasks",
+                 [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *no_state,
+                  "--procfs", os.path.join(node, "proc"), "--pod-log-dir", os.path.join(node, "pods"),
+                  "--container-log-dir", os.path.join(node, "containers")],
+                 dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "demo-h100x8.toml"))))
     # XID series: a journal with an XID for GPU 0 of h100x8 and one for a bus id
     # that no GPU has, SXids and a GPU fallen off the bus, written as journald
     # would (systemd-journal-remote)
@@ -488,7 +501,8 @@ def check_output(binary, fake):
                     problem(f"{where}: {name} has no label {label!r} in the exporter's output"
                             + (" (recorded from it)" if name in recorded else ""))
                     continue
-                values = [value] if op in ("=", "!=") else (
+                # `label!=""` only asks that the label be set.
+                values = [value] if op == "=" or (op == "!=" and value) else (
                     value.split("|") if re.fullmatch(r"[\w|]+", value) else [])
                 for one in values:
                     if one not in family[label]:
