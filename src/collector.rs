@@ -175,8 +175,9 @@ pub struct Gpu<'n> {
     keeps_totals: bool,
     samples: Vec<Sample>,
     processes: Vec<Process>,
-    /// The processes' window once they were listed (`processes::list`).
-    pub process_window: Option<Option<BusyWindow>>,
+    /// The processes' window once they were listed (`compute::list`), and
+    /// whether their shares were read.
+    pub process_window: Option<(Option<BusyWindow>, bool)>,
     pub tasks: Option<TaskReading>,
     /// The sample buffers fetched this run.
     pub fetched: samples::Fetched,

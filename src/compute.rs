@@ -14,14 +14,19 @@ use crate::state::schema::Stream;
 /// Lists the GPU's processes with their shares of the window since the
 /// previous run, once per run whichever collectors ask (processes, tasks);
 /// the window, where NVML gave shares over one.
-pub fn list(reader: &mut Gpu<'_>) -> Option<BusyWindow> {
-    if let Some(window) = reader.process_window {
-        return window;
+pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> {
+    if let Some((window, complete)) = reader.process_window {
+        if complete || !shares_when_idle {
+            return window;
+        }
     }
-    reader.process_window = Some(None);
+    reader.process_window = Some((None, true));
     let listed = reader.nvml.compute_processes()?;
-    let (window, shares) = utilization(reader).unzip();
-    reader.process_window = Some(window);
+    // The shares of processes that all left before this run cost a call
+    // (about 3 ms) that a caller may not need.
+    let fetch = !listed.is_empty() || shares_when_idle;
+    let (window, shares) = utilization(reader, fetch).unzip();
+    reader.process_window = Some((window, fetch));
     let share = |pid| shares.as_deref().map(|s| share_of(s, pid));
     for process in &listed {
         let share = share(process.pid);
@@ -81,7 +86,7 @@ fn share_of(ratios: &[Share], pid: u32) -> (f64, Option<u64>) {
 
 /// The GPU engine's samples since the previous run, then the processes'
 /// utilization over the same window; `None` when it covers no time.
-fn utilization(reader: &mut Gpu<'_>) -> Option<(BusyWindow, Vec<Share>)> {
+fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>)> {
     let previous = reader.previous_carry(Stream::Processes);
     let (carry, integrated) = samples::read(
         &mut reader.nvml,
@@ -102,6 +107,9 @@ fn utilization(reader: &mut Gpu<'_>) -> Option<(BusyWindow, Vec<Share>)> {
         busy_us: carry.busy_percent_us.saturating_sub(before.busy_percent_us) / 100,
         length_us: carry.sampled_us.saturating_sub(before.sampled_us),
     };
+    if !fetch {
+        return Some((window, Vec::new()));
+    }
     Some((
         window,
         fetch_processes(&mut reader.nvml, since).map(ratios)?,

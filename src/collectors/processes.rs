@@ -19,7 +19,7 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    compute::list(reader);
+    compute::list(reader, true);
 }
 
 /// The host step: each GPU's processes become samples, with their owners

@@ -44,7 +44,10 @@ pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 /// the host step; nothing where this run's totals cannot continue the
 /// state's (the next run then starts the ledger afresh).
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    let window = compute::list(reader);
+    // With no process listed now or at the previous run, no share can be
+    // any task's (a process that came and went between runs has no task).
+    let known = !reader.previous_state().tasks.processes.is_empty();
+    let window = compute::list(reader, known);
     let energy_mj = reader
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {

@@ -277,3 +277,34 @@ fn the_gpu_engines_samples_are_fetched_once_for_every_reader() {
         "{calls:?}"
     );
 }
+
+/// A GPU with no process now and none at the previous run: the tasks do
+/// not ask NVML for per-process shares (no share could be a task's); the
+/// processes collector still does (a process that came and went has its
+/// pid series).
+#[test]
+fn an_idle_gpu_is_not_asked_for_process_shares_but_for_the_processes_collector() {
+    // duty-cycle's GPU without its process.
+    let text = fs::read_to_string(scenario("duty-cycle")).unwrap();
+    let (before, after) = text.split_once("processes = [").unwrap();
+    let idle = format!("{before}processes = []{}", &after[after.find("\n]").unwrap() + 2..]);
+    let dir = tempfile::tempdir().unwrap();
+    let idle_scenario = dir.path().join("idle.toml");
+    fs::write(&idle_scenario, idle).unwrap();
+    for (args, asked) in [(&[][..], 0), (&["--collector", "processes"][..], 1)] {
+        let state = tempfile::tempdir().unwrap();
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut all = vec!["--stdout", "--gpm-window", "0"];
+        all.extend_from_slice(args);
+        let out = ex().run_args(
+            idle_scenario.to_str().unwrap(),
+            state.path(),
+            &all,
+            &[("FAKE_NVML_CALL_LOG", log.path().to_str().unwrap())],
+        );
+        assert_eq!(out.code(), Some(0), "{}", out.err());
+        let calls = Calls::read(log.path());
+        let made = calls.count("nvmlDeviceGetProcessUtilization", "0");
+        assert_eq!(made, asked, "{args:?}: {calls:?}");
+    }
+}
