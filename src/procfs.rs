@@ -12,6 +12,7 @@ use nix::unistd::User;
 
 use crate::bounded::{self, Unfinished};
 use crate::snapshot::LabelValue;
+use crate::task::owner::{placement, real_uid, Placement};
 
 /// What `/proc/<pid>` says about a process's owner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,7 +39,7 @@ impl Owner {
                 .as_deref()
                 .and_then(real_uid)
                 .map(|uid| users.name(uid)),
-            ..text("cgroup").map(|c| parse_cgroup(&c)).unwrap_or_default()
+            ..text("cgroup").map(|c| of_cgroup(&c)).unwrap_or_default()
         }
     }
 }
@@ -108,100 +109,52 @@ impl Users {
     }
 }
 
-/// The real uid from the `Uid:` line of `/proc/<pid>/status`.
-fn real_uid(status: &str) -> Option<u32> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().next())
-        .and_then(|uid| uid.parse().ok())
-}
-
-/// Attribution from `/proc/<pid>/cgroup` (v2 `0::/path` or v1 `N:ctrl:/path`;
-/// the first line that yields a value wins).
-fn parse_cgroup(cgroup: &str) -> Owner {
-    let paths: Vec<Vec<&str>> = cgroup
-        .lines()
-        .filter_map(|line| line.splitn(3, ':').nth(2))
-        .map(|path| path.split('/').filter(|c| !c.is_empty()).collect())
-        .collect();
-    let first = |find: fn(&[&str]) -> Option<String>| paths.iter().find_map(|c| find(c));
-    Owner {
-        slurm_job_id: first(|components| {
-            let id = components.iter().find_map(|c| c.strip_prefix("job_"))?;
-            (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_owned())
-        }),
-        container_id: first(|components| components.iter().rev().find_map(|c| container_id(c))),
-        systemd_unit: first(|components| {
-            let mut units = components.iter().rev();
-            let unit = units.find(|c| c.ends_with(".service") || c.ends_with(".scope"))?;
-            Some((*unit).to_owned())
-        }),
-        ..Owner::default()
+/// The owner's cgroup labels where its manager placed it (see
+/// `task::owner`: what a user names in their own subtree says nothing).
+fn of_cgroup(cgroup: &str) -> Owner {
+    let owner = Owner::default();
+    match placement(cgroup) {
+        Placement::Slurm(id) if id.bytes().all(|b| b.is_ascii_digit()) => Owner {
+            slurm_job_id: Some(id),
+            ..owner
+        },
+        Placement::Pod { container_id, .. } => Owner {
+            container_id,
+            ..owner
+        },
+        Placement::Container(id) => Owner {
+            container_id: Some(id),
+            ..owner
+        },
+        Placement::Unit(unit) => Owner {
+            systemd_unit: Some(unit),
+            ..owner
+        },
+        Placement::Slurm(_) | Placement::User => owner,
     }
-}
-
-/// A container id from one cgroup path component: `<runtime>-<id>.scope`, or a
-/// bare 64-hex-digit id (cgroup v1 `/docker/<id>`, kubepods).
-fn container_id(component: &str) -> Option<String> {
-    let id = component.strip_suffix(".scope").map_or(component, |stem| {
-        ["docker-", "cri-containerd-", "crio-", "libpod-"]
-            .iter()
-            .find_map(|prefix| stem.strip_prefix(prefix))
-            .unwrap_or("")
-    });
-    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The labels are the task's (`task::owner` tests every shape).
     #[test]
-    fn docker_scope_in_cgroup_v2() {
+    fn cgroup_labels_are_where_the_manager_placed_the_process() {
         let id = "a".repeat(64);
-        let owner = parse_cgroup(&format!("0::/system.slice/docker-{id}.scope\n"));
-        assert_eq!(owner.container_id.as_deref(), Some(id.as_str()));
-        assert_eq!(owner.systemd_unit, Some(format!("docker-{id}.scope")));
-        assert_eq!(owner.slurm_job_id, None);
-    }
-
-    #[test]
-    fn containerd_crio_podman_and_v1_docker() {
-        let id = "0123456789abcdef".repeat(4);
-        for path in [
-            format!("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope"),
-            format!("0::/kubepods.slice/crio-{id}.scope"),
-            format!(
-                "0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{id}.scope"
-            ),
-            format!("12:memory:/docker/{id}"),
-        ] {
-            assert_eq!(
-                parse_cgroup(&path).container_id.as_deref(),
-                Some(id.as_str()),
-                "{path}"
-            );
-        }
-    }
-
-    #[test]
-    fn slurm_job_from_v2_and_v1_paths() {
-        let v2 = parse_cgroup("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n");
-        assert_eq!(v2.slurm_job_id.as_deref(), Some("4711"));
-        assert_eq!(v2.systemd_unit.as_deref(), Some("slurmstepd.scope"));
-        let v1 = parse_cgroup("4:devices:/slurm/uid_1000/job_99/step_batch\n");
-        assert_eq!(v1.slurm_job_id.as_deref(), Some("99"));
-        assert_eq!(parse_cgroup("0::/x/job_abc\n").slurm_job_id, None);
-    }
-
-    #[test]
-    fn plain_service_and_garbage() {
-        let owner = parse_cgroup("0::/system.slice/trainer.service\n");
-        assert_eq!(owner.systemd_unit.as_deref(), Some("trainer.service"));
-        assert_eq!(owner.container_id, None);
-        assert_eq!(parse_cgroup("garbage\n\n:::\n"), Owner::default());
-        assert_eq!(container_id("docker-xyz.scope"), None);
+        let docker = of_cgroup(&format!("0::/system.slice/docker-{id}.scope\n"));
+        assert_eq!(docker.container_id.as_deref(), Some(id.as_str()));
+        let pod = format!("0::/kubepods/burstable/pod3f0c8a52-9b1e-4c7d-8e2f-5a6b7c8d9e01/{id}");
+        assert_eq!(of_cgroup(&pod).container_id.as_deref(), Some(id.as_str()));
+        let job = of_cgroup("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n");
+        assert_eq!(job.slurm_job_id.as_deref(), Some("4711"));
+        assert_eq!(job.systemd_unit, None);
+        let unit = of_cgroup("0::/system.slice/trainer.service\n");
+        assert_eq!(unit.systemd_unit.as_deref(), Some("trainer.service"));
+        // A user's own cgroups name nothing.
+        let forged = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_4711\n";
+        assert_eq!(of_cgroup(forged), Owner::default());
+        assert_eq!(of_cgroup("garbage\n\n:::\n"), Owner::default());
     }
 
     #[test]

@@ -114,7 +114,6 @@ mod tests {
             "gpu_instance_id=2",
             "compute_instance_id=0",
             "comm=python",
-            "systemd_unit=slurmstepd.scope",
             "slurm_job_id=5",
         ];
         assert_eq!(

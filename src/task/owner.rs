@@ -169,7 +169,7 @@ fn is_uid(text: &str) -> bool {
 }
 
 /// A container id from `<runtime>-<id>.scope`, or a bare 64-hex-digit id.
-fn container_id(component: &str) -> Option<String> {
+pub fn container_id(component: &str) -> Option<String> {
     let id = component.strip_suffix(".scope").map_or(component, |stem| {
         ["docker-", "cri-containerd-", "crio-", "libpod-"]
             .iter()

@@ -63,7 +63,6 @@ fn processes_are_attributed_from_procfs() {
     let slurm = [
         ("comm", "python"),
         ("user", "root"),
-        ("systemd_unit", "slurmstepd.scope"),
         ("slurm_job_id", "4711"),
     ];
     assert_eq!(series("301122"), (owner("301122", &slurm), 77842087936.0));

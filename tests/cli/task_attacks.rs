@@ -3,7 +3,7 @@
 //! kubelet's directories can hold, floods of tasks, driver reloads,
 //! renumbered GPUs, the previous release's state and MIG.
 
-use super::tasks::{slurm, task_value, tasks_tree, Tree, POD, SLUID};
+use super::tasks::{slurm, task_value, tasks_tree, Runs, Tree, POD, SLUID};
 use super::*;
 
 const BUSY: &str = "nvidia_gpu_task_busy_seconds_total";
@@ -26,10 +26,6 @@ fn one_gpu(dir: &Path, busy: u32, processes: &[(u32, u32)]) -> String {
     scenario.to_str().unwrap().to_owned()
 }
 
-fn args_of(tree: &Tree) -> Vec<String> {
-    tree.args()
-}
-
 fn sum(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
     select(&parsed(text), family, labels)
         .iter()
@@ -48,15 +44,13 @@ fn state_ok(text: &str) -> Option<f64> {
 #[test]
 fn a_pid_reused_by_another_job_is_counted_once() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("tasks", state.path(), t0, &args);
-    ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    runs.at("tasks", t0 + 10 * SECOND);
     let cgroup = "/system.slice/slurmstepd.scope/job_4799/step_0/user/task_0";
     tree.process(1001, 1001, cgroup, (t0 + 12 * SECOND) / SECOND, "");
-    let third = ex().run_at("tasks", state.path(), t0 + 20 * SECOND, &args);
+    let third = runs.at("tasks", t0 + 20 * SECOND);
     let gpu0 = [("gpu", "0")];
     // 60 % of 20 s, all of it the tasks'.
     assert!(close(sum(&third, BUSY, &gpu0), 12.0), "{third}");
@@ -116,12 +110,10 @@ fn hostile_cgroup_names_place_nothing_and_are_escaped() {
     processes.push((3100, 5));
     let dir = tempfile::tempdir().unwrap();
     let scenario = one_gpu(dir.path(), 100, &processes);
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at(&scenario, state.path(), t0, &args);
-    let second = ex().run_at(&scenario, state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(&scenario, t0);
+    let second = runs.at(&scenario, t0 + 10 * SECOND);
     let samples = parsed(&second);
     let busy = select(&samples, BUSY, &[]);
     // Two tasks: the user (uid 1000) and the unit.
@@ -174,12 +166,10 @@ fn hostile_pod_and_container_log_names_name_nothing() {
     }
     let dir = tempfile::tempdir().unwrap();
     let scenario = one_gpu(dir.path(), 50, &[(4000, 50)]);
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at(&scenario, state.path(), t0, &args);
-    let second = ex().run_at(&scenario, state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(&scenario, t0);
+    let second = runs.at(&scenario, t0 + 10 * SECOND);
     let samples = parsed(&second);
     let busy = select(&samples, BUSY, &[("k8s_pod_uid", POD)]);
     assert_eq!(busy.len(), 1, "{second}");
@@ -233,12 +223,10 @@ fn a_forged_slurm_job_id_in_the_environment() {
         80,
         &[(5001, 20), (5002, 20), (5003, 20), (5004, 20)],
     );
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at(&scenario, state.path(), t0, &args);
-    let second = ex().run_at(&scenario, state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(&scenario, t0);
+    let second = runs.at(&scenario, t0 + 10 * SECOND);
     let samples = parsed(&second);
     for forged in ["9999", "9998", "9997"] {
         assert!(
@@ -278,7 +266,7 @@ fn a_flood_of_short_tasks_keeps_the_bound_and_doubles_nothing() {
             .collect()
     };
     let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
+    let args = tree.args();
     let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
     all.push("--write-state");
     let t0 = now_on_the_sample_grid();
@@ -337,9 +325,7 @@ fn a_flood_of_short_tasks_keeps_the_bound_and_doubles_nothing() {
 #[test]
 fn a_driver_reload_moves_no_energy_counter_back() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let runs = Runs::new(&tree);
     let dir = tempfile::tempdir().unwrap();
     let toml = fs::read_to_string(ex().scenario("tasks")).unwrap();
     let reloaded = dir.path().join("reloaded.toml");
@@ -349,11 +335,11 @@ fn a_driver_reload_moves_no_energy_counter_back() {
     )
     .unwrap();
     let reloaded = reloaded.to_str().unwrap();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("tasks", state.path(), t0, &args);
-    let second = ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
-    let third = ex().run_at(reloaded, state.path(), t0 + 20 * SECOND, &args);
-    let fourth = ex().run_at(reloaded, state.path(), t0 + 30 * SECOND, &args);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    let second = runs.at("tasks", t0 + 10 * SECOND);
+    let third = runs.at(reloaded, t0 + 20 * SECOND);
+    let fourth = runs.at(reloaded, t0 + 30 * SECOND);
     let energy = |text: &str| task_value(text, ENERGY, "0", &slurm("4711"));
     let nobody = |text: &str| {
         value_in(
@@ -377,9 +363,7 @@ fn a_driver_reload_moves_no_energy_counter_back() {
 #[test]
 fn a_renumbered_gpu_keeps_its_tasks() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let runs = Runs::new(&tree);
     let dir = tempfile::tempdir().unwrap();
     let toml = fs::read_to_string(ex().scenario("tasks")).unwrap();
     let (head, rest) = toml.split_once("[[gpu]]").unwrap();
@@ -387,10 +371,10 @@ fn a_renumbered_gpu_keeps_its_tasks() {
     let swapped = dir.path().join("swapped.toml");
     fs::write(&swapped, format!("{head}[[gpu]]{gpu1}\n[[gpu]]{gpu0}")).unwrap();
     let swapped = swapped.to_str().unwrap();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("tasks", state.path(), t0, &args);
-    ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
-    let third = ex().run_at(swapped, state.path(), t0 + 20 * SECOND, &args);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    runs.at("tasks", t0 + 10 * SECOND);
+    let third = runs.at(swapped, t0 + 20 * SECOND);
     // Job 4711's GPU (UUID …000) is now index 1.
     assert!(
         close(task_value(&third, BUSY, "1", &slurm("4711")), 8.0),
@@ -415,12 +399,10 @@ fn a_renumbered_gpu_keeps_its_tasks() {
 #[test]
 fn a_state_of_the_previous_release_is_taken_and_tasks_start_at_zero() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("tasks", state.path(), t0, &args);
-    let file = state.path().join("state");
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    let file = runs.state().join("state");
     let mut json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(json["version"], 2);
@@ -428,7 +410,7 @@ fn a_state_of_the_previous_release_is_taken_and_tasks_start_at_zero() {
         assert!(gpu.as_object_mut().unwrap().remove("tasks").is_some());
     }
     fs::write(&file, json.to_string() + "\n").unwrap();
-    let second = ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
+    let second = runs.at("tasks", t0 + 10 * SECOND);
     assert_eq!(state_ok(&second), Some(1.0), "{second}");
     assert_eq!(task_value(&second, BUSY, "0", &slurm("4711")), 0.0);
     assert_eq!(task_value(&second, ENERGY, "0", &slurm("4711")), 0.0);
@@ -440,7 +422,7 @@ fn a_state_of_the_previous_release_is_taken_and_tasks_start_at_zero() {
         ),
         Some(0.0)
     );
-    let third = ex().run_at("tasks", state.path(), t0 + 20 * SECOND, &args);
+    let third = runs.at("tasks", t0 + 20 * SECOND);
     assert!(
         close(task_value(&third, BUSY, "0", &slurm("4711")), 4.0),
         "{third}"
@@ -463,12 +445,10 @@ fn mig_instances_are_tasks_of_their_own() {
             "",
         );
     }
-    let state = tempfile::tempdir().unwrap();
-    let args = args_of(&tree);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("h100-mig", state.path(), t0, &args);
-    let second = ex().run_at("h100-mig", state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("h100-mig", t0);
+    let second = runs.at("h100-mig", t0 + 10 * SECOND);
     let samples = parsed(&second);
     let one = select(
         &samples,

@@ -62,6 +62,32 @@ impl Tree {
     }
 }
 
+/// Runs at the fake NVML's clock from `t0` (now, on the sample grid) with a
+/// state of their own, the tree as /proc and the kubelet's directories.
+pub(super) struct Runs {
+    pub(super) t0: u64,
+    state: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl Runs {
+    pub(super) fn new(tree: &Tree) -> Runs {
+        let state = tempfile::tempdir().unwrap();
+        let (t0, args) = (now_on_the_sample_grid(), tree.args());
+        Runs { t0, state, args }
+    }
+
+    /// A checked run of `scenario` at the clock `clock_us`; its text.
+    pub(super) fn at(&self, scenario: &str, clock_us: u64) -> String {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        ex().run_at(scenario, self.state.path(), clock_us, &args)
+    }
+
+    pub(super) fn state(&self) -> &Path {
+        self.state.path()
+    }
+}
+
 /// The tasks of tests/scenarios/tasks.toml, started ten minutes ago.
 pub(super) fn tasks_tree() -> Tree {
     let tree = Tree::new();
@@ -134,11 +160,9 @@ pub(super) fn slurm(id: &str) -> Vec<(&str, &str)> {
 #[test]
 fn each_task_gets_its_share_of_busy_time_and_energy_from_run_to_run() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = tree.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    let first = ex().run_at("tasks", state.path(), t0, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    let first = runs.at("tasks", t0);
     // The first run sets the baseline: every task at 0.
     assert_eq!(
         task_value(
@@ -149,7 +173,7 @@ fn each_task_gets_its_share_of_busy_time_and_energy_from_run_to_run() {
         ),
         0.0
     );
-    let second = ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
+    let second = runs.at("tasks", t0 + 10 * SECOND);
     let busy = |gpu, labels: &[(&str, &str)]| {
         task_value(&second, "nvidia_gpu_task_busy_seconds_total", gpu, labels)
     };
@@ -222,19 +246,17 @@ fn each_task_gets_its_share_of_busy_time_and_energy_from_run_to_run() {
 #[test]
 fn a_task_that_exits_or_whose_pid_is_reused_keeps_its_share() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = tree.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("tasks", state.path(), t0, &args);
-    ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    runs.at("tasks", t0 + 10 * SECOND);
     // Before the third run the pod's process has exited, and the job's pid
     // belongs to a process of another job that started when the window
     // ended (after NVML last saw the pid busy).
     fs::remove_dir_all(tree.dir.path().join("proc/1002")).unwrap();
     let cgroup = "/system.slice/slurmstepd.scope/job_4799/step_0/user/task_0";
     tree.process(1001, 1000, cgroup, (t0 + 21 * SECOND) / SECOND, "");
-    let third = ex().run_at("tasks", state.path(), t0 + 20 * SECOND, &args);
+    let third = runs.at("tasks", t0 + 20 * SECOND);
     let pod = [("k8s_pod_uid", POD)];
     let busy = |labels: &[(&str, &str)]| {
         task_value(&third, "nvidia_gpu_task_busy_seconds_total", "0", labels)
@@ -256,12 +278,10 @@ fn a_task_that_exits_or_whose_pid_is_reused_keeps_its_share() {
 #[test]
 fn a_lost_state_starts_the_tasks_afresh_and_counts_nothing_twice() {
     let tree = tasks_tree();
-    let state = tempfile::tempdir().unwrap();
-    let args = tree.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at("tasks", state.path(), t0, &args);
-    let second = ex().run_at("tasks", state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    let second = runs.at("tasks", t0 + 10 * SECOND);
     assert!(close(
         task_value(
             &second,
@@ -272,10 +292,10 @@ fn a_lost_state_starts_the_tasks_afresh_and_counts_nothing_twice() {
         4.0
     ));
     // The state is lost: the next run only sets a new baseline.
-    for entry in fs::read_dir(state.path()).unwrap() {
+    for entry in fs::read_dir(runs.state()).unwrap() {
         fs::remove_file(entry.unwrap().path()).unwrap();
     }
-    let third = ex().run_at("tasks", state.path(), t0 + 20 * SECOND, &args);
+    let third = runs.at("tasks", t0 + 20 * SECOND);
     assert_eq!(
         task_value(
             &third,
@@ -293,7 +313,7 @@ fn a_lost_state_starts_the_tasks_afresh_and_counts_nothing_twice() {
         ),
         Some(0.0)
     );
-    let fourth = ex().run_at("tasks", state.path(), t0 + 30 * SECOND, &args);
+    let fourth = runs.at("tasks", t0 + 30 * SECOND);
     assert!(close(
         task_value(
             &fourth,
@@ -336,12 +356,10 @@ fn sixty_four_gpus_with_a_hundred_tasks_each_fit_the_bounds() {
     let scenario = dir.path().join("many.toml");
     fs::write(&scenario, toml).unwrap();
     let scenario = scenario.to_str().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let args = tree.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = now_on_the_sample_grid();
-    ex().run_at(scenario, state.path(), t0, &args);
-    let second = ex().run_at(scenario, state.path(), t0 + 10 * SECOND, &args);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(scenario, t0);
+    let second = runs.at(scenario, t0 + 10 * SECOND);
     let samples = parsed(&second);
     let busy = select(&samples, "nvidia_gpu_task_busy_seconds_total", &[]);
     assert_eq!(busy.len(), 6400);
@@ -351,4 +369,27 @@ fn sixty_four_gpus_with_a_hundred_tasks_each_fit_the_bounds() {
         value(&samples, "nvidia_gpu_collector_state_ok", &[]),
         Some(1.0)
     );
+}
+
+/// A Slurm job under cgroup v1 (a hybrid host: the job in the controllers'
+/// hierarchies, the unified one unused).
+#[test]
+fn a_slurm_job_under_cgroup_v1_is_its_task() {
+    let tree = tasks_tree();
+    let v1 = "12:memory:/slurm/uid_1000/job_99/step_0/task_0\n\
+              4:devices:/slurm/uid_1000/job_99/step_0/task_0\n\
+              1:name=systemd:/system.slice/slurmd.service\n0::/\n";
+    fs::write(tree.dir.path().join("proc/2004/cgroup"), v1).unwrap();
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    let second = runs.at("tasks", t0 + 10 * SECOND);
+    let busy = task_value(
+        &second,
+        "nvidia_gpu_task_busy_seconds_total",
+        "1",
+        &slurm("99"),
+    );
+    assert!(close(busy, 0.5), "{second}");
+    assert!(!second.contains("inference.service"), "{second}");
 }

@@ -287,7 +287,10 @@ fn an_idle_gpu_is_not_asked_for_process_shares_but_for_the_processes_collector()
     // duty-cycle's GPU without its process.
     let text = fs::read_to_string(scenario("duty-cycle")).unwrap();
     let (before, after) = text.split_once("processes = [").unwrap();
-    let idle = format!("{before}processes = []{}", &after[after.find("\n]").unwrap() + 2..]);
+    let idle = format!(
+        "{before}processes = []{}",
+        &after[after.find("\n]").unwrap() + 2..]
+    );
     let dir = tempfile::tempdir().unwrap();
     let idle_scenario = dir.path().join("idle.toml");
     fs::write(&idle_scenario, idle).unwrap();
