@@ -4,9 +4,9 @@
 //! reads the window and the energy counter; the host step names each
 //! process's task and advances the GPU's [`Ledger`] ([`account`], pure).
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nvml::calls;
@@ -67,6 +67,10 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
     let users = Users::new(run.until);
+    let environ = Environ {
+        until: run.until,
+        gave_up: Cell::new(false),
+    };
     // Read once, and only for a run with a pod's process.
     let pods = OnceCell::new();
     let mut holders = HashMap::new();
@@ -82,7 +86,7 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         let mut holder_of = |process: &Process| -> Option<(Holder, u64)> {
             let found = holders.entry(process.pid).or_insert_with(|| {
                 let pods = || pods.get_or_init(|| read_pods(pod_logs, container_logs, until));
-                task_of(run.procfs, process.pid, &users, pods)
+                task_of(run.procfs, process.pid, &users, &environ, pods)
             });
             let (task, start) = found.clone()?;
             let gpu_instance_id = process.gpu_instance_id;
@@ -163,6 +167,7 @@ fn task_of<'p>(
     procfs: &Path,
     pid: u32,
     users: &Users,
+    environ: &Environ,
     pods: impl FnOnce() -> &'p Pods,
 ) -> Option<(Task, u64)> {
     let dir = procfs.join(pid.to_string());
@@ -174,8 +179,8 @@ fn task_of<'p>(
             sluid: None,
         },
         Placement::Slurm(sluid) => Task::Slurm {
-            job_id: std::fs::read(dir.join("environ"))
-                .ok()
+            job_id: environ
+                .read(dir.join("environ"))
                 .and_then(|environ| owner::slurm_job_id(&environ, &sluid)),
             sluid: Some(sluid),
         },
@@ -188,6 +193,30 @@ fn task_of<'p>(
         }
     };
     Some((task, start))
+}
+
+/// Reads of processes' environments, each on a thread of its own until the
+/// deadline (reading one waits for its process's memory map, which a process
+/// stuck in the driver can hold); after one that did not answer, none.
+struct Environ {
+    until: Instant,
+    gave_up: Cell<bool>,
+}
+
+impl Environ {
+    fn read(&self, path: PathBuf) -> Option<Vec<u8>> {
+        if self.gave_up.get() {
+            return None;
+        }
+        match bounded::call("environ", self.until, move || std::fs::read(path)) {
+            Ok(read) => read.ok(),
+            Err(_) => {
+                log::warn!("a process's environment did not answer in time; Slurm job numbers by SLUID left out");
+                self.gave_up.set(true);
+                None
+            }
+        }
+    }
 }
 
 /// `holder`, a pod the kubelet's directories no longer (or not yet) name

@@ -393,3 +393,34 @@ fn a_slurm_job_under_cgroup_v1_is_its_task() {
     assert!(close(busy, 0.5), "{second}");
     assert!(!second.contains("inference.service"), "{second}");
 }
+
+/// A process's environment that does not answer (its memory map held by a
+/// process stuck in the driver; here a FIFO no one writes): the run ends by
+/// its deadline, the job keeps its SLUID without the number.
+#[test]
+fn an_environment_that_does_not_answer_costs_only_the_job_number() {
+    let tree = tasks_tree();
+    let environ = tree.dir.path().join("proc/2001/environ");
+    fs::remove_file(&environ).unwrap();
+    let made = Command::new("mkfifo").arg(&environ).status().unwrap();
+    assert!(made.success());
+    let mut args = tree.args();
+    args.extend(["--timeout", "3s"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let state = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let text = ex().run_at("tasks", state.path(), now_on_the_sample_grid(), &args);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let samples = parsed(&text);
+    let job = select(
+        &samples,
+        "nvidia_gpu_task_busy_seconds_total",
+        &[("slurm_job_sluid", SLUID)],
+    );
+    assert_eq!(job.len(), 1, "{text}");
+    assert_eq!(job[0].0.label("slurm_job_id"), None, "{text}");
+}
