@@ -63,9 +63,13 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 /// The host step: names each process's task, advances every GPU's ledger
 /// and writes its series.
 pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
-    let now_us = SystemTime::now()
+    // Boot time, not the wall clock: a clock step moves no count. NVML's
+    // sample times are the wall clock's.
+    let now_us = owner::boot_us();
+    let wall_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
+    let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
     let users = Users::new(run.until);
     let environ = Environ {
         until: run.until,
@@ -103,7 +107,7 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 pid: process.pid,
                 listed: process.listed,
                 now: holder_of(process),
-                share: process.sm_ratio.zip(process.sm_seen_us),
+                share: process.sm_ratio.zip(process.sm_seen_us.map(to_boot)),
             })
             .collect();
         let accounted = account(

@@ -25,7 +25,7 @@ pub struct Totals {
     pub energy_mj: u64,
     /// Time a process of the holder was listed on the GPU, µs.
     pub held_us: u64,
-    /// Wall time (µs since the epoch) it last held the GPU or was charged.
+    /// When it last held the GPU or was charged, µs after boot.
     pub seen_us: u64,
 }
 
@@ -34,15 +34,16 @@ pub struct Totals {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Ledger {
-    /// Wall time of the run it is up to, µs since the epoch.
+    /// When the run it is up to took place, µs after boot (the state is a
+    /// boot's).
     pub at_us: u64,
     /// The GPU's energy counter at that run, mJ.
     pub energy_mj: Option<u64>,
     /// Energy of windows (or their parts) no known holder used, mJ.
     pub unattributed_mj: u64,
     pub totals: Vec<(Holder, Totals)>,
-    /// The processes listed at that run: pid, start time (µs since the
-    /// epoch), its holder's index in `totals`; how a share NVML gives a pid
+    /// The processes listed at that run: pid, start time (µs after boot),
+    /// its holder's index in `totals`; how a share NVML gives a pid
     /// that has since exited or been reused finds the holder it ran for.
     pub processes: Vec<(u32, u64, usize)>,
     /// A holder was refused for [`MAX_HOLDERS`] (said once, when it began).
@@ -78,7 +79,7 @@ pub struct Seen {
     /// The holder of the process now running as `pid`, and its start time.
     pub now: Option<(Holder, u64)>,
     /// Its mean share of the window (0-1) and NVML's newest sample time of
-    /// it (µs since the epoch).
+    /// it (µs after boot).
     pub share: Option<(f64, u64)>,
 }
 

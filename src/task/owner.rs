@@ -263,9 +263,8 @@ fn is_name(text: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
-/// When process `pid` started, µs since the epoch: its start in clock ticks
-/// after boot (`/proc/<pid>/stat`, field 22) plus the boot time (`btime` of
-/// `/proc/stat`, whole seconds).
+/// When process `pid` started, µs after boot: field 22 of `/proc/<pid>/stat`,
+/// in clock ticks.
 pub fn started_us(procfs: &Path, pid: u32) -> Option<u64> {
     let stat = fs::read(procfs.join(pid.to_string()).join("stat")).ok()?;
     // The command name (field 2) may hold anything: fields after its `)`.
@@ -275,15 +274,14 @@ pub fn started_us(procfs: &Path, pid: u32) -> Option<u64> {
         .nth(19)?
         .parse()
         .ok()?;
-    let boot = fs::read_to_string(procfs.join("stat")).ok()?;
-    let boot_s: u64 = boot
-        .lines()
-        .find_map(|line| line.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    let per_second = rustix::param::clock_ticks_per_second();
-    Some(boot_s * 1_000_000 + ticks * 1_000_000 / per_second)
+    Some(ticks * 1_000_000 / rustix::param::clock_ticks_per_second())
+}
+
+/// µs since boot: the clock of process starts, which a step of the wall
+/// clock does not move.
+pub fn boot_us() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1000
 }
 
 /// The real uid from the `Uid:` line of `/proc/<pid>/status`.
@@ -442,13 +440,12 @@ mod tests {
     #[test]
     fn a_start_time_is_read_past_any_command_name() {
         let root = tempfile::tempdir().unwrap();
-        fs::write(root.path().join("stat"), "cpu 1 2 3\nbtime 1700000000\n").unwrap();
         fs::create_dir(root.path().join("42")).unwrap();
         // Field 22 is 250 ticks (2.5 s at 100 per second) after boot.
         let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 250 1000 10";
         fs::write(root.path().join("42/stat"), stat).unwrap();
         let per_second = rustix::param::clock_ticks_per_second();
-        let expected = 1_700_000_000_000_000 + 250 * 1_000_000 / per_second;
+        let expected = 250 * 1_000_000 / per_second;
         assert_eq!(started_us(root.path(), 42), Some(expected));
         assert_eq!(started_us(root.path(), 43), None);
     }

@@ -69,7 +69,7 @@ fn a_pid_reused_by_another_job_is_counted_once() {
 #[test]
 fn hostile_cgroup_names_place_nothing_and_are_escaped() {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     let mine = "/user.slice/user-1000.slice/user@1000.service/app.slice";
     let pod_systemd = POD.replace('-', "_");
     let id = "ab".repeat(32);
@@ -135,7 +135,7 @@ fn hostile_cgroup_names_place_nothing_and_are_escaped() {
 #[test]
 fn hostile_pod_and_container_log_names_name_nothing() {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     let id = "c0".repeat(32);
     let pod_systemd = POD.replace('-', "_");
     tree.process(
@@ -187,7 +187,7 @@ fn hostile_pod_and_container_log_names_name_nothing() {
 #[test]
 fn a_forged_slurm_job_id_in_the_environment() {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     let other = "sEKNKTV3WPV501";
     tree.process(
         5001,
@@ -254,7 +254,7 @@ fn a_forged_slurm_job_id_in_the_environment() {
 #[test]
 fn a_flood_of_short_tasks_keeps_the_bound_and_doubles_nothing() {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     let dir = tempfile::tempdir().unwrap();
     let flood = |first: u32| -> Vec<(u32, u32)> {
         (0..300)
@@ -435,7 +435,7 @@ fn a_state_of_the_previous_release_is_taken_and_tasks_start_at_zero() {
 #[test]
 fn mig_instances_are_tasks_of_their_own() {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     for (pid, job) in [(61204, 1), (61377, 2)] {
         tree.process(
             pid,

@@ -19,14 +19,22 @@ impl Tree {
         for sub in ["proc", "pods", "containers"] {
             fs::create_dir(dir.path().join(sub)).unwrap();
         }
-        // Booted an hour ago.
-        let boot_s = now_on_the_sample_grid() / SECOND - 3600;
+        // The host's own boot: the exporter counts process starts (ticks
+        // after boot) on its boot clock.
+        let uptime = fs::read_to_string("/proc/uptime").unwrap();
+        let uptime_s: f64 = uptime.split_whitespace().next().unwrap().parse().unwrap();
+        let boot_s = now_on_the_sample_grid() / SECOND - uptime_s as u64;
         fs::write(
             dir.path().join("proc/stat"),
             format!("cpu 1 2 3\nbtime {boot_s}\n"),
         )
         .unwrap();
         Tree { dir, boot_s }
+    }
+
+    /// A start a minute ago (Unix time, whole seconds).
+    pub(super) fn a_minute_ago(&self) -> u64 {
+        now_on_the_sample_grid() / SECOND - 60
     }
 
     pub(super) fn path(&self, sub: &str) -> String {
@@ -91,7 +99,7 @@ impl Runs {
 /// The tasks of tests/scenarios/tasks.toml, started ten minutes ago.
 pub(super) fn tasks_tree() -> Tree {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     let container = "c0".repeat(32);
     let pod_systemd = POD.replace('-', "_");
     tree.process(
@@ -330,7 +338,7 @@ fn a_lost_state_starts_the_tasks_afresh_and_counts_nothing_twice() {
 #[test]
 fn sixty_four_gpus_with_a_hundred_tasks_each_fit_the_bounds() {
     let tree = Tree::new();
-    let start = tree.boot_s + 3000;
+    let start = tree.a_minute_ago();
     let dir = tempfile::tempdir().unwrap();
     let mut toml = String::from(
         "description = \"64 GPUs, 100 tasks each. Follows: tests/scenarios/tasks.toml\"\n",
