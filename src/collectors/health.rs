@@ -1,4 +1,5 @@
-//! Memory health, and the recovery action the driver asks for.
+//! Memory and SRAM health, repairs waiting for a reset, and the recovery
+//! action the driver asks for.
 
 use nvml::calls;
 use nvml::types::field_id::{
@@ -28,8 +29,18 @@ families! {
         "1 if a row remap is waiting for a GPU reset.";
     REMAPPED_ROWS_FAILURE: Gauge(Number), "nvidia_gpu_remapped_rows_failure", [],
         "1 if a row remap failed: the GPU needs service.";
+    ROW_REMAPPER_BANKS: Gauge(Number), "nvidia_gpu_row_remapper_banks", ["availability"],
+        "Memory banks by the reserved rows they have left to remap rows into: max (all), high, partial, low, none (a bank with none left cannot remap another row).";
+    REPAIR_PENDING: Gauge(Number), "nvidia_gpu_repair_pending", ["kind"],
+        "1 if a repair of this kind (tpc, channel) waits for the GPU's next reset.";
+    SRAM_ECC_ERRORS: Counter(Count), "nvidia_gpu_sram_ecc_errors_total", ["type", "scope"],
+        "SRAM ECC errors by type (corrected, uncorrected_parity, uncorrected_sec_ded) and scope (volatile: since the driver loaded; aggregate: lifetime).";
+    SRAM_ECC_LOCATION_ERRORS: Counter(Count), "nvidia_gpu_sram_ecc_location_errors_total", ["location"],
+        "Uncorrected SRAM ECC errors over the GPU's lifetime by where they occurred (l2, sm, pcie, microcontroller, other).";
+    SRAM_ECC_THRESHOLD_EXCEEDED: Gauge(Number), "nvidia_gpu_sram_ecc_threshold_exceeded", [],
+        "1 if the SRAM ECC errors exceed the threshold of NVIDIA's field diagnostics: the GPU needs service.";
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
-        "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset), 0 for the others.";
+        "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, system_reboot; unknown for a newer one), 0 for the others.";
 }
 
 type Labelled<T> = (T, &'static str);
@@ -58,13 +69,18 @@ const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (driver 570+, newer than the bindings).
 pub(super) const FI_GPU_RECOVERY_ACTION: u32 = 230;
 
-/// `nvmlDeviceGpuRecoveryAction_t` values 0..=4.
-const RECOVERY_ACTIONS: [&str; 5] = [
+/// `nvmlDeviceGpuRecoveryAction_t` values 0..=7: 0-4 since R570, 5 (recover
+/// the IMEX domain) after R595, 6 (reset the PCIe bus) and 7 (reboot the
+/// system) since NVML v615 (its change log).
+const RECOVERY_ACTIONS: [&str; 8] = [
     "none",
     "gpu_reset",
     "node_reboot",
     "drain_p2p",
     "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
 ];
 
 pub(super) const FIELDS: &[u32] = &[
@@ -123,6 +139,42 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         reader.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
         reader.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
+    if let Some(banks) = reader.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
+        for (count, label) in banks.into_iter().zip(REMAPPER_AVAILABILITY) {
+            reader.push(ROW_REMAPPER_BANKS.sample_with([label], f64::from(count)));
+        }
+    }
+    if let Some(repair) = reader.nvml.read(calls::REPAIR_STATUS, ()) {
+        for (pending, kind) in [(repair.tpc, "tpc"), (repair.channel, "channel")] {
+            reader.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
+        }
+    }
+    sram_ecc(reader);
+}
+
+/// `nvmlRowRemapperHistogramValues_t`'s order.
+const REMAPPER_AVAILABILITY: [&str; 5] = ["max", "high", "partial", "low", "none"];
+
+/// `SramEcc::locations`' order.
+const SRAM_LOCATIONS: [&str; 5] = ["l2", "sm", "pcie", "microcontroller", "other"];
+
+fn sram_ecc(reader: &mut Gpu<'_>) {
+    let Some(sram) = reader.nvml.read(calls::SRAM_ECC, ()) else {
+        return;
+    };
+    for (counts, scope) in [(sram.volatile, "volatile"), (sram.aggregate, "aggregate")] {
+        for (count, kind) in [
+            (counts.corrected, "corrected"),
+            (counts.uncorrected_parity, "uncorrected_parity"),
+            (counts.uncorrected_sec_ded, "uncorrected_sec_ded"),
+        ] {
+            reader.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
+        }
+    }
+    for (count, location) in sram.locations.into_iter().zip(SRAM_LOCATIONS) {
+        reader.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
+    }
+    reader.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
 }
 
 /// A value newer than this exporter knows is `action="unknown"`.

@@ -2,6 +2,7 @@
 //! kebab-case; a family emitted by one collector only, except
 //! `collector::SHARED`; a reader emits only its families (in `tests/cli/`).
 
+mod c2c;
 mod clocks;
 mod fabric;
 mod gpm;
@@ -15,6 +16,7 @@ mod modes;
 mod nvlink;
 mod pcie;
 mod pcie_errors;
+mod platform;
 mod power;
 mod processes;
 mod tasks;
@@ -60,7 +62,7 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "power",
         default: true,
-        help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit.",
+        help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit, the power-smoothing circuitry's lifetime left.",
         families: power::FAMILIES,
         hooks: Hooks::read(power::read, power::FIELDS).with_fields_for(power::second_reading),
     },
@@ -102,7 +104,7 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "health",
         default: true,
-        help: "ECC mode and errors, retired pages, remapped rows, the recovery action the driver asks for.",
+        help: "ECC mode and errors, retired pages, remapped rows and the banks' rows left to remap into, SRAM ECC errors, TPC and channel repairs waiting for a reset, the recovery action the driver asks for.",
         families: health::FAMILIES,
         hooks: Hooks::read(health::read, health::FIELDS),
     },
@@ -140,6 +142,20 @@ pub static ALL: &[Collector] = &[
         help: "NVLink fabric of NVSwitch systems: registration state and status, cluster and clique, health conditions and summary (nothing on GPUs on no fabric; that answer is read once per driver).",
         families: fabric::FAMILIES,
         hooks: Hooks::read(fabric::read, &[]),
+    },
+    Collector {
+        name: "c2c",
+        default: true,
+        help: "Chip-to-chip links between the GPU and the Grace CPU of its superchip (GH200, GB200): count, state, bandwidth, errors and power state (nothing on other GPUs).",
+        families: c2c::FAMILIES,
+        hooks: Hooks::read(c2c::read, c2c::FIELDS),
+    },
+    Collector {
+        name: "platform",
+        default: true,
+        help: "Where the GPU sits in its rack (Blackwell and newer: GB200 NVL72): chassis serial number, slot, compute tray, node and module as labels.",
+        families: platform::FAMILIES,
+        hooks: Hooks::read(platform::read, &[]),
     },
     Collector {
         name: "mig",

@@ -5,12 +5,13 @@
 use nvml::calls;
 use nvml::types::field_id::{
     NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT, NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING,
 };
 use nvml::types::DeviceArchitecture;
 
 use crate::collector::{Gpu, PER_MILLI};
 use crate::facts::{Chip, GpuFacts};
-use crate::metrics::families;
+use crate::metrics::{self, families};
 
 families! {
     FAMILIES;
@@ -26,9 +27,16 @@ families! {
         "Power drawn by the GPU, averaged by the driver over the last second (nvidia-smi: Average Power Draw); only where nvidia_gpu_power_watts is instantaneous (GA100 and older, or an architecture NVML does not name).";
     POWER_INSTANT: Gauge(Watts), "nvidia_gpu_power_instant_watts", [],
         "Power drawn by the GPU at the moment of reading (nvidia-smi: Instantaneous Power Draw; driver 535+); only where nvidia_gpu_power_watts is a 1 s average (Ampere except GA100, and newer).";
+    POWER_SMOOTHING_LIFETIME: Gauge(Ratio), "nvidia_gpu_power_smoothing_lifetime_remaining_ratio", [],
+        "Share of its lifetime the power-smoothing circuitry has left (Blackwell; driver 575+).";
 }
 
-pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
+/// The lifetime field is 258 from driver 580.82 on, 263 before
+/// (`nvml::fields::driver_id`).
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING,
+];
 
 pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
     if draw_is_averaged(facts) {
@@ -84,6 +92,13 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         if let Some(milliwatts) = reader.nvml.field(field) {
             reader.gauge(family, milliwatts / PER_MILLI);
         }
+    }
+    let lifetime = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
+    if let Some(percent) = reader.nvml.field(lifetime) {
+        reader.push_read(
+            POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent)),
+            percent,
+        );
     }
 }
 

@@ -17,6 +17,7 @@ use nvml_wrapper::structs::device::{
 use nvml_wrapper::Device;
 
 use crate::fields::{self, Field};
+use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc};
 
 pub struct Call<A, T> {
     pub name: &'static str,
@@ -94,4 +95,9 @@ calls! {
     FIELD: nvmlDeviceGetFieldValues(field: Field) -> f64 = |d| fields::read_one(d, field);
     /// NOT_SUPPORTED where the GPU is on no NVLink fabric.
     ON_FABRIC: nvmlDeviceGetGpuFabricInfoV() -> bool = |d| crate::fabric::on_fabric(d);
+    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairStatus = |d| health::repair_status(d);
+    REMAPPER_HISTOGRAM: nvmlDeviceGetRowRemapperHistogram() -> RemapperHistogram
+        = |d| health::remapper_histogram(d);
+    SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc = |d| health::sram_ecc(d);
+    PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo = |d| health::platform_info(d);
 }

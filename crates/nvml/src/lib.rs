@@ -29,6 +29,7 @@ mod error;
 pub mod fabric;
 pub mod fields;
 mod gpm;
+pub mod health;
 mod inflight;
 pub mod mig;
 mod reader;

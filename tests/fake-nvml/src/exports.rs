@@ -680,6 +680,98 @@ export! {
         put(isPending, Some(c_uint::from(r.pending)))?;
         put(failureOccurred, Some(c_uint::from(r.failure)))
     }
+
+    fn nvmlDeviceGetRowRemapperHistogram(
+        device: nvmlDevice_t,
+        values: *mut nvmlRowRemapperHistogramValues_t,
+    ) {
+        let d = device_call(SYM, device, !values.is_null(), OnMig::NotSupported)?;
+        let h = d.gpu().row_remapper_histogram.as_ref();
+        put(
+            values,
+            h.map(|h| nvmlRowRemapperHistogramValues_t {
+                max: h.max,
+                high: h.high,
+                partial: h.partial,
+                low: h.low,
+                none: h.none,
+            }),
+        )
+    }
+
+    fn nvmlDeviceGetRepairStatus(device: nvmlDevice_t, repairStatus: *mut nvmlRepairStatus_t) {
+        let d = device_call(SYM, device, !repairStatus.is_null(), OnMig::NotSupported)?;
+        if (*repairStatus).version != NVML_REPAIR_STATUS_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let r = d.gpu().repair_status.as_ref();
+        put(
+            repairStatus,
+            r.map(|r| nvmlRepairStatus_t {
+                version: NVML_REPAIR_STATUS_V1,
+                bChannelRepairPending: c_uint::from(r.channel),
+                bTpcRepairPending: c_uint::from(r.tpc),
+            }),
+        )
+    }
+
+    fn nvmlDeviceGetSramEccErrorStatus(
+        device: nvmlDevice_t,
+        status: *mut nvmlEccSramErrorStatus_t,
+    ) {
+        let d = device_call(SYM, device, !status.is_null(), OnMig::NotSupported)?;
+        if (*status).version != NVML_ECC_SRAM_ERROR_STATUS_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let e = d.gpu().sram_ecc.as_ref();
+        put(
+            status,
+            e.map(|e| nvmlEccSramErrorStatus_t {
+                version: NVML_ECC_SRAM_ERROR_STATUS_V1,
+                aggregateUncParity: e.aggregate_unc_parity,
+                aggregateUncSecDed: e.aggregate_unc_sec_ded,
+                aggregateCor: e.aggregate_cor,
+                volatileUncParity: e.volatile_unc_parity,
+                volatileUncSecDed: e.volatile_unc_sec_ded,
+                volatileCor: e.volatile_cor,
+                aggregateUncBucketL2: e.aggregate_unc_bucket_l2,
+                aggregateUncBucketSm: e.aggregate_unc_bucket_sm,
+                aggregateUncBucketPcie: e.aggregate_unc_bucket_pcie,
+                aggregateUncBucketMcu: e.aggregate_unc_bucket_mcu,
+                aggregateUncBucketOther: e.aggregate_unc_bucket_other,
+                bThresholdExceeded: c_uint::from(e.threshold_exceeded),
+            }),
+        )
+    }
+
+    fn nvmlDeviceGetPlatformInfo(device: nvmlDevice_t, platformInfo: *mut nvmlPlatformInfo_t) {
+        let d = device_call(SYM, device, !platformInfo.is_null(), OnMig::NotSupported)?;
+        let p = d.gpu().platform.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let version = (*platformInfo).version;
+        let accepted = match p.max_version.unwrap_or(2) {
+            1 => version == NVML_PLATFORM_INFO_V1,
+            _ => version == NVML_PLATFORM_INFO_V1 || version == NVML_PLATFORM_INFO_V2,
+        };
+        if !accepted {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let mut serial = [0u8; 16];
+        let bytes = &p.chassis_serial.0[..p.chassis_serial.0.len().min(16)];
+        serial[..bytes.len()].copy_from_slice(bytes);
+        put(
+            platformInfo,
+            Some(nvmlPlatformInfo_t {
+                version,
+                ibGuid: p.ib_guid,
+                chassisSerialNumber: serial,
+                slotNumber: p.slot,
+                trayIndex: p.tray,
+                hostId: p.host_id,
+                peerType: p.peer_type,
+                moduleId: p.module_id,
+            }),
+        )
+    }
 }
 
 // ---------------------------------------------------------------------------

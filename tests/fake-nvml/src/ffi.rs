@@ -236,6 +236,75 @@ pub struct nvmlMarginTemperature_t {
 pub const NVML_MARGIN_TEMPERATURE_V1: c_uint =
     (std::mem::size_of::<nvmlMarginTemperature_t>() as c_uint) | (1 << 24);
 
+/// `nvmlRepairStatus_v1_t`: callers set `version` to [`NVML_REPAIR_STATUS_V1`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlRepairStatus_t {
+    pub version: c_uint,
+    pub bChannelRepairPending: c_uint,
+    pub bTpcRepairPending: c_uint,
+}
+
+/// `NVML_STRUCT_VERSION(RepairStatus, 1)`.
+pub const NVML_REPAIR_STATUS_V1: c_uint =
+    (std::mem::size_of::<nvmlRepairStatus_t>() as c_uint) | (1 << 24);
+
+/// `nvmlRowRemapperHistogramValues_t` (no version field).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlRowRemapperHistogramValues_t {
+    pub max: c_uint,
+    pub high: c_uint,
+    pub partial: c_uint,
+    pub low: c_uint,
+    pub none: c_uint,
+}
+
+/// `nvmlEccSramErrorStatus_v1_t`: callers set `version` to
+/// [`NVML_ECC_SRAM_ERROR_STATUS_V1`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlEccSramErrorStatus_t {
+    pub version: c_uint,
+    pub aggregateUncParity: c_ulonglong,
+    pub aggregateUncSecDed: c_ulonglong,
+    pub aggregateCor: c_ulonglong,
+    pub volatileUncParity: c_ulonglong,
+    pub volatileUncSecDed: c_ulonglong,
+    pub volatileCor: c_ulonglong,
+    pub aggregateUncBucketL2: c_ulonglong,
+    pub aggregateUncBucketSm: c_ulonglong,
+    pub aggregateUncBucketPcie: c_ulonglong,
+    pub aggregateUncBucketMcu: c_ulonglong,
+    pub aggregateUncBucketOther: c_ulonglong,
+    pub bThresholdExceeded: c_uint,
+}
+
+/// `NVML_STRUCT_VERSION(EccSramErrorStatus, 1)`.
+pub const NVML_ECC_SRAM_ERROR_STATUS_V1: c_uint =
+    (std::mem::size_of::<nvmlEccSramErrorStatus_t>() as c_uint) | (1 << 24);
+
+/// `nvmlPlatformInfo_v2_t`; `nvmlPlatformInfo_v1_t` has the same layout
+/// (a rack GUID where v2 has the chassis serial number).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlPlatformInfo_t {
+    pub version: c_uint,
+    pub ibGuid: [u8; 16],
+    pub chassisSerialNumber: [u8; 16],
+    pub slotNumber: u8,
+    pub trayIndex: u8,
+    pub hostId: u8,
+    pub peerType: u8,
+    pub moduleId: u8,
+}
+
+/// `NVML_STRUCT_VERSION(PlatformInfo, 1)` and `(PlatformInfo, 2)`.
+pub const NVML_PLATFORM_INFO_V1: c_uint =
+    (std::mem::size_of::<nvmlPlatformInfo_t>() as c_uint) | (1 << 24);
+pub const NVML_PLATFORM_INFO_V2: c_uint =
+    (std::mem::size_of::<nvmlPlatformInfo_t>() as c_uint) | (2 << 24);
+
 /// `nvmlTemperature_v1_t` (`nvmlDeviceGetTemperatureV`): callers set
 /// `version` to [`NVML_TEMPERATURE_V1`] and `sensorType`.
 #[repr(C)]

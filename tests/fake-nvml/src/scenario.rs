@@ -77,6 +77,10 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetRetiredPages_v2",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRowRemapperHistogram",
+    "nvmlDeviceGetRepairStatus",
+    "nvmlDeviceGetSramEccErrorStatus",
+    "nvmlDeviceGetPlatformInfo",
     "nvmlDeviceGetEncoderUtilization",
     "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetEncoderStats",
@@ -208,6 +212,14 @@ pub struct Gpu {
     pub ecc_errors: Option<EccErrors>,
     pub retired_pages: Option<RetiredPages>,
     pub remapped_rows: Option<RemappedRows>,
+    /// `nvmlDeviceGetRowRemapperHistogram`: banks by rows left.
+    pub row_remapper_histogram: Option<RowRemapperHistogram>,
+    /// `nvmlDeviceGetRepairStatus` (R580, Ampere and newer).
+    pub repair_status: Option<RepairStatus>,
+    /// `nvmlDeviceGetSramEccErrorStatus` (R550, Ampere and newer).
+    pub sram_ecc: Option<SramEcc>,
+    /// `nvmlDeviceGetPlatformInfo` (Blackwell and newer).
+    pub platform: Option<Platform>,
     pub encoder: Option<Encoder>,
     pub decoder: Option<Decoder>,
     pub jpeg: Option<Decoder>,
@@ -402,6 +414,58 @@ pub struct RemappedRows {
     pub uncorrectable: u32,
     pub pending: bool,
     pub failure: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowRemapperHistogram {
+    pub max: u32,
+    pub high: u32,
+    pub partial: u32,
+    pub low: u32,
+    pub none: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepairStatus {
+    pub channel: bool,
+    pub tpc: bool,
+}
+
+/// `nvmlEccSramErrorStatus_v1_t`'s fields; absent ones are 0.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SramEcc {
+    pub aggregate_unc_parity: u64,
+    pub aggregate_unc_sec_ded: u64,
+    pub aggregate_cor: u64,
+    pub volatile_unc_parity: u64,
+    pub volatile_unc_sec_ded: u64,
+    pub volatile_cor: u64,
+    pub aggregate_unc_bucket_l2: u64,
+    pub aggregate_unc_bucket_sm: u64,
+    pub aggregate_unc_bucket_pcie: u64,
+    pub aggregate_unc_bucket_mcu: u64,
+    pub aggregate_unc_bucket_other: u64,
+    pub threshold_exceeded: bool,
+}
+
+/// `nvmlPlatformInfo_v2_t`'s fields (v1 answers `chassis_serial` as its
+/// rack GUID).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Platform {
+    pub ib_guid: [u8; 16],
+    /// Up to 16 bytes (13 used on Blackwell).
+    pub chassis_serial: Text,
+    pub slot: u8,
+    pub tray: u8,
+    pub host_id: u8,
+    pub peer_type: u8,
+    pub module_id: u8,
+    /// The highest struct version it accepts (1 or 2, default 2).
+    pub max_version: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -719,7 +783,7 @@ fn no_instance() -> u32 {
 }
 
 /// A string value: a TOML string, or an array of raw bytes (for invalid UTF-8).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Text(pub Vec<u8>);
 
 impl<'de> Deserialize<'de> for Text {

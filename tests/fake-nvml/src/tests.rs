@@ -75,6 +75,49 @@ fn layouts_match_nvml_bindings() {
         [version, marginTemperature]
     );
     same_layout!(
+        nvmlRepairStatus_t,
+        sys::nvmlRepairStatus_v1_t,
+        [version, bChannelRepairPending, bTpcRepairPending]
+    );
+    same_layout!(
+        nvmlRowRemapperHistogramValues_t,
+        sys::nvmlRowRemapperHistogramValues_t,
+        [max, high, partial, low, none]
+    );
+    same_layout!(
+        nvmlEccSramErrorStatus_t,
+        sys::nvmlEccSramErrorStatus_v1_t,
+        [
+            version,
+            aggregateUncParity,
+            aggregateUncSecDed,
+            aggregateCor,
+            volatileUncParity,
+            volatileUncSecDed,
+            volatileCor,
+            aggregateUncBucketL2,
+            aggregateUncBucketSm,
+            aggregateUncBucketPcie,
+            aggregateUncBucketMcu,
+            aggregateUncBucketOther,
+            bThresholdExceeded
+        ]
+    );
+    same_layout!(
+        nvmlPlatformInfo_t,
+        sys::nvmlPlatformInfo_v2_t,
+        [
+            version,
+            ibGuid,
+            chassisSerialNumber,
+            slotNumber,
+            trayIndex,
+            hostId,
+            peerType,
+            moduleId
+        ]
+    );
+    same_layout!(
         nvmlTemperature_t,
         sys::nvmlTemperature_v1_t,
         [version, sensorType, temperature]

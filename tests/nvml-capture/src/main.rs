@@ -32,6 +32,7 @@ const NOT_SUPPORTED: nvmlReturn_t = 3;
 const INVALID_ARGUMENT: nvmlReturn_t = 2;
 const FUNCTION_NOT_FOUND: nvmlReturn_t = 13;
 const INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+const ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
 /// `NVML_VALUE_NOT_AVAILABLE` for a process's memory.
 const NOT_AVAILABLE: u64 = u64::MAX;
 
@@ -612,6 +613,7 @@ fn readings(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
     gpu.table("violations_ns", violations);
     pcie(gpu);
     ecc(gpu);
+    health(gpu);
     media(gpu);
     modes(gpu);
     let links = nvlinks(gpu);
@@ -723,6 +725,81 @@ fn ecc(gpu: &mut Capture<'_>) {
                 failure == 1
             ),
         );
+    }
+}
+
+/// The repair status, the row remapper's histogram, SRAM ECC (struct version
+/// 1 each) and the platform info (version 2, else 1, as the exporter asks).
+fn health(gpu: &mut Capture<'_>) {
+    let mut repair = nvmlRepairStatus_v1_t {
+        version: std::mem::size_of::<nvmlRepairStatus_v1_t>() as c_uint | 1 << 24,
+        bChannelRepairPending: 0,
+        bTpcRepairPending: 0,
+    };
+    if call!(gpu, nvmlDeviceGetRepairStatus(&mut repair), "version 1") {
+        gpu.key(
+            "repair_status",
+            format!(
+                "{{ channel = {}, tpc = {} }}",
+                repair.bChannelRepairPending != 0,
+                repair.bTpcRepairPending != 0
+            ),
+        );
+    }
+    let mut h = nvmlRowRemapperHistogramValues_t {
+        max: 0,
+        high: 0,
+        partial: 0,
+        low: 0,
+        none: 0,
+    };
+    if call!(gpu, nvmlDeviceGetRowRemapperHistogram(&mut h), "") {
+        gpu.key(
+            "row_remapper_histogram",
+            format!(
+                "{{ max = {}, high = {}, partial = {}, low = {}, none = {} }}",
+                h.max, h.high, h.partial, h.low, h.none
+            ),
+        );
+    }
+    // SAFETY: plain data.
+    let mut e: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
+    e.version = std::mem::size_of::<nvmlEccSramErrorStatus_v1_t>() as c_uint | 1 << 24;
+    if call!(gpu, nvmlDeviceGetSramEccErrorStatus(&mut e), "version 1") {
+        gpu.key(
+            "sram_ecc",
+            format!(
+                "{{ aggregate_unc_parity = {}, aggregate_unc_sec_ded = {}, aggregate_cor = {}, volatile_unc_parity = {}, volatile_unc_sec_ded = {}, volatile_cor = {}, aggregate_unc_bucket_l2 = {}, aggregate_unc_bucket_sm = {}, aggregate_unc_bucket_pcie = {}, aggregate_unc_bucket_mcu = {}, aggregate_unc_bucket_other = {}, threshold_exceeded = {} }}",
+                e.aggregateUncParity, e.aggregateUncSecDed, e.aggregateCor, e.volatileUncParity,
+                e.volatileUncSecDed, e.volatileCor, e.aggregateUncBucketL2, e.aggregateUncBucketSm,
+                e.aggregateUncBucketPcie, e.aggregateUncBucketMcu, e.aggregateUncBucketOther,
+                e.bThresholdExceeded != 0
+            ),
+        );
+    }
+    for version in [2, 1] {
+        // SAFETY: plain data.
+        let mut p: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
+        p.version = std::mem::size_of::<nvmlPlatformInfo_v2_t>() as c_uint | version << 24;
+        let rc = raw!(gpu.lib, nvmlDeviceGetPlatformInfo(gpu.handle, &mut p));
+        gpu.record(
+            "nvmlDeviceGetPlatformInfo",
+            &format!("version {version}"),
+            rc,
+        );
+        if rc == ARGUMENT_VERSION_MISMATCH {
+            continue;
+        }
+        if rc == 0 {
+            gpu.key(
+                "platform",
+                format!(
+                    "{{ ib_guid = {:?}, chassis_serial = {:?}, slot = {}, tray = {}, host_id = {}, peer_type = {}, module_id = {}, max_version = {version} }}",
+                    p.ibGuid, p.chassisSerialNumber, p.slotNumber, p.trayIndex, p.hostId, p.peerType, p.moduleId
+                ),
+            );
+        }
+        break;
     }
 }
 

@@ -1,0 +1,159 @@
+//! What the newest drivers say about a GPU's health, through functions
+//! nvml-wrapper does not wrap: pending TPC and channel repairs (R580), the row
+//! remapper's histogram, SRAM ECC errors (R550) and where a GPU of a rack sits
+//! (R570). Each is NOT_SUPPORTED, or its symbol missing, where a GPU or driver
+//! lacks it.
+
+use std::ffi::c_uint;
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Device;
+use nvml_wrapper_sys::bindings::{
+    nvmlEccSramErrorStatus_v1_t, nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t,
+    nvmlRowRemapperHistogramValues_t,
+};
+
+use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
+
+/// Repairs waiting for the GPU's next reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairStatus {
+    pub channel: bool,
+    pub tpc: bool,
+}
+
+/// Memory banks by the reserved rows they have left: all of them, high,
+/// partial, low, none (`nvmlRowRemapperHistogramValues_t`'s order).
+pub type RemapperHistogram = [u32; 5];
+
+/// SRAM ECC error counts (`nvmlEccSramErrorStatus_v1_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SramEcc {
+    pub volatile: SramCounts,
+    pub aggregate: SramCounts,
+    /// Aggregate uncorrected errors by where they occurred: L2 cache, SM,
+    /// PCIe, microcontroller, other.
+    pub locations: [u64; 5],
+    /// The error threshold of field diagnostics is exceeded.
+    pub threshold_exceeded: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SramCounts {
+    pub uncorrected_parity: u64,
+    pub uncorrected_sec_ded: u64,
+    pub corrected: u64,
+}
+
+/// Where a GPU of a rack (GB200 NVL72) sits (`nvmlPlatformInfo_v2_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformInfo {
+    /// Empty from a driver that knows only struct version 1 (a rack GUID
+    /// in its place).
+    pub chassis_serial: String,
+    /// In the chassis, switches included.
+    pub slot: u8,
+    /// Among the compute trays.
+    pub tray: u8,
+    /// The node within the slot.
+    pub host_id: u8,
+    /// The GPU within the node.
+    pub module_id: u8,
+}
+
+/// The version words ([`struct_version`]): v1 and v2 share one layout.
+const PLATFORM_V2: u32 = struct_version::<nvmlPlatformInfo_v2_t>(2);
+const PLATFORM_V1: u32 = struct_version::<nvmlPlatformInfo_v2_t>(1);
+
+/// Ampere and newer, driver 580 and later.
+pub(crate) fn repair_status(device: &Device<'_>) -> Result<RepairStatus, NvmlError> {
+    raw(device, |lib, handle| {
+        let mut status = nvmlRepairStatus_v1_t {
+            version: struct_version::<nvmlRepairStatus_v1_t>(1),
+            bChannelRepairPending: 0,
+            bTpcRepairPending: 0,
+        };
+        raw_call!(lib.nvmlDeviceGetRepairStatus(handle, &mut status))?;
+        Ok(RepairStatus {
+            channel: status.bChannelRepairPending != 0,
+            tpc: status.bTpcRepairPending != 0,
+        })
+    })
+}
+
+/// Ampere and newer.
+pub(crate) fn remapper_histogram(device: &Device<'_>) -> Result<RemapperHistogram, NvmlError> {
+    raw(device, |lib, handle| {
+        let mut v = nvmlRowRemapperHistogramValues_t {
+            max: 0,
+            high: 0,
+            partial: 0,
+            low: 0,
+            none: 0,
+        };
+        raw_call!(lib.nvmlDeviceGetRowRemapperHistogram(handle, &mut v))?;
+        Ok([v.max, v.high, v.partial, v.low, v.none])
+    })
+}
+
+/// Ampere and newer; root only.
+pub(crate) fn sram_ecc(device: &Device<'_>) -> Result<SramEcc, NvmlError> {
+    raw(device, |lib, handle| {
+        // SAFETY: plain integers, for which zero is a value.
+        let mut s: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
+        s.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);
+        raw_call!(lib.nvmlDeviceGetSramEccErrorStatus(handle, &mut s))?;
+        Ok(SramEcc {
+            volatile: SramCounts {
+                uncorrected_parity: s.volatileUncParity,
+                uncorrected_sec_ded: s.volatileUncSecDed,
+                corrected: s.volatileCor,
+            },
+            aggregate: SramCounts {
+                uncorrected_parity: s.aggregateUncParity,
+                uncorrected_sec_ded: s.aggregateUncSecDed,
+                corrected: s.aggregateCor,
+            },
+            locations: [
+                s.aggregateUncBucketL2,
+                s.aggregateUncBucketSm,
+                s.aggregateUncBucketPcie,
+                s.aggregateUncBucketMcu,
+                s.aggregateUncBucketOther,
+            ],
+            threshold_exceeded: s.bThresholdExceeded != 0,
+        })
+    })
+}
+
+/// Blackwell and newer: struct version 2, else 1 where the driver answers
+/// ARGUMENT_VERSION_MISMATCH.
+pub(crate) fn platform_info(device: &Device<'_>) -> Result<PlatformInfo, NvmlError> {
+    raw(device, |lib, handle| {
+        let ask = |version: c_uint| {
+            // SAFETY: plain integers and bytes, for which zero is a value.
+            let mut info: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
+            info.version = version;
+            raw_call!(lib.nvmlDeviceGetPlatformInfo(handle, &mut info)).map(|()| info)
+        };
+        let (info, v2) = match ask(PLATFORM_V2) {
+            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
+                (ask(PLATFORM_V1)?, false)
+            }
+            answer => (answer?, true),
+        };
+        let serial = info.chassisSerialNumber;
+        let serial = serial.split(|&byte| byte == 0).next().unwrap_or_default();
+        Ok(PlatformInfo {
+            chassis_serial: if v2 {
+                String::from_utf8_lossy(serial).into_owned()
+            } else {
+                String::new()
+            },
+            slot: info.slotNumber,
+            tray: info.trayIndex,
+            host_id: info.hostId,
+            module_id: info.moduleId,
+        })
+    })
+}

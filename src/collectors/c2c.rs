@@ -1,0 +1,74 @@
+//! The chip-to-chip (C2C) links between a superchip's GPU and its Grace CPU
+//! (GH200, GB200), from field values: nothing on other GPUs.
+
+use nvml::types::field_id::{
+    NVML_FI_DEV_C2C_LINK_COUNT, NVML_FI_DEV_C2C_LINK_ERROR_INTR, NVML_FI_DEV_C2C_LINK_ERROR_REPLAY,
+    NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B, NVML_FI_DEV_C2C_LINK_GET_MAX_BW,
+    NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_POWER_STATE,
+};
+
+use crate::collector::{flag, Gpu};
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    C2C_LINKS: Gauge(Number), "nvidia_gpu_c2c_links", [],
+        "C2C links between the GPU and the CPU of its superchip.";
+    C2C_ACTIVE: Gauge(Number), "nvidia_gpu_c2c_link_active", [],
+        "1 if the C2C link is active.";
+    C2C_MAX_BANDWIDTH: Gauge(BytesPerSecond), "nvidia_gpu_c2c_link_max_bandwidth_bytes_per_second", [],
+        "Highest bandwidth of the active C2C links.";
+    C2C_ERRORS: Counter(Count), "nvidia_gpu_c2c_link_errors_total", ["type"],
+        "C2C link errors by type (crc, replay, replay_back_to_back: a replay of a replay).";
+    C2C_POWER_STATE: Gauge(Number), "nvidia_gpu_c2c_link_power_state", ["state"],
+        "Power state of the C2C link as a state set: 1 for the current state (full_power, low_power), 0 for the other.";
+}
+
+/// NVML's MBps.
+const BYTES_PER_MEGABYTE: f64 = 1e6;
+
+const ERRORS: [(u32, &str); 3] = [
+    (NVML_FI_DEV_C2C_LINK_ERROR_INTR, "crc"),
+    (NVML_FI_DEV_C2C_LINK_ERROR_REPLAY, "replay"),
+    (NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B, "replay_back_to_back"),
+];
+
+/// `NVML_C2C_POWER_STATE_*` values 0 and 1.
+const POWER_STATES: [&str; 2] = ["full_power", "low_power"];
+
+pub(super) const FIELDS: &[u32] = &[
+    NVML_FI_DEV_C2C_LINK_COUNT,
+    NVML_FI_DEV_C2C_LINK_GET_STATUS,
+    NVML_FI_DEV_C2C_LINK_GET_MAX_BW,
+    NVML_FI_DEV_C2C_LINK_ERROR_INTR,
+    NVML_FI_DEV_C2C_LINK_ERROR_REPLAY,
+    NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B,
+    NVML_FI_DEV_C2C_LINK_POWER_STATE,
+];
+
+pub(super) fn read(reader: &mut Gpu<'_>) {
+    // A GPU without C2C answers NOT_SUPPORTED, or a count of 0.
+    let Some(links) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_COUNT) else {
+        return;
+    };
+    reader.gauge(C2C_LINKS, links);
+    if links == 0.0 {
+        return;
+    }
+    if let Some(status) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_GET_STATUS) {
+        reader.gauge(C2C_ACTIVE, flag(status != 0.0));
+    }
+    if let Some(megabytes) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_GET_MAX_BW) {
+        reader.gauge(C2C_MAX_BANDWIDTH, megabytes * BYTES_PER_MEGABYTE);
+    }
+    for (field, kind) in ERRORS {
+        if let Some(count) = reader.nvml.field(field) {
+            reader.push(C2C_ERRORS.sample_with([kind], count));
+        }
+    }
+    if let Some(state) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_POWER_STATE) {
+        for (value, label) in POWER_STATES.iter().enumerate() {
+            reader.push(C2C_POWER_STATE.sample_with([*label], flag(state == value as f64)));
+        }
+    }
+}

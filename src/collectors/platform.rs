@@ -1,0 +1,26 @@
+//! Where a GPU of a rack (GB200 NVL72) sits: chassis, slot, compute tray,
+//! node and module, from `nvmlDeviceGetPlatformInfo` (Blackwell and newer).
+
+use nvml::calls;
+
+use crate::collector::Gpu;
+use crate::metrics::families;
+
+families! {
+    FAMILIES;
+    PLATFORM_INFO: Gauge(Number), "nvidia_gpu_platform_info", ["chassis_serial", "slot", "tray", "host_id", "module_id"],
+        "Where the GPU sits in its rack as labels: the chassis serial number (empty from a driver that knows only the first version of the call), the slot in the chassis (switches included), the compute tray, the node in the slot and the GPU's module in the node; always 1.";
+}
+
+pub(super) fn read(reader: &mut Gpu<'_>) {
+    if let Some(info) = reader.nvml.read(calls::PLATFORM_INFO, ()) {
+        let labels = [
+            info.chassis_serial,
+            info.slot.to_string(),
+            info.tray.to_string(),
+            info.host_id.to_string(),
+            info.module_id.to_string(),
+        ];
+        reader.push(PLATFORM_INFO.sample_with(labels, 1.0));
+    }
+}
