@@ -80,6 +80,7 @@ fn a_capture_of_the_fake_replays_what_the_scenario_reads() {
         "hgx-h100-fabric",
         "gb200-nvl72",
         "b200",
+        "gh200",
         "pcie-trained-low",
     ] {
         let original = ex().scenario(scenario);
@@ -154,6 +155,7 @@ fn a_capture_asks_for_the_fields_in_the_exporters_own_calls() {
         "hgx-h100-fabric",
         "gb200-nvl72",
         "b200",
+        "gh200",
         "pcie-trained-low",
         "nvlink-fields",
         "fields-preferred",

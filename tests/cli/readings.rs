@@ -645,3 +645,95 @@ fn a_passing_not_supported_is_asked_again_within_forty_runs() {
     assert_eq!(answers[0], None, "not asked again at once");
     assert_eq!(answers[40], Some(187.432), "asked again within 40 runs");
 }
+
+/// What the newest drivers say about a GPU's health: the B200 asks to be
+/// drained and reset, with a TPC repair and a row remap pending, banks low on
+/// spare rows and SRAM errors past the diagnostics' threshold; the GB200
+/// tells where it sits and its Grace C2C links, the GH200 its C2C errors.
+/// Each is absent where the GPU answers NOT_SUPPORTED; a recovery action
+/// newer than the exporter is `unknown`.
+#[test]
+fn health_of_the_newest_drivers() {
+    let samples = exporter("b200", &["--stdout"]).samples();
+    let b200 = |name, labels: &[(&str, &str)]| gpu_value(&samples, name, "0", labels);
+    for (action, want) in [("drain_and_reset", 1.0), ("none", 0.0), ("bus_reset", 0.0)] {
+        let labels = [("action", action)];
+        assert_eq!(b200("nvidia_gpu_recovery_action", &labels), Some(want));
+    }
+    assert_eq!(
+        b200("nvidia_gpu_repair_pending", &[("kind", "tpc")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        b200("nvidia_gpu_repair_pending", &[("kind", "channel")]),
+        Some(0.0)
+    );
+    let banks = |availability| {
+        b200(
+            "nvidia_gpu_row_remapper_banks",
+            &[("availability", availability)],
+        )
+    };
+    assert_eq!((banks("low"), banks("none")), (Some(2.0), Some(1.0)));
+    let sram = [("type", "uncorrected_sec_ded"), ("scope", "aggregate")];
+    assert_eq!(b200("nvidia_gpu_sram_ecc_errors_total", &sram), Some(3.0));
+    let l2 = [("location", "l2")];
+    assert_eq!(
+        b200("nvidia_gpu_sram_ecc_location_errors_total", &l2),
+        Some(3.0)
+    );
+    assert_eq!(
+        b200("nvidia_gpu_sram_ecc_threshold_exceeded", &[]),
+        Some(1.0)
+    );
+    let lifetime = "nvidia_gpu_power_smoothing_lifetime_remaining_ratio";
+    assert_eq!(b200(lifetime, &[]), Some(0.88));
+    assert_eq!(b200("nvidia_gpu_collector_read_errors", &[]), Some(0.0));
+    assert_eq!(b200("nvidia_gpu_c2c_links", &[]), None);
+    assert!(!any_named(&samples, "nvidia_gpu_platform_info"));
+
+    let gb200 = exporter("gb200-nvl72", &["--stdout"]).samples();
+    let info = select(&gb200, "nvidia_gpu_platform_info", &[("gpu", "0")]);
+    assert_eq!(info.len(), 1);
+    for (label, want) in [
+        ("chassis_serial", "1821324000123"),
+        ("slot", "7"),
+        ("tray", "3"),
+        ("host_id", "1"),
+        ("module_id", "2"),
+    ] {
+        assert_eq!(info[0].0.label(label), Some(want), "{label}");
+    }
+    let bandwidth = "nvidia_gpu_c2c_link_max_bandwidth_bytes_per_second";
+    assert_eq!(gpu_value(&gb200, bandwidth, "0", &[]), Some(45e9));
+    assert_eq!(gpu_value(&gb200, lifetime, "0", &[]), Some(0.97));
+
+    let (_, gh200) = golden::case(ex(), "gh200", "gh200", &[], 0);
+    let crc = [("type", "crc")];
+    assert_eq!(
+        gpu_value(&gh200, "nvidia_gpu_c2c_link_errors_total", "0", &crc),
+        Some(4.0)
+    );
+    let full = [("state", "full_power")];
+    assert_eq!(
+        gpu_value(&gh200, "nvidia_gpu_c2c_link_power_state", "0", &full),
+        Some(1.0)
+    );
+    assert_eq!(gpu_value(&gh200, lifetime, "0", &[]), None);
+    assert!(!any_named(&gh200, "nvidia_gpu_platform_info"));
+
+    // The actions of NVML v615 and one newer than it.
+    let dir = tempfile::tempdir().unwrap();
+    for (value, action) in [("6", "bus_reset"), ("7", "system_reboot"), ("8", "unknown")] {
+        let asks = ex().replaced(
+            dir.path(),
+            "gh200",
+            &[("\"230\" = 0", &format!("\"230\" = {value}"))],
+        );
+        let samples = exporter(&asks, &["--stdout"]).samples();
+        let asked = select(&samples, "nvidia_gpu_recovery_action", &[]);
+        let on: Vec<_> = asked.iter().filter(|(_, v)| *v == 1.0).collect();
+        assert_eq!(on.len(), 1, "{value}");
+        assert_eq!(on[0].0.label("action"), Some(action), "{value}");
+    }
+}
