@@ -323,7 +323,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 83);
+    assert_eq!(n, 87);
 }
 
 /// The symbol lists are the exports: every `fn nvml…` that exports.rs defines
@@ -1872,4 +1872,83 @@ errors = { nvmlGpmSampleGet = "IN_USE" }
     }
     assert_eq!(unsafe { nvmlGpmSampleFree(a) }, NVML_ERROR_INVALID_ARGUMENT);
     assert_eq!(crate::state::live_samples(), live);
+}
+
+#[test]
+fn repair_status_remapper_histogram_sram_ecc_and_platform_info() {
+    let _s = start(
+        r#"
+description = "health of the newest drivers"
+[[gpu]]
+repair_status = { channel = true, tpc = false }
+row_remapper_histogram = { max = 10, high = 1, partial = 2, low = 3, none = 4 }
+sram_ecc = { aggregate_unc_sec_ded = 3, aggregate_unc_bucket_l2 = 3, threshold_exceeded = true }
+platform = { chassis_serial = "1821324000123", slot = 7, tray = 3, host_id = 1, module_id = 2, max_version = 1 }
+[[gpu]]
+"#,
+    );
+    let (h0, h1) = (handle(0), handle(1));
+    unsafe {
+        let mut repair = nvmlRepairStatus_t {
+            version: NVML_REPAIR_STATUS_V1,
+            ..Default::default()
+        };
+        assert_eq!(nvmlDeviceGetRepairStatus(h0, &mut repair), NVML_SUCCESS);
+        assert_eq!(
+            (repair.bChannelRepairPending, repair.bTpcRepairPending),
+            (1, 0)
+        );
+        repair.version = 1;
+        assert_eq!(
+            nvmlDeviceGetRepairStatus(h0, &mut repair),
+            NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        );
+        let mut histogram = nvmlRowRemapperHistogramValues_t::default();
+        assert_eq!(
+            nvmlDeviceGetRowRemapperHistogram(h0, &mut histogram),
+            NVML_SUCCESS
+        );
+        assert_eq!((histogram.max, histogram.none), (10, 4));
+        let mut sram = nvmlEccSramErrorStatus_t {
+            version: NVML_ECC_SRAM_ERROR_STATUS_V1,
+            ..Default::default()
+        };
+        assert_eq!(nvmlDeviceGetSramEccErrorStatus(h0, &mut sram), NVML_SUCCESS);
+        assert_eq!((sram.aggregateUncSecDed, sram.aggregateCor), (3, 0));
+        assert_eq!((sram.aggregateUncBucketL2, sram.bThresholdExceeded), (3, 1));
+        // Version 2 is newer than this GPU's driver; version 1 answers.
+        let mut platform = nvmlPlatformInfo_t {
+            version: NVML_PLATFORM_INFO_V2,
+            ..Default::default()
+        };
+        assert_eq!(
+            nvmlDeviceGetPlatformInfo(h0, &mut platform),
+            NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        );
+        platform.version = NVML_PLATFORM_INFO_V1;
+        assert_eq!(nvmlDeviceGetPlatformInfo(h0, &mut platform), NVML_SUCCESS);
+        assert_eq!(&platform.chassisSerialNumber[..14], b"1821324000123\0");
+        assert_eq!(
+            (platform.slotNumber, platform.trayIndex, platform.moduleId),
+            (7, 3, 2)
+        );
+        // A GPU without them.
+        repair.version = NVML_REPAIR_STATUS_V1;
+        assert_eq!(
+            nvmlDeviceGetRepairStatus(h1, &mut repair),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlDeviceGetRowRemapperHistogram(h1, &mut histogram),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlDeviceGetSramEccErrorStatus(h1, &mut sram),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlDeviceGetPlatformInfo(h1, &mut platform),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+    }
 }
