@@ -31,6 +31,8 @@ families! {
         "1 if a row remap failed: the GPU needs service.";
     ROW_REMAPPER_BANKS: Gauge(Number), "nvidia_gpu_row_remapper_banks", ["availability"],
         "Memory banks by the reserved rows they have left to remap rows into: max (all), high, partial, low, none (a bank with none left cannot remap another row).";
+    MEMORY_UNREPAIRABLE: Gauge(Number), "nvidia_gpu_memory_unrepairable", [],
+        "1 if the GPU has memory that can no longer be repaired: the GPU needs service.";
     REPAIR_PENDING: Gauge(Number), "nvidia_gpu_repair_pending", ["kind"],
         "1 if a repair of this kind (tpc, channel) waits for the GPU's next reset.";
     SRAM_ECC_ERRORS: Counter(Count), "nvidia_gpu_sram_ecc_errors_total", ["type", "scope"],
@@ -148,6 +150,9 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         for (pending, kind) in [(repair.tpc, "tpc"), (repair.channel, "channel")] {
             reader.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
         }
+    }
+    if let Some(unrepairable) = reader.nvml.read(calls::MEMORY_UNREPAIRABLE, ()) {
+        reader.gauge(MEMORY_UNREPAIRABLE, flag(unrepairable));
     }
     sram_ecc(reader);
 }

@@ -104,7 +104,7 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "health",
         default: true,
-        help: "ECC mode and errors, retired pages, remapped rows and the banks' rows left to remap into, SRAM ECC errors, TPC and channel repairs waiting for a reset, the recovery action the driver asks for.",
+        help: "ECC mode and errors, retired pages, remapped rows and the banks' rows left to remap into, SRAM ECC errors, TPC and channel repairs waiting for a reset, memory past repair, the recovery action the driver asks for.",
         families: health::FAMILIES,
         hooks: Hooks::read(health::read, health::FIELDS),
     },

@@ -722,6 +722,15 @@ fn health_of_the_newest_drivers() {
     assert_eq!(gpu_value(&gh200, lifetime, "0", &[]), None);
     assert!(!any_named(&gh200, "nvidia_gpu_platform_info"));
 
+    // Memory past repair, as driver 590 tells it.
+    assert!(!any_named(&gh200, "nvidia_gpu_memory_unrepairable"));
+    let dir = tempfile::tempdir().unwrap();
+    let edit = ("sram_ecc = {}", "sram_ecc = {}\nmemory_unrepairable = true");
+    let unrepairable = ex().replaced(dir.path(), "gh200", &[edit]);
+    let samples = exporter(&unrepairable, &["--stdout"]).samples();
+    let flag = gpu_value(&samples, "nvidia_gpu_memory_unrepairable", "0", &[]);
+    assert_eq!(flag, Some(1.0));
+
     // The actions of NVML v615 and one newer than it.
     let dir = tempfile::tempdir().unwrap();
     for (value, action) in [("6", "bus_reset"), ("7", "system_reboot"), ("8", "unknown")] {

@@ -1,16 +1,16 @@
 //! What the newest drivers say about a GPU's health, through functions
 //! nvml-wrapper does not wrap: pending TPC and channel repairs (R580), the row
 //! remapper's histogram, SRAM ECC errors (R550) and where a GPU of a rack sits
-//! (R570). Each is NOT_SUPPORTED, or its symbol missing, where a GPU or driver
-//! lacks it.
+//! (R570), memory that can no longer be repaired (R590). Each is
+//! NOT_SUPPORTED, or its symbol missing, where a GPU or driver lacks it.
 
 use std::ffi::c_uint;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
-    nvmlEccSramErrorStatus_v1_t, nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t,
-    nvmlRowRemapperHistogramValues_t,
+    nvmlDevice_t, nvmlEccSramErrorStatus_v1_t, nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t,
+    nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
 };
 
 use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
@@ -155,5 +155,28 @@ pub(crate) fn platform_info(device: &Device<'_>) -> Result<PlatformInfo, NvmlErr
             host_id: info.hostId,
             module_id: info.moduleId,
         })
+    })
+}
+
+/// `nvmlUnrepairableMemoryStatus_v1_t` (nvml.h of CUDA 13.1; no version field).
+#[repr(C)]
+struct UnrepairableMemoryStatus {
+    unrepairable: c_uint,
+}
+
+type UnrepairableGetter =
+    unsafe extern "C" fn(nvmlDevice_t, *mut UnrepairableMemoryStatus) -> nvmlReturn_t;
+
+/// Hopper and newer, driver 590 and later: newer than the bindings, so the
+/// symbol is looked up by name.
+pub(crate) fn memory_unrepairable(device: &Device<'_>) -> Result<bool, NvmlError> {
+    raw(device, |lib, handle| {
+        const NAME: &[u8] = b"nvmlDeviceGetUnrepairableMemoryFlag_v1\0";
+        // SAFETY: NVML exports this name with this signature (nvml.h, R590).
+        let getter = unsafe { lib.__library.get::<UnrepairableGetter>(NAME) }
+            .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+        let mut status = UnrepairableMemoryStatus { unrepairable: 0 };
+        raw_call!(Ok::<_, NvmlError>(&*getter), handle, &mut status)?;
+        Ok(status.unrepairable != 0)
     })
 }

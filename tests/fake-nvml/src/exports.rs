@@ -744,6 +744,21 @@ export! {
         )
     }
 
+    fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
+        device: nvmlDevice_t,
+        unrepairableMemoryStatus: *mut nvmlUnrepairableMemoryStatus_t,
+    ) {
+        let out = unrepairableMemoryStatus;
+        let d = device_call(SYM, device, !out.is_null(), OnMig::NotSupported)?;
+        let flag = d.gpu().memory_unrepairable;
+        put(
+            out,
+            flag.map(|on| nvmlUnrepairableMemoryStatus_t {
+                bUnrepairableMemory: c_uint::from(on),
+            }),
+        )
+    }
+
     fn nvmlDeviceGetPlatformInfo(device: nvmlDevice_t, platformInfo: *mut nvmlPlatformInfo_t) {
         let d = device_call(SYM, device, !platformInfo.is_null(), OnMig::NotSupported)?;
         let p = d.gpu().platform.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;

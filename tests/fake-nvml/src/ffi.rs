@@ -305,6 +305,14 @@ pub const NVML_PLATFORM_INFO_V1: c_uint =
 pub const NVML_PLATFORM_INFO_V2: c_uint =
     (std::mem::size_of::<nvmlPlatformInfo_t>() as c_uint) | (2 << 24);
 
+/// `nvmlUnrepairableMemoryStatus_v1_t` (R590; no version field, absent
+/// from the bindings).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlUnrepairableMemoryStatus_t {
+    pub bUnrepairableMemory: c_uint,
+}
+
 /// `nvmlTemperature_v1_t` (`nvmlDeviceGetTemperatureV`): callers set
 /// `version` to [`NVML_TEMPERATURE_V1`] and `sensorType`.
 #[repr(C)]

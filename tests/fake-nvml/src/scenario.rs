@@ -81,6 +81,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetRepairStatus",
     "nvmlDeviceGetSramEccErrorStatus",
     "nvmlDeviceGetPlatformInfo",
+    "nvmlDeviceGetUnrepairableMemoryFlag_v1",
     "nvmlDeviceGetEncoderUtilization",
     "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetEncoderStats",
@@ -218,6 +219,8 @@ pub struct Gpu {
     pub repair_status: Option<RepairStatus>,
     /// `nvmlDeviceGetSramEccErrorStatus` (R550, Ampere and newer).
     pub sram_ecc: Option<SramEcc>,
+    /// `nvmlDeviceGetUnrepairableMemoryFlag_v1` (R590, Hopper and newer).
+    pub memory_unrepairable: Option<bool>,
     /// `nvmlDeviceGetPlatformInfo` (Blackwell and newer).
     pub platform: Option<Platform>,
     pub encoder: Option<Encoder>,

@@ -323,7 +323,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 87);
+    assert_eq!(n, 88);
 }
 
 /// The symbol lists are the exports: every `fn nvml…` that exports.rs defines
@@ -1884,6 +1884,7 @@ repair_status = { channel = true, tpc = false }
 row_remapper_histogram = { max = 10, high = 1, partial = 2, low = 3, none = 4 }
 sram_ecc = { aggregate_unc_sec_ded = 3, aggregate_unc_bucket_l2 = 3, threshold_exceeded = true }
 platform = { chassis_serial = "1821324000123", slot = 7, tray = 3, host_id = 1, module_id = 2, max_version = 1 }
+memory_unrepairable = true
 [[gpu]]
 "#,
     );
@@ -1932,7 +1933,17 @@ platform = { chassis_serial = "1821324000123", slot = 7, tray = 3, host_id = 1, 
             (platform.slotNumber, platform.trayIndex, platform.moduleId),
             (7, 3, 2)
         );
+        let mut unrepairable = nvmlUnrepairableMemoryStatus_t::default();
+        assert_eq!(
+            nvmlDeviceGetUnrepairableMemoryFlag_v1(h0, &mut unrepairable),
+            NVML_SUCCESS
+        );
+        assert_eq!(unrepairable.bUnrepairableMemory, 1);
         // A GPU without them.
+        assert_eq!(
+            nvmlDeviceGetUnrepairableMemoryFlag_v1(h1, &mut unrepairable),
+            NVML_ERROR_NOT_SUPPORTED
+        );
         repair.version = NVML_REPAIR_STATUS_V1;
         assert_eq!(
             nvmlDeviceGetRepairStatus(h1, &mut repair),

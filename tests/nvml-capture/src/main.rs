@@ -777,6 +777,24 @@ fn health(gpu: &mut Capture<'_>) {
             ),
         );
     }
+    // R590, newer than the bindings: looked up by name.
+    // SAFETY: NVML exports this name with this signature (nvml.h, R590).
+    let getter = unsafe {
+        gpu.lib
+            .__library
+            .get::<unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t>(
+                b"nvmlDeviceGetUnrepairableMemoryFlag_v1\0",
+            )
+    };
+    let mut unrepairable: c_uint = 0;
+    let rc = match &getter {
+        // SAFETY: the struct is one unsigned int.
+        Ok(f) => unsafe { f(gpu.handle, &mut unrepairable) },
+        Err(_) => FUNCTION_NOT_FOUND,
+    };
+    if gpu.record("nvmlDeviceGetUnrepairableMemoryFlag_v1", "", rc) {
+        gpu.key("memory_unrepairable", unrepairable != 0);
+    }
     for version in [2, 1] {
         // SAFETY: plain data.
         let mut p: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
