@@ -1,5 +1,6 @@
 //! The chip-to-chip (C2C) links between a superchip's GPU and its Grace CPU
-//! (GH200, GB200), from field values: nothing on other GPUs.
+//! (GH200, GB200), from field values, and whether C2C is on (read once per
+//! driver): nothing on other GPUs.
 
 use nvml::types::field_id::{
     NVML_FI_DEV_C2C_LINK_COUNT, NVML_FI_DEV_C2C_LINK_ERROR_INTR, NVML_FI_DEV_C2C_LINK_ERROR_REPLAY,
@@ -7,11 +8,15 @@ use nvml::types::field_id::{
     NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_POWER_STATE,
 };
 
+use nvml::calls;
+
 use crate::collector::{flag, Gpu};
 use crate::metrics::families;
 
 families! {
     FAMILIES;
+    C2C_ENABLED: Gauge(Number), "nvidia_gpu_c2c_enabled", [],
+        "1 if the GPU's C2C mode is on (read once per driver).";
     C2C_LINKS: Gauge(Number), "nvidia_gpu_c2c_links", [],
         "C2C links between the GPU and the CPU of its superchip.";
     C2C_ACTIVE: Gauge(Number), "nvidia_gpu_c2c_link_active", [],
@@ -47,6 +52,9 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
+    if let Some(Some(on)) = reader.read_fixed("c2c.enabled", calls::C2C_ENABLED, (), i64::from) {
+        reader.gauge(C2C_ENABLED, on as f64);
+    }
     // A GPU without C2C answers NOT_SUPPORTED, or a count of 0.
     let Some(links) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_COUNT) else {
         return;

@@ -100,6 +100,7 @@ calls! {
         = |d| health::remapper_histogram(d);
     SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc = |d| health::sram_ecc(d);
     PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo = |d| health::platform_info(d);
+    C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool = |d| health::c2c_enabled(d);
     MEMORY_UNREPAIRABLE: nvmlDeviceGetUnrepairableMemoryFlag_v1() -> bool
         = |d| health::memory_unrepairable(d);
 }

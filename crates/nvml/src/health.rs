@@ -9,8 +9,8 @@ use std::ffi::c_uint;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlEccSramErrorStatus_v1_t, nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t,
-    nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
+    nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t, nvmlPlatformInfo_v2_t,
+    nvmlRepairStatus_v1_t, nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
 };
 
 use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
@@ -178,5 +178,15 @@ pub(crate) fn memory_unrepairable(device: &Device<'_>) -> Result<bool, NvmlError
         let mut status = UnrepairableMemoryStatus { unrepairable: 0 };
         raw_call!(Ok::<_, NvmlError>(&*getter), handle, &mut status)?;
         Ok(status.unrepairable != 0)
+    })
+}
+
+/// Superchips (GH200, GB200), driver 545 and later. `nvmlC2cModeInfo_v1_t`
+/// has no version field, though nvml.h defines a version word for it.
+pub(crate) fn c2c_enabled(device: &Device<'_>) -> Result<bool, NvmlError> {
+    raw(device, |lib, handle| {
+        let mut mode = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
+        raw_call!(lib.nvmlDeviceGetC2cModeInfoV(handle, &mut mode))?;
+        Ok(mode.isC2cEnabled != 0)
     })
 }

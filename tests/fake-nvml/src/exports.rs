@@ -759,6 +759,17 @@ export! {
         )
     }
 
+    fn nvmlDeviceGetC2cModeInfoV(device: nvmlDevice_t, c2cModeInfo: *mut nvmlC2cModeInfo_t) {
+        let d = device_call(SYM, device, !c2cModeInfo.is_null(), OnMig::NotSupported)?;
+        let on = d.gpu().c2c_enabled;
+        put(
+            c2cModeInfo,
+            on.map(|on| nvmlC2cModeInfo_t {
+                isC2cEnabled: c_uint::from(on),
+            }),
+        )
+    }
+
     fn nvmlDeviceGetPlatformInfo(device: nvmlDevice_t, platformInfo: *mut nvmlPlatformInfo_t) {
         let d = device_call(SYM, device, !platformInfo.is_null(), OnMig::NotSupported)?;
         let p = d.gpu().platform.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;

@@ -313,6 +313,13 @@ pub struct nvmlUnrepairableMemoryStatus_t {
     pub bUnrepairableMemory: c_uint,
 }
 
+/// `nvmlC2cModeInfo_v1_t` (no version field).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlC2cModeInfo_t {
+    pub isC2cEnabled: c_uint,
+}
+
 /// `nvmlTemperature_v1_t` (`nvmlDeviceGetTemperatureV`): callers set
 /// `version` to [`NVML_TEMPERATURE_V1`] and `sensorType`.
 #[repr(C)]

@@ -82,6 +82,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetSramEccErrorStatus",
     "nvmlDeviceGetPlatformInfo",
     "nvmlDeviceGetUnrepairableMemoryFlag_v1",
+    "nvmlDeviceGetC2cModeInfoV",
     "nvmlDeviceGetEncoderUtilization",
     "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetEncoderStats",
@@ -221,6 +222,8 @@ pub struct Gpu {
     pub sram_ecc: Option<SramEcc>,
     /// `nvmlDeviceGetUnrepairableMemoryFlag_v1` (R590, Hopper and newer).
     pub memory_unrepairable: Option<bool>,
+    /// `nvmlDeviceGetC2cModeInfoV` (R545, superchips).
+    pub c2c_enabled: Option<bool>,
     /// `nvmlDeviceGetPlatformInfo` (Blackwell and newer).
     pub platform: Option<Platform>,
     pub encoder: Option<Encoder>,

@@ -74,6 +74,7 @@ fn layouts_match_nvml_bindings() {
         sys::nvmlMarginTemperature_t,
         [version, marginTemperature]
     );
+    same_layout!(nvmlC2cModeInfo_t, sys::nvmlC2cModeInfo_v1_t, [isC2cEnabled]);
     same_layout!(
         nvmlRepairStatus_t,
         sys::nvmlRepairStatus_v1_t,
@@ -323,7 +324,7 @@ fn symbol_lists_have_no_duplicates() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n);
-    assert_eq!(n, 88);
+    assert_eq!(n, 89);
 }
 
 /// The symbol lists are the exports: every `fn nvml…` that exports.rs defines
@@ -1885,6 +1886,7 @@ row_remapper_histogram = { max = 10, high = 1, partial = 2, low = 3, none = 4 }
 sram_ecc = { aggregate_unc_sec_ded = 3, aggregate_unc_bucket_l2 = 3, threshold_exceeded = true }
 platform = { chassis_serial = "1821324000123", slot = 7, tray = 3, host_id = 1, module_id = 2, max_version = 1 }
 memory_unrepairable = true
+c2c_enabled = true
 [[gpu]]
 "#,
     );
@@ -1939,7 +1941,14 @@ memory_unrepairable = true
             NVML_SUCCESS
         );
         assert_eq!(unrepairable.bUnrepairableMemory, 1);
+        let mut c2c = nvmlC2cModeInfo_t::default();
+        assert_eq!(nvmlDeviceGetC2cModeInfoV(h0, &mut c2c), NVML_SUCCESS);
+        assert_eq!(c2c.isC2cEnabled, 1);
         // A GPU without them.
+        assert_eq!(
+            nvmlDeviceGetC2cModeInfoV(h1, &mut c2c),
+            NVML_ERROR_NOT_SUPPORTED
+        );
         assert_eq!(
             nvmlDeviceGetUnrepairableMemoryFlag_v1(h1, &mut unrepairable),
             NVML_ERROR_NOT_SUPPORTED

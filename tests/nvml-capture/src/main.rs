@@ -777,6 +777,10 @@ fn health(gpu: &mut Capture<'_>) {
             ),
         );
     }
+    let mut c2c = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
+    if call!(gpu, nvmlDeviceGetC2cModeInfoV(&mut c2c), "") {
+        gpu.key("c2c_enabled", c2c.isC2cEnabled != 0);
+    }
     // R590, newer than the bindings: looked up by name.
     // SAFETY: NVML exports this name with this signature (nvml.h, R590).
     let getter = unsafe {
