@@ -277,19 +277,20 @@ impl<'n> Gpu<'n> {
         args: A,
         to_kept: fn(T) -> i64,
     ) -> Option<Option<i64>> {
-        let known = self.next.fixed.get(name).or(self.previous.fixed.get(name));
-        let value = match known {
-            Some(&value) => value,
-            None => match self.nvml.try_read(call, args)? {
-                Ok(value) => Some(to_kept(value)),
-                Err(error) => {
-                    self.nvml.note(&error);
-                    error.is_unsupported().then_some(None)?
-                }
-            },
-        };
-        self.next.fixed.insert(name.to_owned(), value);
-        Some(value)
+        let (previous, next) = (&self.previous.fixed, &mut self.next.fixed);
+        remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
+    }
+
+    /// [`Self::read_fixed`] of a reading kept as the labels of an `_info` series.
+    pub fn read_fixed_labels<A: std::fmt::Debug, T>(
+        &mut self,
+        name: &str,
+        call: Call<A, T>,
+        args: A,
+        to_kept: fn(T) -> Vec<String>,
+    ) -> Option<Option<Vec<String>>> {
+        let (previous, next) = (&self.previous.fixed_labels, &mut self.next.fixed_labels);
+        remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
     }
 
     /// A value no GPU can produce ([`Family::admits`]) is dropped, logged
@@ -367,6 +368,31 @@ impl<'n> Gpu<'n> {
             state: Some(self.next),
         }
     }
+}
+
+/// The value of `name` kept in `next` or `previous`, else read and kept in
+/// `next` (see [`Gpu::read_fixed`]).
+fn remembered<A: std::fmt::Debug, T, V: Clone>(
+    nvml: &mut DeviceReader<'_>,
+    previous: &BTreeMap<String, Option<V>>,
+    next: &mut BTreeMap<String, Option<V>>,
+    name: &str,
+    call: Call<A, T>,
+    args: A,
+    to_kept: fn(T) -> V,
+) -> Option<Option<V>> {
+    let value = match next.get(name).or(previous.get(name)) {
+        Some(value) => value.clone(),
+        None => match nvml.try_read(call, args)? {
+            Ok(value) => Some(to_kept(value)),
+            Err(error) => {
+                nvml.note(&error);
+                error.is_unsupported().then_some(None)?
+            }
+        },
+    };
+    next.insert(name.to_owned(), value.clone());
+    Some(value)
 }
 
 /// `state: None` keeps what the state file had.

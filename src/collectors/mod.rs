@@ -1,5 +1,5 @@
 //! The registry ([`ALL`]) and one file per collector. Tested: names unique
-//! kebab-case; a family emitted by one collector only, except
+//! kebab-case (a letter first); a family emitted by one collector only, except
 //! `collector::SHARED`; a reader emits only its families (in `tests/cli/`).
 
 mod c2c;
@@ -153,7 +153,7 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "platform",
         default: true,
-        help: "Where the GPU sits in its rack (Blackwell and newer: GB200 NVL72): chassis serial number, slot, compute tray, node and module as labels.",
+        help: "Where the GPU sits in its rack (Blackwell and newer: GB200 NVL72): chassis serial number, slot, compute tray, node and module as labels, read once per driver.",
         families: platform::FAMILIES,
         hooks: Hooks::read(platform::read, &[]),
     },
@@ -254,10 +254,11 @@ mod tests {
         let mut seen = HashSet::new();
         for collector in ALL {
             assert!(seen.insert(collector.name), "duplicate {}", collector.name);
-            assert!(collector
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b == b'-'));
+            let name = collector.name.as_bytes();
+            assert!(name[0].is_ascii_lowercase(), "{}", collector.name);
+            assert!(name
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-'));
             assert!(collector.help.ends_with('.'), "{}", collector.name);
         }
     }

@@ -1,5 +1,6 @@
 //! Where a GPU of a rack (GB200 NVL72) sits: chassis, slot, compute tray,
-//! node and module, from `nvmlDeviceGetPlatformInfo` (Blackwell and newer).
+//! node and module, from `nvmlDeviceGetPlatformInfo` (Blackwell and newer),
+//! read once per driver.
 
 use nvml::calls;
 
@@ -13,14 +14,17 @@ families! {
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
-    if let Some(info) = reader.nvml.read(calls::PLATFORM_INFO, ()) {
-        let labels = [
+    let read = reader.read_fixed_labels("platform", calls::PLATFORM_INFO, (), |info| {
+        vec![
             info.chassis_serial,
             info.slot.to_string(),
             info.tray.to_string(),
             info.host_id.to_string(),
             info.module_id.to_string(),
-        ];
+        ]
+    });
+    // A state's labels are ours unless it was damaged: a wrong count is none.
+    if let Some(Some(Ok(labels))) = read.map(|labels| labels.map(<[String; 5]>::try_from)) {
         reader.push(PLATFORM_INFO.sample_with(labels, 1.0));
     }
 }

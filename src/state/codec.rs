@@ -46,7 +46,7 @@ pub(super) fn within_bounds(state: State) -> Result<State, Damage> {
     if let Some((uuid, _)) = state
         .gpus
         .iter()
-        .find(|(_, gpu)| gpu.fixed.len() > MAX_FIXED)
+        .find(|(_, gpu)| gpu.fixed.len() + gpu.fixed_labels.len() > MAX_FIXED)
     {
         return Err(Damage::Fixed(uuid.clone()));
     }

@@ -38,8 +38,10 @@ pub(super) fn merge(
             |read: &String, known: &String| if read.is_empty() { known } else { read }.clone();
         gpu.pci_bus_id = or_before(&device.pci_bus_id, &before.pci_bus_id);
         gpu.serial = or_before(&device.serial, &before.serial);
-        while gpu.fixed.len() > MAX_FIXED {
-            gpu.fixed.pop_last();
+        while gpu.fixed.len() + gpu.fixed_labels.len() > MAX_FIXED {
+            if gpu.fixed_labels.pop_last().is_none() {
+                gpu.fixed.pop_last();
+            }
         }
         next.gpus.insert(device.uuid.clone(), gpu);
     }

@@ -14,7 +14,8 @@ pub const VERSION: u32 = 2;
 
 /// The most GPUs a state keeps (more than any host has).
 pub const MAX_GPUS: usize = 64;
-/// The most fixed readings one GPU keeps (its readers keep four).
+/// The most fixed readings, numbers and labels, one GPU keeps (its readers
+/// keep a few).
 pub const MAX_FIXED: usize = 32;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
 /// some of them per clock, link or counter).
@@ -89,6 +90,9 @@ pub struct GpuState {
     pub gpm_unavailable: Option<String>,
     /// Readings fixed while the driver is loaded, by name; `None`: not supported.
     pub fixed: BTreeMap<String, Option<i64>>,
+    /// Readings fixed while the driver is loaded whose value is the labels
+    /// of an `_info` series, by name; `None`: not supported.
+    pub fixed_labels: BTreeMap<String, Option<Vec<String>>>,
     /// The NVLink links seen active under this driver, one bit per link.
     pub links_seen_active: u64,
     /// The calls that answered NOT_SUPPORTED under this driver.

@@ -722,22 +722,25 @@ fn health_of_the_newest_drivers() {
     assert_eq!(gpu_value(&gh200, lifetime, "0", &[]), None);
     assert!(!any_named(&gh200, "nvidia_gpu_platform_info"));
 
-    // The C2C mode is read once per driver.
+    // The C2C mode and the GPU's place in the rack are read once per driver.
     let state = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     for (run, made) in [("first", 1), ("second", 0)] {
         let log = logs.path().join(run);
         let env = [("FAKE_NVML_CALL_LOG", log.to_str().unwrap())];
-        let out = ex().run_args("gh200", state.path(), &["--stdout", "--write-state"], &env);
+        let args = ["--stdout", "--write-state"];
+        let out = ex().run_args("gb200-nvl72", state.path(), &args, &env);
         assert_eq!(out.code(), Some(0), "{}", out.err());
-        let enabled = gpu_value(&out.samples(), "nvidia_gpu_c2c_enabled", "0", &[]);
+        let samples = out.samples();
+        let enabled = gpu_value(&samples, "nvidia_gpu_c2c_enabled", "0", &[]);
         assert_eq!(enabled, Some(1.0), "{run}");
+        let tray = [("tray", "3"), ("chassis_serial", "1821324000123")];
+        let info = gpu_value(&samples, "nvidia_gpu_platform_info", "0", &tray);
+        assert_eq!(info, Some(1.0), "{run}");
         let calls = Calls::read(&log);
-        assert_eq!(
-            calls.total("nvmlDeviceGetC2cModeInfoV"),
-            made,
-            "{run}: {calls:?}"
-        );
+        for call in ["nvmlDeviceGetC2cModeInfoV", "nvmlDeviceGetPlatformInfo"] {
+            assert_eq!(calls.total(call), made, "{run}: {call}: {calls:?}");
+        }
     }
 
     // Memory past repair, as driver 590 tells it.
