@@ -2,13 +2,12 @@
 //! (GH200, GB200), from field values, and whether C2C is on (read once per
 //! driver): nothing on other GPUs.
 
+use nvml::calls;
 use nvml::types::field_id::{
     NVML_FI_DEV_C2C_LINK_COUNT, NVML_FI_DEV_C2C_LINK_ERROR_INTR, NVML_FI_DEV_C2C_LINK_ERROR_REPLAY,
     NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B, NVML_FI_DEV_C2C_LINK_GET_MAX_BW,
     NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_POWER_STATE,
 };
-
-use nvml::calls;
 
 use crate::collector::{flag, Gpu};
 use crate::metrics::families;
