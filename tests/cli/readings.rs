@@ -743,10 +743,12 @@ fn health_of_the_newest_drivers() {
         }
     }
 
-    // Memory past repair, as driver 590 tells it.
-    assert!(!any_named(&gh200, "nvidia_gpu_memory_unrepairable"));
+    // Memory past repair, as driver 590 tells it (580 does not).
+    let flag = gpu_value(&gh200, "nvidia_gpu_memory_unrepairable", "0", &[]);
+    assert_eq!(flag, Some(0.0));
+    assert!(!any_named(&gb200, "nvidia_gpu_memory_unrepairable"));
     let dir = tempfile::tempdir().unwrap();
-    let edit = ("sram_ecc = {}", "sram_ecc = {}\nmemory_unrepairable = true");
+    let edit = ("memory_unrepairable = false", "memory_unrepairable = true");
     let unrepairable = ex().replaced(dir.path(), "gh200", &[edit]);
     let samples = exporter(&unrepairable, &["--stdout"]).samples();
     let flag = gpu_value(&samples, "nvidia_gpu_memory_unrepairable", "0", &[]);
