@@ -47,6 +47,16 @@ impl GpuFacts {
         }
     }
 
+    /// Blackwell, or an architecture newer than NVML's names here: what NVML
+    /// documents its rack and power-smoothing calls for. Hopper answers them
+    /// with zeros it has no hardware for.
+    pub fn is_blackwell_or_newer(&self) -> bool {
+        matches!(
+            self.architecture,
+            Some(Ok(DeviceArchitecture::Blackwell)) | Some(Err(_))
+        )
+    }
+
     /// GA100 and GH100 have no NVENC though NVML answers its calls.
     pub fn has_video_encoder(&self) -> bool {
         !matches!(self.chip(), Chip::Ga100 | Chip::Gh100)

@@ -64,7 +64,7 @@ pub static ALL: &[Collector] = &[
         default: true,
         help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit, the power-smoothing circuitry's lifetime left.",
         families: power::FAMILIES,
-        hooks: Hooks::read(power::read, power::FIELDS).with_fields_for(power::second_reading),
+        hooks: Hooks::read(power::read, power::FIELDS).with_fields_for(power::by_architecture),
     },
     Collector {
         name: "clocks",

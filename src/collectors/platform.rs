@@ -10,10 +10,13 @@ use crate::metrics::families;
 families! {
     FAMILIES;
     PLATFORM_INFO: Gauge(Number), "nvidia_gpu_platform_info", ["chassis_serial", "slot", "tray", "host_id", "module_id"],
-        "Where the GPU sits in its rack as labels: the chassis serial number (empty from a driver that knows only the first version of the call), the slot in the chassis (switches included), the compute tray, the node in the slot and the GPU's module in the node; always 1.";
+        "Where the GPU sits in its rack as labels (Blackwell and newer): the chassis serial number (empty from a driver that knows only the first version of the call), the slot in the chassis (switches included), the compute tray, the node in the slot and the GPU's module in the node; always 1.";
 }
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
+    if !reader.facts().is_blackwell_or_newer() {
+        return;
+    }
     let read = reader.read_fixed_labels("platform", calls::PLATFORM_INFO, (), |info| {
         vec![
             info.chassis_serial,

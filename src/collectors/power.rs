@@ -28,21 +28,20 @@ families! {
     POWER_INSTANT: Gauge(Watts), "nvidia_gpu_power_instant_watts", [],
         "Power drawn by the GPU at the moment of reading (nvidia-smi: Instantaneous Power Draw; driver 535+); only where nvidia_gpu_power_watts is a 1 s average (Ampere except GA100, and newer).";
     POWER_SMOOTHING_LIFETIME: Gauge(Ratio), "nvidia_gpu_power_smoothing_lifetime_remaining_ratio", [],
-        "Share of its lifetime the power-smoothing circuitry has left (Blackwell; driver 575+).";
+        "Share of its lifetime the power-smoothing circuitry has left (Blackwell and newer; driver 575+).";
 }
 
-/// The lifetime field is 258 from driver 580.82 on, 263 before
-/// (`nvml::fields::driver_id`).
-pub(super) const FIELDS: &[u32] = &[
-    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-    NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING,
-];
+pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
-pub(super) fn second_reading(facts: &GpuFacts) -> &'static [u32] {
-    if draw_is_averaged(facts) {
-        &[NVML_FI_DEV_POWER_INSTANT]
-    } else {
-        &[NVML_FI_DEV_POWER_AVERAGE]
+/// The second power reading, and on Blackwell and newer the power-smoothing
+/// circuitry's lifetime left (258 from driver 580.82 on, 263 before:
+/// `nvml::fields::driver_id`).
+pub(super) fn by_architecture(facts: &GpuFacts) -> &'static [u32] {
+    const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
+    match (draw_is_averaged(facts), facts.is_blackwell_or_newer()) {
+        (true, true) => &[NVML_FI_DEV_POWER_INSTANT, LIFETIME],
+        (true, false) => &[NVML_FI_DEV_POWER_INSTANT],
+        (false, _) => &[NVML_FI_DEV_POWER_AVERAGE],
     }
 }
 
@@ -131,7 +130,7 @@ mod tests {
             a100_by_id,
         ] {
             assert!(!draw_is_averaged(&gpu), "{gpu:?}");
-            assert_eq!(second_reading(&gpu), [NVML_FI_DEV_POWER_AVERAGE]);
+            assert_eq!(by_architecture(&gpu), [NVML_FI_DEV_POWER_AVERAGE]);
         }
         let a40_by_id = GpuFacts {
             pci_device_id: Some(0x2235_10DE),
@@ -145,7 +144,7 @@ mod tests {
             a40_by_id,
         ] {
             assert!(draw_is_averaged(&gpu), "{gpu:?}");
-            assert_eq!(second_reading(&gpu), [NVML_FI_DEV_POWER_INSTANT]);
+            assert_eq!(by_architecture(&gpu), [NVML_FI_DEV_POWER_INSTANT]);
         }
     }
 
@@ -179,8 +178,20 @@ mod tests {
         }
         // Not read: the driver's average, which is right everywhere.
         assert_eq!(
-            second_reading(&facts(None, "NVIDIA H100 80GB HBM3")),
+            by_architecture(&facts(None, "NVIDIA H100 80GB HBM3")),
             [NVML_FI_DEV_POWER_AVERAGE]
         );
+    }
+
+    #[test]
+    fn only_blackwell_and_newer_are_asked_the_smoothing_lifetime() {
+        const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
+        let asks =
+            |architecture| by_architecture(&facts(architecture, "NVIDIA")).contains(&LIFETIME);
+        assert!(asks(Some(Ok(DeviceArchitecture::Blackwell))));
+        assert!(asks(Some(Err(11))));
+        assert!(!asks(Some(Ok(DeviceArchitecture::Hopper))));
+        assert!(!asks(Some(Ok(DeviceArchitecture::Ampere))));
+        assert!(!asks(None));
     }
 }
