@@ -179,10 +179,11 @@ def static():
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("compare.py")), EXPORTER],
                          capture_output=True, text=True)
     row = re.compile(r"^\s*(\d+) (\S+)\s+(\S+)\s+(\S+)\s+(ok.*|DIFFERS|MISSING|EXTRA.*)$")
-    for line in out.stdout.splitlines():
-        m = row.match(line)
-        if not m:
-            continue
+    rows = [m for m in map(row.match, out.stdout.splitlines()) if m]
+    if not rows:
+        results["failed"] += 1
+        print(f"FAIL compare.py gave no rows (status {out.returncode}): {out.stderr.strip()[-400:]}", flush=True)
+    for m in rows:
         ok = m.group(5).startswith("ok")
         results["passed" if ok else "failed"] += 1
         print(f"{'PASS' if ok else 'FAIL'} gpu {m.group(1)} {m.group(2)} against nvidia-smi: "

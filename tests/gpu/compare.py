@@ -16,6 +16,13 @@ from exposition import parse_all  # noqa: E402
 EXPORTER = sys.argv[1] if len(sys.argv) > 1 else "target/release/nvidia-textfile-exporter"
 MIB = 1024 * 1024
 
+
+
+def yes_no(value):
+    """nvidia-smi's flags; anything else is not a flag."""
+    return {"No": 0.0, "Yes": 1.0}[value]
+
+
 # nvidia-smi field, our metric (labels beyond gpu), converter smi->base unit, tolerance
 FIELDS = [
     ("temperature.gpu", ("nvidia_gpu_temperature_celsius", {}), float, 2),
@@ -50,6 +57,30 @@ FIELDS = [
     ("retired_pages.pending", ("nvidia_gpu_retired_pages_pending", {}), lambda v: 1.0 if v == "Yes" else 0.0, 0),
     ("mig.mode.current", ("nvidia_gpu_mig_enabled", {}), lambda v: 1.0 if v == "Enabled" else 0.0, 0),
     ("encoder.stats.sessionCount", ("nvidia_gpu_encoder_sessions", {}), float, 0),
+    ("remapped_rows.correctable", ("nvidia_gpu_remapped_rows", {"cause": "correctable"}), float, 0),
+    ("remapped_rows.uncorrectable", ("nvidia_gpu_remapped_rows", {"cause": "uncorrectable"}), float, 0),
+    ("remapped_rows.pending", ("nvidia_gpu_remapped_rows_pending", {}), yes_no, 0),
+    ("remapped_rows.failure", ("nvidia_gpu_remapped_rows_failure", {}), yes_no, 0),
+    ("gpu_recovery_action", ("nvidia_gpu_recovery_action", {"action": "none"}),
+     lambda v: 1.0 if v == "None" else 0.0, 0),
+] + [
+    (f"ecc.errors.{field}", ("nvidia_gpu_sram_ecc_errors_total", {"type": kind, "scope": scope}), float, 0)
+    for field, kind, scope in [
+        ("corrected.volatile.sram", "corrected", "volatile"),
+        ("corrected.aggregate.sram", "corrected", "aggregate"),
+        ("uncorrected.volatile.sram.parity", "uncorrected_parity", "volatile"),
+        ("uncorrected.volatile.sram.secded", "uncorrected_sec_ded", "volatile"),
+        ("uncorrected.aggregate.sram.parity", "uncorrected_parity", "aggregate"),
+        ("uncorrected.aggregate.sram.secded", "uncorrected_sec_ded", "aggregate"),
+    ]
+] + [
+    (f"ecc.errors.uncorrected.aggregate.sram.{field}",
+     ("nvidia_gpu_sram_ecc_location_errors_total", {"location": location}), float, 0)
+    for field, location in [("l2", "l2"), ("sm", "sm"), ("mcu", "microcontroller"), ("pcie", "pcie"),
+                            ("other", "other")]
+] + [
+    ("ecc.errors.uncorrected.aggregate.sram.thresholdExceeded",
+     ("nvidia_gpu_sram_ecc_threshold_exceeded", {}), yes_no, 0),
 ]
 STRINGS = [
     ("name", "name"),
@@ -116,7 +147,12 @@ def main():
                 failures += mine is not None
                 print(f"{gpu:>3} {field:<42} {raw:>16} {str(mine):>16}  {verdict}")
                 continue
-            expected = convert(raw)
+            try:
+                expected = convert(raw)
+            except (KeyError, ValueError):
+                failures += 1
+                print(f"{gpu:>3} {field:<42} {raw:>16} {str(mine):>16}  DIFFERS")
+                continue
             if mine is None:
                 verdict = "MISSING"
                 failures += 1
