@@ -25,6 +25,8 @@ families! {
         "1 if pages are waiting to be retired at the next reboot.";
     REMAPPED_ROWS: Gauge(Number), "nvidia_gpu_remapped_rows", ["cause"],
         "Memory rows remapped, by cause (correctable, uncorrectable).";
+    REMAPPED_ROWS_INACTIVE: Gauge(Number), "nvidia_gpu_remapped_rows_inactive", ["cause"],
+        "Memory rows remapped that are no longer in use, by cause (correctable, uncorrectable); from drivers that know NVML fields 301 and 302 (580.159 does).";
     REMAPPED_ROWS_PENDING: Gauge(Number), "nvidia_gpu_remapped_rows_pending", [],
         "1 if a row remap is waiting for a GPU reset.";
     REMAPPED_ROWS_FAILURE: Gauge(Number), "nvidia_gpu_remapped_rows_failure", [],
@@ -39,6 +41,8 @@ families! {
         "SRAM ECC errors by type (corrected, uncorrected_parity, uncorrected_sec_ded) and scope (volatile: since the driver loaded; aggregate: lifetime).";
     SRAM_ECC_LOCATION_ERRORS: Counter(Count), "nvidia_gpu_sram_ecc_location_errors_total", ["location"],
         "Uncorrected SRAM ECC errors over the GPU's lifetime by where they occurred (l2, sm, pcie, microcontroller, other).";
+    SRAM_ECC_UNCORRECTED_LOCATIONS: Gauge(Number), "nvidia_gpu_sram_ecc_uncorrected_locations", ["detection"],
+        "Distinct SRAM locations with uncorrected ECC errors over the GPU's lifetime, by how they were detected (parity, sec_ded) (Blackwell and newer, driver 580+).";
     SRAM_ECC_THRESHOLD_EXCEEDED: Gauge(Number), "nvidia_gpu_sram_ecc_threshold_exceeded", [],
         "1 if the SRAM ECC errors exceed the threshold of NVIDIA's field diagnostics: the GPU needs service.";
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
@@ -71,6 +75,10 @@ const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (driver 570+, newer than the bindings).
 pub(super) const FI_GPU_RECOVERY_ACTION: u32 = 230;
 
+/// `NVML_FI_DEV_REMAPPED_ROWS_{COR,UNC}_INACTIVE` (driver 595+, newer than
+/// the bindings).
+const FI_REMAPPED_ROWS_INACTIVE: [(u32, &str); 2] = [(301, "correctable"), (302, "uncorrectable")];
+
 /// `nvmlDeviceGpuRecoveryAction_t` values 0..=7: 0-4 since R570, 5 (recover
 /// the IMEX domain) after R595, 6 (reset the PCIe bus) and 7 (reboot the
 /// system) since NVML v615 (its change log).
@@ -93,6 +101,8 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
     NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
     FI_GPU_RECOVERY_ACTION,
+    FI_REMAPPED_ROWS_INACTIVE[0].0,
+    FI_REMAPPED_ROWS_INACTIVE[1].0,
 ];
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
@@ -139,6 +149,11 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             reader.push(REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
         reader.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
+        for (field, cause) in FI_REMAPPED_ROWS_INACTIVE {
+            if let Some(count) = reader.nvml.field(field) {
+                reader.push(REMAPPED_ROWS_INACTIVE.sample_with([cause], count));
+            }
+        }
         reader.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
     if let Some(banks) = reader.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
@@ -180,6 +195,16 @@ fn sram_ecc(reader: &mut Gpu<'_>) {
         reader.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
     reader.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
+    // NVML documents the locations for Blackwell and newer.
+    if !reader.facts().is_blackwell_or_newer() {
+        return;
+    }
+    if let Some(unique) = reader.nvml.read(calls::SRAM_UNIQUE, ()) {
+        for (count, detection) in [(unique.parity, "parity"), (unique.sec_ded, "sec_ded")] {
+            let sample = SRAM_ECC_UNCORRECTED_LOCATIONS.sample_with([detection], f64::from(count));
+            reader.push(sample);
+        }
+    }
 }
 
 /// A value newer than this exporter knows is `action="unknown"`.

@@ -17,7 +17,7 @@ use nvml_wrapper::structs::device::{
 use nvml_wrapper::Device;
 
 use crate::fields::{self, Field};
-use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc};
+use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc, SramUnique};
 
 pub struct Call<A, T> {
     pub name: &'static str,
@@ -99,6 +99,8 @@ calls! {
     REMAPPER_HISTOGRAM: nvmlDeviceGetRowRemapperHistogram() -> RemapperHistogram
         = |d| health::remapper_histogram(d);
     SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc = |d| health::sram_ecc(d);
+    SRAM_UNIQUE: nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts() -> SramUnique
+        = |d| health::sram_unique(d);
     PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo = |d| health::platform_info(d);
     C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool = |d| health::c2c_enabled(d);
     MEMORY_UNREPAIRABLE: nvmlDeviceGetUnrepairableMemoryFlag_v1() -> bool

@@ -9,8 +9,9 @@ use std::ffi::c_uint;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
-    nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t, nvmlPlatformInfo_v2_t,
-    nvmlRepairStatus_v1_t, nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
+    nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t,
+    nvmlEccSramUniqueUncorrectedErrorCounts_v1_t, nvmlEccSramUniqueUncorrectedErrorEntry_v1_t,
+    nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t, nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
 };
 
 use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
@@ -43,6 +44,14 @@ pub struct SramCounts {
     pub uncorrected_parity: u64,
     pub uncorrected_sec_ded: u64,
     pub corrected: u64,
+}
+
+/// Distinct SRAM locations with uncorrected ECC errors, by how they were
+/// detected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SramUnique {
+    pub parity: u32,
+    pub sec_ded: u32,
 }
 
 /// Where a GPU of a rack (GB200 NVL72) sits (`nvmlPlatformInfo_v2_t`).
@@ -123,6 +132,51 @@ pub(crate) fn sram_ecc(device: &Device<'_>) -> Result<SramEcc, NvmlError> {
             ],
             threshold_exceeded: s.bThresholdExceeded != 0,
         })
+    })
+}
+
+/// More locations than this are an error (INSUFFICIENT_SIZE).
+const SRAM_UNIQUE_MAX: u32 = 4096;
+
+/// Blackwell and newer, driver 580 and later; NOT_SUPPORTED while ECC is off.
+/// Asks the count first, then the entries; errors that arrive between the
+/// two calls (INSUFFICIENT_SIZE) make it ask once more.
+pub(crate) fn sram_unique(device: &Device<'_>) -> Result<SramUnique, NvmlError> {
+    raw(device, |lib, handle| {
+        let ask = |entries: &mut Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t>| {
+            let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
+                version: struct_version::<nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>(1),
+                entryCount: entries.len() as c_uint,
+                entries: if entries.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    entries.as_mut_ptr()
+                },
+            };
+            let answer = (|| {
+                raw_call!(lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(handle, &mut counts))
+            })();
+            (answer, counts.entryCount.min(SRAM_UNIQUE_MAX))
+        };
+        let mut entries = Vec::new();
+        for _ in 0..3 {
+            match ask(&mut entries) {
+                (Ok(()), count) if count as usize <= entries.len() => {
+                    entries.truncate(count as usize);
+                    let parity = entries.iter().filter(|e| e.isParity != 0).count() as u32;
+                    return Ok(SramUnique {
+                        parity,
+                        sec_ded: count - parity,
+                    });
+                }
+                (Ok(()) | Err(NvmlError::InsufficientSize(_)), count) => {
+                    // SAFETY: plain integers, for which zero is a value.
+                    entries = vec![unsafe { std::mem::zeroed() }; count as usize];
+                }
+                (Err(e), _) => return Err(e),
+            }
+        }
+        Err(NvmlError::InsufficientSize(None))
     })
 }
 

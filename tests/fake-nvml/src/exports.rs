@@ -744,6 +744,37 @@ export! {
         )
     }
 
+    fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
+        device: nvmlDevice_t,
+        counts: *mut nvmlEccSramUniqueUncorrectedErrorCounts_t,
+    ) {
+        let d = device_call(SYM, device, !counts.is_null(), OnMig::NotSupported)?;
+        if (*counts).version != NVML_ECC_SRAM_UNIQUE_COUNTS_V1 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let entries = d.gpu().sram_unique.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let room = (*counts).entryCount as usize;
+        (*counts).entryCount = entries.len() as c_uint;
+        if (*counts).entries.is_null() {
+            return Ok(());
+        }
+        if room < entries.len() {
+            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+        }
+        for (i, e) in entries.iter().enumerate() {
+            (*counts).entries.add(i).write(nvmlEccSramUniqueUncorrectedErrorEntry_t {
+                unit: e.unit,
+                location: e.location,
+                sublocation: e.sublocation,
+                extlocation: e.extlocation,
+                address: e.address,
+                isParity: c_uint::from(e.is_parity),
+                count: e.count,
+            });
+        }
+        Ok(())
+    }
+
     fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
         device: nvmlDevice_t,
         unrepairableMemoryStatus: *mut nvmlUnrepairableMemoryStatus_t,

@@ -284,6 +284,35 @@ pub struct nvmlEccSramErrorStatus_t {
 pub const NVML_ECC_SRAM_ERROR_STATUS_V1: c_uint =
     (std::mem::size_of::<nvmlEccSramErrorStatus_t>() as c_uint) | (1 << 24);
 
+/// `nvmlEccSramUniqueUncorrectedErrorEntry_v1_t`: one SRAM location with
+/// uncorrected errors.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlEccSramUniqueUncorrectedErrorEntry_t {
+    pub unit: c_uint,
+    pub location: c_uint,
+    pub sublocation: c_uint,
+    pub extlocation: c_uint,
+    pub address: c_uint,
+    pub isParity: c_uint,
+    pub count: c_uint,
+}
+
+/// `nvmlEccSramUniqueUncorrectedErrorCounts_v1_t`: callers set `version` to
+/// [`NVML_ECC_SRAM_UNIQUE_COUNTS_V1`] and `entryCount` to the room in
+/// `entries` (NULL asks the count only).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvmlEccSramUniqueUncorrectedErrorCounts_t {
+    pub version: c_uint,
+    pub entryCount: c_uint,
+    pub entries: *mut nvmlEccSramUniqueUncorrectedErrorEntry_t,
+}
+
+/// `NVML_STRUCT_VERSION(EccSramUniqueUncorrectedErrorCounts, 1)`.
+pub const NVML_ECC_SRAM_UNIQUE_COUNTS_V1: c_uint =
+    (std::mem::size_of::<nvmlEccSramUniqueUncorrectedErrorCounts_t>() as c_uint) | (1 << 24);
+
 /// `nvmlPlatformInfo_v2_t`; `nvmlPlatformInfo_v1_t` has the same layout
 /// (a rack GUID where v2 has the chassis serial number).
 #[repr(C)]

@@ -80,6 +80,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetRowRemapperHistogram",
     "nvmlDeviceGetRepairStatus",
     "nvmlDeviceGetSramEccErrorStatus",
+    "nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts",
     "nvmlDeviceGetPlatformInfo",
     "nvmlDeviceGetUnrepairableMemoryFlag_v1",
     "nvmlDeviceGetC2cModeInfoV",
@@ -220,6 +221,9 @@ pub struct Gpu {
     pub repair_status: Option<RepairStatus>,
     /// `nvmlDeviceGetSramEccErrorStatus` (R550, Ampere and newer).
     pub sram_ecc: Option<SramEcc>,
+    /// `nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts` (R580, Blackwell
+    /// and newer): the SRAM locations with uncorrected errors.
+    pub sram_unique: Option<Vec<SramUniqueEntry>>,
     /// `nvmlDeviceGetUnrepairableMemoryFlag_v1` (R590, Hopper and newer).
     pub memory_unrepairable: Option<bool>,
     /// `nvmlDeviceGetC2cModeInfoV` (R545, superchips).
@@ -455,6 +459,19 @@ pub struct SramEcc {
     pub aggregate_unc_bucket_mcu: u64,
     pub aggregate_unc_bucket_other: u64,
     pub threshold_exceeded: bool,
+}
+
+/// `nvmlEccSramUniqueUncorrectedErrorEntry_v1_t`'s fields; absent ones are 0.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SramUniqueEntry {
+    pub unit: u32,
+    pub location: u32,
+    pub sublocation: u32,
+    pub extlocation: u32,
+    pub address: u32,
+    pub is_parity: bool,
+    pub count: u32,
 }
 
 /// `nvmlPlatformInfo_v2_t`'s fields (v1 answers `chassis_serial` as its

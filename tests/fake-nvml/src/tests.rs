@@ -86,6 +86,24 @@ fn layouts_match_nvml_bindings() {
         [max, high, partial, low, none]
     );
     same_layout!(
+        nvmlEccSramUniqueUncorrectedErrorEntry_t,
+        sys::nvmlEccSramUniqueUncorrectedErrorEntry_v1_t,
+        [
+            unit,
+            location,
+            sublocation,
+            extlocation,
+            address,
+            isParity,
+            count
+        ]
+    );
+    same_layout!(
+        nvmlEccSramUniqueUncorrectedErrorCounts_t,
+        sys::nvmlEccSramUniqueUncorrectedErrorCounts_v1_t,
+        [version, entryCount, entries]
+    );
+    same_layout!(
         nvmlEccSramErrorStatus_t,
         sys::nvmlEccSramErrorStatus_v1_t,
         [
@@ -1970,5 +1988,43 @@ c2c_enabled = true
             nvmlDeviceGetPlatformInfo(h1, &mut platform),
             NVML_ERROR_NOT_SUPPORTED
         );
+    }
+}
+
+#[test]
+fn sram_locations_are_counted_then_listed() {
+    let _s = start(
+        r#"
+description = "SRAM locations with uncorrected errors"
+[[gpu]]
+sram_unique = [{ unit = 1, address = 64, count = 3 }, { unit = 2, address = 8, is_parity = true, count = 1 }]
+[[gpu]]
+"#,
+    );
+    let (h0, h1) = (handle(0), handle(1));
+    unsafe {
+        let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_t {
+            version: NVML_ECC_SRAM_UNIQUE_COUNTS_V1,
+            entryCount: 0,
+            entries: std::ptr::null_mut(),
+        };
+        let ask = nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts;
+        assert_eq!(ask(h0, &mut counts), NVML_SUCCESS);
+        assert_eq!(counts.entryCount, 2);
+        let mut entries = [nvmlEccSramUniqueUncorrectedErrorEntry_t::default(); 2];
+        counts.entries = entries.as_mut_ptr();
+        counts.entryCount = 1;
+        assert_eq!(ask(h0, &mut counts), NVML_ERROR_INSUFFICIENT_SIZE);
+        assert_eq!(counts.entryCount, 2);
+        assert_eq!(ask(h0, &mut counts), NVML_SUCCESS);
+        assert_eq!(
+            (entries[0].address, entries[0].isParity, entries[0].count),
+            (64, 0, 3)
+        );
+        assert_eq!((entries[1].unit, entries[1].isParity), (2, 1));
+        counts.version = 1;
+        assert_eq!(ask(h0, &mut counts), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        counts.version = NVML_ECC_SRAM_UNIQUE_COUNTS_V1;
+        assert_eq!(ask(h1, &mut counts), NVML_ERROR_NOT_SUPPORTED);
     }
 }

@@ -777,6 +777,7 @@ fn health(gpu: &mut Capture<'_>) {
             ),
         );
     }
+    sram_unique(gpu);
     let mut c2c = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
     if call!(gpu, nvmlDeviceGetC2cModeInfoV(&mut c2c), "") {
         gpu.key("c2c_enabled", c2c.isC2cEnabled != 0);
@@ -823,6 +824,48 @@ fn health(gpu: &mut Capture<'_>) {
         }
         break;
     }
+}
+
+/// The SRAM locations with uncorrected errors: their count first, then the
+/// entries, as the exporter asks.
+fn sram_unique(gpu: &mut Capture<'_>) {
+    let version =
+        std::mem::size_of::<nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>() as c_uint | 1 << 24;
+    let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
+        version,
+        entryCount: 0,
+        entries: std::ptr::null_mut(),
+    };
+    if !call!(
+        gpu,
+        nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(&mut counts),
+        "entries NULL"
+    ) {
+        return;
+    }
+    // SAFETY: plain integers.
+    let mut entries = vec![unsafe { std::mem::zeroed() }; counts.entryCount as usize];
+    counts.entries = entries.as_mut_ptr();
+    if counts.entryCount > 0
+        && !call!(
+            gpu,
+            nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(&mut counts),
+            &format!("{} entries", entries.len())
+        )
+    {
+        return;
+    }
+    entries.truncate(counts.entryCount as usize);
+    let entries: Vec<String> = entries
+        .iter()
+        .map(|e: &nvmlEccSramUniqueUncorrectedErrorEntry_v1_t| {
+            format!(
+                "{{ unit = {}, location = {}, sublocation = {}, extlocation = {}, address = {}, is_parity = {}, count = {} }}",
+                e.unit, e.location, e.sublocation, e.extlocation, e.address, e.isParity != 0, e.count
+            )
+        })
+        .collect();
+    gpu.key("sram_unique", format!("[{}]", entries.join(", ")));
 }
 
 fn media(gpu: &mut Capture<'_>) {
