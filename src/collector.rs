@@ -293,6 +293,16 @@ impl<'n> Gpu<'n> {
         remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
     }
 
+    /// Labels kept in a shape no run writes (a damaged state): counted, and
+    /// not kept, so that the next run reads them again.
+    pub fn damaged_fixed_labels(&mut self, name: &str) {
+        let index = self.index();
+        self.nvml.count_error(format!(
+            "GPU {index}: the state's {name} labels are damaged; read again next run"
+        ));
+        self.next.fixed_labels.remove(name);
+    }
+
     /// A value no GPU can produce ([`Family::admits`]) is dropped, logged
     /// and counted.
     pub fn push(&mut self, sample: Sample) {

@@ -75,8 +75,8 @@ const RETIREMENT_CAUSES: [(RetirementCause, &str); 2] = [
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (driver 570+, newer than the bindings).
 pub(super) const FI_GPU_RECOVERY_ACTION: u32 = 230;
 
-/// `NVML_FI_DEV_REMAPPED_ROWS_{COR,UNC}_INACTIVE` (driver 595+, newer than
-/// the bindings).
+/// `NVML_FI_DEV_REMAPPED_ROWS_{COR,UNC}_INACTIVE`, newer than the bindings
+/// (driver 580.159 answers them).
 const FI_REMAPPED_ROWS_INACTIVE: [(u32, &str); 2] = [(301, "correctable"), (302, "uncorrectable")];
 
 /// `nvmlDeviceGpuRecoveryAction_t` values 0..=7: 0-4 since R570, 5 (recover

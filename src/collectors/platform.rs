@@ -26,8 +26,9 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
             info.module_id.to_string(),
         ]
     });
-    // A state's labels are ours unless it was damaged: a wrong count is none.
-    if let Some(Some(Ok(labels))) = read.map(|labels| labels.map(<[String; 5]>::try_from)) {
-        reader.push(PLATFORM_INFO.sample_with(labels, 1.0));
+    match read.flatten().map(<[String; 5]>::try_from) {
+        Some(Ok(labels)) => reader.push(PLATFORM_INFO.sample_with(labels, 1.0)),
+        Some(Err(_)) => reader.damaged_fixed_labels("platform"),
+        None => {}
     }
 }

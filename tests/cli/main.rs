@@ -28,6 +28,7 @@ mod command_line;
 mod deadline;
 mod families;
 mod gpm;
+mod health_attacks;
 mod identity;
 mod nvlink;
 mod nvml_faults;

@@ -74,7 +74,7 @@ build() {
 
 step "promtool check rules" promtool check rules "$recording" "$rules"
 step "promtool test rules" promtool test rules tests/rules/nvidia-gpu-rules.test.yml \
-    tests/rules/nvidia-gpu-alerts.test.yml
+    tests/rules/nvidia-gpu-alerts.test.yml tests/rules/action-attacks.test.yml
 exporter=${EXPORTER:-target/release/nvidia-textfile-exporter}
 fake=${FAKE_NVML:-target/debug/libfake_nvml.so}
 built=0
