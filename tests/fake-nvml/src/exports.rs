@@ -537,6 +537,7 @@ export! {
         let d = device_call_asking(SYM, device, outs_ok, OnMig::NotSupported, &asked.join(","))?;
         let fields = &d.gpu().fields;
         let signed = &d.gpu().signed_fields;
+        let double = &d.gpu().double_fields;
         let timestamp = now_us();
         for i in 0..valuesCount as usize {
             let v = &mut *values.add(i);
@@ -544,24 +545,23 @@ export! {
             let any_scope = (v.fieldId, None);
             let found = fields.get(&key).or_else(|| fields.get(&any_scope));
             let found_signed = signed.get(&key).or_else(|| signed.get(&any_scope));
+            let found_double = double.get(&key).or_else(|| double.get(&any_scope));
             v.timestamp = timestamp;
             v.latencyUsec = 0;
             v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-            match (found, found_signed) {
-                (Some(value), _) => {
-                    v.nvmlReturn = NVML_SUCCESS;
-                    v.value.ullVal = *value;
-                }
-                (None, Some(value)) => {
-                    v.nvmlReturn = NVML_SUCCESS;
+            v.nvmlReturn = NVML_SUCCESS;
+            v.value.ullVal = 0;
+            match (found, found_signed, found_double) {
+                (Some(value), _, _) => v.value.ullVal = *value,
+                (None, Some(value), _) => {
                     v.valueType = NVML_VALUE_TYPE_SIGNED_INT;
-                    v.value.ullVal = 0;
                     v.value.siVal = *value;
                 }
-                (None, None) => {
-                    v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
-                    v.value.ullVal = 0;
+                (None, None, Some(value)) => {
+                    v.valueType = NVML_VALUE_TYPE_DOUBLE;
+                    v.value.dVal = *value;
                 }
+                (None, None, None) => v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED,
             }
         }
         Ok(())

@@ -181,6 +181,8 @@ pub const NVML_FEATURE_DISABLED: nvmlEnableState_t = 0;
 pub const NVML_FEATURE_ENABLED: nvmlEnableState_t = 1;
 
 pub const NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: nvmlValueType_t = 3;
+/// `NVML_VALUE_TYPE_DOUBLE`
+pub const NVML_VALUE_TYPE_DOUBLE: nvmlValueType_t = 0;
 /// `NVML_VALUE_TYPE_SIGNED_INT`
 pub const NVML_VALUE_TYPE_SIGNED_INT: nvmlValueType_t = 5;
 

@@ -247,6 +247,11 @@ pub struct Gpu {
     /// negative T.Limit threshold); a key in both is rejected.
     #[serde(default)]
     pub signed_field_values: BTreeMap<String, i32>,
+    /// Like `field_values`, answered as `NVML_VALUE_TYPE_DOUBLE` (as the
+    /// driver answers some fields, by the batch they are in); a key in
+    /// another table is rejected.
+    #[serde(default)]
+    pub double_field_values: BTreeMap<String, f64>,
     /// `nvmlDeviceGetGpuFabricInfo(V)`; absent: both answer NOT_SUPPORTED.
     pub fabric: Option<Fabric>,
     pub max_mig_device_count: Option<u32>,
@@ -274,6 +279,9 @@ pub struct Gpu {
     /// `signed_field_values` keyed likewise; filled by validation.
     #[serde(skip)]
     pub signed_fields: HashMap<(u32, Option<u32>), i32>,
+    /// `double_field_values` keyed likewise; filled by validation.
+    #[serde(skip)]
+    pub double_fields: HashMap<(u32, Option<u32>), f64>,
 }
 
 /// The GPU's NVLink fabric info, raw (nvml.h `nvmlGpuFabricInfo_v3_t`).
@@ -1031,8 +1039,23 @@ impl Scenario {
                 }
                 signed.insert(parsed, *value);
             }
+            let mut double = HashMap::new();
+            for (key, value) in &gpu.double_field_values {
+                let parsed = parse_field_key(key).ok_or_else(|| {
+                    at(&format!(
+                        "double_field_values: key `{key}` is neither \"fieldId\" nor \"fieldId:scopeId\""
+                    ))
+                })?;
+                if fields.contains_key(&parsed) || signed.contains_key(&parsed) {
+                    return Err(at(&format!(
+                        "double_field_values: key `{key}` is in another table of field values too"
+                    )));
+                }
+                double.insert(parsed, *value);
+            }
             gpu.fields = fields;
             gpu.signed_fields = signed;
+            gpu.double_fields = double;
         }
         Ok(())
     }

@@ -2028,3 +2028,45 @@ sram_unique = [{ unit = 1, address = 64, count = 3 }, { unit = 2, address = 8, i
         assert_eq!(ask(h1, &mut counts), NVML_ERROR_NOT_SUPPORTED);
     }
 }
+
+#[test]
+fn field_values_of_each_type() {
+    let _s = start(
+        r#"
+description = "a field of each value type"
+[[gpu]]
+field_values = { "82" = 45 }
+signed_field_values = { "193" = -8 }
+double_field_values = { "270" = 0.0, "271:2" = 1.5 }
+"#,
+    );
+    let h0 = handle(0);
+    unsafe {
+        let mut values: Vec<nvmlFieldValue_t> = (0..4)
+            .map(|_| std::mem::zeroed::<nvmlFieldValue_t>())
+            .collect();
+        for (value, (id, scope)) in values
+            .iter_mut()
+            .zip([(82, 0), (193, 0), (270, 0), (271, 2)])
+        {
+            value.fieldId = id;
+            value.scopeId = scope;
+        }
+        assert_eq!(
+            nvmlDeviceGetFieldValues(h0, 4, values.as_mut_ptr()),
+            NVML_SUCCESS
+        );
+        assert_eq!(values[0].valueType, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG);
+        assert_eq!(values[1].valueType, NVML_VALUE_TYPE_SIGNED_INT);
+        assert_eq!(values[1].value.siVal, -8);
+        assert_eq!(values[2].valueType, NVML_VALUE_TYPE_DOUBLE);
+        assert_eq!(values[2].value.dVal, 0.0);
+        assert_eq!(
+            (values[3].nvmlReturn, values[3].value.dVal),
+            (NVML_SUCCESS, 1.5)
+        );
+    }
+    let both = "description = \"x\"\n[[gpu]]\nfield_values = { \"82\" = 1 }\ndouble_field_values = { \"82\" = 1.0 }\n";
+    let refused = crate::scenario::parse(both).map(|_| ()).unwrap_err();
+    assert!(refused.contains("in another table"), "{refused}");
+}

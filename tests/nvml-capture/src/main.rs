@@ -1001,7 +1001,7 @@ enum Answer {
     Unsigned(u64),
     /// Signed, even where it is not negative: the fake answers it so.
     Signed(i64),
-    /// A double, as its bits (the fake answers none: a comment).
+    /// A double, as its bits.
     Double(u64),
     /// A value type NVML does not document.
     Unknown(nvmlValueType_t),
@@ -1010,6 +1010,16 @@ enum Answer {
 }
 
 impl Answer {
+    /// A value the scenario holds as a key (TOML has no NaN or infinity
+    /// the fake would answer): an integer, or a finite double.
+    fn is_plain(&self) -> bool {
+        match *self {
+            Answer::Unsigned(_) | Answer::Signed(_) => true,
+            Answer::Double(bits) => f64::from_bits(bits).is_finite(),
+            Answer::Unknown(_) | Answer::Failed(_) => false,
+        }
+    }
+
     /// What NVML wrote into `value`.
     fn of(value: &nvmlFieldValue_t) -> Answer {
         if value.nvmlReturn != 0 {
@@ -1061,8 +1071,8 @@ impl std::fmt::Display for Answer {
 
 /// The exporter's `nvmlDeviceGetFieldValues` calls, every collector on, ids
 /// as the driver numbers them (`scheme`): each call and every entry that is
-/// not a plain answer in the comments, the integer answers as
-/// `field_values` and `signed_field_values` (keyed `id:scope` where the field
+/// not a plain answer in the comments, the answers as `field_values`,
+/// `signed_field_values` and `double_field_values` (keyed `id:scope` where the field
 /// was asked at a link other than 0); a field asked twice keeps its first
 /// answer, the per-GPU batch's, and a different one later is a comment.
 fn fields(
@@ -1116,9 +1126,7 @@ fn fields(
                 Some(_) => {}
                 None => {
                     answers.insert((value.fieldId, value.scopeId), answer);
-                    if !matches!(answer, Answer::Unsigned(_) | Answer::Signed(_))
-                        && answer != Answer::Failed(NOT_SUPPORTED)
-                    {
+                    if !answer.is_plain() && answer != Answer::Failed(NOT_SUPPORTED) {
                         gpu.calls.push(format!("field {key} -> {answer}"));
                     }
                 }
@@ -1134,7 +1142,7 @@ fn fields(
         .filter(|(_, scope)| *scope != 0)
         .map(|(id, _)| *id)
         .collect();
-    let (mut entries, mut signed) = (Vec::new(), Vec::new());
+    let (mut entries, mut signed, mut double) = (Vec::new(), Vec::new(), Vec::new());
     for (&(id, scope), answer) in &answers {
         let key = if scoped.contains(&id) {
             format!("{id}:{scope}")
@@ -1144,6 +1152,10 @@ fn fields(
         match answer {
             Answer::Unsigned(v) => entries.push(format!("\"{key}\" = {v}")),
             Answer::Signed(v) => signed.push(format!("\"{key}\" = {v}")),
+            // `{:?}` keeps a point, so that TOML reads a float.
+            Answer::Double(bits) if answer.is_plain() => {
+                double.push(format!("\"{key}\" = {:?}", f64::from_bits(*bits)));
+            }
             _ => {}
         }
     }
@@ -1154,6 +1166,12 @@ fn fields(
         gpu.key(
             "signed_field_values",
             format!("{{ {} }}", signed.join(", ")),
+        );
+    }
+    if !double.is_empty() {
+        gpu.key(
+            "double_field_values",
+            format!("{{ {} }}", double.join(", ")),
         );
     }
 }
