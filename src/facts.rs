@@ -47,14 +47,17 @@ impl GpuFacts {
         }
     }
 
-    /// Blackwell, or an architecture newer than NVML's names here: what NVML
-    /// documents its rack and power-smoothing calls for. Hopper answers them
-    /// with zeros it has no hardware for.
+    /// Blackwell, or an architecture after Orin (`NVML_DEVICE_ARCH_T23X`,
+    /// 11), the last that nvml.h names: what NVML documents its rack and
+    /// power-smoothing calls for. Hopper answers them with zeros it has no
+    /// hardware for.
     pub fn is_blackwell_or_newer(&self) -> bool {
-        matches!(
-            self.architecture,
-            Some(Ok(DeviceArchitecture::Blackwell)) | Some(Err(_))
-        )
+        const T23X: u32 = 11;
+        match self.architecture {
+            Some(Ok(DeviceArchitecture::Blackwell)) => true,
+            Some(Err(raw)) => raw > T23X,
+            _ => false,
+        }
     }
 
     /// GA100 and GH100 have no NVENC though NVML answers its calls.

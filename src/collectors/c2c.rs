@@ -1,6 +1,6 @@
 //! The chip-to-chip (C2C) links between a superchip's GPU and its Grace CPU
 //! (GH200, GB200), from field values, and whether C2C is on (read once per
-//! driver): nothing on other GPUs.
+//! driver): on other GPUs only the mode, where the driver answers it (off).
 
 use nvml::calls;
 use nvml::types::field_id::{
@@ -25,7 +25,7 @@ families! {
     C2C_ERRORS: Counter(Count), "nvidia_gpu_c2c_link_errors_total", ["type"],
         "C2C link errors by type (crc, replay, replay_back_to_back: a replay of a replay).";
     C2C_POWER_STATE: Gauge(Number), "nvidia_gpu_c2c_link_power_state", ["state"],
-        "Power state of the C2C link as a state set: 1 for the current state (full_power, low_power), 0 for the other.";
+        "Power state of the C2C link as a state set: 1 for the current state (full_power, low_power; unknown for another value), 0 for the others.";
 }
 
 /// NVML's MBps.
@@ -76,6 +76,9 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     if let Some(state) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_POWER_STATE) {
         for (value, label) in POWER_STATES.iter().enumerate() {
             reader.push(C2C_POWER_STATE.sample_with([*label], flag(state == value as f64)));
+        }
+        if !(0..POWER_STATES.len()).any(|value| state == value as f64) {
+            reader.push(C2C_POWER_STATE.sample_with(["unknown"], 1.0));
         }
     }
 }

@@ -146,7 +146,7 @@ pub static ALL: &[Collector] = &[
     Collector {
         name: "c2c",
         default: true,
-        help: "Chip-to-chip links between the GPU and the Grace CPU of its superchip (GH200, GB200): C2C mode (read once per driver), link count, state, bandwidth, errors and power state (nothing on other GPUs).",
+        help: "Chip-to-chip links between the GPU and the Grace CPU of its superchip (GH200, GB200): C2C mode (read once per driver), link count, state, bandwidth, errors and power state; on other GPUs only the mode, where the driver answers it.",
         families: c2c::FAMILIES,
         hooks: Hooks::read(c2c::read, c2c::FIELDS),
     },

@@ -47,3 +47,37 @@ fn damaged_platform_labels_in_the_state_are_read_again() {
         fs::read_to_string(&file).unwrap()
     );
 }
+
+/// A C2C power state this exporter does not name is `unknown`, so that the
+/// state set still has its 1; Orin (an architecture value nvml-wrapper does
+/// not name, 11) is not asked the Blackwell calls.
+#[test]
+fn an_unnamed_power_state_is_unknown_and_orin_is_no_blackwell() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = ex().edited("gb200-nvl72", dir.path(), "state-7", |t| {
+        t.replace("\"234\" = 0", "\"234\" = 7")
+    });
+    let run = ex()
+        .run(scenario.to_str().unwrap())
+        .stdout()
+        .finish()
+        .unwrap();
+    let text = run.text();
+    let state = |s: &str| {
+        format!(
+            r#"nvidia_gpu_c2c_link_power_state{{gpu="0",uuid="GPU-c2a91f4e-5d07-4b3a-8e62-71f0b9d4a3c8",state="{s}"}}"#
+        )
+    };
+    assert_eq!(run.series(&state("unknown")), Some(1.0), "{text}");
+    assert_eq!(run.series(&state("full_power")), Some(0.0), "{text}");
+    let orin = ex().edited("gb200-nvl72", dir.path(), "orin", |t| {
+        t.replace("architecture = 10", "architecture = 11")
+    });
+    let run = ex().run(orin.to_str().unwrap()).stdout().finish().unwrap();
+    let text = run.text();
+    assert!(!text.contains("nvidia_gpu_platform_info{"), "{text}");
+    assert!(
+        !text.contains("nvidia_gpu_power_smoothing_lifetime"),
+        "{text}"
+    );
+}

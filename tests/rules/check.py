@@ -45,6 +45,7 @@ SCENARIOS = os.path.join(ROOT, "tests", "scenarios")
 
 # Series that do not come from the exporter, by who makes them.
 FOREIGN = {
+    "node_boot_time_seconds": "node_exporter",
     "node_textfile_mtime_seconds": "node_exporter",
     "node_textfile_scrape_error": "node_exporter",
     "up": "Prometheus",

@@ -1,7 +1,8 @@
 //! What the newest drivers say about a GPU's health, through functions
 //! nvml-wrapper does not wrap: pending TPC and channel repairs (R580), the row
 //! remapper's histogram, SRAM ECC errors (R550) and where a GPU of a rack sits
-//! (R570), memory that can no longer be repaired (R590). Each is
+//! (R570), memory that can no longer be repaired (first in the R590 header;
+//! driver 580.159 answers it). Each is
 //! NOT_SUPPORTED, or its symbol missing, where a GPU or driver lacks it.
 
 use std::ffi::c_uint;
@@ -221,7 +222,8 @@ struct UnrepairableMemoryStatus {
 type UnrepairableGetter =
     unsafe extern "C" fn(nvmlDevice_t, *mut UnrepairableMemoryStatus) -> nvmlReturn_t;
 
-/// Hopper and newer, driver 590 and later: newer than the bindings, so the
+/// Hopper and newer, first in the R590 header (driver 580.159 answers it):
+/// newer than the bindings, so the
 /// symbol is looked up by name.
 pub(crate) fn memory_unrepairable(device: &Device<'_>) -> Result<bool, NvmlError> {
     raw(device, |lib, handle| {
