@@ -41,8 +41,8 @@ families! {
         "SRAM ECC errors by type (corrected, uncorrected_parity, uncorrected_sec_ded) and scope (volatile: since the driver loaded; aggregate: lifetime).";
     SRAM_ECC_LOCATION_ERRORS: Counter(Count), "nvidia_gpu_sram_ecc_location_errors_total", ["location"],
         "Uncorrected SRAM ECC errors over the GPU's lifetime by where they occurred (l2, sm, pcie, microcontroller, other).";
-    SRAM_ECC_UNCORRECTED_LOCATIONS: Gauge(Number), "nvidia_gpu_sram_ecc_uncorrected_locations", ["detection"],
-        "Distinct SRAM locations with uncorrected ECC errors over the GPU's lifetime, by how they were detected (parity, sec_ded) (Blackwell and newer, driver 580+).";
+    SRAM_ECC_UNIQUE_UNCORRECTED: Gauge(Number), "nvidia_gpu_sram_ecc_unique_uncorrected_errors", ["detection"],
+        "Unique uncorrected SRAM ECC errors (NVML's entries: one per SRAM address with uncorrected errors) over the GPU's lifetime, by how they were detected (parity, sec_ded) (Blackwell and newer, driver 580+).";
     SRAM_ECC_THRESHOLD_EXCEEDED: Gauge(Number), "nvidia_gpu_sram_ecc_threshold_exceeded", [],
         "1 if the SRAM ECC errors exceed the threshold of NVIDIA's field diagnostics: the GPU needs service.";
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
@@ -201,7 +201,7 @@ fn sram_ecc(reader: &mut Gpu<'_>) {
     }
     if let Some(unique) = reader.nvml.read(calls::SRAM_UNIQUE, ()) {
         for (count, detection) in [(unique.parity, "parity"), (unique.sec_ded, "sec_ded")] {
-            let sample = SRAM_ECC_UNCORRECTED_LOCATIONS.sample_with([detection], f64::from(count));
+            let sample = SRAM_ECC_UNIQUE_UNCORRECTED.sample_with([detection], f64::from(count));
             reader.push(sample);
         }
     }

@@ -144,7 +144,10 @@ const SRAM_UNIQUE_MAX: u32 = 4096;
 /// two calls (INSUFFICIENT_SIZE) make it ask once more.
 pub(crate) fn sram_unique(device: &Device<'_>) -> Result<SramUnique, NvmlError> {
     raw(device, |lib, handle| {
-        let ask = |entries: &mut Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t>| {
+        // Sets `count` to the locations NVML has, whatever it answers.
+        let ask = |entries: &mut Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t>,
+                   count: &mut u32|
+         -> Result<(), NvmlError> {
             let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
                 version: struct_version::<nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>(1),
                 entryCount: entries.len() as c_uint,
@@ -154,15 +157,16 @@ pub(crate) fn sram_unique(device: &Device<'_>) -> Result<SramUnique, NvmlError> 
                     entries.as_mut_ptr()
                 },
             };
-            let answer = (|| {
-                raw_call!(lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(handle, &mut counts))
-            })();
-            (answer, counts.entryCount.min(SRAM_UNIQUE_MAX))
+            let answer = raw_call!(
+                lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(handle, &mut counts)
+            );
+            *count = counts.entryCount.min(SRAM_UNIQUE_MAX);
+            answer
         };
-        let mut entries = Vec::new();
+        let (mut entries, mut count) = (Vec::new(), 0);
         for _ in 0..3 {
-            match ask(&mut entries) {
-                (Ok(()), count) if count as usize <= entries.len() => {
+            match ask(&mut entries, &mut count) {
+                Ok(()) if count as usize <= entries.len() => {
                     entries.truncate(count as usize);
                     let parity = entries.iter().filter(|e| e.isParity != 0).count() as u32;
                     return Ok(SramUnique {
@@ -170,11 +174,11 @@ pub(crate) fn sram_unique(device: &Device<'_>) -> Result<SramUnique, NvmlError> 
                         sec_ded: count - parity,
                     });
                 }
-                (Ok(()) | Err(NvmlError::InsufficientSize(_)), count) => {
+                Ok(()) | Err(NvmlError::InsufficientSize(_)) => {
                     // SAFETY: plain integers, for which zero is a value.
                     entries = vec![unsafe { std::mem::zeroed() }; count as usize];
                 }
-                (Err(e), _) => return Err(e),
+                Err(e) => return Err(e),
             }
         }
         Err(NvmlError::InsufficientSize(None))

@@ -836,11 +836,13 @@ fn sram_unique(gpu: &mut Capture<'_>) {
         entryCount: 0,
         entries: std::ptr::null_mut(),
     };
-    if !call!(
-        gpu,
-        nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(&mut counts),
-        "entries NULL"
-    ) {
+    // INSUFFICIENT_SIZE still gives the count, as the exporter takes it.
+    let rc = raw!(
+        gpu.lib,
+        nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(gpu.handle, &mut counts)
+    );
+    let symbol = "nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts";
+    if !gpu.record(symbol, "entries NULL", rc) && rc != INSUFFICIENT_SIZE {
         return;
     }
     // SAFETY: plain integers.
