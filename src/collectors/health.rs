@@ -156,8 +156,15 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
         }
         reader.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
-    if let Some(banks) = reader.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
-        for (count, label) in banks.into_iter().zip(REMAPPER_AVAILABILITY) {
+    if let Some(b) = reader.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
+        let banks = [
+            (b.max, "max"),
+            (b.high, "high"),
+            (b.partial, "partial"),
+            (b.low, "low"),
+            (b.none, "none"),
+        ];
+        for (count, label) in banks {
             reader.push(ROW_REMAPPER_BANKS.sample_with([label], f64::from(count)));
         }
     }
@@ -172,12 +179,6 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
     sram_ecc(reader);
 }
 
-/// `nvmlRowRemapperHistogramValues_t`'s order.
-const REMAPPER_AVAILABILITY: [&str; 5] = ["max", "high", "partial", "low", "none"];
-
-/// `SramEcc::locations`' order.
-const SRAM_LOCATIONS: [&str; 5] = ["l2", "sm", "pcie", "microcontroller", "other"];
-
 fn sram_ecc(reader: &mut Gpu<'_>) {
     let Some(sram) = reader.nvml.read(calls::SRAM_ECC, ()) else {
         return;
@@ -191,11 +192,19 @@ fn sram_ecc(reader: &mut Gpu<'_>) {
             reader.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
         }
     }
-    for (count, location) in sram.locations.into_iter().zip(SRAM_LOCATIONS) {
+    let at = sram.locations;
+    let locations = [
+        (at.l2, "l2"),
+        (at.sm, "sm"),
+        (at.pcie, "pcie"),
+        (at.microcontroller, "microcontroller"),
+        (at.other, "other"),
+    ];
+    for (count, location) in locations {
         reader.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
     reader.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
-    // NVML documents the locations for Blackwell and newer.
+    // NVML documents the unique errors for Blackwell and newer.
     if !reader.facts().is_blackwell_or_newer() {
         return;
     }

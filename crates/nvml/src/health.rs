@@ -25,19 +25,34 @@ pub struct RepairStatus {
 }
 
 /// Memory banks by the reserved rows they have left: all of them, high,
-/// partial, low, none (`nvmlRowRemapperHistogramValues_t`'s order).
-pub type RemapperHistogram = [u32; 5];
+/// partial, low, none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemapperHistogram {
+    pub max: u32,
+    pub high: u32,
+    pub partial: u32,
+    pub low: u32,
+    pub none: u32,
+}
 
 /// SRAM ECC error counts (`nvmlEccSramErrorStatus_v1_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SramEcc {
     pub volatile: SramCounts,
     pub aggregate: SramCounts,
-    /// Aggregate uncorrected errors by where they occurred: L2 cache, SM,
-    /// PCIe, microcontroller, other.
-    pub locations: [u64; 5],
+    /// Aggregate uncorrected errors by where they occurred.
+    pub locations: SramLocations,
     /// The error threshold of field diagnostics is exceeded.
     pub threshold_exceeded: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SramLocations {
+    pub l2: u64,
+    pub sm: u64,
+    pub pcie: u64,
+    pub microcontroller: u64,
+    pub other: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +117,13 @@ pub(crate) fn remapper_histogram(device: &Device<'_>) -> Result<RemapperHistogra
             none: 0,
         };
         raw_call!(lib.nvmlDeviceGetRowRemapperHistogram(handle, &mut v))?;
-        Ok([v.max, v.high, v.partial, v.low, v.none])
+        Ok(RemapperHistogram {
+            max: v.max,
+            high: v.high,
+            partial: v.partial,
+            low: v.low,
+            none: v.none,
+        })
     })
 }
 
@@ -124,13 +145,13 @@ pub(crate) fn sram_ecc(device: &Device<'_>) -> Result<SramEcc, NvmlError> {
                 uncorrected_sec_ded: s.aggregateUncSecDed,
                 corrected: s.aggregateCor,
             },
-            locations: [
-                s.aggregateUncBucketL2,
-                s.aggregateUncBucketSm,
-                s.aggregateUncBucketPcie,
-                s.aggregateUncBucketMcu,
-                s.aggregateUncBucketOther,
-            ],
+            locations: SramLocations {
+                l2: s.aggregateUncBucketL2,
+                sm: s.aggregateUncBucketSm,
+                pcie: s.aggregateUncBucketPcie,
+                microcontroller: s.aggregateUncBucketMcu,
+                other: s.aggregateUncBucketOther,
+            },
             threshold_exceeded: s.bThresholdExceeded != 0,
         })
     })
