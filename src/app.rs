@@ -75,7 +75,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
 
     let target = Target::new(&cli.output_dir, &cli.output_file);
     deadline.enter("waiting for the lock of the output file");
-    let publisher = match Publisher::begin(&target, deadline.reading_ends()) {
+    let publisher = match Publisher::begin(&target, deadline.gpus_end()) {
         Ok(publisher) => publisher,
         Err(error) => return publish_failed(error),
     };
@@ -130,7 +130,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
     });
     let dir = StateDir::new(&cli.state_dir);
     let state = &mut StateFile::open(dir, deadline.waiting_ends(), store);
-    let settings = cli.settings(deadline.reading_ends());
+    let settings = cli.settings(deadline.gpus_end());
     let (previous, totals) = (state.previous().clone(), state.continues_totals());
     let library = cli.nvml_lib.clone();
     let reading_settings = settings.clone();
@@ -147,7 +147,8 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
         },
         deadline,
     );
-    // Host steps work on the GPUs NVML reported: only after a successful read.
+    // Host steps work on the GPUs NVML reported: only after a successful read,
+    // until the end of reading, which a hung GPU cannot take (`timing`).
     if outcome.driver_version.is_some() {
         phases::run_host(
             &settings.collectors,

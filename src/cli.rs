@@ -208,11 +208,11 @@ impl Cli {
     }
 
     /// What this run's collectors are asked to do.
-    pub fn settings(&self, reading_ends: Instant) -> Settings {
+    pub fn settings(&self, gpus_end: Instant) -> Settings {
         Settings {
             collectors: self.collectors(),
             parallel: !self.sequential,
-            reading_ends,
+            gpus_end,
             gpm_window: self.gpm_window().unwrap_or_default(),
             gpm_paused: self.gpm_pause_file.exists(),
         }
@@ -356,10 +356,11 @@ mod tests {
             "--timeout",
             "5s",
         ]);
-        assert_eq!(cli.gpm_window(), Ok(Duration::from_millis(3400)));
-        // The unit's: 13s of reading less 200ms and the 1s kept for the reads.
+        assert_eq!(cli.gpm_window(), Ok(Duration::from_millis(3040)));
+        // The unit's: 13s of reading less the host steps' 500ms, 200ms and
+        // the 1s kept for the reads.
         let unit = parse(&["--timeout", "14s", "--gpm-window", "auto"]);
-        assert_eq!(unit.gpm_window(), Ok(Duration::from_millis(11800)));
+        assert_eq!(unit.gpm_window(), Ok(Duration::from_millis(11300)));
         assert!(Cli::try_parse_from(["x", "--gpm-window", "50ms"]).is_err());
     }
 
@@ -368,11 +369,12 @@ mod tests {
         let ms = Duration::from_millis;
         let window = |args: &[&str]| parse(args).gpm_window();
         assert_eq!(window(&[]), Ok(ms(1000)));
-        // 2s: reading ends at 1.6s, the window at 1.4s.
+        // 2s: the GPUs' reading ends at 1.44s (the host steps' 160ms
+        // after), the window by 1.24s.
         assert_eq!(window(&["--timeout", "2s"]), Ok(ms(1000)));
-        // 1s: reading ends at 800ms; 200ms for the second sample, 80ms kept
-        // for reads that run late.
-        assert_eq!(window(&["--timeout", "1s"]), Ok(ms(520)));
+        // 1s: the GPUs' reading ends at 720ms; 200ms for the second sample,
+        // 72ms kept for reads that run late.
+        assert_eq!(window(&["--timeout", "1s"]), Ok(ms(448)));
         assert_eq!(window(&["--timeout", "300ms"]), Ok(Duration::ZERO));
         assert!(parse(&["--timeout", "300ms"]).check().is_ok());
         let given = parse(&["--timeout", "1s", "--gpm-window", "1s"]);
@@ -381,10 +383,10 @@ mod tests {
             Err(Conflict::GpmWindow(WindowError::DoesNotFit { .. }))
         ));
         assert_eq!(
-            window(&["--timeout", "2s", "--gpm-window", "1400ms"]),
-            Ok(ms(1400))
+            window(&["--timeout", "2s", "--gpm-window", "1240ms"]),
+            Ok(ms(1240))
         );
-        assert!(parse(&["--timeout", "2s", "--gpm-window", "1401ms"])
+        assert!(parse(&["--timeout", "2s", "--gpm-window", "1241ms"])
             .check()
             .is_err());
         assert_eq!(window(&["--gpm-window", "0"]), Ok(Duration::ZERO));

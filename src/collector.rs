@@ -117,7 +117,8 @@ pub struct Settings {
     pub collectors: Vec<&'static Collector>,
     /// Read each GPU on a thread of its own.
     pub parallel: bool,
-    pub reading_ends: Instant,
+    /// When the GPUs must be read (the host steps' time follows).
+    pub gpus_end: Instant,
     /// Zero turns GPM off.
     pub gpm_window: Duration,
     /// The GPM pause file exists.

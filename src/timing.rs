@@ -1,11 +1,14 @@
 //! The run's timing policy, in one place (docs/design.md, "Timing"): how
-//! `--timeout` splits between reading and publishing, how long identities may
-//! take, the GPM window, and when each GPU's reads start.
+//! `--timeout` splits between the GPUs, the host steps and publishing, how
+//! long identities may take, the GPM window, and when each GPU's reads start.
 //!
 //! ```text
-//! lock, NVML init | identities | windows open ... reads | 2nd samples | publish
-//!                                                       ^ reading_ends ^ end
+//! lock, NVML init | identities | windows open ... reads | 2nd samples | host steps | publish
+//!                                                       ^ gpus_end    ^ reading_ends ^ end
 //! ```
+//!
+//! A GPU that hangs takes at most the time up to `gpus_end`: the host steps
+//! (the kernel log's XIDs, the tasks) keep a slot of their own after it.
 
 use std::time::{Duration, Instant};
 
@@ -32,13 +35,25 @@ pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
     reading_ends + publish_reserve(timeout) / 2
 }
 
+/// What the reading time keeps back for the host steps, which a hung GPU
+/// cannot take: a tenth of it, at most 500 ms.
+pub fn host_reserve(timeout: Duration) -> Duration {
+    (reading_time(timeout) / 10).min(Duration::from_millis(500))
+}
+
+/// The time a run with `timeout` may wait and read the GPUs: the reading
+/// time less the host steps' reserve.
+pub fn gpus_time(timeout: Duration) -> Duration {
+    reading_time(timeout) - host_reserve(timeout)
+}
+
 /// Half-way from `now` to `reading_ends`: when a wait before reading gives
 /// up, and when the GPUs' identities, for NVML opened `now`, must be read.
 pub fn halfway(now: Instant, reading_ends: Instant) -> Instant {
     now + reading_ends.saturating_duration_since(now) / 2
 }
 
-/// How long past `reading_ends` the watchdog waits for the GPUs once NVML is
+/// How long past `gpus_end` the watchdog waits for the GPUs once NVML is
 /// open: a quarter of the publish reserve, at most 50 ms.
 pub fn handoff(timeout: Duration) -> Duration {
     (publish_reserve(timeout) / 4).min(Duration::from_millis(50))
@@ -114,7 +129,7 @@ pub fn gpm_window(
     given: Option<WindowRequest>,
     timeout: Duration,
 ) -> Result<Duration, WindowError> {
-    let reading = reading_time(timeout);
+    let reading = gpus_time(timeout);
     let fits = reading.saturating_sub(AFTER_WINDOW);
     let chosen = fits.saturating_sub(reads_reserve(reading));
     let window = match given {
@@ -227,6 +242,15 @@ mod tests {
     fn reading_leaves_a_fifth_of_the_timeout_at_most_a_second_to_publish() {
         assert_eq!(publish_reserve(Duration::from_secs(2)), 400 * MS);
         assert_eq!(publish_reserve(Duration::from_secs(30)), 1_000 * MS);
+    }
+
+    #[test]
+    fn the_host_steps_keep_a_tenth_of_the_reading_time_at_most_half_a_second() {
+        // --timeout 2s: 1.6 s to read, 160 ms of it the host steps'.
+        assert_eq!(host_reserve(Duration::from_secs(2)), 160 * MS);
+        assert_eq!(gpus_time(Duration::from_secs(2)), 1_440 * MS);
+        // The unit's 14 s: 13 s to read, the GPUs 12.5 s of it.
+        assert_eq!(gpus_time(Duration::from_secs(14)), 12_500 * MS);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! One deadline per run, and the watchdogs that keep it.
 //!
-//! Invariants: [`collect`] returns by `reading_ends` plus `timing::handoff`,
+//! Invariants: [`collect`] returns by `gpus_end` plus `timing::handoff`,
 //! whatever NVML does (a stuck worker is abandoned, never joined); its snapshot
 //! always holds the collector series, and on failure no device series;
 //! [`Deadline::arm`] ends a run still blocked after the deadline with
@@ -56,9 +56,15 @@ impl Deadline {
         self.started + self.timeout
     }
 
-    /// When waiting and reading must give up, leaving the time to publish.
+    /// When waiting and reading (the GPUs, then the host steps) must give
+    /// up, leaving the time to publish.
     pub fn reading_ends(&self) -> Instant {
         self.started + timing::reading_time(self.timeout)
+    }
+
+    /// When the GPUs must be read, leaving the host steps their own time.
+    pub fn gpus_end(&self) -> Instant {
+        self.started + timing::gpus_time(self.timeout)
     }
 
     pub fn storing_ends(&self) -> Instant {
@@ -67,7 +73,7 @@ impl Deadline {
 
     /// When a wait that starts now before reading gives up.
     pub fn waiting_ends(&self) -> Instant {
-        timing::halfway(Instant::now(), self.reading_ends())
+        timing::halfway(Instant::now(), self.gpus_end())
     }
 
     /// Records what the run is doing, for the hard stop's message.
@@ -148,13 +154,13 @@ pub fn exit_now(exit: Exit) -> ! {
 
 /// How the reading thread gets on.
 enum Progress {
-    /// NVML is open: the reading hands over its GPUs by `reading_ends`.
+    /// NVML is open: the reading hands over its GPUs by `gpus_end`.
     Opened,
     Done(Result<Reading, InitError>),
 }
 
 /// Runs `read` (every NVML call of the run) on a thread of its own; `read` calls
-/// the function it is given once NVML is open, else it is given up at `reading_ends`.
+/// the function it is given once NVML is open, else it is given up at `gpus_end`.
 pub fn collect<F>(read: F, deadline: &Deadline) -> Outcome
 where
     F: FnOnce(&Arc<InFlight>, &dyn Fn()) -> Result<Reading, InitError> + Send + 'static,
@@ -166,10 +172,10 @@ where
         let reading = read(&worker, &move || drop(opened.send(Progress::Opened)));
         let _ = sender.send(Progress::Done(reading));
     });
-    let (progress, mut until) = (threads.waiting(), deadline.reading_ends());
+    let (progress, mut until) = (threads.waiting(), deadline.gpus_end());
     let received = spawned.map_err(Unfinished::NotStarted).and_then(|()| loop {
         match progress.next_by(until)? {
-            Progress::Opened => until = deadline.reading_ends() + timing::handoff(deadline.timeout),
+            Progress::Opened => until = deadline.gpus_end() + timing::handoff(deadline.timeout),
             Progress::Done(reading) => return Ok(reading),
         }
     });

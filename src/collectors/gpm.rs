@@ -141,7 +141,7 @@ pub(super) fn open<'n>(
         unavailable(reader, Unavailable::Paused);
         return None;
     }
-    let latest = settings.reading_ends.checked_sub(AFTER_WINDOW);
+    let latest = settings.gpus_end.checked_sub(AFTER_WINDOW);
     let Some(latest) =
         latest.filter(|latest| latest.saturating_duration_since(Instant::now()) >= MIN_WINDOW)
     else {

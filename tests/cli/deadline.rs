@@ -97,8 +97,8 @@ fn one_deadline_bounds_lock_wait_and_nvml_together() {
 }
 
 /// Sequential reads keep the one deadline too, in the worst case: the lock is
-/// held until just before reading must end (0.1 s before, at 0.8 x --timeout),
-/// then a device call hangs. The file, GPU 1 down with reason timeout and its
+/// held until just before the GPUs' reading must end (0.09 s before, at 0.72
+/// x --timeout), then a device call hangs. The file, GPU 1 down with reason timeout and its
 /// call named, is in place by --timeout (0.1 s of slack for a loaded machine),
 /// the process and all it started gone right after.
 #[test]
@@ -107,7 +107,7 @@ fn sequential_reads_keep_the_one_deadline_after_a_long_lock_wait() {
     let lock = fs::File::open(dir.path().join(test_support::LOCK_FILE)).unwrap();
     lock.lock().unwrap();
     let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(1350));
         drop(lock);
     });
     let mut run = ex()

@@ -177,7 +177,7 @@ fn gpm_window_must_fit_in_the_timeout() {
     assert_eq!(output.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--gpm-window 1s does not fit in the time a run may read (800ms)"),
+        stderr.contains("--gpm-window 1s does not fit in the time a run may read (720ms)"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty());
@@ -201,13 +201,14 @@ fn gpm_window_must_fit_in_the_timeout() {
 
 #[test]
 fn gpm_window_cut_short_by_the_deadline_is_left_out() {
-    // NVML init takes 1.35 s of a 2 s timeout: reading ends at 1.6 s, the
-    // window at 1.4 s, so it is cut to about 50 ms, which would read zeros.
+    // NVML init takes 1.2 s of a 2 s timeout: the GPUs' reading ends at
+    // 1.44 s, the window at 1.24 s, so it is cut to about 40 ms, which would
+    // read zeros.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("slow-init.toml");
     let text = fs::read_to_string(scenario("h100x8"))
         .unwrap()
-        .replace("[system]\n", "[system]\ninit_delay_ms = 1350\n");
+        .replace("[system]\n", "[system]\ninit_delay_ms = 1200\n");
     fs::write(&path, text).unwrap();
     let state = tempfile::tempdir().unwrap();
     let output = ex().run_args(
@@ -269,15 +270,16 @@ fn slow_reads_fit_an_auto_window() {
             let output = ex().run_args("gpm-faults", state.path(), &args, &[]);
             assert_eq!(output.code(), Some(0), "{mode:?} run {run}: {output:?}");
             let text = String::from_utf8(output.stdout).unwrap();
-            // The window chosen, 1.96 s, shortened where the reads need the
+            // The window chosen, 1.744 s, shortened where the reads need the
             // room, or longer where the reads ran past it; always within the
-            // 2.4 s a run may read. With --sequential GPU 0's window ends as
-            // its reads do, before the other GPUs' reads and closes (a first
-            // run expects 5 x 130 ms of them, and half as much again).
-            let shortest = if mode.is_empty() { 1.8 } else { 1.2 };
+            // 2.16 s the GPUs may take (2.4 s to read less the host steps'
+            // 240 ms). With --sequential GPU 0's window ends as its reads
+            // do, before the other GPUs' reads and closes (a first run
+            // expects 5 x 130 ms of them, and half as much again).
+            let shortest = if mode.is_empty() { 1.55 } else { 1.0 };
             let window = value_in(&text, "nvidia_gpu_gpm_window_seconds", &[("gpu", "0")]).unwrap();
             assert!(
-                (shortest..2.4).contains(&window),
+                (shortest..2.16).contains(&window),
                 "{mode:?} run {run}: {window}"
             );
         }

@@ -161,3 +161,53 @@ pub(crate) const GPU0_79: (&str, &[(&str, &str)]) = (
 fn xids(run: &Samples, (name, labels): (&str, &[(&str, &str)])) -> Option<f64> {
     value(run, name, labels)
 }
+
+/// A GPU hung in a driver call takes the GPUs' time, not the host steps':
+/// with GPU 1 stuck in nvmlDeviceGetPowerUsage in every run, the Xid 79 the
+/// driver logs for it is counted in the run that sees it, under the
+/// default timeout and a short one.
+#[test]
+fn xids_of_a_hung_gpu_are_counted_while_it_hangs() {
+    const HUNG_GPU1: &str =
+        "NVRM: Xid (PCI:0000:37:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
+    for timeout in ["2s", "10s"] {
+        let (state, journal) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write_journal(
+            journal.path(),
+            "a.journal",
+            &journal_entry(1000, "kernel", HUNG_GPU1),
+        );
+        let run = ex()
+            .run("fault-device-hang")
+            .stdout()
+            .state_dir(state.path())
+            .journal_dir(journal.path())
+            .args(["--write-state", "--timeout", timeout])
+            .finish()
+            .unwrap();
+        let at = format!("--timeout {timeout}: {run:?}");
+        assert_eq!(run.code(), Some(5), "{at}");
+        let samples = run.samples();
+        let xid = [("collector", "xid")];
+        assert_eq!(
+            value(&samples, "nvidia_gpu_collector_success", &xid),
+            Some(1.0),
+            "{at}"
+        );
+        let gpu1 = [("gpu", "1"), ("code", "79")];
+        assert_eq!(
+            value(&samples, "nvidia_gpu_xid_errors_by_code_total", &gpu1),
+            Some(1.0),
+            "{at}"
+        );
+        assert_eq!(
+            value(
+                &samples,
+                "nvidia_gpu_down_reason",
+                &[("gpu", "1"), ("reason", "timeout")]
+            ),
+            Some(1.0),
+            "{at}"
+        );
+    }
+}
