@@ -57,6 +57,10 @@ pub(crate) struct Hooks {
     pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
     /// Opens a window before any other reading, closed after every `read`.
     pub(crate) open: Option<OpenHook>,
+    /// Reads taken as the windows open, where one is (NVML's sample
+    /// buffers): `read` at their end then covers the whole time since the
+    /// previous run with a buffer that holds only the time between runs.
+    pub(crate) early: Option<fn(&mut Gpu<'_>)>,
     pub(crate) read: Option<fn(&mut Gpu<'_>)>,
     /// Runs once the GPUs were read; an error makes
     /// `nvidia_gpu_collector_success` 0.
@@ -76,6 +80,7 @@ impl Hooks {
         fields: &[],
         fields_for: None,
         open: None,
+        early: None,
         read: None,
         host: None,
     };
@@ -98,6 +103,13 @@ impl Hooks {
     pub(crate) const fn with_host(self, host: HostHook) -> Hooks {
         Hooks {
             host: Some(host),
+            ..self
+        }
+    }
+
+    pub(crate) const fn with_early(self, early: fn(&mut Gpu<'_>)) -> Hooks {
+        Hooks {
+            early: Some(early),
             ..self
         }
     }
@@ -538,6 +550,13 @@ pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
         reader.push(family.sample_with([engine.label], value));
     }
     true
+}
+
+/// Reads the engines' sample buffers as the windows open (see `Hooks::early`).
+pub fn read_engines_early(reader: &mut Gpu<'_>, engines: &[Engine]) {
+    for engine in engines {
+        reader.fetched.early(&mut reader.nvml, engine.sampling);
+    }
 }
 
 /// A point reading, in percent of NVML's sample period, as the ratio.

@@ -7,7 +7,7 @@ use nvml::types::{Sampling, UsedGpuMemory};
 
 use crate::collector::Gpu;
 use crate::metrics;
-use crate::samples::{self, Carry};
+use crate::samples::{self, Carry, EarlyProcesses};
 use crate::snapshot::{BusyWindow, Process};
 use crate::state::schema::Stream;
 
@@ -61,6 +61,31 @@ pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> 
     window
 }
 
+/// The processes' means since the previous run and the GPU engine's
+/// samples they split, read as the windows open (see `Hooks::early`), once
+/// whichever collectors ask: [`list`] reads the rest at their end.
+pub fn early(reader: &mut Gpu<'_>) {
+    if reader.fetched.has_early_processes() {
+        return;
+    }
+    let since = reader
+        .previous_carry(Stream::Processes)
+        .map_or(0, |carry| carry.last_us);
+    let split = reader
+        .fetched
+        .early(&mut reader.nvml, Sampling::GpuUtilization)
+        .and_then(|samples| samples.last().map(|&(ts, _)| ts));
+    let early = split.and_then(|split| {
+        let entries = fetch_processes(&mut reader.nvml, since)?;
+        Some(EarlyProcesses {
+            since,
+            split,
+            entries,
+        })
+    });
+    reader.fetched.keep_early_processes(early);
+}
+
 /// A pid's share of the window (0-1) and NVML's time of it (µs).
 type Share = (u32, f64, u64);
 
@@ -84,8 +109,44 @@ fn share_of(ratios: &[Share], pid: u32) -> (f64, Option<u64>) {
         .map_or((0.0, None), |&(_, r, seen)| (r, Some(seen)))
 }
 
+/// The window of `busy_us` over `sampled_us` of samples, with the time
+/// before them that NVML's buffer no longer held (`unread_us`: the timer's
+/// period longer than the buffer) counted at the samples' mean, so that the
+/// tasks' busy time is not low by the unread part; an estimate, which the
+/// GPU's own counters never hold (docs/design.md, "Tasks").
+fn estimated(busy_us: u64, sampled_us: u64, unread_us: u64) -> BusyWindow {
+    let mean = busy_us as f64 / sampled_us.max(1) as f64;
+    BusyWindow {
+        busy_us: busy_us + (mean * unread_us as f64).round() as u64,
+        length_us: sampled_us + unread_us,
+    }
+}
+
+/// The processes' shares over two windows that follow each other, weighted
+/// by their lengths (µs): what one answer over both would have given.
+fn combine(
+    (first, first_us): (Vec<Share>, u64),
+    (second, second_us): (Vec<Share>, u64),
+) -> Vec<Share> {
+    let total = (first_us + second_us).max(1) as f64;
+    let mut pids: Vec<u32> = first
+        .iter()
+        .chain(&second)
+        .map(|&(pid, _, _)| pid)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let mean = |pid| {
+        let ((a, seen_a), (b, seen_b)) = (share_of(&first, pid), share_of(&second, pid));
+        let ratio = (a * first_us as f64 + b * second_us as f64) / total;
+        (pid, ratio, seen_a.max(seen_b).unwrap_or_default())
+    };
+    pids.into_iter().map(mean).collect()
+}
+
 /// The GPU engine's samples since the previous run, then the processes'
-/// utilization over the same window; `None` when it covers no time.
+/// utilization over the same window (read in two parts where they were read
+/// early too); `None` when it covers no time.
 fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>)> {
     let previous = reader.previous_carry(Stream::Processes);
     let (carry, integrated) = samples::read(
@@ -103,22 +164,51 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
     }
     let since = integrated.intervals.first()?.start_us;
     let before = previous.unwrap_or_default();
-    let window = BusyWindow {
-        busy_us: carry.busy_percent_us.saturating_sub(before.busy_percent_us) / 100,
-        length_us: carry.sampled_us.saturating_sub(before.sampled_us),
-    };
+    let window = estimated(
+        carry.busy_percent_us.saturating_sub(before.busy_percent_us) / 100,
+        carry.sampled_us.saturating_sub(before.sampled_us),
+        integrated.unread_us,
+    );
+    let early = reader.fetched.take_early_processes();
     if !fetch {
         return Some((window, Vec::new()));
     }
-    Some((
-        window,
-        fetch_processes(&mut reader.nvml, since).map(ratios)?,
-    ))
+    let end = carry.last_us;
+    let shares = match early {
+        Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
+            let later = fetch_processes(&mut reader.nvml, split).map(ratios)?;
+            combine((ratios(entries), split - since), (later, end - split))
+        }
+        _ => fetch_processes(&mut reader.nvml, since).map(ratios)?,
+    };
+    Some((window, shares))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_windows_weigh_their_shares_by_their_lengths() {
+        // 8 s with pid 7 at 50 % and pid 9 at 10 %, then 2 s with pid 9
+        // alone at 100 %: as one answer over 10 s would be.
+        let first = vec![(7, 0.5, 100), (9, 0.1, 90)];
+        let second = vec![(9, 1.0, 120)];
+        let both = combine((first, 8_000_000), (second, 2_000_000));
+        assert_eq!(both.len(), 2);
+        assert_eq!((both[0].0, both[0].2), (7, 100));
+        assert!((both[0].1 - 0.4).abs() < 1e-12);
+        assert_eq!((both[1].0, both[1].2), (9, 120));
+        assert!((both[1].1 - 0.28).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_unread_part_of_a_window_counts_at_its_mean() {
+        let window = estimated(3_000_000, 10_000_000, 5_000_000);
+        assert_eq!(window.busy_us, 4_500_000);
+        assert_eq!(window.length_us, 15_000_000);
+        assert_eq!(estimated(0, 0, 0).busy_us, 0);
+    }
 
     #[test]
     fn one_entry_per_process_is_its_mean_and_a_missing_pid_was_idle() {

@@ -392,7 +392,8 @@ struct Opened<'n> {
     reads: Option<(Instant, Instant)>,
 }
 
-/// Phase 2a: GPU `index`'s previous state, and every collector's window opened.
+/// Phase 2a: GPU `index`'s previous state, every collector's window opened
+/// and, where one is, the early reads taken.
 fn open<'n>(
     index: u32,
     reader: Result<Gpu<'n>, Reason>,
@@ -409,6 +410,11 @@ fn open<'n>(
         .iter()
         .filter_map(|c| c.hooks.open.and_then(|open| open(&mut reader, settings)))
         .collect();
+    if !windows.is_empty() {
+        for early in settings.collectors.iter().filter_map(|c| c.hooks.early) {
+            early(&mut reader);
+        }
+    }
     let windows_end = windows.iter().map(|w| w.ends()).min();
     let previous = reader.previous_state();
     let estimate = timing::Estimate::new(

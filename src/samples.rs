@@ -1,9 +1,11 @@
 //! NVML's utilization sample buffers, integrated into a [`Carry`]
-//! (docs/design.md, "Utilization").
+//! (docs/design.md, "Utilization"). A run with a window open reads each
+//! buffer when the window opens and again at its end ([`Fetched`]), so the
+//! buffer has to hold only the time between runs.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nvml::samples::{self as nvml_samples, Point};
+use nvml::samples::{self as nvml_samples, Point, ProcessEntry};
 use nvml::types::Sampling;
 use nvml::DeviceReader;
 
@@ -29,6 +31,32 @@ pub struct Integrated {
     pub rejected: Vec<u64>,
     /// One per consumed sample.
     pub intervals: Vec<Interval>,
+    /// Time before a sample that NVML's buffer no longer held when read
+    /// (samples missed between runs), µs: counted nowhere.
+    pub unread_us: u64,
+}
+
+/// How much longer than the period a gap between two samples may be and
+/// still be one sample's interval (NVML's timer jitters by a few ms); a
+/// longer gap lost samples, and its sample covers one period.
+fn contiguous(gap: u64, period: u64) -> bool {
+    gap <= period.saturating_add(period / 2)
+}
+
+/// The sample period: the median of the positive gaps between `timestamps`
+/// (one odd gap cannot shrink it), else `known`.
+fn period_of(timestamps: impl Iterator<Item = u64>, known: u64) -> u64 {
+    let timestamps: Vec<u64> = timestamps.collect();
+    let mut gaps: Vec<u64> = timestamps
+        .windows(2)
+        .map(|pair| pair[1].saturating_sub(pair[0]))
+        .filter(|&gap| gap > 0)
+        .collect();
+    if gaps.is_empty() {
+        return known;
+    }
+    gaps.sort_unstable();
+    gaps[gaps.len() / 2]
 }
 
 /// `samples` in NVML's order. `anchored`: NVML returned only samples newer
@@ -46,20 +74,19 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated 
         .filter(|&(ts, _)| stepped || !anchored || ts > carry.last_us)
         .collect();
     // The period comes from every fresh timestamp, dropped samples included.
-    let period = fresh
-        .windows(2)
-        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
-        .filter(|&gap| gap > 0)
-        .min()
-        .unwrap_or(carry.period_us);
+    let period = period_of(fresh.iter().map(|&(ts, _)| ts), carry.period_us);
     let mut previous = (anchored && !stepped && carry.last_us > 0).then_some(carry.last_us);
-    let (mut busy, mut sampled) = (0u64, 0u64);
+    let (mut busy, mut sampled, mut unread) = (0u64, 0u64, 0u64);
     let mut rejected = Vec::new();
     let mut intervals = Vec::with_capacity(fresh.len());
     let mut plain = (0u64, 0u64);
     for &(ts, value) in &fresh {
         let interval = match previous {
-            Some(before) if ts >= before => (ts - before).min(period),
+            Some(before) if ts >= before && contiguous(ts - before, period) => ts - before,
+            Some(before) if ts >= before => {
+                unread += ts - before - period;
+                period
+            }
             _ => period,
         };
         previous = Some(ts);
@@ -91,6 +118,7 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated 
         ratio,
         rejected,
         intervals,
+        unread_us: unread,
     }
 }
 
@@ -109,32 +137,106 @@ pub fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// A run's answers of NVML's sample buffers: one fetch serves every later
+/// A run's answers of NVML's sample buffers. One fetch serves every later
 /// read of the same buffer whose last sample is not older (the GPU engine's
-/// is read for utilization and for the processes' window).
+/// is read for utilization and for the processes' window). A buffer read
+/// early, as a window opened ([`Fetched::early`]), is read again once, at
+/// the first read after, for the samples since: together they are what one
+/// read would give from a buffer long enough to hold the whole window.
 #[derive(Debug, Default)]
-pub struct Fetched(Vec<(Sampling, u64, Vec<Point>)>);
+pub struct Fetched {
+    answers: Vec<Answer>,
+    /// `Some` once the processes' early read was taken: its answer, if any.
+    processes: Option<Option<EarlyProcesses>>,
+}
+
+#[derive(Debug)]
+struct Answer {
+    sampling: Sampling,
+    /// The `lastSeenTimeStamp` asked with.
+    from: u64,
+    samples: Vec<Point>,
+    /// Read early: the samples since are still to be read.
+    early: bool,
+}
+
+/// The processes' means read as the windows opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EarlyProcesses {
+    /// Their `lastSeenTimeStamp`.
+    pub since: u64,
+    /// The last GPU engine sample read with them: where the later read starts.
+    pub split: u64,
+    pub entries: Vec<ProcessEntry>,
+}
 
 impl Fetched {
+    /// Reads `sampling`'s whole buffer now, once per run; the samples it
+    /// answered, `None` where it failed or NVML keeps none (asked again at
+    /// the read, which counts the error).
+    pub fn early(&mut self, reader: &mut DeviceReader<'_>, sampling: Sampling) -> Option<&[Point]> {
+        if !self.answers.iter().any(|a| a.sampling == sampling) {
+            let samples = nvml_samples::fetch(reader, sampling, 0)?.ok()?;
+            self.answers.push(Answer {
+                sampling,
+                from: 0,
+                samples,
+                early: true,
+            });
+        }
+        let answer = self.answers.iter().find(|a| a.sampling == sampling)?;
+        Some(&answer.samples)
+    }
+
+    /// Keeps the processes' early read (see `compute`): `None` where it
+    /// gave nothing.
+    pub fn keep_early_processes(&mut self, early: Option<EarlyProcesses>) {
+        self.processes = Some(early);
+    }
+
+    /// Whether the processes' early read was taken this run.
+    pub fn has_early_processes(&self) -> bool {
+        self.processes.is_some()
+    }
+
+    /// The processes' means read early, if any (once).
+    pub fn take_early_processes(&mut self) -> Option<EarlyProcesses> {
+        self.processes.take().flatten()
+    }
+
     fn fetch(
         &mut self,
         reader: &mut DeviceReader<'_>,
         sampling: Sampling,
         last_seen: u64,
     ) -> Option<Result<Vec<Point>, nvml::Error>> {
-        let earlier = self
-            .0
+        let position = self
+            .answers
             .iter()
-            .find(|(s, seen, _)| *s == sampling && *seen <= last_seen);
-        if let Some((_, _, samples)) = earlier {
-            let newer = samples.iter().filter(|&&(ts, _)| ts > last_seen);
-            return Some(Ok(newer.copied().collect()));
+            .position(|a| a.sampling == sampling && a.from <= last_seen);
+        let Some(position) = position else {
+            let answer = nvml_samples::fetch(reader, sampling, last_seen);
+            if let Some(Ok(samples)) = &answer {
+                self.answers.push(Answer {
+                    sampling,
+                    from: last_seen,
+                    samples: samples.clone(),
+                    early: false,
+                });
+            }
+            return answer;
+        };
+        let answer = &mut self.answers[position];
+        if answer.early {
+            let newest = answer.samples.last().map_or(0, |&(ts, _)| ts);
+            match nvml_samples::fetch(reader, sampling, newest.max(last_seen))? {
+                Ok(later) => answer.samples.extend(later),
+                Err(error) => return Some(Err(error)),
+            }
+            answer.early = false;
         }
-        let answer = nvml_samples::fetch(reader, sampling, last_seen);
-        if let Some(Ok(samples)) = &answer {
-            self.0.push((sampling, last_seen, samples.clone()));
-        }
-        answer
+        let newer = answer.samples.iter().filter(|&&(ts, _)| ts > last_seen);
+        Some(Ok(newer.copied().collect()))
     }
 }
 
@@ -218,6 +320,35 @@ mod tests {
             next.carry.sampled_us - first.carry.sampled_us,
             71 * 200 * MS
         );
+        // Of the 16 s from the last sample read to the buffer's first one,
+        // that sample covers one period; the rest was not read.
+        assert_eq!(next.unread_us, 16_000 * MS - 200 * MS);
+    }
+
+    #[test]
+    fn jittered_samples_cover_the_whole_time_and_one_odd_gap_keeps_the_period() {
+        // 200 ms apart, give or take 2 ms, and one gap of 192 ms (as an H200
+        // answered): every sample claims its own gap, so the samples cover
+        // exactly the time from the previous run's last one to the newest.
+        let gaps = [198, 202, 200, 192, 201, 199, 208, 200];
+        let mut ts = 1_000_000 * MS;
+        let carry = Carry {
+            last_us: ts,
+            period_us: 200 * MS,
+            ..Carry::default()
+        };
+        let samples: Vec<Point> = gaps
+            .iter()
+            .map(|gap| {
+                ts += gap * MS;
+                (ts, 100)
+            })
+            .collect();
+        let window = integrate(carry, &samples, true);
+        assert_eq!(window.carry.period_us, 200 * MS);
+        assert_eq!(window.carry.sampled_us, ts - carry.last_us);
+        assert_eq!(window.carry.busy_percent_us, (ts - carry.last_us) * 100);
+        assert_eq!(window.unread_us, 0);
     }
 
     #[test]

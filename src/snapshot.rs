@@ -90,7 +90,8 @@ pub struct Device {
 }
 
 /// The GPU engine's busy and covered time since the previous run (µs), over
-/// which NVML gave the processes their shares.
+/// which NVML gave the processes their shares; time its buffer no longer
+/// held is in both, counted at the window's mean (`compute`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BusyWindow {
     pub busy_us: u64,

@@ -4,7 +4,7 @@
 use nvml::calls;
 use nvml::types::Sampling;
 
-use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
+use crate::collector::{point, read_engine, read_engines_early, Engine, Gpu, BUSY, SAMPLED};
 use crate::metrics::{self, families};
 use crate::state::schema::Stream;
 use nvml::unwrapped::Accelerator;
@@ -41,6 +41,16 @@ const DECODER: Engine = Engine {
 };
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
+
+pub(super) fn early(reader: &mut Gpu<'_>) {
+    let encoder = reader.facts().has_video_encoder();
+    let engines: &[Engine] = if encoder {
+        &[ENCODER, DECODER]
+    } else {
+        &[DECODER]
+    };
+    read_engines_early(reader, engines);
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     if reader.facts().has_video_encoder() {

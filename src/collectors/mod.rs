@@ -28,6 +28,7 @@ use nvml::fields::Field;
 use nvml::types::field_id::NVML_FI_DEV_NVLINK_LINK_COUNT;
 
 use crate::collector::{Hooks, SHARED};
+use crate::compute;
 use crate::facts::GpuFacts;
 use crate::metrics::{self, Family};
 
@@ -43,7 +44,7 @@ pub static ALL: &[Collector] = &[
         default: true,
         help: "GPU and memory utilization over the samples since the previous run, busy and sampled time, count of compute processes.",
         families: utilization::FAMILIES,
-        hooks: Hooks::read(utilization::read, &[]),
+        hooks: Hooks::read(utilization::read, &[]).with_early(utilization::early),
     },
     Collector {
         name: "memory",
@@ -113,7 +114,7 @@ pub static ALL: &[Collector] = &[
         default: true,
         help: "Video encoder/decoder utilization over the samples since the previous run, their busy and sampled time, JPEG and OFA utilization, encoder sessions.",
         families: media::FAMILIES,
-        hooks: Hooks::read(media::read, &[]),
+        hooks: Hooks::read(media::read, &[]).with_early(media::early),
     },
     Collector {
         name: "modes",
@@ -176,14 +177,18 @@ pub static ALL: &[Collector] = &[
         default: true,
         help: "Per task (Slurm job, Kubernetes pod's container, container, systemd unit, else user) and GPU: SM-busy seconds, energy and seconds held, counted from run to run, and the memory it holds; the GPU's energy no task used.",
         families: tasks::FAMILIES,
-        hooks: Hooks::read(tasks::read, tasks::FIELDS).with_host(tasks::host),
+        hooks: Hooks::read(tasks::read, tasks::FIELDS)
+            .with_early(compute::early)
+            .with_host(tasks::host),
     },
     Collector {
         name: "processes",
         default: false,
         help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
         families: processes::FAMILIES,
-        hooks: Hooks::read(processes::read, &[]).with_host(processes::owners),
+        hooks: Hooks::read(processes::read, &[])
+            .with_early(compute::early)
+            .with_host(processes::owners),
     },
     Collector {
         name: "xid",

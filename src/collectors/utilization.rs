@@ -3,7 +3,7 @@
 use nvml::calls;
 use nvml::types::Sampling;
 
-use crate::collector::{point, read_engine, Engine, Gpu, BUSY, SAMPLED};
+use crate::collector::{point, read_engine, read_engines_early, Engine, Gpu, BUSY, SAMPLED};
 use crate::metrics::families;
 use crate::state::schema::Stream;
 
@@ -29,6 +29,10 @@ const MEMORY: Engine = Engine {
     sampling: Sampling::MemoryUtilization,
     stream: Stream::Memory,
 };
+
+pub(super) fn early(reader: &mut Gpu<'_>) {
+    read_engines_early(reader, &[GPU, MEMORY]);
+}
 
 pub(super) fn read(reader: &mut Gpu<'_>) {
     let gpu = read_engine(reader, GPU);

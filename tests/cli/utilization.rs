@@ -311,3 +311,126 @@ fn an_idle_gpu_is_not_asked_for_process_shares_but_for_the_processes_collector()
         assert_eq!(made, asked, "{args:?}: {calls:?}");
     }
 }
+
+/// `scenario` with a buffer of 5 samples (1 s at 200 ms) and GPM, written
+/// into `dir`: a run's window outlasts the buffer.
+fn with_short_buffer(dir: &Path, name: &str) -> String {
+    let text = fs::read_to_string(scenario(name)).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        match line.strip_prefix("samples = { ") {
+            Some(rest) => {
+                let rest = rest
+                    .replace("buffer = 71, ", "")
+                    .replace(", duplicate_last = true", "");
+                out += &format!("samples = {{ buffer = 5, {rest}\ngpm = {{ sm_active = 50.0 }}\n");
+            }
+            None => out += &format!("{line}\n"),
+        }
+    }
+    let path = dir.join(format!("{name}-short-buffer.toml"));
+    fs::write(&path, out).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// Two runs 1.8 s apart, each with a 1 s GPM window, at the fake's running
+/// clock from `t0`; `args` and the state in `state`.
+fn runs_around_windows(path: &str, state: &Path, t0: u64, args: &[&str]) -> (String, String) {
+    let mut all = vec!["--stdout", "--write-state"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--gpm-window", "1s", "--timeout", "3s"]);
+    let run = |from: u64| {
+        let from = from.to_string();
+        let output = ex().run_args(path, state, &all, &[("FAKE_NVML_CLOCK_FROM_US", &from)]);
+        assert_eq!(output.code(), Some(0), "{}", output.err());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    (run(t0), run(t0 + 1_800_000))
+}
+
+/// A run with a GPM window reads NVML's buffers as the window opens and
+/// again at its end, so the buffer has to hold only the time between runs:
+/// a buffer of 1 s covers two runs 1.8 s apart whole (one read at the
+/// window's end would count 1 s of it, the rest lost).
+#[test]
+fn a_window_reads_the_buffers_at_both_ends_and_misses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = with_short_buffer(dir.path(), "duty-cycle");
+    let state = tempfile::tempdir().unwrap();
+    let (first, second) = runs_around_windows(&path, state.path(), T0, &[]);
+    let (busy, sampled, _) = window_of(&first);
+    let (then_busy, then_sampled, ratio) = window_of(&second);
+    let covered = then_sampled - sampled;
+    // From the first run's last sample to the second's: 1.8 s, give or
+    // take the two windows' ends (a sample period each).
+    assert!((1.5..=2.1).contains(&covered), "{covered} s\n{second}");
+    assert!(ratio.is_some());
+    // Every sample counted once: busy is 100 % of the busy samples' time.
+    let busy_samples = then_busy - busy;
+    assert!(busy_samples <= covered + 1e-9);
+    assert!(
+        close((busy_samples / 0.2).round() * 0.2, busy_samples),
+        "{busy_samples}"
+    );
+}
+
+/// The tasks' shares come from the same two reads: each task's busy time
+/// is its share of the whole window, and together they are the GPU's.
+#[test]
+fn a_window_gives_the_tasks_their_shares_of_the_whole_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = with_short_buffer(dir.path(), "tasks");
+    let tree = super::tasks::tasks_tree();
+    let state = tempfile::tempdir().unwrap();
+    let args = tree.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t0 = now_on_the_sample_grid();
+    let (first, second) = runs_around_windows(&path, state.path(), t0, &args);
+    let busy = |text: &str| {
+        let gpu = value_in(
+            text,
+            "nvidia_gpu_busy_seconds_total",
+            &[("gpu", "0"), ("engine", "gpu")],
+        );
+        let family = "nvidia_gpu_task_busy_seconds_total";
+        let job = super::tasks::task_value(text, family, "0", &super::tasks::slurm("4711"));
+        let pod = [("k8s_pod_uid", super::tasks::POD)];
+        (
+            gpu.unwrap(),
+            job,
+            super::tasks::task_value(text, family, "0", &pod),
+        )
+    };
+    let ((gpu, job, pod), (then_gpu, then_job, then_pod)) = (busy(&first), busy(&second));
+    let (gpu, job, pod) = (then_gpu - gpu, then_job - job, then_pod - pod);
+    // GPU 0 busy 60 % of about 1.8 s, the job's share 40 and the pod's 20.
+    assert!((0.9..=1.26).contains(&gpu), "GPU busy {gpu} s\n{second}");
+    assert!((job + pod - gpu).abs() < 1e-5, "{job} + {pod} != {gpu}");
+    assert!((job - 2.0 * pod).abs() < 1e-5, "{job} != 2 x {pod}");
+}
+
+/// Runs further apart than NVML's buffer holds (no GPM window, a 30 s
+/// timer): the GPU's own counters keep only what was sampled (14.2 s of
+/// the 30 s), while the tasks count the unread 15.8 s at the window's mean,
+/// so that a job's busy GPU-hours are not low by it (docs/design.md, "Tasks").
+#[test]
+fn tasks_count_the_unread_part_of_a_window_at_its_mean() {
+    let tree = super::tasks::tasks_tree();
+    let runs = super::tasks::Runs::new(&tree);
+    let first = runs.at("tasks", runs.t0);
+    let second = runs.at("tasks", runs.t0 + 30 * SECOND);
+    let family = "nvidia_gpu_task_busy_seconds_total";
+    let grown = |labels: &[(&str, &str)]| {
+        super::tasks::task_value(&second, family, "0", labels)
+            - super::tasks::task_value(&first, family, "0", labels)
+    };
+    let gpu = [("gpu", "0"), ("engine", "gpu")];
+    let gpu_busy = value_in(&second, "nvidia_gpu_busy_seconds_total", &gpu).unwrap()
+        - value_in(&first, "nvidia_gpu_busy_seconds_total", &gpu).unwrap();
+    // GPU 0 busy 60 %: 8.52 s of the 14.2 s sampled; 18 s of the 30 s.
+    assert!(close(gpu_busy, 0.6 * 14.2), "{gpu_busy}");
+    let job = grown(&super::tasks::slurm("4711"));
+    let pod = grown(&[("k8s_pod_uid", super::tasks::POD)]);
+    assert!(close(job, 12.0), "{job}\n{second}");
+    assert!(close(pod, 6.0), "{pod}");
+}

@@ -6,11 +6,13 @@
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::ffi::*;
 use crate::scenario::{
-    pattern_value, Gpu, Memory, Scenario, Text, CLOCK_ENV, DEFAULT_CLOCK_US, MAX_MIG_SLOTS,
+    pattern_value, Gpu, Memory, Scenario, Text, CLOCK_ENV, CLOCK_FROM_ENV, DEFAULT_CLOCK_US,
+    MAX_MIG_SLOTS,
 };
 use crate::state::{
     device_call, device_call_asking, gpu_call, gpu_handle, guard, handle_by_index, init, loaded,
@@ -1064,11 +1066,20 @@ export! {
 
 // Sample buffers
 
-/// "Now" for the sample buffers: `FAKE_NVML_CLOCK_US`, else the scenario's
-/// `clock` (a fixed default, or the wall clock). An unparsable variable
-/// answers `NVML_ERROR_UNKNOWN`.
+/// "Now" for the sample buffers: `FAKE_NVML_CLOCK_US`, else
+/// `FAKE_NVML_CLOCK_FROM_US` plus the time since the first clock read of
+/// this process, else the scenario's `clock` (a fixed default, or the wall
+/// clock). An unparsable variable answers `NVML_ERROR_UNKNOWN`.
 fn clock_us(scenario: &Scenario) -> Result<u64, nvmlReturn_t> {
-    let env = std::env::var(CLOCK_ENV).ok();
+    static FIRST_READ: OnceLock<Instant> = OnceLock::new();
+    let running = std::env::var(CLOCK_FROM_ENV).ok().map(|from| {
+        let since = FIRST_READ.get_or_init(Instant::now).elapsed().as_micros();
+        match from.trim().parse::<u64>() {
+            Ok(from) => (from + u64::try_from(since).unwrap_or(0)).to_string(),
+            Err(_) => from,
+        }
+    });
+    let env = std::env::var(CLOCK_ENV).ok().or(running);
     let wall = u64::try_from(now_us()).unwrap_or(0);
     scenario
         .clock

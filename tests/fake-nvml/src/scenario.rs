@@ -719,6 +719,11 @@ pub const DEFAULT_CLOCK_US: u64 = 1_717_200_000_000_000;
 /// Environment variable giving the fake's "now" in µs of wall time.
 pub const CLOCK_ENV: &str = "FAKE_NVML_CLOCK_US";
 
+/// Environment variable giving the fake's "now" at its first clock read in
+/// a process, µs of wall time; from then on the clock runs with the
+/// process's own time, as a GPU's does during a run (`CLOCK_ENV` wins).
+pub const CLOCK_FROM_ENV: &str = "FAKE_NVML_CLOCK_FROM_US";
+
 /// The scenario's `clock`: what "now" is for the sample buffers when
 /// [`CLOCK_ENV`] is unset (a test that sets the variable always wins).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
