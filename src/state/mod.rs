@@ -10,6 +10,7 @@
 //! pure merge of the previous state with this run's readings), and here the
 //! run's use of them ([`StateFile`]).
 
+mod bounded;
 mod codec;
 mod merge;
 mod problem;

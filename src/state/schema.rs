@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::bounded;
+
 use crate::kernel_log::{Counts, MAX_SERIES};
 use crate::task::Ledger as TaskLedger;
 
@@ -17,6 +19,8 @@ pub const MAX_GPUS: usize = 64;
 /// The most fixed readings, numbers and labels, one GPU keeps (its readers
 /// keep a few).
 pub const MAX_FIXED: usize = 32;
+/// The most labels one fixed reading keeps (an `_info` series' labels).
+pub const MAX_LABELS: usize = 16;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
 /// some of them per clock, link or counter).
 pub const MAX_UNSUPPORTED: usize = 256;
@@ -38,8 +42,6 @@ pub enum Damage {
     Gpus,
     #[error("more than {MAX_FIXED} fixed readings for {0}")]
     Fixed(String),
-    #[error("more than {MAX_UNSUPPORTED} unsupported calls for {0}")]
-    Unsupported(String),
     #[error("more than {MAX_SERIES} XID series")]
     XidSeries,
     #[error("a task ledger beyond its bounds for {0}")]
@@ -63,8 +65,10 @@ pub struct State {
     pub boot_id: String,
     /// The NVIDIA driver version it was written under; empty if unknown.
     pub driver_version: String,
+    #[serde(deserialize_with = "bounded::xid")]
     pub xid: Counts,
     /// Per GPU UUID.
+    #[serde(deserialize_with = "bounded::gpus")]
     pub gpus: BTreeMap<String, GpuState>,
 }
 
@@ -89,15 +93,18 @@ pub struct GpuState {
     /// Why GPM was unavailable in the previous run, its label.
     pub gpm_unavailable: Option<String>,
     /// Readings fixed while the driver is loaded, by name; `None`: not supported.
+    #[serde(deserialize_with = "bounded::fixed")]
     pub fixed: BTreeMap<String, Option<i64>>,
     /// Readings fixed while the driver is loaded whose value is the labels
     /// of an `_info` series, by name; `None`: not supported.
+    #[serde(deserialize_with = "bounded::fixed_labels")]
     pub fixed_labels: BTreeMap<String, Option<Vec<String>>>,
     /// The NVLink links seen active under this driver, one bit per link.
     pub links_seen_active: u64,
     /// The calls that answered NOT_SUPPORTED under this driver.
     pub unsupported: Unsupported,
     /// The tasks collector's accounting (kept across a driver reload).
+    #[serde(deserialize_with = "bounded::ledger")]
     pub tasks: TaskLedger,
 }
 
@@ -111,6 +118,7 @@ pub struct GpuState {
 pub struct Unsupported {
     /// The current MIG mode they were answered under; `None`: unknown.
     pub mig_mode: Option<u32>,
+    #[serde(deserialize_with = "bounded::unsupported")]
     pub calls: BTreeSet<String>,
     /// The runs since they were last asked.
     pub runs: u32,
