@@ -512,6 +512,94 @@ mod tests {
             .contains("fixed"));
     }
 
+    /// `state` rendered is refused as damaged, the error naming `bound`.
+    fn refused(state: &State, bound: &str) {
+        let error = parse(&render(state).unwrap()).unwrap_err().to_string();
+        assert!(error.contains(bound), "{error}, not {bound:?}");
+    }
+
+    /// Each collection of the state one element past its bound.
+    #[test]
+    fn every_collection_past_its_bound_is_damage() {
+        use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
+        use crate::task::owner::Task;
+        use schema::{MAX_LABELS, MAX_UNSUPPORTED};
+        let with_gpu = |change: &dyn Fn(&mut GpuState)| {
+            let mut state = sample();
+            change(state.gpus.get_mut("GPU-a").unwrap());
+            state
+        };
+        let mut gpus = sample();
+        gpus.gpus = (0..=MAX_GPUS)
+            .map(|n| (n.to_string(), GpuState::default()))
+            .collect();
+        refused(&gpus, "more than 64 GPUs");
+        let fixed = |gpu: &mut GpuState| {
+            gpu.fixed = (0..=MAX_FIXED).map(|n| (n.to_string(), None)).collect();
+        };
+        refused(&with_gpu(&fixed), "more than 32 fixed readings");
+        let labelled = |gpu: &mut GpuState| {
+            gpu.fixed.clear();
+            let labels = Some(vec![String::new()]);
+            let fixed = (0..=MAX_FIXED).map(|n| (n.to_string(), labels.clone()));
+            gpu.fixed_labels = fixed.collect();
+        };
+        refused(&with_gpu(&labelled), "more than 32 fixed readings");
+        let labels = |gpu: &mut GpuState| {
+            let labels = Some(vec![String::new(); MAX_LABELS + 1]);
+            gpu.fixed_labels.insert("platform".into(), labels);
+        };
+        refused(&with_gpu(&labels), "more than 16 labels of a fixed reading");
+        let unsupported = |gpu: &mut GpuState| {
+            let calls = (0..=MAX_UNSUPPORTED).map(|n| n.to_string());
+            gpu.unsupported.calls = calls.collect();
+        };
+        refused(&with_gpu(&unsupported), "more than 256 unsupported calls");
+        let holders = |gpu: &mut GpuState| {
+            let holder = |n: usize| Holder {
+                task: Task::User(n.to_string()),
+                gpu_instance_id: None,
+            };
+            let totals = (0..=MAX_HOLDERS).map(|n| (holder(n), Totals::default()));
+            gpu.tasks.totals = totals.collect();
+        };
+        refused(&with_gpu(&holders), "more than 256 task holders");
+        let processes = |gpu: &mut GpuState| {
+            gpu.tasks.processes = vec![(1, 1, 0); MAX_PROCESSES + 1];
+        };
+        refused(&with_gpu(&processes), "more than 1024 task processes");
+        let series = |n| Series::Xid {
+            id: XidOf::Gpu("GPU-a".into()),
+            code: n,
+        };
+        let mut xids = sample();
+        xids.xid.totals.0 = (0..=MAX_XID_SERIES as u32)
+            .map(|n| (series(n), 1))
+            .collect();
+        refused(&xids, "more than 4096 XID series");
+        let mut recount = sample();
+        recount.xid.recount = Some(xids.xid.totals.clone());
+        refused(&recount, "more than 4096 XID series");
+    }
+
+    /// A damaged file of the accepted size holding 1.3 million GPUs (each
+    /// of them would take some 650 bytes read, 0.9 GB in all) is refused
+    /// where its 65th GPU begins: no more of it is read.
+    #[test]
+    fn reading_stops_at_the_first_gpu_past_the_bound() {
+        let gpus: String = (0..1_300_000).map(|n| format!("\"{n}\":{{}},")).collect();
+        let text =
+            format!("{{\"version\":2,\"boot_id\":\"b0\",\"gpus\":{{{gpus}\"end\":{{}}}}}}\n");
+        assert!(text.len() as u64 <= MAX_SIZE, "{} bytes", text.len());
+        let Err(Damage::Schema(error)) = parse(&text) else {
+            panic!("not refused as damaged while read");
+        };
+        // The column (from 1) of the last character of the 65th GPU's key.
+        let at_65th = text.find("\"64\":").unwrap() + "\"64\"".len();
+        assert_eq!((error.line(), error.column()), (1, at_65th), "{error}");
+        assert!(error.to_string().contains("more than 64 GPUs"), "{error}");
+    }
+
     #[test]
     fn a_second_writer_waits_for_the_lock_then_neither_uses_nor_stores() {
         let dir = tempfile::tempdir().unwrap();

@@ -188,6 +188,7 @@ fn xid_record(counts: &mut Counts, key: &str, value: &str) -> Result<(), Damage>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::schema::MAX_SIZE;
 
     /// A version 1 file as release 0.1.0 wrote it, with every kind of record.
     const FILE: &str = "nvidia-textfile-exporter-state 1
@@ -277,5 +278,24 @@ end 19
             .unwrap_err()
             .to_string()
             .contains("not a number"));
+    }
+
+    /// Records past a bound are damage where they pass it: reading stops
+    /// there, before the damaged line after them.
+    #[test]
+    fn reading_stops_at_the_first_record_past_a_bound() {
+        let file = |records: String| format!("{MAGIC}\n{records}a damaged line\n");
+        let gpus: String = (0..1_300_000).map(|n| format!("gpu {n} 0 - -\n")).collect();
+        let gpus = file(gpus);
+        assert!(gpus.len() as u64 <= MAX_SIZE, "{} bytes", gpus.len());
+        assert!(matches!(parse(&gpus), Err(Damage::Gpus)));
+        let fixed = (0..=MAX_FIXED).map(|n| format!("set GPU-a threshold.{n} 1\n"));
+        let fixed = file(format!("gpu GPU-a 0 - -\n{}", fixed.collect::<String>()));
+        assert!(matches!(parse(&fixed), Err(Damage::Fixed(uuid)) if uuid == "GPU-a"));
+        for counts in ["xid.gpu.GPU-a", "xid.recount.bus.00000000:3B:00"] {
+            let xids = (0..=MAX_SERIES).map(|n| format!("host {counts}.{n} 1\n"));
+            let xids = file(xids.collect());
+            assert!(matches!(parse(&xids), Err(Damage::XidSeries)), "{counts}");
+        }
     }
 }
