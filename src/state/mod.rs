@@ -177,7 +177,7 @@ mod tests {
     use crate::kernel_log::{Series, XidOf, MAX_SERIES as MAX_XID_SERIES};
     use codec::{parse, render};
     use problem::Distrust;
-    use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_SIZE};
+    use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_LABELS, MAX_SIZE, MAX_UNSUPPORTED};
     use std::fs::Permissions;
     use std::io;
     use std::os::unix::fs::PermissionsExt;
@@ -411,8 +411,6 @@ mod tests {
         assert!(matches!(missing.store(&sample()), Err(Problem::Io(_))));
     }
 
-    /// The largest state the bounds allow, with identifiers as long as NVML's
-    /// (a UUID buffer is 96 bytes).
     /// A task ledger at its bounds, every holder a pod of the longest names.
     fn largest_ledger() -> crate::task::Ledger {
         use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
@@ -455,6 +453,8 @@ mod tests {
         }
     }
 
+    /// The largest state the bounds allow, with identifiers as long as NVML's
+    /// (a UUID buffer is 96 bytes), one of its fixed readings labels.
     fn largest() -> State {
         let long = |n: usize| format!("{n:0>95}");
         let mut state = sample();
@@ -477,9 +477,15 @@ mod tests {
             };
             gpu.tasks = largest_ledger();
             gpu.fixed.clear();
-            for f in 0..MAX_FIXED {
+            for f in 1..MAX_FIXED {
                 gpu.fixed.insert(long(f), Some(i64::MAX));
             }
+            // One reader keeps labels (platform: 5 of them).
+            let labels = Some(vec![long(0); MAX_LABELS]);
+            gpu.fixed_labels.insert(long(0), labels);
+            // A call's name (at most 42 bytes) with its arguments.
+            let call = |c: usize| format!("{c:a>80}");
+            gpu.unsupported.calls = (0..MAX_UNSUPPORTED).map(call).collect();
             state.gpus.insert(long(n), gpu);
         }
         state
@@ -523,7 +529,6 @@ mod tests {
     fn every_collection_past_its_bound_is_damage() {
         use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
         use crate::task::owner::Task;
-        use schema::{MAX_LABELS, MAX_UNSUPPORTED};
         let with_gpu = |change: &dyn Fn(&mut GpuState)| {
             let mut state = sample();
             change(state.gpus.get_mut("GPU-a").unwrap());
@@ -549,7 +554,7 @@ mod tests {
             let labels = Some(vec![String::new(); MAX_LABELS + 1]);
             gpu.fixed_labels.insert("platform".into(), labels);
         };
-        refused(&with_gpu(&labels), "more than 16 labels of a fixed reading");
+        refused(&with_gpu(&labels), "more than 8 labels of a fixed reading");
         let unsupported = |gpu: &mut GpuState| {
             let calls = (0..=MAX_UNSUPPORTED).map(|n| n.to_string());
             gpu.unsupported.calls = calls.collect();
