@@ -2,9 +2,11 @@
 //! state file is an error as soon as one element more than its bound
 //! arrives, before that element is read, so a damaged file of the accepted
 //! size never costs more memory than the bounds allow (the file's text, and
-//! at most what 64 GPUs keep). Each function here is one collection of the
-//! schema, for serde's `deserialize_with`; a part of the state defined
-//! elsewhere bounds its own with [`seq`] and [`map`].
+//! at most what 64 GPUs keep). Each `pub(super)` function here reads one
+//! field of the schema, for serde's `deserialize_with`, the task ledger and
+//! the XID counts (whose types `task` and `kernel_log` own) included. A
+//! GPU's carries need none: a map keyed by [`super::schema::Stream`] holds
+//! one per stream however often one is repeated.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -96,7 +98,7 @@ where
 }
 
 /// A list of at most `max` elements `T`, collected into `C` as they arrive.
-pub fn seq<'de, D, C, T>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
+fn seq<'de, D, C, T>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
 where
     D: Deserializer<'de>,
     C: Default + Extend<T> + IntoIterator<Item = T>,
@@ -106,7 +108,7 @@ where
 }
 
 /// A map of at most `max` entries, collected into `C` as they arrive.
-pub fn map<'de, D, C, K, V>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
+fn map<'de, D, C, K, V>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
 where
     D: Deserializer<'de>,
     C: Default + Extend<(K, V)> + IntoIterator<Item = (K, V)>,
