@@ -334,3 +334,65 @@ fn temporary_state_files_of_killed_runs_are_removed() {
     assert_eq!(names, [".state.lock", "notes.tmp", "state"]);
     assert_eq!(output.series("nvidia_gpu_collector_state_ok"), Some(1.0));
 }
+
+/// This boot's id, as a state file names it.
+fn this_boot() -> String {
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    boot.trim().to_owned()
+}
+
+/// A damaged state of the accepted size (22 MiB): 1.3 million empty GPU
+/// entries, more than the 64 a state keeps. Read whole, they took 0.9 GB
+/// (0.55 GB in the previous release's format) before the bound was checked;
+/// now reading stops at the 65th GPU: the run names where (the schema), or
+/// names the bound, not the missing end line after it (version 1). The run
+/// treats it as any damaged state: it publishes every reading with
+/// `state_ok 0`, and replaces it.
+#[test]
+fn a_state_past_the_gpu_bound_is_damaged_and_read_no_further() {
+    let gpus = |entry: fn(u32) -> String| (0..1_300_000).map(entry).collect::<String>();
+    let json = format!(
+        "{{\"version\":2,\"boot_id\":\"{}\",\"gpus\":{{{}\"GPU-end\":{{}}}}}}\n",
+        this_boot(),
+        gpus(|n| format!("\"GPU-{n}\":{{}},"))
+    );
+    let at_65th = json.find("\"GPU-64\"").unwrap() + "\"GPU-64\"".len();
+    let v1 = format!(
+        "nvidia-textfile-exporter-state 1\nboot {}\n{}",
+        this_boot(),
+        gpus(|n| format!("gpu {n} 0 - -\n"))
+    );
+    let unusable = "the state file is unusable (more than 64 GPUs";
+    let json_why = format!("{unusable} at line 1 column {at_65th});");
+    let v1_why = format!("{unusable});");
+    for (format, text, why) in [("schema", json, json_why), ("version 1", v1, v1_why)] {
+        assert!(text.len() < 22 << 20, "{format}: {} bytes", text.len());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        fs::write(&path, text).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let run = || duty_cycle_at(dir.path(), 1_800_000_100_000_000);
+        let out = run();
+        let err = out.err();
+        assert!(err.contains(&why), "{format}: {err}");
+        assert_eq!(err.matches("state file").count(), 1, "{format}: {err}");
+        assert_eq!(
+            out.series("nvidia_gpu_collector_state_ok"),
+            Some(0.0),
+            "{format}"
+        );
+        assert_eq!(
+            out.series(&format!("nvidia_gpu_up{{{DUTY_GPU}}}")),
+            Some(1.0),
+            "{format}"
+        );
+        assert_eq!(state_json(dir.path())["gpus"].as_object().unwrap().len(), 1);
+        let next = run();
+        assert_eq!(
+            next.series("nvidia_gpu_collector_state_ok"),
+            Some(1.0),
+            "{format}: {}",
+            next.err()
+        );
+    }
+}

@@ -4,11 +4,8 @@
 use serde::Deserialize;
 
 use super::problem::Problem;
-use super::schema::{
-    Damage, GpuState, State, MAX_FIXED, MAX_GPUS, MAX_SIZE, MAX_UNSUPPORTED, VERSION,
-};
+use super::schema::{Damage, GpuState, State, MAX_FIXED, MAX_SIZE, VERSION};
 use super::v1;
-use crate::kernel_log::MAX_SERIES;
 
 /// The text of `state`, at most [`MAX_SIZE`] bytes.
 pub(super) fn render(state: &State) -> Result<String, Problem> {
@@ -38,28 +35,15 @@ pub(super) fn parse(text: &str) -> Result<State, Damage> {
     within_bounds(state)
 }
 
-/// `state` if it holds no more than what is ever stored.
-pub(super) fn within_bounds(state: State) -> Result<State, Damage> {
-    if state.gpus.len() > MAX_GPUS {
-        return Err(Damage::Gpus);
-    }
-    if let Some((uuid, _)) = state
-        .gpus
-        .iter()
-        .find(|(_, gpu)| gpu.fixed.len() + gpu.fixed_labels.len() > MAX_FIXED)
-    {
+/// `state` if it keeps the bounds that span two collections (each
+/// collection was bounded while it was read).
+fn within_bounds(state: State) -> Result<State, Damage> {
+    let fixed = |gpu: &GpuState| gpu.fixed.len() + gpu.fixed_labels.len() > MAX_FIXED;
+    if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| fixed(gpu)) {
         return Err(Damage::Fixed(uuid.clone()));
-    }
-    let too_many = |gpu: &&GpuState| gpu.unsupported.calls.len() > MAX_UNSUPPORTED;
-    if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| too_many(gpu)) {
-        return Err(Damage::Unsupported(uuid.clone()));
     }
     if let Some((uuid, _)) = state.gpus.iter().find(|(_, gpu)| !gpu.tasks.is_bounded()) {
         return Err(Damage::Tasks(uuid.clone()));
-    }
-    let recount = state.xid.recount.as_ref().map_or(0, |r| r.0.len());
-    if state.xid.totals.0.len().max(recount) > MAX_SERIES {
-        return Err(Damage::XidSeries);
     }
     Ok(state)
 }

@@ -10,6 +10,7 @@
 //! pure merge of the previous state with this run's readings), and here the
 //! run's use of them ([`StateFile`]).
 
+mod bounded;
 mod codec;
 mod merge;
 mod problem;
@@ -176,7 +177,7 @@ mod tests {
     use crate::kernel_log::{Series, XidOf, MAX_SERIES as MAX_XID_SERIES};
     use codec::{parse, render};
     use problem::Distrust;
-    use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_SIZE};
+    use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_LABELS, MAX_SIZE, MAX_UNSUPPORTED};
     use std::fs::Permissions;
     use std::io;
     use std::os::unix::fs::PermissionsExt;
@@ -410,8 +411,6 @@ mod tests {
         assert!(matches!(missing.store(&sample()), Err(Problem::Io(_))));
     }
 
-    /// The largest state the bounds allow, with identifiers as long as NVML's
-    /// (a UUID buffer is 96 bytes).
     /// A task ledger at its bounds, every holder a pod of the longest names.
     fn largest_ledger() -> crate::task::Ledger {
         use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
@@ -454,6 +453,8 @@ mod tests {
         }
     }
 
+    /// The largest state the bounds allow, with identifiers as long as NVML's
+    /// (a UUID buffer is 96 bytes), one of its fixed readings labels.
     fn largest() -> State {
         let long = |n: usize| format!("{n:0>95}");
         let mut state = sample();
@@ -476,9 +477,15 @@ mod tests {
             };
             gpu.tasks = largest_ledger();
             gpu.fixed.clear();
-            for f in 0..MAX_FIXED {
+            for f in 1..MAX_FIXED {
                 gpu.fixed.insert(long(f), Some(i64::MAX));
             }
+            // One reader keeps labels (platform: 5 of them).
+            let labels = Some(vec![long(0); MAX_LABELS]);
+            gpu.fixed_labels.insert(long(0), labels);
+            // A call's name (at most 42 bytes) with its arguments.
+            let call = |c: usize| format!("{c:a>80}");
+            gpu.unsupported.calls = (0..MAX_UNSUPPORTED).map(call).collect();
             state.gpus.insert(long(n), gpu);
         }
         state
@@ -509,6 +516,93 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("fixed"));
+    }
+
+    /// `state` rendered is refused as damaged, the error naming `bound`.
+    fn refused(state: &State, bound: &str) {
+        let error = parse(&render(state).unwrap()).unwrap_err().to_string();
+        assert!(error.contains(bound), "{error}, not {bound:?}");
+    }
+
+    /// Each collection of the state one element past its bound.
+    #[test]
+    fn every_collection_past_its_bound_is_damage() {
+        use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
+        use crate::task::owner::Task;
+        let with_gpu = |change: &dyn Fn(&mut GpuState)| {
+            let mut state = sample();
+            change(state.gpus.get_mut("GPU-a").unwrap());
+            state
+        };
+        let mut gpus = sample();
+        gpus.gpus = (0..=MAX_GPUS)
+            .map(|n| (n.to_string(), GpuState::default()))
+            .collect();
+        refused(&gpus, "more than 64 GPUs");
+        let fixed = |gpu: &mut GpuState| {
+            gpu.fixed = (0..=MAX_FIXED).map(|n| (n.to_string(), None)).collect();
+        };
+        refused(&with_gpu(&fixed), "more than 32 fixed readings");
+        let labelled = |gpu: &mut GpuState| {
+            gpu.fixed.clear();
+            let labels = Some(vec![String::new()]);
+            let fixed = (0..=MAX_FIXED).map(|n| (n.to_string(), labels.clone()));
+            gpu.fixed_labels = fixed.collect();
+        };
+        refused(&with_gpu(&labelled), "more than 32 fixed readings");
+        let labels = |gpu: &mut GpuState| {
+            let labels = Some(vec![String::new(); MAX_LABELS + 1]);
+            gpu.fixed_labels.insert("platform".into(), labels);
+        };
+        refused(&with_gpu(&labels), "more than 8 labels of a fixed reading");
+        let unsupported = |gpu: &mut GpuState| {
+            let calls = (0..=MAX_UNSUPPORTED).map(|n| n.to_string());
+            gpu.unsupported.calls = calls.collect();
+        };
+        refused(&with_gpu(&unsupported), "more than 256 unsupported calls");
+        let holders = |gpu: &mut GpuState| {
+            let holder = |n: usize| Holder {
+                task: Task::User(n.to_string()),
+                gpu_instance_id: None,
+            };
+            let totals = (0..=MAX_HOLDERS).map(|n| (holder(n), Totals::default()));
+            gpu.tasks.totals = totals.collect();
+        };
+        refused(&with_gpu(&holders), "more than 256 task holders");
+        let processes = |gpu: &mut GpuState| {
+            gpu.tasks.processes = vec![(1, 1, 0); MAX_PROCESSES + 1];
+        };
+        refused(&with_gpu(&processes), "more than 1024 task processes");
+        let series = |n| Series::Xid {
+            id: XidOf::Gpu("GPU-a".into()),
+            code: n,
+        };
+        let mut xids = sample();
+        xids.xid.totals.0 = (0..=MAX_XID_SERIES as u32)
+            .map(|n| (series(n), 1))
+            .collect();
+        refused(&xids, "more than 4096 XID series");
+        let mut recount = sample();
+        recount.xid.recount = Some(xids.xid.totals.clone());
+        refused(&recount, "more than 4096 XID series");
+    }
+
+    /// A damaged file of the accepted size holding 1.3 million GPUs (each
+    /// of them would take some 650 bytes read, 0.9 GB in all) is refused
+    /// where its 65th GPU begins: no more of it is read.
+    #[test]
+    fn reading_stops_at_the_first_gpu_past_the_bound() {
+        let gpus: String = (0..1_300_000).map(|n| format!("\"{n}\":{{}},")).collect();
+        let text =
+            format!("{{\"version\":2,\"boot_id\":\"b0\",\"gpus\":{{{gpus}\"end\":{{}}}}}}\n");
+        assert!(text.len() as u64 <= MAX_SIZE, "{} bytes", text.len());
+        let Err(Damage::Schema(error)) = parse(&text) else {
+            panic!("not refused as damaged while read");
+        };
+        // The column (from 1) of the last character of the 65th GPU's key.
+        let at_65th = text.find("\"64\":").unwrap() + "\"64\"".len();
+        assert_eq!((error.line(), error.column()), (1, at_65th), "{error}");
+        assert!(error.to_string().contains("more than 64 GPUs"), "{error}");
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::bounded;
+
 use crate::kernel_log::{Counts, MAX_SERIES};
 use crate::task::Ledger as TaskLedger;
 
@@ -17,12 +19,17 @@ pub const MAX_GPUS: usize = 64;
 /// The most fixed readings, numbers and labels, one GPU keeps (its readers
 /// keep a few).
 pub const MAX_FIXED: usize = 32;
+/// The most labels one fixed reading keeps (an `_info` series' labels:
+/// platform keeps 5).
+pub const MAX_LABELS: usize = 8;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
 /// some of them per clock, link or counter).
 pub const MAX_UNSUPPORTED: usize = 256;
-/// A larger state file is not ours (the bounds fit with NVML's identifiers,
-/// and each GPU's task ledger: 256 holders of up to 1 KiB with their totals,
-/// and 1024 processes).
+/// A larger state file is not ours. Every bound filled, with NVML's
+/// identifiers, takes 21.1 MiB: per GPU under 320 KiB (its task ledger, 256
+/// holders of up to 1 KiB with their totals and 1024 processes, 293 KiB; 256
+/// unsupported calls, 21 KiB; its fixed readings), and the XID series twice
+/// (totals and a recount), 1.2 MiB of the 2 MiB.
 pub const MAX_SIZE: u64 = (2 << 20) + MAX_GPUS as u64 * (320 << 10);
 
 /// What is wrong with a state file.
@@ -38,8 +45,6 @@ pub enum Damage {
     Gpus,
     #[error("more than {MAX_FIXED} fixed readings for {0}")]
     Fixed(String),
-    #[error("more than {MAX_UNSUPPORTED} unsupported calls for {0}")]
-    Unsupported(String),
     #[error("more than {MAX_SERIES} XID series")]
     XidSeries,
     #[error("a task ledger beyond its bounds for {0}")]
@@ -63,8 +68,10 @@ pub struct State {
     pub boot_id: String,
     /// The NVIDIA driver version it was written under; empty if unknown.
     pub driver_version: String,
+    #[serde(deserialize_with = "bounded::xid")]
     pub xid: Counts,
     /// Per GPU UUID.
+    #[serde(deserialize_with = "bounded::gpus")]
     pub gpus: BTreeMap<String, GpuState>,
 }
 
@@ -89,15 +96,18 @@ pub struct GpuState {
     /// Why GPM was unavailable in the previous run, its label.
     pub gpm_unavailable: Option<String>,
     /// Readings fixed while the driver is loaded, by name; `None`: not supported.
+    #[serde(deserialize_with = "bounded::fixed")]
     pub fixed: BTreeMap<String, Option<i64>>,
     /// Readings fixed while the driver is loaded whose value is the labels
     /// of an `_info` series, by name; `None`: not supported.
+    #[serde(deserialize_with = "bounded::fixed_labels")]
     pub fixed_labels: BTreeMap<String, Option<Vec<String>>>,
     /// The NVLink links seen active under this driver, one bit per link.
     pub links_seen_active: u64,
     /// The calls that answered NOT_SUPPORTED under this driver.
     pub unsupported: Unsupported,
     /// The tasks collector's accounting (kept across a driver reload).
+    #[serde(deserialize_with = "bounded::ledger")]
     pub tasks: TaskLedger,
 }
 
@@ -111,6 +121,7 @@ pub struct GpuState {
 pub struct Unsupported {
     /// The current MIG mode they were answered under; `None`: unknown.
     pub mig_mode: Option<u32>,
+    #[serde(deserialize_with = "bounded::unsupported")]
     pub calls: BTreeSet<String>,
     /// The runs since they were last asked.
     pub runs: u32,

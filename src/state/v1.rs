@@ -10,12 +10,14 @@
 //! set <uuid> <key> <value>
 //! end <number of lines before this one>
 //! ```
-//! Keys this reader does not know are dropped.
+//! Keys this reader does not know are dropped. Each record is taken as it
+//! is read, within the schema's bounds: the first GPU, fixed reading or XID
+//! series past its bound is damage, and reading stops there.
 
 use std::collections::BTreeMap;
 
-use super::schema::{Carry, Damage, GpuState, State, Stream, VERSION};
-use crate::kernel_log::{Counts, Series, XidOf};
+use super::schema::{Carry, Damage, GpuState, State, Stream, MAX_FIXED, MAX_GPUS, VERSION};
+use crate::kernel_log::{Counts, Series, XidOf, MAX_SERIES};
 
 /// The first line of a version 1 file.
 pub const MAGIC: &str = "nvidia-textfile-exporter-state 1";
@@ -33,7 +35,6 @@ pub fn parse(text: &str) -> Result<State, Damage> {
         version: VERSION,
         ..State::default()
     };
-    let mut host = BTreeMap::new();
     let mut ended = false;
     for (before, line) in (1..).zip(lines) {
         if ended {
@@ -47,10 +48,12 @@ pub fn parse(text: &str) -> Result<State, Damage> {
             "host" => {
                 let no_value = Damage::V1("a host line without a value");
                 let (key, value) = rest.split_once(' ').ok_or(no_value)?;
-                host.insert(key, value);
+                if let Some(key) = key.strip_prefix("xid.") {
+                    xid_record(&mut state.xid, key, value)?;
+                }
             }
             "gpu" => {
-                let [uuid, index, bus, serial] = rest.split(' ').collect::<Vec<_>>()[..] else {
+                let [uuid, index, bus, serial] = rest.splitn(5, ' ').collect::<Vec<_>>()[..] else {
                     return Err(bad("bad gpu line"));
                 };
                 let undash = |text: &str| if text == "-" { "" } else { text }.to_owned();
@@ -60,14 +63,16 @@ pub fn parse(text: &str) -> Result<State, Damage> {
                     serial: undash(serial),
                     ..GpuState::default()
                 };
-                state.gpus.insert(uuid.to_owned(), gpu);
+                insert_within(&mut state.gpus, uuid.to_owned(), gpu, MAX_GPUS)
+                    .ok_or(Damage::Gpus)?;
             }
             "set" => {
                 let [uuid, key, value] = rest.splitn(3, ' ').collect::<Vec<_>>()[..] else {
                     return Err(bad("bad set line"));
                 };
                 let unlisted = || Damage::V1Line("an entry for an unlisted GPU", uuid.to_owned());
-                set(state.gpus.get_mut(uuid).ok_or_else(unlisted)?, key, value);
+                let gpu = state.gpus.get_mut(uuid).ok_or_else(unlisted)?;
+                set(gpu, key, value).ok_or_else(|| Damage::Fixed(uuid.to_owned()))?;
             }
             "end" if rest.parse() == Ok(before) => ended = true,
             "end" => return Err(Damage::V1("truncated (line count does not match)")),
@@ -77,35 +82,55 @@ pub fn parse(text: &str) -> Result<State, Damage> {
     if !ended {
         return Err(Damage::V1("truncated (no end line)"));
     }
-    state.xid = xid_counts(&host)?;
     Ok(state)
 }
 
-/// Takes the version 1 record `key value` into `gpu`.
-fn set(gpu: &mut GpuState, key: &str, value: &str) {
-    let stream = match key {
+/// Inserts `key` into `map` unless that would make it longer than `max`.
+fn insert_within<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, value: V, max: usize) -> Option<()> {
+    if map.len() >= max && !map.contains_key(&key) {
+        return None;
+    }
+    map.insert(key, value);
+    Some(())
+}
+
+/// Takes the version 1 record `key value` into `gpu`; `None`: a fixed
+/// reading past [`MAX_FIXED`].
+fn set(gpu: &mut GpuState, key: &str, value: &str) -> Option<()> {
+    match key {
+        "reads_us" => gpu.reads_us = value.parse().ok(),
+        "left_enumeration" => gpu.left_enumeration = true,
+        "gpm_unavailable" => gpu.gpm_unavailable = Some(value.to_owned()),
+        _ if key.starts_with("threshold.") => {
+            let reading = match value {
+                "not_supported" => Some(None),
+                _ => value.parse().ok().map(Some),
+            };
+            // A reading that is not one is dropped: it is read again.
+            if let Some(reading) = reading {
+                return insert_within(&mut gpu.fixed, key.to_owned(), reading, MAX_FIXED);
+            }
+        }
+        // A carry that is not one is dropped: its totals start afresh.
+        _ => {
+            if let (Some(stream), Some(carry)) = (stream(key), carry(value)) {
+                gpu.carries.insert(stream, carry);
+            }
+        }
+    }
+    Some(())
+}
+
+/// The stream whose carry the version 1 key `key` is.
+fn stream(key: &str) -> Option<Stream> {
+    Some(match key {
         "boot.util.gpu" => Stream::Gpu,
         "boot.util.memory" => Stream::Memory,
         "boot.util.encoder" => Stream::Encoder,
         "boot.util.decoder" => Stream::Decoder,
         "boot.util.process" => Stream::Processes,
-        "reads_us" => return gpu.reads_us = value.parse().ok(),
-        "left_enumeration" => return gpu.left_enumeration = true,
-        "gpm_unavailable" => return gpu.gpm_unavailable = Some(value.to_owned()),
-        _ if key.starts_with("threshold.") => {
-            if value == "not_supported" {
-                gpu.fixed.insert(key.to_owned(), None);
-            } else if let Ok(reading) = value.parse() {
-                gpu.fixed.insert(key.to_owned(), Some(reading));
-            }
-            return;
-        }
-        _ => return,
-    };
-    // A carry that is not one is dropped: its totals start afresh.
-    if let Some(carry) = carry(value) {
-        gpu.carries.insert(stream, carry);
-    }
+        _ => return None,
+    })
 }
 
 /// A version 1 carry, `last period busy sampled`.
@@ -121,51 +146,49 @@ fn carry(text: &str) -> Option<Carry> {
     (numbers.next().is_none() && carry.is_possible()).then_some(carry)
 }
 
-/// The xid collector's version 1 host records (`xid.cursor`, …, the counts
-/// `xid.[recount.]gpu.<uuid>.<code>` and `xid.[recount.]bus.<bus id>.<code>`).
-fn xid_counts(host: &BTreeMap<&str, &str>) -> Result<Counts, Damage> {
-    let mut counts = Counts::default();
-    for (key, &value) in host {
-        let Some(key) = key.strip_prefix("xid.") else {
-            continue;
-        };
-        match key {
-            "source" => counts.source = value.to_owned(),
-            "cursor" => counts.position.cursor = Some(value.to_owned()),
-            "monotonic" => counts.position.monotonic = value.parse().ok(),
-            "kmsg_seq" => counts.position.kmsg_seq = value.parse().ok(),
-            "unavailable" => counts.unavailable = value == "1",
-            "recount" => {
-                counts.recount.get_or_insert_default();
-            }
-            _ => {
-                let (totals, series) = match key.strip_prefix("recount.") {
-                    Some(series) => (counts.recount.get_or_insert_default(), series),
-                    None => (&mut counts.totals, key),
-                };
-                let Some((what, Ok(code))) = series
-                    .rsplit_once('.')
-                    .map(|(what, code)| (what, code.parse::<u32>()))
-                else {
-                    continue;
-                };
-                let id = match what.split_once('.') {
-                    Some(("gpu", uuid)) => XidOf::Gpu(uuid.to_owned()),
-                    Some(("bus", bus)) => XidOf::Bus(bus.to_owned()),
-                    _ => continue,
-                };
-                let not_a_number = |_| Damage::XidCount(key.to_owned(), value.to_owned());
-                let count = value.parse().map_err(not_a_number)?;
-                totals.0.insert(Series::Xid { id, code }, count);
-            }
+/// Takes the xid collector's version 1 host record `xid.<key> <value>` into
+/// `counts` (`xid.cursor`, …, the counts `xid.[recount.]gpu.<uuid>.<code>`
+/// and `xid.[recount.]bus.<bus id>.<code>`), at most [`MAX_SERIES`] series
+/// in the totals and in a recount.
+fn xid_record(counts: &mut Counts, key: &str, value: &str) -> Result<(), Damage> {
+    match key {
+        "source" => counts.source = value.to_owned(),
+        "cursor" => counts.position.cursor = Some(value.to_owned()),
+        "monotonic" => counts.position.monotonic = value.parse().ok(),
+        "kmsg_seq" => counts.position.kmsg_seq = value.parse().ok(),
+        "unavailable" => counts.unavailable = value == "1",
+        "recount" => {
+            counts.recount.get_or_insert_default();
+        }
+        _ => {
+            let (totals, series) = match key.strip_prefix("recount.") {
+                Some(series) => (counts.recount.get_or_insert_default(), series),
+                None => (&mut counts.totals, key),
+            };
+            let Some((what, Ok(code))) = series
+                .rsplit_once('.')
+                .map(|(what, code)| (what, code.parse::<u32>()))
+            else {
+                return Ok(());
+            };
+            let id = match what.split_once('.') {
+                Some(("gpu", uuid)) => XidOf::Gpu(uuid.to_owned()),
+                Some(("bus", bus)) => XidOf::Bus(bus.to_owned()),
+                _ => return Ok(()),
+            };
+            let not_a_number = |_| Damage::XidCount(key.to_owned(), value.to_owned());
+            let count = value.parse().map_err(not_a_number)?;
+            let series = Series::Xid { id, code };
+            insert_within(&mut totals.0, series, count, MAX_SERIES).ok_or(Damage::XidSeries)?;
         }
     }
-    Ok(counts)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::schema::MAX_SIZE;
 
     /// A version 1 file as release 0.1.0 wrote it, with every kind of record.
     const FILE: &str = "nvidia-textfile-exporter-state 1
@@ -255,5 +278,24 @@ end 19
             .unwrap_err()
             .to_string()
             .contains("not a number"));
+    }
+
+    /// Records past a bound are damage where they pass it: reading stops
+    /// there, before the damaged line after them.
+    #[test]
+    fn reading_stops_at_the_first_record_past_a_bound() {
+        let file = |records: String| format!("{MAGIC}\n{records}a damaged line\n");
+        let gpus: String = (0..1_300_000).map(|n| format!("gpu {n} 0 - -\n")).collect();
+        let gpus = file(gpus);
+        assert!(gpus.len() as u64 <= MAX_SIZE, "{} bytes", gpus.len());
+        assert!(matches!(parse(&gpus), Err(Damage::Gpus)));
+        let fixed = (0..=MAX_FIXED).map(|n| format!("set GPU-a threshold.{n} 1\n"));
+        let fixed = file(format!("gpu GPU-a 0 - -\n{}", fixed.collect::<String>()));
+        assert!(matches!(parse(&fixed), Err(Damage::Fixed(uuid)) if uuid == "GPU-a"));
+        for counts in ["xid.gpu.GPU-a", "xid.recount.bus.00000000:3B:00"] {
+            let xids = (0..=MAX_SERIES).map(|n| format!("host {counts}.{n} 1\n"));
+            let xids = file(xids.collect());
+            assert!(matches!(parse(&xids), Err(Damage::XidSeries)), "{counts}");
+        }
     }
 }

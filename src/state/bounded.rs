@@ -1,0 +1,338 @@
+//! The state's collections read within their bounds: a list or map of a
+//! state file is an error as soon as one element more than its bound
+//! arrives, before that element is read, so a damaged file of the accepted
+//! size never costs more memory than the bounds allow (the file's text, and
+//! at most what 64 GPUs keep). Each `pub(super)` function here reads one
+//! field of the schema, for serde's `deserialize_with`, the task ledger and
+//! the XID counts (whose types `task` and `kernel_log` own) included. A
+//! GPU's carries need none: a map keyed by [`super::schema::Stream`] holds
+//! one per stream however often one is repeated.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::schema::{GpuState, MAX_FIXED, MAX_GPUS, MAX_LABELS, MAX_UNSUPPORTED};
+use crate::kernel_log::{self, Counts, MAX_SERIES};
+use crate::task::ledger::{Holder, Ledger, Totals, MAX_HOLDERS, MAX_PROCESSES};
+
+/// A collection of at most `max` elements: `what` names them in the error.
+struct AtMost<C, T> {
+    max: usize,
+    what: &'static str,
+    read: PhantomData<fn() -> (C, T)>,
+}
+
+impl<C, T> AtMost<C, T> {
+    fn new(max: usize, what: &'static str) -> Self {
+        AtMost {
+            max,
+            what,
+            read: PhantomData,
+        }
+    }
+
+    /// The error once element `max + 1` arrives (it is skipped, never kept).
+    fn too_many<E: de::Error>(&self) -> E {
+        E::custom(format_args!("more than {} {}", self.max, self.what))
+    }
+}
+
+impl<'de, C, T> Visitor<'de> for AtMost<C, T>
+where
+    C: Default + Extend<T>,
+    T: Deserialize<'de>,
+{
+    type Value = C;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a list of at most {} {}", self.max, self.what)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<C, A::Error> {
+        let mut read = C::default();
+        for _ in 0..self.max {
+            match seq.next_element()? {
+                Some(element) => read.extend([element]),
+                None => return Ok(read),
+            }
+        }
+        match seq.next_element::<IgnoredAny>()? {
+            Some(_) => Err(self.too_many()),
+            None => Ok(read),
+        }
+    }
+}
+
+/// A map of at most `max` entries (a repeated key counts again).
+struct MapAtMost<C, K, V>(AtMost<C, (K, V)>);
+
+impl<'de, C, K, V> Visitor<'de> for MapAtMost<C, K, V>
+where
+    C: Default + Extend<(K, V)>,
+    K: Deserialize<'de>,
+    V: Deserialize<'de>,
+{
+    type Value = C;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a map of at most {} {}", self.0.max, self.0.what)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<C, A::Error> {
+        let mut read = C::default();
+        for _ in 0..self.0.max {
+            match map.next_entry()? {
+                Some(entry) => read.extend([entry]),
+                None => return Ok(read),
+            }
+        }
+        match map.next_key::<IgnoredAny>()? {
+            Some(_) => Err(self.0.too_many()),
+            None => Ok(read),
+        }
+    }
+}
+
+/// A list of at most `max` elements `T`, collected into `C` as they arrive.
+fn seq<'de, D, C, T>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
+where
+    D: Deserializer<'de>,
+    C: Default + Extend<T> + IntoIterator<Item = T>,
+    T: Deserialize<'de>,
+{
+    d.deserialize_seq(AtMost::new(max, what))
+}
+
+/// A map of at most `max` entries, collected into `C` as they arrive.
+fn map<'de, D, C, K, V>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
+where
+    D: Deserializer<'de>,
+    C: Default + Extend<(K, V)> + IntoIterator<Item = (K, V)>,
+    K: Deserialize<'de>,
+    V: Deserialize<'de>,
+{
+    d.deserialize_map(MapAtMost(AtMost::new(max, what)))
+}
+
+/// [`super::schema::State::gpus`]: at most [`MAX_GPUS`].
+pub(super) fn gpus<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, GpuState>, D::Error> {
+    map(d, MAX_GPUS, "GPUs")
+}
+
+/// [`GpuState::fixed`]: at most [`MAX_FIXED`] (with the labels, checked
+/// once both are read).
+pub(super) fn fixed<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Option<i64>>, D::Error> {
+    map(d, MAX_FIXED, "fixed readings")
+}
+
+/// One fixed reading's labels: at most [`MAX_LABELS`].
+struct Labels(Vec<String>);
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        seq(d, MAX_LABELS, "labels of a fixed reading").map(Labels)
+    }
+}
+
+/// [`GpuState::fixed_labels`]: at most [`MAX_FIXED`], each of at most
+/// [`MAX_LABELS`] labels.
+pub(super) fn fixed_labels<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Option<Vec<String>>>, D::Error> {
+    let read: BTreeMap<String, Option<Labels>> = map(d, MAX_FIXED, "fixed readings")?;
+    let labels = |(name, labels): (String, Option<Labels>)| (name, labels.map(|l| l.0));
+    Ok(read.into_iter().map(labels).collect())
+}
+
+/// [`super::schema::Unsupported::calls`]: at most [`MAX_UNSUPPORTED`].
+pub(super) fn unsupported<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeSet<String>, D::Error> {
+    seq(d, MAX_UNSUPPORTED, "unsupported calls")
+}
+
+/// [`GpuState::tasks`]: at most [`MAX_HOLDERS`] holders and [`MAX_PROCESSES`]
+/// processes. `task` owns [`Ledger`] and its serde form; this reads that form
+/// field for field and builds the ledger without `..`, so a field added there
+/// does not compile until it is read here (and an unread one fails the
+/// tests, which refuse unknown fields).
+pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error> {
+    fn holders<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(Holder, Totals)>, D::Error> {
+        seq(d, MAX_HOLDERS, "task holders")
+    }
+    fn processes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u32, u64, usize)>, D::Error> {
+        seq(d, MAX_PROCESSES, "task processes")
+    }
+    #[derive(Default, Deserialize)]
+    #[serde(default)]
+    #[cfg_attr(test, serde(deny_unknown_fields))]
+    struct Read {
+        at_us: u64,
+        energy_mj: Option<u64>,
+        unattributed_mj: u64,
+        #[serde(deserialize_with = "holders")]
+        totals: Vec<(Holder, Totals)>,
+        #[serde(deserialize_with = "processes")]
+        processes: Vec<(u32, u64, usize)>,
+        refused: bool,
+    }
+    let Read {
+        at_us,
+        energy_mj,
+        unattributed_mj,
+        totals,
+        processes,
+        refused,
+    } = Read::deserialize(d)?;
+    Ok(Ledger {
+        at_us,
+        energy_mj,
+        unattributed_mj,
+        totals,
+        processes,
+        refused,
+    })
+}
+
+/// [`super::schema::State::xid`]: at most [`MAX_SERIES`] series in the totals
+/// and in a recount. `kernel_log` owns [`Counts`] and its serde form, whose
+/// position is flattened into it; serde would buffer the whole object (the
+/// series too) to read a flattened field, so this reads the position's
+/// fields as the fields they are in the file. Every field of [`Counts`] is
+/// set (a field added there does not compile until it is read here; one of
+/// its position, written but not read here, fails the tests).
+pub(super) fn xid<'de, D: Deserializer<'de>>(d: D) -> Result<Counts, D::Error> {
+    type Series = BTreeMap<kernel_log::Series, u64>;
+    fn series<'de, D: Deserializer<'de>>(d: D) -> Result<Series, D::Error> {
+        seq(d, MAX_SERIES, "XID series")
+    }
+    fn recount<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Series>, D::Error> {
+        /// A recount's series, bounded as the totals are.
+        struct Recount(Series);
+        impl<'de> Deserialize<'de> for Recount {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                series(d).map(Recount)
+            }
+        }
+        Ok(Option::<Recount>::deserialize(d)?.map(|r| r.0))
+    }
+    #[derive(Default, Deserialize)]
+    #[serde(default)]
+    #[cfg_attr(test, serde(deny_unknown_fields))]
+    struct Read {
+        source: String,
+        unavailable: bool,
+        cursor: Option<String>,
+        monotonic: Option<u64>,
+        kmsg_seq: Option<u64>,
+        #[serde(deserialize_with = "series")]
+        totals: Series,
+        #[serde(deserialize_with = "recount")]
+        recount: Option<Series>,
+    }
+    let read = Read::deserialize(d)?;
+    let mut counts = Counts::default();
+    let Counts {
+        source,
+        unavailable,
+        position,
+        totals,
+        recount,
+    } = &mut counts;
+    *source = read.source;
+    *unavailable = read.unavailable;
+    position.cursor = read.cursor;
+    position.monotonic = read.monotonic;
+    position.kmsg_seq = read.kmsg_seq;
+    totals.0 = read.totals;
+    if let Some(series) = read.recount {
+        recount.get_or_insert_default().0 = series;
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// How many [`Counted`] elements were read on this thread.
+        static READ: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// An element that counts its reads.
+    #[derive(Debug, PartialEq)]
+    struct Counted;
+
+    impl<'de> Deserialize<'de> for Counted {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            IgnoredAny::deserialize(d)?;
+            READ.with(|read| read.set(read.get() + 1));
+            Ok(Counted)
+        }
+    }
+
+    /// `text` read as a list of at most 3 [`Counted`], and how many were read.
+    fn read_seq(text: &str) -> (Result<Vec<Counted>, serde_json::Error>, usize) {
+        READ.with(|read| read.set(0));
+        let mut d = serde_json::Deserializer::from_str(text);
+        let read = seq(&mut d, 3, "elements");
+        (read, READ.with(Cell::get))
+    }
+
+    /// `text` read as a map of at most 3 entries to [`Counted`], and how many
+    /// values were read.
+    fn read_map(text: &str) -> (Result<BTreeMap<String, Counted>, serde_json::Error>, usize) {
+        READ.with(|read| read.set(0));
+        let mut d = serde_json::Deserializer::from_str(text);
+        let read = map(&mut d, 3, "entries");
+        (read, READ.with(Cell::get))
+    }
+
+    #[test]
+    fn up_to_the_bound_everything_is_read() {
+        let (read, count) = read_seq("[1,2,3]");
+        assert_eq!((read.unwrap().len(), count), (3, 3));
+        let (read, count) = read_seq("[]");
+        assert_eq!((read.unwrap().len(), count), (0, 0));
+        let (read, count) = read_map(r#"{"a":1,"b":2,"c":3}"#);
+        assert_eq!((read.unwrap().len(), count), (3, 3));
+    }
+
+    /// A million elements past the bound: the error comes at the fourth,
+    /// which is never read as an element, and reading stops there (the
+    /// error's column is the fourth element's).
+    #[test]
+    fn reading_stops_at_the_first_element_past_the_bound() {
+        let list = format!("[{}1]", "1,".repeat(1_000_000));
+        let (read, count) = read_seq(&list);
+        let error = read.unwrap_err();
+        assert_eq!(count, 3);
+        assert_eq!(error.to_string(), "more than 3 elements at line 1 column 9");
+        let entries: String = (0..1_000_000).map(|n| format!("\"{n}\":{{}},")).collect();
+        let (read, count) = read_map(&format!("{{{entries}\"end\":0}}"));
+        let error = read.unwrap_err();
+        assert_eq!(count, 3);
+        assert_eq!(error.to_string(), "more than 3 entries at line 1 column 25");
+    }
+
+    #[test]
+    fn a_repeated_key_counts_again() {
+        let (read, count) = read_map(r#"{"a":1,"a":2,"a":3,"a":4}"#);
+        assert!(read.is_err());
+        assert_eq!(count, 3);
+    }
+
+    #[test]
+    fn what_is_not_a_collection_is_refused() {
+        assert!(read_seq(r#"{"a":1}"#).0.is_err());
+        assert!(read_map("[1]").0.is_err());
+    }
+}
