@@ -271,6 +271,19 @@ pub fn read(
     let integrated = answer
         .and_then(|answer| answer.map_err(|e| reader.note(&e)).ok())
         .map(|(samples, anchored)| integrate(carry, &samples, anchored));
+    if let Some((window, first)) = integrated
+        .as_ref()
+        .and_then(|w| Some((w, w.intervals.first()?)))
+    {
+        log::debug!(
+            "GPU {}: {sampling:?} samples integrated from {} to {} µs ({} samples, {} µs unread)",
+            reader.index(),
+            first.start_us,
+            window.carry.last_us,
+            window.intervals.len(),
+            window.unread_us
+        );
+    }
     let carry = integrated.as_ref().map_or(carry, |w| w.carry);
     Some((carry, integrated))
 }

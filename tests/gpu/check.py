@@ -16,7 +16,11 @@ repository root (`make gpu-check` builds what it needs and runs it):
   - one load filling every SM 5 s busy / 5 s idle, 6 runs: the utilization
     ratio and Δbusy/Δsampled over [previous timestamp, timestamp], the load's
     per-process ratio over the same window, GPM SM activity and occupancy over
-    [timestamp - GPM window, timestamp], each within 0.05;
+    [timestamp - GPM window, timestamp], each within 0.05; Δbusy against the
+    timeline's busy seconds over the exact window the samples covered (the
+    exporter's debug log names it), within 2 %; Δsampled against the
+    period between the runs, within 2 % (the buffers are read at both ends
+    of the GPM window: nothing between runs is lost);
   - two loads of different duty cycles (3 s / 7 s and 5 s / 5 s), 6 runs: the
     utilization ratio against the union of both timelines, and the two
     per-process ratios adding up to the GPU's, within 0.05;
@@ -26,7 +30,8 @@ repository root (`make gpu-check` builds what it needs and runs it):
   - tasks: two loads whose busy phases do not overlap (2 s / 8 s each, 5 s
     apart), placed in cgroups shaped as a Slurm job step and a pod's
     container (with the pod's kubelet log directories), 6 runs: each task's
-    busy seconds within 0.05 × the window of its load's own timeline, the
+    busy seconds and the GPU's within 2 % of their loads' own timelines over
+    the exact window the samples covered, the
     tasks' energy plus the unattributed energy equal to the GPU's energy
     counter's growth within 1 %, each task's time held within 1 s;
   - encoder and decoder: the H200 has no NVENC, and no load here drives the
@@ -56,6 +61,10 @@ OUT = Path(sys.argv[4]) if len(sys.argv) > 4 else None
 GPU = os.environ.get("GPU", "0")
 PERIOD = 15.0
 TOLERANCE = 0.05
+# Busy seconds against a timeline, relative.
+BUSY_TOLERANCE = 0.02
+# The debug line naming the window a run's GPU engine samples covered.
+WINDOW_LINE = re.compile(r"GPU (\d+): GpuUtilization samples integrated from (\d+) to (\d+) µs")
 # RUNS=1 is a quick smoke test of the suite itself (the issue asks for 6).
 RUNS = int(os.environ.get("RUNS", "6"))
 TENSOR_WHILE_BUSY = 0.774
@@ -124,11 +133,15 @@ class Exporter:
             [EXPORTER, "--stdout", "--write-state", "--state-dir", self.state,
              "--journal-dir", self.journal, "--timeout", "14s", "--gpm-window", "auto",
              "--collector", "processes"],
-            capture_output=True, text=True)
+            capture_output=True, text=True,
+            env={**os.environ, "RUST_LOG": "nvidia_textfile_exporter::samples=debug,warn"})
         if out.returncode != 0:
             print(f"exporter exit status {out.returncode}: {out.stderr.strip()}")
         samples, _ = parse_all(out.stdout)
-        return samples
+        # The last line of this GPU: the processes' window, which the tasks use.
+        windows = [m for m in map(WINDOW_LINE.search, out.stderr.splitlines()) if m and m.group(1) == GPU]
+        covered = (int(windows[-1].group(2)) / 1e6, int(windows[-1].group(3)) / 1e6) if windows else None
+        return samples, covered
 
 
 def value(samples, name, **labels):
@@ -139,8 +152,10 @@ def value(samples, name, **labels):
     return None
 
 
-def window_values(samples):
+def window_values(taken):
+    samples, covered = taken
     return {
+        "covered": covered,
         "ts": value(samples, "nvidia_gpu_collector_timestamp_seconds"),
         "ratio": value(samples, "nvidia_gpu_utilization_ratio"),
         "busy": value(samples, "nvidia_gpu_busy_seconds_total", engine="gpu"),
@@ -158,6 +173,20 @@ def window_values(samples):
                   for s, v in samples.items()
                   if s.name.startswith("nvidia_gpu_task_") and dict(s.labels).get("gpu") == GPU},
     }
+
+
+def busy_seconds(phases, covered):
+    """The seconds of `phases` within the window `covered` (from, to), if known."""
+    return None if covered is None else busy_fraction(phases, *covered) * (covered[1] - covered[0])
+
+
+def delta(now, before, key):
+    return None if None in (now[key], before[key]) else now[key] - before[key]
+
+
+def check_busy(name, ours, truth):
+    """Busy seconds within BUSY_TOLERANCE of the timeline's."""
+    check(name, ours, truth, None if truth is None else round(BUSY_TOLERANCE * truth, 4))
 
 
 def runs(count, during=None):
@@ -230,16 +259,18 @@ def tasks():
     pod = Load("spin", 2000, 8000, 140, 0, 264, 1024, cgroup=POD_CGROUP)
     taken = runs(RUNS)
     timelines = {SLURM_TASK: job.stop(), POD_TASK: pod.stop()}
+    union = [phase for phases in timelines.values() for phase in phases]
     for i, (before, now) in enumerate(zip(taken, taken[1:]), 1):
         window = now["ts"] - before["ts"]
-        delta = lambda family, task: (now["tasks"].get((family, task), 0.0)  # noqa: E731
+        grown = lambda family, task: (now["tasks"].get((family, task), 0.0)  # noqa: E731
                                       - before["tasks"].get((family, task), 0.0))
+        check_busy(f"run {i} GPU busy seconds, both tasks' loads (window {window:.1f} s)",
+                   delta(now, before, "busy"), busy_seconds(union, now["covered"]))
         for task, phases in timelines.items():
             name = dict(task).get("slurm_job_id") and "Slurm job 4711" or "pod ml/trainer-0"
-            truth = busy_fraction(phases, before["ts"], now["ts"]) * window
-            check(f"run {i} {name} busy seconds (window {window:.1f} s)",
-                  delta("nvidia_gpu_task_busy_seconds_total", task), truth, TOLERANCE * window)
-            check(f"run {i} {name} seconds held", delta("nvidia_gpu_task_held_seconds_total", task), window, 1.0)
+            check_busy(f"run {i} {name} busy seconds (window {window:.1f} s)",
+                       grown("nvidia_gpu_task_busy_seconds_total", task), busy_seconds(phases, now["covered"]))
+            check(f"run {i} {name} seconds held", grown("nvidia_gpu_task_held_seconds_total", task), window, 1.0)
         spent = None if None in (now["energy"], before["energy"]) else now["energy"] - before["energy"]
         given = sum(v for (family, _), v in now["tasks"].items() if family == "nvidia_gpu_task_energy_joules_total") \
             - sum(v for (family, _), v in before["tasks"].items() if family == "nvidia_gpu_task_energy_joules_total")
@@ -272,6 +303,10 @@ def main():
         if None not in (now["busy"], before["busy"], now["sampled"], before["sampled"]):
             counted = (now["busy"] - before["busy"]) / (now["sampled"] - before["sampled"])
         check(f"run {i} busy/sampled seconds", counted, truth)
+        check_busy(f"run {i} busy seconds", delta(now, before, "busy"), busy_seconds(phases, now["covered"]))
+        period = now["ts"] - before["ts"]
+        check(f"run {i} sampled seconds cover the period ({period:.2f} s)", delta(now, before, "sampled"),
+              period, round(BUSY_TOLERANCE * period, 4))
         check(f"run {i} process {pid} utilization ratio", now["processes"].get(pid), truth)
         gpm = busy_fraction(phases, now["ts"] - (now["gpm_window"] or 0), now["ts"])
         check(f"run {i} GPM SM active ratio", now["sm_active"], gpm)
