@@ -16,7 +16,7 @@ use crate::bounded;
 use crate::collector::{Gpu, HostError, HostRun};
 use crate::compute;
 use crate::metrics::families;
-use crate::procfs::Users;
+use crate::procfs::{self, Users};
 use crate::snapshot::{LabelValue, Process, TaskReading};
 use crate::state::Problem;
 use crate::task::owner::{self, Placement, Pods, Task};
@@ -176,7 +176,7 @@ fn task_of<'p>(
 ) -> Option<(Task, u64)> {
     let dir = procfs.join(pid.to_string());
     let start = owner::started_us(procfs, pid)?;
-    let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
+    let cgroup = procfs::read_lossy(&dir.join("cgroup"))?;
     let task = match owner::placement(&cgroup) {
         Placement::Slurm(id) if id.bytes().all(|b| b.is_ascii_digit()) => Task::Slurm {
             job_id: Some(id),
@@ -192,7 +192,7 @@ fn task_of<'p>(
         Placement::Container(id) => Task::Container(id),
         Placement::Unit(unit) => Task::Unit(unit),
         Placement::User => {
-            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            let status = procfs::read_lossy(&dir.join("status"))?;
             Task::User(users.name(owner::real_uid(&status)?))
         }
     };

@@ -382,6 +382,28 @@ mod tests {
         assert_eq!(placement(&legacy), Placement::User);
     }
 
+    /// `/proc/<pid>/cgroup` as the kernel writes it, bytes that are no
+    /// UTF-8 included, decoded lossily: the manager's components still
+    /// place the process, the user's own place nothing.
+    #[test]
+    fn names_that_are_no_utf8_place_where_their_manager_put_them() {
+        let placed = |cgroup: &[u8]| placement(&String::from_utf8_lossy(cgroup));
+        let mine = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice";
+        for forged in [
+            &b"/\xff\xfe.scope"[..],
+            b"/slurmstepd.scope/job_4711\xff/step_0",
+        ] {
+            assert_eq!(placed(&[&mine[..], forged].concat()), Placement::User);
+        }
+        let unit = placed(b"0::/system.slice/tr\xffain.service\n");
+        assert_eq!(unit, Placement::Unit("tr\u{fffd}ain.service".into()));
+        let job = placed(b"0::/system.slice/slurmstepd.scope/job_12/step_0/user/\xff");
+        assert_eq!(job, slurm("12"));
+        // A job number is digits: a replaced byte makes none.
+        let broken = placed(b"0::/system.slice/slurmstepd.scope/job_1\xff2/step_0");
+        assert_eq!(broken, Placement::User);
+    }
+
     #[test]
     fn the_job_number_comes_from_the_environment_of_its_own_sluid() {
         let sluid = "sEKNKTV3WPV500";

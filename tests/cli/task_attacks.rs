@@ -464,3 +464,61 @@ fn mig_instances_are_tasks_of_their_own() {
     assert!(one[0].1 > 0.0 && two[0].1 > 0.0, "{second}");
     assert_eq!(sum(&second, ENERGY, &[]), 0.0, "{second}");
 }
+
+/// Bytes the kernel takes that are no UTF-8, in a cgroup's name (a user
+/// may name one so in their delegated subtree) or a command's (any process
+/// may): the process is counted all the same, where its manager placed it,
+/// and such a name places it nowhere else.
+#[test]
+fn names_that_are_no_utf8_neither_hide_nor_place_a_process() {
+    let tree = Tree::new();
+    let start = tree.a_minute_ago();
+    let mine = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice".to_vec();
+    let id = "ab".repeat(32);
+    let cgroups: [(u32, u32, Vec<u8>); 5] = [
+        (6001, 1000, [&mine[..], b"/\xff\xfe.scope\n"].concat()),
+        (
+            6002,
+            1000,
+            [&mine[..], b"/slurmstepd.scope/job_4711\xff/step_0\n"].concat(),
+        ),
+        (
+            6003,
+            1000,
+            [&mine[..], b"/docker-", id.as_bytes(), b".scope/\xc3\n"].concat(),
+        ),
+        (6004, 0, b"0::/system.slice/tr\xffain.service\n".to_vec()),
+        (6005, 1000, [&mine[..], b"/session.scope\n"].concat()),
+    ];
+    let mut processes = Vec::new();
+    for (pid, uid, cgroup) in &cgroups {
+        tree.process(*pid, *uid, "/", start, "");
+        let dir = tree.dir.path().join(format!("proc/{pid}"));
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+        processes.push((*pid, 20));
+    }
+    // A command named with bytes that are no UTF-8 (status's Name line).
+    let status = b"Name:\tpy\xff\nUid:\t1000\t1000\t1000\t1000\n";
+    fs::write(tree.dir.path().join("proc/6005/status"), status).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = one_gpu(dir.path(), 100, &processes);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(&scenario, t0);
+    let second = runs.at(&scenario, t0 + 10 * SECOND);
+    let samples = parsed(&second);
+    let busy = select(&samples, BUSY, &[]);
+    // Two tasks: the user (uid 1000, four processes) and root's unit.
+    assert_eq!(busy.len(), 2, "{second}");
+    let user: Vec<_> = busy
+        .iter()
+        .filter(|(s, _)| s.label("user").is_some())
+        .collect();
+    assert_eq!(user.len(), 1, "{second}");
+    assert!(close(user[0].1, 8.0), "{second}");
+    let unit = select(&samples, BUSY, &[("systemd_unit", "tr\u{fffd}ain.service")]);
+    assert_eq!(unit.len(), 1, "{second}");
+    assert!(close(unit[0].1, 2.0), "{second}");
+    let nobody = value_in(&second, "nvidia_gpu_unattributed_energy_joules_total", &[]);
+    assert_eq!(nobody, Some(0.0), "{second}");
+}
