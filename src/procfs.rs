@@ -28,11 +28,7 @@ impl Owner {
     /// Reads the owner of `pid` below `procfs`; unreadable parts stay `None`.
     pub fn read(procfs: &Path, pid: &str, users: &Users) -> Owner {
         let dir = procfs.join(pid);
-        let text = |name: &str| {
-            fs::read(dir.join(name))
-                .ok()
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        };
+        let text = |name: &str| read_lossy(&dir.join(name));
         Owner {
             comm: text("comm").map(|c| c.trim_end_matches('\n').to_owned()),
             user: text("status")
@@ -42,6 +38,15 @@ impl Owner {
             ..text("cgroup").map(|c| of_cgroup(&c)).unwrap_or_default()
         }
     }
+}
+
+/// A `/proc` file's text, decoded lossily: bytes that are no UTF-8, which a
+/// process may put in its command's name and a user in a cgroup's, never make
+/// it unreadable. A replaced byte is no ASCII, so it cannot make a line, a
+/// path component or any name [`placement`] reads at a manager's position.
+pub fn read_lossy(path: &Path) -> Option<String> {
+    let bytes = fs::read(path).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A per-process sample's labels: `ids` (pid, GPU and compute instance), then

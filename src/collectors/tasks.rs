@@ -16,8 +16,9 @@ use crate::bounded;
 use crate::collector::{Gpu, HostError, HostRun};
 use crate::compute;
 use crate::metrics::families;
-use crate::procfs::Users;
+use crate::procfs::{self, Users};
 use crate::snapshot::{LabelValue, Process, TaskReading};
+use crate::state::schema::Damage;
 use crate::state::Problem;
 use crate::task::owner::{self, Placement, Pods, Task};
 use crate::task::{account, Holder, Ledger, Seen, MAX_HOLDERS};
@@ -25,7 +26,7 @@ use crate::task::{account, Holder, Ledger, Seen, MAX_HOLDERS};
 families! {
     FAMILIES;
     TASK_BUSY: Counter(Seconds), "nvidia_gpu_task_busy_seconds_total", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
-        "SM-busy time of the task on the GPU: the GPU's busy time (nvidia_gpu_busy_seconds_total{engine=\"gpu\"}) by the share NVML gives the task's processes, counted from run to run; a GPU's tasks add up to it over the windows in which NVML names processes.";
+        "SM-busy time of the task on the GPU: the GPU's busy time (nvidia_gpu_busy_seconds_total{engine=\"gpu\"}) by the share NVML gives the task's processes, counted from run to run; a GPU's tasks add up to it over the windows in which NVML names processes. Absent until NVML has given the GPU's processes their shares while the task held it (never on a GPU in MIG mode or without per-process utilization).";
     TASK_ENERGY: Counter(Joules), "nvidia_gpu_task_energy_joules_total", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
         "The GPU's energy between runs by the task's share of its busy time (all of it for the only task holding a GPU without busy time); the rest is in nvidia_gpu_unattributed_energy_joules_total.";
     TASK_HELD: Counter(Seconds), "nvidia_gpu_task_held_seconds_total", ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid", "k8s_namespace_name", "k8s_pod_name", "k8s_pod_uid", "k8s_container_name", "container_id", "systemd_unit", "user"],
@@ -78,7 +79,7 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     // Read once, and only for a run with a pod's process.
     let pods = OnceCell::new();
     let mut holders = HashMap::new();
-    let mut refused = false;
+    let (mut refused, mut damaged) = (false, None);
     let (pod_logs, container_logs, until) = (run.pod_logs, run.container_logs, run.until);
     for device in &mut run.snapshot.devices {
         let Some(reading) = device.tasks.take() else {
@@ -87,6 +88,15 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         let Some(state) = run.states.get_mut(&device.uuid) else {
             continue;
         };
+        if let Some(implausible) = state.tasks.implausible() {
+            log::warn!(
+                "GPU {}: the state's task ledger is damaged ({implausible}); \
+                 its tasks start afresh",
+                device.index
+            );
+            state.tasks = Ledger::default();
+            damaged.get_or_insert_with(|| device.uuid.clone());
+        }
         let mut holder_of = |process: &Process| -> Option<(Holder, u64)> {
             let found = holders.entry(process.pid).or_insert_with(|| {
                 let pods = || pods.get_or_init(|| read_pods(pod_logs, container_logs, until));
@@ -134,8 +144,13 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         }
         for (holder, totals) in &state.tasks.totals {
             let labels = labels(holder);
+            if totals.measured {
+                let busy = totals.busy_us as f64 / 1e6;
+                device
+                    .samples
+                    .push(TASK_BUSY.sample_some(labels.clone(), busy));
+            }
             device.samples.extend([
-                TASK_BUSY.sample_some(labels.clone(), totals.busy_us as f64 / 1e6),
                 TASK_ENERGY.sample_some(labels.clone(), totals.energy_mj as f64 / 1e3),
                 TASK_HELD.sample_some(labels.clone(), totals.held_us as f64 / 1e6),
             ]);
@@ -152,6 +167,9 @@ pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     }
     if refused {
         run.state.bounded(Problem::TooManyTasks(MAX_HOLDERS));
+    }
+    if let Some(uuid) = damaged {
+        run.state.bounded(Problem::Corrupt(Damage::Tasks(uuid)));
     }
     Ok(())
 }
@@ -176,7 +194,7 @@ fn task_of<'p>(
 ) -> Option<(Task, u64)> {
     let dir = procfs.join(pid.to_string());
     let start = owner::started_us(procfs, pid)?;
-    let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
+    let cgroup = procfs::read_lossy(&dir.join("cgroup"))?;
     let task = match owner::placement(&cgroup) {
         Placement::Slurm(id) if id.bytes().all(|b| b.is_ascii_digit()) => Task::Slurm {
             job_id: Some(id),
@@ -192,7 +210,7 @@ fn task_of<'p>(
         Placement::Container(id) => Task::Container(id),
         Placement::Unit(unit) => Task::Unit(unit),
         Placement::User => {
-            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            let status = procfs::read_lossy(&dir.join("status"))?;
             Task::User(users.name(owner::real_uid(&status)?))
         }
     };

@@ -429,6 +429,7 @@ mod tests {
                     energy_mj: u64::MAX,
                     held_us: u64::MAX,
                     seen_us: u64::MAX,
+                    measured: true,
                 };
                 let gpu_instance_id = Some(u32::MAX);
                 (

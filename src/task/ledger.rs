@@ -15,7 +15,8 @@ pub struct Holder {
     pub gpu_instance_id: Option<u32>,
 }
 
-/// One holder's running totals on one GPU.
+/// One holder's running totals on one GPU; the times at most [`MAX_US`],
+/// the energy at most [`MAX_MJ`] (adding stops there).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Totals {
@@ -27,17 +28,23 @@ pub struct Totals {
     pub held_us: u64,
     /// When it last held the GPU or was charged, µs after boot.
     pub seen_us: u64,
+    /// Its busy time is known: a window in which NVML gave the GPU's
+    /// processes their shares counted it (it held the GPU or had a share).
+    /// Never unset: a holder's busy series does not come and go.
+    pub measured: bool,
 }
 
 /// A GPU's task accounting as one run leaves it for the next. `at_us` 0: no
-/// run to count from (the next run only sets the baseline).
+/// run to count from (the next run only sets the baseline). Its totals
+/// within their bounds ([`Ledger::implausible`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Ledger {
     /// When the run it is up to took place, µs after boot (the state is a
     /// boot's).
     pub at_us: u64,
-    /// The GPU's energy counter at that run, mJ.
+    /// The GPU's energy counter at the last run that read it, mJ: the
+    /// baseline of the energy still to charge.
     pub energy_mj: Option<u64>,
     /// Energy of windows (or their parts) no known holder used, mJ.
     pub unattributed_mj: u64,
@@ -60,6 +67,29 @@ impl Ledger {
                 .iter()
                 .all(|&(_, _, at)| at < self.totals.len())
     }
+
+    /// The first total past its bound: one no GPU reaches (the ledger is
+    /// damaged, and adding to it could wrap).
+    pub fn implausible(&self) -> Option<Implausible> {
+        let check =
+            |what, value, bound| (value > bound).then_some(Implausible { what, value, bound });
+        let holder = |t: &Totals| {
+            check("a task's busy time (µs)", t.busy_us, MAX_US)
+                .or_else(|| check("a task's time held (µs)", t.held_us, MAX_US))
+                .or_else(|| check("a task's energy (mJ)", t.energy_mj, MAX_MJ))
+        };
+        check("the unattributed energy (mJ)", self.unattributed_mj, MAX_MJ)
+            .or_else(|| self.totals.iter().find_map(|(_, t)| holder(t)))
+    }
+}
+
+/// A ledger's total past its bound.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} is {value}, more than {bound}")]
+pub struct Implausible {
+    what: &'static str,
+    value: u64,
+    bound: u64,
 }
 
 /// The most holders a GPU's ledger keeps (past it, new ones are not counted).
@@ -69,6 +99,16 @@ pub const MAX_PROCESSES: usize = 1024;
 /// How long a holder's series stay after it last held the GPU: every
 /// scrape interval up to this sees its last increment.
 pub const LINGER_US: u64 = 10 * 60 * 1_000_000;
+/// The most a time total reaches, µs: a century (a state is one boot's).
+pub const MAX_US: u64 = 100 * 365 * 86_400 * 1_000_000;
+/// The most an energy total reaches, mJ: a century at 10 kW (10 mJ a µs),
+/// more than any GPU draws.
+pub const MAX_MJ: u64 = MAX_US * 10;
+
+/// Adds `more` to `total`, stopping at `bound`.
+fn add(total: &mut u64, more: u64, bound: u64) {
+    *total = total.saturating_add(more).min(bound);
+}
 
 /// A process of this run as the host step knows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,14 +131,22 @@ pub struct Accounted {
     pub refused: bool,
 }
 
-/// Advances `previous` to the run at `now_us`: each holder's share of the
-/// window's busy time, the energy since the previous run split by those
-/// shares (all of it to the only holder of a window without busy time; to
-/// nobody, `unattributed_mj`, where no known holder used it), and the time
-/// held since the previous run or the process's start. Nothing is added
+/// Advances `previous` to the run at `now_us`:
+/// - busy: each holder's share of the window's busy time;
+/// - energy: the energy since the baseline (the counter at the last run
+///   that read it: a run that cannot read it charges nothing and keeps the
+///   baseline, so the next reading charges all of it) split by this run's
+///   shares; all of it to the only holder of a window without busy time; to
+///   nobody (`unattributed_mj`) where no known holder used it;
+/// - held: the time since the previous run or the process's start.
+///
+/// A share is the holder's of the process at its pid if that started before
+/// NVML last saw the pid busy, else the holder the previous run knew at the
+/// pid (it exited or the pid was reused), else nobody's. Nothing is added
 /// where `previous` has no run, or the energy counter went back (a driver
-/// reload): those only set the baseline. Holders gone for [`LINGER_US`]
-/// are dropped.
+/// reload): those only set the baseline. A window with shares marks its
+/// holders [`Totals::measured`]. Totals stop at their bounds; holders gone
+/// for [`LINGER_US`] are dropped.
 pub fn account(
     previous: &Ledger,
     now_us: u64,
@@ -106,7 +154,16 @@ pub fn account(
     window: Option<Window>,
     seen: &[Seen],
 ) -> Accounted {
-    let mut totals: BTreeMap<Holder, Totals> = previous.totals.iter().cloned().collect();
+    // A ledger written before `measured`: a holder with busy time had it.
+    let upgraded = |t: &Totals| Totals {
+        measured: t.measured || t.busy_us > 0,
+        ..*t
+    };
+    let mut totals: BTreeMap<Holder, Totals> = previous
+        .totals
+        .iter()
+        .map(|(holder, t)| (holder.clone(), upgraded(t)))
+        .collect();
     let mut refused = false;
     // Adds to a holder's totals; false (and nothing added) for a new holder
     // past the bound.
@@ -121,31 +178,25 @@ pub fn account(
         true
     };
     let counting = previous.at_us != 0 && previous.at_us < now_us;
-    // Who each share ran for: the process now at the pid, unless it started
-    // after NVML last saw the pid busy (reused) and the previous run knew
-    // the one before.
     let earlier = |pid: u32| {
-        let &(_, start, at) = previous.processes.iter().find(|p| p.0 == pid)?;
-        Some((start, &previous.totals.get(at)?.0))
+        let &(_, _, at) = previous.processes.iter().find(|p| p.0 == pid)?;
+        Some(&previous.totals.get(at)?.0)
     };
-    let ran_for = |process: &Seen, last_us: u64| match (&process.now, earlier(process.pid)) {
-        (Some((_, start)), Some((was_start, was))) if *start != was_start && *start > last_us => {
-            Some(was.clone())
-        }
-        (Some((holder, _)), _) => Some(holder.clone()),
-        (None, Some((_, was))) => Some(was.clone()),
-        (None, None) => None,
+    let ran_for = |process: &Seen, last_us: u64| match &process.now {
+        Some((holder, start)) if *start <= last_us => Some(holder.clone()),
+        _ => earlier(process.pid).cloned(),
     };
     // Shares in parts per million, so that the parts add up exactly.
     let mut shares: BTreeMap<Holder, u64> = BTreeMap::new();
-    let mut unknown = 0;
+    let mut unknown: u64 = 0;
     for process in seen {
         if let Some((share, last_us)) = process.share.filter(|&(share, _)| share > 0.0) {
             let share = (share * 1e6).round() as u64;
-            match ran_for(process, last_us) {
-                Some(holder) => *shares.entry(holder).or_default() += share,
-                None => unknown += share,
-            }
+            let to = match ran_for(process, last_us) {
+                Some(holder) => shares.entry(holder).or_default(),
+                None => &mut unknown,
+            };
+            *to = to.saturating_add(share);
         }
     }
     let holding: Vec<&Holder> = {
@@ -158,35 +209,40 @@ pub fn account(
         holding.dedup();
         holding
     };
-    let mut unattributed_mj = previous.unattributed_mj;
+    let mut unattributed_mj = previous.unattributed_mj.min(MAX_MJ);
     if counting {
-        let all: u64 = shares.values().sum::<u64>() + unknown;
+        let all = shares
+            .values()
+            .fold(unknown, |all, &s| all.saturating_add(s));
+        // At most `of`: `share` is part of `all`.
         let part =
             |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
         if let Some(window) = window.filter(|_| all > 0) {
             for (holder, &share) in &shares {
                 let busy = part(window.busy_us, share);
-                charge(holder, &|t: &mut Totals| t.busy_us += busy);
+                charge(holder, &|t: &mut Totals| add(&mut t.busy_us, busy, MAX_US));
             }
         }
         let spent = match (previous.energy_mj, energy_mj) {
             (Some(before), Some(now)) if now >= before => now - before,
             _ => 0,
         };
-        let mut given = 0;
+        let mut given: u64 = 0;
         if all > 0 {
             for (holder, &share) in &shares {
                 let part = part(spent, share);
-                if charge(holder, &|t: &mut Totals| t.energy_mj += part) {
-                    given += part;
+                if charge(holder, &|t: &mut Totals| {
+                    add(&mut t.energy_mj, part, MAX_MJ)
+                }) {
+                    given = given.saturating_add(part);
                 }
             }
         } else if let [only] = holding[..] {
-            if charge(only, &|t: &mut Totals| t.energy_mj += spent) {
+            if charge(only, &|t: &mut Totals| add(&mut t.energy_mj, spent, MAX_MJ)) {
                 given = spent;
             }
         }
-        unattributed_mj += spent - given;
+        add(&mut unattributed_mj, spent.saturating_sub(given), MAX_MJ);
         for holder in &holding {
             let start = seen
                 .iter()
@@ -197,11 +253,16 @@ pub fn account(
                 .min()
                 .unwrap_or(0);
             let held = now_us.saturating_sub(start.max(previous.at_us));
-            charge(holder, &|t: &mut Totals| t.held_us += held);
+            charge(holder, &|t: &mut Totals| add(&mut t.held_us, held, MAX_US));
         }
     } else {
         for holder in &holding {
             charge(holder, &|_: &mut Totals| {});
+        }
+    }
+    if window.is_some() {
+        for holder in holding.iter().copied().chain(shares.keys()) {
+            charge(holder, &|t: &mut Totals| t.measured = true);
         }
     }
     // Either way: a clock stepped back does not keep a holder for ever.
@@ -220,7 +281,7 @@ pub fn account(
     Accounted {
         ledger: Ledger {
             at_us: now_us,
-            energy_mj,
+            energy_mj: energy_mj.or(previous.energy_mj),
             unattributed_mj,
             totals,
             processes,
@@ -310,6 +371,7 @@ mod tests {
                 a.clone(),
                 Totals {
                     seen_us: NOW,
+                    measured: true,
                     ..Totals::default()
                 }
             )]
@@ -396,6 +458,114 @@ mod tests {
         assert_eq!(next.unattributed_mj, 6_000_000);
     }
 
+    /// The process at pid 30 started after NVML last saw the pid busy, and
+    /// the previous run did not know the pid: the share is nobody's.
+    #[test]
+    fn a_share_older_than_the_process_at_its_pid_is_nobodys_unless_known() {
+        let (a, b) = (job("1"), job("2"));
+        let previous = ledger(&[], &[(10, 0, &a)]);
+        let seen = [
+            process(10, Some((&a, 0)), Some(0.3)),
+            process(30, Some((&b, NOW - S + 1)), Some(0.3)),
+        ];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us / 2);
+        assert_eq!(totals_of(&next, &b).busy_us, 0);
+        assert_eq!(next.unattributed_mj, 3_000_000);
+        // Started at the very sample: it may have done the work.
+        let seen = [process(30, Some((&b, NOW - S)), Some(0.3))];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        assert_eq!(totals_of(&next, &b).busy_us, WINDOW.busy_us);
+    }
+
+    /// A run that cannot read the energy counter keeps the baseline: the
+    /// next reading charges the energy since it, by its own shares.
+    #[test]
+    fn a_failed_energy_reading_keeps_the_baseline() {
+        let (a, b) = (job("1"), job("2"));
+        let previous = ledger(&[], &[(10, 0, &a), (20, 0, &b)]);
+        let seen = [
+            process(10, Some((&a, 0)), Some(0.3)),
+            process(20, Some((&b, 0)), Some(0.1)),
+        ];
+        let failed = account(&previous, NOW, None, Some(WINDOW), &seen).ledger;
+        assert_eq!(failed.energy_mj, previous.energy_mj);
+        assert_eq!(totals_of(&failed, &a).energy_mj, 0);
+        assert_eq!(failed.unattributed_mj, 0);
+        // 15 s later: 9 kJ since the baseline, split 3:1.
+        let later = account(&failed, NOW + 15 * S, Some(10_000_000), Some(WINDOW), &seen).ledger;
+        assert_eq!(totals_of(&later, &a).energy_mj, 6_750_000);
+        assert_eq!(totals_of(&later, &b).energy_mj, 2_250_000);
+        assert_eq!(later.unattributed_mj, 0);
+        assert_eq!(later.energy_mj, Some(10_000_000));
+    }
+
+    /// Without a window with shares a holder's busy time is unknown (not
+    /// measured); once measured it stays so through windows without shares.
+    #[test]
+    fn busy_time_is_measured_only_in_windows_with_shares_and_stays_so() {
+        let a = job("1");
+        let previous = ledger(&[], &[(10, 0, &a)]);
+        let seen = [process(10, Some((&a, 0)), None)];
+        let none = account(&previous, NOW, ENERGY, None, &seen).ledger;
+        assert!(!totals_of(&none, &a).measured);
+        assert!(totals_of(&none, &a).held_us > 0);
+        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        assert!(totals_of(&idle, &a).measured);
+        assert_eq!(totals_of(&idle, &a).busy_us, 0);
+        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen).ledger;
+        assert!(totals_of(&after, &a).measured);
+        // A ledger written before the mark: busy time means measured.
+        let old = Totals {
+            busy_us: 1,
+            seen_us: BEFORE,
+            ..Totals::default()
+        };
+        let next = account(&ledger(&[(&a, old)], &[]), NOW, ENERGY, None, &[]).ledger;
+        assert!(totals_of(&next, &a).measured);
+    }
+
+    /// Totals stop at their bounds; past them a ledger is implausible.
+    #[test]
+    fn totals_stop_at_their_bounds_and_past_them_are_damage() {
+        let a = job("1");
+        let full = Totals {
+            busy_us: MAX_US - 1,
+            energy_mj: MAX_MJ - 1,
+            held_us: MAX_US,
+            seen_us: BEFORE,
+            measured: true,
+        };
+        let mut previous = ledger(&[(&a, full)], &[(10, 0, &a)]);
+        previous.unattributed_mj = MAX_MJ;
+        assert_eq!(previous.implausible(), None);
+        let seen = [
+            process(10, Some((&a, 0)), Some(0.3)),
+            process(30, None, Some(0.3)),
+        ];
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let t = totals_of(&next, &a);
+        assert_eq!(
+            (t.busy_us, t.energy_mj, t.held_us),
+            (MAX_US, MAX_MJ, MAX_US)
+        );
+        assert_eq!(next.unattributed_mj, MAX_MJ);
+        assert_eq!(next.implausible(), None);
+        let mut damaged = next.clone();
+        damaged.totals[0].1.busy_us = MAX_US + 1;
+        let said = damaged.implausible().unwrap().to_string();
+        assert_eq!(
+            said,
+            format!(
+                "a task's busy time (µs) is {}, more than {MAX_US}",
+                MAX_US + 1
+            )
+        );
+        damaged = next;
+        damaged.unattributed_mj = u64::MAX;
+        assert!(damaged.implausible().is_some());
+    }
+
     #[test]
     fn time_held_counts_from_the_start_of_a_process_that_began_between_runs() {
         let a = job("1");
@@ -410,6 +580,7 @@ mod tests {
         let kept = Totals {
             busy_us: 5,
             seen_us: NOW - LINGER_US,
+            measured: true,
             ..Totals::default()
         };
         let gone = Totals {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// Who a task is; its label values are [`Task::labels`].
+/// Who a task is (the tasks collector makes its label values).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Task {
@@ -380,6 +380,28 @@ mod tests {
         assert_eq!(placement(&hybrid), Placement::User);
         let legacy = format!("1:name=systemd:{mine}\n1:devices:/slurm/uid_1000/job_99\n0::/");
         assert_eq!(placement(&legacy), Placement::User);
+    }
+
+    /// `/proc/<pid>/cgroup` as the kernel writes it, bytes that are no
+    /// UTF-8 included, decoded lossily: the manager's components still
+    /// place the process, the user's own place nothing.
+    #[test]
+    fn names_that_are_no_utf8_place_where_their_manager_put_them() {
+        let placed = |cgroup: &[u8]| placement(&String::from_utf8_lossy(cgroup));
+        let mine = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice";
+        for forged in [
+            &b"/\xff\xfe.scope"[..],
+            b"/slurmstepd.scope/job_4711\xff/step_0",
+        ] {
+            assert_eq!(placed(&[&mine[..], forged].concat()), Placement::User);
+        }
+        let unit = placed(b"0::/system.slice/tr\xffain.service\n");
+        assert_eq!(unit, Placement::Unit("tr\u{fffd}ain.service".into()));
+        let job = placed(b"0::/system.slice/slurmstepd.scope/job_12/step_0/user/\xff");
+        assert_eq!(job, slurm("12"));
+        // A job number is digits: a replaced byte makes none.
+        let broken = placed(b"0::/system.slice/slurmstepd.scope/job_1\xff2/step_0");
+        assert_eq!(broken, Placement::User);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use super::tasks::{slurm, task_value, tasks_tree, Runs, Tree, POD, SLUID};
 use super::*;
+use serde_json::json;
 
 const BUSY: &str = "nvidia_gpu_task_busy_seconds_total";
 const ENERGY: &str = "nvidia_gpu_task_energy_joules_total";
@@ -431,7 +432,8 @@ fn a_state_of_the_previous_release_is_taken_and_tasks_start_at_zero() {
 
 /// MIG: two jobs on two GPU instances of one GPU. Each is a task per
 /// instance (`gpu_instance_id`), held time counts, and the energy of a GPU
-/// with several holders and no shares is nobody's, not split by guess.
+/// with several holders and no shares is nobody's, not split by guess. NVML
+/// measures no busy time there: no task has a busy series (none is idle).
 #[test]
 fn mig_instances_are_tasks_of_their_own() {
     let tree = Tree::new();
@@ -463,4 +465,164 @@ fn mig_instances_are_tasks_of_their_own() {
     assert_eq!((one.len(), two.len()), (1, 1), "{second}");
     assert!(one[0].1 > 0.0 && two[0].1 > 0.0, "{second}");
     assert_eq!(sum(&second, ENERGY, &[]), 0.0, "{second}");
+    assert!(select(&samples, BUSY, &[]).is_empty(), "{second}");
+}
+
+/// Bytes the kernel takes that are no UTF-8, in a cgroup's name (a user
+/// may name one so in their delegated subtree) or a command's (any process
+/// may): the process is counted all the same, where its manager placed it,
+/// and such a name places it nowhere else.
+#[test]
+fn names_that_are_no_utf8_neither_hide_nor_place_a_process() {
+    let tree = Tree::new();
+    let start = tree.a_minute_ago();
+    let mine = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice".to_vec();
+    let id = "ab".repeat(32);
+    let cgroups: [(u32, u32, Vec<u8>); 5] = [
+        (6001, 1000, [&mine[..], b"/\xff\xfe.scope\n"].concat()),
+        (
+            6002,
+            1000,
+            [&mine[..], b"/slurmstepd.scope/job_4711\xff/step_0\n"].concat(),
+        ),
+        (
+            6003,
+            1000,
+            [&mine[..], b"/docker-", id.as_bytes(), b".scope/\xc3\n"].concat(),
+        ),
+        (6004, 0, b"0::/system.slice/tr\xffain.service\n".to_vec()),
+        (6005, 1000, [&mine[..], b"/session.scope\n"].concat()),
+    ];
+    let mut processes = Vec::new();
+    for (pid, uid, cgroup) in &cgroups {
+        tree.process(*pid, *uid, "/", start, "");
+        let dir = tree.dir.path().join(format!("proc/{pid}"));
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+        processes.push((*pid, 20));
+    }
+    // A command named with bytes that are no UTF-8 (status's Name line).
+    let status = b"Name:\tpy\xff\nUid:\t1000\t1000\t1000\t1000\n";
+    fs::write(tree.dir.path().join("proc/6005/status"), status).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = one_gpu(dir.path(), 100, &processes);
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(&scenario, t0);
+    let second = runs.at(&scenario, t0 + 10 * SECOND);
+    let samples = parsed(&second);
+    let busy = select(&samples, BUSY, &[]);
+    // Two tasks: the user (uid 1000, four processes) and root's unit.
+    assert_eq!(busy.len(), 2, "{second}");
+    let user: Vec<_> = busy
+        .iter()
+        .filter(|(s, _)| s.label("user").is_some())
+        .collect();
+    assert_eq!(user.len(), 1, "{second}");
+    assert!(close(user[0].1, 8.0), "{second}");
+    let unit = select(&samples, BUSY, &[("systemd_unit", "tr\u{fffd}ain.service")]);
+    assert_eq!(unit.len(), 1, "{second}");
+    assert!(close(unit[0].1, 2.0), "{second}");
+    let nobody = value_in(&second, "nvidia_gpu_unattributed_energy_joules_total", &[]);
+    assert_eq!(nobody, Some(0.0), "{second}");
+}
+
+/// A pid NVML saw busy in the window whose process exited, taken by a
+/// process of another job that started after NVML last saw the pid busy,
+/// the previous run never having seen the pid: its start proves the new
+/// job did not do that work, so the share is nobody's (unattributed).
+#[test]
+fn a_reused_pid_the_previous_run_never_saw_bills_no_job() {
+    let tree = Tree::new();
+    tree.process(7001, 0, "/system.slice/a.service", tree.a_minute_ago(), "");
+    let dir = tempfile::tempdir().unwrap();
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at(&one_gpu(dir.path(), 100, &[(7001, 50)]), t0);
+    // Started 15 s after the window's last sample.
+    let cgroup = "/system.slice/slurmstepd.scope/job_4799/step_0/user/task_0";
+    tree.process(7002, 1000, cgroup, (t0 + 25 * SECOND) / SECOND, "");
+    let scenario = one_gpu(dir.path(), 100, &[(7001, 50), (7002, 50)]);
+    let second = runs.at(&scenario, t0 + 10 * SECOND);
+    let unit = [("systemd_unit", "a.service")];
+    assert!(
+        close(task_value(&second, BUSY, "0", &unit), 5.0),
+        "{second}"
+    );
+    assert_eq!(
+        task_value(&second, BUSY, "0", &slurm("4799")),
+        0.0,
+        "{second}"
+    );
+    assert_eq!(
+        task_value(&second, ENERGY, "0", &slurm("4799")),
+        0.0,
+        "{second}"
+    );
+    // 100 W for 10 s: half the unit's, half nobody's.
+    assert!(
+        close(task_value(&second, ENERGY, "0", &unit), 500.0),
+        "{second}"
+    );
+    let nobody = value_in(&second, "nvidia_gpu_unattributed_energy_joules_total", &[]);
+    assert!(close(nobody.unwrap(), 500.0), "{second}");
+}
+
+/// A well-formed state whose task totals no GPU can reach (near 2^64, as
+/// damage or a bug could leave them): that GPU's ledger is ignored, said
+/// once, state_ok 0, its tasks start again from a baseline (nothing of it
+/// published, no counter wraps); the other GPU's tasks count on, and the
+/// next run is ok.
+#[test]
+fn task_totals_no_gpu_can_reach_are_not_used() {
+    let tree = tasks_tree();
+    let runs = Runs::new(&tree);
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    runs.at("tasks", t0 + 10 * SECOND);
+    let file = runs.state().join("state");
+    let mut state: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    let ledger = &mut state["gpus"]["GPU-7a5c0000-0000-4000-8000-000000000000"]["tasks"];
+    ledger["unattributed_mj"] = json!(u64::MAX - 5);
+    for entry in ledger["totals"].as_array_mut().unwrap() {
+        if entry[0]["task"]["slurm"]["job_id"] == "4711" {
+            entry[1]["busy_us"] = json!(u64::MAX - 1000);
+        }
+    }
+    fs::write(&file, state.to_string() + "\n").unwrap();
+    let run = runs.outcome_at("tasks", t0 + 20 * SECOND);
+    assert_eq!(run.code(), Some(0), "{}", run.err());
+    let third = String::from_utf8(run.stdout.clone()).unwrap();
+    assert_promtool("damaged ledger", &third);
+    assert_eq!(state_ok(&third), Some(0.0), "{third}");
+    assert_eq!(run.err().matches("task ledger").count(), 1, "{}", run.err());
+    let nobody = |text: &str| {
+        value_in(
+            text,
+            "nvidia_gpu_unattributed_energy_joules_total",
+            &[("gpu", "0")],
+        )
+    };
+    assert_eq!(nobody(&third), Some(0.0), "{third}");
+    assert_eq!(
+        task_value(&third, BUSY, "0", &slurm("4711")),
+        0.0,
+        "{third}"
+    );
+    let sluid = [("slurm_job_sluid", SLUID)];
+    assert!(close(task_value(&third, BUSY, "1", &sluid), 6.0), "{third}");
+    let fourth = runs.outcome_at("tasks", t0 + 30 * SECOND);
+    assert_eq!(
+        fourth.err().matches("task ledger").count(),
+        0,
+        "{}",
+        fourth.err()
+    );
+    let fourth = String::from_utf8(fourth.stdout).unwrap();
+    assert_eq!(state_ok(&fourth), Some(1.0), "{fourth}");
+    assert!(
+        close(task_value(&fourth, BUSY, "0", &slurm("4711")), 4.0),
+        "{fourth}"
+    );
+    assert_eq!(nobody(&fourth), Some(0.0), "{fourth}");
 }

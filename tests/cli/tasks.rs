@@ -91,9 +91,30 @@ impl Runs {
         ex().run_at(scenario, self.state.path(), clock_us, &args)
     }
 
+    /// An unchecked run of `scenario` at the clock `clock_us`.
+    pub(super) fn outcome_at(&self, scenario: &str, clock_us: u64) -> Outcome {
+        let clock = clock_us.to_string();
+        let mut args = vec!["--stdout", "--write-state"];
+        args.extend(self.args.iter().map(String::as_str));
+        let env = [("FAKE_NVML_CLOCK_US", clock.as_str())];
+        ex().run_args(scenario, self.state.path(), &args, &env)
+    }
+
     pub(super) fn state(&self) -> &Path {
         self.state.path()
     }
+}
+
+/// GPU 0 of tests/scenarios/tasks.toml answering `symbol` with `error`,
+/// written in `dir`; its path.
+pub(super) fn gpu0_failing(dir: &Path, symbol: &str, error: &str) -> String {
+    let toml = fs::read_to_string(ex().scenario("tasks")).unwrap();
+    let energy = "energy_mw = 300000\n";
+    assert_eq!(toml.matches(energy).count(), 1);
+    let failing = format!("{energy}errors = {{ {symbol} = \"{error}\" }}\n");
+    let scenario = dir.join(format!("{symbol}-{error}.toml"));
+    fs::write(&scenario, toml.replace(energy, &failing)).unwrap();
+    scenario.to_str().unwrap().to_owned()
 }
 
 /// The tasks of tests/scenarios/tasks.toml, started ten minutes ago.
@@ -431,4 +452,123 @@ fn an_environment_that_does_not_answer_costs_only_the_job_number() {
     );
     assert_eq!(job.len(), 1, "{text}");
     assert_eq!(job[0].0.label("slurm_job_id"), None, "{text}");
+}
+
+/// GPU 0's energy counter cannot be read in one run (a transient error; the
+/// GPU stays up): that run charges nothing, and the next reading charges all
+/// the energy since the last one, split by the shares it knows: none is lost.
+#[test]
+fn an_energy_reading_that_fails_loses_no_energy() {
+    let tree = tasks_tree();
+    let runs = Runs::new(&tree);
+    let dir = tempfile::tempdir().unwrap();
+    let failing = gpu0_failing(dir.path(), "nvmlDeviceGetTotalEnergyConsumption", "UNKNOWN");
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    let second = runs.at(&failing, t0 + 10 * SECOND);
+    let third = runs.at("tasks", t0 + 20 * SECOND);
+    let energy = |text: &str, labels: &[(&str, &str)]| {
+        task_value(text, "nvidia_gpu_task_energy_joules_total", "0", labels)
+    };
+    let nobody = |text: &str| {
+        value_in(
+            text,
+            "nvidia_gpu_unattributed_energy_joules_total",
+            &[("gpu", "0")],
+        )
+    };
+    let pod = [("k8s_pod_uid", POD)];
+    assert_eq!(energy(&second, &slurm("4711")), 0.0, "{second}");
+    assert_eq!(nobody(&second), Some(0.0), "{second}");
+    // 300 W for the 20 s since the first run's reading, split 40:20.
+    assert!(close(energy(&third, &slurm("4711")), 4000.0), "{third}");
+    assert!(close(energy(&third, &pod), 2000.0), "{third}");
+    assert_eq!(nobody(&third), Some(0.0), "{third}");
+    // Busy time was counted in every window.
+    let busy = task_value(
+        &third,
+        "nvidia_gpu_task_busy_seconds_total",
+        "0",
+        &slurm("4711"),
+    );
+    assert!(close(busy, 8.0), "{third}");
+    let ok = value_in(&third, "nvidia_gpu_collector_state_ok", &[]);
+    assert_eq!(ok, Some(1.0), "{third}");
+}
+
+/// A GPU whose processes' utilization NVML does not support: its tasks'
+/// busy time is unknown, so they have no busy series (none published as
+/// idle), but their time held and energy as ever; the other GPU's tasks
+/// are counted as ever.
+#[test]
+fn tasks_whose_busy_time_nvml_does_not_measure_have_no_busy_series() {
+    let tree = tasks_tree();
+    let runs = Runs::new(&tree);
+    let dir = tempfile::tempdir().unwrap();
+    let unsupported = gpu0_failing(
+        dir.path(),
+        "nvmlDeviceGetProcessUtilization",
+        "NOT_SUPPORTED",
+    );
+    let t0 = runs.t0;
+    let first = runs.at(&unsupported, t0);
+    let second = runs.at(&unsupported, t0 + 10 * SECOND);
+    for text in [&first, &second] {
+        let samples = parsed(text);
+        let busy = select(
+            &samples,
+            "nvidia_gpu_task_busy_seconds_total",
+            &[("gpu", "0")],
+        );
+        assert!(busy.is_empty(), "{text}");
+        let held = select(
+            &samples,
+            "nvidia_gpu_task_held_seconds_total",
+            &[("gpu", "0")],
+        );
+        assert_eq!(held.len(), 2, "{text}");
+    }
+    let held = task_value(
+        &second,
+        "nvidia_gpu_task_held_seconds_total",
+        "0",
+        &slurm("4711"),
+    );
+    assert!(held > 0.0, "{second}");
+    // Two holders and no shares: GPU 0's energy is nobody's, as before.
+    let nobody = value_in(
+        &second,
+        "nvidia_gpu_unattributed_energy_joules_total",
+        &[("gpu", "0")],
+    );
+    assert!(close(nobody.unwrap(), 3000.0), "{second}");
+    let sluid = [("slurm_job_sluid", SLUID)];
+    let busy = task_value(&second, "nvidia_gpu_task_busy_seconds_total", "1", &sluid);
+    assert!(close(busy, 3.0), "{second}");
+}
+
+/// A task whose busy time was measured keeps its busy series through a
+/// window without shares (NVML's processes' utilization failing once): the
+/// series does not come and go, it only does not grow.
+#[test]
+fn a_busy_series_stays_through_a_window_without_shares() {
+    let tree = tasks_tree();
+    let runs = Runs::new(&tree);
+    let dir = tempfile::tempdir().unwrap();
+    let failing = gpu0_failing(dir.path(), "nvmlDeviceGetProcessUtilization", "UNKNOWN");
+    let t0 = runs.t0;
+    runs.at("tasks", t0);
+    runs.at("tasks", t0 + 10 * SECOND);
+    let third = runs.at(&failing, t0 + 20 * SECOND);
+    let busy = |text: &str| {
+        task_value(
+            text,
+            "nvidia_gpu_task_busy_seconds_total",
+            "0",
+            &slurm("4711"),
+        )
+    };
+    assert!(close(busy(&third), 4.0), "{third}");
+    let fourth = runs.at("tasks", t0 + 30 * SECOND);
+    assert!(close(busy(&fourth), 8.0), "{fourth}");
 }
