@@ -9,6 +9,11 @@
 #    and Debian's node_exporter serves with node_textfile_scrape_error 0;
 #  - with the fake NVML configured through /etc/default: healthy runs leave
 #    nothing in the journal (and without LogLevelMax= systemd would log);
+#  - with journald keeping no files (Storage=none), the xid collector reads
+#    /dev/kmsg under the unit's sandbox: it reads past a record written there
+#    (a line from user space, which never counts) with success 1; drop-ins
+#    without the unit's CAP_SYSLOG (where kernel.dmesg_restrict=1) or its
+#    DeviceAllow= for it (where device ACLs are enforced) make it fail;
 #  - a shared textfile directory keeps its owner and mode; a deleted one fails
 #    the run with exit status 7 (logged), not the unit with 226/NAMESPACE;
 #  - the cron example, installed by hand, runs the exporter 15 s apart;
@@ -109,6 +114,26 @@ not() { ! "$@"; }
 quietly() { "$@" >/dev/null 2>&1; }
 scrape() { ct_net curl -fsS --max-time 5 http://127.0.0.1:9100/metrics -o "$1"; }
 OUT=$TEXTFILE_DIR/nvidia_gpu.prom
+# kmsg_seq_of TEXT: the sequence number of the last /dev/kmsg record holding
+# TEXT (the container shares the host's ring buffer).
+kmsg_seq_of() {
+    python3 - "$1" <<'EOF'
+import os, sys
+fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+seq = ""
+while True:
+    try:
+        record = os.read(fd, 1 << 14)
+    except BlockingIOError:
+        break
+    except BrokenPipeError:
+        continue
+    head, _, message = record.decode(errors="replace").partition(";")
+    if sys.argv[1] in message:
+        seq = head.split(",")[1]
+print(seq)
+EOF
+}
 
 # ---------------------------------------------------------------------------
 say "root file system ($SUITE minbase + ${INCLUDE}${EXTRA:+, then $EXTRA})"
@@ -160,8 +185,9 @@ say "boot"
 t0=$(date +%s)
 # --register=no --keep-unit: the host's PID 1 is not systemd (no machined, no
 # system bus to ask for a scope). --private-network: node_exporter's :9100
-# stays inside.
-systemd-nspawn --quiet --register=no --keep-unit --private-network \
+# stays inside. --capability=CAP_SYSLOG: a host's PID 1 has it, nspawn drops it
+# by default; the unit keeps it to read /dev/kmsg where kernel.dmesg_restrict=1.
+systemd-nspawn --quiet --register=no --keep-unit --private-network --capability=CAP_SYSLOG \
     --machine="$MACHINE" --directory="$WORK/root" --bind-ro="$WORK/share:/mnt/nte" \
     --console=read-only --boot >"$WORK/console.log" 2>&1 &
 NSPAWN_PID=$!
@@ -296,6 +322,72 @@ EOF
         ct test -s /var/lib/nvidia-textfile-exporter/state
     check "healthy runs use the previous run's state (state_ok 1)" \
         test "$(metric "$WORK/metrics" nvidia_gpu_collector_state_ok)" = 1
+
+    say "no journal files (journald Storage=none): the xid collector reads /dev/kmsg"
+    # The exporter reads the journal where /var/log/journal or /run/log/journal
+    # holds journal files, else /dev/kmsg. Storage=volatile keeps files in
+    # /run/log/journal, so only Storage=none leaves none; the directories are
+    # moved aside meanwhile (journald keeps no file open with Storage=none).
+    # nspawn gives the container no /dev/kmsg: it is made as on a host.
+    ct mkdir -p /run/systemd/journald.conf.d
+    ct sh -c 'printf "[Journal]\nStorage=none\n" >/run/systemd/journald.conf.d/nte-test.conf'
+    ct systemctl restart systemd-journald
+    for d in /var/log/journal /run/log/journal; do
+        ct sh -c "[ ! -d $d ] || mv $d $d.nte-test"
+    done
+    ct sh -c '[ -e /dev/kmsg ] || mknod -m 0644 /dev/kmsg c 1 11'
+    check "no journal files where the exporter looks" \
+        test -z "$(ct find /var/log/journal /run/log/journal -name '*.journal*' 2>/dev/null)"
+    # A line written from user space gets the user facility: read, never counted.
+    marker="nte-test-$$-$(date +%s)"
+    ct sh -c "echo '<3>NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=$marker' >/dev/kmsg"
+    seq=$(kmsg_seq_of "$marker")
+    # xid_run: one run of the service now; prints the state's source and
+    # position, and the file's xid success.
+    xid_run() {
+        ct systemctl start nvidia-textfile-exporter.service 2>/dev/null
+        ct cat /var/lib/nvidia-textfile-exporter/state | python3 -c '
+import json, sys
+xid = json.load(sys.stdin).get("xid", {})
+print(xid.get("source") or "-", xid.get("kmsg_seq") or 0)'
+        ct cat "$OUT" | awk '$1 == "nvidia_gpu_collector_success{collector=\"xid\"}" { print $2 }'
+    }
+    read -r source kseq success <<<"$(xid_run | tr '\n' ' ')"
+    note "record $seq written; state: source $source, kmsg_seq $kseq; xid success $success"
+    check "the xid collector read /dev/kmsg under the unit (source kmsg)" test "$source" = kmsg
+    check "it read past the record written (kmsg_seq >= $seq)" test -n "$seq" -a "$kseq" -ge "${seq:-1}"
+    check "xid success 1" test "$success" = 1
+    check "the user-space line counts nothing" not ct grep -q 'code="79"' "$OUT"
+    # Control: without the unit's DeviceAllow=/dev/kmsg the read is refused,
+    # where this systemd enforces device ACLs (BPF device programs; a
+    # container's may not, and then DevicePolicy=closed allows everything).
+    if ct systemd-run --quiet --wait -p DevicePolicy=closed \
+        dd if=/dev/kmsg of=/dev/null count=1 iflag=nonblock status=none 2>/dev/null; then
+        note "device ACLs are not enforced in this container: DeviceAllow=/dev/kmsg not checked"
+    else
+        ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
+        ct sh -c 'printf "[Service]\nDeviceAllow=\nDeviceAllow=char-nvidia* rw\n" >/run/systemd/system/nvidia-textfile-exporter.service.d/control.conf'
+        ct systemctl daemon-reload
+        read -r _ _ success <<<"$(xid_run | tr '\n' ' ')"
+        check "control: without DeviceAllow=/dev/kmsg the xid collector fails (success $success)" test "$success" = 0
+        ct rm -r /run/systemd/system/nvidia-textfile-exporter.service.d
+        ct systemctl daemon-reload
+    fi
+    # Control: without CAP_SYSLOG (kernel.dmesg_restrict=1 here) the read is refused.
+    if [ "$(cat /proc/sys/kernel/dmesg_restrict)" = 1 ]; then
+        ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
+        ct sh -c 'printf "[Service]\nCapabilityBoundingSet=\n" >/run/systemd/system/nvidia-textfile-exporter.service.d/control.conf'
+        ct systemctl daemon-reload
+        read -r _ _ success <<<"$(xid_run | tr '\n' ' ')"
+        check "control: without CAP_SYSLOG the xid collector fails (success $success)" test "$success" = 0
+        ct rm -r /run/systemd/system/nvidia-textfile-exporter.service.d
+        ct systemctl daemon-reload
+    fi
+    ct rm /run/systemd/journald.conf.d/nte-test.conf
+    for d in /var/log/journal /run/log/journal; do
+        ct sh -c "[ ! -d $d.nte-test ] || { rm -rf $d; mv $d.nte-test $d; }"
+    done
+    ct systemctl restart systemd-journald
 
     # Control: the same healthy run without the filter is logged by systemd.
     ct mkdir -p /run/systemd/system/nvidia-textfile-exporter.service.d
