@@ -23,9 +23,9 @@ families! {
     // Emitted by utilization and media, each with its own `engine` values.
     SHARED;
     BUSY: Counter(Seconds), "nvidia_gpu_busy_seconds_total", ["engine"],
-        "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples; rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
+        "Time the engine (gpu, memory, encoder, decoder) was busy, integrated from NVML's utilization samples: all of it while they cover wall time, else the sampled part (see nvidia_gpu_sampled_seconds_total); rate(busy)/rate(nvidia_gpu_sampled_seconds_total) is its exact mean utilization.";
     SAMPLED: Counter(Seconds), "nvidia_gpu_sampled_seconds_total", ["engine"],
-        "Time covered by the NVML samples integrated into nvidia_gpu_busy_seconds_total, by engine; grows slower than wall time where samples were missed (a timer period longer than NVML's buffer, missed runs).";
+        "Time covered by the NVML samples integrated into nvidia_gpu_busy_seconds_total, by engine; grows with wall time where runs read the buffers at both ends of a GPM window, slower where samples were missed (no GPM window and a timer period longer than NVML's buffer, missed runs).";
 }
 
 /// A window over one GPU (GPM's two samples); the other reads are taken at

@@ -146,7 +146,9 @@ fn combine(
 
 /// The GPU engine's samples since the previous run, then the processes'
 /// utilization over the same window (read in two parts where they were read
-/// early too); `None` when it covers no time.
+/// early too); `None` when it covers no time. The window is consumed (its
+/// carry kept for the next run) only once its shares were read, where they
+/// are wanted: a failed read leaves it to the next run's window.
 fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>)> {
     let previous = reader.previous_carry(Stream::Processes);
     let (carry, integrated) = samples::read(
@@ -155,11 +157,17 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
         Sampling::GpuUtilization,
         previous,
     )?;
-    if reader.keeps_totals() && carry != Carry::default() {
-        reader.next_state().carries.insert(Stream::Processes, carry);
-    }
-    let integrated = integrated?;
+    let consume = |reader: &mut Gpu<'_>| {
+        if reader.keeps_totals() && carry != Carry::default() {
+            reader.next_state().carries.insert(Stream::Processes, carry);
+        }
+    };
+    let Some(integrated) = integrated else {
+        consume(reader);
+        return None;
+    };
     if integrated.intervals.iter().all(|i| i.claimed_us == 0) {
+        consume(reader);
         return None;
     }
     let since = integrated.intervals.first()?.start_us;
@@ -171,6 +179,7 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
     );
     let early = reader.fetched.take_early_processes();
     if !fetch {
+        consume(reader);
         return Some((window, Vec::new()));
     }
     let end = carry.last_us;
@@ -181,6 +190,7 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
         }
         _ => fetch_processes(&mut reader.nvml, since).map(ratios)?,
     };
+    consume(reader);
     Some((window, shares))
 }
 

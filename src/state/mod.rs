@@ -106,11 +106,17 @@ impl StateFile {
     }
 
     /// Whether running totals continue: false when a state may exist but
-    /// cannot be used now (totals from 0 would read as a reset).
+    /// cannot be used now (totals from 0 would read as a reset). A part kept
+    /// within its bound this run (a flood of tasks) leaves the rest in use.
     pub fn continues_totals(&self) -> bool {
         matches!(
             self.problem,
-            None | Some(Problem::Missing | Problem::Corrupt(_) | Problem::OtherBoot)
+            None | Some(
+                Problem::Missing
+                    | Problem::Corrupt(_)
+                    | Problem::OtherBoot
+                    | Problem::TooManyTasks(_)
+            )
         )
     }
 

@@ -290,6 +290,14 @@ fn a_flood_of_short_tasks_keeps_the_bound_and_doubles_nothing() {
     assert_promtool("flood", &second);
     assert_eq!(select(&parsed(&second), BUSY, &[]).len(), 256);
     assert_eq!(state_ok(&second), Some(0.0));
+    // The bound costs the tasks only: the kernel log's step, after them,
+    // still counts from the state.
+    let xid = [("collector", "xid")];
+    assert_eq!(
+        value_in(&second, "nvidia_gpu_collector_success", &xid),
+        Some(1.0),
+        "{second}"
+    );
     // Everything counted is within the GPU: 10 s busy, 1 kJ.
     assert!(sum(&second, BUSY, &[]) <= 10.0 + 1e-6, "{second}");
     let energy = sum(&second, ENERGY, &[]);
