@@ -2,20 +2,19 @@
 //! state file is an error as soon as one element more than its bound
 //! arrives, before that element is read, so a damaged file of the accepted
 //! size never costs more memory than the bounds allow (the file's text, and
-//! at most what 64 GPUs keep). Each `pub(super)` function here reads one
-//! field of the schema, for serde's `deserialize_with`, the task ledger and
-//! the XID counts (whose types `task` and `kernel_log` own) included. A
-//! GPU's carries need none: a map keyed by [`super::schema::Stream`] holds
+//! at most what 64 GPUs keep). [`seq`] and [`map`] read any list or map so;
+//! the task ledger and the XID counts (whose types `task` and `kernel_log`
+//! own) are read here field by field, the schema's own fields beside their
+//! declarations. A GPU's carries need none: a map keyed by the stream holds
 //! one per stream however often one is repeated.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::schema::{GpuState, MAX_FIXED, MAX_GPUS, MAX_LABELS, MAX_UNSUPPORTED};
 use crate::kernel_log::{self, Counts, MAX_SERIES};
 use crate::task::ledger::{Holder, Ledger, Totals, MAX_HOLDERS, MAX_PROCESSES};
 
@@ -98,7 +97,7 @@ where
 }
 
 /// A list of at most `max` elements `T`, collected into `C` as they arrive.
-fn seq<'de, D, C, T>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
+pub(super) fn seq<'de, D, C, T>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
 where
     D: Deserializer<'de>,
     C: Default + Extend<T> + IntoIterator<Item = T>,
@@ -108,7 +107,7 @@ where
 }
 
 /// A map of at most `max` entries, collected into `C` as they arrive.
-fn map<'de, D, C, K, V>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
+pub(super) fn map<'de, D, C, K, V>(d: D, max: usize, what: &'static str) -> Result<C, D::Error>
 where
     D: Deserializer<'de>,
     C: Default + Extend<(K, V)> + IntoIterator<Item = (K, V)>,
@@ -118,46 +117,7 @@ where
     d.deserialize_map(MapAtMost(AtMost::new(max, what)))
 }
 
-/// [`super::schema::State::gpus`]: at most [`MAX_GPUS`].
-pub(super) fn gpus<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, GpuState>, D::Error> {
-    map(d, MAX_GPUS, "GPUs")
-}
-
-/// [`GpuState::fixed`]: at most [`MAX_FIXED`] (with the labels, checked
-/// once both are read).
-pub(super) fn fixed<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, Option<i64>>, D::Error> {
-    map(d, MAX_FIXED, "fixed readings")
-}
-
-/// One fixed reading's labels: at most [`MAX_LABELS`].
-struct Labels(Vec<String>);
-
-impl<'de> Deserialize<'de> for Labels {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        seq(d, MAX_LABELS, "labels of a fixed reading").map(Labels)
-    }
-}
-
-/// [`GpuState::fixed_labels`]: at most [`MAX_FIXED`], each of at most
-/// [`MAX_LABELS`] labels.
-pub(super) fn fixed_labels<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, Option<Vec<String>>>, D::Error> {
-    let read: BTreeMap<String, Option<Labels>> = map(d, MAX_FIXED, "fixed readings")?;
-    let labels = |(name, labels): (String, Option<Labels>)| (name, labels.map(|l| l.0));
-    Ok(read.into_iter().map(labels).collect())
-}
-
-/// [`super::schema::Unsupported::calls`]: at most [`MAX_UNSUPPORTED`].
-pub(super) fn unsupported<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeSet<String>, D::Error> {
-    seq(d, MAX_UNSUPPORTED, "unsupported calls")
-}
-
-/// [`GpuState::tasks`]: at most [`MAX_HOLDERS`] holders and [`MAX_PROCESSES`]
+/// A GPU's task ledger: at most [`MAX_HOLDERS`] holders and [`MAX_PROCESSES`]
 /// processes. `task` owns [`Ledger`] and its serde form; this reads that form
 /// field for field and builds the ledger without `..`, so a field added there
 /// does not compile until it is read here (and an unread one fails the
@@ -166,7 +126,7 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
     fn holders<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(Holder, Totals)>, D::Error> {
         seq(d, MAX_HOLDERS, "task holders")
     }
-    fn processes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u32, u64, usize)>, D::Error> {
+    fn pids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u32, u64, usize)>, D::Error> {
         seq(d, MAX_PROCESSES, "task processes")
     }
     #[derive(Default, Deserialize)]
@@ -178,7 +138,7 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
         unattributed_mj: u64,
         #[serde(deserialize_with = "holders")]
         totals: Vec<(Holder, Totals)>,
-        #[serde(deserialize_with = "processes")]
+        #[serde(deserialize_with = "pids")]
         processes: Vec<(u32, u64, usize)>,
         refused: bool,
     }
@@ -200,7 +160,7 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
     })
 }
 
-/// [`super::schema::State::xid`]: at most [`MAX_SERIES`] series in the totals
+/// The XID counts: at most [`MAX_SERIES`] series in the totals
 /// and in a recount. `kernel_log` owns [`Counts`] and its serde form, whose
 /// position is flattened into it; serde would buffer the whole object (the
 /// series too) to read a flattened field, so this reads the position's

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::bounded;
 
@@ -71,7 +71,7 @@ pub struct State {
     #[serde(deserialize_with = "bounded::xid")]
     pub xid: Counts,
     /// Per GPU UUID.
-    #[serde(deserialize_with = "bounded::gpus")]
+    #[serde(deserialize_with = "gpus")]
     pub gpus: BTreeMap<String, GpuState>,
 }
 
@@ -96,11 +96,11 @@ pub struct GpuState {
     /// Why GPM was unavailable in the previous run, its label.
     pub gpm_unavailable: Option<String>,
     /// Readings fixed while the driver is loaded, by name; `None`: not supported.
-    #[serde(deserialize_with = "bounded::fixed")]
+    #[serde(deserialize_with = "fixed")]
     pub fixed: BTreeMap<String, Option<i64>>,
     /// Readings fixed while the driver is loaded whose value is the labels
     /// of an `_info` series, by name; `None`: not supported.
-    #[serde(deserialize_with = "bounded::fixed_labels")]
+    #[serde(deserialize_with = "fixed_labels")]
     pub fixed_labels: BTreeMap<String, Option<Vec<String>>>,
     /// The NVLink links seen active under this driver, one bit per link.
     pub links_seen_active: u64,
@@ -121,7 +121,7 @@ pub struct GpuState {
 pub struct Unsupported {
     /// The current MIG mode they were answered under; `None`: unknown.
     pub mig_mode: Option<u32>,
-    #[serde(deserialize_with = "bounded::unsupported")]
+    #[serde(deserialize_with = "unsupported")]
     pub calls: BTreeSet<String>,
     /// The runs since they were last asked.
     pub runs: u32,
@@ -184,4 +184,39 @@ impl Carry {
     pub fn sampled_seconds(&self) -> f64 {
         self.sampled_us as f64 / 1e6
     }
+}
+
+/// [`State::gpus`]: at most [`MAX_GPUS`].
+fn gpus<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, GpuState>, D::Error> {
+    bounded::map(d, MAX_GPUS, "GPUs")
+}
+
+/// [`GpuState::fixed`]: at most [`MAX_FIXED`] (with the labels, checked
+/// once both are read).
+fn fixed<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Option<i64>>, D::Error> {
+    bounded::map(d, MAX_FIXED, "fixed readings")
+}
+
+/// One fixed reading's labels: at most [`MAX_LABELS`].
+struct Labels(Vec<String>);
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded::seq(d, MAX_LABELS, "labels of a fixed reading").map(Labels)
+    }
+}
+
+/// [`GpuState::fixed_labels`]: at most [`MAX_FIXED`], each of at most
+/// [`MAX_LABELS`] labels.
+fn fixed_labels<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, Option<Vec<String>>>, D::Error> {
+    let read: BTreeMap<String, Option<Labels>> = bounded::map(d, MAX_FIXED, "fixed readings")?;
+    let labels = |(name, labels): (String, Option<Labels>)| (name, labels.map(|l| l.0));
+    Ok(read.into_iter().map(labels).collect())
+}
+
+/// [`Unsupported::calls`]: at most [`MAX_UNSUPPORTED`].
+fn unsupported<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeSet<String>, D::Error> {
+    bounded::seq(d, MAX_UNSUPPORTED, "unsupported calls")
 }
