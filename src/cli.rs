@@ -161,6 +161,7 @@ fn collector_parser() -> impl TypedValueParser<Value = &'static Collector> {
         collectors::ALL
             .iter()
             .find(|c| c.name == name)
+            .copied()
             .expect("the parser accepts only registered names")
     })
 }
@@ -225,6 +226,7 @@ impl Cli {
             .iter()
             .filter(|c| c.default || self.enable.contains(c))
             .filter(|c| !self.disable.contains(c))
+            .copied()
             .collect()
     }
 }

@@ -9,7 +9,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_POWER_STATE,
 };
 
-use crate::collector::{flag, Gpu};
+use crate::collector::{Collector, Gpu, Hooks, flag};
 use crate::metrics::families;
 
 families! {
@@ -27,6 +27,14 @@ families! {
     C2C_POWER_STATE: Gauge(Number), "nvidia_gpu_c2c_link_power_state", ["state"],
         "Power state of the C2C link as a state set: 1 for the current state (full_power, low_power; unknown for another value), 0 for the others.";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "c2c",
+    default: true,
+    help: "Chip-to-chip links between the GPU and the Grace CPU of its superchip (GH200, GB200): C2C mode (read once per driver), link count, state, bandwidth, errors and power state; on other GPUs only the mode, where the driver answers it.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
 
 /// NVML's MBps.
 const BYTES_PER_MEGABYTE: f64 = 1e6;
@@ -50,7 +58,7 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_C2C_LINK_POWER_STATE,
 ];
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     if let Some(Some(on)) = reader.read_fixed("c2c.enabled", calls::C2C_ENABLED, (), i64::from) {
         reader.gauge(C2C_ENABLED, on as f64);
     }

@@ -10,7 +10,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::{PerformancePolicy, PerformanceState};
 
-use crate::collector::{flag, Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
+use crate::collector::{CLOCK_DOMAINS, Collector, Gpu, HERTZ_PER_MEGAHERTZ, Hooks, flag};
 use crate::metrics::families;
 use nvml::unwrapped::EventReasons;
 
@@ -25,6 +25,14 @@ families! {
     VIOLATION: Counter(Seconds), "nvidia_gpu_violation_seconds_total", ["policy"],
         "Time the clocks were held below their target by this policy, by policy.";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "clocks",
+    default: true,
+    help: "Clocks, performance state, clock event reasons, violation counters.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
 
 /// nvml.h `nvmlClocksEventReason*`.
 const EVENT_REASONS: [(u64, &str); 9] = [
@@ -68,7 +76,7 @@ pub(super) const FIELDS: &[u32] = &[
 /// Dividing (not multiplying by 1e-9) keeps values exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.nvml.read(calls::CLOCK_INFO, clock) {
             reader.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));

@@ -1,7 +1,7 @@
 //! The NVLink fabric of NVSwitch systems. Nothing on a GPU on no fabric (read
 //! once per driver).
 
-use crate::collector::{flag, Gpu};
+use crate::collector::{Collector, Gpu, Hooks, flag};
 use crate::metrics::families;
 use nvml::calls;
 use nvml::fabric::{Condition, FabricState, Summary};
@@ -20,9 +20,17 @@ families! {
         "The driver's summary of the fabric's health (struct version 3), as a state set: 1 for the current one (healthy, unhealthy, limited_capacity), 0 for the others.";
 }
 
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "fabric",
+    default: true,
+    help: "NVLink fabric of NVSwitch systems: registration state and status, cluster and clique, health conditions and summary (nothing on GPUs on no fabric; that answer is read once per driver).",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]),
+};
+
 const KEY: &str = "fabric";
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     // `Some(None)` is a GPU on no fabric.
     if reader.read_fixed(KEY, calls::ON_FABRIC, (), i64::from) != Some(Some(1)) {
         return;

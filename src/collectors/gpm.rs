@@ -7,7 +7,7 @@ use std::time::Instant;
 use nvml::types::{GpmMetricId, GpmSample};
 use nvml::{calls, mig, Code};
 
-use crate::collector::{Gpu, Settings, Window};
+use crate::collector::{Collector, Gpu, Hooks, Settings, Window};
 use crate::metrics::{self, families, Labelled};
 use crate::snapshot::Sample as MetricSample;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
@@ -39,6 +39,14 @@ families! {
     MIG_PIPE_ACTIVE: Gauge(Ratio), "nvidia_gpu_mig_pipe_active_ratio", ["gpu_instance_id", "pipe"],
         "nvidia_gpu_pipe_active_ratio of one MIG GPU instance, by pipe (0-1).";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "gpm",
+    default: true,
+    help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
+    families: FAMILIES,
+    hooks: Hooks::open(open),
+};
 
 // `ALL` is the test's.
 #[allow(dead_code)]
@@ -130,7 +138,7 @@ struct GpuWindow<'n> {
     ends: Instant,
 }
 
-pub(super) fn open<'n>(
+fn open<'n>(
     reader: &mut Gpu<'n>,
     settings: &Settings,
 ) -> Option<Box<dyn Window<'n> + 'n>> {

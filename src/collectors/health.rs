@@ -8,7 +8,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::{EccCounter, MemoryError, RetirementCause};
 
-use crate::collector::{flag, Gpu};
+use crate::collector::{Collector, Gpu, Hooks, flag};
 use crate::metrics::families;
 
 families! {
@@ -48,6 +48,14 @@ families! {
     RECOVERY_ACTION: Gauge(Number), "nvidia_gpu_recovery_action", ["action"],
         "Recovery action the driver asks for, as a state set: 1 for the current action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, system_reboot; unknown for a newer one), 0 for the others.";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "health",
+    default: true,
+    help: "ECC mode and errors, retired pages, remapped rows and the banks' rows left to remap into, SRAM ECC errors, TPC and channel repairs waiting for a reset, memory past repair, the recovery action the driver asks for.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
 
 type Labelled<T> = (T, &'static str);
 
@@ -105,7 +113,7 @@ pub(super) const FIELDS: &[u32] = &[
     FI_REMAPPED_ROWS_INACTIVE[1].0,
 ];
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     recovery_action(reader);
     // A failing batch entry is counted only through the fallback.
     let current = reader.nvml.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);

@@ -1,7 +1,7 @@
 //! Hardware maxima fixed while the driver is loaded: maximum clocks, the
 //! power limit range. Off by default.
 
-use crate::collector::{Gpu, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
+use crate::collector::{CLOCK_DOMAINS, Collector, Gpu, HERTZ_PER_MEGAHERTZ, Hooks, PER_MILLI};
 use crate::metrics::families;
 use nvml::calls;
 
@@ -15,7 +15,15 @@ families! {
         "Maximum clock frequency by clock domain.";
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "limits",
+    default: false,
+    help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]),
+};
+
+fn read(reader: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
         if let Some(mhz) = reader.nvml.read(calls::MAX_CLOCK_INFO, clock) {
             reader.push(CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));

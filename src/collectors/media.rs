@@ -4,7 +4,7 @@
 use nvml::calls;
 use nvml::types::Sampling;
 
-use crate::collector::{point, read_engine, read_engines_early, Engine, Gpu, BUSY, SAMPLED};
+use crate::collector::{BUSY, Collector, Engine, Gpu, Hooks, SAMPLED, point, read_engine, read_engines_early};
 use crate::metrics::{self, families};
 use crate::state::schema::Stream;
 use nvml::unwrapped::Accelerator;
@@ -27,6 +27,14 @@ families! {
         "Fraction of the last sample period during which the optical flow accelerator (OFA) was busy (0-1).";
 }
 
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "media",
+    default: true,
+    help: "Video encoder/decoder utilization over the samples since the previous run, their busy and sampled time, JPEG and OFA utilization, encoder sessions.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]).with_early(early),
+};
+
 const ENCODER: Engine = Engine {
     label: "encoder",
     ratio: ENCODER_UTILIZATION,
@@ -42,7 +50,7 @@ const DECODER: Engine = Engine {
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
-pub(super) fn early(reader: &mut Gpu<'_>) {
+fn early(reader: &mut Gpu<'_>) {
     let encoder = reader.facts().has_video_encoder();
     let engines: &[Engine] = if encoder {
         &[ENCODER, DECODER]
@@ -52,7 +60,7 @@ pub(super) fn early(reader: &mut Gpu<'_>) {
     read_engines_early(reader, engines);
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     if reader.facts().has_video_encoder() {
         read_encoder(reader);
     } else {

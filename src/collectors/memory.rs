@@ -1,6 +1,6 @@
 //! Device memory and BAR1 memory.
 
-use crate::collector::Gpu;
+use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::families;
 use nvml::calls;
 
@@ -20,7 +20,15 @@ families! {
         "BAR1 (CPU-mappable) memory in total.";
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "memory",
+    default: true,
+    help: "Device memory used/free/total/reserved, BAR1 memory.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]),
+};
+
+fn read(reader: &mut Gpu<'_>) {
     if let Some(memory) = reader.nvml.read(calls::MEMORY_INFO, ()) {
         reader.gauge(MEMORY_USED, memory.used as f64);
         reader.gauge(MEMORY_FREE, memory.free as f64);

@@ -1,6 +1,6 @@
 //! MIG devices, under the parent GPU's labels.
 
-use crate::collector::Gpu;
+use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::families;
 use nvml::calls;
 use nvml::mig::{self, MigDevice};
@@ -19,7 +19,15 @@ families! {
         "Device memory of the MIG device reserved by the driver and firmware.";
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "mig",
+    default: true,
+    help: "MIG devices with their profile and memory.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]),
+};
+
+fn read(reader: &mut Gpu<'_>) {
     for device in mig::devices(&mut reader.nvml) {
         read_mig_device(reader, &device);
     }

@@ -27,8 +27,7 @@ pub mod xid;
 use nvml::fields::Field;
 use nvml::types::field_id::NVML_FI_DEV_NVLINK_LINK_COUNT;
 
-use crate::collector::{Hooks, SHARED};
-use crate::compute;
+use crate::collector::SHARED;
 use crate::facts::GpuFacts;
 use crate::metrics::{self, Family};
 
@@ -38,165 +37,29 @@ pub use crate::collector::{Collector, HostRun, Settings};
 pub(crate) use info::read as identify;
 
 /// In the order `--help` and the docs list them.
-pub static ALL: &[Collector] = &[
-    Collector {
-        name: "utilization",
-        default: true,
-        help: "GPU and memory utilization over the samples since the previous run, busy and sampled time, count of compute processes.",
-        families: utilization::FAMILIES,
-        hooks: Hooks::read(utilization::read, &[]).with_early(utilization::early),
-    },
-    Collector {
-        name: "memory",
-        default: true,
-        help: "Device memory used/free/total/reserved, BAR1 memory.",
-        families: memory::FAMILIES,
-        hooks: Hooks::read(memory::read, &[]),
-    },
-    Collector {
-        name: "thermal",
-        default: true,
-        help: "GPU and HBM temperatures, temperature thresholds, fans, thermal margin and the margins the GPU slows down and shuts down at, time held down by thermal and power-brake slowdown.",
-        families: thermal::FAMILIES,
-        hooks: Hooks::read(thermal::read, thermal::FIELDS),
-    },
-    Collector {
-        name: "power",
-        default: true,
-        help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit, the power-smoothing circuitry's lifetime left.",
-        families: power::FAMILIES,
-        hooks: Hooks::read(power::read, power::FIELDS).with_fields_for(power::by_architecture),
-    },
-    Collector {
-        name: "clocks",
-        default: true,
-        help: "Clocks, performance state, clock event reasons, violation counters.",
-        families: clocks::FAMILIES,
-        hooks: Hooks::read(clocks::read, clocks::FIELDS),
-    },
-    Collector {
-        name: "pcie",
-        default: true,
-        help: "PCIe link generation and width now and their maxima (read once per driver), replays, byte counters.",
-        families: pcie::FAMILIES,
-        hooks: Hooks::read(pcie::read, pcie::FIELDS),
-    },
-    Collector {
-        name: "pcie-errors",
-        default: false,
-        help: "PCIe error counters by kind: L0 to recovery, correctable, NAKs, receiver, bad TLP/DLLP, non-fatal, fatal, unsupported request, LCRC, lane (12 field values a run).",
-        families: pcie_errors::FAMILIES,
-        hooks: Hooks::read(pcie_errors::read, pcie_errors::FIELDS),
-    },
-    Collector {
-        name: "limits",
-        default: false,
-        help: "Hardware maxima fixed while the driver is loaded: max clocks, power limit range.",
-        families: limits::FAMILIES,
-        hooks: Hooks::read(limits::read, &[]),
-    },
-    Collector {
-        name: "pcie-throughput",
-        default: false,
-        help: "PCIe throughput sampled by NVML over 20 ms per direction (slow).",
-        families: pcie::THROUGHPUT_FAMILIES,
-        hooks: Hooks::read(pcie::read_throughput, &[]),
-    },
-    Collector {
-        name: "health",
-        default: true,
-        help: "ECC mode and errors, retired pages, remapped rows and the banks' rows left to remap into, SRAM ECC errors, TPC and channel repairs waiting for a reset, memory past repair, the recovery action the driver asks for.",
-        families: health::FAMILIES,
-        hooks: Hooks::read(health::read, health::FIELDS),
-    },
-    Collector {
-        name: "media",
-        default: true,
-        help: "Video encoder/decoder utilization over the samples since the previous run, their busy and sampled time, JPEG and OFA utilization, encoder sessions.",
-        families: media::FAMILIES,
-        hooks: Hooks::read(media::read, &[]).with_early(media::early),
-    },
-    Collector {
-        name: "modes",
-        default: true,
-        help: "Persistence, compute and MIG modes.",
-        families: modes::FAMILIES,
-        hooks: Hooks::read(modes::read, &[]),
-    },
-    Collector {
-        name: "nvlink",
-        default: true,
-        help: "NVLink links, active links and links lost since they were active this boot, error, recovery and data counters summed over the links (batched field reads; NVLink 5 counters on Blackwell).",
-        families: nvlink::FAMILIES,
-        hooks: Hooks::read(nvlink::read, nvlink::FIELDS),
-    },
-    Collector {
-        name: "nvlink-links",
-        default: false,
-        help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter), on NVLink 5 recoveries, effective and symbol errors and bit error rates instead of the Hopper counters (up to 9 a link, no extra calls).",
-        families: nvlink::LINKS_FAMILIES,
-        hooks: Hooks::read(nvlink::read_links, nvlink::LINKS_FIELDS),
-    },
-    Collector {
-        name: "fabric",
-        default: true,
-        help: "NVLink fabric of NVSwitch systems: registration state and status, cluster and clique, health conditions and summary (nothing on GPUs on no fabric; that answer is read once per driver).",
-        families: fabric::FAMILIES,
-        hooks: Hooks::read(fabric::read, &[]),
-    },
-    Collector {
-        name: "c2c",
-        default: true,
-        help: "Chip-to-chip links between the GPU and the Grace CPU of its superchip (GH200, GB200): C2C mode (read once per driver), link count, state, bandwidth, errors and power state; on other GPUs only the mode, where the driver answers it.",
-        families: c2c::FAMILIES,
-        hooks: Hooks::read(c2c::read, c2c::FIELDS),
-    },
-    Collector {
-        name: "platform",
-        default: true,
-        help: "Where the GPU sits in its rack (Blackwell and newer: GB200 NVL72): chassis serial number, slot, compute tray, node and module as labels, read once per driver.",
-        families: platform::FAMILIES,
-        hooks: Hooks::read(platform::read, &[]),
-    },
-    Collector {
-        name: "mig",
-        default: true,
-        help: "MIG devices with their profile and memory.",
-        families: mig::FAMILIES,
-        hooks: Hooks::read(mig::read, &[]),
-    },
-    Collector {
-        name: "gpm",
-        default: true,
-        help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
-        families: gpm::FAMILIES,
-        hooks: Hooks::open(gpm::open),
-    },
-    Collector {
-        name: "tasks",
-        default: true,
-        help: "Per task (Slurm job, Kubernetes pod's container, container, systemd unit, else user) and GPU: SM-busy seconds, energy and seconds held, counted from run to run, and the memory it holds; the GPU's energy no task used.",
-        families: tasks::FAMILIES,
-        hooks: Hooks::read(tasks::read, tasks::FIELDS)
-            .with_early(compute::early)
-            .with_host(tasks::host),
-    },
-    Collector {
-        name: "processes",
-        default: false,
-        help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
-        families: processes::FAMILIES,
-        hooks: Hooks::read(processes::read, &[])
-            .with_early(compute::early)
-            .with_host(processes::owners),
-    },
-    Collector {
-        name: "xid",
-        default: true,
-        help: "XID errors, NVSwitch SXids and GPUs fallen off the bus, counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
-        families: xid::FAMILIES,
-        hooks: Hooks::NONE.with_host(xid::collect),
-    },
+pub static ALL: &[&Collector] = &[
+    &utilization::COLLECTOR,
+    &memory::COLLECTOR,
+    &thermal::COLLECTOR,
+    &power::COLLECTOR,
+    &clocks::COLLECTOR,
+    &pcie::COLLECTOR,
+    &pcie_errors::COLLECTOR,
+    &limits::COLLECTOR,
+    &pcie::THROUGHPUT,
+    &health::COLLECTOR,
+    &media::COLLECTOR,
+    &modes::COLLECTOR,
+    &nvlink::COLLECTOR,
+    &nvlink::LINKS,
+    &fabric::COLLECTOR,
+    &c2c::COLLECTOR,
+    &platform::COLLECTOR,
+    &mig::COLLECTOR,
+    &gpm::COLLECTOR,
+    &tasks::COLLECTOR,
+    &processes::COLLECTOR,
+    &xid::COLLECTOR,
 ];
 
 /// A family declared twice is listed twice, for the tests.
@@ -298,7 +161,7 @@ mod tests {
     /// The sizes of the calls [`field_batches`] makes with every collector
     /// on: the link count field answers `count`, no other field answers.
     fn batch_sizes(count: Option<f64>, links: Option<&[Option<bool>]>) -> Vec<usize> {
-        let every: Vec<&Collector> = ALL.iter().collect();
+        let every: Vec<&Collector> = ALL.to_vec();
         let (mut sizes, mut first) = (Vec::new(), Vec::new());
         field_batches(&GpuFacts::default(), &every, links, &mut |batch| {
             if first.is_empty() {

@@ -3,7 +3,7 @@
 use nvml::calls;
 use nvml::types::ComputeMode;
 
-use crate::collector::{flag, Gpu};
+use crate::collector::{Collector, Gpu, Hooks, flag};
 use crate::metrics::families;
 
 families! {
@@ -18,7 +18,15 @@ families! {
         "1 if MIG mode will be enabled after the next GPU reset.";
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "modes",
+    default: true,
+    help: "Persistence, compute and MIG modes.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]),
+};
+
+fn read(reader: &mut Gpu<'_>) {
     if let Some(on) = reader.nvml.read(calls::PERSISTENCE_MODE, ()) {
         reader.gauge(PERSISTENCE_MODE, flag(on));
     }

@@ -13,7 +13,7 @@ use nvml::types::field_id::{
 use nvml::types::ErrorCounter;
 use nvml::{calls, Code};
 
-use crate::collector::{flag, Gpu};
+use crate::collector::{Collector, Gpu, Hooks, flag};
 use crate::metrics::{families, Labelled};
 use crate::snapshot::LabelValue;
 
@@ -50,6 +50,22 @@ families! {
     NVLINK_LINK_RECEIVE: Counter(Bytes), "nvidia_gpu_nvlink_link_receive_bytes_total", ["link"],
         "Data bytes received over the NVLink link, by link (only with --collector nvlink-links).";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "nvlink",
+    default: true,
+    help: "NVLink links, active links and links lost since they were active this boot, error, recovery and data counters summed over the links (batched field reads; NVLink 5 counters on Blackwell).",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
+
+pub(super) static LINKS: Collector = Collector {
+    name: "nvlink-links",
+    default: false,
+    help: "NVLink state, error and data counters per link (up to 7 series a link; CRC counters one call per link and counter), on NVLink 5 recoveries, effective and symbol errors and bit error rates instead of the Hopper counters (up to 9 a link, no extra calls).",
+    families: LINKS_FAMILIES,
+    hooks: Hooks::read(read_links, LINKS_FIELDS),
+};
 
 /// More links than any GPU has: a larger count is a sentinel, and probing
 /// without a count stops here.
@@ -116,7 +132,7 @@ impl LinkState {
 }
 
 /// Links probed with `nvmlDeviceGetNvLinkState` where there is no count field.
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     let (count, probed) = match link_count(reader) {
         Some(count) => (count, Vec::new()),
         None => {
@@ -375,7 +391,7 @@ fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
 }
 
 /// The batch, then the error counters it lacks, one call per link and counter.
-pub(super) fn read_links(reader: &mut Gpu<'_>) {
+fn read_links(reader: &mut Gpu<'_>) {
     let last = link_count(reader).unwrap_or(MAX_LINKS);
     let Some(probed) = probe_links(reader, last) else {
         return;

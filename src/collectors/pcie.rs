@@ -8,7 +8,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::PcieUtilCounter;
 
-use crate::collector::Gpu;
+use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {
@@ -37,9 +37,25 @@ families! {
         "PCIe receive throughput over a 20 ms sample (only with --collector pcie-throughput).";
 }
 
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "pcie",
+    default: true,
+    help: "PCIe link generation and width now and their maxima (read once per driver), replays, byte counters.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
+
+pub(super) static THROUGHPUT: Collector = Collector {
+    name: "pcie-throughput",
+    default: false,
+    help: "PCIe throughput sampled by NVML over 20 ms per direction (slow).",
+    families: THROUGHPUT_FAMILIES,
+    hooks: Hooks::read(read_throughput, &[]),
+};
+
 const BYTES_PER_KIB: f64 = 1024.0;
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     if let Some(Some(generation)) = reader.read_fixed(
         "pcie.max_generation",
         calls::MAX_PCIE_GENERATION,
@@ -82,7 +98,7 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 /// Each direction blocks for NVML's 20 ms window.
-pub(super) fn read_throughput(reader: &mut Gpu<'_>) {
+fn read_throughput(reader: &mut Gpu<'_>) {
     for (counter, family) in [
         (PcieUtilCounter::Send, PCIE_TRANSMIT_THROUGHPUT),
         (PcieUtilCounter::Receive, PCIE_RECEIVE_THROUGHPUT),

@@ -10,7 +10,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_PCIE_COUNT_UNSUPPORTED_REQ, NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER,
 };
 
-use crate::collector::Gpu;
+use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {
@@ -18,6 +18,14 @@ families! {
     PCIE_ERRORS: Counter(Count), "nvidia_gpu_pcie_errors_total", ["kind"],
         "PCIe link events counted by the GPU since the driver was loaded, by kind: l0_to_recovery, correctable, nak_received, nak_sent, receiver, bad_tlp, bad_dllp, non_fatal, fatal, unsupported_request, lcrc, lane (only with --collector pcie-errors).";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "pcie-errors",
+    default: false,
+    help: "PCIe error counters by kind: L0 to recovery, correctable, NAKs, receiver, bad TLP/DLLP, non-fatal, fatal, unsupported request, LCRC, lane (12 field values a run).",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
 
 /// nvml.h `NVML_FI_DEV_PCIE_*`, 169 and 173-183.
 const KINDS: [(u32, &str); 12] = [
@@ -48,7 +56,7 @@ pub(super) const FIELDS: &[u32] = &{
     ids
 };
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     for (field, kind) in KINDS {
         if let Some(count) = reader.nvml.field(field) {
             reader.push(PCIE_ERRORS.sample_with([kind], count));

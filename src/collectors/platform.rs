@@ -4,7 +4,7 @@
 
 use nvml::calls;
 
-use crate::collector::Gpu;
+use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {
@@ -13,7 +13,15 @@ families! {
         "Where the GPU sits in its rack as labels (Blackwell and newer): the chassis serial number (empty from a driver that knows only the first version of the call), the slot in the chassis (switches included), the compute tray, the node in the slot and the GPU's module in the node; always 1.";
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "platform",
+    default: true,
+    help: "Where the GPU sits in its rack (Blackwell and newer: GB200 NVL72): chassis serial number, slot, compute tray, node and module as labels, read once per driver.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]),
+};
+
+fn read(reader: &mut Gpu<'_>) {
     if !reader.facts().is_blackwell_or_newer() {
         return;
     }

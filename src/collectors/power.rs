@@ -9,7 +9,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::DeviceArchitecture;
 
-use crate::collector::{Gpu, PER_MILLI};
+use crate::collector::{Collector, Gpu, Hooks, PER_MILLI};
 use crate::facts::{Chip, GpuFacts};
 use crate::metrics::{self, families};
 
@@ -31,12 +31,20 @@ families! {
         "Share of its lifetime the power-smoothing circuitry has left (Blackwell and newer; driver 575+).";
 }
 
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "power",
+    default: true,
+    help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit, the power-smoothing circuitry's lifetime left.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS).with_fields_for(by_architecture),
+};
+
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
 /// The second power reading, and on Blackwell and newer the power-smoothing
 /// circuitry's lifetime left (258 from driver 580.82 on, 263 before:
 /// `nvml::fields::driver_id`).
-pub(super) fn by_architecture(facts: &GpuFacts) -> &'static [u32] {
+fn by_architecture(facts: &GpuFacts) -> &'static [u32] {
     const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
     match (draw_is_averaged(facts), facts.is_blackwell_or_newer()) {
         (true, true) => &[NVML_FI_DEV_POWER_INSTANT, LIFETIME],
@@ -65,7 +73,7 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
     }
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     if let Some(milliwatts) = reader.nvml.read(calls::POWER_USAGE, ()) {
         reader.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::collector::{Gpu, HostError, HostRun};
+use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
 use crate::compute;
 use crate::metrics::families;
 use crate::procfs::{self, Owner, Users};
@@ -18,13 +18,23 @@ families! {
         "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "processes",
+    default: false,
+    help: "Per-process GPU memory and SM utilization with owner attribution from /proc (pids churn series).",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[])
+        .with_early(compute::early)
+        .with_host(owners),
+};
+
+fn read(reader: &mut Gpu<'_>) {
     compute::list(reader, true);
 }
 
 /// The host step: each GPU's processes become samples, with their owners
 /// from procfs.
-pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
+fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
     attribute(
         &mut run.snapshot.devices,
         run.procfs,

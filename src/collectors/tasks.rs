@@ -13,7 +13,7 @@ use nvml::calls;
 use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
 
 use crate::bounded;
-use crate::collector::{Gpu, HostError, HostRun};
+use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
 use crate::compute;
 use crate::metrics::families;
 use crate::procfs::{self, Users};
@@ -37,6 +37,16 @@ families! {
         "The GPU's energy between runs that no known task used: idle windows with no or several holders, and the share of processes whose task is unknown.";
 }
 
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "tasks",
+    default: true,
+    help: "Per task (Slurm job, Kubernetes pod's container, container, systemd unit, else user) and GPU: SM-busy seconds, energy and seconds held, counted from run to run, and the memory it holds; the GPU's energy no task used.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS)
+        .with_early(compute::early)
+        .with_host(host),
+};
+
 /// Field values this collector takes from the batch.
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
@@ -44,7 +54,7 @@ pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 /// the processes collector), the energy counter, and the ledger carried to
 /// the host step; nothing where this run's totals cannot continue the
 /// state's (the next run then starts the ledger afresh).
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     // With no process listed now or at the previous run, no share can be
     // any task's (a process that came and went between runs has no task).
     let known = !reader.previous_state().tasks.processes.is_empty();
@@ -63,7 +73,7 @@ pub(super) fn read(reader: &mut Gpu<'_>) {
 
 /// The host step: names each process's task, advances every GPU's ledger
 /// and writes its series.
-pub(super) fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
+fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     // Boot time, not the wall clock: a clock step moves no count. NVML's
     // sample times are the wall clock's.
     let now_us = owner::boot_us();

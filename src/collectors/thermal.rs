@@ -10,7 +10,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::TemperatureThreshold;
 
-use crate::collector::Gpu;
+use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::{self, families};
 use nvml::fields::Field;
 
@@ -31,6 +31,14 @@ families! {
     TEMPERATURE_MARGIN: Gauge(Celsius), "nvidia_gpu_temperature_margin_celsius", [],
         "Degrees the GPU is below its nearest slowdown threshold (nvidia-smi: GPU T.Limit Temp); negative once past it.";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "thermal",
+    default: true,
+    help: "GPU and HBM temperatures, temperature thresholds, fans, thermal margin and the margins the GPU slows down and shuts down at, time held down by thermal and power-brake slowdown.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, FIELDS),
+};
 
 const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
     (TemperatureThreshold::Slowdown, "slowdown"),
@@ -74,7 +82,7 @@ pub(super) const FIELDS: &[u32] = &[
 /// Boards have one to four.
 const MAX_FANS: u32 = 16;
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     if let Some(celsius) = reader.nvml.gpu_temperature() {
         reader.gauge(TEMPERATURE, celsius);
     }

@@ -3,7 +3,7 @@
 use nvml::calls;
 use nvml::types::Sampling;
 
-use crate::collector::{point, read_engine, read_engines_early, Engine, Gpu, BUSY, SAMPLED};
+use crate::collector::{BUSY, Collector, Engine, Gpu, Hooks, SAMPLED, point, read_engine, read_engines_early};
 use crate::metrics::families;
 use crate::state::schema::Stream;
 
@@ -16,6 +16,14 @@ families! {
     PROCESSES: Gauge(Number), "nvidia_gpu_processes", [],
         "Compute processes running on the GPU.";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "utilization",
+    default: true,
+    help: "GPU and memory utilization over the samples since the previous run, busy and sampled time, count of compute processes.",
+    families: FAMILIES,
+    hooks: Hooks::read(read, &[]).with_early(early),
+};
 
 const GPU: Engine = Engine {
     label: "gpu",
@@ -30,11 +38,11 @@ const MEMORY: Engine = Engine {
     stream: Stream::Memory,
 };
 
-pub(super) fn early(reader: &mut Gpu<'_>) {
+fn early(reader: &mut Gpu<'_>) {
     read_engines_early(reader, &[GPU, MEMORY]);
 }
 
-pub(super) fn read(reader: &mut Gpu<'_>) {
+fn read(reader: &mut Gpu<'_>) {
     let gpu = read_engine(reader, GPU);
     let memory = read_engine(reader, MEMORY);
     // No samples in MIG mode; the HELP says so.

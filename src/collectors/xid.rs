@@ -1,7 +1,7 @@
 //! The kernel log's [`Counts`] of this boot: XIDs and fallen-off lines by GPU
 //! (else unattributed by bus id), SXids by switch, bus id, code and severity.
 
-use crate::collector::{HostError, HostRun};
+use crate::collector::{Collector, Hooks, HostError, HostRun};
 use crate::kernel_log::{BusId, Counts, Series, XidOf, MAX_SERIES};
 use crate::metrics::families;
 use crate::snapshot::Snapshot;
@@ -21,6 +21,14 @@ families! {
     NVSWITCH_SXID_ERRORS: Counter(Count), "nvidia_gpu_nvswitch_sxid_errors_total", ["switch", "pci_bus_id", "code", "sxid_severity"],
         "SXid errors the NVSwitch driver logged during this boot, by switch (N of nvidia-nvswitchN), its PCI bus id (domain:bus:device), SXid code and severity (fatal, non_fatal, correctable); a series appears at its first count.";
 }
+
+pub(super) static COLLECTOR: Collector = Collector {
+    name: "xid",
+    default: true,
+    help: "XID errors, NVSwitch SXids and GPUs fallen off the bus, counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
+    families: FAMILIES,
+    hooks: Hooks::NONE.with_host(collect),
+};
 
 /// Why a run did not count every line.
 #[derive(Debug, thiserror::Error)]

@@ -1136,7 +1136,7 @@ fn fields(
         }
         read
     };
-    let every: Vec<&collectors::Collector> = collectors::ALL.iter().collect();
+    let every: Vec<&collectors::Collector> = collectors::ALL.to_vec();
     collectors::field_batches(facts, &every, links, &mut send);
     // A field asked only at scope 0 is keyed by its id alone.
     let scoped: Vec<u32> = answers
