@@ -9,7 +9,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_POWER_STATE,
 };
 
-use crate::collector::{Collector, Gpu, Hooks, flag};
+use crate::collector::{flag, Collector, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {

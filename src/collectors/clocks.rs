@@ -10,7 +10,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::{PerformancePolicy, PerformanceState};
 
-use crate::collector::{CLOCK_DOMAINS, Collector, Gpu, HERTZ_PER_MEGAHERTZ, Hooks, flag};
+use crate::collector::{flag, Collector, Gpu, Hooks, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics::families;
 use nvml::unwrapped::EventReasons;
 

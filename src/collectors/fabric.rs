@@ -1,7 +1,7 @@
 //! The NVLink fabric of NVSwitch systems. Nothing on a GPU on no fabric (read
 //! once per driver).
 
-use crate::collector::{Collector, Gpu, Hooks, flag};
+use crate::collector::{flag, Collector, Gpu, Hooks};
 use crate::metrics::families;
 use nvml::calls;
 use nvml::fabric::{Condition, FabricState, Summary};

@@ -138,10 +138,7 @@ struct GpuWindow<'n> {
     ends: Instant,
 }
 
-fn open<'n>(
-    reader: &mut Gpu<'n>,
-    settings: &Settings,
-) -> Option<Box<dyn Window<'n> + 'n>> {
+fn open<'n>(reader: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<'n> + 'n>> {
     if settings.gpm_window.is_zero() || !reader.nvml.read(calls::GPM_SUPPORT, ())? {
         return None;
     }

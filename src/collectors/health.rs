@@ -8,7 +8,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::{EccCounter, MemoryError, RetirementCause};
 
-use crate::collector::{Collector, Gpu, Hooks, flag};
+use crate::collector::{flag, Collector, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {

@@ -1,7 +1,7 @@
 //! Hardware maxima fixed while the driver is loaded: maximum clocks, the
 //! power limit range. Off by default.
 
-use crate::collector::{CLOCK_DOMAINS, Collector, Gpu, HERTZ_PER_MEGAHERTZ, Hooks, PER_MILLI};
+use crate::collector::{Collector, Gpu, Hooks, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 use crate::metrics::families;
 use nvml::calls;
 

@@ -4,7 +4,9 @@
 use nvml::calls;
 use nvml::types::Sampling;
 
-use crate::collector::{BUSY, Collector, Engine, Gpu, Hooks, SAMPLED, point, read_engine, read_engines_early};
+use crate::collector::{
+    point, read_engine, read_engines_early, Collector, Engine, Gpu, Hooks, BUSY, SAMPLED,
+};
 use crate::metrics::{self, families};
 use crate::state::schema::Stream;
 use nvml::unwrapped::Accelerator;

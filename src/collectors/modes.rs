@@ -3,7 +3,7 @@
 use nvml::calls;
 use nvml::types::ComputeMode;
 
-use crate::collector::{Collector, Gpu, Hooks, flag};
+use crate::collector::{flag, Collector, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {

@@ -13,7 +13,7 @@ use nvml::types::field_id::{
 use nvml::types::ErrorCounter;
 use nvml::{calls, Code};
 
-use crate::collector::{Collector, Gpu, Hooks, flag};
+use crate::collector::{flag, Collector, Gpu, Hooks};
 use crate::metrics::{families, Labelled};
 use crate::snapshot::LabelValue;
 

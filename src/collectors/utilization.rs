@@ -3,7 +3,9 @@
 use nvml::calls;
 use nvml::types::Sampling;
 
-use crate::collector::{BUSY, Collector, Engine, Gpu, Hooks, SAMPLED, point, read_engine, read_engines_early};
+use crate::collector::{
+    point, read_engine, read_engines_early, Collector, Engine, Gpu, Hooks, BUSY, SAMPLED,
+};
 use crate::metrics::families;
 use crate::state::schema::Stream;
 

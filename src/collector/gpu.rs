@@ -1,0 +1,256 @@
+//! One GPU as its collectors see it: its reader, facts, the state the
+//! previous run left and the one this run leaves, and what was read.
+
+use std::collections::BTreeMap;
+
+use nvml::calls::Call;
+use nvml::DeviceReader;
+
+use crate::facts::GpuFacts;
+use crate::identity::Identity;
+use crate::metrics::{self, Family, Labelled};
+use crate::samples::{self, Carry};
+use crate::snapshot::{BusyWindow, Device, Process, Sample, TaskReading};
+use crate::state::schema::{GpuState, Stream, Unsupported};
+
+use super::finish::{down, identified, merge_duplicates, Finished};
+
+/// One GPU as its collectors see it; fields of the next state a run does
+/// not set keep what they held (see `state`).
+pub struct Gpu<'n> {
+    pub nvml: DeviceReader<'n>,
+    facts: GpuFacts,
+    previous: GpuState,
+    next: GpuState,
+    keeps_totals: bool,
+    samples: Vec<Sample>,
+    processes: Vec<Process>,
+    /// The processes' window once they were listed (`compute::list`), and
+    /// whether their shares were read.
+    pub process_window: Option<(Option<BusyWindow>, bool)>,
+    pub tasks: Option<TaskReading>,
+    /// The sample buffers fetched this run.
+    pub fetched: samples::Fetched,
+    /// Processes NVML listed twice, merged.
+    merged: usize,
+    /// Runs since the unsupported calls were last asked.
+    unsupported_runs: u32,
+}
+
+impl<'n> Gpu<'n> {
+    pub fn new(nvml: DeviceReader<'n>) -> Self {
+        Gpu {
+            nvml,
+            facts: GpuFacts::default(),
+            previous: GpuState::default(),
+            next: GpuState::default(),
+            keeps_totals: false,
+            samples: Vec::with_capacity(256),
+            processes: Vec::new(),
+            process_window: None,
+            tasks: None,
+            fetched: samples::Fetched::default(),
+            merged: 0,
+            unsupported_runs: 0,
+        }
+    }
+
+    /// A process listed twice on one instance is one: memory summed, the
+    /// larger share kept.
+    pub fn process(&mut self, process: Process) {
+        let Some(earlier) = self.processes.iter_mut().find(|p| p.is(&process)) else {
+            return self.processes.push(process);
+        };
+        self.merged += 1;
+        earlier.memory_bytes = match (earlier.memory_bytes, process.memory_bytes) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+        earlier.sm_ratio = match (earlier.sm_ratio, process.sm_ratio) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        earlier.sm_seen_us = earlier.sm_seen_us.max(process.sm_seen_us);
+        earlier.listed |= process.listed;
+    }
+
+    pub fn index(&self) -> u32 {
+        self.nvml.index()
+    }
+
+    /// What the info read found of this GPU (all empty before it ran).
+    pub fn facts(&self) -> &GpuFacts {
+        &self.facts
+    }
+
+    pub fn set_facts(&mut self, facts: GpuFacts) {
+        self.facts = facts;
+    }
+
+    /// The calls answered NOT_SUPPORTED under the same MIG mode are not made
+    /// again (see [`Unsupported`]).
+    pub(crate) fn resume(&mut self, state: GpuState, keeps_totals: bool) {
+        let known = &state.unsupported;
+        if known.mig_mode == self.mig_mode() && known.runs < Unsupported::RUNS {
+            self.nvml.assume_unsupported(known.calls.clone());
+            self.unsupported_runs = known.runs + 1;
+        }
+        self.previous = state;
+        self.keeps_totals = keeps_totals;
+    }
+
+    fn mig_mode(&mut self) -> Option<u32> {
+        self.nvml.mig_mode().map(|mode| mode.current)
+    }
+
+    pub fn previous_state(&self) -> &GpuState {
+        &self.previous
+    }
+
+    pub fn next_state(&mut self) -> &mut GpuState {
+        &mut self.next
+    }
+
+    /// False when the state is unusable or not this GPU's: totals it keeps
+    /// are then left out (a restart from 0 would read as a reset).
+    pub fn keeps_totals(&self) -> bool {
+        self.keeps_totals
+    }
+
+    /// A reading fixed while the driver is loaded, kept in the state under
+    /// `name`. `Some(None)`: not supported (kept too); `None`: failed (made
+    /// again next run) or down.
+    pub fn read_fixed<A: std::fmt::Debug, T>(
+        &mut self,
+        name: &str,
+        call: Call<A, T>,
+        args: A,
+        to_kept: fn(T) -> i64,
+    ) -> Option<Option<i64>> {
+        let (previous, next) = (&self.previous.fixed, &mut self.next.fixed);
+        remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
+    }
+
+    /// [`Self::read_fixed`] of a reading kept as the labels of an `_info` series.
+    pub fn read_fixed_labels<A: std::fmt::Debug, T>(
+        &mut self,
+        name: &str,
+        call: Call<A, T>,
+        args: A,
+        to_kept: fn(T) -> Vec<String>,
+    ) -> Option<Option<Vec<String>>> {
+        let (previous, next) = (&self.previous.fixed_labels, &mut self.next.fixed_labels);
+        remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
+    }
+
+    /// Labels kept in a shape no run writes (a damaged state): counted, and
+    /// not kept, so that the next run reads them again.
+    pub fn damaged_fixed_labels(&mut self, name: &str) {
+        let index = self.index();
+        self.nvml.count_error(format!(
+            "GPU {index}: the state's {name} labels are damaged; read again next run"
+        ));
+        self.next.fixed_labels.remove(name);
+    }
+
+    /// A value no GPU can produce ([`Family::admits`]) is dropped, logged
+    /// and counted.
+    pub fn push(&mut self, sample: Sample) {
+        let value = sample.value;
+        self.push_read(sample, value);
+    }
+
+    /// [`Self::push`] logging `read`, the value NVML gave, on a rejection.
+    /// Whether it was kept.
+    pub fn push_read(&mut self, sample: Sample, read: f64) -> bool {
+        let admitted = sample.family.admits(sample.value);
+        if admitted {
+            self.samples.push(sample);
+        } else {
+            self.reject(sample.family, read);
+        }
+        admitted
+    }
+
+    /// Counts a dropped impossible reading as a read error.
+    pub fn reject(&mut self, family: &Family, value: f64) {
+        let index = self.index();
+        self.nvml.count_error(format!(
+            "GPU {index}: {} read {value}, which is impossible; dropped",
+            family.name
+        ));
+    }
+
+    /// `None` for an impossible carry too: the totals start afresh.
+    pub fn previous_carry(&self, stream: Stream) -> Option<Carry> {
+        let carry = *self.previous_state().carries.get(&stream)?;
+        if !carry.is_possible() {
+            log::debug!(
+                "the state's carry of {stream:?} is impossible; starting its totals afresh"
+            );
+            return None;
+        }
+        Some(carry)
+    }
+
+    pub fn gauge(&mut self, family: Labelled<0>, value: f64) {
+        self.push(family.sample(value));
+    }
+
+    /// Only the down state if a fatal error occurred.
+    pub fn finish(mut self, identity: &Identity) -> Finished {
+        let index = self.index();
+        self.next.unsupported = Unsupported {
+            mig_mode: self.mig_mode(),
+            calls: self.nvml.unsupported_calls().clone(),
+            runs: self.unsupported_runs,
+        };
+        let read_errors = match self.nvml.finish() {
+            Ok(read_errors) => read_errors,
+            Err(fault) => return down(index, identity, fault.into(), None).into(),
+        };
+        let merged = merge_duplicates(&mut self.samples) + self.merged;
+        if merged > 0 {
+            log::warn!(
+                "GPU {index}: NVML listed {merged} reading(s) twice (the same pid or MIG instance); merged"
+            );
+        }
+        self.samples.push(metrics::UP.sample(1.0));
+        self.samples
+            .push(metrics::COLLECTOR_READ_ERRORS.sample(f64::from(read_errors)));
+        Finished {
+            device: Device {
+                samples: self.samples,
+                processes: self.processes,
+                tasks: self.tasks,
+                ..identified(index, identity)
+            },
+            state: Some(self.next),
+        }
+    }
+}
+
+/// The value of `name` kept in `next` or `previous`, else read and kept in
+/// `next` (see [`Gpu::read_fixed`]).
+fn remembered<A: std::fmt::Debug, T, V: Clone>(
+    nvml: &mut DeviceReader<'_>,
+    previous: &BTreeMap<String, Option<V>>,
+    next: &mut BTreeMap<String, Option<V>>,
+    name: &str,
+    call: Call<A, T>,
+    args: A,
+    to_kept: fn(T) -> V,
+) -> Option<Option<V>> {
+    let value = match next.get(name).or(previous.get(name)) {
+        Some(value) => value.clone(),
+        None => match nvml.try_read(call, args)? {
+            Ok(value) => Some(to_kept(value)),
+            Err(error) => {
+                nvml.note(&error);
+                error.is_unsupported().then_some(None)?
+            }
+        },
+    };
+    next.insert(name.to_owned(), value.clone());
+    Some(value)
+}

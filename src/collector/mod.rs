@@ -1,0 +1,174 @@
+//! What a collector is: its registry row and hooks (here), and what its
+//! hooks are given: the per-GPU context ([`Gpu`]), the host step's run
+//! ([`HostRun`]), the sampled engines two collectors share (`engines`), the
+//! units NVML reads in (`units`) and the finished device (`finish`).
+
+mod engines;
+mod finish;
+mod gpu;
+mod units;
+
+pub use engines::{point, read_engine, read_engines_early, Engine, BUSY, SAMPLED, SHARED};
+pub use finish::{down, Finished};
+pub use gpu::Gpu;
+pub use units::{flag, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::facts::GpuFacts;
+use crate::metrics::Family;
+use crate::snapshot::Snapshot;
+use crate::state::schema::GpuState;
+use crate::state::StateFile;
+
+/// A window over one GPU (GPM's two samples); the other reads are taken at
+/// its end.
+pub trait Window<'n> {
+    fn ends(&self) -> Instant;
+    fn end_by(&mut self, latest: Instant);
+    /// Waits for the window's end and pushes its readings.
+    fn close(self: Box<Self>, reader: &mut Gpu<'n>);
+}
+
+/// A group of metric families that can be switched on and off.
+pub struct Collector {
+    pub name: &'static str,
+    /// On unless `--no-collector` names it.
+    pub default: bool,
+    /// One line for `--help`, the man page and the README.
+    pub help: &'static str,
+    pub families: &'static [&'static Family],
+    pub(crate) hooks: Hooks,
+}
+
+/// What a collector does in each phase of a run (see `phases`).
+#[derive(Clone, Copy)]
+pub(crate) struct Hooks {
+    /// Field ids `read` takes from the GPU's batched field read.
+    pub(crate) fields: &'static [u32],
+    /// More field ids, by the GPU's facts.
+    pub(crate) fields_for: Option<fn(&GpuFacts) -> &'static [u32]>,
+    /// Opens a window before any other reading, closed after every `read`.
+    pub(crate) open: Option<OpenHook>,
+    /// Reads taken as the windows open, where one is (NVML's sample
+    /// buffers): `read` at their end then covers the whole time since the
+    /// previous run with a buffer that holds only the time between runs.
+    pub(crate) early: Option<fn(&mut Gpu<'_>)>,
+    pub(crate) read: Option<fn(&mut Gpu<'_>)>,
+    /// Runs once the GPUs were read; an error makes
+    /// `nvidia_gpu_collector_success` 0.
+    pub(crate) host: Option<HostHook>,
+}
+
+/// `None`: nothing to measure.
+type OpenHook = for<'n> fn(&mut Gpu<'n>, &Settings) -> Option<Box<dyn Window<'n> + 'n>>;
+
+type HostHook = fn(&mut HostRun<'_>) -> Result<(), HostError>;
+
+/// The host step's own typed error.
+pub type HostError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Hooks {
+    pub(crate) const NONE: Hooks = Hooks {
+        fields: &[],
+        fields_for: None,
+        open: None,
+        early: None,
+        read: None,
+        host: None,
+    };
+
+    pub(crate) const fn read(read: fn(&mut Gpu<'_>), fields: &'static [u32]) -> Hooks {
+        Hooks {
+            read: Some(read),
+            fields,
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn open(open: OpenHook) -> Hooks {
+        Hooks {
+            open: Some(open),
+            ..Hooks::NONE
+        }
+    }
+
+    pub(crate) const fn with_host(self, host: HostHook) -> Hooks {
+        Hooks {
+            host: Some(host),
+            ..self
+        }
+    }
+
+    pub(crate) const fn with_early(self, early: fn(&mut Gpu<'_>)) -> Hooks {
+        Hooks {
+            early: Some(early),
+            ..self
+        }
+    }
+
+    pub(crate) const fn with_fields_for(self, pick: fn(&GpuFacts) -> &'static [u32]) -> Hooks {
+        Hooks {
+            fields_for: Some(pick),
+            ..self
+        }
+    }
+}
+
+/// What this run's collectors are asked to do, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The collectors that are on, in registry order.
+    pub collectors: Vec<&'static Collector>,
+    /// Read each GPU on a thread of its own.
+    pub parallel: bool,
+    /// When the GPUs must be read (the host steps' time follows).
+    pub gpus_end: Instant,
+    /// Zero turns GPM off.
+    pub gpm_window: Duration,
+    /// The GPM pause file exists.
+    pub gpm_paused: bool,
+}
+
+pub struct HostRun<'a> {
+    pub snapshot: &'a mut Snapshot,
+    pub state: &'a mut StateFile,
+    pub until: Instant,
+    /// Journal files to read instead of the system journal (`--journal-dir`).
+    pub journal_dir: Option<&'a Path>,
+    /// Where process owners are read from (`--procfs`).
+    pub procfs: &'a Path,
+    /// The kubelet's pod log directory and `/var/log/containers`, which name pods.
+    pub pod_logs: &'a Path,
+    pub container_logs: &'a Path,
+    /// The state each GPU leaves, by UUID: a host step may set its part.
+    pub states: &'a mut BTreeMap<String, GpuState>,
+}
+
+impl Collector {
+    pub(crate) fn fields(&self, facts: &GpuFacts) -> impl Iterator<Item = u32> + '_ {
+        let chosen = self.hooks.fields_for.map_or(&[][..], |pick| pick(facts));
+        self.hooks.fields.iter().chain(chosen).copied()
+    }
+
+    /// Takes `--gpm-window`.
+    pub fn opens_window(&self) -> bool {
+        self.hooks.open.is_some()
+    }
+}
+
+impl std::fmt::Debug for Collector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PartialEq for Collector {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Collector {}
