@@ -3,6 +3,7 @@
 //! store the state, render, publish; map the outcome to an exit status.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::{CommandFactory, Parser};
 
@@ -12,12 +13,13 @@ use crate::exit::Exit;
 use crate::generate::generate;
 use crate::logging;
 use crate::metrics;
+use crate::outcome::Outcome;
 use crate::phases;
 use crate::publish::{write_stdout, Published, Publisher, Target};
 use crate::reason::Reason;
 use crate::render::render;
 use crate::state::{StateDir, StateFile};
-use crate::watchdog::{collect, exit_now, Deadline, Outcome};
+use crate::watchdog::{collect, exit_now, Deadline};
 
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
@@ -57,9 +59,9 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
     if cli.stdout {
         let mut outcome = snapshot_with_state(cli, deadline, cli.write_state);
         deadline.enter("writing to standard output");
-        deadline.stamp_duration(&mut outcome.snapshot);
+        outcome.stamp_duration(&deadline.budget);
         let text = render(&outcome.snapshot);
-        return match write_stdout(text.as_bytes(), deadline.end()) {
+        return match write_stdout(text.as_bytes(), deadline.budget.end) {
             Ok(true) => outcome.exit,
             Ok(false) => {
                 log::error!(
@@ -75,7 +77,7 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
 
     let target = Target::new(&cli.output_dir, &cli.output_file);
     deadline.enter("waiting for the lock of the output file");
-    let publisher = match Publisher::begin(&target, deadline.gpus_end()) {
+    let publisher = match Publisher::begin(&target, deadline.budget.gpus_end) {
         Ok(publisher) => publisher,
         Err(error) => return publish_failed(error),
     };
@@ -96,10 +98,10 @@ fn run(cli: &Cli, deadline: &Deadline) -> Exit {
             target.path().display(),
             Reason::Busy.hint()
         );
-        deadline.failed(Reason::Busy, Exit::Busy)
+        Outcome::failed(Reason::Busy, Exit::Busy, &deadline.budget)
     };
     deadline.enter("writing the output file");
-    deadline.stamp_duration(&mut outcome.snapshot);
+    outcome.stamp_duration(&deadline.budget);
     match publisher.publish(&render(&outcome.snapshot)) {
         Ok(Published::Written) => outcome.exit,
         Ok(Published::LeftHoldersFile) => Exit::Busy,
@@ -129,13 +131,13 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
         false => "reading the state",
     });
     let dir = StateDir::new(&cli.state_dir);
-    let state = &mut StateFile::open(dir, deadline.waiting_ends(), store);
-    let settings = cli.settings(deadline.gpus_end());
+    let state = &mut StateFile::open(dir, deadline.budget.halfway(Instant::now()), store);
+    let settings = cli.settings(deadline.budget);
     let (previous, totals) = (state.previous().clone(), state.continues_totals());
     let library = cli.nvml_lib.clone();
     let reading_settings = settings.clone();
     deadline.enter("reading NVML");
-    let mut outcome = collect(
+    let collected = collect(
         move |inflight, opened| {
             phases::read(
                 &library,
@@ -145,8 +147,9 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
                 opened,
             )
         },
-        deadline,
+        &deadline.budget,
     );
+    let mut outcome = Outcome::of(collected, &deadline.budget);
     // Host steps work on the GPUs NVML reported: only after a successful read,
     // until the end of reading, which a hung GPU cannot take (`timing`).
     if outcome.driver_version.is_some() {
@@ -155,7 +158,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
             &mut HostRun {
                 snapshot: &mut outcome.snapshot,
                 state,
-                until: deadline.reading_ends(),
+                until: deadline.budget.host_end,
                 journal_dir: cli.journal_dir.as_deref(),
                 procfs: &cli.procfs,
                 pod_logs: &cli.pod_log_dir,
@@ -168,7 +171,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
     if let (true, Some(driver)) = (store, &outcome.driver_version) {
         deadline.enter("storing the state");
         let (devices, states) = (&outcome.snapshot.devices, &outcome.states);
-        state.store(devices, states, driver, deadline.storing_ends());
+        state.store(devices, states, driver, deadline.budget.storing_end);
     }
     let state_ok = metrics::COLLECTOR_STATE_OK.sample(if state.ok() { 1.0 } else { 0.0 });
     outcome.snapshot.host.push(state_ok);

@@ -2,7 +2,7 @@
 //! and values are defined once, below; `--generate man` renders them too.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
@@ -10,7 +10,7 @@ use clap::Parser;
 use crate::collectors::{self, Collector, Settings};
 use crate::exit::Exit;
 pub use crate::timing::MAX_TIMEOUT;
-use crate::timing::{self, WindowError, WindowRequest as GpmWindowRequest};
+use crate::timing::{self, Budget, WindowError, WindowRequest as GpmWindowRequest};
 
 /// Writes one snapshot of every NVIDIA GPU, read through NVML, to a Prometheus
 /// textfile for node_exporter's textfile collector, then exits.
@@ -209,11 +209,11 @@ impl Cli {
     }
 
     /// What this run's collectors are asked to do.
-    pub fn settings(&self, gpus_end: Instant) -> Settings {
+    pub fn settings(&self, budget: Budget) -> Settings {
         Settings {
             collectors: self.collectors(),
             parallel: !self.sequential,
-            gpus_end,
+            budget,
             gpm_window: self.gpm_window().unwrap_or_default(),
             gpm_paused: self.gpm_pause_file.exists(),
         }

@@ -66,7 +66,7 @@ enum Slot {
 
 /// Reads every GPU with the `previous` state (its running totals continue if
 /// `totals`), calling `opened` once NVML is open; from then on it returns by
-/// `settings.gpus_end`, whatever the GPUs do.
+/// `settings.budget.gpus_end`, whatever the GPUs do.
 pub fn read(
     library: &Path,
     settings: &Settings,
@@ -85,7 +85,12 @@ pub fn read(
     let (started, missing) = identify(
         &reports, &mut slots, starts, &states, totals, settings, inflight,
     );
-    receive(&reports, &mut slots, settings.gpus_end, Slot::settled);
+    receive(
+        &reports,
+        &mut slots,
+        settings.budget.gpus_end,
+        Slot::settled,
+    );
     let mut timed_out = false;
     let mut devices = Vec::with_capacity(slots.len() + missing.len());
     for ((index, slot), start) in (0..).zip(slots).zip(started) {
@@ -102,7 +107,7 @@ pub fn read(
     })
 }
 
-/// Phase 1: awaits the identities until `timing::halfway`, resolves them and
+/// Phase 1: awaits the identities until the budget's `halfway`, resolves them and
 /// starts each GPU's reads; returns the starts and the GPUs that left.
 fn identify(
     reports: &Waiting<Report>,
@@ -113,7 +118,7 @@ fn identify(
     settings: &Settings,
     inflight: &InFlight,
 ) -> (Vec<Start>, Vec<KnownGpu>) {
-    let identities_end = timing::halfway(Instant::now(), settings.gpus_end);
+    let identities_end = settings.budget.halfway(Instant::now());
     let identified = |slot: &Slot| !matches!(slot, Slot::Identifying);
     receive(reports, slots, identities_end, identified);
     let reads: Vec<identity::Read> = (0..)
@@ -179,7 +184,7 @@ impl Slot {
             Slot::Reading(took) => {
                 // The phase the deadline cut keeps all the run's time (`timing::cut`).
                 let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
-                let cut = micros(timing::cut(opened, settings.gpus_end));
+                let cut = micros(timing::cut(opened, settings.budget.gpus_end));
                 match took {
                     None => state.reads_us = cut,
                     Some(took) => (state.reads_us, state.closing_us) = (micros(took), cut),
@@ -337,7 +342,12 @@ fn read_group(
     }
     let windows_end = ready.iter().filter_map(|gpu| gpu.windows_end).min();
     let estimates: Vec<timing::Estimate> = ready.iter().map(|gpu| gpu.estimate).collect();
-    let plan = timing::schedule(Instant::now(), settings.gpus_end, windows_end, &estimates);
+    let plan = timing::schedule(
+        Instant::now(),
+        settings.budget.gpus_end,
+        windows_end,
+        &estimates,
+    );
     for (gpu, end_by) in ready.iter_mut().zip(&plan.windows_end_by) {
         gpu.end_windows_by(*end_by);
     }

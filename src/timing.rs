@@ -30,11 +30,6 @@ pub fn reading_time(timeout: Duration) -> Duration {
     timeout - publish_reserve(timeout)
 }
 
-/// When storing the state gives up: half-way through the publish reserve.
-pub fn storing_ends(reading_ends: Instant, timeout: Duration) -> Instant {
-    reading_ends + publish_reserve(timeout) / 2
-}
-
 /// What the reading time keeps back for the host steps, which a hung GPU
 /// cannot take: a tenth of it, at most 500 ms.
 pub fn host_reserve(timeout: Duration) -> Duration {
@@ -47,16 +42,50 @@ pub fn gpus_time(timeout: Duration) -> Duration {
     reading_time(timeout) - host_reserve(timeout)
 }
 
-/// Half-way from `now` to `reading_ends`: when a wait before reading gives
-/// up, and when the GPUs' identities, for NVML opened `now`, must be read.
-pub fn halfway(now: Instant, reading_ends: Instant) -> Instant {
-    now + reading_ends.saturating_duration_since(now) / 2
+/// A run's time, computed once from `--timeout` when it starts: its named
+/// instants, in the order they come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub started: Instant,
+    pub timeout: Duration,
+    /// The GPUs are read (their windows, reads and closes) by then.
+    pub gpus_end: Instant,
+    /// The host steps end, and with them reading.
+    pub host_end: Instant,
+    /// Storing the state gives up.
+    pub storing_end: Instant,
+    /// The file is published.
+    pub end: Instant,
+    /// A run still blocked is ended ([`HARD_STOP_GRACE`] past `end`).
+    pub hard_stop: Instant,
 }
 
-/// How long past `gpus_end` the watchdog waits for the GPUs once NVML is
-/// open: a quarter of the publish reserve, at most 50 ms.
-pub fn handoff(timeout: Duration) -> Duration {
-    (publish_reserve(timeout) / 4).min(Duration::from_millis(50))
+impl Budget {
+    pub fn new(started: Instant, timeout: Duration) -> Budget {
+        let host_end = started + reading_time(timeout);
+        Budget {
+            started,
+            timeout,
+            gpus_end: started + gpus_time(timeout),
+            host_end,
+            storing_end: host_end + publish_reserve(timeout) / 2,
+            end: started + timeout,
+            hard_stop: started + timeout + HARD_STOP_GRACE,
+        }
+    }
+
+    /// When a wait that starts now before the GPUs are read gives up (the
+    /// locks), and when the GPUs' identities must be read.
+    pub fn halfway(&self, now: Instant) -> Instant {
+        now + self.gpus_end.saturating_duration_since(now) / 2
+    }
+
+    /// How long past `gpus_end` the watchdog waits for the GPUs once NVML is
+    /// open: a quarter of the publish reserve, at most 50 ms; the GPUs'
+    /// readings are handed over by then.
+    pub fn handoff(&self) -> Instant {
+        self.gpus_end + (publish_reserve(self.timeout) / 4).min(Duration::from_millis(50))
+    }
 }
 
 /// The shortest GPM window: on an H200 a 50 ms window read all zeros.
@@ -242,6 +271,19 @@ mod tests {
     fn reading_leaves_a_fifth_of_the_timeout_at_most_a_second_to_publish() {
         assert_eq!(publish_reserve(Duration::from_secs(2)), 400 * MS);
         assert_eq!(publish_reserve(Duration::from_secs(30)), 1_000 * MS);
+    }
+
+    #[test]
+    fn the_units_budget_names_each_instant() {
+        let now = Instant::now();
+        let budget = Budget::new(now, 14_000 * MS);
+        assert_eq!(budget.gpus_end, now + 12_500 * MS);
+        assert_eq!(budget.host_end, now + 13_000 * MS);
+        assert_eq!(budget.storing_end, now + 13_500 * MS);
+        assert_eq!(budget.end, now + 14_000 * MS);
+        assert_eq!(budget.hard_stop, now + 14_250 * MS);
+        assert_eq!(budget.handoff(), now + 12_550 * MS);
+        assert_eq!(budget.halfway(now + 2_500 * MS), now + 7_500 * MS);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::metrics::Family;
 use crate::snapshot::Snapshot;
 use crate::state::schema::GpuState;
 use crate::state::StateFile;
+use crate::timing::Budget;
 
 /// A window over one GPU (GPM's two samples); the other reads are taken at
 /// its end.
@@ -124,8 +125,8 @@ pub struct Settings {
     pub collectors: Vec<&'static Collector>,
     /// Read each GPU on a thread of its own.
     pub parallel: bool,
-    /// When the GPUs must be read (the host steps' time follows).
-    pub gpus_end: Instant,
+    /// The run's time: the GPUs are read by `gpus_end`.
+    pub budget: Budget,
     /// Zero turns GPM off.
     pub gpm_window: Duration,
     /// The GPM pause file exists.

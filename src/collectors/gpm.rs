@@ -146,7 +146,7 @@ fn open<'n>(reader: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<
         unavailable(reader, Unavailable::Paused);
         return None;
     }
-    let latest = settings.gpus_end.checked_sub(AFTER_WINDOW);
+    let latest = settings.budget.gpus_end.checked_sub(AFTER_WINDOW);
     let Some(latest) =
         latest.filter(|latest| latest.saturating_duration_since(Instant::now()) >= MIN_WINDOW)
     else {

@@ -1,0 +1,133 @@
+//! What a run publishes and how it exits, decided from what the GPUs' reading
+//! gave: every file holds the collector series; a failed run no device series.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::collector::Finished;
+use crate::exit::Exit;
+use crate::metrics;
+use crate::phases::Reading;
+use crate::reason::Reason;
+use crate::snapshot::{Sample, Snapshot, Status};
+use crate::state::schema::GpuState;
+use crate::timing::Budget;
+use crate::watchdog::Stopped;
+
+/// The snapshot to publish and how the run should exit.
+#[derive(Debug)]
+pub struct Outcome {
+    pub snapshot: Snapshot,
+    /// What each GPU leaves for the next run, by UUID.
+    pub states: BTreeMap<String, GpuState>,
+    pub exit: Exit,
+    /// The driver version NVML was read under; `None`: store nothing of this run.
+    pub driver_version: Option<String>,
+}
+
+impl Outcome {
+    /// The GPUs' reading, or why there is none (logged here, once).
+    pub fn of(collected: Result<Reading, Stopped>, budget: &Budget) -> Outcome {
+        let reading = match collected {
+            Ok(reading) => reading,
+            Err(stopped) => {
+                let (reason, exit) = stopped_because(stopped, budget);
+                return Outcome::failed(reason, exit, budget);
+            }
+        };
+        let down = reading
+            .devices
+            .iter()
+            .any(|d| d.device.status != Status::Up);
+        let exit = match (reading.timed_out, down) {
+            (true, _) => Exit::Timeout,
+            (false, true) => Exit::DeviceDown,
+            (false, false) => Exit::Success,
+        };
+        let mut host = collector_samples(None, budget);
+        host.extend(reading.host);
+        let mut states = BTreeMap::new();
+        let mut devices = Vec::with_capacity(reading.devices.len());
+        for Finished { device, state } in reading.devices {
+            if let Some(state) = state.filter(|_| !device.uuid.is_empty()) {
+                states.insert(device.uuid.clone(), state);
+            }
+            devices.push(device);
+        }
+        Outcome {
+            snapshot: Snapshot { host, devices },
+            states,
+            exit,
+            driver_version: Some(reading.driver_version),
+        }
+    }
+
+    /// A snapshot that says only that the run failed for `reason`.
+    pub fn failed(reason: Reason, exit: Exit, budget: &Budget) -> Outcome {
+        Outcome {
+            snapshot: Snapshot {
+                host: collector_samples(Some(reason), budget),
+                devices: Vec::new(),
+            },
+            states: BTreeMap::new(),
+            exit,
+            driver_version: None,
+        }
+    }
+
+    /// Sets `nvidia_gpu_collector_duration_seconds` to the time since the
+    /// run started (right before rendering, to cover every read).
+    pub fn stamp_duration(&mut self, budget: &Budget) {
+        let elapsed = budget.started.elapsed().as_secs_f64();
+        let family = metrics::COLLECTOR_DURATION.family();
+        let duration = self.snapshot.host.iter_mut().filter(|s| s.family == family);
+        duration.for_each(|sample| sample.value = elapsed);
+    }
+}
+
+/// Logs why NVML gave no reading; the reason and the exit status.
+fn stopped_because(stopped: Stopped, budget: &Budget) -> (Reason, Exit) {
+    match stopped {
+        Stopped::Nvml(error) => {
+            let (reason, detail) = (Reason::from(error.failure), error.detail);
+            log::error!(
+                "cannot use NVML ({reason}): {detail}\nhint: {}",
+                reason.hint()
+            );
+            (reason, Exit::NvmlUnavailable)
+        }
+        Stopped::NotStarted(e) => {
+            log::error!("cannot start the NVML thread: {e}");
+            (Reason::ExporterResources, Exit::NvmlUnavailable)
+        }
+        Stopped::Late(stuck_in) => {
+            log::error!(
+                "NVML did not answer within the run's --timeout {}; stuck in {stuck_in}. The \
+                 driver may be hung: check `dmesg` for Xid errors and whether `nvidia-smi` \
+                 also hangs.",
+                humantime::format_duration(budget.timeout),
+            );
+            (Reason::Timeout, Exit::Timeout)
+        }
+        Stopped::Ended => {
+            log::error!("the NVML thread ended without a result (see the panic above)");
+            (Reason::ExporterBug, Exit::NvmlUnavailable)
+        }
+    }
+}
+
+/// The collector samples of every file; `error`: why the run failed, if it did.
+fn collector_samples(error: Option<Reason>, budget: &Budget) -> Vec<Sample> {
+    // When the snapshot was taken: the end of reading, or the failure.
+    let timestamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
+    let mut samples = vec![
+        metrics::COLLECTOR_UP.sample(if error.is_some() { 0.0 } else { 1.0 }),
+        metrics::COLLECTOR_DURATION.sample(budget.started.elapsed().as_secs_f64()),
+        metrics::COLLECTOR_TIMESTAMP.sample(timestamp),
+        metrics::COLLECTOR_BUILD_INFO.sample_with([env!("CARGO_PKG_VERSION")], 1.0),
+    ];
+    samples.extend(error.map(|e| metrics::COLLECTOR_ERROR.sample_with([e.label()], 1.0)));
+    samples
+}
