@@ -5,7 +5,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nvml::samples::{self as nvml_samples, Point, ProcessEntry};
+use nvml::calls;
+use nvml::samples::{Point, ProcessEntry};
 use nvml::types::Sampling;
 use nvml::DeviceReader;
 
@@ -176,7 +177,9 @@ impl Fetched {
     /// the read, which counts the error).
     pub fn early(&mut self, reader: &mut DeviceReader<'_>, sampling: Sampling) -> Option<&[Point]> {
         if !self.answers.iter().any(|a| a.sampling == sampling) {
-            let samples = nvml_samples::fetch(reader, sampling, 0)?.ok()?;
+            let samples = reader
+                .read_expecting(calls::SAMPLES, (sampling, 0), |_| true)?
+                .ok()?;
             self.answers.push(Answer {
                 sampling,
                 from: 0,
@@ -215,7 +218,7 @@ impl Fetched {
             .iter()
             .position(|a| a.sampling == sampling && a.from <= last_seen);
         let Some(position) = position else {
-            let answer = nvml_samples::fetch(reader, sampling, last_seen);
+            let answer = fetch(reader, sampling, last_seen);
             if let Some(Ok(samples)) = &answer {
                 self.answers.push(Answer {
                     sampling,
@@ -229,7 +232,7 @@ impl Fetched {
         let answer = &mut self.answers[position];
         if answer.early {
             let newest = answer.samples.last().map_or(0, |&(ts, _)| ts);
-            match nvml_samples::fetch(reader, sampling, newest.max(last_seen))? {
+            match fetch(reader, sampling, newest.max(last_seen))? {
                 Ok(later) => answer.samples.extend(later),
                 Err(error) => return Some(Err(error)),
             }
@@ -238,6 +241,19 @@ impl Fetched {
         let newer = answer.samples.iter().filter(|&&(ts, _)| ts > last_seen);
         Some(Ok(newer.copied().collect()))
     }
+}
+
+/// `Err` only where not supported; other errors counted.
+fn fetch(
+    reader: &mut DeviceReader<'_>,
+    sampling: Sampling,
+    last_seen: u64,
+) -> Option<Result<Vec<Point>, nvml::Error>> {
+    reader.read_expecting(
+        calls::SAMPLES,
+        (sampling, last_seen),
+        nvml::Error::is_unsupported,
+    )
 }
 
 /// The carry that stands now, and what was integrated (`None` after a
@@ -251,10 +267,7 @@ pub fn read(
 ) -> Option<(Carry, Option<Integrated>)> {
     let carry = previous.unwrap_or_default();
     let answer = match fetched.fetch(reader, sampling, carry.last_us) {
-        Some(Err(error)) if error.is_unsupported() => {
-            reader.note(&error);
-            return None;
-        }
+        Some(Err(_)) => return None,
         Some(Ok(samples)) if samples.is_empty() && clock_step(carry.last_us, now_us()) => {
             log::info!(
                 "GPU {}: the clock is behind the last sample taken ({} µs); \
@@ -262,14 +275,14 @@ pub fn read(
                 reader.index(),
                 carry.last_us
             );
-            let (answer, now) = (nvml_samples::fetch(reader, sampling, 0), now_us());
+            let (answer, now) = (fetch(reader, sampling, 0), now_us());
             let taken = |samples: Vec<Point>| samples.into_iter().filter(|&(ts, _)| ts <= now);
             answer.map(|answer| answer.map(|samples| (taken(samples).collect(), false)))
         }
         other => other.map(|answer| answer.map(|samples| (samples, true))),
     };
     let integrated = answer
-        .and_then(|answer| answer.map_err(|e| reader.note(&e)).ok())
+        .and_then(Result::ok)
         .map(|(samples, anchored)| integrate(carry, &samples, anchored));
     if let Some((window, first)) = integrated
         .as_ref()

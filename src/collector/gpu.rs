@@ -120,24 +120,24 @@ impl<'n> Gpu<'n> {
     /// A reading fixed while the driver is loaded, kept in the state under
     /// `name`. `Some(None)`: not supported (kept too); `None`: failed (made
     /// again next run) or down.
-    pub fn read_fixed<A: std::fmt::Debug, T>(
+    pub fn read_fixed<C: Call>(
         &mut self,
         name: &str,
-        call: Call<A, T>,
-        args: A,
-        to_kept: fn(T) -> i64,
+        call: C,
+        args: C::Args<'_, 'n>,
+        to_kept: fn(C::Answer<'n>) -> i64,
     ) -> Option<Option<i64>> {
         let (previous, next) = (&self.previous.fixed, &mut self.next.fixed);
         remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
     }
 
     /// [`Self::read_fixed`] of a reading kept as the labels of an `_info` series.
-    pub fn read_fixed_labels<A: std::fmt::Debug, T>(
+    pub fn read_fixed_labels<C: Call>(
         &mut self,
         name: &str,
-        call: Call<A, T>,
-        args: A,
-        to_kept: fn(T) -> Vec<String>,
+        call: C,
+        args: C::Args<'_, 'n>,
+        to_kept: fn(C::Answer<'n>) -> Vec<String>,
     ) -> Option<Option<Vec<String>>> {
         let (previous, next) = (&self.previous.fixed_labels, &mut self.next.fixed_labels);
         remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
@@ -232,24 +232,21 @@ impl<'n> Gpu<'n> {
 
 /// The value of `name` kept in `next` or `previous`, else read and kept in
 /// `next` (see [`Gpu::read_fixed`]).
-fn remembered<A: std::fmt::Debug, T, V: Clone>(
-    nvml: &mut DeviceReader<'_>,
+fn remembered<'n, C: Call, V: Clone>(
+    nvml: &mut DeviceReader<'n>,
     previous: &BTreeMap<String, Option<V>>,
     next: &mut BTreeMap<String, Option<V>>,
     name: &str,
-    call: Call<A, T>,
-    args: A,
-    to_kept: fn(T) -> V,
+    call: C,
+    args: C::Args<'_, 'n>,
+    to_kept: fn(C::Answer<'n>) -> V,
 ) -> Option<Option<V>> {
     let value = match next.get(name).or(previous.get(name)) {
         Some(value) => value.clone(),
-        None => match nvml.try_read(call, args)? {
-            Ok(value) => Some(to_kept(value)),
-            Err(error) => {
-                nvml.note(&error);
-                error.is_unsupported().then_some(None)?
-            }
-        },
+        None => nvml
+            .read_expecting(call, args, nvml::Error::is_unsupported)?
+            .ok()
+            .map(to_kept),
     };
     next.insert(name.to_owned(), value.clone());
     Some(value)

@@ -12,7 +12,6 @@ use nvml::types::{PerformancePolicy, PerformanceState};
 
 use crate::collector::{flag, Collector, Gpu, Hooks, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics::families;
-use nvml::unwrapped::EventReasons;
 
 families! {
     FAMILIES;
@@ -82,7 +81,7 @@ fn read(reader: &mut Gpu<'_>) {
             reader.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
-    if let Some(Ok(state)) = reader.nvml.read_enum() {
+    if let Some(Ok(state)) = reader.nvml.read(calls::PERFORMANCE_STATE, ()) {
         if let Some(number) = pstate_number(state) {
             reader.gauge(PERFORMANCE_STATE, f64::from(number));
         }
@@ -106,12 +105,12 @@ fn read_violations(reader: &mut Gpu<'_>) {
 
 /// One sample per reason the GPU supports (all if it cannot say).
 fn read_event_reasons(reader: &mut Gpu<'_>) {
-    let Some(active) = reader.nvml.clocks_event_reasons(EventReasons::Current) else {
+    let Some(active) = reader.nvml.read(calls::CLOCKS_EVENT_REASONS, ()) else {
         return;
     };
     let supported = reader
         .nvml
-        .clocks_event_reasons(EventReasons::Supported)
+        .read(calls::SUPPORTED_CLOCKS_EVENT_REASONS, ())
         .unwrap_or(u64::MAX);
     for (bit, label) in EVENT_REASONS {
         if supported & bit != 0 {

@@ -32,10 +32,10 @@ const KEY: &str = "fabric";
 
 fn read(reader: &mut Gpu<'_>) {
     // `Some(None)` is a GPU on no fabric.
-    if reader.read_fixed(KEY, calls::ON_FABRIC, (), i64::from) != Some(Some(1)) {
+    if reader.read_fixed(KEY, calls::FABRIC_INFO, (), |_| 1) != Some(Some(1)) {
         return;
     }
-    let Some(info) = reader.nvml.fabric_info() else {
+    let Some(info) = reader.nvml.read(calls::FABRIC_INFO, ()) else {
         return;
     };
     for state in FabricState::ALL {

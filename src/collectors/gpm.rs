@@ -169,7 +169,6 @@ fn open<'n>(reader: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<
                 unavailable(reader, why);
                 return None;
             }
-            Taken::Down => return None,
         }
     }
     let ends = latest.min(firsts.first()?.1 + settings.gpm_window);
@@ -193,7 +192,6 @@ impl<'n> Window<'n> for GpuWindow<'n> {
                 Taken::At(second_at, second) => pairs.push((first, second_at, second)),
                 Taken::Skipped => {}
                 Taken::Unavailable(why) => return unavailable(reader, why),
-                Taken::Down => return,
             }
         }
         let ids = METRICS.map(|(id, _)| id);
@@ -203,7 +201,10 @@ impl<'n> Window<'n> for GpuWindow<'n> {
             if second_at - *first_at < MIN_WINDOW {
                 return unavailable(reader, Unavailable::WindowTooShort);
             }
-            let Some(values) = reader.nvml.gpm_metrics(first, &second, &ids) else {
+            let read = reader
+                .nvml
+                .read_each(calls::GPM_METRICS, (first, &second, &ids));
+            let Some(values) = read else {
                 continue;
             };
             let mut any = false;
@@ -224,26 +225,29 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 enum Taken<'n> {
     /// The sample, taken at the midpoint of the call.
     At(Instant, GpmSample<'n>),
-    /// Not supported, or a counted error.
+    /// Not supported, a counted error, or the GPU down.
     Skipped,
     Unavailable(Unavailable),
-    Down,
 }
 
 fn take<'n>(reader: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
     let before = Instant::now();
-    let result = reader.nvml.gpm_sample(gi);
+    let unavailable = |error: &nvml::Error| Unavailable::from_code(error.code()).is_some();
+    let result = match gi {
+        None => reader
+            .nvml
+            .read_expecting(calls::GPM_SAMPLE, (), unavailable),
+        Some(gi) => reader
+            .nvml
+            .read_expecting(calls::GPM_MIG_SAMPLE, gi, unavailable),
+    };
     let after = Instant::now();
     match result {
-        None => Taken::Down,
+        None => Taken::Skipped,
         Some(Ok(sample)) => Taken::At(before + (after - before) / 2, sample),
-        Some(Err(error)) => match Unavailable::from_code(error.code()) {
-            Some(why) => Taken::Unavailable(why),
-            None => {
-                reader.nvml.note(&error);
-                Taken::Skipped
-            }
-        },
+        Some(Err(error)) => {
+            Unavailable::from_code(error.code()).map_or(Taken::Skipped, Taken::Unavailable)
+        }
     }
 }
 

@@ -149,7 +149,7 @@ fn read(reader: &mut Gpu<'_>) {
     if let Some(pending) = reader.nvml.read(calls::RETIRED_PAGES_PENDING, ()) {
         reader.gauge(RETIRED_PAGES_PENDING, flag(pending));
     }
-    if let Some(rows) = reader.nvml.remapped_rows() {
+    if let Some(rows) = reader.nvml.read(calls::REMAPPED_ROWS, ()) {
         for (count, label) in [
             (rows.correctable, "correctable"),
             (rows.uncorrectable, "uncorrectable"),

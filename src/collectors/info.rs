@@ -2,25 +2,22 @@
 //! label is written, empty when unknown, so the series keeps one label set.
 
 use nvml::calls;
-use nvml::types::Brand;
-use nvml::types::DeviceArchitecture;
 
 use crate::collector::Gpu;
 use crate::facts::GpuFacts;
 use crate::identity;
 use crate::metrics;
-use nvml::unwrapped::Text;
 
 pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
-    let uuid = reader.nvml.text(Text::Uuid);
-    let name = reader.nvml.text(Text::Name);
+    let uuid = reader.nvml.read(calls::UUID, ());
+    let name = reader.nvml.read(calls::NAME, ());
     let pci = reader.nvml.read(calls::PCI_INFO, ());
     let pci_device_id = pci.as_ref().map(|pci| pci.pci_device_id);
     let pci_bus_id = pci.map(|pci| pci.bus_id);
-    let serial = reader.nvml.text(Text::Serial);
-    let vbios = reader.nvml.text(Text::VbiosVersion);
-    let brand = reader.nvml.read_enum::<Brand>();
-    let architecture = reader.nvml.read_enum::<DeviceArchitecture>();
+    let serial = reader.nvml.read(calls::SERIAL, ());
+    let vbios = reader.nvml.read(calls::VBIOS_VERSION, ());
+    let brand = reader.nvml.read(calls::BRAND, ());
+    let architecture = reader.nvml.read(calls::ARCHITECTURE, ());
     let minor = reader.nvml.read(calls::MINOR_NUMBER, ());
     let name = name.unwrap_or_default();
     reader.set_facts(GpuFacts {

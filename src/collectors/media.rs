@@ -9,7 +9,6 @@ use crate::collector::{
 };
 use crate::metrics::{self, families};
 use crate::state::schema::Stream;
-use nvml::unwrapped::Accelerator;
 
 families! {
     FAMILIES [BUSY, SAMPLED];
@@ -97,11 +96,10 @@ fn read_encoder(reader: &mut Gpu<'_>) {
 }
 
 fn read_accelerators(reader: &mut Gpu<'_>) {
-    for (engine, family) in [
-        (Accelerator::Jpeg, JPEG_UTILIZATION),
-        (Accelerator::OpticalFlow, OFA_UTILIZATION),
-    ] {
-        if let Some(percent) = reader.nvml.accelerator_percent(engine).map(f64::from) {
+    let jpeg = reader.nvml.read(calls::JPEG_UTILIZATION, ());
+    let ofa = reader.nvml.read(calls::OFA_UTILIZATION, ());
+    for (percent, family) in [(jpeg, JPEG_UTILIZATION), (ofa, OFA_UTILIZATION)] {
+        if let Some(percent) = percent.map(f64::from) {
             reader.push_read(family.sample(metrics::ratio(percent)), percent);
         }
     }

@@ -33,7 +33,7 @@ fn read(reader: &mut Gpu<'_>) {
     }
 }
 
-fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
+fn read_mig_device<'n>(reader: &mut Gpu<'n>, mig: &MigDevice<'n>) {
     let Some(mig_uuid) = reader.nvml.read_on(&mig.handle, calls::UUID, ()) else {
         return;
     };
@@ -41,7 +41,7 @@ fn read_mig_device(reader: &mut Gpu<'_>, mig: &MigDevice<'_>) {
     // instance's profile too.
     let profile = reader
         .nvml
-        .mig_name(mig)
+        .read_on(&mig.handle, calls::NAME, ())
         .map(|name| profile(&name).to_owned())
         .unwrap_or_default();
     let gi = mig.gpu_instance_id.to_string();

@@ -30,7 +30,7 @@ fn read(reader: &mut Gpu<'_>) {
     if let Some(on) = reader.nvml.read(calls::PERSISTENCE_MODE, ()) {
         reader.gauge(PERSISTENCE_MODE, flag(on));
     }
-    if let Some(mode) = reader.nvml.read_enum::<ComputeMode>() {
+    if let Some(mode) = reader.nvml.read(calls::COMPUTE_MODE, ()) {
         let label = match mode {
             Ok(ComputeMode::Default) => "default",
             Ok(ComputeMode::ExclusiveThread) => "exclusive_thread",

@@ -150,7 +150,9 @@ fn read(reader: &mut Gpu<'_>) {
     }
     let nvlink5 = has_nvlink5(reader);
     let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
-    let values = reader.nvml.read_fields(&link_batch(0..count, &ids));
+    let requests = link_batch(0..count, &ids);
+    let values = reader.nvml.read_each(calls::FIELD_VALUES, &requests);
+    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
     let links: Vec<&[Option<f64>]> = values.chunks(ids.len()).collect();
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
@@ -371,20 +373,24 @@ const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// As [`Probed`]; `None` also when down.
+/// As [`Probed`]; every link `None` when down.
 fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
-        match reader.nvml.try_read(calls::NVLINK_ACTIVE, link)? {
-            Ok(active) => links.push(Some(active)),
-            // A GPU without NVLink says so for link 0; past the last link NVML
-            // answers "invalid argument".
-            Err(error) if error.code() == Code::NotSupported && link == 0 => return None,
-            Err(error) if error.code() == Code::InvalidArgument => break,
-            Err(error) => {
-                reader.nvml.note(&error);
-                links.push(None);
-            }
+        // A GPU without NVLink says so for link 0; past the last link NVML
+        // answers "invalid argument".
+        let expected = |error: &nvml::Error| match error.code() {
+            Code::NotSupported => link == 0,
+            code => code == Code::InvalidArgument,
+        };
+        match reader
+            .nvml
+            .read_expecting(calls::NVLINK_ACTIVE, link, expected)
+        {
+            Some(Ok(active)) => links.push(Some(active)),
+            Some(Err(error)) if error.code() == Code::NotSupported => return None,
+            Some(Err(_)) => break,
+            None => links.push(None),
         }
     }
     Some(links)
@@ -403,7 +409,8 @@ fn read_links(reader: &mut Gpu<'_>) {
     let nvlink5 = has_nvlink5(reader);
     let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
     let requests = link_batch(links.iter().map(|&(link, _)| link), &ids);
-    let values = reader.nvml.read_fields(&requests);
+    let values = reader.nvml.read_each(calls::FIELD_VALUES, &requests);
+    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
     for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
         let label = || LabelValue::from(link.to_string());
         reader.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));

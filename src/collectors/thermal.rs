@@ -1,14 +1,15 @@
 //! Temperatures, thresholds, margins and fans, and the time held down by heat
 //! and power brake.
 
-use nvml::calls;
+use nvml::calls::{self, Call};
 use nvml::types::field_id::{
     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
     NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
     NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, NVML_FI_DEV_MEMORY_TEMP,
     NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
 };
-use nvml::types::TemperatureThreshold;
+use nvml::types::{TemperatureSensor, TemperatureThreshold};
+use nvml::Code;
 
 use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::{self, families};
@@ -83,7 +84,7 @@ pub(super) const FIELDS: &[u32] = &[
 const MAX_FANS: u32 = 16;
 
 fn read(reader: &mut Gpu<'_>) {
-    if let Some(celsius) = reader.nvml.gpu_temperature() {
+    if let Some(celsius) = gpu_temperature(reader) {
         reader.gauge(TEMPERATURE, celsius);
     }
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
@@ -104,7 +105,7 @@ fn read(reader: &mut Gpu<'_>) {
         .read_fixed("fan_count", calls::FAN_COUNT, (), i64::from)
         .flatten()
         .and_then(|count| u32::try_from(count).ok())
-        .and_then(|count| reader.nvml.bounded(calls::FAN_COUNT.name, count, MAX_FANS))
+        .and_then(|count| reader.nvml.bounded(calls::FAN_COUNT::NAME, count, MAX_FANS))
         .unwrap_or(0);
     for fan in 0..fans {
         if let Some(percent) = reader.nvml.read(calls::FAN_SPEED, fan) {
@@ -112,7 +113,7 @@ fn read(reader: &mut Gpu<'_>) {
                 .push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
         }
     }
-    if let Some(celsius) = reader.nvml.margin_temperature() {
+    if let Some(celsius) = reader.nvml.read(calls::MARGIN_TEMPERATURE, ()) {
         reader.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
     }
     for (id, label) in MARGIN_THRESHOLDS {
@@ -128,5 +129,21 @@ fn read(reader: &mut Gpu<'_>) {
         if let Some(nanoseconds) = reader.nvml.field(field) {
             reader.push(SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
+    }
+}
+
+/// °C, from the deprecated `nvmlDeviceGetTemperature` where the driver lacks
+/// `nvmlDeviceGetTemperatureV` (NVML 12.5+) or its struct version.
+fn gpu_temperature(reader: &mut Gpu<'_>) -> Option<f64> {
+    let not_in_driver = |error: &nvml::Error| error.code() == Code::NotInDriver;
+    match reader
+        .nvml
+        .read_expecting(calls::TEMPERATURE_V, (), not_in_driver)?
+    {
+        Ok(celsius) => Some(f64::from(celsius)),
+        Err(_) => reader
+            .nvml
+            .read(calls::TEMPERATURE, TemperatureSensor::Gpu)
+            .map(f64::from),
     }
 }

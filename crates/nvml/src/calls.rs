@@ -1,43 +1,121 @@
-//! Every device call made through nvml-wrapper: the NVML function's name (what
-//! the watchdog and the logs say) and the call come from one line, so a caller
-//! cannot name one call and make another.
+//! Every NVML device call: one line gives the function's name (what the
+//! watchdog, the logs and the remembered NOT_SUPPORTED say), its arguments,
+//! its answer and how it is made; raw calls look up the named symbol with
+//! `symbol!(lib)` (`symbol!()`: its name for a lookup by name), so a line
+//! cannot name one function and call another.
+
+use std::fmt::Debug;
 
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
-    TemperatureThreshold,
+    Brand, Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy,
+    PerformanceState, RetirementCause, Sampling, TemperatureSensor, TemperatureThreshold,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::enums::device::DeviceArchitecture;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::{nvml_sym, NvmlError};
+use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::struct_wrappers::device::{
-    BAR1MemoryInfo, MemoryInfo, PciInfo, Utilization, ViolationTime,
+    BAR1MemoryInfo, MemoryInfo, PciInfo, ProcessInfo, Utilization, ViolationTime,
 };
 use nvml_wrapper::structs::device::{
-    EccModeState, EncoderStats, PowerManagementConstraints, RetiredPage, UtilizationInfo,
+    EccModeState, EncoderStats, MigMode, PowerManagementConstraints, RetiredPage, UtilizationInfo,
 };
-use nvml_wrapper::Device;
+use nvml_wrapper::{Device, GpmSample};
 
+use crate::fabric::FabricInfo;
 use crate::fields::{self, Field};
 use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc, SramUnique};
+use crate::raw;
+use crate::samples::{self, Point, ProcessEntry};
+use crate::unwrapped::{self, Known, RemappedRows};
 
-pub struct Call<A, T> {
-    pub name: &'static str,
-    pub(crate) make: fn(&Device<'_>, A) -> Result<T, NvmlError>,
+/// One NVML function, made through [`crate::DeviceReader`].
+pub trait Call: Copy {
+    const NAME: &'static str;
+    type Args<'a, 'n: 'a>;
+    type Answer<'n>;
+    /// The name and arguments a NOT_SUPPORTED is remembered under; `None`
+    /// for a call asked anew each run (`each_run`).
+    fn key<'a, 'n: 'a>(args: &Self::Args<'a, 'n>) -> Option<String>;
+    fn make<'a, 'n: 'a>(
+        device: &Device<'n>,
+        args: Self::Args<'a, 'n>,
+    ) -> Result<Self::Answer<'n>, NvmlError>;
 }
 
-/// `NAME: nvmlFunction(args) -> Answer = |device, args| how;`
+/// E.g. `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
+fn unsupported_key<A: Debug>(name: &str, args: &A) -> String {
+    match format!("{args:?}") {
+        unit if unit == "()" => name.to_owned(),
+        args => format!("{name}({args})"),
+    }
+}
+
+macro_rules! key {
+    ($name:expr, $args:expr) => {
+        Some(unsupported_key($name, $args))
+    };
+    ($name:expr, $args:expr, each_run) => {{
+        let _ = $args;
+        None
+    }};
+}
+
+/// `NAME: nvmlFunction(args) -> Answer[, each_run] = |device| how;`
 macro_rules! calls {
     ($($(#[$doc:meta])* $name:ident: $symbol:ident($($arg:ident: $ty:ty),*) -> $answer:ty
-        = |$d:ident| $make:expr;)*) => {
-        $($(#[$doc])*
-        #[allow(unused_parens)]
-        pub const $name: Call<($($ty),*), $answer> = Call {
-            name: stringify!($symbol),
-            make: |$d, ($($arg),*)| $make,
-        };)*
-    };
+        $(, $each_run:ident)? = |$d:ident| $make:expr;)*) => {$(
+        $(#[$doc])*
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name;
+
+        impl Call for $name {
+            const NAME: &'static str = stringify!($symbol);
+            #[allow(unused_parens)]
+            type Args<'a, 'n: 'a> = ($($ty),*);
+            type Answer<'n> = $answer;
+
+            fn key<'a, 'n: 'a>(args: &Self::Args<'a, 'n>) -> Option<String> {
+                key!(Self::NAME, args $(, $each_run)?)
+            }
+
+            #[allow(unused_parens)]
+            fn make<'a, 'n: 'a>(
+                $d: &Device<'n>,
+                ($($arg),*): Self::Args<'a, 'n>,
+            ) -> Result<Self::Answer<'n>, NvmlError> {
+                #[allow(unused_macros)]
+                macro_rules! symbol {
+                    ($lib:ident) => {
+                        nvml_sym($lib.$symbol.as_ref())
+                    };
+                    () => {
+                        concat!(stringify!($symbol), "\0")
+                    };
+                }
+                $make
+            }
+        }
+    )*};
 }
 
 calls! {
+    /// Decoded lossily, so a hostile or corrupted string cannot hide a GPU.
+    UUID: nvmlDeviceGetUUID() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
+    NAME: nvmlDeviceGetName() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
+    SERIAL: nvmlDeviceGetSerial() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
+    VBIOS_VERSION: nvmlDeviceGetVbiosVersion() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
+    BRAND: nvmlDeviceGetBrand() -> Known<Brand> = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
+    ARCHITECTURE: nvmlDeviceGetArchitecture() -> Known<DeviceArchitecture>
+        = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
+    PERFORMANCE_STATE: nvmlDeviceGetPerformanceState() -> Known<PerformanceState>
+        = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
+    COMPUTE_MODE: nvmlDeviceGetComputeMode() -> Known<ComputeMode>
+        = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
+    PCI_INFO: nvmlDeviceGetPciInfo_v3() -> PciInfo = |d| d.pci_info();
+    MINOR_NUMBER: nvmlDeviceGetMinorNumber() -> u32 = |d| d.minor_number();
     /// Milliwatts.
     POWER_USAGE: nvmlDeviceGetPowerUsage() -> u32 = |d| d.power_usage();
     /// Millijoules since the driver was loaded.
@@ -48,11 +126,23 @@ calls! {
     POWER_LIMIT_CONSTRAINTS: nvmlDeviceGetPowerManagementLimitConstraints()
         -> PowerManagementConstraints = |d| d.power_management_limit_constraints();
     UTILIZATION_RATES: nvmlDeviceGetUtilizationRates() -> Utilization = |d| d.utilization_rates();
+    /// In NVML's order; a value that is no percentage is `u64::MAX`.
+    SAMPLES: nvmlDeviceGetSamples(sampling: Sampling, last_seen: u64) -> Vec<Point>, each_run
+        = |d| raw(d, |lib, h| samples::fetch(symbol!(lib), h, sampling, last_seen));
+    PROCESS_UTILIZATION: nvmlDeviceGetProcessUtilization(last_seen: u64) -> Vec<ProcessEntry>,
+        each_run = |d| raw(d, |lib, h| samples::processes(symbol!(lib), h, last_seen));
+    COMPUTE_PROCESSES: nvmlDeviceGetComputeRunningProcesses_v3() -> Vec<ProcessInfo>
+        = |d| d.running_compute_processes();
     ENCODER_UTILIZATION: nvmlDeviceGetEncoderUtilization() -> UtilizationInfo
         = |d| d.encoder_utilization();
     DECODER_UTILIZATION: nvmlDeviceGetDecoderUtilization() -> UtilizationInfo
         = |d| d.decoder_utilization();
     ENCODER_STATS: nvmlDeviceGetEncoderStats() -> EncoderStats = |d| d.encoder_stats();
+    /// Percent busy over the engine's last sampling period (driver 535+).
+    JPEG_UTILIZATION: nvmlDeviceGetJpgUtilization() -> u32
+        = |d| raw(d, |lib, h| unwrapped::engine_percent(symbol!(lib), h));
+    OFA_UTILIZATION: nvmlDeviceGetOfaUtilization() -> u32
+        = |d| raw(d, |lib, h| unwrapped::engine_percent(symbol!(lib), h));
     MEMORY_INFO: nvmlDeviceGetMemoryInfo_v2() -> MemoryInfo = |d| d.memory_info();
     BAR1_MEMORY_INFO: nvmlDeviceGetBAR1MemoryInfo() -> BAR1MemoryInfo = |d| d.bar1_memory_info();
     /// MHz.
@@ -61,7 +151,24 @@ calls! {
     MAX_CLOCK_INFO: nvmlDeviceGetMaxClockInfo(clock: Clock) -> u32 = |d| d.max_clock_info(clock);
     VIOLATION_STATUS: nvmlDeviceGetViolationStatus(policy: PerformancePolicy) -> ViolationTime
         = |d| d.violation_status(policy);
+    /// Through the deprecated `*ClocksThrottleReasons` name before R535.
+    CLOCKS_EVENT_REASONS: nvmlDeviceGetCurrentClocksEventReasons() -> u64 = |d| raw(d, |lib, h| {
+        unwrapped::mask(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref())), h)
+    });
+    SUPPORTED_CLOCKS_EVENT_REASONS: nvmlDeviceGetSupportedClocksEventReasons() -> u64
+        = |d| raw(d, |lib, h| {
+            unwrapped::mask(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref())), h)
+        });
     PERSISTENCE_MODE: nvmlDeviceGetPersistenceMode() -> bool = |d| d.is_in_persistent_mode();
+    MIG_MODE: nvmlDeviceGetMigMode() -> MigMode = |d| d.mig_mode();
+    MIG_DEVICE_COUNT: nvmlDeviceGetMaxMigDeviceCount() -> u32 = |d| d.mig_device_count();
+    MIG_DEVICE: nvmlDeviceGetMigDeviceHandleByIndex(slot: u32) -> Device<'n>
+        = |d| d.mig_device_by_index(slot);
+    /// Of a MIG device.
+    GPU_INSTANCE_ID: nvmlDeviceGetGpuInstanceId() -> u32 = |d| raw(d, |lib, h| unwrapped::uint(symbol!(lib), h));
+    /// Of a MIG device.
+    COMPUTE_INSTANCE_ID: nvmlDeviceGetComputeInstanceId() -> u32
+        = |d| raw(d, |lib, h| unwrapped::uint(symbol!(lib), h));
     ECC_MODE: nvmlDeviceGetEccMode() -> EccModeState = |d| d.is_ecc_enabled();
     TOTAL_ECC_ERRORS: nvmlDeviceGetTotalEccErrors(error: MemoryError, counter: EccCounter) -> u64
         = |d| d.total_ecc_errors(error, counter);
@@ -69,6 +176,9 @@ calls! {
         = |d| d.retired_pages(cause);
     RETIRED_PAGES_PENDING: nvmlDeviceGetRetiredPagesPendingStatus() -> bool
         = |d| d.are_pages_pending_retired();
+    /// Ampere and newer.
+    REMAPPED_ROWS: nvmlDeviceGetRemappedRows() -> RemappedRows
+        = |d| raw(d, |lib, h| unwrapped::remapped_rows(symbol!(lib), h));
     MAX_PCIE_GENERATION: nvmlDeviceGetMaxPcieLinkGeneration() -> u32 = |d| d.max_pcie_link_gen();
     MAX_PCIE_WIDTH: nvmlDeviceGetMaxPcieLinkWidth() -> u32 = |d| d.max_pcie_link_width();
     PCIE_GENERATION: nvmlDeviceGetCurrPcieLinkGeneration() -> u32
@@ -78,12 +188,18 @@ calls! {
     /// KiB/s.
     PCIE_THROUGHPUT: nvmlDeviceGetPcieThroughput(counter: PcieUtilCounter) -> u32
         = |d| d.pcie_throughput(counter);
-    PCI_INFO: nvmlDeviceGetPciInfo_v3() -> PciInfo = |d| d.pci_info();
-    MINOR_NUMBER: nvmlDeviceGetMinorNumber() -> u32 = |d| d.minor_number();
-    UUID: nvmlDeviceGetUUID() -> String = |d| d.uuid();
+    /// °C, where the driver has it (NVML 12.5+) and its struct version.
+    TEMPERATURE_V: nvmlDeviceGetTemperatureV() -> i32
+        = |d| raw(d, |lib, h| unwrapped::temperature(symbol!(lib), h));
+    /// °C.
+    TEMPERATURE: nvmlDeviceGetTemperature(sensor: TemperatureSensor) -> u32
+        = |d| d.temperature(sensor);
     /// °C.
     TEMPERATURE_THRESHOLD: nvmlDeviceGetTemperatureThreshold(threshold: TemperatureThreshold)
         -> u32 = |d| d.temperature_threshold(threshold);
+    /// T.Limit in °C (driver 555+).
+    MARGIN_TEMPERATURE: nvmlDeviceGetMarginTemperature() -> i32
+        = |d| raw(d, |lib, h| unwrapped::margin_temperature(symbol!(lib), h));
     FAN_COUNT: nvmlDeviceGetNumFans() -> u32 = |d| d.num_fans();
     /// Percent of the fan's maximum.
     FAN_SPEED: nvmlDeviceGetFanSpeed_v2(fan: u32) -> u32 = |d| d.fan_speed(fan);
@@ -91,18 +207,39 @@ calls! {
         = |d| d.link_wrapper_for(link).is_active();
     NVLINK_ERROR_COUNTER: nvmlDeviceGetNvLinkErrorCounter(link: u32, counter: ErrorCounter)
         -> u64 = |d| d.link_wrapper_for(link).error_counter(counter);
-    GPM_SUPPORT: nvmlGpmQueryDeviceSupport() -> bool = |d| d.gpm_support();
-    FIELD: nvmlDeviceGetFieldValues(field: Field) -> f64 = |d| fields::read_one(d, field);
+    /// A reading taken once per driver, outside the batch.
+    FIELD: nvmlDeviceGetFieldValues(field: Field) -> f64 = |d| raw(d, |lib, h| {
+        fields::fetch(symbol!(lib), h, d.nvml().field_id_scheme(), &[field])?
+            .pop()
+            .unwrap_or(Err(NvmlError::NotSupported))
+    });
+    /// Each field's own answer; an undocumented value type is `UnexpectedVariant`.
+    FIELD_VALUES: nvmlDeviceGetFieldValues(fields: &'a [Field]) -> Vec<Result<f64, NvmlError>>,
+        each_run = |d| raw(d, |lib, h| fields::fetch(symbol!(lib), h, d.nvml().field_id_scheme(), fields));
     /// NOT_SUPPORTED where the GPU is on no NVLink fabric.
-    ON_FABRIC: nvmlDeviceGetGpuFabricInfoV() -> bool = |d| crate::fabric::on_fabric(d);
-    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairStatus = |d| health::repair_status(d);
+    FABRIC_INFO: nvmlDeviceGetGpuFabricInfoV() -> FabricInfo = |d| raw(d, FabricInfo::read);
+    GPM_SUPPORT: nvmlGpmQueryDeviceSupport() -> bool = |d| d.gpm_support();
+    GPM_SAMPLE: nvmlGpmSampleGet() -> GpmSample<'n> = |d| d.gpm_sample();
+    GPM_MIG_SAMPLE: nvmlGpmMigSampleGet(gpu_instance: u32) -> GpmSample<'n>
+        = |d| d.gpm_mig_sample(gpu_instance);
+    /// Each metric's own answer.
+    GPM_METRICS: nvmlGpmMetricsGet(
+        first: &'a GpmSample<'n>, second: &'a GpmSample<'n>, ids: &'a [GpmMetricId]
+    ) -> Vec<Result<f64, NvmlError>>, each_run = |d| Ok(gpm_metrics_get(d.nvml(), first, second, ids)?
+        .into_iter().map(|metric| metric.map(|m| m.value)).collect());
+    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairStatus
+        = |d| raw(d, |lib, h| health::repair_status(symbol!(lib), h));
     REMAPPER_HISTOGRAM: nvmlDeviceGetRowRemapperHistogram() -> RemapperHistogram
-        = |d| health::remapper_histogram(d);
-    SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc = |d| health::sram_ecc(d);
+        = |d| raw(d, |lib, h| health::remapper_histogram(symbol!(lib), h));
+    SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc
+        = |d| raw(d, |lib, h| health::sram_ecc(symbol!(lib), h));
     SRAM_UNIQUE: nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts() -> SramUnique
-        = |d| health::sram_unique(d);
-    PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo = |d| health::platform_info(d);
-    C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool = |d| health::c2c_enabled(d);
+        = |d| raw(d, |lib, h| health::sram_unique(symbol!(lib), h));
+    PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo
+        = |d| raw(d, |lib, h| health::platform_info(symbol!(lib), h));
+    C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool
+        = |d| raw(d, |lib, h| health::c2c_enabled(symbol!(lib), h));
+    /// Newer than the bindings: looked up by its name.
     MEMORY_UNREPAIRABLE: nvmlDeviceGetUnrepairableMemoryFlag_v1() -> bool
-        = |d| health::memory_unrepairable(d);
+        = |d| raw(d, |lib, h| health::memory_unrepairable(lib, symbol!(), h));
 }

@@ -4,6 +4,8 @@ use std::fmt;
 
 use nvml_wrapper::error::NvmlError;
 
+use super::ARGUMENT_VERSION_MISMATCH;
+
 /// Why NVML, or a GPU, cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -56,6 +58,8 @@ pub enum Code {
     NoPermission,
     /// NVML_ERROR_IN_USE, and code 23 where nvml-wrapper does not name it.
     InUse,
+    /// The driver lacks the function or the struct version asked for.
+    NotInDriver,
     Other,
 }
 
@@ -103,6 +107,9 @@ impl Error {
             NvmlError::InvalidArg => Code::InvalidArgument,
             NvmlError::NoPermission => Code::NoPermission,
             NvmlError::InUse | NvmlError::UnexpectedVariant(23) => Code::InUse,
+            NvmlError::FailedToLoadSymbol(_)
+            | NvmlError::FunctionNotFound
+            | NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH) => Code::NotInDriver,
             _ => Code::Other,
         }
     }

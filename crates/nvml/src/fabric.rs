@@ -3,19 +3,16 @@
 //! `nvmlDeviceGetGpuFabricInfo`.
 
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Device as NvmlDevice;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t, NvmlLib,
     NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
 };
 
-use super::{raw, struct_version, DeviceReader, ARGUMENT_VERSION_MISMATCH};
+use super::{struct_version, ARGUMENT_VERSION_MISMATCH};
 
 const VERSION_3: u32 = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
 /// The v2 struct is a prefix of v3 (without the summary): NVML writes no more.
 const VERSION_2: u32 = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
-
-pub const CALL: &str = "nvmlDeviceGetGpuFabricInfoV";
 
 /// `ALL`: the variants in NVML's order (from 1).
 macro_rules! labelled {
@@ -154,17 +151,6 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
         text.insert(at, '-');
     }
     text
-}
-
-impl DeviceReader<'_> {
-    /// `None` where on no fabric, failed (counted) or the GPU is down.
-    pub fn fabric_info(&mut self) -> Option<FabricInfo> {
-        self.read_raw(CALL, FabricInfo::read)
-    }
-}
-
-pub(crate) fn on_fabric(device: &NvmlDevice<'_>) -> Result<bool, NvmlError> {
-    raw(device, FabricInfo::read).map(|_| true)
 }
 
 #[cfg(test)]

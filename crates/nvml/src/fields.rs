@@ -4,12 +4,10 @@
 use std::mem;
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
-use nvml_wrapper::{Device as NvmlDevice, FieldIdScheme};
+use nvml_wrapper::FieldIdScheme;
 use nvml_wrapper_sys::bindings::{
-    self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_t, nvmlValue_t, NvmlLib,
+    self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlReturn_t, nvmlValueType_t, nvmlValue_t,
 };
-
-use super::raw;
 
 /// The id in the bindings' numbering; the scope a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,8 +15,6 @@ pub struct Field {
     pub id: u32,
     pub scope: u32,
 }
-
-pub const CALL: &str = "nvmlDeviceGetFieldValues";
 
 /// Drivers from 580.82 renumbered ids 251-273 (NVML reference, "Known issues").
 pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
@@ -30,13 +26,16 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
     }
 }
 
-/// An undocumented value type is `UnexpectedVariant`.
-pub fn fetch(
-    lib: &NvmlLib,
+/// An undocumented value type is `UnexpectedVariant`; no fields, no call.
+pub(crate) fn fetch(
+    getter: Result<&FieldsGetter, NvmlError>,
     handle: nvmlDevice_t,
     scheme: FieldIdScheme,
     fields: &[Field],
 ) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
+    if fields.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut values: Vec<nvmlFieldValue_t> = fields
         .iter()
         .map(|field| {
@@ -48,7 +47,7 @@ pub fn fetch(
         })
         .collect();
     let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
-    raw_call!(lib.nvmlDeviceGetFieldValues(handle, count, values.as_mut_ptr()))?;
+    raw_call!(getter, handle, count, values.as_mut_ptr())?;
     Ok(values
         .iter()
         .map(|value| {
@@ -75,13 +74,7 @@ pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option
     }
 }
 
-/// For readings taken once per driver, outside the batch.
-pub fn read_one(device: &NvmlDevice<'_>, field: Field) -> Result<f64, NvmlError> {
-    let scheme = device.nvml().field_id_scheme();
-    raw(device, |lib, handle| fetch(lib, handle, scheme, &[field]))?
-        .pop()
-        .unwrap_or(Err(NvmlError::NotSupported))
-}
+type FieldsGetter = unsafe extern "C" fn(nvmlDevice_t, i32, *mut nvmlFieldValue_t) -> nvmlReturn_t;
 
 #[cfg(test)]
 mod tests {

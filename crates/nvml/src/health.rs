@@ -8,14 +8,14 @@
 use std::ffi::c_uint;
 
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
     nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t,
     nvmlEccSramUniqueUncorrectedErrorCounts_v1_t, nvmlEccSramUniqueUncorrectedErrorEntry_v1_t,
     nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t, nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
+    NvmlLib,
 };
 
-use super::{raw, struct_version, ARGUMENT_VERSION_MISMATCH};
+use super::{struct_version, Getter, ARGUMENT_VERSION_MISMATCH};
 
 /// Repairs waiting for the GPU's next reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,69 +91,72 @@ const PLATFORM_V2: u32 = struct_version::<nvmlPlatformInfo_v2_t>(2);
 const PLATFORM_V1: u32 = struct_version::<nvmlPlatformInfo_v2_t>(1);
 
 /// Ampere and newer, driver 580 and later.
-pub(crate) fn repair_status(device: &Device<'_>) -> Result<RepairStatus, NvmlError> {
-    raw(device, |lib, handle| {
-        let mut status = nvmlRepairStatus_v1_t {
-            version: struct_version::<nvmlRepairStatus_v1_t>(1),
-            bChannelRepairPending: 0,
-            bTpcRepairPending: 0,
-        };
-        raw_call!(lib.nvmlDeviceGetRepairStatus(handle, &mut status))?;
-        Ok(RepairStatus {
-            channel: status.bChannelRepairPending != 0,
-            tpc: status.bTpcRepairPending != 0,
-        })
+pub(crate) fn repair_status(
+    getter: Getter<'_, nvmlRepairStatus_v1_t>,
+    handle: nvmlDevice_t,
+) -> Result<RepairStatus, NvmlError> {
+    let mut status = nvmlRepairStatus_v1_t {
+        version: struct_version::<nvmlRepairStatus_v1_t>(1),
+        bChannelRepairPending: 0,
+        bTpcRepairPending: 0,
+    };
+    raw_call!(getter, handle, &mut status)?;
+    Ok(RepairStatus {
+        channel: status.bChannelRepairPending != 0,
+        tpc: status.bTpcRepairPending != 0,
     })
 }
 
 /// Ampere and newer.
-pub(crate) fn remapper_histogram(device: &Device<'_>) -> Result<RemapperHistogram, NvmlError> {
-    raw(device, |lib, handle| {
-        let mut v = nvmlRowRemapperHistogramValues_t {
-            max: 0,
-            high: 0,
-            partial: 0,
-            low: 0,
-            none: 0,
-        };
-        raw_call!(lib.nvmlDeviceGetRowRemapperHistogram(handle, &mut v))?;
-        Ok(RemapperHistogram {
-            max: v.max,
-            high: v.high,
-            partial: v.partial,
-            low: v.low,
-            none: v.none,
-        })
+pub(crate) fn remapper_histogram(
+    getter: Getter<'_, nvmlRowRemapperHistogramValues_t>,
+    handle: nvmlDevice_t,
+) -> Result<RemapperHistogram, NvmlError> {
+    let mut v = nvmlRowRemapperHistogramValues_t {
+        max: 0,
+        high: 0,
+        partial: 0,
+        low: 0,
+        none: 0,
+    };
+    raw_call!(getter, handle, &mut v)?;
+    Ok(RemapperHistogram {
+        max: v.max,
+        high: v.high,
+        partial: v.partial,
+        low: v.low,
+        none: v.none,
     })
 }
 
 /// Ampere and newer; root only.
-pub(crate) fn sram_ecc(device: &Device<'_>) -> Result<SramEcc, NvmlError> {
-    raw(device, |lib, handle| {
-        // SAFETY: plain integers, for which zero is a value.
-        let mut s: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
-        s.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);
-        raw_call!(lib.nvmlDeviceGetSramEccErrorStatus(handle, &mut s))?;
-        Ok(SramEcc {
-            volatile: SramCounts {
-                uncorrected_parity: s.volatileUncParity,
-                uncorrected_sec_ded: s.volatileUncSecDed,
-                corrected: s.volatileCor,
-            },
-            aggregate: SramCounts {
-                uncorrected_parity: s.aggregateUncParity,
-                uncorrected_sec_ded: s.aggregateUncSecDed,
-                corrected: s.aggregateCor,
-            },
-            locations: SramLocations {
-                l2: s.aggregateUncBucketL2,
-                sm: s.aggregateUncBucketSm,
-                pcie: s.aggregateUncBucketPcie,
-                microcontroller: s.aggregateUncBucketMcu,
-                other: s.aggregateUncBucketOther,
-            },
-            threshold_exceeded: s.bThresholdExceeded != 0,
-        })
+pub(crate) fn sram_ecc(
+    getter: Getter<'_, nvmlEccSramErrorStatus_v1_t>,
+    handle: nvmlDevice_t,
+) -> Result<SramEcc, NvmlError> {
+    // SAFETY: plain integers, for which zero is a value.
+    let mut s: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
+    s.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);
+    raw_call!(getter, handle, &mut s)?;
+    Ok(SramEcc {
+        volatile: SramCounts {
+            uncorrected_parity: s.volatileUncParity,
+            uncorrected_sec_ded: s.volatileUncSecDed,
+            corrected: s.volatileCor,
+        },
+        aggregate: SramCounts {
+            uncorrected_parity: s.aggregateUncParity,
+            uncorrected_sec_ded: s.aggregateUncSecDed,
+            corrected: s.aggregateCor,
+        },
+        locations: SramLocations {
+            l2: s.aggregateUncBucketL2,
+            sm: s.aggregateUncBucketSm,
+            pcie: s.aggregateUncBucketPcie,
+            microcontroller: s.aggregateUncBucketMcu,
+            other: s.aggregateUncBucketOther,
+        },
+        threshold_exceeded: s.bThresholdExceeded != 0,
     })
 }
 
@@ -163,78 +166,78 @@ const SRAM_UNIQUE_MAX: u32 = 4096;
 /// Blackwell and newer, driver 580 and later; NOT_SUPPORTED while ECC is off.
 /// Asks the count first, then the entries; errors that arrive between the
 /// two calls (INSUFFICIENT_SIZE) make it ask once more.
-pub(crate) fn sram_unique(device: &Device<'_>) -> Result<SramUnique, NvmlError> {
-    raw(device, |lib, handle| {
-        // Sets `count` to the locations NVML has, whatever it answers.
-        let ask = |entries: &mut Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t>,
-                   count: &mut u32|
-         -> Result<(), NvmlError> {
-            let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
-                version: struct_version::<nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>(1),
-                entryCount: entries.len() as c_uint,
-                entries: if entries.is_empty() {
-                    std::ptr::null_mut()
-                } else {
-                    entries.as_mut_ptr()
-                },
-            };
-            let answer = raw_call!(
-                lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(handle, &mut counts)
-            );
-            *count = counts.entryCount.min(SRAM_UNIQUE_MAX);
-            answer
+pub(crate) fn sram_unique(
+    getter: Getter<'_, nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>,
+    handle: nvmlDevice_t,
+) -> Result<SramUnique, NvmlError> {
+    let getter = getter?;
+    // Sets `count` to the locations NVML has, whatever it answers.
+    let ask = |entries: &mut Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t>,
+               count: &mut u32|
+     -> Result<(), NvmlError> {
+        let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
+            version: struct_version::<nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>(1),
+            entryCount: entries.len() as c_uint,
+            entries: if entries.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                entries.as_mut_ptr()
+            },
         };
-        let (mut entries, mut count) = (Vec::new(), 0);
-        for _ in 0..3 {
-            match ask(&mut entries, &mut count) {
-                Ok(()) if count as usize <= entries.len() => {
-                    entries.truncate(count as usize);
-                    let parity = entries.iter().filter(|e| e.isParity != 0).count() as u32;
-                    return Ok(SramUnique {
-                        parity,
-                        sec_ded: count - parity,
-                    });
-                }
-                Ok(()) | Err(NvmlError::InsufficientSize(_)) => {
-                    // SAFETY: plain integers, for which zero is a value.
-                    entries = vec![unsafe { std::mem::zeroed() }; count as usize];
-                }
-                Err(e) => return Err(e),
+        let answer = raw_call!(Ok::<_, NvmlError>(getter), handle, &mut counts);
+        *count = counts.entryCount.min(SRAM_UNIQUE_MAX);
+        answer
+    };
+    let (mut entries, mut count) = (Vec::new(), 0);
+    for _ in 0..3 {
+        match ask(&mut entries, &mut count) {
+            Ok(()) if count as usize <= entries.len() => {
+                entries.truncate(count as usize);
+                let parity = entries.iter().filter(|e| e.isParity != 0).count() as u32;
+                return Ok(SramUnique {
+                    parity,
+                    sec_ded: count - parity,
+                });
             }
+            Ok(()) | Err(NvmlError::InsufficientSize(_)) => {
+                // SAFETY: plain integers, for which zero is a value.
+                entries = vec![unsafe { std::mem::zeroed() }; count as usize];
+            }
+            Err(e) => return Err(e),
         }
-        Err(NvmlError::InsufficientSize(None))
-    })
+    }
+    Err(NvmlError::InsufficientSize(None))
 }
 
 /// Blackwell and newer: struct version 2, else 1 where the driver answers
 /// ARGUMENT_VERSION_MISMATCH.
-pub(crate) fn platform_info(device: &Device<'_>) -> Result<PlatformInfo, NvmlError> {
-    raw(device, |lib, handle| {
-        let ask = |version: c_uint| {
-            // SAFETY: plain integers and bytes, for which zero is a value.
-            let mut info: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
-            info.version = version;
-            raw_call!(lib.nvmlDeviceGetPlatformInfo(handle, &mut info)).map(|()| info)
-        };
-        let (info, v2) = match ask(PLATFORM_V2) {
-            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => {
-                (ask(PLATFORM_V1)?, false)
-            }
-            answer => (answer?, true),
-        };
-        let serial = info.chassisSerialNumber;
-        let serial = serial.split(|&byte| byte == 0).next().unwrap_or_default();
-        Ok(PlatformInfo {
-            chassis_serial: if v2 {
-                String::from_utf8_lossy(serial).into_owned()
-            } else {
-                String::new()
-            },
-            slot: info.slotNumber,
-            tray: info.trayIndex,
-            host_id: info.hostId,
-            module_id: info.moduleId,
-        })
+pub(crate) fn platform_info(
+    getter: Getter<'_, nvmlPlatformInfo_v2_t>,
+    handle: nvmlDevice_t,
+) -> Result<PlatformInfo, NvmlError> {
+    let getter = getter?;
+    let ask = |version: c_uint| {
+        // SAFETY: plain integers and bytes, for which zero is a value.
+        let mut info: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
+        info.version = version;
+        raw_call!(Ok::<_, NvmlError>(getter), handle, &mut info).map(|()| info)
+    };
+    let (info, v2) = match ask(PLATFORM_V2) {
+        Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => (ask(PLATFORM_V1)?, false),
+        answer => (answer?, true),
+    };
+    let serial = info.chassisSerialNumber;
+    let serial = serial.split(|&byte| byte == 0).next().unwrap_or_default();
+    Ok(PlatformInfo {
+        chassis_serial: if v2 {
+            String::from_utf8_lossy(serial).into_owned()
+        } else {
+            String::new()
+        },
+        slot: info.slotNumber,
+        tray: info.trayIndex,
+        host_id: info.hostId,
+        module_id: info.moduleId,
     })
 }
 
@@ -250,24 +253,26 @@ type UnrepairableGetter =
 /// Hopper and newer, first in the R590 header (driver 580.159 answers it):
 /// newer than the bindings, so the
 /// symbol is looked up by name.
-pub(crate) fn memory_unrepairable(device: &Device<'_>) -> Result<bool, NvmlError> {
-    raw(device, |lib, handle| {
-        const NAME: &[u8] = b"nvmlDeviceGetUnrepairableMemoryFlag_v1\0";
-        // SAFETY: NVML exports this name with this signature (nvml.h, R590).
-        let getter = unsafe { lib.__library.get::<UnrepairableGetter>(NAME) }
-            .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-        let mut status = UnrepairableMemoryStatus { unrepairable: 0 };
-        raw_call!(Ok::<_, NvmlError>(&*getter), handle, &mut status)?;
-        Ok(status.unrepairable != 0)
-    })
+pub(crate) fn memory_unrepairable(
+    lib: &NvmlLib,
+    name: &str,
+    handle: nvmlDevice_t,
+) -> Result<bool, NvmlError> {
+    // SAFETY: NVML exports this name with this signature (nvml.h, R590).
+    let getter = unsafe { lib.__library.get::<UnrepairableGetter>(name.as_bytes()) }
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let mut status = UnrepairableMemoryStatus { unrepairable: 0 };
+    raw_call!(Ok::<_, NvmlError>(&*getter), handle, &mut status)?;
+    Ok(status.unrepairable != 0)
 }
 
 /// Superchips (GH200, GB200), driver 545 and later. `nvmlC2cModeInfo_v1_t`
 /// has no version field, though nvml.h defines a version word for it.
-pub(crate) fn c2c_enabled(device: &Device<'_>) -> Result<bool, NvmlError> {
-    raw(device, |lib, handle| {
-        let mut mode = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
-        raw_call!(lib.nvmlDeviceGetC2cModeInfoV(handle, &mut mode))?;
-        Ok(mode.isC2cEnabled != 0)
-    })
+pub(crate) fn c2c_enabled(
+    getter: Getter<'_, nvmlC2cModeInfo_v1_t>,
+    handle: nvmlDevice_t,
+) -> Result<bool, NvmlError> {
+    let mut mode = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
+    raw_call!(getter, handle, &mut mode)?;
+    Ok(mode.isC2cEnabled != 0)
 }

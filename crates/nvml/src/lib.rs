@@ -15,20 +15,10 @@ macro_rules! raw_call {
     }};
 }
 
-/// A [`unwrapped::Symbol`].
-macro_rules! symbol {
-    ($name:ident) => {
-        (stringify!($name), |lib| {
-            nvml_wrapper::error::nvml_sym(lib.$name.as_ref())
-        })
-    };
-}
-
 pub mod calls;
 mod error;
 pub mod fabric;
 pub mod fields;
-mod gpm;
 pub mod health;
 mod inflight;
 pub mod mig;
@@ -42,7 +32,7 @@ use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
 
 pub use error::{Code, Error, Failure};
 pub use inflight::{InFlight, Scope};
@@ -51,7 +41,7 @@ pub use reader::DeviceReader;
 pub mod types {
     pub use nvml_wrapper::enum_wrappers::device::{
         Brand, Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy,
-        PerformanceState, RetirementCause, Sampling, TemperatureThreshold,
+        PerformanceState, RetirementCause, Sampling, TemperatureSensor, TemperatureThreshold,
     };
     pub use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
     pub use nvml_wrapper::enums::device::{DeviceArchitecture, UsedGpuMemory};
@@ -140,6 +130,10 @@ const ARGUMENT_VERSION_MISMATCH: u32 = 25;
 const fn struct_version<T>(version: u32) -> u32 {
     std::mem::size_of::<T>() as u32 | (version << 24)
 }
+
+/// A looked-up NVML function of a handle and one out-pointer.
+type Getter<'l, S> =
+    Result<&'l unsafe extern "C" fn(nvmlDevice_t, *mut S) -> nvmlReturn_t, NvmlError>;
 
 fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
     // SAFETY: the handle stays valid while `device` (and so NVML) lives, and

@@ -3,7 +3,6 @@
 //! GPU down.
 
 use std::collections::BTreeSet;
-use std::fmt::Debug;
 use std::time::Instant;
 
 use nvml_wrapper::error::NvmlError;
@@ -11,17 +10,9 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::structs::device::MigMode;
 use nvml_wrapper::Device as NvmlDevice;
 
-use super::calls::Call;
-use super::fields::{self, Field};
+use super::calls::{Call, COMPUTE_PROCESSES, FIELD_VALUES, MIG_MODE};
+use super::fields::Field;
 use super::{Error, Failure, InFlight, Scope};
-
-/// E.g. `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
-fn unsupported_key<A: Debug>(name: &str, args: &A) -> String {
-    match format!("{args:?}") {
-        unit if unit == "()" => name.to_owned(),
-        args => format!("{name}({args})"),
-    }
-}
 
 pub struct DeviceReader<'n> {
     device: &'n NvmlDevice<'n>,
@@ -63,35 +54,44 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// `None` when not supported, failed (counted) or the GPU is down.
-    pub fn read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<T> {
-        self.try_read(call, args)?.map_err(|e| self.note(&e)).ok()
+    pub fn read<'a, C: Call>(&mut self, call: C, args: C::Args<'a, 'n>) -> Option<C::Answer<'n>> {
+        self.ask(call, None, args, |_| false)?.ok()
     }
 
-    /// [`Self::read`] of one of the GPU's MIG devices.
-    pub fn read_on<A, T>(
+    /// [`Self::read`] of one of the GPU's MIG devices (a NOT_SUPPORTED
+    /// there is not remembered).
+    pub fn read_on<'a, C: Call>(
         &mut self,
-        device: &NvmlDevice<'_>,
-        call: Call<A, T>,
-        args: A,
-    ) -> Option<T> {
-        self.read_by(call.name, |_| (call.make)(device, args))
+        device: &NvmlDevice<'n>,
+        call: C,
+        args: C::Args<'a, 'n>,
+    ) -> Option<C::Answer<'n>> {
+        self.ask(call, Some(device), args, |_| false)?.ok()
     }
 
-    /// Without the error policy (pass errors to [`Self::note`]); `None` when
-    /// the GPU is down. A call known NOT_SUPPORTED answers so without being made.
-    pub fn try_read<A: Debug, T>(&mut self, call: Call<A, T>, args: A) -> Option<Result<T, Error>> {
-        let key = unsupported_key(call.name, &args);
-        if self.unsupported.contains(&key) {
-            return self
-                .fault
-                .is_none()
-                .then(|| Err(Error::new(call.name, NvmlError::NotSupported)));
-        }
-        let answer = self.attempt(call.name, |d| (call.make)(d, args))?;
-        if matches!(answer, Err(NvmlError::NotSupported)) {
-            self.unsupported.insert(key);
-        }
-        Some(answer.map_err(|e| Error::new(call.name, e)))
+    /// [`Self::read`], but the errors `expected` picks come back to the
+    /// caller instead of being counted.
+    pub fn read_expecting<'a, C: Call>(
+        &mut self,
+        call: C,
+        args: C::Args<'a, 'n>,
+        expected: impl Fn(&Error) -> bool,
+    ) -> Option<Result<C::Answer<'n>, Error>> {
+        self.ask(call, None, args, expected)
+    }
+
+    /// [`Self::read`] of a call that answers each entry on its own; an
+    /// entry's error is counted as the call's.
+    pub fn read_each<'a, C>(&mut self, call: C, args: C::Args<'a, 'n>) -> Option<Vec<Option<f64>>>
+    where
+        C: for<'x> Call<Answer<'x> = Vec<Result<f64, NvmlError>>>,
+    {
+        let answers = self.read(call, args)?;
+        Some(answers.into_iter().map(|a| self.entry::<C>(a)).collect())
+    }
+
+    fn entry<C: Call>(&mut self, answer: Result<f64, NvmlError>) -> Option<f64> {
+        answer.map_err(|e| self.note(&Error::new(C::NAME, e))).ok()
     }
 
     pub fn assume_unsupported(&mut self, calls: BTreeSet<String>) {
@@ -102,17 +102,9 @@ impl<'n> DeviceReader<'n> {
         &self.unsupported
     }
 
-    pub(crate) fn read_by<T>(
-        &mut self,
-        call: &'static str,
-        read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
-    ) -> Option<T> {
-        let answer = self.attempt(call, read)?;
-        answer.map_err(|e| self.note(&Error::new(call, e))).ok()
-    }
-
-    /// Applies the error policy to an error obtained some other way.
-    pub fn note(&mut self, error: &Error) {
+    /// The error policy: not supported logged quietly, device-fatal marks the
+    /// GPU down, any other error counted and logged once.
+    fn note(&mut self, error: &Error) {
         let (index, call) = (self.index, error.call);
         if error.is_unsupported() {
             log::debug!("GPU {index}: {call}: {error}");
@@ -140,34 +132,11 @@ impl<'n> DeviceReader<'n> {
     /// For the collectors to take with [`Self::field`].
     pub fn prefetch(&mut self, ids: &[u32]) {
         let requests: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
-        let values = self.fetch_fields(&requests);
-        self.prefetched = ids.iter().copied().zip(values).collect();
-    }
-
-    /// `None` where a field is not supported or failed (counted).
-    pub fn read_fields(&mut self, fields: &[Field]) -> Vec<Option<f64>> {
-        self.fetch_fields(fields)
-            .into_iter()
-            .map(|value| {
-                value?
-                    .map_err(|e| self.note(&Error::new(fields::CALL, e)))
-                    .ok()
-            })
-            .collect()
-    }
-
-    /// `None` in all when the call itself failed.
-    fn fetch_fields(&mut self, requests: &[Field]) -> Vec<Option<Result<f64, NvmlError>>> {
-        if requests.is_empty() {
-            return Vec::new();
-        }
-        let scheme = self.device.nvml().field_id_scheme();
-        match self.read_raw(fields::CALL, |lib, handle| {
-            fields::fetch(lib, handle, scheme, requests)
-        }) {
+        let values: Vec<_> = match self.read(FIELD_VALUES, &requests) {
             Some(values) => values.into_iter().map(Some).collect(),
-            None => requests.iter().map(|_| None).collect(),
-        }
+            None => ids.iter().map(|_| None).collect(),
+        };
+        self.prefetched = ids.iter().copied().zip(values).collect();
     }
 
     /// The value for every caller, the error once (so it is counted once).
@@ -185,9 +154,7 @@ impl<'n> DeviceReader<'n> {
 
     pub fn field(&mut self, id: u32) -> Option<f64> {
         let value = self.take_field(id)?;
-        value
-            .map_err(|e| self.note(&Error::new(fields::CALL, e)))
-            .ok()
+        self.entry::<FIELD_VALUES>(value)
     }
 
     /// A reading that fails both ways counts as one error (the fallback's).
@@ -198,14 +165,14 @@ impl<'n> DeviceReader<'n> {
     ) -> Option<f64> {
         match self
             .take_field(id)
-            .map(|value| value.map_err(|e| Error::new(fields::CALL, e)))
+            .map(|value| value.map_err(|e| Error::new(FIELD_VALUES::NAME, e)))
         {
             Some(Ok(value)) => return Some(value),
             Some(Err(error)) if !error.is_unsupported() && !error.is_device_fatal() => {
                 log::debug!(
                     "GPU {}: {} field {id}: {error}; trying the function",
                     self.index,
-                    fields::CALL
+                    FIELD_VALUES::NAME
                 );
             }
             Some(Err(error)) => self.note(&error),
@@ -216,15 +183,14 @@ impl<'n> DeviceReader<'n> {
 
     pub fn mig_mode(&mut self) -> Option<MigMode> {
         if self.mig_mode.is_none() {
-            self.mig_mode = Some(self.read_by("nvmlDeviceGetMigMode", |d| d.mig_mode()));
+            self.mig_mode = Some(self.read(MIG_MODE, ()));
         }
         self.mig_mode.clone().flatten()
     }
 
     pub fn compute_processes(&mut self) -> Option<Vec<ProcessInfo>> {
         if self.compute_processes.is_none() {
-            let call = "nvmlDeviceGetComputeRunningProcesses_v3";
-            self.compute_processes = Some(self.read_by(call, |d| d.running_compute_processes()));
+            self.compute_processes = Some(self.read(COMPUTE_PROCESSES, ()));
         }
         self.compute_processes.clone().flatten()
     }
@@ -254,21 +220,45 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// `None` when the GPU is down.
-    pub(crate) fn attempt<T>(
+    /// The one door: `call` made (on `device`, else the GPU) unless the GPU
+    /// is down or it is known NOT_SUPPORTED, its error handled by
+    /// [`Self::note`] unless `expected`. `None`: no answer.
+    fn ask<'a, C: Call>(
         &mut self,
-        call: &'static str,
-        read: impl FnOnce(&NvmlDevice<'n>) -> Result<T, NvmlError>,
-    ) -> Option<Result<T, NvmlError>> {
+        _: C,
+        device: Option<&NvmlDevice<'n>>,
+        args: C::Args<'a, 'n>,
+        expected: impl Fn(&Error) -> bool,
+    ) -> Option<Result<C::Answer<'n>, Error>> {
         if self.fault.is_some() {
             return None;
         }
-        let scope = Scope::Gpu(self.index);
-        self.inflight.enter(scope, call);
-        let started = Instant::now();
-        let result = read(self.device);
-        self.inflight.leave();
-        log::trace!("GPU {}: {call} took {:?}", self.index, started.elapsed());
-        Some(result)
+        let key = device.is_none().then(|| C::key(&args)).flatten();
+        let answer = match &key {
+            Some(key) if self.unsupported.contains(key) => Err(NvmlError::NotSupported),
+            _ => {
+                self.inflight.enter(Scope::Gpu(self.index), C::NAME);
+                let started = Instant::now();
+                let answer = C::make(device.unwrap_or(self.device), args);
+                self.inflight.leave();
+                log::trace!(
+                    "GPU {}: {} took {:?}",
+                    self.index,
+                    C::NAME,
+                    started.elapsed()
+                );
+                answer
+            }
+        };
+        if let (Err(NvmlError::NotSupported), Some(key)) = (&answer, key) {
+            self.unsupported.insert(key);
+        }
+        match answer.map_err(|e| Error::new(C::NAME, e)) {
+            Err(error) if !expected(&error) => {
+                self.note(&error);
+                None
+            }
+            answer => Some(answer),
+        }
     }
 }

@@ -5,11 +5,12 @@ use std::ffi::c_uint;
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
-    nvmlProcessUtilizationSample_t, nvmlSample_t,
+    nvmlDevice_t, nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlSample_t, nvmlSamplingType_t,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as UNSIGNED_SHORT, nvmlValueType_t,
 };
 
-use super::{fields, DeviceReader, Error};
+use super::calls::PROCESS_UTILIZATION;
+use super::{fields, DeviceReader};
 
 /// Timestamp (µs) and percent.
 pub type Point = (u64, u64);
@@ -46,43 +47,70 @@ fn fetch_growing<T: Clone>(
     }
 }
 
-/// In NVML's order; a value that is no percentage is `u64::MAX`.
-pub fn fetch(
-    reader: &mut DeviceReader<'_>,
+pub(crate) fn fetch(
+    getter: Result<&SamplesGetter, NvmlError>,
+    handle: nvmlDevice_t,
     sampling: Sampling,
     last_seen: u64,
-) -> Option<Result<Vec<Point>, Error>> {
-    const CALL: &str = "nvmlDeviceGetSamples";
-    let answer = reader.try_read_raw(CALL, |lib, handle| {
-        let mut value_type: nvmlValueType_t = 0;
-        // SAFETY: nvmlSample_t is plain data; zero is a valid value.
-        let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
-        let samples = fetch_growing(zero, |buffer, count| {
-            let (kind, value_type) = (sampling.as_c(), &mut value_type);
-            raw_call!(lib.nvmlDeviceGetSamples(handle, kind, last_seen, value_type, count, buffer))
-        })?;
-        Ok(samples
-            .iter()
-            .map(|sample| (sample.timeStamp, percent(value_type, sample)))
-            .collect())
+) -> Result<Vec<Point>, NvmlError> {
+    let getter = getter?;
+    let mut value_type: nvmlValueType_t = 0;
+    // SAFETY: nvmlSample_t is plain data; zero is a valid value.
+    let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
+    let samples = fetch_growing(zero, |buffer, count| {
+        let (kind, value_type) = (sampling.as_c(), &mut value_type);
+        raw_call!(
+            Ok::<_, NvmlError>(getter),
+            handle,
+            kind,
+            last_seen,
+            value_type,
+            count,
+            buffer
+        )
     })?;
-    Some(answer.map_err(|e| Error::new(CALL, e)))
+    Ok(samples
+        .iter()
+        .map(|sample| (sample.timeStamp, percent(value_type, sample)))
+        .collect())
+}
+
+pub(crate) fn processes(
+    getter: Result<&ProcessesGetter, NvmlError>,
+    handle: nvmlDevice_t,
+    last_seen: u64,
+) -> Result<Vec<ProcessEntry>, NvmlError> {
+    let getter = getter?;
+    // SAFETY: plain data; zero is a valid value.
+    let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
+    let entries = fetch_growing(zero, |buffer, count| {
+        raw_call!(Ok::<_, NvmlError>(getter), handle, buffer, count, last_seen)
+    })?;
+    Ok(entries
+        .iter()
+        .map(|e| (e.pid, e.timeStamp, u64::from(e.smUtil)))
+        .collect())
 }
 
 /// `None` when not supported, failed (counted) or the GPU is down.
 pub fn fetch_processes(reader: &mut DeviceReader<'_>, last_seen: u64) -> Option<Vec<ProcessEntry>> {
-    reader.read_raw("nvmlDeviceGetProcessUtilization", |lib, handle| {
-        // SAFETY: plain data; zero is a valid value.
-        let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
-        let entries = fetch_growing(zero, |buffer, count| {
-            raw_call!(lib.nvmlDeviceGetProcessUtilization(handle, buffer, count, last_seen))
-        })?;
-        Ok(entries
-            .iter()
-            .map(|e| (e.pid, e.timeStamp, u64::from(e.smUtil)))
-            .collect())
-    })
+    reader.read(PROCESS_UTILIZATION, last_seen)
 }
+
+type SamplesGetter = unsafe extern "C" fn(
+    nvmlDevice_t,
+    nvmlSamplingType_t,
+    u64,
+    *mut nvmlValueType_t,
+    *mut c_uint,
+    *mut nvmlSample_t,
+) -> nvmlReturn_t;
+type ProcessesGetter = unsafe extern "C" fn(
+    nvmlDevice_t,
+    *mut nvmlProcessUtilizationSample_t,
+    *mut c_uint,
+    u64,
+) -> nvmlReturn_t;
 
 /// A negative or non-finite value becomes an impossible one, to be rejected.
 fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {
