@@ -386,6 +386,23 @@ mod tests {
     }
 
     /// 15 s window, the GPU busy 9 s of it; 6 kJ spent.
+    #[test]
+    fn unread_time_is_estimated_at_the_mean_over_at_most_twice_the_sampled() {
+        let window = |unread_us| Window {
+            busy_us: 6 * S,
+            length_us: 10 * S,
+            unread_us,
+        };
+        assert_eq!(unread_busy(window(5 * S)), 3 * S);
+        assert_eq!(unread_busy(window(3600 * S)), 12 * S);
+        let empty = Window {
+            busy_us: 0,
+            length_us: 0,
+            unread_us: S,
+        };
+        assert_eq!(unread_busy(empty), 0);
+    }
+
     const WINDOW: Window = Window {
         busy_us: 9 * S,
         length_us: 15 * S,
