@@ -109,19 +109,6 @@ fn share_of(ratios: &[Share], pid: u32) -> (f64, Option<u64>) {
         .map_or((0.0, None), |&(_, r, seen)| (r, Some(seen)))
 }
 
-/// The window of `busy_us` over `sampled_us` of samples, with the time
-/// before them that NVML's buffer no longer held (`unread_us`: the timer's
-/// period longer than the buffer) counted at the samples' mean, so that the
-/// tasks' busy time is not low by the unread part; an estimate, which the
-/// GPU's own counters never hold (docs/design.md, "Tasks").
-fn estimated(busy_us: u64, sampled_us: u64, unread_us: u64) -> BusyWindow {
-    let mean = busy_us as f64 / sampled_us.max(1) as f64;
-    BusyWindow {
-        busy_us: busy_us + (mean * unread_us as f64).round() as u64,
-        length_us: sampled_us + unread_us,
-    }
-}
-
 /// The processes' shares over two windows that follow each other, weighted
 /// by their lengths (µs): what one answer over both would have given.
 fn combine(
@@ -147,8 +134,8 @@ fn combine(
 /// The GPU engine's samples since the previous run, then the processes'
 /// utilization over the same window (read in two parts where they were read
 /// early too); `None` when it covers no time. The window is consumed (its
-/// carry kept for the next run) only once its shares were read, where they
-/// are wanted: a failed read leaves it to the next run's window.
+/// carry kept for the next run) unless its shares, where wanted, failed: a
+/// failed read leaves it (and the tasks its energy) to the next run.
 fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>)> {
     let previous = reader.previous_carry(Stream::Processes);
     let (carry, integrated) = samples::read(
@@ -172,23 +159,32 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
     }
     let since = integrated.intervals.first()?.start_us;
     let before = previous.unwrap_or_default();
-    let window = estimated(
-        carry.busy_percent_us.saturating_sub(before.busy_percent_us) / 100,
-        carry.sampled_us.saturating_sub(before.sampled_us),
-        integrated.unread_us,
-    );
+    let window = BusyWindow {
+        busy_us: carry.busy_percent_us.saturating_sub(before.busy_percent_us) / 100,
+        length_us: carry.sampled_us.saturating_sub(before.sampled_us),
+        unread_us: integrated.unread_us,
+    };
     let early = reader.fetched.take_early_processes();
     if !fetch {
         consume(reader);
         return Some((window, Vec::new()));
     }
     let end = carry.last_us;
+    let errors = reader.nvml.read_errors();
     let shares = match early {
         Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
-            let later = fetch_processes(&mut reader.nvml, split).map(ratios)?;
-            combine((ratios(entries), split - since), (later, end - split))
+            let later = fetch_processes(&mut reader.nvml, split).map(ratios);
+            later.map(|later| combine((ratios(entries), split - since), (later, end - split)))
         }
-        _ => fetch_processes(&mut reader.nvml, since).map(ratios)?,
+        _ => fetch_processes(&mut reader.nvml, since).map(ratios),
+    };
+    let Some(shares) = shares else {
+        // NOT_SUPPORTED is quiet; a failure was counted.
+        match reader.nvml.read_errors() > errors {
+            true => reader.fetched.note_shares_failed(),
+            false => consume(reader),
+        }
+        return None;
     };
     consume(reader);
     Some((window, shares))
@@ -210,14 +206,6 @@ mod tests {
         assert!((both[0].1 - 0.4).abs() < 1e-12);
         assert_eq!((both[1].0, both[1].2), (9, 120));
         assert!((both[1].1 - 0.28).abs() < 1e-12);
-    }
-
-    #[test]
-    fn the_unread_part_of_a_window_counts_at_its_mean() {
-        let window = estimated(3_000_000, 10_000_000, 5_000_000);
-        assert_eq!(window.busy_us, 4_500_000);
-        assert_eq!(window.length_us, 15_000_000);
-        assert_eq!(estimated(0, 0, 0).busy_us, 0);
     }
 
     #[test]

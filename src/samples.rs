@@ -149,6 +149,9 @@ pub struct Fetched {
     answers: Vec<Answer>,
     /// `Some` once the processes' early read was taken: its answer, if any.
     processes: Option<Option<EarlyProcesses>>,
+    /// The processes' shares could not be read: their window is left to
+    /// the next run.
+    shares_failed: bool,
 }
 
 #[derive(Debug)]
@@ -195,6 +198,16 @@ impl Fetched {
     /// gave nothing.
     pub fn keep_early_processes(&mut self, early: Option<EarlyProcesses>) {
         self.processes = Some(early);
+    }
+
+    /// The processes' shares could not be read this run (see `compute`).
+    pub fn note_shares_failed(&mut self) {
+        self.shares_failed = true;
+    }
+
+    /// Whether the processes' window was left to the next run.
+    pub fn shares_failed(&self) -> bool {
+        self.shares_failed
     }
 
     /// Whether the processes' early read was taken this run.

@@ -89,13 +89,14 @@ pub struct Device {
     pub tasks: Option<TaskReading>,
 }
 
-/// The GPU engine's busy and covered time since the previous run (µs), over
-/// which NVML gave the processes their shares; time its buffer no longer
-/// held is in both, counted at the window's mean (`compute`).
+/// The GPU engine's busy and sampled time since the previous run (µs), over
+/// which NVML gave the processes their shares, and the time before them
+/// that its buffer no longer held when read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BusyWindow {
     pub busy_us: u64,
     pub length_us: u64,
+    pub unread_us: u64,
 }
 
 /// A GPU's readings for its tasks' accounting.

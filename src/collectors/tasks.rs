@@ -64,7 +64,10 @@ fn read(reader: &mut Gpu<'_>) {
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
             nvml.read(calls::TOTAL_ENERGY, ()).map(|mj| mj as f64)
         })
-        .map(|mj| mj as u64);
+        .map(|mj| mj as u64)
+        // A window whose shares could not be read is left to the next run,
+        // and so is its energy: the ledger keeps its baseline.
+        .filter(|_| !reader.fetched.shares_failed());
     if reader.keeps_totals() {
         reader.next_state().tasks = reader.previous_state().tasks.clone();
         reader.tasks = Some(TaskReading { window, energy_mj });

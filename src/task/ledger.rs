@@ -217,9 +217,24 @@ pub fn account(
         // At most `of`: `share` is part of `all`.
         let part =
             |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
+        let held: BTreeMap<&Holder, u64> = holding
+            .iter()
+            .map(|&holder| (holder, held_since(holder, seen, previous.at_us, now_us)))
+            .collect();
         if let Some(window) = window.filter(|_| all > 0) {
+            let unread = unread_busy(window);
             for (holder, &share) in &shares {
-                let busy = part(window.busy_us, share);
+                // Time the buffer lost is estimated only for a task that
+                // held the GPU at the previous run, when that time began.
+                let held_then = previous
+                    .processes
+                    .iter()
+                    .any(|&(_, _, at)| previous.totals.get(at).is_some_and(|(h, _)| h == holder));
+                let busy = part(window.busy_us, share).saturating_add(if held_then {
+                    part(unread, share)
+                } else {
+                    0
+                });
                 charge(holder, &|t: &mut Totals| add(&mut t.busy_us, busy, MAX_US));
             }
         }
@@ -243,16 +258,7 @@ pub fn account(
             }
         }
         add(&mut unattributed_mj, spent.saturating_sub(given), MAX_MJ);
-        for holder in &holding {
-            let start = seen
-                .iter()
-                .filter(|p| p.listed)
-                .filter_map(|p| p.now.as_ref())
-                .filter(|(h, _)| h == *holder)
-                .map(|&(_, start)| start)
-                .min()
-                .unwrap_or(0);
-            let held = now_us.saturating_sub(start.max(previous.at_us));
+        for (holder, &held) in &held {
             charge(holder, &|t: &mut Totals| add(&mut t.held_us, held, MAX_US));
         }
     } else {
@@ -289,6 +295,32 @@ pub fn account(
         },
         refused,
     }
+}
+
+/// The time `holder` held the GPU since the previous run (at `since_us`)
+/// or its earliest listed process's start.
+fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> u64 {
+    let start = seen
+        .iter()
+        .filter(|p| p.listed)
+        .filter_map(|p| p.now.as_ref())
+        .filter(|(h, _)| h == holder)
+        .map(|&(_, start)| start)
+        .min()
+        .unwrap_or(0);
+    now_us.saturating_sub(start.max(since_us))
+}
+
+/// The busy time of the window's time NVML's buffer no longer held (no GPM
+/// window and a timer period longer than the buffer), estimated at the
+/// samples' mean over at most twice the time they cover: runs missed for
+/// longer, or a step of the wall clock (which stamps the samples), add no
+/// more than that.
+fn unread_busy(window: Window) -> u64 {
+    let unread = window.unread_us.min(window.length_us.saturating_mul(2));
+    let busy =
+        u128::from(window.busy_us) * u128::from(unread) / u128::from(window.length_us.max(1));
+    busy as u64
 }
 
 #[cfg(test)]
@@ -354,9 +386,27 @@ mod tests {
     }
 
     /// 15 s window, the GPU busy 9 s of it; 6 kJ spent.
+    #[test]
+    fn unread_time_is_estimated_at_the_mean_over_at_most_twice_the_sampled() {
+        let window = |unread_us| Window {
+            busy_us: 6 * S,
+            length_us: 10 * S,
+            unread_us,
+        };
+        assert_eq!(unread_busy(window(5 * S)), 3 * S);
+        assert_eq!(unread_busy(window(3600 * S)), 12 * S);
+        let empty = Window {
+            busy_us: 0,
+            length_us: 0,
+            unread_us: S,
+        };
+        assert_eq!(unread_busy(empty), 0);
+    }
+
     const WINDOW: Window = Window {
         busy_us: 9 * S,
         length_us: 15 * S,
+        unread_us: 0,
     };
     const ENERGY: Option<u64> = Some(7_000_000);
 

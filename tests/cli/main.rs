@@ -24,6 +24,7 @@ use test_support::{
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
+mod attacks_44;
 mod command_line;
 mod deadline;
 mod families;
