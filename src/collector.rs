@@ -13,6 +13,7 @@ use nvml::DeviceReader;
 use crate::facts::GpuFacts;
 use crate::identity::Identity;
 use crate::metrics::{self, families, Family, Labelled, Merge};
+use crate::owner::Owners;
 use crate::reason::Reason;
 use crate::samples::{self, Carry};
 use crate::snapshot::{BusyWindow, Device, Process, Sample, Snapshot, Status, TaskReading};
@@ -143,11 +144,8 @@ pub struct HostRun<'a> {
     pub until: Instant,
     /// Journal files to read instead of the system journal (`--journal-dir`).
     pub journal_dir: Option<&'a Path>,
-    /// Where process owners are read from (`--procfs`).
-    pub procfs: &'a Path,
-    /// The kubelet's pod log directory and `/var/log/containers`, which name pods.
-    pub pod_logs: &'a Path,
-    pub container_logs: &'a Path,
+    /// The processes' records and owners, read once per pid for every step.
+    pub owners: &'a mut Owners,
     /// The state each GPU leaves, by UUID: a host step may set its part.
     pub states: &'a mut BTreeMap<String, GpuState>,
 }

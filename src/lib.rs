@@ -26,6 +26,7 @@ mod identity;
 mod kernel_log;
 mod logging;
 pub mod metrics;
+mod owner;
 mod phases;
 mod procfs;
 mod publish;
