@@ -392,7 +392,7 @@ pub(super) mod tests {
         assert_eq!(names[..3], first);
         let all: [&str; COUNT] = after(&[]);
         assert_eq!(
-            all[3..],
+            all[4..],
             [
                 "k8s_pod_uid",
                 "k8s_container_name",
