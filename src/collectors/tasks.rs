@@ -190,3 +190,94 @@ fn named(holder: Holder, ledger: &Ledger) -> Holder {
     });
     known.cloned().unwrap_or(holder)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::processes;
+    use super::*;
+    use crate::owner::Owners;
+    use crate::snapshot::{BusyWindow, Device, Process, Snapshot};
+    use crate::state::schema::GpuState;
+    use crate::state::{StateDir, StateFile};
+    use std::time::{Duration, Instant};
+
+    type Step = fn(&mut HostRun<'_>) -> Result<(), HostError>;
+
+    /// One snapshot through `steps`: its samples, as text, held time left out
+    /// (it runs on the host's clock).
+    fn host_steps(steps: &[Step]) -> Vec<String> {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("77");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(
+            dir.join("cgroup"),
+            "0::/system.slice/slurmstepd.scope/job_5/x\n",
+        )
+        .unwrap();
+        let stat = "77 (py) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 1 1";
+        std::fs::write(dir.join("stat"), stat).unwrap();
+        let process = Process {
+            pid: 77,
+            memory_bytes: Some(1024),
+            sm_ratio: Some(0.5),
+            listed: true,
+            ..Process::default()
+        };
+        let window = BusyWindow {
+            busy_us: 1_000_000,
+            length_us: 2_000_000,
+        };
+        let tasks = TaskReading {
+            window: Some(window),
+            energy_mj: Some(5_000),
+        };
+        let device = Device {
+            uuid: "GPU-0".into(),
+            processes: vec![process],
+            tasks: Some(tasks),
+            ..Device::default()
+        };
+        let mut snapshot = Snapshot {
+            devices: vec![device],
+            ..Snapshot::default()
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut state = StateFile::open(StateDir::new(root.path().join("state")), until, false);
+        let mut owners = Owners::new(root.path(), root.path(), root.path(), until);
+        let mut states = BTreeMap::from([("GPU-0".to_owned(), GpuState::default())]);
+        let mut run = HostRun {
+            snapshot: &mut snapshot,
+            state: &mut state,
+            until,
+            journal_dir: None,
+            owners: &mut owners,
+            states: &mut states,
+        };
+        for step in steps {
+            step(&mut run).unwrap();
+        }
+        let samples = snapshot.devices.remove(0).samples;
+        let held = |s: &&crate::snapshot::Sample| s.family != TASK_HELD.family();
+        let mut text: Vec<String> = samples
+            .iter()
+            .filter(held)
+            .map(|s| format!("{s:?}"))
+            .collect();
+        text.sort();
+        text
+    }
+
+    /// Neither host step changes what the other reads: both orders write
+    /// the same samples, the task's among them.
+    #[test]
+    fn the_host_steps_write_the_same_in_either_order() {
+        let tasks_first = host_steps(&[host as Step, processes::owners]);
+        assert!(tasks_first
+            .iter()
+            .any(|s| s.contains("nvidia_gpu_task_memory_used_bytes")));
+        assert!(tasks_first
+            .iter()
+            .any(|s| s.contains("nvidia_gpu_process_memory_used_bytes")));
+        assert_eq!(tasks_first, host_steps(&[processes::owners as Step, host]));
+    }
+}
