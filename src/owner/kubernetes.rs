@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::runtime::container_id;
-use super::{at, Claim, Manager, Node, Owner};
+use super::manager::{at, Claim, Manager, Node};
 use crate::bounded;
 use crate::procfs::{Proc, Procfs};
 
@@ -37,6 +37,8 @@ pub struct Kubernetes {
 }
 
 impl Manager for Kubernetes {
+    type Kind = Pod;
+
     fn new(node: &Node) -> Kubernetes {
         Kubernetes {
             pod_logs: node.pod_logs.to_owned(),
@@ -46,7 +48,7 @@ impl Manager for Kubernetes {
         }
     }
 
-    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim {
+    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim<Pod> {
         if at(path, 0) != "kubepods.slice" && at(path, 0) != "kubepods" {
             return Claim::Pass;
         }
@@ -55,7 +57,7 @@ impl Manager for Kubernetes {
             if let Some(uid) = pod_uid(at(path, i)) {
                 let container = container_id(at(path, i + 1));
                 let names = self.names.get_or_init(|| self.read_names());
-                return Claim::Owner(Owner::Pod(names.pod(uid, container.as_deref())));
+                return Claim::Owner(names.pod(uid, container.as_deref()));
             }
         }
         Claim::User
@@ -163,6 +165,7 @@ fn is_name(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{owner_of, root, ID};
+    use super::super::Owner;
     use super::*;
 
     const UID: &str = "3f0c8a52-9b1e-4c7d-8e2f-5a6b7c8d9e01";

@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::procfs::{Proc, Procfs};
 use crate::snapshot::LabelValue;
+use manager::{Claim, Manager, Node};
+
+mod manager;
 
 /// An owner kind's labels, in its families' order.
 pub trait LabelSet {
@@ -93,10 +96,11 @@ macro_rules! managers {
             }
 
             /// The first claim of a manager that makes `path`.
-            fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim {
+            fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim<Owner> {
                 $(match self.$module.claim(path, process, procfs) {
                     Claim::Pass => {}
-                    claim => return claim,
+                    Claim::User => return Claim::User,
+                    Claim::Owner(kind) => return Claim::Owner(Owner::$variant(kind)),
                 })*
                 Claim::Pass
             }
@@ -179,36 +183,6 @@ macro_rules! owner_families {
 }
 pub(crate) use owner_families;
 
-/// What a manager makes of a cgroup path.
-#[derive(Debug, PartialEq)]
-pub enum Claim {
-    /// Not a path it makes: the next manager is asked.
-    Pass,
-    /// Its path, naming no one more specific than the process's user.
-    User,
-    Owner(Owner),
-}
-
-/// A manager of cgroups (Slurm, the kubelet, …), made once per run.
-trait Manager {
-    fn new(node: &Node) -> Self;
-    /// What it makes of the cgroup at `path` (its components) that holds
-    /// `process`; the process's environment is `procfs`'s to read.
-    fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim;
-}
-
-/// What managers may read beyond `/proc`.
-struct Node<'a> {
-    pod_logs: &'a Path,
-    container_logs: &'a Path,
-    until: Instant,
-}
-
-/// Component `i` of a path, `""` past its end.
-fn at<'a>(path: &[&'a str], i: usize) -> &'a str {
-    path.get(i).copied().unwrap_or("")
-}
-
 /// What a run knows of a process.
 #[derive(Debug, Clone)]
 pub struct Known {
@@ -286,7 +260,7 @@ fn owner(process: &Proc, procfs: &Procfs, managers: &Managers) -> Option<Owner> 
     };
     match claimed {
         Claim::Owner(owner) => Some(owner),
-        Claim::Pass | Claim::User => managers.session.owner(process),
+        Claim::Pass | Claim::User => managers.session.user(process).map(Owner::User),
     }
 }
 

@@ -3,7 +3,7 @@
 //! hex>.scope`, or in cgroup v1 `docker/<id>`.
 
 use super::systemd::unit;
-use super::{at, Claim, Manager, Node, Owner};
+use super::manager::{at, Claim, Manager, Node};
 use crate::procfs::{Proc, Procfs};
 
 label_set! {
@@ -17,12 +17,14 @@ label_set! {
 pub struct Runtime;
 
 impl Manager for Runtime {
+    type Kind = Container;
+
     fn new(_: &Node) -> Runtime {
         Runtime
     }
 
-    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim {
-        let container = |id: String| Claim::Owner(Owner::Container(Container { id }));
+    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim<Container> {
+        let container = |id: String| Claim::Owner(Container { id });
         if at(path, 0) == "docker" {
             return container_id(at(path, 1)).map_or(Claim::User, container);
         }
@@ -46,6 +48,7 @@ pub fn container_id(component: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{owner_of, root, ID};
+    use super::super::Owner;
     use super::*;
 
     #[test]

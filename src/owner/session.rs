@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use nix::unistd;
 
-use super::{Claim, Manager, Node, Owner};
+use super::manager::{Claim, Manager, Node};
 use crate::bounded::{self, Unfinished};
 use crate::procfs::{Proc, Procfs};
 
@@ -26,22 +26,24 @@ pub struct Session {
 }
 
 impl Manager for Session {
+    type Kind = User;
+
     fn new(node: &Node) -> Session {
         Session {
             users: Users::new(node.until),
         }
     }
 
-    fn claim(&self, _: &[&str], _: &Proc, _: &Procfs) -> Claim {
+    fn claim(&self, _: &[&str], _: &Proc, _: &Procfs) -> Claim<User> {
         Claim::User
     }
 }
 
 impl Session {
     /// The owner of a process no manager names: its real user.
-    pub fn owner(&self, process: &Proc) -> Option<Owner> {
+    pub fn user(&self, process: &Proc) -> Option<User> {
         let name = self.users.name(process.uid?);
-        Some(Owner::User(User { name }))
+        Some(User { name })
     }
 }
 

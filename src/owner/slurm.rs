@@ -7,7 +7,7 @@
 //! process's own environment, only where its `SLURM_JOB_SLUID` is that
 //! SLUID: a forged one relabels only its own job's series.
 
-use super::{at, Claim, Manager, Node, Owner};
+use super::manager::{at, Claim, Manager, Node};
 use crate::procfs::{Proc, Procfs};
 
 label_set! {
@@ -22,12 +22,14 @@ label_set! {
 pub struct Slurm;
 
 impl Manager for Slurm {
+    type Kind = Job;
+
     fn new(_: &Node) -> Slurm {
         Slurm
     }
 
-    fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim {
-        let job = |job_id, sluid| Claim::Owner(Owner::Slurm(Job { job_id, sluid }));
+    fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim<Job> {
+        let job = |job_id, sluid| Claim::Owner(Job { job_id, sluid });
         let stepd = usize::from(at(path, 0) == "system.slice");
         if at(path, stepd).ends_with("slurmstepd.scope") {
             let dir = at(path, stepd + 1);
@@ -81,6 +83,7 @@ fn job_id(environ: &[u8], sluid: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{owner_of, root};
+    use super::super::Owner;
     use super::*;
 
     fn job(id: &str) -> Option<Owner> {

@@ -1,7 +1,7 @@
 //! systemd: a service's or scope's processes are in its unit's cgroup below
 //! system slices (`user.slice` is a user's delegated subtree: the user's).
 
-use super::{Claim, Manager, Node, Owner};
+use super::manager::{Claim, Manager, Node};
 use crate::procfs::{Proc, Procfs};
 
 label_set! {
@@ -15,14 +15,16 @@ label_set! {
 pub struct Systemd;
 
 impl Manager for Systemd {
+    type Kind = Unit;
+
     fn new(_: &Node) -> Systemd {
         Systemd
     }
 
-    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim {
+    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim<Unit> {
         match unit(path) {
             Some(name) if name.ends_with(".service") || name.ends_with(".scope") => {
-                Claim::Owner(Owner::Unit(Unit { name: name.into() }))
+                Claim::Owner(Unit { name: name.into() })
             }
             _ => Claim::Pass,
         }
@@ -42,6 +44,7 @@ pub fn unit<'a>(path: &[&'a str]) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{owner_of, root};
+    use super::super::Owner;
     use super::*;
 
     #[test]
