@@ -14,6 +14,7 @@ use crate::generate::generate;
 use crate::logging;
 use crate::metrics;
 use crate::outcome::Outcome;
+use crate::owner::Owners;
 use crate::phases;
 use crate::publish::{write_stdout, Published, Publisher, Target};
 use crate::reason::Reason;
@@ -160,9 +161,12 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
                 state,
                 until: deadline.budget.host_end,
                 journal_dir: cli.journal_dir.as_deref(),
-                procfs: &cli.procfs,
-                pod_logs: &cli.pod_log_dir,
-                container_logs: &cli.container_log_dir,
+                owners: &mut Owners::new(
+                    &cli.procfs,
+                    &cli.pod_log_dir,
+                    &cli.container_log_dir,
+                    deadline.budget.host_end,
+                ),
                 states: &mut outcome.states,
             },
             &|phase| deadline.enter(phase),

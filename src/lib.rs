@@ -27,6 +27,7 @@ mod kernel_log;
 mod logging;
 pub mod metrics;
 mod outcome;
+mod owner;
 mod phases;
 mod procfs;
 mod publish;

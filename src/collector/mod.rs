@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::facts::GpuFacts;
 use crate::metrics::Family;
+use crate::owner::Owners;
 use crate::snapshot::Snapshot;
 use crate::state::schema::GpuState;
 use crate::state::StateFile;
@@ -139,11 +140,8 @@ pub struct HostRun<'a> {
     pub until: Instant,
     /// Journal files to read instead of the system journal (`--journal-dir`).
     pub journal_dir: Option<&'a Path>,
-    /// Where process owners are read from (`--procfs`).
-    pub procfs: &'a Path,
-    /// The kubelet's pod log directory and `/var/log/containers`, which name pods.
-    pub pod_logs: &'a Path,
-    pub container_logs: &'a Path,
+    /// The processes' records and owners, read once per pid for every step.
+    pub owners: &'a mut Owners,
     /// The state each GPU leaves, by UUID: a host step may set its part.
     pub states: &'a mut BTreeMap<String, GpuState>,
 }

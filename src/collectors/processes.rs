@@ -1,22 +1,20 @@
-//! Per-process GPU memory and SM utilization; the host step adds the owners
-//! from procfs.
-
-use std::collections::HashMap;
-use std::path::Path;
+//! Per-process GPU memory and SM utilization; the host step adds each
+//! process's command and owner, the labels `tasks` gives its task.
 
 use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
 use crate::compute;
-use crate::metrics::families;
-use crate::procfs::{self, Owner, Users};
+use crate::owner::{owner_families, with_ids, Owners};
 use crate::snapshot::{Device, LabelValue};
 
-families! {
-    FAMILIES;
-    PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
-        "Device memory used by a compute process, with its owner (only with --collector processes).";
-    PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm", "user", "systemd_unit", "container_id", "slurm_job_id"],
-        "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its owner (only with --collector processes).";
+owner_families! {
+    PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm"],
+        "Device memory used by a compute process, with its command and owner, labelled as its task (only with --collector processes).";
+    PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm"],
+        "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its command and owner (only with --collector processes).";
 }
+
+const FAMILIES: &[&crate::metrics::Family] =
+    &[PROCESS_MEMORY_USED.family(), PROCESS_UTILIZATION.family()];
 
 pub(super) static COLLECTOR: Collector = Collector {
     name: "processes",
@@ -32,33 +30,27 @@ fn read(reader: &mut Gpu<'_>) {
     compute::list(reader, true);
 }
 
-/// The host step: each GPU's processes become samples, with their owners
-/// from procfs.
-fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
-    attribute(
-        &mut run.snapshot.devices,
-        run.procfs,
-        &Users::new(run.until),
-    );
+/// The host step: each GPU's processes become samples, with their owners.
+pub(super) fn owners(run: &mut HostRun<'_>) -> Result<(), HostError> {
+    attribute(&mut run.snapshot.devices, run.owners);
     Ok(())
 }
 
-/// Turns every device's processes into samples labelled with their ids and
-/// owner (read once per pid).
-fn attribute(devices: &mut [Device], procfs: &Path, users: &Users) {
-    let mut owners: HashMap<u32, Owner> = HashMap::new();
+/// Adds every device's processes as samples labelled with their ids,
+/// command and owner; the processes stay for other steps.
+fn attribute(devices: &mut [Device], owners: &mut Owners) {
     for device in devices {
-        for process in std::mem::take(&mut device.processes) {
-            let owner = owners
-                .entry(process.pid)
-                .or_insert_with(|| Owner::read(procfs, &process.pid.to_string(), users));
+        for process in &device.processes {
+            let known = owners.of(process.pid);
             let id = |id: Option<u32>| id.map(|id| LabelValue::Owned(id.to_string()));
+            let comm = known.proc.comm.clone().map(LabelValue::Owned);
             let ids = [
-                Some(process.pid),
-                process.gpu_instance_id,
-                process.compute_instance_id,
+                id(Some(process.pid)),
+                id(process.gpu_instance_id),
+                id(process.compute_instance_id),
+                comm,
             ];
-            let labels = procfs::labels(ids.map(id), owner);
+            let labels = with_ids(ids, known.owner.as_ref());
             if let Some(bytes) = process.memory_bytes {
                 let sample = PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64);
                 device.samples.push(sample);
@@ -89,26 +81,28 @@ mod tests {
         fs::write(pid.join("comm"), "python\n").unwrap();
         let cgroup = "0::/system.slice/slurmstepd.scope/job_5/step_0\n";
         fs::write(pid.join("cgroup"), cgroup).unwrap();
+        let processes = vec![
+            Process {
+                pid: 77,
+                gpu_instance_id: Some(2),
+                compute_instance_id: Some(0),
+                memory_bytes: Some(1024),
+                listed: true,
+                ..Process::default()
+            },
+            Process {
+                pid: 78,
+                sm_ratio: Some(0.5),
+                ..Process::default()
+            },
+        ];
         let mut devices = vec![Device {
-            processes: vec![
-                Process {
-                    pid: 77,
-                    gpu_instance_id: Some(2),
-                    compute_instance_id: Some(0),
-                    memory_bytes: Some(1024),
-                    listed: true,
-                    ..Process::default()
-                },
-                Process {
-                    pid: 78,
-                    sm_ratio: Some(0.5),
-                    ..Process::default()
-                },
-            ],
+            processes: processes.clone(),
             ..Device::default()
         }];
-        let users = Users::new(Instant::now() + Duration::from_secs(5));
-        attribute(&mut devices, root.path(), &users);
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut owners = Owners::new(root.path(), root.path(), root.path(), until);
+        attribute(&mut devices, &mut owners);
         let written: Vec<(&str, f64, Vec<String>)> = devices[0]
             .samples
             .iter()
@@ -137,6 +131,6 @@ mod tests {
                 ),
             ]
         );
-        assert!(devices[0].processes.is_empty());
+        assert_eq!(devices[0].processes, processes);
     }
 }

@@ -419,17 +419,17 @@ mod tests {
 
     /// A task ledger at its bounds, every holder a pod of the longest names.
     fn largest_ledger() -> crate::task::Ledger {
+        use crate::owner::{kubernetes::Pod, Owner};
         use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
-        use crate::task::owner::Task;
         let name = |n: usize| format!("{n:a>253}");
         let totals = (0..MAX_HOLDERS)
             .map(|n| {
-                let task = Task::Pod {
+                let task = Owner::Pod(Pod {
                     uid: format!("{n:0>8}-0000-0000-0000-000000000000"),
                     namespace: Some(name(n)),
                     name: Some(name(n)),
                     container: Some(name(n)),
-                };
+                });
                 let max = Totals {
                     busy_us: u64::MAX,
                     energy_mj: u64::MAX,
@@ -534,8 +534,8 @@ mod tests {
     /// Each collection of the state one element past its bound.
     #[test]
     fn every_collection_past_its_bound_is_damage() {
+        use crate::owner::{session::User, Owner};
         use crate::task::ledger::{Holder, Totals, MAX_HOLDERS, MAX_PROCESSES};
-        use crate::task::owner::Task;
         let with_gpu = |change: &dyn Fn(&mut GpuState)| {
             let mut state = sample();
             change(state.gpus.get_mut("GPU-a").unwrap());
@@ -569,7 +569,9 @@ mod tests {
         refused(&with_gpu(&unsupported), "more than 256 unsupported calls");
         let holders = |gpu: &mut GpuState| {
             let holder = |n: usize| Holder {
-                task: Task::User(n.to_string()),
+                task: Owner::User(User {
+                    name: n.to_string(),
+                }),
                 gpu_instance_id: None,
             };
             let totals = (0..=MAX_HOLDERS).map(|n| (holder(n), Totals::default()));

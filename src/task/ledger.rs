@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::owner::Task;
+use crate::owner::Owner;
 use crate::snapshot::BusyWindow as Window;
 
 /// A task on a GPU: who, and on which MIG instance (where NVML says).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Holder {
-    pub task: Task,
+    pub task: Owner,
     pub gpu_instance_id: Option<u32>,
 }
 
@@ -333,10 +333,10 @@ mod tests {
     const NOW: u64 = BEFORE + 15 * S;
 
     fn job(id: &str) -> Holder {
-        let task = Task::Slurm {
+        let task = Owner::Slurm(crate::owner::slurm::Job {
             job_id: Some(id.into()),
             sluid: None,
-        };
+        });
         Holder {
             task,
             gpu_instance_id: None,

@@ -1,7 +1,6 @@
-//! The tasks GPU processes work for: who a process's task is ([`owner`])
-//! and each GPU's accounting of its tasks from run to run ([`ledger`]).
+//! Each GPU's accounting of the tasks its processes work for, from run to
+//! run ([`ledger`]); who a task is, is `owner`'s.
 
 pub mod ledger;
-pub mod owner;
 
 pub use ledger::{account, Holder, Ledger, Seen, MAX_HOLDERS};

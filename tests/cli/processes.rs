@@ -60,11 +60,8 @@ fn processes_are_attributed_from_procfs() {
         all.extend_from_slice(labels);
         Series::new("nvidia_gpu_process_memory_used_bytes", &all)
     };
-    let slurm = [
-        ("comm", "python"),
-        ("user", "root"),
-        ("slurm_job_id", "4711"),
-    ];
+    // The owner's labels are its task's: a job's process names no user.
+    let slurm = [("comm", "python"), ("slurm_job_id", "4711")];
     assert_eq!(series("301122"), (owner("301122", &slurm), 77842087936.0));
     let (container, _) = series("301123");
     assert_eq!(

@@ -573,3 +573,71 @@ fn a_busy_series_stays_through_a_window_without_shares() {
     let fourth = runs.at("tasks", t0 + 30 * SECOND);
     assert!(close(busy(&fourth), 12.0), "{fourth}");
 }
+
+/// The demo node (`make demo`) twice, from a state of its own, with `args`
+/// added: the second run's text.
+fn demo_twice(args: &[&str]) -> String {
+    let node = format!("{ROOT}/tests/fixtures/demo-node");
+    let (proc, pods, containers) = (
+        format!("{node}/proc"),
+        format!("{node}/pods"),
+        format!("{node}/containers"),
+    );
+    let mut all = vec!["--procfs", &proc, "--pod-log-dir", &pods];
+    all.extend(["--container-log-dir", &containers]);
+    all.extend_from_slice(args);
+    let (state, t0) = (tempfile::tempdir().unwrap(), now_on_the_sample_grid());
+    ex().run_at("demo-h100x8", state.path(), t0, &all);
+    ex().run_at("demo-h100x8", state.path(), t0 + 15 * SECOND, &all)
+}
+
+/// The processes collector reads the processes the tasks collector counts
+/// and leaves them: with both on, the tasks' series are those of the
+/// default run, and each process carries the labels of its task.
+#[test]
+fn tasks_count_the_same_with_the_processes_collector() {
+    let alone = parsed(&demo_twice(&[]));
+    let both_text = demo_twice(&["--collector", "tasks", "--collector", "processes"]);
+    let both = parsed(&both_text);
+    let tasks = |samples: &Samples| -> Vec<(Series, f64)> {
+        let task =
+            |s: &Series| s.name.starts_with("nvidia_gpu_task_") || s.name.contains("unattributed");
+        samples
+            .iter()
+            .filter(|(s, _)| task(s))
+            .map(|(s, &v)| (s.clone(), v))
+            .collect()
+    };
+    let (alone, with) = (tasks(&alone), tasks(&both));
+    assert_eq!(
+        alone
+            .iter()
+            .filter(|(s, _)| s.name.starts_with("nvidia_gpu_task_"))
+            .count(),
+        40
+    );
+    assert_eq!(alone.len(), with.len(), "{both_text}");
+    for ((series, a), (other, b)) in alone.iter().zip(&with) {
+        assert_eq!(series, other);
+        // Held time runs on the host's clock, which moves between the runs.
+        let slack = if series.name.contains("held") {
+            5.0
+        } else {
+            1e-9
+        };
+        assert!((a - b).abs() <= slack, "{series}: {a} and {b}");
+    }
+    let owner = |s: &Series| s.without(&["pid", "compute_instance_id", "comm"]).labels;
+    let task_owners: Vec<_> = with.iter().map(|(s, _)| s.labels.clone()).collect();
+    let processes = both
+        .keys()
+        .filter(|s| s.name == "nvidia_gpu_process_memory_used_bytes");
+    let mut attributed = 0;
+    for process in processes {
+        if process.label("comm").is_some() {
+            assert!(task_owners.contains(&owner(process)), "{process}");
+            attributed += 1;
+        }
+    }
+    assert!(attributed > 0, "{both_text}");
+}
