@@ -23,6 +23,7 @@ pub mod health;
 mod inflight;
 pub mod mig;
 mod reader;
+pub mod record;
 pub mod samples;
 pub mod unwrapped;
 
