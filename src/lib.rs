@@ -47,9 +47,30 @@ pub use publish::Target;
 pub use render::render;
 pub use timing::{gpm_window, WindowRequest, HARD_STOP_GRACE};
 
-/// What the capture tool (tests/nvml-capture) needs to make the field calls
-/// a run makes.
+/// What the capture tool (tests/nvml-capture) needs: a run's reads, so that
+/// the recorder it sets in the `nvml` crate (`nvml::record`) sees the calls a
+/// run makes.
 pub mod capture {
-    pub use crate::collectors::{field_batches, Collector, ALL};
-    pub use crate::facts::GpuFacts;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::collector::Settings;
+    use crate::state::schema::State;
+    use crate::timing::{Budget, MAX_TIMEOUT};
+
+    /// Reads every GPU of `library` as a run with every collector on and no
+    /// state does (the readings kept once per driver are taken), GPM off; the
+    /// readings are dropped.
+    pub fn read_every_gpu(library: &Path) -> Result<(), nvml::InitError> {
+        let settings = Settings {
+            collectors: crate::collectors::ALL.to_vec(),
+            parallel: true,
+            budget: Budget::new(Instant::now(), MAX_TIMEOUT),
+            gpm_window: Duration::ZERO,
+            gpm_paused: false,
+        };
+        let previous = (&State::default(), false);
+        crate::phases::read(library, &settings, previous, &Arc::default(), &|| {}).map(drop)
+    }
 }

@@ -24,11 +24,7 @@ mod thermal;
 mod utilization;
 pub mod xid;
 
-use nvml::fields::Field;
-use nvml::types::field_id::NVML_FI_DEV_NVLINK_LINK_COUNT;
-
 use crate::collector::SHARED;
-use crate::facts::GpuFacts;
 use crate::metrics::{self, Family};
 
 pub use crate::collector::{Collector, HostRun, Settings};
@@ -67,48 +63,6 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
     let rows = ALL.iter().flat_map(|collector| collector.families.iter());
     let own = rows.filter(|family| !SHARED.contains(family));
     metrics::ALWAYS.iter().chain(SHARED).chain(own).copied()
-}
-
-/// The `nvmlDeviceGetFieldValues` calls a run without state makes on a GPU,
-/// in order, for tests/nvml-capture. `links`: as `nvlink::Probed`.
-pub fn field_batches(
-    facts: &GpuFacts,
-    collectors: &[&Collector],
-    links: Option<&[Option<bool>]>,
-    send: &mut dyn FnMut(&[Field]) -> Vec<Option<f64>>,
-) {
-    let mut ids: Vec<u32> = collectors.iter().flat_map(|c| c.fields(facts)).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let batch: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
-    let answers = if batch.is_empty() {
-        Vec::new()
-    } else {
-        send(&batch)
-    };
-    let take = |id| {
-        let at = ids.iter().position(|&i| i == id)?;
-        *answers.get(at)?
-    };
-    let mut nvlink5 = None;
-    for collector in collectors {
-        match collector.name {
-            "thermal" => {
-                for (id, _) in thermal::MARGIN_THRESHOLDS {
-                    send(&[Field { id, scope: 0 }]);
-                }
-            }
-            "nvlink" => {
-                let count = take(NVML_FI_DEV_NVLINK_LINK_COUNT);
-                nvlink::totals_batches(count, links, &mut nvlink5, send);
-            }
-            "nvlink-links" => {
-                let count = take(NVML_FI_DEV_NVLINK_LINK_COUNT);
-                nvlink::links_batches(count, links, &mut nvlink5, send);
-            }
-            _ => {}
-        }
-    }
 }
 
 #[cfg(test)]
@@ -156,47 +110,6 @@ mod tests {
             );
             assert!(readme.contains(&row), "README lacks the row\n{row}");
         }
-    }
-
-    /// The sizes of the calls [`field_batches`] makes with every collector
-    /// on: the link count field answers `count`, no other field answers.
-    fn batch_sizes(count: Option<f64>, links: Option<&[Option<bool>]>) -> Vec<usize> {
-        let every: Vec<&Collector> = ALL.to_vec();
-        let (mut sizes, mut first) = (Vec::new(), Vec::new());
-        field_batches(&GpuFacts::default(), &every, links, &mut |batch| {
-            if first.is_empty() {
-                first = batch.iter().map(|field| field.id).collect();
-            }
-            sizes.push(batch.len());
-            let answer =
-                |field: &Field| count.filter(|_| field.id == NVML_FI_DEV_NVLINK_LINK_COUNT);
-            batch.iter().map(answer).collect()
-        });
-        let mut fields: Vec<u32> = every
-            .iter()
-            .flat_map(|c| c.fields(&GpuFacts::default()))
-            .collect();
-        fields.sort_unstable();
-        fields.dedup();
-        assert_eq!(first, fields, "the per-GPU batch: every field once, sorted");
-        sizes
-    }
-
-    #[test]
-    fn the_field_batches_follow_the_links_the_answers_tell() {
-        let n = batch_sizes(None, None)[0];
-        // No NVLink: the batch and the margin thresholds alone.
-        assert_eq!(batch_sizes(None, None), [n, 1, 1]);
-        // 18 links counted: the NVLink 5 probe alone (once a run) and 5
-        // fields a link; the per-link collector reads the count too, probes
-        // the 18 links and asks 4 fields of each.
-        let active = [Some(true); 18];
-        assert_eq!(batch_sizes(Some(18.0), Some(&active)), [n, 1, 1, 1, 90, 72]);
-        // No count: 4 links probed, one failing, counted; asked where answered.
-        let probed = [Some(true), None, Some(false), Some(true)];
-        assert_eq!(batch_sizes(None, Some(&probed)), [n, 1, 1, 1, 20, 12]);
-        // An implausible count is none.
-        assert_eq!(batch_sizes(Some(1e6), None), [n, 1, 1]);
     }
 
     const PREFIX: &str = "nvidia_gpu_";

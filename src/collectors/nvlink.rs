@@ -221,68 +221,6 @@ fn read(reader: &mut Gpu<'_>) {
     }
 }
 
-/// The calls [`read`] makes after the per-GPU batch.
-pub(super) fn totals_batches(
-    count: Option<f64>,
-    links: Probed<'_>,
-    nvlink5: &mut Option<bool>,
-    send: SendFields<'_>,
-) {
-    let count = match plausible(count) {
-        Some(count) => count,
-        None => match links.map(|links| &links[..links.len().min(MAX_LINKS as usize)]) {
-            Some(links) if links.iter().any(Option::is_some) => links.len() as u32,
-            _ => return,
-        },
-    };
-    if count == 0 {
-        return;
-    }
-    let nvlink5 = *nvlink5.get_or_insert_with(|| send(&[NVLINK5_PROBE])[0].is_some());
-    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
-    send(&link_batch(0..count, &ids));
-}
-
-/// The calls [`read_links`] makes (the NVLink 5 probe only where no
-/// collector made it before).
-pub(super) fn links_batches(
-    count: Option<f64>,
-    links: Probed<'_>,
-    nvlink5: &mut Option<bool>,
-    send: SendFields<'_>,
-) {
-    // Probed below the link count only (none below 0: no NOT_SUPPORTED).
-    let last = plausible(count).unwrap_or(MAX_LINKS) as usize;
-    let probed = match links {
-        Some(links) => &links[..links.len().min(last)],
-        None if last == 0 => &[],
-        None => return,
-    };
-    let nvlink5 = *nvlink5.get_or_insert_with(|| send(&[NVLINK5_PROBE])[0].is_some());
-    let answered = (0..)
-        .zip(probed)
-        .filter_map(|(link, active)| active.map(|_| link));
-    let batch = link_batch(
-        answered,
-        &per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5),
-    );
-    if !batch.is_empty() {
-        send(&batch);
-    }
-}
-
-/// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
-/// know (`None` where it failed); `None`: no NVLink.
-pub(super) type Probed<'a> = Option<&'a [Option<bool>]>;
-
-pub(super) type SendFields<'a> = &'a mut dyn FnMut(&[Field]) -> Vec<Option<f64>>;
-
-fn plausible(count: Option<f64>) -> Option<u32> {
-    count
-        .map(|count| count as u32)
-        .filter(|&count| count <= MAX_LINKS)
-}
-
 fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
     let count = reader.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
     reader
@@ -373,7 +311,8 @@ const PER_LINK_FIELDS: [u32; 4] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-/// As [`Probed`]; every link `None` when down.
+/// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
+/// know (`None` where it failed; every link `None` when down); `None`: no NVLink.
 fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {

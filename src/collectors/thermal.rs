@@ -49,7 +49,7 @@ const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
 ];
 
 /// Margins at which the GPU acts (T.Limit scale, read once per driver).
-pub(super) const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
+const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
     (NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, "shutdown"),
     (NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "slowdown"),
 ];

@@ -9,6 +9,8 @@ use nvml_wrapper_sys::bindings::{
     self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlReturn_t, nvmlValueType_t, nvmlValue_t,
 };
 
+use crate::record;
+
 /// The id in the bindings' numbering; the scope a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
@@ -47,7 +49,10 @@ pub(crate) fn fetch(
         })
         .collect();
     let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
-    raw_call!(getter, handle, count, values.as_mut_ptr())?;
+    // SAFETY: a live handle, and the entries with their count.
+    let code = getter.map(|getter| unsafe { getter(handle, count, values.as_mut_ptr()) });
+    record::answered(handle, &values, &code);
+    nvml_try(code?)?;
     Ok(values
         .iter()
         .map(|value| {

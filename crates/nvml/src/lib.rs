@@ -23,6 +23,7 @@ pub mod health;
 mod inflight;
 pub mod mig;
 mod reader;
+pub mod record;
 pub mod samples;
 pub mod unwrapped;
 
@@ -72,6 +73,24 @@ impl InitError {
 /// More GPUs than one host holds: a larger count from NVML is a sentinel.
 const MAX_GPUS: u32 = 64;
 
+/// The host calls, as the watchdog, the logs and the errors name them.
+const INIT: &str = "nvmlInit_v2";
+const COUNT: &str = "nvmlDeviceGetCount_v2";
+const HANDLE: &str = "nvmlDeviceGetHandleByIndex_v2";
+const DRIVER_VERSION: &str = "nvmlSystemGetDriverVersion";
+
+/// `read`, named `call` to the watchdog while it runs.
+fn host<T>(
+    inflight: &InFlight,
+    call: &'static str,
+    read: impl FnOnce() -> Result<T, NvmlError>,
+) -> Result<T, InitError> {
+    inflight.enter(Scope::Host, call);
+    let answer = read();
+    inflight.leave();
+    answer.map_err(|e| InitError::from_nvml(call, &e))
+}
+
 /// Never shut down: the process exits right after publishing.
 pub struct Session {
     nvml: ManuallyDrop<Nvml>,
@@ -85,16 +104,12 @@ impl Session {
         let started = Instant::now();
         let nvml = init(library, inflight)?;
         log::trace!("loading and initialising NVML took {:?}", started.elapsed());
-        inflight.enter(Scope::Host, "nvmlDeviceGetCount_v2");
-        let count = nvml
-            .device_count()
-            .map_err(|e| InitError::from_nvml("nvmlDeviceGetCount_v2", &e))?;
-        inflight.leave();
+        let count = host(inflight, COUNT, || nvml.device_count())?;
         if count > MAX_GPUS {
             return Err(InitError {
                 failure: Failure::Unknown,
                 detail: format!(
-                    "nvmlDeviceGetCount_v2 returned {count}, more GPUs than any host has \
+                    "{COUNT} returned {count}, more GPUs than any host has \
                      ({MAX_GPUS}); NVML is not answering sensibly"
                 ),
             });
@@ -102,7 +117,7 @@ impl Session {
         // A library without it is unusable, not a host whose GPUs are all down.
         if count > 0 {
             nvml_sym(nvml.lib().nvmlDeviceGetHandleByIndex_v2.as_ref())
-                .map_err(|e| InitError::from_nvml("nvmlDeviceGetHandleByIndex_v2", &e))?;
+                .map_err(|e| InitError::from_nvml(HANDLE, &e))?;
         }
         let versions = versions(&nvml, inflight);
         Ok(Session {
@@ -113,11 +128,11 @@ impl Session {
     }
 
     pub fn handle(&self, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'_>, Failure> {
-        inflight.enter(Scope::Gpu(index), "nvmlDeviceGetHandleByIndex_v2");
+        inflight.enter(Scope::Gpu(index), HANDLE);
         let handle = self.nvml.device_by_index(index);
         inflight.leave();
         handle.map_err(|e| {
-            log::warn!("GPU {index}: nvmlDeviceGetHandleByIndex_v2: {e}; reporting it down");
+            log::warn!("GPU {index}: {HANDLE}: {e}; reporting it down");
             Failure::of(&e)
         })
     }
@@ -144,22 +159,17 @@ fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> 
 /// `nvmlInit_v2` on a handle of our own, so that the watchdog can name it,
 /// then nvml-wrapper's init (it reads the driver version).
 fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
-    inflight.enter(Scope::Host, "nvmlInit_v2");
+    inflight.enter(Scope::Host, INIT);
     // SAFETY: loading a library runs its initialisers; this is the library the
     // user named as NVML, which the wrapper loads the same way below.
     let lib = unsafe { NvmlLib::new(library.as_os_str()) }
         .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
-    let init = || raw_call!(lib.nvmlInit_v2());
-    init().map_err(|e| InitError::from_nvml("nvmlInit_v2", &e))?;
+    host(inflight, INIT, || raw_call!(lib.nvmlInit_v2()))?;
     // Loaded and initialised until the process ends: dropping would only dlclose.
     std::mem::forget(lib);
-    inflight.enter(Scope::Host, "nvmlSystemGetDriverVersion");
-    let nvml = Nvml::builder()
-        .lib_path(library.as_os_str())
-        .init()
-        .map_err(|e| InitError::from_nvml("nvmlSystemGetDriverVersion", &e))?;
-    inflight.leave();
-    Ok(nvml)
+    host(inflight, DRIVER_VERSION, || {
+        Nvml::builder().lib_path(library.as_os_str()).init()
+    })
 }
 
 /// One NVML cannot tell is empty.
@@ -172,15 +182,12 @@ pub struct Versions {
 
 fn versions(nvml: &Nvml, inflight: &InFlight) -> Versions {
     let host_read = |call: &'static str, read: &dyn Fn() -> Result<String, NvmlError>| {
-        inflight.enter(Scope::Host, call);
-        let value = read();
-        inflight.leave();
-        value
-            .inspect_err(|e| log::debug!("{call}: {e}"))
+        host(inflight, call, read)
+            .inspect_err(|e| log::debug!("{}", e.detail))
             .unwrap_or_default()
     };
     Versions {
-        driver: host_read("nvmlSystemGetDriverVersion", &|| nvml.sys_driver_version()),
+        driver: host_read(DRIVER_VERSION, &|| nvml.sys_driver_version()),
         cuda: host_read("nvmlSystemGetCudaDriverVersion_v2", &|| {
             nvml.sys_cuda_driver_version()
                 .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))

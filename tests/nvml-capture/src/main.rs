@@ -1,8 +1,9 @@
 //! Records what a real `libnvidia-ml.so` answers to the calls the exporter
 //! makes, as a scenario file the fake NVML replays (tests/fake-nvml/README.md).
-//! The field values are asked in the exporter's own `nvmlDeviceGetFieldValues`
-//! calls, every collector on (`collectors::field_batches`): NVML answers a
-//! field differently by the batch it is in.
+//! The field values are those of the exporter's own `nvmlDeviceGetFieldValues`
+//! calls: a run with every collector on is made first (`capture::read_every_gpu`)
+//! and each of its calls recorded (`nvml::record`), as NVML answers a field
+//! differently by the batch it is in.
 //!
 //! ```sh
 //! nvml-capture [--lib PATH] [--gpm-window-ms N] "DESCRIPTION" > capture.toml
@@ -20,12 +21,11 @@
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_uint, CStr};
 use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nvidia_textfile_exporter::capture::{self as collectors, GpuFacts};
-use nvml::fields::{driver_id, Field};
-use nvml::types::DeviceArchitecture;
-use nvml_wrapper::{FieldIdScheme, Nvml};
+use nvidia_textfile_exporter::capture;
 use nvml_wrapper_sys::bindings::*;
 
 const NOT_SUPPORTED: nvmlReturn_t = 3;
@@ -89,6 +89,21 @@ macro_rules! call {
         let rc = raw!($gpu.lib, $sym($gpu.handle, $($arg),*));
         $gpu.record(stringify!($sym), $what, rc)
     }};
+}
+
+/// One `nvmlDeviceGetFieldValues` call of the exporter's run: the device (its
+/// handle's address), the entries as NVML wrote them, the return code.
+type FieldCall = (usize, Vec<nvmlFieldValue_t>, nvmlReturn_t);
+
+/// Every field-value call of the run, in the order each GPU made them.
+static FIELD_CALLS: Mutex<Vec<FieldCall>> = Mutex::new(Vec::new());
+
+fn record_field_call(device: nvmlDevice_t, values: &[nvmlFieldValue_t], code: nvmlReturn_t) {
+    let call = (device as usize, values.to_vec(), code);
+    FIELD_CALLS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(call);
 }
 
 /// What one GPU answered.
@@ -236,12 +251,11 @@ fn main() {
         eprintln!("nvml-capture: nvmlInit_v2: {}", code_name(rc));
         std::process::exit(1);
     }
-    // The field ids as the exporter sends them: nvml-wrapper tells the loaded
-    // driver's numbering (drivers from 580.82 renumbered 251-273).
-    let scheme = Nvml::builder()
-        .lib_path(std::ffi::OsStr::new(&lib_path))
-        .init()
-        .map_or(FieldIdScheme::V12, |nvml| nvml.field_id_scheme());
+    nvml::record::field_values(record_field_call);
+    if let Err(error) = capture::read_every_gpu(Path::new(&lib_path)) {
+        eprintln!("nvml-capture: the exporter's run: {}", error.detail);
+        std::process::exit(1);
+    }
     let mut out = String::new();
     let description = description.unwrap_or_else(|| "a capture".to_owned());
     writeln!(out, "description = {}", text(description.as_bytes())).unwrap();
@@ -262,7 +276,7 @@ fn main() {
         };
         gpu.record("nvmlDeviceGetHandleByIndex_v2", &index.to_string(), rc);
         let recording = if rc == 0 {
-            read_gpu(&mut gpu, gpm_window, scheme)
+            read_gpu(&mut gpu, gpm_window)
         } else {
             String::new()
         };
@@ -334,10 +348,10 @@ fn render_gpu(gpu: &Capture<'_>, missing: &mut Vec<&'static str>, recording: &st
 
 /// Reads everything the exporter reads of one GPU into `gpu`; returns the
 /// `[gpu.recording]` tables.
-fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration, scheme: FieldIdScheme) -> String {
-    let facts = identity(gpu);
-    let links = readings(gpu);
-    fields(gpu, &facts, links.as_deref(), scheme);
+fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration) -> String {
+    identity(gpu);
+    readings(gpu);
+    fields(gpu);
     processes(gpu);
     if let Some(gpm) = gpm(gpu, gpm_window) {
         gpu.key("gpm", gpm);
@@ -346,15 +360,15 @@ fn read_gpu(gpu: &mut Capture<'_>, gpm_window: Duration, scheme: FieldIdScheme) 
     recording(gpu)
 }
 
-/// The identity keys; what the exporter's info read finds of the GPU.
-fn identity(gpu: &mut Capture<'_>) -> GpuFacts {
+/// The identity keys.
+fn identity(gpu: &mut Capture<'_>) {
     let lib = gpu.lib;
     gpu.string(
         "uuid",
         "nvmlDeviceGetUUID",
         lib.nvmlDeviceGetUUID.as_ref().ok().copied(),
     );
-    let name = gpu.string(
+    gpu.string(
         "name",
         "nvmlDeviceGetName",
         lib.nvmlDeviceGetName.as_ref().ok().copied(),
@@ -374,10 +388,9 @@ fn identity(gpu: &mut Capture<'_>) -> GpuFacts {
         gpu.key("brand", brand);
     }
     let mut architecture: nvmlDeviceArchitecture_t = 0;
-    let architecture = call!(gpu, nvmlDeviceGetArchitecture(&mut architecture), "").then(|| {
+    if call!(gpu, nvmlDeviceGetArchitecture(&mut architecture), "") {
         gpu.key("architecture", architecture);
-        DeviceArchitecture::try_from(architecture).map_err(|_| architecture)
-    });
+    }
     gpu.u32_getter(
         "minor_number",
         "nvmlDeviceGetMinorNumber",
@@ -385,8 +398,7 @@ fn identity(gpu: &mut Capture<'_>) -> GpuFacts {
     );
     // SAFETY: plain data.
     let mut pci: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
-    let read = call!(gpu, nvmlDeviceGetPciInfo_v3(&mut pci), "");
-    if read {
+    if call!(gpu, nvmlDeviceGetPciInfo_v3(&mut pci), "") {
         gpu.key(
             "pci",
             format!(
@@ -400,16 +412,10 @@ fn identity(gpu: &mut Capture<'_>) -> GpuFacts {
             ),
         );
     }
-    GpuFacts {
-        architecture,
-        name: name.unwrap_or_default(),
-        pci_device_id: read.then_some(pci.pciDeviceId),
-    }
 }
 
-/// The point readings, in the fake's keys; what `nvmlDeviceGetNvLinkState`
-/// answered (see [`nvlinks`]).
-fn readings(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
+/// The point readings, in the fake's keys.
+fn readings(gpu: &mut Capture<'_>) {
     let lib = gpu.lib;
     let mut utilization = nvmlUtilization_t { gpu: 0, memory: 0 };
     if call!(gpu, nvmlDeviceGetUtilizationRates(&mut utilization), "") {
@@ -616,9 +622,8 @@ fn readings(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
     health(gpu);
     media(gpu);
     modes(gpu);
-    let links = nvlinks(gpu);
+    nvlinks(gpu);
     fabric(gpu);
-    links
 }
 
 /// `nvmlDeviceGetGpuFabricInfoV` with struct version 3 (an H200 of driver 580
@@ -941,13 +946,10 @@ fn modes(gpu: &mut Capture<'_>) {
     }
 }
 
-/// The links' state and error counters, as `nvlinks`; what
-/// `nvmlDeviceGetNvLinkState` answered for links 0, 1, … up to the first NVML
-/// does not know (`None` where it failed), `None` where link 0 is not
-/// supported, as the exporter probes them.
-fn nvlinks(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
+/// The links' state and error counters, as `nvlinks`: links 0, 1, … up to
+/// the first NVML does not know, none where link 0 is not supported.
+fn nvlinks(gpu: &mut Capture<'_>) {
     let mut links = Vec::new();
-    let mut probed = Vec::new();
     for link in 0..NVML_NVLINK_MAX_LINKS {
         let mut active: nvmlEnableState_t = 0;
         let rc = raw!(
@@ -956,12 +958,11 @@ fn nvlinks(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
         );
         gpu.record("nvmlDeviceGetNvLinkState", &format!("link {link}"), rc);
         if rc == NOT_SUPPORTED && link == 0 {
-            return None;
+            return;
         }
         if rc == INVALID_ARGUMENT {
             break;
         }
-        probed.push((rc == 0).then_some(active == 1));
         let mut errors = Vec::new();
         for (counter, key) in ["replay", "recovery", "crc_flit", "crc_data", "ecc_data"]
             .into_iter()
@@ -994,7 +995,6 @@ fn nvlinks(gpu: &mut Capture<'_>) -> Option<Vec<Option<bool>>> {
     if !links.is_empty() {
         gpu.key("nvlinks", format!("[\n    {},\n]", links.join(",\n    ")));
     }
-    Some(probed)
 }
 
 /// One entry's answer in a `nvmlDeviceGetFieldValues` call.
@@ -1043,20 +1043,6 @@ impl Answer {
             }
         }
     }
-
-    /// The value the exporter reads of the entry (`nvml::fields`, which
-    /// takes no unsigned short).
-    fn read(value: &nvmlFieldValue_t) -> Option<f64> {
-        if value.valueType == 6 {
-            return None;
-        }
-        match Answer::of(value) {
-            Answer::Unsigned(v) => Some(v as f64),
-            Answer::Signed(v) => Some(v as f64),
-            Answer::Double(bits) => Some(f64::from_bits(bits)),
-            Answer::Unknown(_) | Answer::Failed(_) => None,
-        }
-    }
 }
 
 impl std::fmt::Display for Answer {
@@ -1071,32 +1057,20 @@ impl std::fmt::Display for Answer {
     }
 }
 
-/// The exporter's `nvmlDeviceGetFieldValues` calls, every collector on, ids
-/// as the driver numbers them (`scheme`): each call and every entry that is
+/// The exporter's `nvmlDeviceGetFieldValues` calls of this GPU, recorded in
+/// its run, ids as the driver numbers them: each call and every entry that is
 /// not a plain answer in the comments, the answers as `field_values`,
 /// `signed_field_values` and `double_field_values` (keyed `id:scope` where the field
 /// was asked at a link other than 0); a field asked twice keeps its first
 /// answer, the per-GPU batch's, and a different one later is a comment.
-fn fields(
-    gpu: &mut Capture<'_>,
-    facts: &GpuFacts,
-    links: Option<&[Option<bool>]>,
-    scheme: FieldIdScheme,
-) {
+fn fields(gpu: &mut Capture<'_>) {
+    let calls = FIELD_CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    let handle = gpu.handle as usize;
+    let mine = calls.iter().filter(|(device, ..)| *device == handle);
     let mut answers: BTreeMap<(u32, u32), Answer> = BTreeMap::new();
-    let mut send = |batch: &[Field]| -> Vec<Option<f64>> {
-        // SAFETY: plain data.
-        let zero: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
-        let mut values: Vec<nvmlFieldValue_t> = batch
-            .iter()
-            .map(|field| nvmlFieldValue_t {
-                fieldId: driver_id(scheme, field.id),
-                scopeId: field.scope,
-                ..zero
-            })
-            .collect();
+    for (_, values, rc) in mine {
         // A batch of several links names its fields with their scope.
-        let links = batch.iter().any(|field| field.scope != 0);
+        let links = values.iter().any(|value| value.scopeId != 0);
         let name = |value: &nvmlFieldValue_t| match links {
             true => format!("{}:{}", value.fieldId, value.scopeId),
             false => value.fieldId.to_string(),
@@ -1109,17 +1083,11 @@ fn fields(
             }
             all => format!("{} fields", all.len()),
         };
-        if !call!(
-            gpu,
-            nvmlDeviceGetFieldValues(values.len() as i32, values.as_mut_ptr()),
-            &what
-        ) {
-            return vec![None; batch.len()];
+        if !gpu.record("nvmlDeviceGetFieldValues", &what, *rc) {
+            continue;
         }
-        let mut read = Vec::with_capacity(values.len());
-        for value in &values {
+        for value in values {
             let answer = Answer::of(value);
-            read.push(Answer::read(value));
             let key = name(value);
             match answers.get(&(value.fieldId, value.scopeId)) {
                 Some(&first) if first != answer => gpu.calls.push(format!(
@@ -1134,10 +1102,7 @@ fn fields(
                 }
             }
         }
-        read
-    };
-    let every: Vec<&collectors::Collector> = collectors::ALL.to_vec();
-    collectors::field_batches(facts, &every, links, &mut send);
+    }
     // A field asked only at scope 0 is keyed by its id alone.
     let scoped: Vec<u32> = answers
         .keys()
