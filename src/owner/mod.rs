@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::procfs::{Proc, Procfs};
 use crate::snapshot::LabelValue;
-use manager::{Claim, Manager, Node};
+use manager::{Claim, Node};
 
 mod manager;
 
@@ -23,23 +23,6 @@ mod manager;
 pub trait LabelSet {
     const NAMES: &'static [&'static str];
     fn values(&self) -> Vec<Option<LabelValue>>;
-}
-
-/// A field's label value: a `String` always, an `Option` where set.
-pub trait LabelField {
-    fn value(&self) -> Option<LabelValue>;
-}
-
-impl LabelField for String {
-    fn value(&self) -> Option<LabelValue> {
-        Some(LabelValue::Owned(self.clone()))
-    }
-}
-
-impl LabelField for Option<String> {
-    fn value(&self) -> Option<LabelValue> {
-        self.clone().map(LabelValue::Owned)
-    }
 }
 
 /// An owner kind: a struct whose fields are its labels, each named once.
@@ -52,7 +35,8 @@ macro_rules! label_set {
         impl $crate::owner::LabelSet for $kind {
             const NAMES: &'static [&'static str] = &[$($label),*];
             fn values(&self) -> Vec<Option<$crate::snapshot::LabelValue>> {
-                vec![$($crate::owner::LabelField::value(&self.$field)),*]
+                // A `String` always, an `Option` where set.
+                vec![$(Option::<String>::from(self.$field.clone()).map($crate::snapshot::LabelValue::Owned)),*]
             }
         }
     };
@@ -86,18 +70,18 @@ macro_rules! managers {
             }
         }
 
+        /// How many owner labels there are.
+        pub const COUNT: usize = 0 $(+ <$module::$kind as LabelSet>::NAMES.len())*;
+
+        #[derive(Default)]
         struct Managers {
             $($module: $module::$manager,)*
         }
 
         impl Managers {
-            fn new(node: &Node) -> Managers {
-                Managers { $($module: $module::$manager::new(node),)* }
-            }
-
             /// The first claim of a manager that makes `path`.
-            fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim<Owner> {
-                $(match self.$module.claim(path, process, procfs) {
+            fn claim(&self, path: &[&str], process: &Proc, node: &Node) -> Claim<Owner> {
+                $(match self.$module.claim(path, process, node) {
                     Claim::Pass => {}
                     Claim::User => return Claim::User,
                     Claim::Owner(kind) => return Claim::Owner(Owner::$variant(kind)),
@@ -116,34 +100,19 @@ managers! {
     session::Session => User(User) as "user",
 }
 
-/// How many owner labels there are.
-pub const COUNT: usize = {
-    let (mut count, mut kind) = (0, 0);
-    while kind < KINDS.len() {
-        count += KINDS[kind].len();
-        kind += 1;
-    }
-    count
-};
-
 /// `ids`, then every owner label: a family's label names.
 pub const fn after<const N: usize>(ids: &[&'static str]) -> [&'static str; N] {
-    assert!(ids.len() + COUNT == N, "the label count differs");
-    let mut all = [""; N];
-    let mut at = 0;
-    while at < ids.len() {
-        all[at] = ids[at];
-        at += 1;
-    }
-    let mut kind = 0;
-    while kind < KINDS.len() {
+    let (mut all, mut at, mut list) = ([""; N], 0, 0);
+    while list <= KINDS.len() {
+        let names = if list == 0 { ids } else { KINDS[list - 1] };
         let mut label = 0;
-        while label < KINDS[kind].len() {
-            all[at] = KINDS[kind][label];
+        while label < names.len() {
+            all[at] = names[label];
             (at, label) = (at + 1, label + 1);
         }
-        kind += 1;
+        list += 1;
     }
+    assert!(at == N, "the label count differs");
     all
 }
 
@@ -194,7 +163,7 @@ pub struct Known {
 /// Each process's record and owner, read once per pid per run and given to
 /// every step that asks.
 pub struct Owners {
-    procfs: Procfs,
+    node: Node,
     managers: Managers,
     known: HashMap<u32, Known>,
 }
@@ -204,22 +173,24 @@ impl Owners {
     /// read until `until`.
     pub fn new(procfs: &Path, pod_logs: &Path, container_logs: &Path, until: Instant) -> Owners {
         let node = Node {
-            pod_logs,
-            container_logs,
+            procfs: Procfs::new(procfs, until),
+            pod_logs: pod_logs.to_owned(),
+            container_logs: container_logs.to_owned(),
             until,
         };
+        let (managers, known) = Default::default();
         Owners {
-            procfs: Procfs::new(procfs, until),
-            managers: Managers::new(&node),
-            known: HashMap::new(),
+            node,
+            managers,
+            known,
         }
     }
 
     pub fn of(&mut self, pid: u32) -> &Known {
-        let (procfs, managers) = (&self.procfs, &self.managers);
+        let (node, managers) = (&self.node, &self.managers);
         self.known.entry(pid).or_insert_with(|| {
-            let proc = procfs.read(pid);
-            let owner = owner(&proc, procfs, managers);
+            let proc = node.procfs.read(pid);
+            let owner = owner(&proc, node, managers);
             Known { proc, owner }
         })
     }
@@ -233,11 +204,11 @@ impl Owners {
 /// adding lines of its own: before the real `0::` line where the name is in
 /// a v1 hierarchy a user was delegated, `name=systemd` in hybrid setups)
 /// names only the user.
-fn owner(process: &Proc, procfs: &Procfs, managers: &Managers) -> Option<Owner> {
+fn owner(process: &Proc, node: &Node, managers: &Managers) -> Option<Owner> {
     let cgroup = process.cgroup.as_deref()?;
     let claim = |path: &str| {
         let path: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        managers.claim(&path, process, procfs)
+        managers.claim(&path, process, node)
     };
     let ids = cgroup.lines().map(|line| {
         line.split_once(':')
@@ -260,7 +231,7 @@ fn owner(process: &Proc, procfs: &Procfs, managers: &Managers) -> Option<Owner> 
     };
     match claimed {
         Claim::Owner(owner) => Some(owner),
-        Claim::Pass | Claim::User => managers.session.user(process).map(Owner::User),
+        Claim::Pass | Claim::User => managers.session.user(process, node.until).map(Owner::User),
     }
 }
 
