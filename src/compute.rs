@@ -2,7 +2,8 @@
 //! previous run, listed once per run for the collectors that ask
 //! (processes, tasks).
 
-use nvml::samples::{fetch_processes, ProcessEntry};
+use nvml::calls::PROCESS_UTILIZATION;
+use nvml::samples::ProcessEntry;
 use nvml::types::{Sampling, UsedGpuMemory};
 
 use crate::collector::Gpu;
@@ -76,7 +77,7 @@ pub fn early(reader: &mut Gpu<'_>) {
         .early(&mut reader.nvml, Sampling::GpuUtilization)
         .and_then(|samples| samples.last().map(|&(ts, _)| ts));
     let early = split.and_then(|split| {
-        let entries = fetch_processes(&mut reader.nvml, since)?;
+        let entries = reader.nvml.read(PROCESS_UTILIZATION, since)?;
         Some(EarlyProcesses {
             since,
             split,
@@ -173,10 +174,10 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
     let errors = reader.nvml.read_errors();
     let shares = match early {
         Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
-            let later = fetch_processes(&mut reader.nvml, split).map(ratios);
+            let later = reader.nvml.read(PROCESS_UTILIZATION, split).map(ratios);
             later.map(|later| combine((ratios(entries), split - since), (later, end - split)))
         }
-        _ => fetch_processes(&mut reader.nvml, since).map(ratios),
+        _ => reader.nvml.read(PROCESS_UTILIZATION, since).map(ratios),
     };
     let Some(shares) = shares else {
         // NOT_SUPPORTED is quiet; a failure was counted.
