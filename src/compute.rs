@@ -66,7 +66,7 @@ pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> 
 /// samples they split, read as the windows open (see `Hooks::early`), once
 /// whichever collectors ask: [`list`] reads the rest at their end.
 pub fn early(reader: &mut Gpu<'_>) {
-    if reader.fetched.has_early_processes() {
+    if reader.fetched.processes.is_some() {
         return;
     }
     let since = reader
@@ -84,7 +84,7 @@ pub fn early(reader: &mut Gpu<'_>) {
             entries,
         })
     });
-    reader.fetched.keep_early_processes(early);
+    reader.fetched.processes = Some(early);
 }
 
 /// A pid's share of the window (0-1) and NVML's time of it (µs).
@@ -165,7 +165,7 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
         length_us: carry.sampled_us.saturating_sub(before.sampled_us),
         unread_us: integrated.unread_us,
     };
-    let early = reader.fetched.take_early_processes();
+    let early = reader.fetched.processes.take().flatten();
     if !fetch {
         consume(reader);
         return Some((window, Vec::new()));
@@ -182,7 +182,7 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
     let Some(shares) = shares else {
         // NOT_SUPPORTED is quiet; a failure was counted.
         match reader.nvml.read_errors() > errors {
-            true => reader.fetched.note_shares_failed(),
+            true => reader.fetched.shares_failed = true,
             false => consume(reader),
         }
         return None;

@@ -1,7 +1,7 @@
 //! A GPU process's owner: the task it works for, read from where its manager
 //! put it. [`Owner`] is the one model of it: each kind's labels are declared
 //! once, beside its manager, and every family that names an owner carries
-//! all of them after its own ([`owner_families!`]), so two families never
+//! all of them ([`LABELS`]) after its own, so two families never
 //! label one process differently. Only what root wrote counts: a manager
 //! reads a cgroup path at the positions its daemon creates (a user's own
 //! delegated subtree, `user.slice`, makes the user the owner). What the node
@@ -55,7 +55,9 @@ macro_rules! managers {
             $(#[serde(rename = $tag)] $variant($module::$kind),)*
         }
 
-        const KINDS: &[&[&str]] = &[$(<$module::$kind as LabelSet>::NAMES),*];
+        /// Every owner label, in the managers' order.
+        pub const LABELS: [&str; COUNT] =
+            $crate::metrics::join(&[$(<$module::$kind as LabelSet>::NAMES),*]);
 
         impl Owner {
             /// Every owner label's value: this kind's, the others' `None`.
@@ -100,22 +102,6 @@ managers! {
     session::Session => User(User) as "user",
 }
 
-/// `ids`, then every owner label: a family's label names.
-pub const fn after<const N: usize>(ids: &[&'static str]) -> [&'static str; N] {
-    let (mut all, mut at, mut list) = ([""; N], 0, 0);
-    while list <= KINDS.len() {
-        let names = if list == 0 { ids } else { KINDS[list - 1] };
-        let mut label = 0;
-        while label < names.len() {
-            all[at] = names[label];
-            (at, label) = (at + 1, label + 1);
-        }
-        list += 1;
-    }
-    assert!(at == N, "the label count differs");
-    all
-}
-
 /// A sample's label values: `ids`, then the owner's (all `None` where
 /// unknown).
 pub fn with_ids<const I: usize, const N: usize>(
@@ -127,30 +113,6 @@ pub fn with_ids<const I: usize, const N: usize>(
     let mut all = ids.into_iter().chain(owner);
     std::array::from_fn(|_| all.next().flatten())
 }
-
-/// Like `metrics::families!`, with each family's own labels followed by
-/// every owner label.
-macro_rules! owner_families {
-    ($($ident:ident: $kind:ident($unit:ident), $name:literal, [$($id:literal),*], $help:literal;)*) => {
-        $(
-            #[doc = $help]
-            pub const $ident: $crate::metrics::Labelled<
-                { <[&str]>::len(&[$($id),*]) + $crate::owner::COUNT },
-            > = {
-                const LABELS: [&str; <[&str]>::len(&[$($id),*]) + $crate::owner::COUNT] =
-                    $crate::owner::after(&[$($id),*]);
-                $crate::metrics::Labelled::new(&$crate::metrics::Family {
-                    name: $name,
-                    help: $help,
-                    kind: $crate::metrics::Kind::$kind,
-                    unit: $crate::metrics::Unit::$unit,
-                    labels: &LABELS,
-                })
-            };
-        )*
-    };
-}
-pub(crate) use owner_families;
 
 /// What a run knows of a process.
 #[derive(Debug, Clone)]
@@ -332,12 +294,11 @@ pub(super) mod tests {
     /// labels first; the state names kinds as before.
     #[test]
     fn the_owner_labels_are_every_kinds_in_the_managers_order() {
-        let names: [&str; 1 + COUNT] = after(&["gpu_instance_id"]);
+        let names: [&str; 1 + COUNT] = crate::metrics::join(&[&["gpu_instance_id"], &LABELS]);
         let first = ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid"];
         assert_eq!(names[..3], first);
-        let all: [&str; COUNT] = after(&[]);
         assert_eq!(
-            all[4..],
+            LABELS[4..],
             [
                 "k8s_pod_uid",
                 "k8s_container_name",
