@@ -61,14 +61,13 @@ macro_rules! managers {
 
         impl Owner {
             /// Every owner label's value: this kind's, the others' `None`.
-            pub fn labels(&self) -> [Option<LabelValue>; COUNT] {
+            fn labels(&self) -> Vec<Option<LabelValue>> {
                 let mut all = Vec::with_capacity(COUNT);
                 $(match self {
                     Owner::$variant(kind) => all.extend(kind.values()),
                     _ => all.extend(<$module::$kind as LabelSet>::NAMES.iter().map(|_| None)),
                 })*
-                let mut all = all.into_iter();
-                std::array::from_fn(|_| all.next().flatten())
+                all
             }
         }
 
