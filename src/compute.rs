@@ -2,7 +2,8 @@
 //! previous run, listed once per run for the collectors that ask
 //! (processes, tasks).
 
-use nvml::samples::{fetch_processes, ProcessEntry};
+use nvml::calls::PROCESS_UTILIZATION;
+use nvml::samples::ProcessEntry;
 use nvml::types::{Sampling, UsedGpuMemory};
 
 use crate::collector::Gpu;
@@ -65,7 +66,7 @@ pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> 
 /// samples they split, read as the windows open (see `Hooks::early`), once
 /// whichever collectors ask: [`list`] reads the rest at their end.
 pub fn early(reader: &mut Gpu<'_>) {
-    if reader.fetched.has_early_processes() {
+    if reader.fetched.processes.is_some() {
         return;
     }
     let since = reader
@@ -76,14 +77,14 @@ pub fn early(reader: &mut Gpu<'_>) {
         .early(&mut reader.nvml, Sampling::GpuUtilization)
         .and_then(|samples| samples.last().map(|&(ts, _)| ts));
     let early = split.and_then(|split| {
-        let entries = fetch_processes(&mut reader.nvml, since)?;
+        let entries = reader.nvml.read(PROCESS_UTILIZATION, since)?;
         Some(EarlyProcesses {
             since,
             split,
             entries,
         })
     });
-    reader.fetched.keep_early_processes(early);
+    reader.fetched.processes = Some(early);
 }
 
 /// A pid's share of the window (0-1) and NVML's time of it (µs).
@@ -164,7 +165,7 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
         length_us: carry.sampled_us.saturating_sub(before.sampled_us),
         unread_us: integrated.unread_us,
     };
-    let early = reader.fetched.take_early_processes();
+    let early = reader.fetched.processes.take().flatten();
     if !fetch {
         consume(reader);
         return Some((window, Vec::new()));
@@ -173,15 +174,15 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
     let errors = reader.nvml.read_errors();
     let shares = match early {
         Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
-            let later = fetch_processes(&mut reader.nvml, split).map(ratios);
+            let later = reader.nvml.read(PROCESS_UTILIZATION, split).map(ratios);
             later.map(|later| combine((ratios(entries), split - since), (later, end - split)))
         }
-        _ => fetch_processes(&mut reader.nvml, since).map(ratios),
+        _ => reader.nvml.read(PROCESS_UTILIZATION, since).map(ratios),
     };
     let Some(shares) = shares else {
         // NOT_SUPPORTED is quiet; a failure was counted.
         match reader.nvml.read_errors() > errors {
-            true => reader.fetched.note_shares_failed(),
+            true => reader.fetched.shares_failed = true,
             false => consume(reader),
         }
         return None;

@@ -70,25 +70,35 @@ impl<const N: usize> Labelled<N> {
 }
 
 /// A [`Labelled`] handle per family and, if named, `$list`: the collector's
-/// families (first those in brackets, declared elsewhere).
+/// families (first those in brackets, declared elsewhere). A family's labels
+/// are its own, then those of `+ more` (a constant list, the owner's).
 macro_rules! families {
     ($list:ident $([$($shared:path),*])?;
-     $($ident:ident: $kind:ident($unit:ident), $name:literal, [$($label:literal),*], $help:literal;)*) => {
-        $crate::metrics::families! { $($ident: $kind($unit), $name, [$($label),*], $help;)* }
+     $($ident:ident: $kind:ident($unit:ident), $name:literal, [$($label:literal),*] $(+ $more:path)?,
+       $help:literal;)*) => {
+        $crate::metrics::families! {
+            $($ident: $kind($unit), $name, [$($label),*] $(+ $more)?, $help;)*
+        }
         pub const $list: &[&$crate::metrics::Family] =
             &[$($($shared.family(),)*)? $($ident.family()),*];
     };
-    ($($ident:ident: $kind:ident($unit:ident), $name:literal, [$($label:literal),*], $help:literal;)*) => {
+    ($($ident:ident: $kind:ident($unit:ident), $name:literal, [$($label:literal),*] $(+ $more:path)?,
+       $help:literal;)*) => {
         $(
             #[doc = $help]
-            pub const $ident: $crate::metrics::Labelled<{ <[&str]>::len(&[$($label),*]) }> =
+            pub const $ident: $crate::metrics::Labelled<
+                { <[&str]>::len(&[$($label),*]) $(+ $more.len())? },
+            > = {
+                const LABELS: [&str; <[&str]>::len(&[$($label),*]) $(+ $more.len())?] =
+                    $crate::metrics::join(&[&[$($label),*] $(, &$more)?]);
                 $crate::metrics::Labelled::new(&$crate::metrics::Family {
                     name: $name,
                     help: $help,
                     kind: $crate::metrics::Kind::$kind,
                     unit: $crate::metrics::Unit::$unit,
-                    labels: &[$($label),*],
-                });
+                    labels: &LABELS,
+                })
+            };
         )*
     };
 }
@@ -158,6 +168,21 @@ impl Family {
             Merge::Max
         }
     }
+}
+
+/// `lists` one after another (a family's label names).
+pub const fn join<const N: usize>(lists: &[&[&'static str]]) -> [&'static str; N] {
+    let (mut all, mut at, mut list) = ([""; N], 0, 0);
+    while list < lists.len() {
+        let mut label = 0;
+        while label < lists[list].len() {
+            all[at] = lists[list][label];
+            (at, label) = (at + 1, label + 1);
+        }
+        list += 1;
+    }
+    assert!(at == N, "the label count differs");
+    all
 }
 
 const RATIO: std::ops::RangeInclusive<f64> = 0.0..=1.0;

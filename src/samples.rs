@@ -147,11 +147,12 @@ pub fn now_us() -> u64 {
 #[derive(Debug, Default)]
 pub struct Fetched {
     answers: Vec<Answer>,
-    /// `Some` once the processes' early read was taken: its answer, if any.
-    processes: Option<Option<EarlyProcesses>>,
-    /// The processes' shares could not be read: their window is left to
-    /// the next run.
-    shares_failed: bool,
+    /// `Some` once the processes' early read was taken (see `compute`): its
+    /// answer, if any, taken once by the read.
+    pub processes: Option<Option<EarlyProcesses>>,
+    /// The processes' shares could not be read this run: their window is
+    /// left to the next run.
+    pub shares_failed: bool,
 }
 
 #[derive(Debug)]
@@ -192,32 +193,6 @@ impl Fetched {
         }
         let answer = self.answers.iter().find(|a| a.sampling == sampling)?;
         Some(&answer.samples)
-    }
-
-    /// Keeps the processes' early read (see `compute`): `None` where it
-    /// gave nothing.
-    pub fn keep_early_processes(&mut self, early: Option<EarlyProcesses>) {
-        self.processes = Some(early);
-    }
-
-    /// The processes' shares could not be read this run (see `compute`).
-    pub fn note_shares_failed(&mut self) {
-        self.shares_failed = true;
-    }
-
-    /// Whether the processes' window was left to the next run.
-    pub fn shares_failed(&self) -> bool {
-        self.shares_failed
-    }
-
-    /// Whether the processes' early read was taken this run.
-    pub fn has_early_processes(&self) -> bool {
-        self.processes.is_some()
-    }
-
-    /// The processes' means read early, if any (once).
-    pub fn take_early_processes(&mut self) -> Option<EarlyProcesses> {
-        self.processes.take().flatten()
     }
 
     fn fetch(

@@ -3,18 +3,17 @@
 
 use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
 use crate::compute;
-use crate::owner::{owner_families, with_ids, Owners};
+use crate::metrics::families;
+use crate::owner::{with_ids, Owners};
 use crate::snapshot::{Device, LabelValue};
 
-owner_families! {
-    PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm"],
+families! {
+    FAMILIES;
+    PROCESS_MEMORY_USED: Gauge(Bytes), "nvidia_gpu_process_memory_used_bytes", ["pid", "gpu_instance_id", "compute_instance_id", "comm"] + crate::owner::LABELS,
         "Device memory used by a compute process, with its command and owner, labelled as its task (only with --collector processes).";
-    PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm"],
+    PROCESS_UTILIZATION: Gauge(Ratio), "nvidia_gpu_process_utilization_ratio", ["pid", "gpu_instance_id", "compute_instance_id", "comm"] + crate::owner::LABELS,
         "Fraction of the GPU's sample periods since the previous run in which a compute process's kernels ran, NVML's one mean per process (0-1; the processes of a GPU add up to its utilization), with its command and owner (only with --collector processes).";
 }
-
-const FAMILIES: &[&crate::metrics::Family] =
-    &[PROCESS_MEMORY_USED.family(), PROCESS_UTILIZATION.family()];
 
 pub(super) static COLLECTOR: Collector = Collector {
     name: "processes",

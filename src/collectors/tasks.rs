@@ -12,38 +12,28 @@ use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
 
 use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
 use crate::compute;
-use crate::metrics::{families, Family};
+use crate::metrics::families;
 use crate::owner::kubernetes::Pod;
-use crate::owner::{owner_families, with_ids, Owner};
+use crate::owner::{with_ids, Owner};
 use crate::procfs;
 use crate::snapshot::{LabelValue, TaskReading};
 use crate::state::schema::Damage;
 use crate::state::Problem;
 use crate::task::{account, Holder, Ledger, Seen, MAX_HOLDERS};
 
-owner_families! {
-    TASK_BUSY: Counter(Seconds), "nvidia_gpu_task_busy_seconds_total", ["gpu_instance_id"],
-        "SM-busy time of the task on the GPU: the GPU's busy time (nvidia_gpu_busy_seconds_total{engine=\"gpu\"}) by the share NVML gives the task's processes, counted from run to run; a GPU's tasks add up to it over the windows in which NVML names processes, and time NVML's sample buffer no longer held when read (no GPM window, a timer period longer than the buffer) is counted at its window's mean (an estimate). Absent until NVML has given the GPU's processes their shares while the task held it (never on a GPU in MIG mode or without per-process utilization).";
-    TASK_ENERGY: Counter(Joules), "nvidia_gpu_task_energy_joules_total", ["gpu_instance_id"],
-        "The GPU's energy between runs by the task's share of its busy time (all of it for the only task holding a GPU without busy time); the rest is in nvidia_gpu_unattributed_energy_joules_total.";
-    TASK_HELD: Counter(Seconds), "nvidia_gpu_task_held_seconds_total", ["gpu_instance_id"],
-        "Time a process of the task was on the GPU (NVML lists it with a context there), from its start or the previous run.";
-    TASK_MEMORY: Gauge(Bytes), "nvidia_gpu_task_memory_used_bytes", ["gpu_instance_id"],
-        "Device memory the task's processes hold now (while it holds the GPU).";
-}
-
 families! {
+    FAMILIES;
+    TASK_BUSY: Counter(Seconds), "nvidia_gpu_task_busy_seconds_total", ["gpu_instance_id"] + crate::owner::LABELS,
+        "SM-busy time of the task on the GPU: the GPU's busy time (nvidia_gpu_busy_seconds_total{engine=\"gpu\"}) by the share NVML gives the task's processes, counted from run to run; a GPU's tasks add up to it over the windows in which NVML names processes, and time NVML's sample buffer no longer held when read (no GPM window, a timer period longer than the buffer) is counted at its window's mean (an estimate). Absent until NVML has given the GPU's processes their shares while the task held it (never on a GPU in MIG mode or without per-process utilization).";
+    TASK_ENERGY: Counter(Joules), "nvidia_gpu_task_energy_joules_total", ["gpu_instance_id"] + crate::owner::LABELS,
+        "The GPU's energy between runs by the task's share of its busy time (all of it for the only task holding a GPU without busy time); the rest is in nvidia_gpu_unattributed_energy_joules_total.";
+    TASK_HELD: Counter(Seconds), "nvidia_gpu_task_held_seconds_total", ["gpu_instance_id"] + crate::owner::LABELS,
+        "Time a process of the task was on the GPU (NVML lists it with a context there), from its start or the previous run.";
+    TASK_MEMORY: Gauge(Bytes), "nvidia_gpu_task_memory_used_bytes", ["gpu_instance_id"] + crate::owner::LABELS,
+        "Device memory the task's processes hold now (while it holds the GPU).";
     UNATTRIBUTED_ENERGY: Counter(Joules), "nvidia_gpu_unattributed_energy_joules_total", [],
         "The GPU's energy between runs that no known task used: idle windows with no or several holders, and the share of processes whose task is unknown.";
 }
-
-const FAMILIES: &[&Family] = &[
-    TASK_BUSY.family(),
-    TASK_ENERGY.family(),
-    TASK_HELD.family(),
-    TASK_MEMORY.family(),
-    UNATTRIBUTED_ENERGY.family(),
-];
 
 pub(super) static COLLECTOR: Collector = Collector {
     name: "tasks",
@@ -75,7 +65,7 @@ fn read(reader: &mut Gpu<'_>) {
         .map(|mj| mj as u64)
         // A window whose shares could not be read is left to the next run,
         // and so is its energy: the ledger keeps its baseline.
-        .filter(|_| !reader.fetched.shares_failed());
+        .filter(|_| !reader.fetched.shares_failed);
     if reader.keeps_totals() {
         reader.next_state().tasks = reader.previous_state().tasks.clone();
         reader.tasks = Some(TaskReading { window, energy_mj });

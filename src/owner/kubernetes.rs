@@ -9,13 +9,12 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::Path;
 
+use super::manager::{at, Claim, Node};
 use super::runtime::container_id;
-use super::manager::{at, Claim, Manager, Node};
 use crate::bounded;
-use crate::procfs::{Proc, Procfs};
+use crate::procfs::Proc;
 
 label_set! {
     /// A pod's container by the pod's UID, named where the kubelet's logs
@@ -28,27 +27,14 @@ label_set! {
     }
 }
 
+#[derive(Default)]
 pub struct Kubernetes {
-    pod_logs: PathBuf,
-    container_logs: PathBuf,
-    until: Instant,
     /// Read once, and only for a run with a pod's process.
     names: OnceCell<Names>,
 }
 
-impl Manager for Kubernetes {
-    type Kind = Pod;
-
-    fn new(node: &Node) -> Kubernetes {
-        Kubernetes {
-            pod_logs: node.pod_logs.to_owned(),
-            container_logs: node.container_logs.to_owned(),
-            until: node.until,
-            names: OnceCell::new(),
-        }
-    }
-
-    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim<Pod> {
+impl Kubernetes {
+    pub fn claim(&self, path: &[&str], _: &Proc, node: &Node) -> Claim<Pod> {
         if at(path, 0) != "kubepods.slice" && at(path, 0) != "kubepods" {
             return Claim::Pass;
         }
@@ -56,7 +42,7 @@ impl Manager for Kubernetes {
         for i in [1, 2] {
             if let Some(uid) = pod_uid(at(path, i)) {
                 let container = container_id(at(path, i + 1));
-                let names = self.names.get_or_init(|| self.read_names());
+                let names = self.names.get_or_init(|| read_names(node));
                 return Claim::Owner(names.pod(uid, container.as_deref()));
             }
         }
@@ -64,17 +50,15 @@ impl Manager for Kubernetes {
     }
 }
 
-impl Kubernetes {
-    /// The kubelet's names, read on a thread of its own until the deadline
-    /// (a hung file system names nothing).
-    fn read_names(&self) -> Names {
-        let (pods, containers) = (self.pod_logs.clone(), self.container_logs.clone());
-        let read = move || Names::read(&pods, &containers);
-        bounded::call("pods", self.until, read).unwrap_or_else(|_| {
-            log::warn!("the kubelet's log directories did not answer in time; pods are not named");
-            Names::default()
-        })
-    }
+/// The kubelet's names, read on a thread of its own until the deadline
+/// (a hung file system names nothing).
+fn read_names(node: &Node) -> Names {
+    let (pods, containers) = (node.pod_logs.clone(), node.container_logs.clone());
+    let read = move || Names::read(&pods, &containers);
+    bounded::call("pods", node.until, read).unwrap_or_else(|_| {
+        log::warn!("the kubelet's log directories did not answer in time; pods are not named");
+        Names::default()
+    })
 }
 
 /// Pods and containers as the kubelet's log directories name them.

@@ -1,10 +1,12 @@
-//! What a manager of cgroups is: asked in turn what it makes of a process's
-//! cgroup path, it answers with a [`Claim`] of its own owner kind.
+//! What a manager of cgroups is: made once per run (`Default`), asked in
+//! turn what it makes of a process's cgroup path (`claim(&self, path:
+//! &[&str], process: &Proc, node: &Node)`, `path` its components), it answers
+//! with a [`Claim`] of its own owner kind.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::procfs::{Proc, Procfs};
+use crate::procfs::Procfs;
 
 /// What a manager makes of a cgroup path.
 #[derive(Debug, PartialEq)]
@@ -17,20 +19,12 @@ pub enum Claim<K> {
     Owner(K),
 }
 
-/// A manager of cgroups (Slurm, the kubelet, …), made once per run.
-pub trait Manager {
-    /// The owner kind it names.
-    type Kind;
-    fn new(node: &Node) -> Self;
-    /// What it makes of the cgroup at `path` (its components) that holds
-    /// `process`; the process's environment is `procfs`'s to read.
-    fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim<Self::Kind>;
-}
-
-/// What managers may read beyond `/proc`.
-pub struct Node<'a> {
-    pub pod_logs: &'a Path,
-    pub container_logs: &'a Path,
+/// What managers may read: `/proc` (a process's environment) and the
+/// kubelet's log directories, until the run's host deadline.
+pub struct Node {
+    pub procfs: Procfs,
+    pub pod_logs: PathBuf,
+    pub container_logs: PathBuf,
     pub until: Instant,
 }
 

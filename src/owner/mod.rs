@@ -1,7 +1,7 @@
 //! A GPU process's owner: the task it works for, read from where its manager
 //! put it. [`Owner`] is the one model of it: each kind's labels are declared
 //! once, beside its manager, and every family that names an owner carries
-//! all of them after its own ([`owner_families!`]), so two families never
+//! all of them ([`LABELS`]) after its own, so two families never
 //! label one process differently. Only what root wrote counts: a manager
 //! reads a cgroup path at the positions its daemon creates (a user's own
 //! delegated subtree, `user.slice`, makes the user the owner). What the node
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::procfs::{Proc, Procfs};
 use crate::snapshot::LabelValue;
-use manager::{Claim, Manager, Node};
+use manager::{Claim, Node};
 
 mod manager;
 
@@ -23,23 +23,6 @@ mod manager;
 pub trait LabelSet {
     const NAMES: &'static [&'static str];
     fn values(&self) -> Vec<Option<LabelValue>>;
-}
-
-/// A field's label value: a `String` always, an `Option` where set.
-pub trait LabelField {
-    fn value(&self) -> Option<LabelValue>;
-}
-
-impl LabelField for String {
-    fn value(&self) -> Option<LabelValue> {
-        Some(LabelValue::Owned(self.clone()))
-    }
-}
-
-impl LabelField for Option<String> {
-    fn value(&self) -> Option<LabelValue> {
-        self.clone().map(LabelValue::Owned)
-    }
 }
 
 /// An owner kind: a struct whose fields are its labels, each named once.
@@ -52,7 +35,8 @@ macro_rules! label_set {
         impl $crate::owner::LabelSet for $kind {
             const NAMES: &'static [&'static str] = &[$($label),*];
             fn values(&self) -> Vec<Option<$crate::snapshot::LabelValue>> {
-                vec![$($crate::owner::LabelField::value(&self.$field)),*]
+                // A `String` always, an `Option` where set.
+                vec![$(Option::<String>::from(self.$field.clone()).map($crate::snapshot::LabelValue::Owned)),*]
             }
         }
     };
@@ -71,33 +55,34 @@ macro_rules! managers {
             $(#[serde(rename = $tag)] $variant($module::$kind),)*
         }
 
-        const KINDS: &[&[&str]] = &[$(<$module::$kind as LabelSet>::NAMES),*];
+        /// Every owner label, in the managers' order.
+        pub const LABELS: [&str; COUNT] =
+            $crate::metrics::join(&[$(<$module::$kind as LabelSet>::NAMES),*]);
 
         impl Owner {
             /// Every owner label's value: this kind's, the others' `None`.
-            pub fn labels(&self) -> [Option<LabelValue>; COUNT] {
+            fn labels(&self) -> Vec<Option<LabelValue>> {
                 let mut all = Vec::with_capacity(COUNT);
                 $(match self {
                     Owner::$variant(kind) => all.extend(kind.values()),
                     _ => all.extend(<$module::$kind as LabelSet>::NAMES.iter().map(|_| None)),
                 })*
-                let mut all = all.into_iter();
-                std::array::from_fn(|_| all.next().flatten())
+                all
             }
         }
 
+        /// How many owner labels there are.
+        pub const COUNT: usize = 0 $(+ <$module::$kind as LabelSet>::NAMES.len())*;
+
+        #[derive(Default)]
         struct Managers {
             $($module: $module::$manager,)*
         }
 
         impl Managers {
-            fn new(node: &Node) -> Managers {
-                Managers { $($module: $module::$manager::new(node),)* }
-            }
-
             /// The first claim of a manager that makes `path`.
-            fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim<Owner> {
-                $(match self.$module.claim(path, process, procfs) {
+            fn claim(&self, path: &[&str], process: &Proc, node: &Node) -> Claim<Owner> {
+                $(match self.$module.claim(path, process, node) {
                     Claim::Pass => {}
                     Claim::User => return Claim::User,
                     Claim::Owner(kind) => return Claim::Owner(Owner::$variant(kind)),
@@ -116,37 +101,6 @@ managers! {
     session::Session => User(User) as "user",
 }
 
-/// How many owner labels there are.
-pub const COUNT: usize = {
-    let (mut count, mut kind) = (0, 0);
-    while kind < KINDS.len() {
-        count += KINDS[kind].len();
-        kind += 1;
-    }
-    count
-};
-
-/// `ids`, then every owner label: a family's label names.
-pub const fn after<const N: usize>(ids: &[&'static str]) -> [&'static str; N] {
-    assert!(ids.len() + COUNT == N, "the label count differs");
-    let mut all = [""; N];
-    let mut at = 0;
-    while at < ids.len() {
-        all[at] = ids[at];
-        at += 1;
-    }
-    let mut kind = 0;
-    while kind < KINDS.len() {
-        let mut label = 0;
-        while label < KINDS[kind].len() {
-            all[at] = KINDS[kind][label];
-            (at, label) = (at + 1, label + 1);
-        }
-        kind += 1;
-    }
-    all
-}
-
 /// A sample's label values: `ids`, then the owner's (all `None` where
 /// unknown).
 pub fn with_ids<const I: usize, const N: usize>(
@@ -159,30 +113,6 @@ pub fn with_ids<const I: usize, const N: usize>(
     std::array::from_fn(|_| all.next().flatten())
 }
 
-/// Like `metrics::families!`, with each family's own labels followed by
-/// every owner label.
-macro_rules! owner_families {
-    ($($ident:ident: $kind:ident($unit:ident), $name:literal, [$($id:literal),*], $help:literal;)*) => {
-        $(
-            #[doc = $help]
-            pub const $ident: $crate::metrics::Labelled<
-                { <[&str]>::len(&[$($id),*]) + $crate::owner::COUNT },
-            > = {
-                const LABELS: [&str; <[&str]>::len(&[$($id),*]) + $crate::owner::COUNT] =
-                    $crate::owner::after(&[$($id),*]);
-                $crate::metrics::Labelled::new(&$crate::metrics::Family {
-                    name: $name,
-                    help: $help,
-                    kind: $crate::metrics::Kind::$kind,
-                    unit: $crate::metrics::Unit::$unit,
-                    labels: &LABELS,
-                })
-            };
-        )*
-    };
-}
-pub(crate) use owner_families;
-
 /// What a run knows of a process.
 #[derive(Debug, Clone)]
 pub struct Known {
@@ -194,7 +124,7 @@ pub struct Known {
 /// Each process's record and owner, read once per pid per run and given to
 /// every step that asks.
 pub struct Owners {
-    procfs: Procfs,
+    node: Node,
     managers: Managers,
     known: HashMap<u32, Known>,
 }
@@ -204,22 +134,24 @@ impl Owners {
     /// read until `until`.
     pub fn new(procfs: &Path, pod_logs: &Path, container_logs: &Path, until: Instant) -> Owners {
         let node = Node {
-            pod_logs,
-            container_logs,
+            procfs: Procfs::new(procfs, until),
+            pod_logs: pod_logs.to_owned(),
+            container_logs: container_logs.to_owned(),
             until,
         };
+        let (managers, known) = Default::default();
         Owners {
-            procfs: Procfs::new(procfs, until),
-            managers: Managers::new(&node),
-            known: HashMap::new(),
+            node,
+            managers,
+            known,
         }
     }
 
     pub fn of(&mut self, pid: u32) -> &Known {
-        let (procfs, managers) = (&self.procfs, &self.managers);
+        let (node, managers) = (&self.node, &self.managers);
         self.known.entry(pid).or_insert_with(|| {
-            let proc = procfs.read(pid);
-            let owner = owner(&proc, procfs, managers);
+            let proc = node.procfs.read(pid);
+            let owner = owner(&proc, node, managers);
             Known { proc, owner }
         })
     }
@@ -233,11 +165,11 @@ impl Owners {
 /// adding lines of its own: before the real `0::` line where the name is in
 /// a v1 hierarchy a user was delegated, `name=systemd` in hybrid setups)
 /// names only the user.
-fn owner(process: &Proc, procfs: &Procfs, managers: &Managers) -> Option<Owner> {
+fn owner(process: &Proc, node: &Node, managers: &Managers) -> Option<Owner> {
     let cgroup = process.cgroup.as_deref()?;
     let claim = |path: &str| {
         let path: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        managers.claim(&path, process, procfs)
+        managers.claim(&path, process, node)
     };
     let ids = cgroup.lines().map(|line| {
         line.split_once(':')
@@ -260,7 +192,7 @@ fn owner(process: &Proc, procfs: &Procfs, managers: &Managers) -> Option<Owner> 
     };
     match claimed {
         Claim::Owner(owner) => Some(owner),
-        Claim::Pass | Claim::User => managers.session.user(process).map(Owner::User),
+        Claim::Pass | Claim::User => managers.session.user(process, node.until).map(Owner::User),
     }
 }
 
@@ -361,12 +293,11 @@ pub(super) mod tests {
     /// labels first; the state names kinds as before.
     #[test]
     fn the_owner_labels_are_every_kinds_in_the_managers_order() {
-        let names: [&str; 1 + COUNT] = after(&["gpu_instance_id"]);
+        let names: [&str; 1 + COUNT] = crate::metrics::join(&[&["gpu_instance_id"], &LABELS]);
         let first = ["gpu_instance_id", "slurm_job_id", "slurm_job_sluid"];
         assert_eq!(names[..3], first);
-        let all: [&str; COUNT] = after(&[]);
         assert_eq!(
-            all[4..],
+            LABELS[4..],
             [
                 "k8s_pod_uid",
                 "k8s_container_name",

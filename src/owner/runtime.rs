@@ -3,8 +3,8 @@
 //! hex>.scope`, or in cgroup v1 `docker/<id>`.
 
 use super::systemd::unit;
-use super::manager::{at, Claim, Manager, Node};
-use crate::procfs::{Proc, Procfs};
+use super::manager::{at, Claim, Node};
+use crate::procfs::Proc;
 
 label_set! {
     /// A container by its id.
@@ -14,16 +14,11 @@ label_set! {
     }
 }
 
+#[derive(Default)]
 pub struct Runtime;
 
-impl Manager for Runtime {
-    type Kind = Container;
-
-    fn new(_: &Node) -> Runtime {
-        Runtime
-    }
-
-    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim<Container> {
+impl Runtime {
+    pub fn claim(&self, path: &[&str], _: &Proc, _: &Node) -> Claim<Container> {
         let container = |id: String| Claim::Owner(Container { id });
         if at(path, 0) == "docker" {
             return container_id(at(path, 1)).map_or(Claim::User, container);

@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use nix::unistd;
 
-use super::manager::{Claim, Manager, Node};
+use super::manager::{Claim, Node};
 use crate::bounded::{self, Unfinished};
-use crate::procfs::{Proc, Procfs};
+use crate::procfs::Proc;
 
 label_set! {
     /// A user by name, or by uid.
@@ -21,67 +21,49 @@ label_set! {
     }
 }
 
+#[derive(Default)]
 pub struct Session {
     users: Users,
 }
 
-impl Manager for Session {
-    type Kind = User;
-
-    fn new(node: &Node) -> Session {
-        Session {
-            users: Users::new(node.until),
-        }
-    }
-
-    fn claim(&self, _: &[&str], _: &Proc, _: &Procfs) -> Claim<User> {
+impl Session {
+    pub fn claim(&self, _: &[&str], _: &Proc, _: &Node) -> Claim<User> {
         Claim::User
     }
-}
 
-impl Session {
     /// The owner of a process no manager names: its real user.
-    pub fn user(&self, process: &Proc) -> Option<User> {
-        let name = self.users.name(process.uid?);
+    pub fn user(&self, process: &Proc, until: Instant) -> Option<User> {
+        let name = self.users.name(process.uid?, until);
         Some(User { name })
     }
 }
 
 /// User names by uid, looked up once per uid and never past `until` (after
 /// one that did not answer, owners are named by uid).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Users {
     names: RefCell<HashMap<u32, String>>,
-    until: Instant,
     gave_up: Cell<bool>,
 }
 
 impl Users {
-    fn new(until: Instant) -> Users {
-        Users {
-            names: RefCell::new(HashMap::new()),
-            until,
-            gave_up: Cell::new(false),
-        }
-    }
-
     /// The user's name, or else the uid as text.
-    fn name(&self, uid: u32) -> String {
+    fn name(&self, uid: u32, until: Instant) -> String {
         if let Some(name) = self.names.borrow().get(&uid) {
             return name.clone();
         }
-        let name = self.bounded_lookup(uid).unwrap_or_else(|| uid.to_string());
+        let name = self.bounded_lookup(uid, until).unwrap_or_else(|| uid.to_string());
         self.names.borrow_mut().insert(uid, name.clone());
         name
     }
 
     /// getpwuid_r(3) on a thread of its own, waited for until `until`.
-    fn bounded_lookup(&self, uid: u32) -> Option<String> {
+    fn bounded_lookup(&self, uid: u32, until: Instant) -> Option<String> {
         if self.gave_up.get() {
             return None;
         }
         let lookup = move || unistd::User::from_uid(uid.into());
-        match bounded::call("nss", self.until, lookup) {
+        match bounded::call("nss", until, lookup) {
             Ok(user) => return user.ok().flatten().map(|user| user.name),
             Err(Unfinished::NotStarted(e)) => {
                 log::warn!("cannot start a thread for user lookups: {e}; owners shown by uid")
@@ -104,10 +86,10 @@ mod tests {
 
     #[test]
     fn users_by_name_else_by_uid() {
-        let users = Users::new(Instant::now() + Duration::from_secs(5));
-        assert_eq!(users.name(0), "root");
+        let (users, until) = (Users::default(), Instant::now() + Duration::from_secs(5));
+        assert_eq!(users.name(0, until), "root");
         // No system has a user with the largest uid below the invalid one.
-        assert_eq!(users.name(4_294_967_294), "4294967294");
+        assert_eq!(users.name(4_294_967_294, until), "4294967294");
         assert_eq!(owner_of("0::/user.slice/user-1000.slice/session-4.scope", ""), root());
     }
 }

@@ -7,8 +7,8 @@
 //! process's own environment, only where its `SLURM_JOB_SLUID` is that
 //! SLUID: a forged one relabels only its own job's series.
 
-use super::manager::{at, Claim, Manager, Node};
-use crate::procfs::{Proc, Procfs};
+use super::manager::{at, Claim, Node};
+use crate::procfs::Proc;
 
 label_set! {
     /// A Slurm job by its number, or by its SLUID (the number then from the
@@ -19,16 +19,11 @@ label_set! {
     }
 }
 
+#[derive(Default)]
 pub struct Slurm;
 
-impl Manager for Slurm {
-    type Kind = Job;
-
-    fn new(_: &Node) -> Slurm {
-        Slurm
-    }
-
-    fn claim(&self, path: &[&str], process: &Proc, procfs: &Procfs) -> Claim<Job> {
+impl Slurm {
+    pub fn claim(&self, path: &[&str], process: &Proc, node: &Node) -> Claim<Job> {
         let job = |job_id, sluid| Claim::Owner(Job { job_id, sluid });
         let stepd = usize::from(at(path, 0) == "system.slice");
         if at(path, stepd).ends_with("slurmstepd.scope") {
@@ -39,7 +34,7 @@ impl Manager for Slurm {
             if !is_sluid(dir) {
                 return Claim::User;
             }
-            let environ = procfs.environ(process.pid);
+            let environ = node.procfs.environ(process.pid);
             return job(environ.and_then(|e| job_id(&e, dir)), Some(dir.to_owned()));
         }
         let v1 = at(path, 0) == "slurm" || at(path, 0).starts_with("slurm_");

@@ -1,8 +1,8 @@
 //! systemd: a service's or scope's processes are in its unit's cgroup below
 //! system slices (`user.slice` is a user's delegated subtree: the user's).
 
-use super::manager::{Claim, Manager, Node};
-use crate::procfs::{Proc, Procfs};
+use super::manager::{Claim, Node};
+use crate::procfs::Proc;
 
 label_set! {
     /// A systemd unit by its name.
@@ -12,16 +12,11 @@ label_set! {
     }
 }
 
+#[derive(Default)]
 pub struct Systemd;
 
-impl Manager for Systemd {
-    type Kind = Unit;
-
-    fn new(_: &Node) -> Systemd {
-        Systemd
-    }
-
-    fn claim(&self, path: &[&str], _: &Proc, _: &Procfs) -> Claim<Unit> {
+impl Systemd {
+    pub fn claim(&self, path: &[&str], _: &Proc, _: &Node) -> Claim<Unit> {
         match unit(path) {
             Some(name) if name.ends_with(".service") || name.ends_with(".scope") => {
                 Claim::Owner(Unit { name: name.into() })

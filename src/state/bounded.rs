@@ -18,25 +18,42 @@ use serde::Deserialize;
 use crate::kernel_log::{self, Counts, MAX_SERIES};
 use crate::task::ledger::{Holder, Ledger, Totals, MAX_HOLDERS, MAX_PROCESSES};
 
-/// A collection of at most `max` elements: `what` names them in the error.
+/// A collection of at most `max` elements (a map's entries, a repeated key
+/// counting again): `what` names them in the error.
 struct AtMost<C, T> {
     max: usize,
     what: &'static str,
     read: PhantomData<fn() -> (C, T)>,
 }
 
-impl<C, T> AtMost<C, T> {
+impl<C: Default + Extend<T>, T> AtMost<C, T> {
     fn new(max: usize, what: &'static str) -> Self {
-        AtMost {
-            max,
-            what,
-            read: PhantomData,
-        }
+        let read = PhantomData;
+        AtMost { max, what, read }
     }
 
-    /// The error once element `max + 1` arrives (it is skipped, never kept).
-    fn too_many<E: de::Error>(&self) -> E {
-        E::custom(format_args!("more than {} {}", self.max, self.what))
+    /// Takes elements from `access` by `next` until it has none, or errs
+    /// once element `max + 1` arrives (`skip` reads it, never keeps it).
+    fn fill<A, E: de::Error>(
+        &self,
+        mut access: A,
+        next: impl Fn(&mut A) -> Result<Option<T>, E>,
+        skip: impl Fn(&mut A) -> Result<Option<IgnoredAny>, E>,
+    ) -> Result<C, E> {
+        let mut read = C::default();
+        for _ in 0..self.max {
+            match next(&mut access)? {
+                Some(element) => read.extend([element]),
+                None => return Ok(read),
+            }
+        }
+        match skip(&mut access)?.is_some() {
+            true => Err(E::custom(format_args!(
+                "more than {} {}",
+                self.max, self.what
+            ))),
+            false => Ok(read),
+        }
     }
 }
 
@@ -51,22 +68,12 @@ where
         write!(f, "a list of at most {} {}", self.max, self.what)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<C, A::Error> {
-        let mut read = C::default();
-        for _ in 0..self.max {
-            match seq.next_element()? {
-                Some(element) => read.extend([element]),
-                None => return Ok(read),
-            }
-        }
-        match seq.next_element::<IgnoredAny>()? {
-            Some(_) => Err(self.too_many()),
-            None => Ok(read),
-        }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<C, A::Error> {
+        self.fill(seq, A::next_element, A::next_element)
     }
 }
 
-/// A map of at most `max` entries (a repeated key counts again).
+/// A map of at most `max` entries.
 struct MapAtMost<C, K, V>(AtMost<C, (K, V)>);
 
 impl<'de, C, K, V> Visitor<'de> for MapAtMost<C, K, V>
@@ -81,18 +88,8 @@ where
         write!(f, "a map of at most {} {}", self.0.max, self.0.what)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<C, A::Error> {
-        let mut read = C::default();
-        for _ in 0..self.0.max {
-            match map.next_entry()? {
-                Some(entry) => read.extend([entry]),
-                None => return Ok(read),
-            }
-        }
-        match map.next_key::<IgnoredAny>()? {
-            Some(_) => Err(self.0.too_many()),
-            None => Ok(read),
-        }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<C, A::Error> {
+        self.0.fill(map, A::next_entry, A::next_key)
     }
 }
 

@@ -6,9 +6,10 @@ use std::mem;
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::FieldIdScheme;
 use nvml_wrapper_sys::bindings::{
-    self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlReturn_t, nvmlValueType_t, nvmlValue_t,
+    self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_t, nvmlValue_t,
 };
 
+use super::unwrapped::getter;
 use crate::record;
 
 /// The id in the bindings' numbering; the scope a link.
@@ -30,7 +31,7 @@ pub fn driver_id(scheme: FieldIdScheme, id: u32) -> u32 {
 
 /// An undocumented value type is `UnexpectedVariant`; no fields, no call.
 pub(crate) fn fetch(
-    getter: Result<&FieldsGetter, NvmlError>,
+    getter: getter!(i32, *mut nvmlFieldValue_t),
     handle: nvmlDevice_t,
     scheme: FieldIdScheme,
     fields: &[Field],
@@ -78,8 +79,6 @@ pub(super) fn number(value_type: nvmlValueType_t, value: &nvmlValue_t) -> Option
         }
     }
 }
-
-type FieldsGetter = unsafe extern "C" fn(nvmlDevice_t, i32, *mut nvmlFieldValue_t) -> nvmlReturn_t;
 
 #[cfg(test)]
 mod tests {

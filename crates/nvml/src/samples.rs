@@ -5,12 +5,12 @@ use std::ffi::c_uint;
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlSample_t, nvmlSamplingType_t,
+    nvmlDevice_t, nvmlProcessUtilizationSample_t, nvmlSample_t, nvmlSamplingType_t,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as UNSIGNED_SHORT, nvmlValueType_t,
 };
 
-use super::calls::PROCESS_UTILIZATION;
-use super::{fields, DeviceReader};
+use super::fields;
+use super::unwrapped::getter;
 
 /// Timestamp (µs) and percent.
 pub type Point = (u64, u64);
@@ -48,7 +48,13 @@ fn fetch_growing<T: Clone>(
 }
 
 pub(crate) fn fetch(
-    getter: Result<&SamplesGetter, NvmlError>,
+    getter: getter!(
+        nvmlSamplingType_t,
+        u64,
+        *mut nvmlValueType_t,
+        *mut c_uint,
+        *mut nvmlSample_t
+    ),
     handle: nvmlDevice_t,
     sampling: Sampling,
     last_seen: u64,
@@ -76,7 +82,7 @@ pub(crate) fn fetch(
 }
 
 pub(crate) fn processes(
-    getter: Result<&ProcessesGetter, NvmlError>,
+    getter: getter!(*mut nvmlProcessUtilizationSample_t, *mut c_uint, u64),
     handle: nvmlDevice_t,
     last_seen: u64,
 ) -> Result<Vec<ProcessEntry>, NvmlError> {
@@ -91,26 +97,6 @@ pub(crate) fn processes(
         .map(|e| (e.pid, e.timeStamp, u64::from(e.smUtil)))
         .collect())
 }
-
-/// `None` when not supported, failed (counted) or the GPU is down.
-pub fn fetch_processes(reader: &mut DeviceReader<'_>, last_seen: u64) -> Option<Vec<ProcessEntry>> {
-    reader.read(PROCESS_UTILIZATION, last_seen)
-}
-
-type SamplesGetter = unsafe extern "C" fn(
-    nvmlDevice_t,
-    nvmlSamplingType_t,
-    u64,
-    *mut nvmlValueType_t,
-    *mut c_uint,
-    *mut nvmlSample_t,
-) -> nvmlReturn_t;
-type ProcessesGetter = unsafe extern "C" fn(
-    nvmlDevice_t,
-    *mut nvmlProcessUtilizationSample_t,
-    *mut c_uint,
-    u64,
-) -> nvmlReturn_t;
 
 /// A negative or non-finite value becomes an impossible one, to be rejected.
 fn percent(value_type: nvmlValueType_t, sample: &nvmlSample_t) -> u64 {

@@ -5,11 +5,25 @@ use std::ffi::{c_char, c_uint, c_ulonglong};
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlMarginTemperature_t, nvmlReturn_t,
-    nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU, nvmlTemperature_v1_t,
+    nvmlDevice_t, nvmlMarginTemperature_t, nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU,
+    nvmlTemperature_v1_t,
 };
 
 use super::{struct_version, Getter};
+
+/// A looked-up NVML function of a handle and `args`, as `symbol!(lib)` gives
+/// it (`Getter` where `args` is one out-pointer).
+macro_rules! getter {
+    ($($arg:ty),*) => {
+        Result<
+            &unsafe extern "C" fn(
+                nvml_wrapper_sys::bindings::nvmlDevice_t, $($arg),*
+            ) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
+            nvml_wrapper::error::NvmlError,
+        >
+    };
+}
+pub(crate) use getter;
 
 /// A value newer than nvml-wrapper knows is `Err(raw)`.
 pub type Known<E> = Result<E, c_uint>;
@@ -46,7 +60,7 @@ pub(crate) fn mask(
 }
 
 pub(crate) fn engine_percent(
-    getter: Result<&EngineGetter, NvmlError>,
+    getter: getter!(*mut c_uint, *mut c_uint),
     handle: nvmlDevice_t,
 ) -> Result<u32, NvmlError> {
     let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
@@ -77,7 +91,7 @@ pub(crate) fn temperature(
 }
 
 pub(crate) fn remapped_rows(
-    getter: Result<&RowsGetter, NvmlError>,
+    getter: getter!(*mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint),
     handle: nvmlDevice_t,
 ) -> Result<RemappedRows, NvmlError> {
     let [mut a, mut b, mut c, mut d]: [c_uint; 4] = [0; 4];
@@ -90,22 +104,12 @@ pub(crate) fn remapped_rows(
     })
 }
 
-type EngineGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
-type StringGetter = unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-type RowsGetter = unsafe extern "C" fn(
-    nvmlDevice_t,
-    *mut c_uint,
-    *mut c_uint,
-    *mut c_uint,
-    *mut c_uint,
-) -> nvmlReturn_t;
-
 /// Large enough for every NVML string (the longest documented buffer is 96 bytes).
 const STRING_BUFFER: c_uint = 256;
 
 /// Decodes invalid UTF-8 lossily.
 pub(crate) fn text(
-    getter: Result<&StringGetter, NvmlError>,
+    getter: getter!(*mut c_char, c_uint),
     handle: nvmlDevice_t,
 ) -> Result<String, NvmlError> {
     let mut buffer = [0u8; STRING_BUFFER as usize];
@@ -117,9 +121,10 @@ pub(crate) fn text(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvml_wrapper_sys::bindings::nvmlReturn_t;
 
     /// A string getter that writes `SAMPLE` and checks the length it is given.
-    unsafe extern "C" fn getter(
+    unsafe extern "C" fn write_sample(
         _: nvmlDevice_t,
         text: *mut c_char,
         length: c_uint,
@@ -134,7 +139,8 @@ mod tests {
     #[test]
     fn strings_end_at_the_first_nul_and_invalid_utf8_is_replaced() {
         let handle = std::ptr::null_mut();
-        let decoded = text(Ok(&(getter as StringGetter)), handle);
+        let getter: unsafe extern "C" fn(_, _, _) -> _ = write_sample;
+        let decoded = text(Ok(&getter), handle);
         assert_eq!(decoded.ok().as_deref(), Some("GPU-\u{fffd}\u{fffd}"));
         let missing = text(Err(NvmlError::FunctionNotFound), handle);
         assert!(matches!(missing, Err(NvmlError::FunctionNotFound)));
