@@ -15,23 +15,23 @@ use crate::state::schema::Stream;
 /// Lists the GPU's processes with their shares of the window since the
 /// previous run, once per run whichever collectors ask (processes, tasks);
 /// the window, where NVML gave shares over one.
-pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> {
-    if let Some((window, complete)) = reader.process_window {
+pub fn list(gpu: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> {
+    if let Some((window, complete)) = gpu.process_window {
         if complete || !shares_when_idle {
             return window;
         }
     }
-    reader.process_window = Some((None, true));
-    let listed = reader.nvml.compute_processes()?;
+    gpu.process_window = Some((None, true));
+    let listed = gpu.nvml.compute_processes()?;
     // The shares of processes that all left before this run cost a call
     // (about 3 ms) that a caller may not need.
     let fetch = !listed.is_empty() || shares_when_idle;
-    let (window, shares) = utilization(reader, fetch).unzip();
-    reader.process_window = Some((window, fetch));
+    let (window, shares) = utilization(gpu, fetch).unzip();
+    gpu.process_window = Some((window, fetch));
     let share = |pid| shares.as_deref().map(|s| share_of(s, pid));
     for process in &listed {
         let share = share(process.pid);
-        reader.process(Process {
+        gpu.process(Process {
             pid: process.pid,
             gpu_instance_id: process.gpu_instance_id,
             compute_instance_id: process.compute_instance_id,
@@ -51,7 +51,7 @@ pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> 
     // would not add up to the GPU.
     for &(pid, ratio, seen) in shares.iter().flatten() {
         if !listed.iter().any(|p| p.pid == pid) {
-            reader.process(Process {
+            gpu.process(Process {
                 pid,
                 sm_ratio: Some(ratio),
                 sm_seen_us: Some(seen),
@@ -65,26 +65,26 @@ pub fn list(reader: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> 
 /// The processes' means since the previous run and the GPU engine's
 /// samples they split, read as the windows open (see `Hooks::early`), once
 /// whichever collectors ask: [`list`] reads the rest at their end.
-pub fn early(reader: &mut Gpu<'_>) {
-    if reader.fetched.processes.is_some() {
+pub fn early(gpu: &mut Gpu<'_>) {
+    if gpu.fetched.processes.is_some() {
         return;
     }
-    let since = reader
+    let since = gpu
         .previous_carry(Stream::Processes)
         .map_or(0, |carry| carry.last_us);
-    let split = reader
+    let split = gpu
         .fetched
-        .early(&mut reader.nvml, Sampling::GpuUtilization)
+        .early(&mut gpu.nvml, Sampling::GpuUtilization)
         .and_then(|samples| samples.last().map(|&(ts, _)| ts));
     let early = split.and_then(|split| {
-        let entries = reader.nvml.read(PROCESS_UTILIZATION, since)?;
+        let entries = gpu.nvml.read(PROCESS_UTILIZATION, since)?;
         Some(EarlyProcesses {
             since,
             split,
             entries,
         })
     });
-    reader.fetched.processes = Some(early);
+    gpu.fetched.processes = Some(early);
 }
 
 /// A pid's share of the window (0-1) and NVML's time of it (µs).
@@ -137,25 +137,25 @@ fn combine(
 /// early too); `None` when it covers no time. The window is consumed (its
 /// carry kept for the next run) unless its shares, where wanted, failed: a
 /// failed read leaves it (and the tasks its energy) to the next run.
-fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>)> {
-    let previous = reader.previous_carry(Stream::Processes);
+fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>)> {
+    let previous = gpu.previous_carry(Stream::Processes);
     let (carry, integrated) = samples::read(
-        &mut reader.nvml,
-        &mut reader.fetched,
+        &mut gpu.nvml,
+        &mut gpu.fetched,
         Sampling::GpuUtilization,
         previous,
     )?;
-    let consume = |reader: &mut Gpu<'_>| {
-        if reader.keeps_totals() && carry != Carry::default() {
-            reader.next_state().carries.insert(Stream::Processes, carry);
+    let consume = |gpu: &mut Gpu<'_>| {
+        if gpu.keeps_totals() && carry != Carry::default() {
+            gpu.next_state().carries.insert(Stream::Processes, carry);
         }
     };
     let Some(integrated) = integrated else {
-        consume(reader);
+        consume(gpu);
         return None;
     };
     if integrated.intervals.iter().all(|i| i.claimed_us == 0) {
-        consume(reader);
+        consume(gpu);
         return None;
     }
     let since = integrated.intervals.first()?.start_us;
@@ -165,29 +165,29 @@ fn utilization(reader: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Sha
         length_us: carry.sampled_us.saturating_sub(before.sampled_us),
         unread_us: integrated.unread_us,
     };
-    let early = reader.fetched.processes.take().flatten();
+    let early = gpu.fetched.processes.take().flatten();
     if !fetch {
-        consume(reader);
+        consume(gpu);
         return Some((window, Vec::new()));
     }
     let end = carry.last_us;
-    let errors = reader.nvml.read_errors();
+    let errors = gpu.nvml.read_errors();
     let shares = match early {
         Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
-            let later = reader.nvml.read(PROCESS_UTILIZATION, split).map(ratios);
+            let later = gpu.nvml.read(PROCESS_UTILIZATION, split).map(ratios);
             later.map(|later| combine((ratios(entries), split - since), (later, end - split)))
         }
-        _ => reader.nvml.read(PROCESS_UTILIZATION, since).map(ratios),
+        _ => gpu.nvml.read(PROCESS_UTILIZATION, since).map(ratios),
     };
     let Some(shares) = shares else {
         // NOT_SUPPORTED is quiet; a failure was counted.
-        match reader.nvml.read_errors() > errors {
-            true => reader.fetched.shares_failed = true,
-            false => consume(reader),
+        match gpu.nvml.read_errors() > errors {
+            true => gpu.fetched.shares_failed = true,
+            false => consume(gpu),
         }
         return None;
     };
-    consume(reader);
+    consume(gpu);
     Some((window, shares))
 }
 

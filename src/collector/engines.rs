@@ -29,48 +29,45 @@ pub struct Engine {
 
 /// Pushes the ratio (if any sample is new) and the busy and sampled totals.
 /// False where NVML keeps no samples: the caller falls back to [`point`].
-pub fn read_engine(reader: &mut Gpu<'_>, engine: Engine) -> bool {
-    let previous = reader.previous_carry(engine.stream);
-    let Some((carry, integrated)) = samples::read(
-        &mut reader.nvml,
-        &mut reader.fetched,
-        engine.sampling,
-        previous,
-    ) else {
+pub fn read_engine(gpu: &mut Gpu<'_>, engine: Engine) -> bool {
+    let previous = gpu.previous_carry(engine.stream);
+    let Some((carry, integrated)) =
+        samples::read(&mut gpu.nvml, &mut gpu.fetched, engine.sampling, previous)
+    else {
         return false;
     };
     if let Some(integrated) = integrated {
         for value in integrated.rejected {
-            reader.reject(engine.ratio.family(), metrics::ratio(value as f64));
+            gpu.reject(engine.ratio.family(), metrics::ratio(value as f64));
         }
         if let Some(ratio) = integrated.ratio {
-            reader.gauge(engine.ratio, ratio);
+            gpu.gauge(engine.ratio, ratio);
         }
     }
-    if !reader.keeps_totals() {
+    if !gpu.keeps_totals() {
         return true;
     }
     if carry != Carry::default() {
-        reader.next_state().carries.insert(engine.stream, carry);
+        gpu.next_state().carries.insert(engine.stream, carry);
     }
     for (family, value) in [
         (BUSY, carry.busy_seconds()),
         (SAMPLED, carry.sampled_seconds()),
     ] {
-        reader.push(family.sample_with([engine.label], value));
+        gpu.push(family.sample_with([engine.label], value));
     }
     true
 }
 
 /// Reads the engines' sample buffers as the windows open (see `Hooks::early`).
-pub fn read_engines_early(reader: &mut Gpu<'_>, engines: &[Engine]) {
+pub fn read_engines_early(gpu: &mut Gpu<'_>, engines: &[Engine]) {
     for engine in engines {
-        reader.fetched.early(&mut reader.nvml, engine.sampling);
+        gpu.fetched.early(&mut gpu.nvml, engine.sampling);
     }
 }
 
 /// A point reading, in percent of NVML's sample period, as the ratio.
-pub fn point(reader: &mut Gpu<'_>, engine: Engine, percent: u32) {
+pub fn point(gpu: &mut Gpu<'_>, engine: Engine, percent: u32) {
     let percent = f64::from(percent);
-    reader.push_read(engine.ratio.sample(metrics::ratio(percent)), percent);
+    gpu.push_read(engine.ratio.sample(metrics::ratio(percent)), percent);
 }

@@ -31,7 +31,7 @@ pub trait Window<'n> {
     fn ends(&self) -> Instant;
     fn end_by(&mut self, latest: Instant);
     /// Waits for the window's end and pushes its readings.
-    fn close(self: Box<Self>, reader: &mut Gpu<'n>);
+    fn close(self: Box<Self>, gpu: &mut Gpu<'n>);
 }
 
 /// A group of metric families that can be switched on and off.

@@ -58,35 +58,35 @@ pub(super) const FIELDS: &[u32] = &[
     NVML_FI_DEV_C2C_LINK_POWER_STATE,
 ];
 
-fn read(reader: &mut Gpu<'_>) {
-    if let Some(Some(on)) = reader.read_fixed("c2c.enabled", calls::C2C_ENABLED, (), i64::from) {
-        reader.gauge(C2C_ENABLED, on as f64);
+fn read(gpu: &mut Gpu<'_>) {
+    if let Some(Some(on)) = gpu.read_fixed("c2c.enabled", calls::C2C_ENABLED, (), i64::from) {
+        gpu.gauge(C2C_ENABLED, on as f64);
     }
     // A GPU without C2C answers NOT_SUPPORTED, or a count of 0.
-    let Some(links) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_COUNT) else {
+    let Some(links) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_COUNT) else {
         return;
     };
-    reader.gauge(C2C_LINKS, links);
+    gpu.gauge(C2C_LINKS, links);
     if links == 0.0 {
         return;
     }
-    if let Some(status) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_GET_STATUS) {
-        reader.gauge(C2C_ACTIVE, flag(status != 0.0));
+    if let Some(status) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_GET_STATUS) {
+        gpu.gauge(C2C_ACTIVE, flag(status != 0.0));
     }
-    if let Some(megabytes) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_GET_MAX_BW) {
-        reader.gauge(C2C_MAX_BANDWIDTH, megabytes * BYTES_PER_MEGABYTE);
+    if let Some(megabytes) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_GET_MAX_BW) {
+        gpu.gauge(C2C_MAX_BANDWIDTH, megabytes * BYTES_PER_MEGABYTE);
     }
     for (field, kind) in ERRORS {
-        if let Some(count) = reader.nvml.field(field) {
-            reader.push(C2C_ERRORS.sample_with([kind], count));
+        if let Some(count) = gpu.nvml.field(field) {
+            gpu.push(C2C_ERRORS.sample_with([kind], count));
         }
     }
-    if let Some(state) = reader.nvml.field(NVML_FI_DEV_C2C_LINK_POWER_STATE) {
+    if let Some(state) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_POWER_STATE) {
         for (value, label) in POWER_STATES.iter().enumerate() {
-            reader.push(C2C_POWER_STATE.sample_with([*label], flag(state == value as f64)));
+            gpu.push(C2C_POWER_STATE.sample_with([*label], flag(state == value as f64)));
         }
         if !(0..POWER_STATES.len()).any(|value| state == value as f64) {
-            reader.push(C2C_POWER_STATE.sample_with(["unknown"], 1.0));
+            gpu.push(C2C_POWER_STATE.sample_with(["unknown"], 1.0));
         }
     }
 }

@@ -75,46 +75,46 @@ pub(super) const FIELDS: &[u32] = &[
 /// Dividing (not multiplying by 1e-9) keeps values exact in print.
 const NANOSECONDS_PER_SECOND: f64 = 1e9;
 
-fn read(reader: &mut Gpu<'_>) {
+fn read(gpu: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
-        if let Some(mhz) = reader.nvml.read(calls::CLOCK_INFO, clock) {
-            reader.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
+        if let Some(mhz) = gpu.nvml.read(calls::CLOCK_INFO, clock) {
+            gpu.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
-    if let Some(Ok(state)) = reader.nvml.read(calls::PERFORMANCE_STATE, ()) {
+    if let Some(Ok(state)) = gpu.nvml.read(calls::PERFORMANCE_STATE, ()) {
         if let Some(number) = pstate_number(state) {
-            reader.gauge(PERFORMANCE_STATE, f64::from(number));
+            gpu.gauge(PERFORMANCE_STATE, f64::from(number));
         }
     }
-    read_event_reasons(reader);
-    read_violations(reader);
+    read_event_reasons(gpu);
+    read_violations(gpu);
 }
 
 /// From the batch, else `nvmlDeviceGetViolationStatus`.
-fn read_violations(reader: &mut Gpu<'_>) {
+fn read_violations(gpu: &mut Gpu<'_>) {
     for ((policy, label), &field) in POLICIES.into_iter().zip(FIELDS) {
-        let nanoseconds = reader.nvml.field_or(field, |nvml| {
+        let nanoseconds = gpu.nvml.field_or(field, |nvml| {
             nvml.read(calls::VIOLATION_STATUS, policy)
                 .map(|time| time.violation_time as f64)
         });
         if let Some(nanoseconds) = nanoseconds {
-            reader.push(VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
+            gpu.push(VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
     }
 }
 
 /// One sample per reason the GPU supports (all if it cannot say).
-fn read_event_reasons(reader: &mut Gpu<'_>) {
-    let Some(active) = reader.nvml.read(calls::CLOCKS_EVENT_REASONS, ()) else {
+fn read_event_reasons(gpu: &mut Gpu<'_>) {
+    let Some(active) = gpu.nvml.read(calls::CLOCKS_EVENT_REASONS, ()) else {
         return;
     };
-    let supported = reader
+    let supported = gpu
         .nvml
         .read(calls::SUPPORTED_CLOCKS_EVENT_REASONS, ())
         .unwrap_or(u64::MAX);
     for (bit, label) in EVENT_REASONS {
         if supported & bit != 0 {
-            reader.push(CLOCKS_EVENT.sample_with([label], flag(active & bit != 0)));
+            gpu.push(CLOCKS_EVENT.sample_with([label], flag(active & bit != 0)));
         }
     }
 }

@@ -30,29 +30,29 @@ pub(super) static COLLECTOR: Collector = Collector {
 
 const KEY: &str = "fabric";
 
-fn read(reader: &mut Gpu<'_>) {
+fn read(gpu: &mut Gpu<'_>) {
     // `Some(None)` is a GPU on no fabric.
-    if reader.read_fixed(KEY, calls::FABRIC_INFO, (), |_| 1) != Some(Some(1)) {
+    if gpu.read_fixed(KEY, calls::FABRIC_INFO, (), |_| 1) != Some(Some(1)) {
         return;
     }
-    let Some(info) = reader.nvml.read(calls::FABRIC_INFO, ()) else {
+    let Some(info) = gpu.nvml.read(calls::FABRIC_INFO, ()) else {
         return;
     };
     for state in FabricState::ALL {
-        reader.push(FABRIC_STATE.sample_with([state.label()], flag(state == info.state)));
+        gpu.push(FABRIC_STATE.sample_with([state.label()], flag(state == info.state)));
     }
-    reader.gauge(FABRIC_STATUS, f64::from(info.status));
-    reader.push(FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0));
+    gpu.gauge(FABRIC_STATUS, f64::from(info.status));
+    gpu.push(FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0));
     if let Some(mask) = info.health_mask {
         for condition in Condition::ALL {
             if let Some(holds) = condition.holds(mask) {
-                reader.push(FABRIC_HEALTH.sample_with([condition.label()], flag(holds)));
+                gpu.push(FABRIC_HEALTH.sample_with([condition.label()], flag(holds)));
             }
         }
     }
     if let Some(summary) = info.summary {
         for each in Summary::ALL {
-            reader.push(FABRIC_HEALTH_SUMMARY.sample_with([each.label()], flag(each == summary)));
+            gpu.push(FABRIC_HEALTH_SUMMARY.sample_with([each.label()], flag(each == summary)));
         }
     }
 }

@@ -138,23 +138,23 @@ struct GpuWindow<'n> {
     ends: Instant,
 }
 
-fn open<'n>(reader: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<'n> + 'n>> {
-    if settings.gpm_window.is_zero() || !reader.nvml.read(calls::GPM_SUPPORT, ())? {
+fn open<'n>(gpu: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<'n> + 'n>> {
+    if settings.gpm_window.is_zero() || !gpu.nvml.read(calls::GPM_SUPPORT, ())? {
         return None;
     }
     if settings.gpm_paused {
-        unavailable(reader, Unavailable::Paused);
+        unavailable(gpu, Unavailable::Paused);
         return None;
     }
     let latest = settings.budget.gpus_end.checked_sub(AFTER_WINDOW);
     let Some(latest) =
         latest.filter(|latest| latest.saturating_duration_since(Instant::now()) >= MIN_WINDOW)
     else {
-        unavailable(reader, Unavailable::WindowTooShort);
+        unavailable(gpu, Unavailable::WindowTooShort);
         return None;
     };
     let mut targets = vec![None];
-    for device in mig::devices(&mut reader.nvml) {
+    for device in mig::devices(&mut gpu.nvml) {
         let gi = Some(device.gpu_instance_id);
         if !targets.contains(&gi) && targets.len() <= MAX_GPU_INSTANCES {
             targets.push(gi);
@@ -162,11 +162,11 @@ fn open<'n>(reader: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<
     }
     let mut firsts = Vec::with_capacity(targets.len());
     for target in targets {
-        match take(reader, target) {
+        match take(gpu, target) {
             Taken::At(at, first) => firsts.push((target, at, first)),
             Taken::Skipped => {}
             Taken::Unavailable(why) => {
-                unavailable(reader, why);
+                unavailable(gpu, why);
                 return None;
             }
         }
@@ -184,14 +184,14 @@ impl<'n> Window<'n> for GpuWindow<'n> {
         self.ends = self.ends.min(latest);
     }
 
-    fn close(self: Box<Self>, reader: &mut Gpu<'n>) {
+    fn close(self: Box<Self>, gpu: &mut Gpu<'n>) {
         std::thread::sleep(self.ends.saturating_duration_since(Instant::now()));
         let mut pairs = Vec::with_capacity(self.firsts.len());
         for first in &self.firsts {
-            match take(reader, first.0) {
+            match take(gpu, first.0) {
                 Taken::At(second_at, second) => pairs.push((first, second_at, second)),
                 Taken::Skipped => {}
-                Taken::Unavailable(why) => return unavailable(reader, why),
+                Taken::Unavailable(why) => return unavailable(gpu, why),
             }
         }
         let ids = METRICS.map(|(id, _)| id);
@@ -199,9 +199,9 @@ impl<'n> Window<'n> for GpuWindow<'n> {
         for ((target, first_at, first), second_at, second) in pairs {
             // A window cut short reads zeros: better nothing than a false idle.
             if second_at - *first_at < MIN_WINDOW {
-                return unavailable(reader, Unavailable::WindowTooShort);
+                return unavailable(gpu, Unavailable::WindowTooShort);
             }
-            let read = reader
+            let read = gpu
                 .nvml
                 .read_each(calls::GPM_METRICS, (first, &second, &ids));
             let Some(values) = read else {
@@ -210,14 +210,14 @@ impl<'n> Window<'n> for GpuWindow<'n> {
             let mut any = false;
             for ((_, report), value) in METRICS.iter().zip(values) {
                 let Some(percent) = value else { continue };
-                any |= reader.push_read(report.sample(*target, metrics::ratio(percent)), percent);
+                any |= gpu.push_read(report.sample(*target, metrics::ratio(percent)), percent);
             }
             if any && window_seconds.is_none() {
                 window_seconds = Some((second_at - *first_at).as_secs_f64());
             }
         }
         if let Some(seconds) = window_seconds {
-            reader.gauge(GPM_WINDOW, seconds);
+            gpu.gauge(GPM_WINDOW, seconds);
         }
     }
 }
@@ -230,14 +230,12 @@ enum Taken<'n> {
     Unavailable(Unavailable),
 }
 
-fn take<'n>(reader: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
+fn take<'n>(gpu: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
     let before = Instant::now();
     let unavailable = |error: &nvml::Error| Unavailable::from_code(error.code()).is_some();
     let result = match gi {
-        None => reader
-            .nvml
-            .read_expecting(calls::GPM_SAMPLE, (), unavailable),
-        Some(gi) => reader
+        None => gpu.nvml.read_expecting(calls::GPM_SAMPLE, (), unavailable),
+        Some(gi) => gpu
             .nvml
             .read_expecting(calls::GPM_MIG_SAMPLE, gi, unavailable),
     };
@@ -252,11 +250,11 @@ fn take<'n>(reader: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
 }
 
 /// Logged when the reason is new.
-fn unavailable(reader: &mut Gpu<'_>, why: Unavailable) {
-    if reader.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
+fn unavailable(gpu: &mut Gpu<'_>, why: Unavailable) {
+    if gpu.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
         let message = format!(
             "GPU {}: GPM metrics ({}) left out: {}",
-            reader.index(),
+            gpu.index(),
             why.label(),
             why.hint()
         );
@@ -266,8 +264,8 @@ fn unavailable(reader: &mut Gpu<'_>, why: Unavailable) {
             log::warn!("{message}");
         }
     }
-    reader.push(GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
-    reader.next_state().gpm_unavailable = Some(why.label().to_owned());
+    gpu.push(GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
+    gpu.next_state().gpm_unavailable = Some(why.label().to_owned());
 }
 
 #[cfg(test)]

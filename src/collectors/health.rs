@@ -113,58 +113,58 @@ pub(super) const FIELDS: &[u32] = &[
     FI_REMAPPED_ROWS_INACTIVE[1].0,
 ];
 
-fn read(reader: &mut Gpu<'_>) {
-    recovery_action(reader);
+fn read(gpu: &mut Gpu<'_>) {
+    recovery_action(gpu);
     // A failing batch entry is counted only through the fallback.
-    let current = reader.nvml.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
-    let pending = reader.nvml.field_or(NVML_FI_DEV_ECC_PENDING, |_| None);
+    let current = gpu.nvml.field_or(NVML_FI_DEV_ECC_CURRENT, |_| None);
+    let pending = gpu.nvml.field_or(NVML_FI_DEV_ECC_PENDING, |_| None);
     let ecc = match (current, pending) {
         (Some(current), Some(pending)) => Some((current != 0.0, pending != 0.0)),
-        _ => reader
+        _ => gpu
             .nvml
             .read(calls::ECC_MODE, ())
             .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
     };
     if let Some((current, pending)) = ecc {
-        reader.gauge(ECC_ENABLED, flag(current));
-        reader.gauge(ECC_PENDING_ENABLED, flag(pending));
+        gpu.gauge(ECC_ENABLED, flag(current));
+        gpu.gauge(ECC_PENDING_ENABLED, flag(pending));
     }
     // Error counters only mean something while ECC is on.
     if ecc.is_some_and(|(current, _)| current) {
         for (field, (error, error_label), (counter, counter_label)) in ECC_COUNTERS {
-            let count = reader.nvml.field_or(field, |nvml| {
+            let count = gpu.nvml.field_or(field, |nvml| {
                 nvml.read(calls::TOTAL_ECC_ERRORS, (error, counter))
                     .map(|count| count as f64)
             });
             if let Some(count) = count {
-                reader.push(ECC_ERRORS.sample_with([error_label, counter_label], count));
+                gpu.push(ECC_ERRORS.sample_with([error_label, counter_label], count));
             }
         }
     }
     for (cause, label) in RETIREMENT_CAUSES {
-        if let Some(pages) = reader.nvml.read(calls::RETIRED_PAGES, cause) {
-            reader.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
+        if let Some(pages) = gpu.nvml.read(calls::RETIRED_PAGES, cause) {
+            gpu.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
         }
     }
-    if let Some(pending) = reader.nvml.read(calls::RETIRED_PAGES_PENDING, ()) {
-        reader.gauge(RETIRED_PAGES_PENDING, flag(pending));
+    if let Some(pending) = gpu.nvml.read(calls::RETIRED_PAGES_PENDING, ()) {
+        gpu.gauge(RETIRED_PAGES_PENDING, flag(pending));
     }
-    if let Some(rows) = reader.nvml.read(calls::REMAPPED_ROWS, ()) {
+    if let Some(rows) = gpu.nvml.read(calls::REMAPPED_ROWS, ()) {
         for (count, label) in [
             (rows.correctable, "correctable"),
             (rows.uncorrectable, "uncorrectable"),
         ] {
-            reader.push(REMAPPED_ROWS.sample_with([label], f64::from(count)));
+            gpu.push(REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
-        reader.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
+        gpu.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
         for (field, cause) in FI_REMAPPED_ROWS_INACTIVE {
-            if let Some(count) = reader.nvml.field(field) {
-                reader.push(REMAPPED_ROWS_INACTIVE.sample_with([cause], count));
+            if let Some(count) = gpu.nvml.field(field) {
+                gpu.push(REMAPPED_ROWS_INACTIVE.sample_with([cause], count));
             }
         }
-        reader.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
+        gpu.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
-    if let Some(b) = reader.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
+    if let Some(b) = gpu.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
         let banks = [
             (b.max, "max"),
             (b.high, "high"),
@@ -173,22 +173,22 @@ fn read(reader: &mut Gpu<'_>) {
             (b.none, "none"),
         ];
         for (count, label) in banks {
-            reader.push(ROW_REMAPPER_BANKS.sample_with([label], f64::from(count)));
+            gpu.push(ROW_REMAPPER_BANKS.sample_with([label], f64::from(count)));
         }
     }
-    if let Some(repair) = reader.nvml.read(calls::REPAIR_STATUS, ()) {
+    if let Some(repair) = gpu.nvml.read(calls::REPAIR_STATUS, ()) {
         for (pending, kind) in [(repair.tpc, "tpc"), (repair.channel, "channel")] {
-            reader.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
+            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
         }
     }
-    if let Some(unrepairable) = reader.nvml.read(calls::MEMORY_UNREPAIRABLE, ()) {
-        reader.gauge(MEMORY_UNREPAIRABLE, flag(unrepairable));
+    if let Some(unrepairable) = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ()) {
+        gpu.gauge(MEMORY_UNREPAIRABLE, flag(unrepairable));
     }
-    sram_ecc(reader);
+    sram_ecc(gpu);
 }
 
-fn sram_ecc(reader: &mut Gpu<'_>) {
-    let Some(sram) = reader.nvml.read(calls::SRAM_ECC, ()) else {
+fn sram_ecc(gpu: &mut Gpu<'_>) {
+    let Some(sram) = gpu.nvml.read(calls::SRAM_ECC, ()) else {
         return;
     };
     for (counts, scope) in [(sram.volatile, "volatile"), (sram.aggregate, "aggregate")] {
@@ -197,7 +197,7 @@ fn sram_ecc(reader: &mut Gpu<'_>) {
             (counts.uncorrected_parity, "uncorrected_parity"),
             (counts.uncorrected_sec_ded, "uncorrected_sec_ded"),
         ] {
-            reader.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
+            gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
         }
     }
     let at = sram.locations;
@@ -209,36 +209,36 @@ fn sram_ecc(reader: &mut Gpu<'_>) {
         (at.other, "other"),
     ];
     for (count, location) in locations {
-        reader.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
+        gpu.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
-    reader.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
+    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
     // NVML documents the unique errors for Blackwell and newer.
-    if !reader.facts().is_blackwell_or_newer() {
+    if !gpu.facts().is_blackwell_or_newer() {
         return;
     }
-    if let Some(unique) = reader.nvml.read(calls::SRAM_UNIQUE, ()) {
+    if let Some(unique) = gpu.nvml.read(calls::SRAM_UNIQUE, ()) {
         for (count, detection) in [(unique.parity, "parity"), (unique.sec_ded, "sec_ded")] {
             let sample = SRAM_ECC_UNIQUE_UNCORRECTED.sample_with([detection], f64::from(count));
-            reader.push(sample);
+            gpu.push(sample);
         }
     }
 }
 
 /// A value newer than this exporter knows is `action="unknown"`.
-fn recovery_action(reader: &mut Gpu<'_>) {
-    let Some(value) = reader.nvml.field(FI_GPU_RECOVERY_ACTION) else {
+fn recovery_action(gpu: &mut Gpu<'_>) {
+    let Some(value) = gpu.nvml.field(FI_GPU_RECOVERY_ACTION) else {
         return;
     };
     let known = value >= 0.0 && value.fract() == 0.0 && value < RECOVERY_ACTIONS.len() as f64;
     let current = known.then_some(value as usize);
     for (index, action) in RECOVERY_ACTIONS.iter().enumerate() {
-        reader.push(RECOVERY_ACTION.sample_with([*action], flag(current == Some(index))));
+        gpu.push(RECOVERY_ACTION.sample_with([*action], flag(current == Some(index))));
     }
     if current.is_none() {
         log::debug!(
             "{}: recovery action {value} is newer than this exporter",
             RECOVERY_ACTION.family().name
         );
-        reader.push(RECOVERY_ACTION.sample_with(["unknown"], 1.0));
+        gpu.push(RECOVERY_ACTION.sample_with(["unknown"], 1.0));
     }
 }

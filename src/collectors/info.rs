@@ -8,30 +8,30 @@ use crate::facts::GpuFacts;
 use crate::identity;
 use crate::metrics;
 
-pub(crate) fn read(reader: &mut Gpu<'_>) -> identity::Read {
-    let uuid = reader.nvml.read(calls::UUID, ());
-    let name = reader.nvml.read(calls::NAME, ());
-    let pci = reader.nvml.read(calls::PCI_INFO, ());
+pub(crate) fn read(gpu: &mut Gpu<'_>) -> identity::Read {
+    let uuid = gpu.nvml.read(calls::UUID, ());
+    let name = gpu.nvml.read(calls::NAME, ());
+    let pci = gpu.nvml.read(calls::PCI_INFO, ());
     let pci_device_id = pci.as_ref().map(|pci| pci.pci_device_id);
     let pci_bus_id = pci.map(|pci| pci.bus_id);
-    let serial = reader.nvml.read(calls::SERIAL, ());
-    let vbios = reader.nvml.read(calls::VBIOS_VERSION, ());
-    let brand = reader.nvml.read(calls::BRAND, ());
-    let architecture = reader.nvml.read(calls::ARCHITECTURE, ());
-    let minor = reader.nvml.read(calls::MINOR_NUMBER, ());
+    let serial = gpu.nvml.read(calls::SERIAL, ());
+    let vbios = gpu.nvml.read(calls::VBIOS_VERSION, ());
+    let brand = gpu.nvml.read(calls::BRAND, ());
+    let architecture = gpu.nvml.read(calls::ARCHITECTURE, ());
+    let minor = gpu.nvml.read(calls::MINOR_NUMBER, ());
     let name = name.unwrap_or_default();
-    reader.set_facts(GpuFacts {
+    gpu.set_facts(GpuFacts {
         architecture: architecture.clone(),
         name: name.clone(),
         pci_device_id,
     });
     let identity = identity::Read {
-        index: reader.index(),
+        index: gpu.index(),
         uuid: uuid.unwrap_or_default(),
         pci_bus_id: pci_bus_id.unwrap_or_default(),
         serial: serial.unwrap_or_default(),
     };
-    reader.push(metrics::INFO.sample_with(
+    gpu.push(metrics::INFO.sample_with(
         [
             name,
             identity.pci_bus_id.clone(),

@@ -23,14 +23,14 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, &[]),
 };
 
-fn read(reader: &mut Gpu<'_>) {
+fn read(gpu: &mut Gpu<'_>) {
     for (clock, label) in CLOCK_DOMAINS {
-        if let Some(mhz) = reader.nvml.read(calls::MAX_CLOCK_INFO, clock) {
-            reader.push(CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
+        if let Some(mhz) = gpu.nvml.read(calls::MAX_CLOCK_INFO, clock) {
+            gpu.push(CLOCK_MAX.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
-    if let Some(limits) = reader.nvml.read(calls::POWER_LIMIT_CONSTRAINTS, ()) {
-        reader.gauge(POWER_MIN_LIMIT, f64::from(limits.min_limit) / PER_MILLI);
-        reader.gauge(POWER_MAX_LIMIT, f64::from(limits.max_limit) / PER_MILLI);
+    if let Some(limits) = gpu.nvml.read(calls::POWER_LIMIT_CONSTRAINTS, ()) {
+        gpu.gauge(POWER_MIN_LIMIT, f64::from(limits.min_limit) / PER_MILLI);
+        gpu.gauge(POWER_MAX_LIMIT, f64::from(limits.max_limit) / PER_MILLI);
     }
 }

@@ -51,56 +51,56 @@ const DECODER: Engine = Engine {
 
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
-fn early(reader: &mut Gpu<'_>) {
-    let encoder = reader.facts().has_video_encoder();
+fn early(gpu: &mut Gpu<'_>) {
+    let encoder = gpu.facts().has_video_encoder();
     let engines: &[Engine] = if encoder {
         &[ENCODER, DECODER]
     } else {
         &[DECODER]
     };
-    read_engines_early(reader, engines);
+    read_engines_early(gpu, engines);
 }
 
-fn read(reader: &mut Gpu<'_>) {
-    if reader.facts().has_video_encoder() {
-        read_encoder(reader);
+fn read(gpu: &mut Gpu<'_>) {
+    if gpu.facts().has_video_encoder() {
+        read_encoder(gpu);
     } else {
         log::debug!(
             "GPU {}: no video encoder on this chip ({:?}); encoder families left out",
-            reader.index(),
-            reader.facts().chip()
+            gpu.index(),
+            gpu.facts().chip()
         );
     }
-    if !read_engine(reader, DECODER) {
-        if let Some(info) = reader.nvml.read(calls::DECODER_UTILIZATION, ()) {
-            point(reader, DECODER, info.utilization);
+    if !read_engine(gpu, DECODER) {
+        if let Some(info) = gpu.nvml.read(calls::DECODER_UTILIZATION, ()) {
+            point(gpu, DECODER, info.utilization);
         }
     }
-    read_accelerators(reader);
+    read_accelerators(gpu);
 }
 
-fn read_encoder(reader: &mut Gpu<'_>) {
-    if !read_engine(reader, ENCODER) {
-        if let Some(info) = reader.nvml.read(calls::ENCODER_UTILIZATION, ()) {
-            point(reader, ENCODER, info.utilization);
+fn read_encoder(gpu: &mut Gpu<'_>) {
+    if !read_engine(gpu, ENCODER) {
+        if let Some(info) = gpu.nvml.read(calls::ENCODER_UTILIZATION, ()) {
+            point(gpu, ENCODER, info.utilization);
         }
     }
-    if let Some(stats) = reader.nvml.read(calls::ENCODER_STATS, ()) {
-        reader.gauge(ENCODER_SESSIONS, f64::from(stats.session_count));
-        reader.gauge(ENCODER_FPS, f64::from(stats.average_fps));
-        reader.gauge(
+    if let Some(stats) = gpu.nvml.read(calls::ENCODER_STATS, ()) {
+        gpu.gauge(ENCODER_SESSIONS, f64::from(stats.session_count));
+        gpu.gauge(ENCODER_FPS, f64::from(stats.average_fps));
+        gpu.gauge(
             ENCODER_LATENCY,
             f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
         );
     }
 }
 
-fn read_accelerators(reader: &mut Gpu<'_>) {
-    let jpeg = reader.nvml.read(calls::JPEG_UTILIZATION, ());
-    let ofa = reader.nvml.read(calls::OFA_UTILIZATION, ());
+fn read_accelerators(gpu: &mut Gpu<'_>) {
+    let jpeg = gpu.nvml.read(calls::JPEG_UTILIZATION, ());
+    let ofa = gpu.nvml.read(calls::OFA_UTILIZATION, ());
     for (percent, family) in [(jpeg, JPEG_UTILIZATION), (ofa, OFA_UTILIZATION)] {
         if let Some(percent) = percent.map(f64::from) {
-            reader.push_read(family.sample(metrics::ratio(percent)), percent);
+            gpu.push_read(family.sample(metrics::ratio(percent)), percent);
         }
     }
 }

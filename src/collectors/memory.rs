@@ -28,15 +28,15 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, &[]),
 };
 
-fn read(reader: &mut Gpu<'_>) {
-    if let Some(memory) = reader.nvml.read(calls::MEMORY_INFO, ()) {
-        reader.gauge(MEMORY_USED, memory.used as f64);
-        reader.gauge(MEMORY_FREE, memory.free as f64);
-        reader.gauge(MEMORY_TOTAL, memory.total as f64);
-        reader.gauge(MEMORY_RESERVED, memory.reserved as f64);
+fn read(gpu: &mut Gpu<'_>) {
+    if let Some(memory) = gpu.nvml.read(calls::MEMORY_INFO, ()) {
+        gpu.gauge(MEMORY_USED, memory.used as f64);
+        gpu.gauge(MEMORY_FREE, memory.free as f64);
+        gpu.gauge(MEMORY_TOTAL, memory.total as f64);
+        gpu.gauge(MEMORY_RESERVED, memory.reserved as f64);
     }
-    if let Some(bar1) = reader.nvml.read(calls::BAR1_MEMORY_INFO, ()) {
-        reader.gauge(BAR1_USED, bar1.used as f64);
-        reader.gauge(BAR1_TOTAL, bar1.total as f64);
+    if let Some(bar1) = gpu.nvml.read(calls::BAR1_MEMORY_INFO, ()) {
+        gpu.gauge(BAR1_USED, bar1.used as f64);
+        gpu.gauge(BAR1_TOTAL, bar1.total as f64);
     }
 }

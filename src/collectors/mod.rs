@@ -1,6 +1,6 @@
 //! The registry ([`ALL`]) and one file per collector. Tested: names unique
 //! kebab-case (a letter first); a family emitted by one collector only, except
-//! `collector::SHARED`; a reader emits only its families (in `tests/cli/`).
+//! `collector::SHARED`; a collector emits only its families (in `tests/cli/`).
 
 mod c2c;
 mod clocks;

@@ -26,11 +26,11 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, &[]),
 };
 
-fn read(reader: &mut Gpu<'_>) {
-    if let Some(on) = reader.nvml.read(calls::PERSISTENCE_MODE, ()) {
-        reader.gauge(PERSISTENCE_MODE, flag(on));
+fn read(gpu: &mut Gpu<'_>) {
+    if let Some(on) = gpu.nvml.read(calls::PERSISTENCE_MODE, ()) {
+        gpu.gauge(PERSISTENCE_MODE, flag(on));
     }
-    if let Some(mode) = reader.nvml.read(calls::COMPUTE_MODE, ()) {
+    if let Some(mode) = gpu.nvml.read(calls::COMPUTE_MODE, ()) {
         let label = match mode {
             Ok(ComputeMode::Default) => "default",
             Ok(ComputeMode::ExclusiveThread) => "exclusive_thread",
@@ -38,10 +38,10 @@ fn read(reader: &mut Gpu<'_>) {
             Ok(ComputeMode::ExclusiveProcess) => "exclusive_process",
             Err(_) => "unknown",
         };
-        reader.push(COMPUTE_MODE.sample_with([label], 1.0));
+        gpu.push(COMPUTE_MODE.sample_with([label], 1.0));
     }
-    if let Some(mig) = reader.nvml.mig_mode() {
-        reader.gauge(MIG_ENABLED, flag(mig.current == 1));
-        reader.gauge(MIG_PENDING_ENABLED, flag(mig.pending == 1));
+    if let Some(mig) = gpu.nvml.mig_mode() {
+        gpu.gauge(MIG_ENABLED, flag(mig.current == 1));
+        gpu.gauge(MIG_PENDING_ENABLED, flag(mig.pending == 1));
     }
 }

@@ -132,11 +132,11 @@ impl LinkState {
 }
 
 /// Links probed with `nvmlDeviceGetNvLinkState` where there is no count field.
-fn read(reader: &mut Gpu<'_>) {
-    let (count, probed) = match link_count(reader) {
+fn read(gpu: &mut Gpu<'_>) {
+    let (count, probed) = match link_count(gpu) {
         Some(count) => (count, Vec::new()),
         None => {
-            let Some(probed) = probe_links(reader, MAX_LINKS) else {
+            let Some(probed) = probe_links(gpu, MAX_LINKS) else {
                 return;
             };
             if probed.iter().all(Option::is_none) {
@@ -148,21 +148,21 @@ fn read(reader: &mut Gpu<'_>) {
     if count == 0 {
         return;
     }
-    let nvlink5 = has_nvlink5(reader);
+    let nvlink5 = has_nvlink5(gpu);
     let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
     let requests = link_batch(0..count, &ids);
-    let values = reader.nvml.read_each(calls::FIELD_VALUES, &requests);
+    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
     let values = values.unwrap_or_else(|| vec![None; requests.len()]);
     let links: Vec<&[Option<f64>]> = values.chunks(ids.len()).collect();
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
-        reader.gauge(NVLINK_LINKS, f64::from(count));
+        gpu.gauge(NVLINK_LINKS, f64::from(count));
     }
     let states: Vec<Option<LinkState>> = (0..count)
         .zip(&links)
         .map(|(link, values)| match probed.get(link as usize) {
             Some(active) => active.map(LinkState::from_active),
-            None => link_state(reader, link, values[0]),
+            None => link_state(gpu, link, values[0]),
         })
         .collect();
     let active: Option<u32> = states
@@ -170,27 +170,27 @@ fn read(reader: &mut Gpu<'_>) {
         .map(|state| state.map(|state| u32::from(state == LinkState::Active)))
         .sum();
     if let Some(active) = active {
-        reader.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
+        gpu.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
     }
-    count_lost(reader, &states);
+    count_lost(gpu, &states);
     // Only when every link answered (else a false reset).
     let sum = |id: u32| -> Option<f64> {
         let at = ids.iter().position(|&i| i == id)?;
         links.iter().map(|values| values[at]).sum()
     };
     // NVML's per-GPU total where the driver has it, else the links' sum.
-    let replay = reader
+    let replay = gpu
         .nvml
         .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
         .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY));
-    let recovery = reader
+    let recovery = gpu
         .nvml
         .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
         .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY));
-    let crc_flit = reader
+    let crc_flit = gpu
         .nvml
         .field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
-    let crc_data = reader
+    let crc_data = gpu
         .nvml
         .field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
     for (family, label, count) in [
@@ -208,7 +208,7 @@ fn read(reader: &mut Gpu<'_>) {
         (NVLINK_ERRORS, "symbol", sum(SYMBOL_ERRORS)),
     ] {
         if let Some(count) = count {
-            reader.push(family.sample_with([label], count));
+            gpu.push(family.sample_with([label], count));
         }
     }
     for (id, family) in [
@@ -216,15 +216,14 @@ fn read(reader: &mut Gpu<'_>) {
         (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVLINK_RECEIVE),
     ] {
         if let Some(kib) = sum(id) {
-            reader.gauge(family, kib * BYTES_PER_KIB);
+            gpu.gauge(family, kib * BYTES_PER_KIB);
         }
     }
 }
 
-fn link_count(reader: &mut Gpu<'_>) -> Option<u32> {
-    let count = reader.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
-    reader
-        .nvml
+fn link_count(gpu: &mut Gpu<'_>) -> Option<u32> {
+    let count = gpu.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
+    gpu.nvml
         .bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
 }
 
@@ -233,14 +232,14 @@ const NVLINK5_PROBE: Field = Field {
     scope: 0,
 };
 
-fn has_nvlink5(reader: &mut Gpu<'_>) -> bool {
-    reader.read_fixed("nvlink5", calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
+fn has_nvlink5(gpu: &mut Gpu<'_>) -> bool {
+    gpu.read_fixed("nvlink5", calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
 }
 
 /// Left out while a link seen active earlier in this boot has a state not
 /// read this run.
-fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
-    let mut seen = reader.previous_state().links_seen_active;
+fn count_lost(gpu: &mut Gpu<'_>, states: &[Option<LinkState>]) {
+    let mut seen = gpu.previous_state().links_seen_active;
     let (mut lost, mut unknown) = (0, false);
     for (link, state) in states.iter().enumerate().take(64) {
         let bit = 1u64 << link;
@@ -251,9 +250,9 @@ fn count_lost(reader: &mut Gpu<'_>, states: &[Option<LinkState>]) {
             _ => {}
         }
     }
-    reader.next_state().links_seen_active = seen;
+    gpu.next_state().links_seen_active = seen;
     if !unknown {
-        reader.gauge(NVLINK_LINKS_LOST, f64::from(lost));
+        gpu.gauge(NVLINK_LINKS_LOST, f64::from(lost));
     }
 }
 
@@ -279,16 +278,16 @@ fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
 }
 
 /// The state field, else `nvmlDeviceGetNvLinkState`.
-fn link_state(reader: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
+fn link_state(gpu: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkState> {
     match state {
         Some(0.0) => Some(LinkState::Inactive),
         Some(1.0) => Some(LinkState::Active),
         Some(2.0) => Some(LinkState::Asleep),
         Some(state) => {
-            reader.reject(NVLINK_LINKS_ACTIVE.family(), state);
+            gpu.reject(NVLINK_LINKS_ACTIVE.family(), state);
             None
         }
-        None => reader
+        None => gpu
             .nvml
             .read(calls::NVLINK_ACTIVE, link)
             .map(LinkState::from_active),
@@ -313,7 +312,7 @@ const PER_LINK_FIELDS: [u32; 4] = [
 
 /// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
 /// know (`None` where it failed; every link `None` when down); `None`: no NVLink.
-fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
+fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
         // A GPU without NVLink says so for link 0; past the last link NVML
@@ -322,7 +321,7 @@ fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
             Code::NotSupported => link == 0,
             code => code == Code::InvalidArgument,
         };
-        match reader
+        match gpu
             .nvml
             .read_expecting(calls::NVLINK_ACTIVE, link, expected)
         {
@@ -336,23 +335,23 @@ fn probe_links(reader: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
 }
 
 /// The batch, then the error counters it lacks, one call per link and counter.
-fn read_links(reader: &mut Gpu<'_>) {
-    let last = link_count(reader).unwrap_or(MAX_LINKS);
-    let Some(probed) = probe_links(reader, last) else {
+fn read_links(gpu: &mut Gpu<'_>) {
+    let last = link_count(gpu).unwrap_or(MAX_LINKS);
+    let Some(probed) = probe_links(gpu, last) else {
         return;
     };
     let links: Vec<(u32, bool)> = (0..)
         .zip(probed)
         .filter_map(|(link, active)| Some((link, active?)))
         .collect();
-    let nvlink5 = has_nvlink5(reader);
+    let nvlink5 = has_nvlink5(gpu);
     let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
     let requests = link_batch(links.iter().map(|&(link, _)| link), &ids);
-    let values = reader.nvml.read_each(calls::FIELD_VALUES, &requests);
+    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
     let values = values.unwrap_or_else(|| vec![None; requests.len()]);
     for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
         let label = || LabelValue::from(link.to_string());
-        reader.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));
+        gpu.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));
         let Some(([replay, recovery, transmit, receive], nvlink5_values)) =
             values.split_first_chunk()
         else {
@@ -363,12 +362,12 @@ fn read_links(reader: &mut Gpu<'_>) {
             if family.family() == NVLINK_LINK_BIT_ERROR.family() {
                 value = ber(value);
             }
-            reader.push(family.sample_with([label(), kind.into()], value));
+            gpu.push(family.sample_with([label(), kind.into()], value));
         }
         let counters = match (replay, recovery) {
             (Some(replay), Some(recovery)) => {
                 for (count, counter) in [(replay, "replay"), (recovery, "recovery")] {
-                    reader.push(NVLINK_LINK_ERRORS.sample_with([label(), counter.into()], *count));
+                    gpu.push(NVLINK_LINK_ERRORS.sample_with([label(), counter.into()], *count));
                 }
                 &ERROR_COUNTERS[2..]
             }
@@ -377,11 +376,8 @@ fn read_links(reader: &mut Gpu<'_>) {
             _ => &ERROR_COUNTERS[..],
         };
         for &(counter, name) in counters {
-            if let Some(count) = reader
-                .nvml
-                .read(calls::NVLINK_ERROR_COUNTER, (link, counter))
-            {
-                reader.push(NVLINK_LINK_ERRORS.sample_with([label(), name.into()], count as f64));
+            if let Some(count) = gpu.nvml.read(calls::NVLINK_ERROR_COUNTER, (link, counter)) {
+                gpu.push(NVLINK_LINK_ERRORS.sample_with([label(), name.into()], count as f64));
             }
         }
         for (value, family) in [
@@ -389,7 +385,7 @@ fn read_links(reader: &mut Gpu<'_>) {
             (receive, NVLINK_LINK_RECEIVE),
         ] {
             if let Some(kib) = value {
-                reader.push(family.sample_with([label()], kib * BYTES_PER_KIB));
+                gpu.push(family.sample_with([label()], kib * BYTES_PER_KIB));
             }
         }
     }

@@ -55,39 +55,37 @@ pub(super) static THROUGHPUT: Collector = Collector {
 
 const BYTES_PER_KIB: f64 = 1024.0;
 
-fn read(reader: &mut Gpu<'_>) {
-    if let Some(Some(generation)) = reader.read_fixed(
+fn read(gpu: &mut Gpu<'_>) {
+    if let Some(Some(generation)) = gpu.read_fixed(
         "pcie.max_generation",
         calls::MAX_PCIE_GENERATION,
         (),
         i64::from,
     ) {
-        reader.gauge(PCIE_MAX_GENERATION, generation as f64);
+        gpu.gauge(PCIE_MAX_GENERATION, generation as f64);
     }
     if let Some(Some(width)) =
-        reader.read_fixed("pcie.max_width", calls::MAX_PCIE_WIDTH, (), i64::from)
+        gpu.read_fixed("pcie.max_width", calls::MAX_PCIE_WIDTH, (), i64::from)
     {
-        reader.gauge(PCIE_MAX_WIDTH, width as f64);
+        gpu.gauge(PCIE_MAX_WIDTH, width as f64);
     }
-    if let Some(generation) = reader.nvml.read(calls::PCIE_GENERATION, ()) {
-        reader.gauge(PCIE_GENERATION, f64::from(generation));
+    if let Some(generation) = gpu.nvml.read(calls::PCIE_GENERATION, ()) {
+        gpu.gauge(PCIE_GENERATION, f64::from(generation));
     }
-    if let Some(width) = reader.nvml.read(calls::PCIE_WIDTH, ()) {
-        reader.gauge(PCIE_WIDTH, f64::from(width));
+    if let Some(width) = gpu.nvml.read(calls::PCIE_WIDTH, ()) {
+        gpu.gauge(PCIE_WIDTH, f64::from(width));
     }
-    let replays = reader
-        .nvml
-        .field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |nvml| {
-            nvml.read(calls::PCIE_REPLAY_COUNTER, ()).map(f64::from)
-        });
+    let replays = gpu.nvml.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |nvml| {
+        nvml.read(calls::PCIE_REPLAY_COUNTER, ()).map(f64::from)
+    });
     if let Some(replays) = replays {
-        reader.gauge(PCIE_REPLAYS, replays);
+        gpu.gauge(PCIE_REPLAYS, replays);
     }
-    if let Some(bytes) = reader.nvml.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
-        reader.gauge(PCIE_TRANSMIT, bytes);
+    if let Some(bytes) = gpu.nvml.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
+        gpu.gauge(PCIE_TRANSMIT, bytes);
     }
-    if let Some(bytes) = reader.nvml.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
-        reader.gauge(PCIE_RECEIVE, bytes);
+    if let Some(bytes) = gpu.nvml.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
+        gpu.gauge(PCIE_RECEIVE, bytes);
     }
 }
 
@@ -98,13 +96,13 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 /// Each direction blocks for NVML's 20 ms window.
-fn read_throughput(reader: &mut Gpu<'_>) {
+fn read_throughput(gpu: &mut Gpu<'_>) {
     for (counter, family) in [
         (PcieUtilCounter::Send, PCIE_TRANSMIT_THROUGHPUT),
         (PcieUtilCounter::Receive, PCIE_RECEIVE_THROUGHPUT),
     ] {
-        if let Some(kib) = reader.nvml.read(calls::PCIE_THROUGHPUT, counter) {
-            reader.gauge(family, f64::from(kib) * BYTES_PER_KIB);
+        if let Some(kib) = gpu.nvml.read(calls::PCIE_THROUGHPUT, counter) {
+            gpu.gauge(family, f64::from(kib) * BYTES_PER_KIB);
         }
     }
 }

@@ -56,10 +56,10 @@ pub(super) const FIELDS: &[u32] = &{
     ids
 };
 
-fn read(reader: &mut Gpu<'_>) {
+fn read(gpu: &mut Gpu<'_>) {
     for (field, kind) in KINDS {
-        if let Some(count) = reader.nvml.field(field) {
-            reader.push(PCIE_ERRORS.sample_with([kind], count));
+        if let Some(count) = gpu.nvml.field(field) {
+            gpu.push(PCIE_ERRORS.sample_with([kind], count));
         }
     }
 }

@@ -21,11 +21,11 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, &[]),
 };
 
-fn read(reader: &mut Gpu<'_>) {
-    if !reader.facts().is_blackwell_or_newer() {
+fn read(gpu: &mut Gpu<'_>) {
+    if !gpu.facts().is_blackwell_or_newer() {
         return;
     }
-    let read = reader.read_fixed_labels("platform", calls::PLATFORM_INFO, (), |info| {
+    let read = gpu.read_fixed_labels("platform", calls::PLATFORM_INFO, (), |info| {
         vec![
             info.chassis_serial,
             info.slot.to_string(),
@@ -35,8 +35,8 @@ fn read(reader: &mut Gpu<'_>) {
         ]
     });
     match read.flatten().map(<[String; 5]>::try_from) {
-        Some(Ok(labels)) => reader.push(PLATFORM_INFO.sample_with(labels, 1.0)),
-        Some(Err(_)) => reader.damaged_fixed_labels("platform"),
+        Some(Ok(labels)) => gpu.push(PLATFORM_INFO.sample_with(labels, 1.0)),
+        Some(Err(_)) => gpu.damaged_fixed_labels("platform"),
         None => {}
     }
 }

@@ -73,36 +73,36 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
     }
 }
 
-fn read(reader: &mut Gpu<'_>) {
-    if let Some(milliwatts) = reader.nvml.read(calls::POWER_USAGE, ()) {
-        reader.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
+fn read(gpu: &mut Gpu<'_>) {
+    if let Some(milliwatts) = gpu.nvml.read(calls::POWER_USAGE, ()) {
+        gpu.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
     }
-    let energy = reader
+    let energy = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
             nvml.read(calls::TOTAL_ENERGY, ())
                 .map(|millijoules| millijoules as f64)
         });
     if let Some(millijoules) = energy {
-        reader.gauge(ENERGY, millijoules / PER_MILLI);
+        gpu.gauge(ENERGY, millijoules / PER_MILLI);
     }
-    if let Some(milliwatts) = reader.nvml.read(calls::ENFORCED_POWER_LIMIT, ()) {
-        reader.gauge(POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
+    if let Some(milliwatts) = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ()) {
+        gpu.gauge(POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
-    if let Some(milliwatts) = reader.nvml.read(calls::DEFAULT_POWER_LIMIT, ()) {
-        reader.gauge(POWER_DEFAULT_LIMIT, f64::from(milliwatts) / PER_MILLI);
+    if let Some(milliwatts) = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ()) {
+        gpu.gauge(POWER_DEFAULT_LIMIT, f64::from(milliwatts) / PER_MILLI);
     }
     for (field, family) in [
         (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
         (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
     ] {
-        if let Some(milliwatts) = reader.nvml.field(field) {
-            reader.gauge(family, milliwatts / PER_MILLI);
+        if let Some(milliwatts) = gpu.nvml.field(field) {
+            gpu.gauge(family, milliwatts / PER_MILLI);
         }
     }
     let lifetime = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
-    if let Some(percent) = reader.nvml.field(lifetime) {
-        reader.push_read(
+    if let Some(percent) = gpu.nvml.field(lifetime) {
+        gpu.push_read(
             POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent)),
             percent,
         );

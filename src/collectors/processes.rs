@@ -25,8 +25,8 @@ pub(super) static COLLECTOR: Collector = Collector {
         .with_host(owners),
 };
 
-fn read(reader: &mut Gpu<'_>) {
-    compute::list(reader, true);
+fn read(gpu: &mut Gpu<'_>) {
+    compute::list(gpu, true);
 }
 
 /// The host step: each GPU's processes become samples, with their owners.

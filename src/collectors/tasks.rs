@@ -52,12 +52,12 @@ pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 /// the processes collector), the energy counter, and the ledger carried to
 /// the host step; nothing where this run's totals cannot continue the
 /// state's (the next run then starts the ledger afresh).
-fn read(reader: &mut Gpu<'_>) {
+fn read(gpu: &mut Gpu<'_>) {
     // With no process listed now or at the previous run, no share can be
     // any task's (a process that came and went between runs has no task).
-    let known = !reader.previous_state().tasks.processes.is_empty();
-    let window = compute::list(reader, known);
-    let energy_mj = reader
+    let known = !gpu.previous_state().tasks.processes.is_empty();
+    let window = compute::list(gpu, known);
+    let energy_mj = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
             nvml.read(calls::TOTAL_ENERGY, ()).map(|mj| mj as f64)
@@ -65,10 +65,10 @@ fn read(reader: &mut Gpu<'_>) {
         .map(|mj| mj as u64)
         // A window whose shares could not be read is left to the next run,
         // and so is its energy: the ledger keeps its baseline.
-        .filter(|_| !reader.fetched.shares_failed);
-    if reader.keeps_totals() {
-        reader.next_state().tasks = reader.previous_state().tasks.clone();
-        reader.tasks = Some(TaskReading { window, energy_mj });
+        .filter(|_| !gpu.fetched.shares_failed);
+    if gpu.keeps_totals() {
+        gpu.next_state().tasks = gpu.previous_state().tasks.clone();
+        gpu.tasks = Some(TaskReading { window, energy_mj });
     }
 }
 

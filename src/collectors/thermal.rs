@@ -83,65 +83,64 @@ pub(super) const FIELDS: &[u32] = &[
 /// Boards have one to four.
 const MAX_FANS: u32 = 16;
 
-fn read(reader: &mut Gpu<'_>) {
-    if let Some(celsius) = gpu_temperature(reader) {
-        reader.gauge(TEMPERATURE, celsius);
+fn read(gpu: &mut Gpu<'_>) {
+    if let Some(celsius) = gpu_temperature(gpu) {
+        gpu.gauge(TEMPERATURE, celsius);
     }
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
-    if let Some(celsius) = reader.nvml.field(NVML_FI_DEV_MEMORY_TEMP) {
+    if let Some(celsius) = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP) {
         if celsius > 0.0 {
-            reader.gauge(MEMORY_TEMPERATURE, celsius);
+            gpu.gauge(MEMORY_TEMPERATURE, celsius);
         }
     }
     for (threshold, label) in THRESHOLDS {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
-            reader.read_fixed(&key, calls::TEMPERATURE_THRESHOLD, threshold, i64::from)
+            gpu.read_fixed(&key, calls::TEMPERATURE_THRESHOLD, threshold, i64::from)
         {
-            reader.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
+            gpu.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
-    let fans = reader
+    let fans = gpu
         .read_fixed("fan_count", calls::FAN_COUNT, (), i64::from)
         .flatten()
         .and_then(|count| u32::try_from(count).ok())
-        .and_then(|count| reader.nvml.bounded(calls::FAN_COUNT::NAME, count, MAX_FANS))
+        .and_then(|count| gpu.nvml.bounded(calls::FAN_COUNT::NAME, count, MAX_FANS))
         .unwrap_or(0);
     for fan in 0..fans {
-        if let Some(percent) = reader.nvml.read(calls::FAN_SPEED, fan) {
-            reader
-                .push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
+        if let Some(percent) = gpu.nvml.read(calls::FAN_SPEED, fan) {
+            gpu.push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
         }
     }
-    if let Some(celsius) = reader.nvml.read(calls::MARGIN_TEMPERATURE, ()) {
-        reader.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
+    if let Some(celsius) = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ()) {
+        gpu.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
     }
     for (id, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
         let field = Field { id, scope: 0 };
         // Whole degrees: NVML answers these offsets as integers.
         let whole = |celsius: f64| celsius.round() as i64;
-        if let Some(Some(celsius)) = reader.read_fixed(&key, calls::FIELD, field, whole) {
-            reader.push(TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
+        if let Some(Some(celsius)) = gpu.read_fixed(&key, calls::FIELD, field, whole) {
+            gpu.push(TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     for (field, label) in SLOWDOWNS {
-        if let Some(nanoseconds) = reader.nvml.field(field) {
-            reader.push(SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
+        if let Some(nanoseconds) = gpu.nvml.field(field) {
+            gpu.push(SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
         }
     }
 }
 
 /// °C, from the deprecated `nvmlDeviceGetTemperature` where the driver lacks
 /// `nvmlDeviceGetTemperatureV` (NVML 12.5+) or its struct version.
-fn gpu_temperature(reader: &mut Gpu<'_>) -> Option<f64> {
+fn gpu_temperature(gpu: &mut Gpu<'_>) -> Option<f64> {
     let not_in_driver = |error: &nvml::Error| error.code() == Code::NotInDriver;
-    match reader
+    match gpu
         .nvml
         .read_expecting(calls::TEMPERATURE_V, (), not_in_driver)?
     {
         Ok(celsius) => Some(f64::from(celsius)),
-        Err(_) => reader
+        Err(_) => gpu
             .nvml
             .read(calls::TEMPERATURE, TemperatureSensor::Gpu)
             .map(f64::from),

@@ -40,29 +40,29 @@ const MEMORY: Engine = Engine {
     stream: Stream::Memory,
 };
 
-fn early(reader: &mut Gpu<'_>) {
-    read_engines_early(reader, &[GPU, MEMORY]);
+fn early(gpu: &mut Gpu<'_>) {
+    read_engines_early(gpu, &[GPU, MEMORY]);
 }
 
-fn read(reader: &mut Gpu<'_>) {
-    let gpu = read_engine(reader, GPU);
-    let memory = read_engine(reader, MEMORY);
+fn read(gpu: &mut Gpu<'_>) {
+    let gpu_sampled = read_engine(gpu, GPU);
+    let memory_sampled = read_engine(gpu, MEMORY);
     // No samples in MIG mode; the HELP says so.
-    if !gpu || !memory {
+    if !gpu_sampled || !memory_sampled {
         log::debug!(
             "GPU {}: no utilization samples; using nvmlDeviceGetUtilizationRates",
-            reader.index()
+            gpu.index()
         );
-        if let Some(rates) = reader.nvml.read(calls::UTILIZATION_RATES, ()) {
-            if !gpu {
-                point(reader, GPU, rates.gpu);
+        if let Some(rates) = gpu.nvml.read(calls::UTILIZATION_RATES, ()) {
+            if !gpu_sampled {
+                point(gpu, GPU, rates.gpu);
             }
-            if !memory {
-                point(reader, MEMORY, rates.memory);
+            if !memory_sampled {
+                point(gpu, MEMORY, rates.memory);
             }
         }
     }
-    if let Some(processes) = reader.nvml.compute_processes() {
-        reader.gauge(PROCESSES, processes.len() as f64);
+    if let Some(processes) = gpu.nvml.compute_processes() {
+        gpu.gauge(PROCESSES, processes.len() as f64);
     }
 }
