@@ -550,7 +550,7 @@ fn tasks_whose_busy_time_nvml_does_not_measure_have_no_busy_series() {
 /// A task whose busy time was measured keeps its busy series through a
 /// window without shares (NVML's processes' utilization failing once): the
 /// series does not come and go; it does not grow in that run, and the next
-/// run counts the failed run's window with its own.
+/// run counts the failed run's window, busy time and energy, with its own.
 #[test]
 fn a_busy_series_stays_through_a_window_without_shares() {
     let tree = tasks_tree();
@@ -571,7 +571,19 @@ fn a_busy_series_stays_through_a_window_without_shares() {
     };
     assert!(close(busy(&third), 4.0), "{third}");
     let fourth = runs.at("tasks", t0 + 30 * SECOND);
+    // Nothing lost: 40 % of 30 s, and 300 W for 30 s split 40:20.
     assert!(close(busy(&fourth), 12.0), "{fourth}");
+    let energy = |labels: &[(&str, &str)]| {
+        task_value(&fourth, "nvidia_gpu_task_energy_joules_total", "0", labels)
+    };
+    let nobody = value_in(
+        &fourth,
+        "nvidia_gpu_unattributed_energy_joules_total",
+        &[("gpu", "0")],
+    );
+    assert_eq!(nobody, Some(0.0), "{fourth}");
+    assert!(close(energy(&slurm("4711")), 6000.0), "{fourth}");
+    assert!(close(energy(&[("k8s_pod_uid", POD)]), 3000.0), "{fourth}");
 }
 
 /// The demo node (`make demo`) twice, from a state of its own, with `args`

@@ -434,30 +434,3 @@ fn tasks_count_the_unread_part_of_a_window_at_its_mean() {
     assert!(close(job, 12.0), "{job}\n{second}");
     assert!(close(pod, 6.0), "{pod}");
 }
-
-/// A run whose processes' utilization read fails (transiently) leaves its
-/// window to the next run: the tasks lose none of its busy time.
-#[test]
-fn a_failed_read_of_the_shares_leaves_the_window_to_the_next_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let failing = dir.path().join("tasks-shares-fail.toml");
-    let text = fs::read_to_string(scenario("tasks")).unwrap().replacen(
-        "samples = { period_us = 200000, gpu = [60], memory = [20] }",
-        "samples = { period_us = 200000, gpu = [60], memory = [20] }\n\
-         errors = { nvmlDeviceGetProcessUtilization = \"UNKNOWN\" }",
-        1,
-    );
-    fs::write(&failing, text).unwrap();
-    let tree = super::tasks::tasks_tree();
-    let runs = super::tasks::Runs::new(&tree);
-    let job = super::tasks::slurm("4711");
-    let busy = |text: &str| {
-        super::tasks::task_value(text, "nvidia_gpu_task_busy_seconds_total", "0", &job)
-    };
-    let first = runs.at("tasks", runs.t0);
-    runs.at(failing.to_str().unwrap(), runs.t0 + 10 * SECOND);
-    let third = runs.at("tasks", runs.t0 + 20 * SECOND);
-    // GPU 0 busy 60 % of 20 s, the job's share 40 of 60.
-    let grown = busy(&third) - busy(&first);
-    assert!(close(grown, 8.0), "{grown}\n{third}");
-}
