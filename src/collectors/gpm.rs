@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use nvml::types::{GpmMetricId, GpmSample};
 use nvml::{calls, mig, Code};
+use serde::{Deserialize, Serialize};
 
 use crate::collector::{Collector, Gpu, Hooks, Settings, Window};
 use crate::metrics::{self, families, Labelled};
 use crate::snapshot::Sample as MetricSample;
+use crate::state::schema::Part;
 use crate::timing::{AFTER_WINDOW, MIN_WINDOW};
 
 families! {
@@ -139,6 +141,8 @@ struct GpuWindow<'n> {
 }
 
 fn open<'n>(gpu: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<'n> + 'n>> {
+    // Nothing unavailable unless this run says so.
+    gpu.next_state().set_part(&Said(None));
     if settings.gpm_window.is_zero() || !gpu.nvml.read(calls::GPM_SUPPORT, ())? {
         return None;
     }
@@ -249,9 +253,18 @@ fn take<'n>(gpu: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
     }
 }
 
+/// Why GPM was unavailable in the previous run, its label: said once.
+#[derive(Serialize, Deserialize)]
+struct Said(Option<String>);
+
+impl Part for Said {
+    const NAME: &'static str = "gpm.unavailable";
+}
+
 /// Logged when the reason is new.
 fn unavailable(gpu: &mut Gpu<'_>, why: Unavailable) {
-    if gpu.previous_state().gpm_unavailable.as_deref() != Some(why.label()) {
+    let Said(said) = gpu.previous_state().part().unwrap_or(Said(None));
+    if said.as_deref() != Some(why.label()) {
         let message = format!(
             "GPU {}: GPM metrics ({}) left out: {}",
             gpu.index(),
@@ -265,7 +278,8 @@ fn unavailable(gpu: &mut Gpu<'_>, why: Unavailable) {
         }
     }
     gpu.push(GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
-    gpu.next_state().gpm_unavailable = Some(why.label().to_owned());
+    gpu.next_state()
+        .set_part(&Said(Some(why.label().to_owned())));
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@ use nvml::types::field_id::{
 };
 use nvml::types::ErrorCounter;
 use nvml::{calls, Code};
+use serde::{Deserialize, Serialize};
 
 use crate::collector::{flag, Collector, Gpu, Hooks};
 use crate::metrics::{families, Labelled};
 use crate::snapshot::LabelValue;
+use crate::state::schema::Part;
 
 families! {
     FAMILIES;
@@ -236,10 +238,19 @@ fn has_nvlink5(gpu: &mut Gpu<'_>) -> bool {
     gpu.read_fixed("nvlink5", calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
 }
 
+/// The links seen active under this driver, one bit per link: a link seen
+/// once and down now is lost.
+#[derive(Default, Serialize, Deserialize)]
+struct SeenActive(u64);
+
+impl Part for SeenActive {
+    const NAME: &'static str = "nvlink.seen_active";
+}
+
 /// Left out while a link seen active earlier in this boot has a state not
 /// read this run.
 fn count_lost(gpu: &mut Gpu<'_>, states: &[Option<LinkState>]) {
-    let mut seen = gpu.previous_state().links_seen_active;
+    let SeenActive(mut seen) = gpu.previous_state().part().unwrap_or_default();
     let (mut lost, mut unknown) = (0, false);
     for (link, state) in states.iter().enumerate().take(64) {
         let bit = 1u64 << link;
@@ -250,7 +261,7 @@ fn count_lost(gpu: &mut Gpu<'_>, states: &[Option<LinkState>]) {
             _ => {}
         }
     }
-    gpu.next_state().links_seen_active = seen;
+    gpu.next_state().set_part(&SeenActive(seen));
     if !unknown {
         gpu.gauge(NVLINK_LINKS_LOST, f64::from(lost));
     }

@@ -31,8 +31,12 @@ pub(super) fn merge(
         for (stream, carry) in &before.carries {
             gpu.carries.entry(*stream).or_insert(*carry);
         }
-        // A run that did not read the links forgets none seen before.
-        gpu.links_seen_active |= before.links_seen_active;
+        // A part this run did not set keeps what it had.
+        for (name, kept) in &before.parts {
+            gpu.parts
+                .entry(name.clone())
+                .or_insert_with(|| kept.clone());
+        }
         gpu.index = device.index;
         let or_before =
             |read: &String, known: &String| if read.is_empty() { known } else { read }.clone();

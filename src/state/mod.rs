@@ -183,7 +183,9 @@ mod tests {
     use crate::kernel_log::{Series, XidOf, MAX_SERIES as MAX_XID_SERIES};
     use codec::{parse, render};
     use problem::Distrust;
+    use schema::Part;
     use schema::{Damage, MAX_FIXED, MAX_GPUS, MAX_LABELS, MAX_SIZE, MAX_UNSUPPORTED};
+    use serde::{Deserialize, Serialize};
     use std::fs::Permissions;
     use std::io;
     use std::os::unix::fs::PermissionsExt;
@@ -567,6 +569,24 @@ mod tests {
             gpu.unsupported.calls = calls.collect();
         };
         refused(&with_gpu(&unsupported), "more than 256 unsupported calls");
+        let parts = |gpu: &mut GpuState| {
+            let kept = |n: usize| schema::Kept {
+                across_drivers: false,
+                value: serde_json::value::to_raw_value(&n).unwrap(),
+            };
+            gpu.parts = (0..=schema::MAX_PARTS).map(|n| (n.to_string(), kept(n))).collect();
+        };
+        refused(&with_gpu(&parts), "more than 8 parts");
+        let long_part = |gpu: &mut GpuState| {
+            let text = "x".repeat(schema::MAX_PART_BYTES);
+            let value = serde_json::value::to_raw_value(&text).unwrap();
+            let kept = schema::Kept {
+                across_drivers: false,
+                value,
+            };
+            gpu.parts.insert("test.long".into(), kept);
+        };
+        refused(&with_gpu(&long_part), "a part longer than 512 bytes");
         let holders = |gpu: &mut GpuState| {
             let holder = |n: usize| Holder {
                 task: Owner::User(User {
@@ -676,8 +696,16 @@ mod tests {
         ));
     }
 
+    /// A collector's part, for the tests.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Seen(u32);
+
+    impl Part for Seen {
+        const NAME: &'static str = "test.seen";
+    }
+
     #[test]
-    fn running_totals_not_carried_again_are_kept_the_rest_replaced() {
+    fn running_totals_and_parts_not_set_again_are_kept_the_rest_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let carry = |last_us| Carry {
             last_us,
@@ -687,21 +715,25 @@ mod tests {
             uuid: "GPU-a".into(),
             ..Device::default()
         };
-        let left = |carries: &[(Stream, u64)], gpm: Option<&str>| {
-            let state = GpuState {
+        let left = |carries: &[(Stream, u64)], reads_us: Option<u64>, seen: Option<u32>| {
+            let mut state = GpuState {
                 carries: carries.iter().map(|&(s, last)| (s, carry(last))).collect(),
-                gpm_unavailable: gpm.map(str::to_owned),
+                reads_us,
                 ..GpuState::default()
             };
+            if let Some(seen) = seen {
+                state.set_part(&Seen(seen));
+            }
             BTreeMap::from([("GPU-a".to_owned(), state)])
         };
         let far = || Instant::now() + Duration::from_secs(5);
         let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
-        let first = left(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some("paused"));
+        let first = left(&[(Stream::Gpu, 1), (Stream::Decoder, 3)], Some(7), Some(4));
         state_file.store(std::slice::from_ref(&device), &first, "580", far());
         drop(state_file);
         let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
-        state_file.store(&[device], &left(&[(Stream::Gpu, 5)], None), "580", far());
+        let second = left(&[(Stream::Gpu, 5)], None, None);
+        state_file.store(std::slice::from_ref(&device), &second, "580", far());
         let gpu = &StateDir::new(dir.path())
             .load(&boot_id().unwrap())
             .unwrap()
@@ -709,6 +741,20 @@ mod tests {
         let carries: Vec<(Stream, u64)> =
             gpu.carries.iter().map(|(s, c)| (*s, c.last_us)).collect();
         assert_eq!(carries, [(Stream::Gpu, 5), (Stream::Decoder, 3)]);
-        assert_eq!(gpu.gpm_unavailable, None);
+        assert_eq!((gpu.reads_us, gpu.part::<Seen>()), (None, Some(Seen(4))));
+        // A part set again replaces; one of another shape reads as none.
+        let mut state_file = StateFile::open(StateDir::new(dir.path()), far(), true);
+        state_file.store(&[device], &left(&[], None, Some(9)), "580", far());
+        let gpu = &StateDir::new(dir.path())
+            .load(&boot_id().unwrap())
+            .unwrap()
+            .gpus["GPU-a"];
+        assert_eq!(gpu.part::<Seen>(), Some(Seen(9)));
+        #[derive(Debug, Serialize, Deserialize)]
+        struct Other(String);
+        impl Part for Other {
+            const NAME: &'static str = "test.seen";
+        }
+        assert!(gpu.part::<Other>().is_none());
     }
 }

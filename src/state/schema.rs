@@ -1,10 +1,16 @@
-//! The state file's one schema (JSON by serde), each collector's part a
-//! typed field, its bounds, and what makes a file [`Damage`]d. A field missing
-//! from a file is its default: the version changes when a field's meaning does.
+//! The state file's one schema (JSON by serde), its bounds, and what makes a
+//! file [`Damage`]d. A field missing from a file is its default: the version
+//! changes when a field's meaning does. What a collector keeps across runs
+//! is a [`Part`] it declares in its own file, kept under its name in
+//! [`GpuState::parts`]: the schema, the codec and the merge know none of
+//! them (the sample carries, the task ledger and the XID counts, with
+//! bounded readers of their own, are typed fields).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 
 use super::bounded;
 
@@ -22,6 +28,10 @@ pub const MAX_FIXED: usize = 32;
 /// The most labels one fixed reading keeps (an `_info` series' labels:
 /// platform keeps 5).
 pub const MAX_LABELS: usize = 8;
+/// The most parts one GPU keeps, and the longest one's text: small values
+/// (a part larger than that needs a typed field with a bounded reader).
+pub const MAX_PARTS: usize = 8;
+pub const MAX_PART_BYTES: usize = 512;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
 /// some of them per clock, link or counter).
 pub const MAX_UNSUPPORTED: usize = 256;
@@ -93,8 +103,9 @@ pub struct GpuState {
     pub closing_us: Option<u64>,
     /// Already reported as having left enumeration.
     pub left_enumeration: bool,
-    /// Why GPM was unavailable in the previous run, its label.
-    pub gpm_unavailable: Option<String>,
+    /// The collectors' parts, by [`Part::NAME`].
+    #[serde(deserialize_with = "parts")]
+    pub parts: BTreeMap<String, Kept>,
     /// Readings fixed while the driver is loaded, by name; `None`: not supported.
     #[serde(deserialize_with = "fixed")]
     pub fixed: BTreeMap<String, Option<i64>>,
@@ -102,8 +113,6 @@ pub struct GpuState {
     /// of an `_info` series, by name; `None`: not supported.
     #[serde(deserialize_with = "fixed_labels")]
     pub fixed_labels: BTreeMap<String, Option<Vec<String>>>,
-    /// The NVLink links seen active under this driver, one bit per link.
-    pub links_seen_active: u64,
     /// The calls that answered NOT_SUPPORTED under this driver.
     pub unsupported: Unsupported,
     /// The tasks collector's accounting (kept across a driver reload).
@@ -134,16 +143,93 @@ impl Unsupported {
 
 impl GpuState {
     pub fn after_driver_change(&self) -> GpuState {
+        let across = self.parts.iter().filter(|(_, kept)| kept.across_drivers);
         GpuState {
             index: self.index,
             pci_bus_id: self.pci_bus_id.clone(),
             serial: self.serial.clone(),
             carries: self.carries.clone(),
+            parts: across
+                .map(|(name, kept)| (name.clone(), kept.clone()))
+                .collect(),
             tasks: self.tasks.clone(),
             ..GpuState::default()
         }
     }
+
+    /// The part `P` kept, if it reads as one (a part of another shape, a
+    /// damaged one, is none: its collector starts it afresh).
+    pub fn part<P: Part>(&self) -> Option<P> {
+        serde_json::from_str(self.parts.get(P::NAME)?.value.get()).ok()
+    }
+
+    /// Keeps `part` for the next run; one whose text is longer than
+    /// [`MAX_PART_BYTES`] is not kept (logged).
+    pub fn set_part<P: Part>(&mut self, part: &P) {
+        let value = serde_json::value::to_raw_value(part).ok();
+        match value.filter(|value| value.get().len() <= MAX_PART_BYTES) {
+            Some(value) => {
+                let across_drivers = P::ACROSS_DRIVERS;
+                self.parts.insert(
+                    P::NAME.to_owned(),
+                    Kept {
+                        across_drivers,
+                        value,
+                    },
+                );
+            }
+            None => log::warn!("the state part {} is too large to keep", P::NAME),
+        }
+    }
 }
+
+/// What a collector keeps across runs on one GPU, in its own serde form:
+/// declared beside the code that reads it, kept under [`Part::NAME`], kept
+/// where a run did not set it (`merge`) and, unless [`Part::ACROSS_DRIVERS`],
+/// forgotten with the driver's state.
+pub trait Part: Serialize + DeserializeOwned {
+    /// Its key, unique among the parts (the collector's name first).
+    const NAME: &'static str;
+    /// It outlives a driver change.
+    const ACROSS_DRIVERS: bool = false;
+}
+
+/// A part as the state keeps it: its text, read by its collector.
+#[derive(Debug, Clone, Serialize)]
+pub struct Kept {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub across_drivers: bool,
+    pub value: Box<RawValue>,
+}
+
+impl<'de> Deserialize<'de> for Kept {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Read {
+            #[serde(default)]
+            across_drivers: bool,
+            value: Box<RawValue>,
+        }
+        let read = Read::deserialize(d)?;
+        if read.value.get().len() > MAX_PART_BYTES {
+            return Err(D::Error::custom(format_args!(
+                "a part longer than {MAX_PART_BYTES} bytes"
+            )));
+        }
+        Ok(Kept {
+            across_drivers: read.across_drivers,
+            value: read.value,
+        })
+    }
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Kept) -> bool {
+        self.across_drivers == other.across_drivers && self.value.get() == other.value.get()
+    }
+}
+
+impl Eq for Kept {}
 
 /// One of NVML's sample streams whose running totals the state keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -214,6 +300,11 @@ fn fixed_labels<'de, D: Deserializer<'de>>(
     let read: BTreeMap<String, Option<Labels>> = bounded::map(d, MAX_FIXED, "fixed readings")?;
     let labels = |(name, labels): (String, Option<Labels>)| (name, labels.map(|l| l.0));
     Ok(read.into_iter().map(labels).collect())
+}
+
+/// [`GpuState::parts`]: at most [`MAX_PARTS`].
+fn parts<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Kept>, D::Error> {
+    bounded::map(d, MAX_PARTS, "parts")
 }
 
 /// [`Unsupported::calls`]: at most [`MAX_UNSUPPORTED`].
