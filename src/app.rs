@@ -151,9 +151,12 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
         &deadline.budget,
     );
     let mut outcome = Outcome::of(collected, &deadline.budget);
-    // Host steps work on the GPUs NVML reported: only after a successful read,
-    // until the end of reading, which a hung GPU cannot take (`timing`).
-    if outcome.driver_version.is_some() {
+    // Host steps work on the GPUs NVML reported, until the end of reading,
+    // which a hung GPU cannot take (`timing`). Where NVML could not be read
+    // (not loaded, hung), those that need nothing of it (the kernel log's
+    // XIDs, which may say why) work on the GPUs the state knows of this boot.
+    let nvml_read = outcome.driver_version.is_some();
+    if nvml_read || outcome.with_known_gpus(state) {
         phases::run_host(
             &settings.collectors,
             &mut HostRun {
@@ -169,6 +172,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
                 ),
                 states: &mut outcome.states,
             },
+            nvml_read,
             &|phase| deadline.enter(phase),
         );
     }

@@ -1,5 +1,7 @@
 //! What a run publishes and how it exits, decided from what the GPUs' reading
-//! gave: every file holds the collector series; a failed run no device series.
+//! gave: every file holds the collector series; a failed run no reading of a
+//! GPU, only what a host step that needs nothing of NVML (the kernel log's
+//! counts) adds for the GPUs the state knows of this boot.
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -9,8 +11,9 @@ use crate::exit::Exit;
 use crate::metrics;
 use crate::phases::Reading;
 use crate::reason::Reason;
-use crate::snapshot::{Sample, Snapshot, Status};
+use crate::snapshot::{Device, Sample, Snapshot, Status};
 use crate::state::schema::GpuState;
+use crate::state::StateFile;
 use crate::timing::Budget;
 use crate::watchdog::Stopped;
 
@@ -23,6 +26,8 @@ pub struct Outcome {
     pub exit: Exit,
     /// The driver version NVML was read under; `None`: store nothing of this run.
     pub driver_version: Option<String>,
+    /// Why the run failed, if it did.
+    pub failed: Option<Reason>,
 }
 
 impl Outcome {
@@ -59,6 +64,7 @@ impl Outcome {
             states,
             exit,
             driver_version: Some(reading.driver_version),
+            failed: None,
         }
     }
 
@@ -72,7 +78,30 @@ impl Outcome {
             states: BTreeMap::new(),
             exit,
             driver_version: None,
+            failed: Some(reason),
         }
+    }
+
+    /// A failed run's devices: the GPUs `state` knows of this boot, down for
+    /// the run's reason, with no readings (only what a host step that needs
+    /// nothing of NVML adds); false where the state knows none.
+    pub fn with_known_gpus(&mut self, state: &StateFile) -> bool {
+        let Some(reason) = self.failed.filter(|_| state.continues_totals()) else {
+            return false;
+        };
+        let known = state.previous().gpus.iter().map(|(uuid, gpu)| Device {
+            index: gpu.index,
+            uuid: uuid.clone(),
+            pci_bus_id: gpu.pci_bus_id.clone(),
+            serial: gpu.serial.clone(),
+            status: Status::Down {
+                reason,
+                stuck_in: None,
+            },
+            ..Device::default()
+        });
+        self.snapshot.devices.extend(known);
+        !self.snapshot.devices.is_empty()
     }
 
     /// Sets `nvidia_gpu_collector_duration_seconds` to the time since the

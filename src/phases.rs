@@ -497,17 +497,22 @@ impl Opened<'_> {
     }
 }
 
-/// Runs every collector's host step in registry order, each with its
+/// Runs every collector's host step in registry order (only those that
+/// need nothing of NVML where `nvml_read` is false), each with its
 /// `nvidia_gpu_collector_success` and `_step_duration_seconds` samples.
 pub fn run_host(
     collectors: &[&'static Collector],
     run: &mut HostRun<'_>,
+    nvml_read: bool,
     enter: &dyn Fn(&'static str),
 ) {
     for collector in collectors {
         let Some(host) = collector.hooks.host else {
             continue;
         };
+        if !nvml_read && !collector.hooks.host_without_nvml {
+            continue;
+        }
         enter(collector.name);
         let started = Instant::now();
         let outcome = host(run);

@@ -62,6 +62,9 @@ pub(crate) struct Hooks {
     /// Runs once the GPUs were read; an error makes
     /// `nvidia_gpu_collector_success` 0.
     pub(crate) host: Option<HostHook>,
+    /// The host step needs nothing of NVML: it runs in a run NVML failed
+    /// too, over the GPUs the state knows of this boot.
+    pub(crate) host_without_nvml: bool,
 }
 
 /// `None`: nothing to measure.
@@ -80,6 +83,7 @@ impl Hooks {
         early: None,
         read: None,
         host: None,
+        host_without_nvml: false,
     };
 
     pub(crate) const fn read(read: fn(&mut Gpu<'_>), fields: &'static [u32]) -> Hooks {
@@ -100,6 +104,15 @@ impl Hooks {
     pub(crate) const fn with_host(self, host: HostHook) -> Hooks {
         Hooks {
             host: Some(host),
+            ..self
+        }
+    }
+
+    /// [`Hooks::with_host`] of a step that needs nothing of NVML.
+    pub(crate) const fn with_host_without_nvml(self, host: HostHook) -> Hooks {
+        Hooks {
+            host: Some(host),
+            host_without_nvml: true,
             ..self
         }
     }

@@ -27,7 +27,7 @@ pub(super) static COLLECTOR: Collector = Collector {
     default: true,
     help: "XID errors, NVSwitch SXids and GPUs fallen off the bus, counted exactly from the kernel log (systemd journal, else /dev/kmsg).",
     families: FAMILIES,
-    hooks: Hooks::NONE.with_host(collect),
+    hooks: Hooks::NONE.with_host_without_nvml(collect),
 };
 
 /// Why a run did not count every line.

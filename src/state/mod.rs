@@ -574,7 +574,9 @@ mod tests {
                 across_drivers: false,
                 value: serde_json::value::to_raw_value(&n).unwrap(),
             };
-            gpu.parts = (0..=schema::MAX_PARTS).map(|n| (n.to_string(), kept(n))).collect();
+            gpu.parts = (0..=schema::MAX_PARTS)
+                .map(|n| (n.to_string(), kept(n)))
+                .collect();
         };
         refused(&with_gpu(&parts), "more than 8 parts");
         let long_part = |gpu: &mut GpuState| {

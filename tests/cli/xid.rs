@@ -211,3 +211,77 @@ fn xids_of_a_hung_gpu_are_counted_while_it_hangs() {
         );
     }
 }
+
+/// NVML hangs in a system call (the driver version, inside its init): the
+/// file says the run failed, and still counts the Xid 79 that explains it,
+/// for the GPU the state knows of this boot. With no state, the failure's
+/// file is what it always was: only the collector's series.
+#[test]
+fn xids_are_counted_while_nvml_hangs_for_the_gpus_the_state_knows() {
+    const FALLEN: &str =
+        "NVRM: Xid (PCI:0000:17:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
+    let (dir, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = tempfile::tempdir().unwrap();
+    let answering = dir.path().join("answering.toml");
+    let text = fs::read_to_string(scenario("fault-system-hang")).unwrap();
+    fs::write(
+        &answering,
+        text.replace("hang = [\"nvmlSystemGetDriverVersion\"]", ""),
+    )
+    .unwrap();
+    let run = |scenario: &str, state: &Path| {
+        ex().run(scenario)
+            .stdout()
+            .state_dir(state)
+            .journal_dir(journal.path())
+            .args(["--write-state", "--timeout", "2s"])
+            .finish()
+            .unwrap()
+    };
+    let seeded = run(answering.to_str().unwrap(), state.path());
+    assert_eq!(seeded.code(), Some(0), "{seeded:?}");
+    write_journal(
+        journal.path(),
+        "a.journal",
+        &journal_entry(1000, "kernel", FALLEN),
+    );
+    let hung = run("fault-system-hang", state.path());
+    let at = format!("{hung:?}");
+    assert_eq!(hung.code(), Some(5), "{at}");
+    let samples = hung.samples();
+    assert_eq!(
+        lookup(&samples, "nvidia_gpu_collector_up"),
+        Some(0.0),
+        "{at}"
+    );
+    let xid = [("collector", "xid")];
+    assert_eq!(
+        value(&samples, "nvidia_gpu_collector_success", &xid),
+        Some(1.0),
+        "{at}"
+    );
+    let gpu0 = [
+        ("gpu", "0"),
+        ("uuid", "GPU-1f3e5a70-77c1-4e0a-9d3b-5c2f8e1a6b00"),
+        ("code", "79"),
+    ];
+    assert_eq!(
+        value(&samples, "nvidia_gpu_xid_errors_by_code_total", &gpu0),
+        Some(1.0),
+        "{at}"
+    );
+    // Nothing else of the GPU: it was not read.
+    assert_eq!(
+        value(&samples, "nvidia_gpu_up", &[("gpu", "0")]),
+        None,
+        "{at}"
+    );
+    let fresh = tempfile::tempdir().unwrap();
+    let alone = run("fault-system-hang", fresh.path()).samples();
+    assert!(
+        alone
+            .keys()
+            .all(|s| s.name.starts_with("nvidia_gpu_collector_")),
+        "{alone:?}"
+    );
+}

@@ -78,10 +78,21 @@ pub fn keys(samples: &Samples) -> BTreeSet<Series> {
     samples.keys().cloned().collect()
 }
 
+/// What the kernel log's counts write: a failed run still writes them.
+const KERNEL_LOG_FAMILIES: [&str; 6] = [
+    "nvidia_gpu_xid_errors_total",
+    "nvidia_gpu_xid_errors_by_code_total",
+    "nvidia_gpu_xid_unattributed_errors_total",
+    "nvidia_gpu_fallen_off_bus_total",
+    "nvidia_gpu_fallen_off_bus_unattributed_total",
+    "nvidia_gpu_nvswitch_sxid_errors_total",
+];
+
 /// Parses the published file strictly, runs promtool and checks that no
 /// temporary file is left. A failure (`Some(reason)`) must leave only
-/// collector series with exactly that one `nvidia_gpu_collector_error`;
-/// otherwise `nvidia_gpu_collector_up` is 1.
+/// collector series with exactly that one `nvidia_gpu_collector_error`, and
+/// the kernel log's counts (the GPUs the state knew, which NVML did not
+/// read); otherwise `nvidia_gpu_collector_up` is 1.
 pub fn check_file(path: &Path, failure: Option<&str>) -> Result<Samples, String> {
     let data = fs::read(path).map_err(|e| format!("{OUT_FILE}: {e}"))?;
     let samples = exposition::parse_bytes(&data)
@@ -96,6 +107,7 @@ pub fn check_file(path: &Path, failure: Option<&str>) -> Result<Samples, String>
         let foreign: BTreeSet<&str> = samples
             .keys()
             .filter(|s| !s.name.starts_with("nvidia_gpu_collector_") || s.label("gpu").is_some())
+            .filter(|s| !KERNEL_LOG_FAMILIES.contains(&s.name.as_str()))
             .map(|s| s.name.as_str())
             .collect();
         ensure!(
