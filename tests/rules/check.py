@@ -37,6 +37,10 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 ALERTS = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-alerts.yml")
 RECORDING = os.path.join(ROOT, "packaging", "prometheus", "nvidia-gpu-rules.yml")
 RECORDING_TESTS = os.path.join(ROOT, "tests", "rules", "nvidia-gpu-rules.test.yml")
+# The dcgm-exporter pack: dcgm-exporter's series names, recorded from ours.
+COMPAT = os.path.join(ROOT, "packaging", "prometheus", "dcgm-exporter-compat.yml")
+COMPAT_TESTS = os.path.join(ROOT, "tests", "rules", "dcgm-exporter-compat.test.yml")
+DCGM_NAME = re.compile(r"DCGM_FI_(DEV|PROF)_[A-Z0-9_]+")
 # Prometheus's naming convention for recorded series, level:metric:operations
 # (https://prometheus.io/docs/practices/rules/), for this exporter's metrics.
 RECORD_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*:nvidia_gpu_[a-z_]+:[a-z0-9_]+")
@@ -146,20 +150,22 @@ def load_rules(path):
 def rule_items():
     """(alert or record name, expr, labels, annotations) for each rule, recording
     rules first."""
-    for path in (RECORDING, ALERTS):
+    for path in (RECORDING, COMPAT, ALERTS):
         for group in load_rules(path)["groups"]:
             for rule in group["rules"]:
                 yield (rule.get("alert") or rule.get("record"), rule["expr"], rule.get("labels", {}),
                        rule.get("annotations", {}))
 
 
-def recording_rules():
-    """{record name: expr}, in the order of the file."""
-    return {rule["record"]: rule["expr"]
-            for group in load_rules(RECORDING)["groups"] for rule in group["rules"] if "record" in rule}
+def recording_rules(paths=(RECORDING, COMPAT)):
+    """{record name: expr}, in the order of the files."""
+    return {rule["record"]: rule["expr"] for path in paths
+            for group in load_rules(path)["groups"] for rule in group["rules"] if "record" in rule}
 
 
 WITHOUT = re.compile(r'\bwithout\s*\(([^)]*)\)')
+# label_replace(v, "dst", "replacement", "src", "regex"): a label made from another.
+COPIED_LABEL = re.compile(r'"(\w+)"\s*,\s*"[^"]*"\s*,\s*"(\w+)"\s*,\s*"[^"]*"\s*\)')
 # label_replace(v, "dst", "replacement", "", ""): a constant label added.
 CONSTANT_LABEL = re.compile(r'"(\w+)"\s*,\s*"(\w*)"\s*,\s*""\s*,\s*""\s*\)')
 
@@ -245,7 +251,7 @@ def check_names(binary):
             used.add(name)
             if name not in families and name not in FOREIGN and name not in recorded:
                 problem(f"{where}: {name} is neither a family the exporter generates "
-                        f"nor recorded by {os.path.basename(RECORDING)}")
+                        f"nor recorded by {os.path.basename(RECORDING)} or {os.path.basename(COMPAT)}")
     print(f"  {len(used)} metric names used in rules and dashboard; "
           f"{len(families)} families generated, {len(recorded)} recorded")
 
@@ -258,7 +264,8 @@ def check_rules_shape():
             problem(f"rule {name}: defined twice")
         names.add(name)
         if name in recorded:
-            if not RECORD_NAME.fullmatch(name):
+            if not RECORD_NAME.fullmatch(name) and not (DCGM_NAME.fullmatch(name)
+                                                        and name in recording_rules((COMPAT,))):
                 problem(f"rule {name}: not named level:nvidia_gpu_…:operations")
             continue
         if severity_outputs(labels.get("severity")) - set(SEVERITIES) or not labels.get("severity"):
@@ -276,16 +283,17 @@ def severity_outputs(value):
 
 def check_recording_tests():
     """Every recording rule is the expression of a promtool test with samples."""
-    with open(RECORDING_TESTS, encoding="utf-8") as f:
-        tests = yaml.safe_load(f)
-    tested = set()
-    for test in tests.get("tests", []):
-        for case in test.get("promql_expr_test", []):
-            if case.get("exp_samples"):
-                tested |= metric_names(case["expr"])
-    for record in recording_rules():
-        if record not in tested:
-            problem(f"rule {record}: no promql_expr_test with samples in {os.path.basename(RECORDING_TESTS)}")
+    for rules, path in ((RECORDING, RECORDING_TESTS), (COMPAT, COMPAT_TESTS)):
+        with open(path, encoding="utf-8") as f:
+            tests = yaml.safe_load(f)
+        tested = set()
+        for test in tests.get("tests", []):
+            for case in test.get("promql_expr_test", []):
+                if case.get("exp_samples"):
+                    tested |= metric_names(case["expr"])
+        for record in recording_rules((rules,)):
+            if record not in tested:
+                problem(f"rule {record}: no promql_expr_test with samples in {os.path.basename(path)}")
 
 
 def check_dashboard():
@@ -490,6 +498,10 @@ def check_output(binary, fake):
     known_labels = TARGET_LABELS | FOREIGN_LABELS | ALERT_LABELS | DOCUMENTED_TARGET_LABELS
     for labels in seen.values():
         known_labels |= set(labels)
+    # Labels the rules make from a label the exporter writes (the pack's UUID, modelName, …).
+    for _, expr, _, _ in rule_items():
+        for _ in range(3):
+            known_labels |= {dst for dst, src in COPIED_LABEL.findall(expr) if src in known_labels}
     # Values a rule may compare a label with: the failure reasons the binary
     # defines, every label value the scenarios produced, and the values the
     # recording rules set (the action of instance_gpu:nvidia_gpu_action:state).
