@@ -25,6 +25,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 mod attacks_44;
+mod attacks_45;
 mod command_line;
 mod deadline;
 mod families;
