@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::bounded;
 
@@ -23,11 +23,17 @@ pub struct Proc {
     pub started_us: Option<u64>,
 }
 
+/// How long one process's files may take: a read waits on kernel locks
+/// (the cgroup's on `cgroup_mutex`) that a stuck kernel or process can hold.
+const READ_LIMIT: Duration = Duration::from_millis(100);
+
 /// `/proc` below its root (`--procfs`), read until a deadline.
 #[derive(Debug)]
 pub struct Procfs {
     root: PathBuf,
     until: Instant,
+    /// A process's files did not answer in time: none are read again.
+    gave_up: Cell<bool>,
     /// An environment did not answer in time: none is read again.
     environ_gave_up: Cell<bool>,
 }
@@ -37,22 +43,33 @@ impl Procfs {
         Procfs {
             root: root.to_owned(),
             until,
+            gave_up: Cell::new(false),
             environ_gave_up: Cell::new(false),
         }
     }
 
+    /// What `/proc/<pid>` says, read on a thread of its own for at most
+    /// [`READ_LIMIT`]; after a process whose files did not answer, only the
+    /// pid of each (no owner): the run's file is in place in time.
     pub fn read(&self, pid: u32) -> Proc {
-        let dir = self.root.join(pid.to_string());
-        let text = |name: &str| read_lossy(&dir.join(name));
-        Proc {
+        let unread = Proc {
             pid,
-            comm: text("comm").map(|c| c.trim_end_matches('\n').to_owned()),
-            cgroup: text("cgroup"),
-            uid: text("status").as_deref().and_then(real_uid),
-            started_us: fs::read(dir.join("stat"))
-                .ok()
-                .as_deref()
-                .and_then(started_us),
+            ..Proc::default()
+        };
+        if self.gave_up.get() {
+            return unread;
+        }
+        let dir = self.root.join(pid.to_string());
+        let until = self.until.min(Instant::now() + READ_LIMIT);
+        match bounded::call("proc", until, move || read_proc(pid, &dir)) {
+            Ok(read) => read,
+            Err(_) => {
+                log::warn!(
+                    "/proc/{pid} did not answer in time; this run's processes are left without owners"
+                );
+                self.gave_up.set(true);
+                unread
+            }
         }
     }
 
@@ -73,6 +90,21 @@ impl Procfs {
                 None
             }
         }
+    }
+}
+
+/// What the files of `dir`, process `pid`'s, say.
+fn read_proc(pid: u32, dir: &Path) -> Proc {
+    let text = |name: &str| read_lossy(&dir.join(name));
+    Proc {
+        pid,
+        comm: text("comm").map(|c| c.trim_end_matches('\n').to_owned()),
+        cgroup: text("cgroup"),
+        uid: text("status").as_deref().and_then(real_uid),
+        started_us: fs::read(dir.join("stat"))
+            .ok()
+            .as_deref()
+            .and_then(started_us),
     }
 }
 

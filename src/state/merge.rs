@@ -3,7 +3,7 @@
 use super::problem::Problem;
 use std::collections::BTreeMap;
 
-use super::schema::{GpuState, State, MAX_FIXED, MAX_GPUS, VERSION};
+use super::schema::{GpuState, State, MAX_FIXED, MAX_GPUS, MAX_PARTS, VERSION};
 use crate::snapshot::Device;
 
 /// `next` with this run's GPU readings merged in, within the bounds: what a
@@ -31,11 +31,14 @@ pub(super) fn merge(
         for (stream, carry) in &before.carries {
             gpu.carries.entry(*stream).or_insert(*carry);
         }
-        // A part this run did not set keeps what it had.
+        // A part this run did not set keeps what it had, while there is
+        // room: what is stored is never more than the next run reads.
         for (name, kept) in &before.parts {
-            gpu.parts
-                .entry(name.clone())
-                .or_insert_with(|| kept.clone());
+            if gpu.parts.len() < MAX_PARTS {
+                gpu.parts
+                    .entry(name.clone())
+                    .or_insert_with(|| kept.clone());
+            }
         }
         gpu.index = device.index;
         let or_before =

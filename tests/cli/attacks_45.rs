@@ -1,7 +1,6 @@
-//! An outside tester's attacks (45) on the restructured exporter: the run's
+//! An outside tester's attacks on the restructured exporter: the run's
 //! budget against /proc, the state's parts, and the NOT_SUPPORTED memo now
-//! applied to every call. Each failed on the binary it was written against
-//! (b363e70).
+//! applied to every call. Each failed on the binary it was written against.
 
 use super::tasks::{gpu0_failing, slurm, task_value, tasks_tree, Runs};
 use super::*;
@@ -97,7 +96,11 @@ fn a_run_never_stores_more_parts_than_the_next_run_reads() {
     let ok = |text: &str| value_in(text, "nvidia_gpu_collector_state_ok", &[]);
     assert_eq!(ok(&second), Some(1.0), "{second}");
     let third = runs.at("tasks", t0 + 30 * SECOND);
-    assert_eq!(ok(&third), Some(1.0), "the state the second run stored:\n{third}");
+    assert_eq!(
+        ok(&third),
+        Some(1.0),
+        "the state the second run stored:\n{third}"
+    );
     let busy = |text: &str| {
         value_in(
             text,
@@ -110,13 +113,11 @@ fn a_run_never_stores_more_parts_than_the_next_run_reads() {
 }
 
 /// `nvmlDeviceGetComputeRunningProcesses_v3` answers NOT_SUPPORTED in one
-/// run (a transient answer) and its processes again in the next. The
-/// previous release (1a3b5a2) read them again in the next run; now the
-/// answer is remembered for 40 runs (10 minutes of the timer), in which the
-/// GPU's tasks are not seen: their busy time is not counted, their energy
-/// goes to `nvidia_gpu_unattributed_energy_joules_total`, their memory and
-/// process series disappear. Ten minutes of every job's accounting on the
-/// GPU are lost for good, not only one reading.
+/// run (a transient answer) and its processes again in the next: it is asked
+/// every run. Remembered for 40 runs (10 minutes of the timer), as other
+/// NOT_SUPPORTED answers are, the GPU's tasks would not be seen: no busy
+/// time, their energy unattributed, their memory and process series gone,
+/// ten minutes of every job's accounting on the GPU lost for good.
 #[test]
 fn a_process_list_not_supported_once_is_read_again_the_next_run() {
     let tree = tasks_tree();

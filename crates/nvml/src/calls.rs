@@ -131,7 +131,9 @@ calls! {
         = |d| raw(d, |lib, h| samples::fetch(symbol!(lib), h, sampling, last_seen));
     PROCESS_UTILIZATION: nvmlDeviceGetProcessUtilization(last_seen: u64) -> Vec<ProcessEntry>,
         each_run = |d| raw(d, |lib, h| samples::processes(symbol!(lib), h, last_seen));
-    COMPUTE_PROCESSES: nvmlDeviceGetComputeRunningProcesses_v3() -> Vec<ProcessInfo>
+    /// Asked every run: a NOT_SUPPORTED remembered would hide a job's
+    /// processes, and with them its held time and energy, for 40 runs.
+    COMPUTE_PROCESSES: nvmlDeviceGetComputeRunningProcesses_v3() -> Vec<ProcessInfo>, each_run
         = |d| d.running_compute_processes();
     ENCODER_UTILIZATION: nvmlDeviceGetEncoderUtilization() -> UtilizationInfo
         = |d| d.encoder_utilization();
