@@ -156,6 +156,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
     // (not loaded, hung), those that need nothing of it (the kernel log's
     // XIDs, which may say why) work on the GPUs the state knows of this boot.
     let nvml_read = outcome.driver_version.is_some();
+    let inputs = cli.host_inputs();
     if nvml_read || outcome.with_known_gpus(state) {
         phases::run_host(
             &settings.collectors,
@@ -163,11 +164,11 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
                 snapshot: &mut outcome.snapshot,
                 state,
                 until: deadline.budget.host_end,
-                journal_dir: cli.journal_dir.as_deref(),
+                inputs: &inputs,
                 owners: &mut Owners::new(
-                    &cli.procfs,
-                    &cli.pod_log_dir,
-                    &cli.container_log_dir,
+                    &inputs.procfs,
+                    &inputs.pod_logs,
+                    &inputs.container_logs,
                     deadline.budget.host_end,
                 ),
                 states: &mut outcome.states,

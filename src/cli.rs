@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
-use crate::collectors::{self, Collector, Settings};
+use crate::collectors::{self, Collector, HostInputs, Settings};
 use crate::exit::Exit;
 pub use crate::timing::MAX_TIMEOUT;
 use crate::timing::{self, Budget, WindowError, WindowRequest as GpmWindowRequest};
@@ -206,6 +206,16 @@ impl Cli {
     /// The GPM window this run asks for (see `timing::gpm_window`).
     fn gpm_window(&self) -> Result<Duration, WindowError> {
         timing::gpm_window(self.gpm_window, self.timeout)
+    }
+
+    /// What the host steps read besides NVML.
+    pub fn host_inputs(&self) -> HostInputs {
+        HostInputs {
+            journal_dir: self.journal_dir.clone(),
+            procfs: self.procfs.clone(),
+            pod_logs: self.pod_log_dir.clone(),
+            container_logs: self.container_log_dir.clone(),
+        }
     }
 
     /// What this run's collectors are asked to do.

@@ -14,7 +14,7 @@ pub use gpu::Gpu;
 pub use units::{flag, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::facts::GpuFacts;
@@ -147,12 +147,27 @@ pub struct Settings {
     pub gpm_paused: bool,
 }
 
+/// What the host steps read besides NVML, as the command line gives it
+/// (built once by `cli`): a host step's new input is a field here and its
+/// option there.
+#[derive(Debug, Clone, Default)]
+pub struct HostInputs {
+    /// Journal files to read instead of the system journal (`--journal-dir`).
+    pub journal_dir: Option<PathBuf>,
+    /// `/proc` (`--procfs`).
+    pub procfs: PathBuf,
+    /// The kubelet's pod log directory and `/var/log/containers`, which name pods.
+    pub pod_logs: PathBuf,
+    pub container_logs: PathBuf,
+}
+
+/// What a host step is given: the run's snapshot and state, its time, its
+/// inputs and the processes' owners.
 pub struct HostRun<'a> {
     pub snapshot: &'a mut Snapshot,
     pub state: &'a mut StateFile,
     pub until: Instant,
-    /// Journal files to read instead of the system journal (`--journal-dir`).
-    pub journal_dir: Option<&'a Path>,
+    pub inputs: &'a HostInputs,
     /// The processes' records and owners, read once per pid for every step.
     pub owners: &'a mut Owners,
     /// The state each GPU leaves, by UUID: a host step may set its part.

@@ -27,7 +27,7 @@ pub mod xid;
 use crate::collector::SHARED;
 use crate::metrics::{self, Family};
 
-pub use crate::collector::{Collector, HostRun, Settings};
+pub use crate::collector::{Collector, HostInputs, HostRun, Settings};
 
 /// Runs first, on every GPU.
 pub(crate) use info::read as identify;

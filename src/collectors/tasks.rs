@@ -253,7 +253,7 @@ mod tests {
             snapshot: &mut snapshot,
             state: &mut state,
             until,
-            journal_dir: None,
+            inputs: &crate::collector::HostInputs::default(),
             owners: &mut owners,
             states: &mut states,
         };

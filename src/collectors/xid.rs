@@ -57,7 +57,12 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let gpus = devices
         .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
         .collect();
-    let refused = counts.update(run.journal_dir, &gpus, &boot_id, run.until);
+    let refused = counts.update(
+        run.inputs.journal_dir.as_deref(),
+        &gpus,
+        &boot_id,
+        run.until,
+    );
     add_samples(counts, run.snapshot);
     if let refused @ 1.. = refused? {
         let beyond = Uncounted::Beyond(refused);
