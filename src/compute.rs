@@ -171,24 +171,38 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
         return Some((window, Vec::new()));
     }
     let end = carry.last_us;
-    let errors = gpu.nvml.read_errors();
     let shares = match early {
         Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
-            let later = gpu.nvml.read(PROCESS_UTILIZATION, split).map(ratios);
-            later.map(|later| combine((ratios(entries), split - since), (later, end - split)))
+            let joined = |later| combine((ratios(entries), split - since), (later, end - split));
+            shares_since(gpu, split).map(|later| later.map(joined))
         }
-        _ => gpu.nvml.read(PROCESS_UTILIZATION, since).map(ratios),
+        _ => shares_since(gpu, since),
     };
-    let Some(shares) = shares else {
-        // NOT_SUPPORTED is quiet; a failure was counted.
-        match gpu.nvml.read_errors() > errors {
-            true => gpu.fetched.shares_failed = true,
-            false => consume(gpu),
+    match shares {
+        Some(Some(shares)) => {
+            consume(gpu);
+            Some((window, shares))
         }
-        return None;
-    };
-    consume(gpu);
-    Some((window, shares))
+        // NVML keeps no means per process: the window is spent.
+        Some(None) => {
+            consume(gpu);
+            None
+        }
+        // The read failed (counted): the window is left to the next run.
+        None => {
+            gpu.fetched.shares_failed = true;
+            None
+        }
+    }
+}
+
+/// The processes' means since `since`; `Some(None)` where NVML keeps none
+/// (NOT_SUPPORTED), `None` where the read failed (counted) or the GPU is down.
+fn shares_since(gpu: &mut Gpu<'_>, since: u64) -> Option<Option<Vec<Share>>> {
+    let read = gpu
+        .nvml
+        .read_expecting(PROCESS_UTILIZATION, since, nvml::Error::is_unsupported)?;
+    Some(read.ok().map(ratios))
 }
 
 #[cfg(test)]

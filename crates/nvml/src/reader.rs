@@ -207,11 +207,6 @@ impl<'n> DeviceReader<'n> {
         }
     }
 
-    /// How many reads failed so far this run (NOT_SUPPORTED is no failure).
-    pub fn read_errors(&self) -> u32 {
-        self.read_errors
-    }
-
     /// How many reads failed, or why the GPU is down.
     pub fn finish(self) -> Result<u32, Failure> {
         for (message, count) in &self.seen {
