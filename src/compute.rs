@@ -78,11 +78,7 @@ pub fn early(gpu: &mut Gpu<'_>) {
         .and_then(|samples| samples.last().map(|&(ts, _)| ts));
     let early = split.and_then(|split| {
         let entries = gpu.nvml.read(PROCESS_UTILIZATION, since)?;
-        Some(EarlyProcesses {
-            since,
-            split,
-            entries,
-        })
+        Some(EarlyProcesses { split, entries })
     });
     gpu.fetched.processes = Some(early);
 }
@@ -172,7 +168,7 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
     }
     let end = carry.last_us;
     let shares = match early {
-        Some(EarlyProcesses { split, entries, .. }) if since < split && split < end => {
+        Some(EarlyProcesses { split, entries }) if since < split && split < end => {
             let joined = |later| combine((ratios(entries), split - since), (later, end - split));
             shares_since(gpu, split).map(|later| later.map(joined))
         }

@@ -165,11 +165,9 @@ struct Answer {
     early: bool,
 }
 
-/// The processes' means read as the windows opened.
+/// The processes' means since the previous run, read as the windows opened.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EarlyProcesses {
-    /// Their `lastSeenTimeStamp`.
-    pub since: u64,
     /// The last GPU engine sample read with them: where the later read starts.
     pub split: u64,
     pub entries: Vec<ProcessEntry>,
