@@ -11,6 +11,8 @@ use crate::cli::Cli;
 use crate::collectors::HostRun;
 use crate::exit::Exit;
 use crate::generate::generate;
+use crate::hook;
+use crate::report;
 use crate::logging;
 use crate::metrics;
 use crate::outcome::Outcome;
@@ -47,6 +49,13 @@ pub fn main() -> ExitCode {
         return written
             .map_or_else(|e| stdout_failed(e, Exit::Success), |()| Exit::Success)
             .into();
+    }
+    if let Some(hook) = cli.slurm_hook {
+        hook::run(hook, &cli.nvml_lib, cli.timeout, &cli.slurm_hook_dir);
+        return Exit::Success.into();
+    }
+    if let Some(job_id) = &cli.job_report {
+        return report::print(job_id, &cli.state_dir, &cli.slurm_hook_dir).into();
     }
     let deadline = Deadline::start(cli.timeout);
     deadline.arm();

@@ -8,7 +8,9 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
 use crate::collectors::{self, Collector, HostInputs, Settings};
+use crate::allocation::{JobMap, Sources};
 use crate::exit::Exit;
+pub use crate::hook::Hook;
 pub use crate::timing::MAX_TIMEOUT;
 use crate::timing::{self, Budget, WindowError, WindowRequest as GpmWindowRequest};
 
@@ -134,6 +136,53 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", default_value = "/var/log/containers")]
     pub container_log_dir: PathBuf,
 
+    /// The kubelet's device-plugin checkpoint: the GPUs and MIG instances
+    /// given to each pod's containers (the tasks collector's seconds
+    /// allocated). A missing file is a node without Kubernetes.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    )]
+    pub kubelet_checkpoint: PathBuf,
+
+    /// Where the Slurm hook (--slurm-hook) keeps its records of the jobs'
+    /// GPUs, read by every run.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/run/nvidia-textfile-exporter/slurm"
+    )]
+    pub slurm_hook_dir: PathBuf,
+
+    /// A directory of GPU-to-job files that another tool's prolog keeps,
+    /// read as FORMAT:DIR (repeatable): jobstats (Princeton's, files
+    /// /run/gpustat/<minor number or UUID> holding "<job id> <uid>") or dcgm
+    /// (dcgm-exporter's --hpc-job-mapping-dir, files <GPU index> holding job
+    /// ids one a line).
+    #[arg(long = "job-map", value_name = "FORMAT:DIR", default_value = "jobstats:/run/gpustat")]
+    pub job_maps: Vec<JobMap>,
+
+    /// The control group root, which tells whether an allocated job or pod
+    /// still runs.
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/cgroup")]
+    pub cgroupfs: PathBuf,
+
+    /// Run as Slurm's Prolog or Epilog (as root, with the job's
+    /// environment): record the job's GPUs and their energy counters in
+    /// --slurm-hook-dir, so that its seconds allocated and energy are exact
+    /// to its start and end, then exit 0 whatever failed (said in the
+    /// journal). NVML gets at most a second.
+    #[arg(long, value_name = "WHEN", conflicts_with_all = ["stdout", "job_report"])]
+    pub slurm_hook: Option<Hook>,
+
+    /// Print a Slurm job's totals on this node from the state and the hook's
+    /// records, as one JSON object (per GPU: seconds allocated, busy and held,
+    /// energy, peak memory), then exit: for the epilog, to put into the job's
+    /// comment or a completion record.
+    #[arg(long, value_name = "JOB_ID", conflicts_with = "stdout")]
+    pub job_report: Option<String>,
+
     /// Print generated documentation or data and exit: the man page, the metric
     /// families, the collectors or the exit statuses (tab-separated).
     #[arg(long, value_name = "WHAT", hide = true)]
@@ -215,6 +264,12 @@ impl Cli {
             procfs: self.procfs.clone(),
             pod_logs: self.pod_log_dir.clone(),
             container_logs: self.container_log_dir.clone(),
+            allocations: Sources {
+                kubelet_checkpoint: self.kubelet_checkpoint.clone(),
+                slurm_hook_dir: self.slurm_hook_dir.clone(),
+                job_maps: self.job_maps.clone(),
+                cgroupfs: self.cgroupfs.clone(),
+            },
         }
     }
 

@@ -12,6 +12,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 #![deny(unsafe_code)]
 
+mod allocation;
 mod app;
 mod bounded;
 mod cli;
@@ -22,6 +23,7 @@ mod exit;
 mod facts;
 mod fsutil;
 mod generate;
+mod hook;
 mod identity;
 mod kernel_log;
 mod logging;
@@ -33,6 +35,7 @@ mod procfs;
 mod publish;
 mod reason;
 mod render;
+mod report;
 mod samples;
 pub mod snapshot;
 mod state;

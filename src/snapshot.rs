@@ -100,11 +100,15 @@ pub struct BusyWindow {
 }
 
 /// A GPU's readings for its tasks' accounting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TaskReading {
     pub window: Option<BusyWindow>,
     /// The energy counter, mJ.
     pub energy_mj: Option<u64>,
+    /// The names schedulers give it by: its minor number, and its MIG
+    /// instances' UUIDs with their GPU instance ids.
+    pub minor: Option<u32>,
+    pub instances: Vec<(String, u32)>,
 }
 
 /// Whether a GPU was read.

@@ -341,7 +341,7 @@ fn this_boot() -> String {
     boot.trim().to_owned()
 }
 
-/// A damaged state of the accepted size (22 MiB): 1.3 million empty GPU
+/// A damaged state of about the accepted size (22 MiB): 1.3 million empty GPU
 /// entries, more than the 64 a state keeps. Read whole, they took 0.9 GB
 /// (0.55 GB in the previous release's format) before the bound was checked;
 /// now reading stops at the 65th GPU: the run names where (the schema), or

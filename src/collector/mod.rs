@@ -159,6 +159,8 @@ pub struct HostInputs {
     /// The kubelet's pod log directory and `/var/log/containers`, which name pods.
     pub pod_logs: PathBuf,
     pub container_logs: PathBuf,
+    /// Where the GPUs given to jobs and pods are read.
+    pub allocations: crate::allocation::Sources,
 }
 
 /// What a host step is given: the run's snapshot and state, its time, its

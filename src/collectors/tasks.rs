@@ -10,16 +10,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nvml::calls;
 use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
 
+use nvml::mig;
+
+use crate::allocation::{self, Allocation, Device as AllocatedDevice, Task};
 use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
 use crate::compute;
 use crate::metrics::families;
 use crate::owner::kubernetes::Pod;
-use crate::owner::{with_ids, Owner};
+use crate::owner::slurm::Job;
+use crate::owner::{with_ids, Owner, Owners};
 use crate::procfs;
-use crate::snapshot::{LabelValue, TaskReading};
+use crate::snapshot::{Device, LabelValue, TaskReading};
 use crate::state::schema::Damage;
 use crate::state::Problem;
-use crate::task::{account, Holder, Ledger, Seen, MAX_HOLDERS};
+use crate::task::{account, Given, Holder, Ledger, Seen, MAX_HOLDERS};
 
 families! {
     FAMILIES;
@@ -29,6 +33,8 @@ families! {
         "The GPU's energy between runs by the task's share of its busy time (all of it for the only task holding a GPU without busy time); the rest is in nvidia_gpu_unattributed_energy_joules_total.";
     TASK_HELD: Counter(Seconds), "nvidia_gpu_task_held_seconds_total", ["gpu_instance_id"] + crate::owner::LABELS,
         "Time a process of the task was on the GPU (NVML lists it with a context there), from its start or the previous run.";
+    TASK_ALLOCATED: Counter(Seconds), "nvidia_gpu_task_allocated_seconds_total", ["gpu_instance_id"] + crate::owner::LABELS,
+        "Time the scheduler had given the GPU (or its MIG instance, gpu_instance_id) to the task, whether or not a process of it ran there: a Slurm job (its hook's records exact to the prolog and epilog, or a mapping directory), a pod's container (the kubelet's device-plugin checkpoint, while the pod's control group exists).";
     TASK_MEMORY: Gauge(Bytes), "nvidia_gpu_task_memory_used_bytes", ["gpu_instance_id"] + crate::owner::LABELS,
         "Device memory the task's processes hold now (while it holds the GPU).";
     UNATTRIBUTED_ENERGY: Counter(Joules), "nvidia_gpu_unattributed_energy_joules_total", [],
@@ -38,7 +44,7 @@ families! {
 pub(super) static COLLECTOR: Collector = Collector {
     name: "tasks",
     default: true,
-    help: "Per task (Slurm job, Kubernetes pod's container, container, systemd unit, else user) and GPU: SM-busy seconds, energy and seconds held, counted from run to run, and the memory it holds; the GPU's energy no task used.",
+    help: "Per task (Slurm job, Kubernetes pod's container, container, systemd unit, else user) and GPU: SM-busy seconds, energy, seconds held and seconds allocated (the GPUs a Slurm job or pod was given, process or not), counted from run to run, and the memory it holds; the GPU's energy no task used.",
     families: FAMILIES,
     hooks: Hooks::read(read, FIELDS)
         .with_early(compute::early)
@@ -55,7 +61,10 @@ pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 fn read(gpu: &mut Gpu<'_>) {
     // With no process listed now or at the previous run, no share can be
     // any task's (a process that came and went between runs has no task).
-    let known = !gpu.previous_state().tasks.processes.is_empty();
+    // A GPU given to a task counts its idle windows too.
+    let previous = &gpu.previous_state().tasks;
+    let given = previous.totals.iter().any(|(_, t)| t.allocated_us > 0);
+    let known = !previous.processes.is_empty() || given;
     let window = compute::list(gpu, known);
     let energy_mj = gpu
         .nvml
@@ -68,7 +77,20 @@ fn read(gpu: &mut Gpu<'_>) {
         .filter(|_| !gpu.fetched.shares_failed);
     if gpu.keeps_totals() {
         gpu.next_state().tasks = gpu.previous_state().tasks.clone();
-        gpu.tasks = Some(TaskReading { window, energy_mj });
+        let minor = gpu.nvml.read(calls::MINOR_NUMBER, ());
+        let instances = mig::devices(&mut gpu.nvml)
+            .iter()
+            .filter_map(|mig| {
+                let uuid = gpu.nvml.read_on(&mig.handle, calls::UUID, ())?;
+                Some((uuid, mig.gpu_instance_id))
+            })
+            .collect();
+        gpu.tasks = Some(TaskReading {
+            window,
+            energy_mj,
+            minor,
+            instances,
+        });
     }
 }
 
@@ -83,6 +105,10 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         .map_or(0, |d| d.as_micros() as u64);
     let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
     let (mut refused, mut damaged) = (false, None);
+    let found = allocation::read(&run.inputs.allocations, run.until);
+    for problem in &found.problems {
+        log::warn!("{problem}; those allocations are not counted");
+    }
     for device in &mut run.snapshot.devices {
         let Some(reading) = device.tasks.take() else {
             continue;
@@ -117,12 +143,14 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 }
             })
             .collect();
+        let given = given(&found.allocations, device, &reading, &seen, &state.tasks, run.owners);
         let accounted = account(
             &state.tasks,
             now_us,
             reading.energy_mj,
             reading.window,
             &seen,
+            &given,
         );
         if accounted.refused && !state.tasks.refused {
             log::warn!(
@@ -139,6 +167,11 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 *memory.entry(holder).or_default() += bytes;
             }
         }
+        for (holder, totals) in &mut state.tasks.totals {
+            if let Some(&bytes) = memory.get(holder) {
+                totals.memory_peak_bytes = totals.memory_peak_bytes.max(bytes);
+            }
+        }
         for (holder, totals) in &state.tasks.totals {
             let instance = holder
                 .gpu_instance_id
@@ -149,6 +182,12 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 device
                     .samples
                     .push(TASK_BUSY.sample_some(labels.clone(), busy));
+            }
+            if totals.allocated_us > 0 {
+                let allocated = totals.allocated_us as f64 / 1e6;
+                device
+                    .samples
+                    .push(TASK_ALLOCATED.sample_some(labels.clone(), allocated));
             }
             device.samples.extend([
                 TASK_ENERGY.sample_some(labels.clone(), totals.energy_mj as f64 / 1e3),
@@ -171,7 +210,80 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     if let Some(uuid) = damaged {
         run.state.bounded(Problem::Corrupt(Damage::Tasks(uuid)));
     }
-    Ok(())
+    match found.problems.len() {
+        0 => Ok(()),
+        n => Err(format!("{n} allocation sources could not be read").into()),
+    }
+}
+
+/// The tasks `allocations` give this GPU or its MIG instances, each named
+/// as the GPU's processes (or, before, the ledger) name the same task.
+fn given(
+    allocations: &[Allocation],
+    device: &Device,
+    reading: &TaskReading,
+    seen: &[Seen],
+    ledger: &Ledger,
+    owners: &Owners,
+) -> Vec<Given> {
+    let mut given: Vec<Given> = Vec::new();
+    for allocation in allocations {
+        let instance = match &allocation.device {
+            AllocatedDevice::Uuid(uuid) if *uuid == device.uuid => None,
+            AllocatedDevice::Uuid(uuid) => match reading.instances.iter().find(|(u, _)| u == uuid) {
+                Some(&(_, gi)) => Some(gi),
+                None => continue,
+            },
+            AllocatedDevice::Instance(uuid, gi) if *uuid == device.uuid => Some(*gi),
+            AllocatedDevice::Minor(minor) if reading.minor == Some(*minor) => None,
+            AllocatedDevice::Index(index, gi) if *index == device.index => *gi,
+            _ => continue,
+        };
+        let task = match &allocation.task {
+            Task::Slurm { job_id } => Owner::Slurm(Job {
+                job_id: Some(job_id.clone()),
+                sluid: None,
+            }),
+            Task::Pod { uid, container } => owners.pod(uid.clone(), container.clone()),
+        };
+        let holder = Holder {
+            task,
+            gpu_instance_id: instance,
+        };
+        let known = seen.iter().filter_map(|p| p.now.as_ref().map(|(h, _)| h));
+        let holder = known
+            .chain(ledger.totals.iter().map(|(h, _)| h))
+            .find(|h| h.gpu_instance_id == instance && same_task(&h.task, &holder.task))
+            .cloned()
+            .unwrap_or_else(|| named(holder, ledger));
+        let whole = instance.is_none() && !allocation.shared;
+        let next = Given {
+            holder,
+            start: allocation.start,
+            end: allocation.end,
+            whole,
+        };
+        // One allocation per holder: the one whose edges are known.
+        match given.iter_mut().find(|g| g.holder == next.holder) {
+            Some(known) if known.start.is_none() && next.start.is_some() => *known = next,
+            Some(_) => {}
+            None => given.push(next),
+        }
+    }
+    given
+}
+
+/// Whether two owners are one task: a Slurm job by its number (a process
+/// also knows its SLUID), a pod's container by the pod's UID and the
+/// container's name where both know it.
+fn same_task(a: &Owner, b: &Owner) -> bool {
+    match (a, b) {
+        (Owner::Slurm(a), Owner::Slurm(b)) => a.job_id.is_some() && a.job_id == b.job_id,
+        (Owner::Pod(a), Owner::Pod(b)) => {
+            a.uid == b.uid && (a.container.is_none() || b.container.is_none() || a.container == b.container)
+        }
+        _ => false,
+    }
 }
 
 /// `holder`, a pod the kubelet's directories no longer (or not yet) name
@@ -198,8 +310,7 @@ fn named(holder: Holder, ledger: &Ledger) -> Holder {
 mod tests {
     use super::super::processes;
     use super::*;
-    use crate::owner::Owners;
-    use crate::snapshot::{BusyWindow, Device, Process, Snapshot};
+    use crate::snapshot::{BusyWindow, Process, Snapshot};
     use crate::state::schema::GpuState;
     use crate::state::{StateDir, StateFile};
     use std::time::{Duration, Instant};
@@ -234,6 +345,7 @@ mod tests {
         let tasks = TaskReading {
             window: Some(window),
             energy_mj: Some(5_000),
+            ..TaskReading::default()
         };
         let device = Device {
             uuid: "GPU-0".into(),

@@ -42,11 +42,17 @@ impl Kubernetes {
         for i in [1, 2] {
             if let Some(uid) = pod_uid(at(path, i)) {
                 let container = container_id(at(path, i + 1));
-                let names = self.names.get_or_init(|| read_names(node));
-                return Claim::Owner(names.pod(uid, container.as_deref()));
+                return Claim::Owner(self.names(node).pod(uid, container.as_deref()));
             }
         }
         Claim::User
+    }
+}
+
+impl Kubernetes {
+    /// The kubelet's names, read once a run.
+    pub(super) fn names(&self, node: &Node) -> &Names {
+        self.names.get_or_init(|| read_names(node))
     }
 }
 
@@ -63,7 +69,7 @@ fn read_names(node: &Node) -> Names {
 
 /// Pods and containers as the kubelet's log directories name them.
 #[derive(Debug, Default)]
-struct Names {
+pub(super) struct Names {
     /// Namespace and name by pod UID.
     pods: HashMap<String, (String, String)>,
     /// Container name by container id.
@@ -102,7 +108,7 @@ impl Names {
         names
     }
 
-    fn pod(&self, uid: String, container_id: Option<&str>) -> Pod {
+    pub(super) fn pod(&self, uid: String, container_id: Option<&str>) -> Pod {
         let (namespace, name) = self.pods.get(&uid).cloned().unzip();
         let container = container_id.and_then(|id| self.containers.get(id).cloned());
         Pod {
@@ -126,7 +132,7 @@ fn pod_uid(component: &str) -> Option<String> {
 
 /// Whether `text` is a pod UID as the kubelet writes it: a lower-case UUID
 /// (8-4-4-4-12), or a static pod's 32 hex digits (the hash of its manifest).
-fn is_uid(text: &str) -> bool {
+pub(crate) fn is_uid(text: &str) -> bool {
     let hex = |g: &str| {
         g.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -138,7 +144,7 @@ fn is_uid(text: &str) -> bool {
 
 /// Whether `text` can be a Kubernetes name (DNS subdomain: lower-case
 /// letters, digits, `-` and `.`, at most 253).
-fn is_name(text: &str) -> bool {
+pub(crate) fn is_name(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 253
         && text

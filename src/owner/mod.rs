@@ -147,6 +147,15 @@ impl Owners {
         }
     }
 
+    /// A pod's container, named as a process of it would be.
+    pub fn pod(&self, uid: String, container: String) -> Owner {
+        let names = self.managers.kubernetes.names(&self.node);
+        Owner::Pod(kubernetes::Pod {
+            container: Some(container),
+            ..names.pod(uid, None)
+        })
+    }
+
     pub fn of(&mut self, pid: u32) -> &Known {
         let (node, managers) = (&self.node, &self.managers);
         self.known.entry(pid).or_insert_with(|| {

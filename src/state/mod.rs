@@ -436,6 +436,8 @@ mod tests {
                     busy_us: u64::MAX,
                     energy_mj: u64::MAX,
                     held_us: u64::MAX,
+                    allocated_us: u64::MAX,
+                    memory_peak_bytes: u64::MAX,
                     seen_us: u64::MAX,
                     measured: true,
                 };

@@ -36,11 +36,11 @@ pub const MAX_PART_BYTES: usize = 512;
 /// some of them per clock, link or counter).
 pub const MAX_UNSUPPORTED: usize = 256;
 /// A larger state file is not ours. Every bound filled, with NVML's
-/// identifiers, takes 21.1 MiB: per GPU under 320 KiB (its task ledger, 256
-/// holders of up to 1 KiB with their totals and 1024 processes, 293 KiB; 256
+/// identifiers, takes 22.6 MiB: per GPU under 352 KiB (its task ledger, 256
+/// holders of up to 1 KiB with their totals and 1024 processes, 313 KiB; 256
 /// unsupported calls, 21 KiB; its fixed readings), and the XID series twice
 /// (totals and a recount), 1.2 MiB of the 2 MiB.
-pub const MAX_SIZE: u64 = (2 << 20) + MAX_GPUS as u64 * (320 << 10);
+pub const MAX_SIZE: u64 = (2 << 20) + MAX_GPUS as u64 * (352 << 10);
 
 /// What is wrong with a state file.
 #[derive(Debug, thiserror::Error)]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::allocation::Edge;
 use crate::owner::Owner;
 use crate::snapshot::BusyWindow as Window;
 
@@ -26,6 +27,10 @@ pub struct Totals {
     pub energy_mj: u64,
     /// Time a process of the holder was listed on the GPU, µs.
     pub held_us: u64,
+    /// Time the GPU (or its MIG instance) was allocated to the holder, µs.
+    pub allocated_us: u64,
+    /// The most device memory its processes held at a run, bytes.
+    pub memory_peak_bytes: u64,
     /// When it last held the GPU or was charged, µs after boot.
     pub seen_us: u64,
     /// Its busy time is known: a window in which NVML gave the GPU's
@@ -76,6 +81,7 @@ impl Ledger {
         let holder = |t: &Totals| {
             check("a task's busy time (µs)", t.busy_us, MAX_US)
                 .or_else(|| check("a task's time held (µs)", t.held_us, MAX_US))
+                .or_else(|| check("a task's time allocated (µs)", t.allocated_us, MAX_US))
                 .or_else(|| check("a task's energy (mJ)", t.energy_mj, MAX_MJ))
         };
         check("the unattributed energy (mJ)", self.unattributed_mj, MAX_MJ)
@@ -123,6 +129,19 @@ pub struct Seen {
     pub share: Option<(f64, u64)>,
 }
 
+/// A holder the scheduler gave the GPU (or a MIG instance of it): from
+/// `start` to `end` where the source knows them, else over the whole window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Given {
+    pub holder: Holder,
+    pub start: Option<Edge>,
+    pub end: Option<Edge>,
+    /// The whole GPU, not shared (no replica, no MIG instance): its energy
+    /// over the allocation is the holder's, idle included, where no other
+    /// holder's allocation overlaps it.
+    pub whole: bool,
+}
+
 /// What [`account`] gives: the next ledger, and whether a holder was not
 /// counted for [`MAX_HOLDERS`].
 #[derive(Debug, PartialEq)]
@@ -138,7 +157,13 @@ pub struct Accounted {
 ///   baseline, so the next reading charges all of it) split by this run's
 ///   shares; all of it to the only holder of a window without busy time; to
 ///   nobody (`unattributed_mj`) where no known holder used it;
-/// - held: the time since the previous run or the process's start.
+/// - held: the time since the previous run or the process's start;
+/// - allocated: the part of the window inside each [`Given`]'s edges. The
+///   energy between the edges of a whole GPU given to one holder alone is
+///   that holder's (the counter's readings at the edges, else its value
+///   there interpolated in time); the rest of the window's energy goes by
+///   the shares of the other holders as above, a given holder counting as
+///   holding the GPU.
 ///
 /// A share is the holder's of the process at its pid if that started before
 /// NVML last saw the pid busy, else the holder the previous run knew at the
@@ -153,6 +178,7 @@ pub fn account(
     energy_mj: Option<u64>,
     window: Option<Window>,
     seen: &[Seen],
+    given: &[Given],
 ) -> Accounted {
     // A ledger written before `measured`: a holder with busy time had it.
     let upgraded = |t: &Totals| Totals {
@@ -199,11 +225,14 @@ pub fn account(
             *to = to.saturating_add(share);
         }
     }
+    let (since_us, spans) = (previous.at_us, spans(given, previous.at_us, now_us));
+    let alone = alone(&spans);
     let holding: Vec<&Holder> = {
         let mut holding: Vec<&Holder> = seen
             .iter()
             .filter(|p| p.listed)
             .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
+            .chain(spans.iter().map(|(g, _, _)| &g.holder))
             .collect();
         holding.sort();
         holding.dedup();
@@ -219,7 +248,8 @@ pub fn account(
             |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
         let held: BTreeMap<&Holder, u64> = holding
             .iter()
-            .map(|&holder| (holder, held_since(holder, seen, previous.at_us, now_us)))
+            .filter(|holder| seen.iter().any(|p| p.listed && p.now.as_ref().is_some_and(|(h, _)| h == **holder)))
+            .map(|&holder| (holder, held_since(holder, seen, since_us, now_us)))
             .collect();
         if let Some(window) = window.filter(|_| all > 0) {
             let unread = unread_busy(window);
@@ -238,28 +268,51 @@ pub fn account(
                 charge(holder, &|t: &mut Totals| add(&mut t.busy_us, busy, MAX_US));
             }
         }
-        let spent = match (previous.energy_mj, energy_mj) {
-            (Some(before), Some(now)) if now >= before => now - before,
-            _ => 0,
+        let counter = match (previous.energy_mj, energy_mj) {
+            (Some(before), Some(now)) if now >= before => Some(Counter {
+                from: (since_us, before),
+                to: (now_us, now),
+            }),
+            _ => None,
         };
-        let mut given: u64 = 0;
-        if all > 0 {
-            for (holder, &share) in &shares {
-                let part = part(spent, share);
-                if charge(holder, &|t: &mut Totals| {
-                    add(&mut t.energy_mj, part, MAX_MJ)
-                }) {
-                    given = given.saturating_add(part);
-                }
-            }
-        } else if let [only] = holding[..] {
-            if charge(only, &|t: &mut Totals| add(&mut t.energy_mj, spent, MAX_MJ)) {
-                given = spent;
+        let spent = counter.map_or(0, |c| c.to.1 - c.from.1);
+        let mut given_mj: u64 = 0;
+        // A whole GPU given to one holder alone: its energy between the edges.
+        for &(g, from, to) in spans.iter().filter(|(g, _, _)| alone.contains(&&g.holder)) {
+            let Some(counter) = counter else { break };
+            let mj = counter.at(to).saturating_sub(counter.at(from)).min(spent - given_mj);
+            if charge(&g.holder, &|t: &mut Totals| add(&mut t.energy_mj, mj, MAX_MJ)) {
+                given_mj += mj;
             }
         }
-        add(&mut unattributed_mj, spent.saturating_sub(given), MAX_MJ);
+        // The rest by the other holders' shares.
+        let rest = spent - given_mj;
+        let others: BTreeMap<&Holder, u64> = shares
+            .iter()
+            .filter(|(holder, _)| !alone.contains(holder))
+            .map(|(holder, &share)| (holder, share))
+            .collect();
+        let all_others = others.values().fold(unknown, |all, &s| all.saturating_add(s));
+        let idle: Vec<&&Holder> = holding.iter().filter(|h| !alone.contains(h)).collect();
+        if all_others > 0 {
+            for (holder, &share) in &others {
+                let part = (u128::from(rest) * u128::from(share) / u128::from(all_others)) as u64;
+                if charge(holder, &|t: &mut Totals| add(&mut t.energy_mj, part, MAX_MJ)) {
+                    given_mj = given_mj.saturating_add(part);
+                }
+            }
+        } else if let ([only], true) = (&idle[..], alone.is_empty()) {
+            if charge(only, &|t: &mut Totals| add(&mut t.energy_mj, rest, MAX_MJ)) {
+                given_mj = spent;
+            }
+        }
+        add(&mut unattributed_mj, spent.saturating_sub(given_mj), MAX_MJ);
         for (holder, &held) in &held {
             charge(holder, &|t: &mut Totals| add(&mut t.held_us, held, MAX_US));
+        }
+        for &(g, from, to) in &spans {
+            let allocated = to.0.saturating_sub(from.0);
+            charge(&g.holder, &|t: &mut Totals| add(&mut t.allocated_us, allocated, MAX_US));
         }
     } else {
         for holder in &holding {
@@ -294,6 +347,60 @@ pub fn account(
             refused,
         },
         refused,
+    }
+}
+
+/// A given holder's part of the window: its edges, each the instant and
+/// the counter's reading there where known.
+type Span<'g> = (&'g Given, (u64, Option<u64>), (u64, Option<u64>));
+
+/// Each given holder's part of the window from `since_us` to `now_us`
+/// (none for one whose allocation lies outside it).
+fn spans(given: &[Given], since_us: u64, now_us: u64) -> Vec<Span<'_>> {
+    let within = |edge: Option<Edge>, or: u64| match edge {
+        Some(e) if e.at_us > since_us && e.at_us < now_us => (e.at_us, e.energy_mj),
+        Some(e) if e.at_us <= since_us => (since_us, None),
+        Some(_) => (now_us, None),
+        None => (or, None),
+    };
+    given
+        .iter()
+        .map(|g| (g, within(g.start, since_us), within(g.end, now_us)))
+        .filter(|(_, from, to)| to.0 > from.0)
+        .collect()
+}
+
+/// The holders given the whole GPU whose spans no other holder's overlaps.
+fn alone<'g>(spans: &[Span<'g>]) -> Vec<&'g Holder> {
+    let overlaps = |a: &Span<'_>, b: &Span<'_>| a.1 .0 < b.2 .0 && b.1 .0 < a.2 .0;
+    let mut alone: Vec<&Holder> = spans
+        .iter()
+        .filter(|a| a.0.whole)
+        .filter(|a| !spans.iter().any(|b| b.0.holder != a.0.holder && overlaps(a, b)))
+        .map(|a| &a.0.holder)
+        .collect();
+    alone.dedup();
+    alone
+}
+
+/// The energy counter at the window's two ends.
+#[derive(Clone, Copy)]
+struct Counter {
+    from: (u64, u64),
+    to: (u64, u64),
+}
+
+impl Counter {
+    /// Its value at `edge`: the reading there if it lies between the ends',
+    /// else interpolated in time.
+    fn at(&self, (at_us, reading): (u64, Option<u64>)) -> u64 {
+        let ((t0, e0), (t1, e1)) = (self.from, self.to);
+        match reading {
+            Some(mj) if (e0..=e1).contains(&mj) => mj,
+            _ if at_us <= t0 => e0,
+            _ if at_us >= t1 => e1,
+            _ => e0 + (u128::from(e1 - e0) * u128::from(at_us - t0) / u128::from(t1 - t0)) as u64,
+        }
     }
 }
 
@@ -414,7 +521,7 @@ mod tests {
     fn a_first_run_sets_the_baseline_and_counts_nothing() {
         let a = job("1");
         let seen = [process(10, Some((&a, BEFORE - S)), Some(0.6))];
-        let next = account(&Ledger::default(), NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&Ledger::default(), NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(
             next.totals,
             [(
@@ -441,7 +548,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.49)),
             process(20, Some((&b, 0)), Some(0.11)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         let (ta, tb) = (totals_of(&next, &a), totals_of(&next, &b));
         // The owners add up to the GPU's busy time and to the energy spent.
         assert_eq!(ta.busy_us + tb.busy_us, WINDOW.busy_us);
@@ -459,17 +566,17 @@ mod tests {
         let (a, b) = (job("1"), job("2"));
         let previous = ledger(&[], &[]);
         let one = [process(10, Some((&a, 0)), None)];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[]).ledger;
         assert_eq!(totals_of(&next, &a).energy_mj, 6_000_000);
         assert_eq!(next.unattributed_mj, 0);
         let two = [
             process(10, Some((&a, 0)), None),
             process(20, Some((&b, 0)), None),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[]).ledger;
         assert_eq!(totals_of(&next, &a).energy_mj, 0);
         assert_eq!(next.unattributed_mj, 6_000_000);
-        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[]).ledger;
+        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[]).ledger;
         assert_eq!(none.unattributed_mj, 6_000_000);
     }
 
@@ -478,7 +585,7 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), Some(0.5))];
-        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen).ledger;
+        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(
             (totals_of(&next, &a).energy_mj, next.unattributed_mj),
             (0, 0)
@@ -496,14 +603,14 @@ mod tests {
             // pid 20 now runs for b, started after NVML last saw it busy.
             process(20, Some((&b, NOW)), Some(0.4)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         // b held the GPU from its start only.
         assert_eq!(totals_of(&next, &b).held_us, 0);
         // A share nobody can be named for is nobody's.
         let unknown = [process(30, None, Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[]).ledger;
         assert_eq!(next.totals, previous.totals);
         assert_eq!(next.unattributed_mj, 6_000_000);
     }
@@ -518,13 +625,13 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, Some((&b, NOW - S + 1)), Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us / 2);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         assert_eq!(next.unattributed_mj, 3_000_000);
         // Started at the very sample: it may have done the work.
         let seen = [process(30, Some((&b, NOW - S)), Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(totals_of(&next, &b).busy_us, WINDOW.busy_us);
     }
 
@@ -538,12 +645,12 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(20, Some((&b, 0)), Some(0.1)),
         ];
-        let failed = account(&previous, NOW, None, Some(WINDOW), &seen).ledger;
+        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(failed.energy_mj, previous.energy_mj);
         assert_eq!(totals_of(&failed, &a).energy_mj, 0);
         assert_eq!(failed.unattributed_mj, 0);
         // 15 s later: 9 kJ since the baseline, split 3:1.
-        let later = account(&failed, NOW + 15 * S, Some(10_000_000), Some(WINDOW), &seen).ledger;
+        let later = account(&failed, NOW + 15 * S, Some(10_000_000), Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(totals_of(&later, &a).energy_mj, 6_750_000);
         assert_eq!(totals_of(&later, &b).energy_mj, 2_250_000);
         assert_eq!(later.unattributed_mj, 0);
@@ -557,13 +664,13 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), None)];
-        let none = account(&previous, NOW, ENERGY, None, &seen).ledger;
+        let none = account(&previous, NOW, ENERGY, None, &seen, &[]).ledger;
         assert!(!totals_of(&none, &a).measured);
         assert!(totals_of(&none, &a).held_us > 0);
-        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         assert!(totals_of(&idle, &a).measured);
         assert_eq!(totals_of(&idle, &a).busy_us, 0);
-        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen).ledger;
+        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[]).ledger;
         assert!(totals_of(&after, &a).measured);
         // A ledger written before the mark: busy time means measured.
         let old = Totals {
@@ -571,7 +678,7 @@ mod tests {
             seen_us: BEFORE,
             ..Totals::default()
         };
-        let next = account(&ledger(&[(&a, old)], &[]), NOW, ENERGY, None, &[]).ledger;
+        let next = account(&ledger(&[(&a, old)], &[]), NOW, ENERGY, None, &[], &[]).ledger;
         assert!(totals_of(&next, &a).measured);
     }
 
@@ -585,6 +692,7 @@ mod tests {
             held_us: MAX_US,
             seen_us: BEFORE,
             measured: true,
+            ..Totals::default()
         };
         let mut previous = ledger(&[(&a, full)], &[(10, 0, &a)]);
         previous.unattributed_mj = MAX_MJ;
@@ -593,7 +701,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, None, Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         let t = totals_of(&next, &a);
         assert_eq!(
             (t.busy_us, t.energy_mj, t.held_us),
@@ -620,7 +728,7 @@ mod tests {
     fn time_held_counts_from_the_start_of_a_process_that_began_between_runs() {
         let a = job("1");
         let seen = [process(10, Some((&a, BEFORE + 5 * S)), None)];
-        let next = account(&ledger(&[], &[]), NOW, ENERGY, Some(WINDOW), &seen).ledger;
+        let next = account(&ledger(&[], &[]), NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
         assert_eq!(totals_of(&next, &a).held_us, 10 * S);
     }
 
@@ -639,7 +747,7 @@ mod tests {
             ..Totals::default()
         };
         let previous = ledger(&[(&a, kept), (&b, gone)], &[]);
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[]).ledger;
         assert_eq!(next.totals, [(a, kept)]);
     }
 
@@ -664,7 +772,7 @@ mod tests {
             process(10, Some((old, 0)), Some(0.5)),
             process(20, Some((&new, 0)), Some(0.5)),
         ];
-        let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen);
+        let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]);
         assert!(accounted.refused);
         assert_eq!(accounted.ledger.totals.len(), MAX_HOLDERS);
         assert_eq!(

@@ -3,4 +3,4 @@
 
 pub mod ledger;
 
-pub use ledger::{account, Holder, Ledger, Seen, MAX_HOLDERS};
+pub use ledger::{account, Given, Holder, Ledger, Seen, MAX_HOLDERS};

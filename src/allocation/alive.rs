@@ -1,0 +1,74 @@
+//! Whether a job or pod still runs, from the control groups its manager made
+//! (`owner` reads the same paths for a process): a checkpoint keeps a
+//! finished pod's entries, and a record or mapping file whose epilog did not
+//! run would otherwise count for ever. Where the node shows no such control
+//! groups (another hierarchy, a container without the host's), every task
+//! counts as running.
+
+use std::path::{Path, PathBuf};
+
+use super::Task;
+
+/// QoS classes below which the kubelet puts a pod's cgroup.
+const QOS: [&str; 3] = ["", "burstable", "besteffort"];
+
+pub struct Cgroups {
+    /// `slurmstepd.scope`, where it names jobs `job_<id>`.
+    slurm: Option<PathBuf>,
+    /// `kubepods.slice` (systemd driver) or `kubepods` (cgroupfs driver).
+    kubepods: Option<PathBuf>,
+}
+
+impl Cgroups {
+    pub fn new(root: &Path) -> Cgroups {
+        let scopes = [root.join("system.slice/slurmstepd.scope"), root.join("slurmstepd.scope")];
+        let slurm = scopes.into_iter().find(|scope| names_jobs_by_number(scope));
+        // cgroup v2, else v1's memory hierarchy.
+        let kubepods = ["", "memory"].iter().find_map(|hierarchy| {
+            ["kubepods.slice", "kubepods"]
+                .iter()
+                .map(|top| root.join(hierarchy).join(top))
+                .find(|dir| dir.is_dir())
+        });
+        Cgroups { slurm, kubepods }
+    }
+
+    /// False only where the node shows its manager's cgroups without the task's.
+    pub fn runs(&self, task: &Task) -> bool {
+        match task {
+            Task::Slurm { job_id } => self
+                .slurm
+                .as_ref()
+                .is_none_or(|scope| scope.join(format!("job_{job_id}")).is_dir()),
+            Task::Pod { uid, .. } => self.kubepods.as_ref().is_none_or(|top| pod_runs(top, uid)),
+        }
+    }
+}
+
+/// A scope that names no job by SLUID (Slurm 26.05 without
+/// `CgroupJobIdPaths=yes`), whose job numbers are not in its paths.
+fn names_jobs_by_number(scope: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(scope) else {
+        return false;
+    };
+    let names = entries.flatten().map(|e| e.file_name());
+    let sluid = |name: &std::ffi::OsStr| {
+        name.to_str()
+            .is_some_and(|n| n.len() == 14 && n.starts_with('s') && !n.contains('_'))
+    };
+    !names.into_iter().any(|name| sluid(&name))
+}
+
+fn pod_runs(top: &Path, uid: &str) -> bool {
+    let systemd = top.extension().is_some_and(|e| e == "slice");
+    QOS.iter().any(|qos| {
+        let dir = match (systemd, *qos) {
+            (true, "") => top.join(format!("kubepods-pod{}.slice", uid.replace('-', "_"))),
+            (true, qos) => top
+                .join(format!("kubepods-{qos}.slice"))
+                .join(format!("kubepods-{qos}-pod{}.slice", uid.replace('-', "_"))),
+            (false, qos) => top.join(qos).join(format!("pod{uid}")),
+        };
+        dir.is_dir()
+    })
+}

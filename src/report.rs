@@ -1,0 +1,103 @@
+//! `--job-report <id>`: a Slurm job's totals on this node, as one JSON
+//! object for its epilog to put into the job's comment or a completion
+//! record. Per GPU (or MIG instance) the job was given or ran on: seconds
+//! allocated, busy and held, energy and peak memory, from the state's task
+//! ledgers (as of the last run, at most one timer period before the epilog);
+//! where the hook recorded both edges of a whole GPU, seconds allocated and
+//! energy are the edges' own (epilog − prolog), exact.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::allocation::spool;
+use crate::exit::Exit;
+use crate::owner::Owner;
+use crate::state::{StateDir, StateFile};
+
+/// The report.
+#[derive(Debug, Serialize)]
+struct Report {
+    slurm_job_id: String,
+    node: String,
+    gpus: Vec<Gpu>,
+}
+
+/// One GPU's or MIG instance's part of it.
+#[derive(Debug, Serialize)]
+struct Gpu {
+    gpu: u32,
+    uuid: String,
+    gpu_instance_id: Option<u32>,
+    allocated_seconds: f64,
+    /// Absent where NVML gave no per-process shares (MIG).
+    busy_seconds: Option<f64>,
+    held_seconds: f64,
+    energy_joules: f64,
+    memory_peak_bytes: u64,
+    /// Seconds allocated and energy from the hook's prolog and epilog.
+    exact: bool,
+}
+
+/// Prints the report of `job_id` on standard output.
+pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
+    if job_id.is_empty() || job_id.len() > 20 || !job_id.bytes().all(|b| b.is_ascii_digit()) {
+        log::error!("--job-report: {job_id:?} is not a Slurm job number");
+        return Exit::Usage;
+    }
+    let until = Instant::now() + Duration::from_secs(2);
+    let state = StateFile::open(StateDir::new(state_dir), until, false);
+    let record = spool::load(hook_dir, job_id).ok().flatten();
+    let mut gpus = Vec::new();
+    for (uuid, gpu) in &state.previous().gpus {
+        for (holder, totals) in &gpu.tasks.totals {
+            let Owner::Slurm(job) = &holder.task else {
+                continue;
+            };
+            if job.job_id.as_deref() != Some(job_id) {
+                continue;
+            }
+            let mut line = Gpu {
+                gpu: gpu.index,
+                uuid: uuid.clone(),
+                gpu_instance_id: holder.gpu_instance_id,
+                allocated_seconds: totals.allocated_us as f64 / 1e6,
+                busy_seconds: totals.measured.then_some(totals.busy_us as f64 / 1e6),
+                held_seconds: totals.held_us as f64 / 1e6,
+                energy_joules: totals.energy_mj as f64 / 1e3,
+                memory_peak_bytes: totals.memory_peak_bytes,
+                exact: false,
+            };
+            let edges = record.iter().flat_map(|r| &r.gpus);
+            let mut edges = edges.filter(|e| e.uuid.as_deref() == Some(uuid.as_str()));
+            if let (None, Some(edges)) = (holder.gpu_instance_id, edges.next_back()) {
+                if let (Some(prolog), Some(epilog)) = (edges.prolog, edges.epilog) {
+                    line.allocated_seconds = epilog.at_us.saturating_sub(prolog.at_us) as f64 / 1e6;
+                    if let (Some(from), Some(to)) = (prolog.energy_mj, epilog.energy_mj) {
+                        line.energy_joules = to.saturating_sub(from) as f64 / 1e3;
+                        line.exact = true;
+                    }
+                }
+            }
+            gpus.push(line);
+        }
+    }
+    let report = Report {
+        slurm_job_id: job_id.to_owned(),
+        node: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default(),
+        gpus,
+    };
+    match serde_json::to_string(&report) {
+        Ok(text) => {
+            println!("{text}");
+            Exit::Success
+        }
+        Err(e) => {
+            log::error!("--job-report: {e}");
+            Exit::Usage
+        }
+    }
+}
