@@ -12,7 +12,6 @@ use crate::collectors::HostRun;
 use crate::exit::Exit;
 use crate::generate::generate;
 use crate::hook;
-use crate::report;
 use crate::logging;
 use crate::metrics;
 use crate::outcome::Outcome;
@@ -21,6 +20,7 @@ use crate::phases;
 use crate::publish::{write_stdout, Published, Publisher, Target};
 use crate::reason::Reason;
 use crate::render::render;
+use crate::report;
 use crate::state::{StateDir, StateFile};
 use crate::watchdog::{collect, exit_now, Deadline};
 

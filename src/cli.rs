@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
-use crate::collectors::{self, Collector, HostInputs, Settings};
 use crate::allocation::{JobMap, Sources};
+use crate::collectors::{self, Collector, HostInputs, Settings};
 use crate::exit::Exit;
 pub use crate::hook::Hook;
 pub use crate::timing::MAX_TIMEOUT;
@@ -160,7 +160,11 @@ pub struct Cli {
     /// /run/gpustat/<minor number or UUID> holding "<job id> <uid>") or dcgm
     /// (dcgm-exporter's --hpc-job-mapping-dir, files <GPU index> holding job
     /// ids one a line).
-    #[arg(long = "job-map", value_name = "FORMAT:DIR", default_value = "jobstats:/run/gpustat")]
+    #[arg(
+        long = "job-map",
+        value_name = "FORMAT:DIR",
+        default_value = "jobstats:/run/gpustat"
+    )]
     pub job_maps: Vec<JobMap>,
 
     /// The control group root, which tells whether an allocated job or pod

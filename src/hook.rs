@@ -17,6 +17,7 @@ use nvml::{calls, DeviceReader, InFlight, Session};
 use crate::allocation::spool::{self, GpuEdges, Record};
 use crate::allocation::Edge;
 use crate::bounded::{Threads, Unfinished};
+use crate::owner::slurm::is_sluid;
 use crate::procfs::boot_us;
 
 /// Which end of the job.
@@ -32,7 +33,7 @@ const NVML_LIMIT: Duration = Duration::from_secs(1);
 /// What NVML said of one GPU.
 struct Read {
     uuid: Option<String>,
-    minor: Option<u32>,
+    index: u32,
     energy_mj: Option<u64>,
     at_us: u64,
 }
@@ -40,7 +41,10 @@ struct Read {
 /// Runs the hook; every failure is said, none fails the job.
 pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path) {
     let started = boot_us();
-    let Some(job_id) = std::env::var("SLURM_JOB_ID").ok().filter(|id| is_job_id(id)) else {
+    let Some(job_id) = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .filter(|id| is_job_id(id))
+    else {
         say("SLURM_JOB_ID is not a job number; nothing recorded");
         return;
     };
@@ -61,7 +65,12 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path) {
         _ => Record::default(),
     };
     record.job_id = job_id.clone();
-    record.uid = std::env::var("SLURM_JOB_UID").ok().and_then(|u| u.parse().ok());
+    record.uid = std::env::var("SLURM_JOB_UID")
+        .ok()
+        .and_then(|u| u.parse().ok());
+    record.sluid = std::env::var("SLURM_JOB_SLUID")
+        .ok()
+        .filter(|s| is_sluid(s));
     if hook == Hook::Prolog {
         record.gpus.clear();
     }
@@ -85,7 +94,10 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path) {
             }
         };
         let gpu = &mut record.gpus[at];
-        gpu.uuid = gpu.uuid.take().or_else(|| read.and_then(|r| r.uuid.clone()));
+        gpu.uuid = gpu
+            .uuid
+            .take()
+            .or_else(|| read.and_then(|r| r.uuid.clone()));
         match hook {
             Hook::Prolog => gpu.prolog = Some(edge),
             Hook::Epilog => gpu.epilog = Some(edge),
@@ -100,13 +112,18 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path) {
     record.problems.extend(problems);
     record.problems.truncate(64);
     if let Err(e) = spool::store(dir, &record) {
-        say(&format!("job {job_id}: cannot write its record in {}: {e}", dir.display()));
+        say(&format!(
+            "job {job_id}: cannot write its record in {}: {e}",
+            dir.display()
+        ));
     }
     spool::prune(dir, boot_us());
 }
 
-/// The job's GPUs: UUIDs where `CUDA_VISIBLE_DEVICES` has them, else the
-/// numbers of `SLURM_JOB_GPUS` (minor numbers), at most 64.
+/// The job's GPUs: UUIDs where `CUDA_VISIBLE_DEVICES` has them (Slurm
+/// 26.05's `env_uuid`), else Slurm's indexes from `SLURM_JOB_GPUS` or
+/// `CUDA_VISIBLE_DEVICES` (NVML's indexes, `allocation::Device::Index`), at
+/// most 64.
 fn job_gpus() -> Vec<String> {
     let list = |var: &str| -> Vec<String> {
         let value = std::env::var(var).unwrap_or_default();
@@ -114,11 +131,16 @@ fn job_gpus() -> Vec<String> {
         items.take(64).map(str::to_owned).collect()
     };
     let visible = list("CUDA_VISIBLE_DEVICES");
-    let uuids = visible.iter().all(|d| crate::allocation::Device::from_uuid(d).is_some());
+    let uuids = visible
+        .iter()
+        .all(|d| crate::allocation::Device::from_uuid(d).is_some());
     if !visible.is_empty() && uuids {
         return visible;
     }
-    let numbers = list("SLURM_JOB_GPUS");
+    let numbers = match list("SLURM_JOB_GPUS") {
+        numbers if numbers.is_empty() => visible,
+        numbers => numbers,
+    };
     numbers.into_iter().filter(|n| is_job_id(n)).collect()
 }
 
@@ -126,10 +148,9 @@ fn is_job_id(text: &str) -> bool {
     !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Whether `name` (a UUID or a minor number) is the GPU `read`.
+/// Whether `name` (a UUID or an index) is the GPU `read`.
 fn names_gpu(name: &str, read: &Read) -> bool {
-    read.uuid.as_deref() == Some(name)
-        || read.minor.is_some_and(|minor| name.parse() == Ok(minor))
+    read.uuid.as_deref() == Some(name) || name.parse() == Ok(read.index)
 }
 
 /// What the NVML thread hands over.
@@ -139,7 +160,7 @@ enum Told {
     Failed(String),
 }
 
-/// Every GPU's UUID, minor number and energy counter, each GPU on a thread
+/// Every GPU's UUID and energy counter, each GPU on a thread
 /// of its own, as many as answered by `until`.
 fn read_gpus(library: &Path, until: Instant, problems: &mut Vec<String>) -> Vec<Read> {
     let threads = Threads::default();
@@ -161,10 +182,14 @@ fn read_gpus(library: &Path, until: Instant, problems: &mut Vec<String>) -> Vec<
                 };
                 let mut reader = DeviceReader::new(&handle, index, inflight);
                 let uuid = reader.read(calls::UUID, ());
-                let minor = reader.read(calls::MINOR_NUMBER, ());
                 let energy_mj = reader.read(calls::TOTAL_ENERGY, ());
                 let at_us = boot_us();
-                let read = Read { uuid, minor, energy_mj, at_us };
+                let read = Read {
+                    uuid,
+                    index,
+                    energy_mj,
+                    at_us,
+                };
                 let _ = told.send(Told::Gpu(read));
             });
         }
@@ -198,7 +223,10 @@ fn read_gpus(library: &Path, until: Instant, problems: &mut Vec<String>) -> Vec<
 fn say(message: &str) {
     eprintln!("nvidia-textfile-exporter: {message}");
     if let Ok(socket) = UnixDatagram::unbound() {
-        let line = format!("<12>nvidia-textfile-exporter[{}]: {message}", std::process::id());
+        let line = format!(
+            "<12>nvidia-textfile-exporter[{}]: {message}",
+            std::process::id()
+        );
         let _ = socket.send_to(line.as_bytes(), "/dev/log");
     }
 }

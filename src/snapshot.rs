@@ -105,9 +105,8 @@ pub struct TaskReading {
     pub window: Option<BusyWindow>,
     /// The energy counter, mJ.
     pub energy_mj: Option<u64>,
-    /// The names schedulers give it by: its minor number, and its MIG
-    /// instances' UUIDs with their GPU instance ids.
-    pub minor: Option<u32>,
+    /// Its MIG instances' UUIDs with their GPU instance ids, by which
+    /// schedulers give them.
     pub instances: Vec<(String, u32)>,
 }
 

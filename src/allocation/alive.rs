@@ -8,21 +8,32 @@
 use std::path::{Path, PathBuf};
 
 use super::Task;
+use crate::owner::slurm::is_sluid;
 
 /// QoS classes below which the kubelet puts a pod's cgroup.
 const QOS: [&str; 3] = ["", "burstable", "besteffort"];
 
 pub struct Cgroups {
-    /// `slurmstepd.scope`, where it names jobs `job_<id>`.
-    slurm: Option<PathBuf>,
+    /// `slurmstepd.scope`, and whether it names some job by SLUID (Slurm
+    /// 26.05 without `CgroupJobIdPaths=yes`) rather than `job_<id>`.
+    slurm: Option<(PathBuf, bool)>,
     /// `kubepods.slice` (systemd driver) or `kubepods` (cgroupfs driver).
     kubepods: Option<PathBuf>,
 }
 
 impl Cgroups {
     pub fn new(root: &Path) -> Cgroups {
-        let scopes = [root.join("system.slice/slurmstepd.scope"), root.join("slurmstepd.scope")];
-        let slurm = scopes.into_iter().find(|scope| names_jobs_by_number(scope));
+        let scopes = [
+            root.join("system.slice/slurmstepd.scope"),
+            root.join("slurmstepd.scope"),
+        ];
+        let slurm = scopes
+            .into_iter()
+            .find(|scope| scope.is_dir())
+            .map(|scope| {
+                let by_sluid = names_a_sluid(&scope);
+                (scope, by_sluid)
+            });
         // cgroup v2, else v1's memory hierarchy.
         let kubepods = ["", "memory"].iter().find_map(|hierarchy| {
             ["kubepods.slice", "kubepods"]
@@ -36,27 +47,28 @@ impl Cgroups {
     /// False only where the node shows its manager's cgroups without the task's.
     pub fn runs(&self, task: &Task) -> bool {
         match task {
-            Task::Slurm { job_id } => self
-                .slurm
-                .as_ref()
-                .is_none_or(|scope| scope.join(format!("job_{job_id}")).is_dir()),
+            Task::Slurm { job_id, sluid } => self.slurm.as_ref().is_none_or(|(scope, by_sluid)| {
+                let by_number = scope.join(format!("job_{job_id}")).is_dir();
+                match sluid {
+                    Some(sluid) => by_number || scope.join(sluid).is_dir(),
+                    None => by_number || *by_sluid,
+                }
+            }),
             Task::Pod { uid, .. } => self.kubepods.as_ref().is_none_or(|top| pod_runs(top, uid)),
         }
     }
 }
 
-/// A scope that names no job by SLUID (Slurm 26.05 without
-/// `CgroupJobIdPaths=yes`), whose job numbers are not in its paths.
-fn names_jobs_by_number(scope: &Path) -> bool {
+/// Whether the scope names a job by SLUID: then a job known only by its
+/// number cannot be told gone.
+fn names_a_sluid(scope: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(scope) else {
-        return false;
+        return true;
     };
     let names = entries.flatten().map(|e| e.file_name());
-    let sluid = |name: &std::ffi::OsStr| {
-        name.to_str()
-            .is_some_and(|n| n.len() == 14 && n.starts_with('s') && !n.contains('_'))
-    };
-    !names.into_iter().any(|name| sluid(&name))
+    names
+        .into_iter()
+        .any(|name| name.to_str().is_some_and(is_sluid))
 }
 
 fn pod_runs(top: &Path, uid: &str) -> bool {

@@ -2,8 +2,8 @@
 //! tools write them, one file per GPU that a job's prolog writes and its
 //! epilog removes:
 //! - `jobstats` (Princeton's jobstats, `/run/gpustat`): a file named by the
-//!   GPU's number in `SLURM_JOB_GPUS` (its minor number), or its `GPU-`/`MIG-`
-//!   UUID, holding `<job id> <uid>`;
+//!   GPU's Slurm index (`CUDA_VISIBLE_DEVICES` in the prolog), or its
+//!   `GPU-`/`MIG-` UUID, holding `<job id> <uid>`;
 //! - `dcgm` (dcgm-exporter's `--hpc-job-mapping-dir`): a file named by the
 //!   GPU's index (`<index>.<gpu instance>` for a MIG instance) holding the
 //!   ids of the jobs on it, one a line.
@@ -70,7 +70,9 @@ pub fn read(map: &JobMap, clock: &Clock) -> (Vec<Allocation>, Vec<String>) {
     };
     let (mut allocations, mut problems) = (Vec::new(), Vec::new());
     if more {
-        problems.push(named(format!("more than {MAX_FILES} files; the rest are not read")));
+        problems.push(named(format!(
+            "more than {MAX_FILES} files; the rest are not read"
+        )));
     }
     for name in names {
         match read_file(map.format, &dir.join(&name), &name, clock) {
@@ -87,7 +89,7 @@ fn read_file(
     name: &str,
     clock: &Clock,
 ) -> Result<Vec<Allocation>, String> {
-    let device = device(format, name).ok_or("a name that is no GPU")?;
+    let device = device(name).ok_or("a name that is no GPU")?;
     let Some((text, written)) = file::read(path, MAX_SIZE).map_err(|e| e.to_string())? else {
         // Removed since listed: the job ended.
         return Ok(Vec::new());
@@ -96,7 +98,11 @@ fn read_file(
     let jobs: Vec<&str> = match format {
         // `<job id> <uid>`
         Format::Jobstats => text.split_whitespace().take(1).collect(),
-        Format::Dcgm => text.lines().map(str::trim).filter(|l| !l.is_empty()).collect(),
+        Format::Dcgm => text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect(),
     };
     if jobs.len() > MAX_JOBS || !jobs.iter().all(|job| is_digits(job)) {
         return Err("not job ids".into());
@@ -112,6 +118,7 @@ fn read_file(
             device: device.clone(),
             task: Task::Slurm {
                 job_id: job.to_owned(),
+                sluid: None,
             },
             shared,
             start: Some(start),
@@ -120,17 +127,15 @@ fn read_file(
         .collect())
 }
 
-/// The device a file's name means in `format`.
-fn device(format: Format, name: &str) -> Option<Device> {
+/// The device a file's name means: a UUID, a GPU's index, or
+/// `<index>.<gpu instance>` (dcgm-exporter's, and jobstats' own exporter's).
+fn device(name: &str) -> Option<Device> {
     if let Some((device, false)) = Device::from_uuid(name) {
         return Some(device);
     }
     let number = |text: &str| is_digits(text).then(|| text.parse().ok()).flatten();
-    match format {
-        Format::Jobstats => number(name).map(Device::Minor),
-        Format::Dcgm => match name.split_once('.') {
-            Some((gpu, instance)) => Some(Device::Index(number(gpu)?, Some(number(instance)?))),
-            None => Some(Device::Index(number(name)?, None)),
-        },
+    match name.split_once('.') {
+        Some((gpu, instance)) => Some(Device::Index(number(gpu)?, Some(number(instance)?))),
+        None => Some(Device::Index(number(name)?, None)),
     }
 }

@@ -44,10 +44,11 @@ pub enum Device {
     /// A MIG instance in the form drivers before R470 printed
     /// (`MIG-GPU-<uuid>/<gpu instance>/<compute instance>`).
     Instance(String, u32),
-    /// The device's minor number (`/dev/nvidia<N>`), as Slurm's gres.conf
-    /// and jobstats number GPUs.
-    Minor(u32),
-    /// NVML's index, as DCGM numbers GPUs, and a GPU instance id on it.
+    /// NVML's index (PCI bus id order), and a GPU instance id on it: how
+    /// Slurm numbers GPUs (its GRES index: NVML's order with
+    /// `AutoDetect=nvml`, the order of gres.conf's `File=/dev/nvidia<N>`
+    /// lines without, which is the same where the driver numbered the
+    /// devices in PCI order), and jobstats and DCGM after it.
     Index(u32, Option<u32>),
 }
 
@@ -65,7 +66,9 @@ impl Device {
             let (gpu, gi) = (parts.next()?, parts.next()?.parse().ok()?);
             return is_uuid(gpu).then(|| (Device::Instance(format!("GPU-{gpu}"), gi), shared));
         }
-        let known = ["GPU-", "MIG-"].iter().any(|p| uuid.strip_prefix(p).is_some_and(is_uuid));
+        let known = ["GPU-", "MIG-"]
+            .iter()
+            .any(|p| uuid.strip_prefix(p).is_some_and(is_uuid));
         known.then(|| (Device::Uuid(uuid.to_owned()), shared))
     }
 }
@@ -84,8 +87,15 @@ fn is_digits(text: &str) -> bool {
 /// Whom a device was given.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Task {
-    Slurm { job_id: String },
-    Pod { uid: String, container: String },
+    /// By number, and by SLUID where the hook was told it (Slurm 25.11).
+    Slurm {
+        job_id: String,
+        sluid: Option<String>,
+    },
+    Pod {
+        uid: String,
+        container: String,
+    },
 }
 
 /// A known instant of an allocation: when (µs after boot), and the GPU's
@@ -136,7 +146,9 @@ pub fn read(sources: &Sources, until: Instant) -> Found {
             found.add(mapping::read(map, &clock));
         }
         let cgroups = alive::Cgroups::new(&sources.cgroupfs);
-        found.allocations.retain(|a| a.end.is_some() || cgroups.runs(&a.task));
+        found
+            .allocations
+            .retain(|a| a.end.is_some() || cgroups.runs(&a.task));
         found
     };
     bounded::call("allocations", until, read).unwrap_or_else(|_| Found {

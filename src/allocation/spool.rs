@@ -27,6 +27,9 @@ pub const KEEP_US: u64 = 3600 * 1_000_000;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     pub job_id: String,
+    /// `SLURM_JOB_SLUID`, where Slurm (25.11 and later) set it.
+    #[serde(default)]
+    pub sluid: Option<String>,
     #[serde(default)]
     pub uid: Option<u32>,
     pub gpus: Vec<GpuEdges>,
@@ -38,7 +41,7 @@ pub struct Record {
 /// One GPU of the job: how Slurm named it and its two edges.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuEdges {
-    /// A UUID, or a number: the GPU's minor number (`/dev/nvidia<N>`).
+    /// A UUID, or a number: Slurm's index of the GPU (see [`Device::Index`]).
     pub name: String,
     /// Its UUID, where NVML said.
     #[serde(default)]
@@ -54,7 +57,11 @@ impl GpuEdges {
         let by_uuid = self.uuid.as_deref().and_then(Device::from_uuid);
         match by_uuid.or_else(|| Device::from_uuid(&self.name)) {
             Some((device, _)) => Some(device),
-            None if is_digits(&self.name) => self.name.parse().ok().map(Device::Minor),
+            None if is_digits(&self.name) => self
+                .name
+                .parse()
+                .ok()
+                .map(|index| Device::Index(index, None)),
             None => None,
         }
     }
@@ -74,11 +81,16 @@ pub fn read(dir: &Path) -> (Vec<Allocation>, Vec<String>) {
     };
     let mut problems = Vec::new();
     if more {
-        problems.push(named(format!("more than {MAX_RECORDS}; the rest are not read")));
+        problems.push(named(format!(
+            "more than {MAX_RECORDS}; the rest are not read"
+        )));
     }
     let mut allocations = Vec::new();
     for name in names {
-        let Some(job_id) = name.strip_prefix("job_").and_then(|n| n.strip_suffix(".json")) else {
+        let Some(job_id) = name
+            .strip_prefix("job_")
+            .and_then(|n| n.strip_suffix(".json"))
+        else {
             continue;
         };
         match load_from(&dir.join(&name)) {
@@ -97,6 +109,7 @@ pub fn read(dir: &Path) -> (Vec<Allocation>, Vec<String>) {
 fn allocations_of(record: &Record) -> Vec<Allocation> {
     let task = Task::Slurm {
         job_id: record.job_id.clone(),
+        sluid: record.sluid.clone(),
     };
     record
         .gpus
@@ -116,8 +129,10 @@ fn allocations_of(record: &Record) -> Vec<Allocation> {
 /// A record left open on a GPU that a later job's prolog took ends there.
 fn close_taken(allocations: &mut [Allocation]) {
     let mut starts: BTreeMap<&Device, Vec<Edge>> = BTreeMap::new();
-    let snapshot: Vec<(Device, Option<Edge>)> =
-        allocations.iter().map(|a| (a.device.clone(), a.start)).collect();
+    let snapshot: Vec<(Device, Option<Edge>)> = allocations
+        .iter()
+        .map(|a| (a.device.clone(), a.start))
+        .collect();
     for (device, start) in &snapshot {
         if let Some(start) = start {
             starts.entry(device).or_default().push(*start);
@@ -153,7 +168,10 @@ pub fn load(dir: &Path, job_id: &str) -> Result<Option<Record>, String> {
 /// missing.
 pub fn store(dir: &Path, record: &Record) -> io::Result<()> {
     if !dir.is_dir() {
-        fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
     }
     let mut temp = tempfile::Builder::new()
         .prefix(".job_")

@@ -77,7 +77,6 @@ fn read(gpu: &mut Gpu<'_>) {
         .filter(|_| !gpu.fetched.shares_failed);
     if gpu.keeps_totals() {
         gpu.next_state().tasks = gpu.previous_state().tasks.clone();
-        let minor = gpu.nvml.read(calls::MINOR_NUMBER, ());
         let instances = mig::devices(&mut gpu.nvml)
             .iter()
             .filter_map(|mig| {
@@ -88,7 +87,6 @@ fn read(gpu: &mut Gpu<'_>) {
         gpu.tasks = Some(TaskReading {
             window,
             energy_mj,
-            minor,
             instances,
         });
     }
@@ -143,7 +141,14 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 }
             })
             .collect();
-        let given = given(&found.allocations, device, &reading, &seen, &state.tasks, run.owners);
+        let given = given(
+            &found.allocations,
+            device,
+            &reading,
+            &seen,
+            &state.tasks,
+            run.owners,
+        );
         let accounted = account(
             &state.tasks,
             now_us,
@@ -230,19 +235,20 @@ fn given(
     for allocation in allocations {
         let instance = match &allocation.device {
             AllocatedDevice::Uuid(uuid) if *uuid == device.uuid => None,
-            AllocatedDevice::Uuid(uuid) => match reading.instances.iter().find(|(u, _)| u == uuid) {
-                Some(&(_, gi)) => Some(gi),
-                None => continue,
-            },
+            AllocatedDevice::Uuid(uuid) => {
+                match reading.instances.iter().find(|(u, _)| u == uuid) {
+                    Some(&(_, gi)) => Some(gi),
+                    None => continue,
+                }
+            }
             AllocatedDevice::Instance(uuid, gi) if *uuid == device.uuid => Some(*gi),
-            AllocatedDevice::Minor(minor) if reading.minor == Some(*minor) => None,
             AllocatedDevice::Index(index, gi) if *index == device.index => *gi,
             _ => continue,
         };
         let task = match &allocation.task {
-            Task::Slurm { job_id } => Owner::Slurm(Job {
+            Task::Slurm { job_id, sluid } => Owner::Slurm(Job {
                 job_id: Some(job_id.clone()),
-                sluid: None,
+                sluid: sluid.clone(),
             }),
             Task::Pod { uid, container } => owners.pod(uid.clone(), container.clone()),
         };
@@ -278,9 +284,13 @@ fn given(
 /// container's name where both know it.
 fn same_task(a: &Owner, b: &Owner) -> bool {
     match (a, b) {
-        (Owner::Slurm(a), Owner::Slurm(b)) => a.job_id.is_some() && a.job_id == b.job_id,
+        (Owner::Slurm(a), Owner::Slurm(b)) => {
+            (a.job_id.is_some() && a.job_id == b.job_id)
+                || (a.sluid.is_some() && a.sluid == b.sluid)
+        }
         (Owner::Pod(a), Owner::Pod(b)) => {
-            a.uid == b.uid && (a.container.is_none() || b.container.is_none() || a.container == b.container)
+            a.uid == b.uid
+                && (a.container.is_none() || b.container.is_none() || a.container == b.container)
         }
         _ => false,
     }

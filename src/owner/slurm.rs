@@ -54,7 +54,7 @@ fn job_number(component: &str) -> Option<String> {
 
 /// Whether `text` is a SLUID as Slurm prints it: `s` and 13 characters of
 /// Crockford's base 32 (digits and capitals but I, L, O and U).
-fn is_sluid(text: &str) -> bool {
+pub(crate) fn is_sluid(text: &str) -> bool {
     let crockford = |b: u8| b.is_ascii_digit() || (b.is_ascii_uppercase() && !b"ILOU".contains(&b));
     text.len() == 14 && text.starts_with('s') && text.bytes().skip(1).all(crockford)
 }

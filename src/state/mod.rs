@@ -287,10 +287,10 @@ mod tests {
                 ),
             ),
             (
-                Problem::UntrustedFile(dir.join("state"), Distrust::TooLong(24 << 20)),
+                Problem::UntrustedFile(dir.join("state"), Distrust::TooLong(26 << 20)),
                 format!(
-                    "the state is not trusted: /var/lib/x/state is 25165824 bytes long, more \
-                     than the 23068672 that 64 GPUs need; this run replaces it; {rule}"
+                    "the state is not trusted: /var/lib/x/state is 27262976 bytes long, more \
+                     than the 25165824 that 64 GPUs need; this run replaces it; {rule}"
                 ),
             ),
             (
@@ -306,8 +306,8 @@ mod tests {
                     .into(),
             ),
             (
-                Problem::TooLarge(24 << 20),
-                "the state keeps no more: the state would be 25165824 bytes, more than 23068672; \
+                Problem::TooLarge(26 << 20),
+                "the state keeps no more: the state would be 27262976 bytes, more than 25165824; \
                  not stored"
                     .into(),
             ),

@@ -248,7 +248,10 @@ pub fn account(
             |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
         let held: BTreeMap<&Holder, u64> = holding
             .iter()
-            .filter(|holder| seen.iter().any(|p| p.listed && p.now.as_ref().is_some_and(|(h, _)| h == **holder)))
+            .filter(|holder| {
+                seen.iter()
+                    .any(|p| p.listed && p.now.as_ref().is_some_and(|(h, _)| h == **holder))
+            })
             .map(|&holder| (holder, held_since(holder, seen, since_us, now_us)))
             .collect();
         if let Some(window) = window.filter(|_| all > 0) {
@@ -280,8 +283,13 @@ pub fn account(
         // A whole GPU given to one holder alone: its energy between the edges.
         for &(g, from, to) in spans.iter().filter(|(g, _, _)| alone.contains(&&g.holder)) {
             let Some(counter) = counter else { break };
-            let mj = counter.at(to).saturating_sub(counter.at(from)).min(spent - given_mj);
-            if charge(&g.holder, &|t: &mut Totals| add(&mut t.energy_mj, mj, MAX_MJ)) {
+            let mj = counter
+                .at(to)
+                .saturating_sub(counter.at(from))
+                .min(spent - given_mj);
+            if charge(&g.holder, &|t: &mut Totals| {
+                add(&mut t.energy_mj, mj, MAX_MJ)
+            }) {
                 given_mj += mj;
             }
         }
@@ -292,12 +300,16 @@ pub fn account(
             .filter(|(holder, _)| !alone.contains(holder))
             .map(|(holder, &share)| (holder, share))
             .collect();
-        let all_others = others.values().fold(unknown, |all, &s| all.saturating_add(s));
+        let all_others = others
+            .values()
+            .fold(unknown, |all, &s| all.saturating_add(s));
         let idle: Vec<&&Holder> = holding.iter().filter(|h| !alone.contains(h)).collect();
         if all_others > 0 {
             for (holder, &share) in &others {
                 let part = (u128::from(rest) * u128::from(share) / u128::from(all_others)) as u64;
-                if charge(holder, &|t: &mut Totals| add(&mut t.energy_mj, part, MAX_MJ)) {
+                if charge(holder, &|t: &mut Totals| {
+                    add(&mut t.energy_mj, part, MAX_MJ)
+                }) {
                     given_mj = given_mj.saturating_add(part);
                 }
             }
@@ -312,7 +324,9 @@ pub fn account(
         }
         for &(g, from, to) in &spans {
             let allocated = to.0.saturating_sub(from.0);
-            charge(&g.holder, &|t: &mut Totals| add(&mut t.allocated_us, allocated, MAX_US));
+            charge(&g.holder, &|t: &mut Totals| {
+                add(&mut t.allocated_us, allocated, MAX_US)
+            });
         }
     } else {
         for holder in &holding {
@@ -376,7 +390,11 @@ fn alone<'g>(spans: &[Span<'g>]) -> Vec<&'g Holder> {
     let mut alone: Vec<&Holder> = spans
         .iter()
         .filter(|a| a.0.whole)
-        .filter(|a| !spans.iter().any(|b| b.0.holder != a.0.holder && overlaps(a, b)))
+        .filter(|a| {
+            !spans
+                .iter()
+                .any(|b| b.0.holder != a.0.holder && overlaps(a, b))
+        })
         .map(|a| &a.0.holder)
         .collect();
     alone.dedup();
@@ -650,7 +668,15 @@ mod tests {
         assert_eq!(totals_of(&failed, &a).energy_mj, 0);
         assert_eq!(failed.unattributed_mj, 0);
         // 15 s later: 9 kJ since the baseline, split 3:1.
-        let later = account(&failed, NOW + 15 * S, Some(10_000_000), Some(WINDOW), &seen, &[]).ledger;
+        let later = account(
+            &failed,
+            NOW + 15 * S,
+            Some(10_000_000),
+            Some(WINDOW),
+            &seen,
+            &[],
+        )
+        .ledger;
         assert_eq!(totals_of(&later, &a).energy_mj, 6_750_000);
         assert_eq!(totals_of(&later, &b).energy_mj, 2_250_000);
         assert_eq!(later.unattributed_mj, 0);

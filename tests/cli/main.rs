@@ -24,6 +24,7 @@ use test_support::{
 const EXE: &str = env!("CARGO_BIN_EXE_nvidia-textfile-exporter");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
+mod allocations;
 mod attacks_44;
 mod attacks_45;
 mod command_line;

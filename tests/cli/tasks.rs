@@ -80,8 +80,14 @@ pub(super) struct Runs {
 
 impl Runs {
     pub(super) fn new(tree: &Tree) -> Runs {
+        Runs::with(tree, &[])
+    }
+
+    /// Runs with `more` arguments after the tree's.
+    pub(super) fn with(tree: &Tree, more: &[String]) -> Runs {
         let state = tempfile::tempdir().unwrap();
-        let (t0, args) = (now_on_the_sample_grid(), tree.args());
+        let (t0, mut args) = (now_on_the_sample_grid(), tree.args());
+        args.extend_from_slice(more);
         Runs { t0, state, args }
     }
 
