@@ -236,7 +236,8 @@ fn a_replica_and_a_mig_instance_are_given_but_not_whole() {
 /// step says so (success 0) and the other sources still count.
 #[test]
 fn a_damaged_or_hostile_source_costs_only_its_own_allocations() {
-    let cases: [(&str, fn(&Node)); 4] = [
+    type Damage = fn(&Node);
+    let cases: [(&str, Damage); 4] = [
         ("not json", |n| n.write("checkpoint", "{\"Data\":")),
         ("writable by others", |n| {
             n.write(
