@@ -34,6 +34,15 @@ repository root (`make gpu-check` builds what it needs and runs it):
     the exact window the samples covered, the
     tasks' energy plus the unattributed energy equal to the GPU's energy
     counter's growth within 1 %, each task's time held within 1 s;
+  - allocations: a Slurm-shaped job whose hook runs at its prolog, that
+    idles 20 s, runs a known load (2 s / 2 s) in its job cgroup for 40 s,
+    idles 10 s and ends with its epilog hook, the exporter on the timer's
+    grid throughout: the job's seconds allocated within 0.2 s of epilog -
+    prolog, its energy within 1 % of the GPU's counter read by the test
+    before the prolog and after the epilog, its busy seconds within 2 % of
+    its life of the load's timeline; then a pod given the GPU by a kubelet
+    checkpoint with no process, 3 runs: seconds allocated within 0.2 s of
+    each window, all of the GPU's energy (within 1 %), no busy time;
   - encoder and decoder: the H200 has no NVENC, and no load here drives the
     decoder: both are left out of the suite (said in a line).
 - with CAPTURE_TOOL and OUT_DIR: an NVML capture of the idle GPU and one under
@@ -43,6 +52,8 @@ repository root (`make gpu-check` builds what it needs and runs it):
 One PASS/FAIL line a reading; the last line is `N passed, M failed`; exit
 status 1 when any failed. About six minutes.
 """
+import ctypes
+import json
 import os
 import re
 import subprocess
@@ -122,9 +133,10 @@ class Load:
 class Exporter:
     """Runs on the 15 s grid, as the timer does, with its own state."""
 
-    def __init__(self):
+    def __init__(self, *extra):
         self.state = tempfile.mkdtemp(prefix="check-state-")
         self.journal = tempfile.mkdtemp(prefix="check-journal-")
+        self.extra = list(extra)
 
     def run(self):
         # The timer's grid: the next multiple of 15 s of the wall clock.
@@ -132,7 +144,7 @@ class Exporter:
         out = subprocess.run(
             [EXPORTER, "--stdout", "--write-state", "--state-dir", self.state,
              "--journal-dir", self.journal, "--timeout", "14s", "--gpm-window", "auto",
-             "--collector", "processes"],
+             "--collector", "processes", *self.extra],
             capture_output=True, text=True,
             env={**os.environ, "RUST_LOG": "nvidia_textfile_exporter::samples=debug,warn"})
         if out.returncode != 0:
@@ -280,6 +292,104 @@ def tasks():
               0.01 * (spent or 0))
 
 
+JOB_CGROUP = "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_5150"
+JOB = (("slurm_job_id", "5150"),)
+IDLE_POD_UID = "0b6a7c52-1d2e-4f3a-8b9c-0d1e2f3a4b5c"
+IDLE_POD = (("k8s_container_name", "notebook"), ("k8s_namespace_name", "ml"),
+            ("k8s_pod_name", "notebook-0"), ("k8s_pod_uid", IDLE_POD_UID))
+_nvml = []
+
+
+def energy_mj():
+    """The GPU's energy counter, read through NVML by the test itself."""
+    if not _nvml:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        lib.nvmlInit_v2()
+        handle = ctypes.c_void_p()
+        lib.nvmlDeviceGetHandleByIndex_v2(int(GPU), ctypes.byref(handle))
+        _nvml.extend([lib, handle])
+    energy = ctypes.c_ulonglong()
+    _nvml[0].nvmlDeviceGetTotalEnergyConsumption(_nvml[1], ctypes.byref(energy))
+    return energy.value
+
+
+def hook(when, hook_dir):
+    """The Slurm hook as slurmd runs it; the middle of its run (wall clock)."""
+    started = time.time()
+    out = subprocess.run([EXPORTER, "--slurm-hook", when, "--slurm-hook-dir", hook_dir],
+                         capture_output=True, text=True,
+                         env={**os.environ, "SLURM_JOB_ID": "5150", "SLURM_JOB_UID": "0", "SLURM_JOB_GPUS": GPU})
+    if out.returncode != 0 or out.stderr.strip():
+        print(f"# hook {when}: status {out.returncode} {out.stderr.strip()}", flush=True)
+    return (started + time.time()) / 2
+
+
+def allocations():
+    """A Slurm-shaped job: its hook at t0, 20 s idle, a known load in its
+    cgroup for 40 s, 10 s idle, its epilog hook; the exporter running on the
+    timer's grid throughout. Then a pod given the GPU by a checkpoint file
+    with no process."""
+    print("# allocations: a job (prolog, 20 s idle, 40 s load, 10 s idle, epilog), then an idle pod",
+          flush=True)
+    hook_dir = tempfile.mkdtemp(prefix="check-hook-")
+    checkpoint = Path(tempfile.mkdtemp(prefix="check-kubelet-"), "kubelet_internal_checkpoint")
+    exporter = Exporter("--slurm-hook-dir", hook_dir, "--kubelet-checkpoint", str(checkpoint))
+    taken, stop = [], threading.Event()
+
+    def timer():
+        while not stop.is_set():
+            taken.append(window_values(exporter.run()))
+    ticking = threading.Thread(target=timer)
+    ticking.start()
+    time.sleep(PERIOD + 2)
+    os.makedirs(JOB_CGROUP, exist_ok=True)
+    before = energy_mj()
+    prolog = hook("prolog", hook_dir)
+    time.sleep(20)
+    load = Load("spin", 2000, 2000, 140, 0, 264, 1024, cgroup=f"{JOB_CGROUP}/step_0/user/task_0")
+    time.sleep(40 - Load.PHASE_END)
+    phases = load.stop()
+    time.sleep(10)
+    epilog = hook("epilog", hook_dir)
+    after = energy_mj()
+    for sub in ("step_0/user/task_0", "step_0/user", "step_0", ""):
+        os.rmdir(f"{JOB_CGROUP}/{sub}".rstrip("/"))
+    time.sleep(PERIOD + 1)
+    stop.set()
+    ticking.join()
+    last = taken[-1]["tasks"]
+    life = epilog - prolog
+    check(f"job seconds allocated = epilog - prolog ({life:.3f} s)",
+          last.get(("nvidia_gpu_task_allocated_seconds_total", JOB)), life, 0.2)
+    spent = (after - before) / 1e3
+    check(f"job energy = the GPU's counter from before the prolog to after the epilog ({spent:.1f} J)",
+          last.get(("nvidia_gpu_task_energy_joules_total", JOB)), spent, 0.01 * spent)
+    busy = busy_fraction(phases, prolog, epilog) * life
+    check(f"job busy seconds = its load's timeline ({busy:.3f} s, within 2 % of its {life:.1f} s)",
+          last.get(("nvidia_gpu_task_busy_seconds_total", JOB)), busy, BUSY_TOLERANCE * life)
+
+    uuid = subprocess.run(["nvidia-smi", "-i", GPU, "--query-gpu=uuid", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+    os.makedirs("/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+                f"{IDLE_POD_UID.replace('-', '_')}.slice", exist_ok=True)
+    os.makedirs(f"/var/log/pods/ml_notebook-0_{IDLE_POD_UID}/notebook", exist_ok=True)
+    entry = {"PodUID": IDLE_POD_UID, "ContainerName": "notebook", "ResourceName": "nvidia.com/gpu",
+             "DeviceIDs": {"-1": [uuid]}, "AllocResp": ""}
+    checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": [entry], "RegisteredDevices": {}},
+                                      "Checksum": 0}))
+    taken = [window_values(exporter.run()) for _ in range(4)]
+    for i, (before, now) in enumerate(zip(taken, taken[1:]), 1):
+        grown = lambda family: (now["tasks"].get((family, IDLE_POD), 0.0)  # noqa: E731
+                                - before["tasks"].get((family, IDLE_POD), 0.0))
+        window = now["ts"] - before["ts"]
+        check(f"run {i} idle pod's seconds allocated (window {window:.2f} s)",
+              grown("nvidia_gpu_task_allocated_seconds_total"), window, 0.2)
+        spent = delta(now, before, "energy")
+        check(f"run {i} idle pod's energy = the GPU's ({spent:.1f} J)",
+              grown("nvidia_gpu_task_energy_joules_total"), spent, 0.01 * (spent or 0))
+        check(f"run {i} idle pod's busy seconds", grown("nvidia_gpu_task_busy_seconds_total"), 0.0, 0.0)
+
+
 def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, GPU {GPU}: {driver()}", flush=True)
     static()
@@ -338,6 +448,7 @@ def main():
             check(f"run {i} GPM {key} active ratio ({scale:.0%} while busy)", now[key], scale * gpm)
 
     tasks()
+    allocations()
 
     print("# encoder/decoder: not checked (no NVENC on this chip, no decoder load)")
     print(f"{results['passed']} passed, {results['failed']} failed")
