@@ -21,7 +21,7 @@ use crate::owner::slurm::Job;
 use crate::owner::{with_ids, Owner, Owners};
 use crate::procfs;
 use crate::snapshot::{Device, LabelValue, TaskReading};
-use crate::state::schema::Damage;
+use crate::state::schema::{Damage, MAX_SAID};
 use crate::state::Problem;
 use crate::task::{account, Given, Holder, Ledger, Seen, MAX_HOLDERS};
 
@@ -104,9 +104,15 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
     let (mut refused, mut damaged) = (false, None);
     let found = allocation::read(&run.inputs.allocations, run.until);
+    // Each problem logged when it begins, not every run while it lasts.
+    let said = &run.state.previous().said;
     for problem in &found.problems {
-        log::warn!("{problem}; those allocations are not counted");
+        match said.contains(problem) {
+            false => log::warn!("{problem}; those allocations are not counted"),
+            true => log::debug!("{problem} (still)"),
+        }
     }
+    run.state.next().said = found.problems.iter().take(MAX_SAID).cloned().collect();
     for device in &mut run.snapshot.devices {
         let Some(reading) = device.tasks.take() else {
             continue;

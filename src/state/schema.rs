@@ -35,6 +35,8 @@ pub const MAX_PART_BYTES: usize = 512;
 /// The most unsupported calls one GPU keeps (about 60 calls are declared,
 /// some of them per clock, link or counter).
 pub const MAX_UNSUPPORTED: usize = 256;
+/// The most problems [`State::said`] keeps.
+pub const MAX_SAID: usize = 16;
 /// A larger state file is not ours. Every bound filled, with NVML's
 /// identifiers, takes 22.6 MiB: per GPU under 352 KiB (its task ledger, 256
 /// holders of up to 1 KiB with their totals and 1024 processes, 313 KiB; 256
@@ -83,6 +85,10 @@ pub struct State {
     /// Per GPU UUID.
     #[serde(deserialize_with = "gpus")]
     pub gpus: BTreeMap<String, GpuState>,
+    /// The host's problems the last run logged (its allocation sources'),
+    /// at most [`MAX_SAID`]: one that lasts is logged once, when it begins.
+    #[serde(deserialize_with = "said")]
+    pub said: Vec<String>,
 }
 
 /// One GPU's state: its identity and [`Self::carries`] last the boot, the
@@ -300,6 +306,11 @@ fn fixed_labels<'de, D: Deserializer<'de>>(
     let read: BTreeMap<String, Option<Labels>> = bounded::map(d, MAX_FIXED, "fixed readings")?;
     let labels = |(name, labels): (String, Option<Labels>)| (name, labels.map(|l| l.0));
     Ok(read.into_iter().map(labels).collect())
+}
+
+/// [`State::said`]: at most [`MAX_SAID`].
+fn said<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    bounded::seq(d, MAX_SAID, "problems said")
 }
 
 /// [`GpuState::parts`]: at most [`MAX_PARTS`].

@@ -270,8 +270,13 @@ fn a_damaged_or_hostile_source_costs_only_its_own_allocations() {
         damage(&node);
         node.write("jobstats/1", "4713 1000\n");
         let runs = node.runs();
-        runs.at("tasks", runs.t0);
-        let second = runs.at("tasks", runs.t0 + 15 * SECOND);
+        let first = runs.outcome_at("tasks", runs.t0);
+        let said = "those allocations are not counted";
+        assert!(first.err().contains(said), "{case}: {}", first.err());
+        // Said once, when it began; the step says it every run.
+        let second = runs.outcome_at("tasks", runs.t0 + 15 * SECOND);
+        assert!(!second.err().contains(said), "{case}: {}", second.err());
+        let second = second.text();
         let success = value_in(
             &second,
             "nvidia_gpu_collector_success",
