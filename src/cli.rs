@@ -146,6 +146,16 @@ pub struct Cli {
     )]
     pub kubelet_checkpoint: PathBuf,
 
+    /// NVIDIA's DRA driver's checkpoint: the GPUs and MIG instances of the
+    /// resource claims it prepared, given to the pods they are reserved for.
+    /// A missing file is a node without the driver.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json"
+    )]
+    pub dra_checkpoint: PathBuf,
+
     /// Where the Slurm hook (--slurm-hook) keeps its records of the jobs'
     /// GPUs, read by every run.
     #[arg(
@@ -270,6 +280,7 @@ impl Cli {
             container_logs: self.container_log_dir.clone(),
             allocations: Sources {
                 kubelet_checkpoint: self.kubelet_checkpoint.clone(),
+                dra_checkpoint: self.dra_checkpoint.clone(),
                 slurm_hook_dir: self.slurm_hook_dir.clone(),
                 job_maps: self.job_maps.clone(),
                 cgroupfs: self.cgroupfs.clone(),

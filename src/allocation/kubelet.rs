@@ -95,7 +95,7 @@ fn parse(entries: Vec<serde_json::Value>) -> (Vec<Allocation>, Vec<String>) {
             };
             let task = Task::Pod {
                 uid: entry.pod_uid.clone(),
-                container: entry.container.clone(),
+                container: Some(entry.container.clone()),
             };
             allocations.push(Allocation {
                 device,

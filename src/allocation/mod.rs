@@ -1,7 +1,8 @@
 //! What the node's schedulers gave whom: the GPUs and MIG instances
 //! allocated to a Slurm job or a pod, whether or not a process runs on them,
 //! read from the node's own files (no API, no credentials). One file per
-//! source: the kubelet's device-plugin checkpoint ([`kubelet`]), the Slurm
+//! source: the kubelet's device-plugin checkpoint ([`kubelet`]), NVIDIA's
+//! DRA driver's checkpoint ([`dra`]), the Slurm
 //! hook's records ([`spool`], exact edges), and the mapping directories
 //! sites keep for other tools ([`mapping`]). A file is read only if root or
 //! the running user wrote it and no one else can change it ([`file`]); a
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::bounded;
 
 mod alive;
+mod dra;
 mod file;
 mod kubelet;
 mod mapping;
@@ -30,6 +32,7 @@ pub use mapping::JobMap;
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
     pub kubelet_checkpoint: PathBuf,
+    pub dra_checkpoint: PathBuf,
     pub slurm_hook_dir: PathBuf,
     pub job_maps: Vec<JobMap>,
     /// The control group root, which tells a job or pod that still runs.
@@ -92,9 +95,10 @@ pub enum Task {
         job_id: String,
         sluid: Option<String>,
     },
+    /// A pod's container; a DRA claim names only the pod.
     Pod {
         uid: String,
-        container: String,
+        container: Option<String>,
     },
 }
 
@@ -141,6 +145,7 @@ pub fn read(sources: &Sources, until: Instant) -> Found {
         let mut found = Found::default();
         let clock = Clock::now();
         found.add(kubelet::read(&sources.kubelet_checkpoint));
+        found.add(dra::read(&sources.dra_checkpoint));
         found.add(spool::read(&sources.slurm_hook_dir));
         for map in &sources.job_maps {
             found.add(mapping::read(map, &clock));

@@ -148,10 +148,10 @@ impl Owners {
     }
 
     /// A pod's container, named as a process of it would be.
-    pub fn pod(&self, uid: String, container: String) -> Owner {
+    pub fn pod(&self, uid: String, container: Option<String>) -> Owner {
         let names = self.managers.kubernetes.names(&self.node);
         Owner::Pod(kubernetes::Pod {
-            container: Some(container),
+            container,
             ..names.pod(uid, None)
         })
     }

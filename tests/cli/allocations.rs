@@ -53,6 +53,8 @@ impl Node {
         [
             "--kubelet-checkpoint",
             &self.path("checkpoint"),
+            "--dra-checkpoint",
+            &self.path("dra.json"),
             "--slurm-hook-dir",
             &self.path("hook"),
             "--job-map",
@@ -190,6 +192,58 @@ fn a_pod_given_a_gpu_without_a_process_counts_its_time_and_energy() {
             ),
             Some(1.0)
         );
+    }
+}
+
+/// NVIDIA's DRA driver's checkpoint, as release 25.12 writes it (v2 with
+/// v1 beside it; a MIG instance under `concrete`) and as 25.3 did (v1
+/// alone): the completed claims' devices given to the pods they are
+/// reserved for; a claim still being prepared is not given yet.
+#[test]
+fn a_dra_claim_gives_its_devices_to_its_pods() {
+    let claim = |state: &str, uid: &str, devices: &str| {
+        format!(
+            "{{\"checkpointState\":\"{state}\",\"status\":{{\"reservedFor\":[{{\"resource\":\"pods\",\"name\":\"notebook-0\",\"uid\":\"{uid}\"}}]}},\"preparedDevices\":[{{\"devices\":[{devices}],\"configState\":{{}}}}]}}"
+        )
+    };
+    let gpu = |uuid: &str| {
+        format!("{{\"gpu\":{{\"info\":{{\"uuid\":\"{uuid}\"}},\"device\":{{\"DeviceName\":\"gpu-1\"}}}},\"mig\":null}}")
+    };
+    let v2 = format!(
+        "{{\"checksum\":1,\"v1\":{{\"preparedClaims\":{{}}}},\"v2\":{{\"checksum\":2,\"preparedClaims\":{{\"c1\":{},\"c2\":{}}}}}}}",
+        claim("PrepareCompleted", IDLE_POD, &gpu(GPU1)),
+        claim("PrepareStarted", POD, &gpu(GPU0)),
+    );
+    let v1 = format!(
+        "{{\"checksum\":1,\"v1\":{{\"preparedClaims\":{{\"c1\":{}}}}}}}",
+        claim("", IDLE_POD, &gpu(GPU1)).replace("\"checkpointState\":\"\",", "")
+    );
+    for checkpoint in [v2, v1] {
+        let node = Node::new();
+        node.pod_runs(IDLE_POD);
+        node.pod_runs(POD);
+        node.write("dra.json", &checkpoint);
+        let runs = node.runs();
+        runs.at("tasks", runs.t0);
+        let second = runs.at("tasks", runs.t0 + 15 * SECOND);
+        assert!(
+            task_value(&second, ALLOCATED, "1", &pod(IDLE_POD)) > 0.0,
+            "{checkpoint}"
+        );
+        assert!(
+            close(task_value(&second, ENERGY, "1", &pod(IDLE_POD)), 3000.0),
+            "{second}"
+        );
+        assert!(
+            select(&parsed(&second), ALLOCATED, &pod(POD)).is_empty(),
+            "{second}"
+        );
+        let success = value_in(
+            &second,
+            "nvidia_gpu_collector_success",
+            &[("collector", "tasks")],
+        );
+        assert_eq!(success, Some(1.0), "{second}");
     }
 }
 
