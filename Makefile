@@ -45,7 +45,9 @@ DEMO_NODE := tests/fixtures/demo-node
 demo: build
 	mkdir -p demo
 	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state \
-		--procfs $(DEMO_NODE)/proc --pod-log-dir $(DEMO_NODE)/pods --container-log-dir $(DEMO_NODE)/containers; \
+		--procfs $(DEMO_NODE)/proc --pod-log-dir $(DEMO_NODE)/pods --container-log-dir $(DEMO_NODE)/containers \
+		--kubelet-checkpoint $(DEMO_NODE)/kubelet_internal_checkpoint --dra-checkpoint $(DEMO_NODE)/dra.json \
+		--job-map jobstats:$(DEMO_NODE)/gpustat --slurm-hook-dir $(DEMO_NODE)/slurm --cgroupfs $(DEMO_NODE)/cgroup; \
 	status=$$?; python3 -c "$$DEMO_SUMMARY" demo/nvidia_gpu.prom $$status
 
 # The demo's summary: per GPU what a person looks at first, read from the
@@ -97,10 +99,11 @@ def named(who):
             return show.format(who[key], **who)
     return "?"
 if tasks:
-    print(f"\n{'gpu':>3}  {'task':<34}  {'busy':>8}  {'energy':>10}  {'held':>8}  {'memory':>9}")
+    print(f"\n{'gpu':>3}  {'task':<34}  {'allocated':>9}  {'busy':>8}  {'energy':>10}  {'held':>8}  {'memory':>9}")
 for (index, who), task in sorted(tasks.items()):
     memory = f"{task['memory_used_bytes'] / 2**30:.1f} GiB" if "memory_used_bytes" in task else "-"
-    print(f"{index:>3}  {named(who):<34}  {task.get('busy_seconds_total', 0):>7.1f}s  "
+    allocated = f"{task['allocated_seconds_total']:.1f}s" if "allocated_seconds_total" in task else "-"
+    print(f"{index:>3}  {named(who):<34}  {allocated:>9}  {task.get('busy_seconds_total', 0):>7.1f}s  "
           f"{task.get('energy_joules_total', 0):>9.0f}J  {task.get('held_seconds_total', 0):>7.1f}s  {memory:>9}")
 print(f"full file: {path} ({lines} lines)")
 sys.exit(int(status))

@@ -194,7 +194,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                     .samples
                     .push(TASK_BUSY.sample_some(labels.clone(), busy));
             }
-            if totals.allocated_us > 0 {
+            if totals.allocated_us > 0 || given.iter().any(|g| g.holder == *holder) {
                 let allocated = totals.allocated_us as f64 / 1e6;
                 device
                     .samples

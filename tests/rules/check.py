@@ -460,7 +460,10 @@ def exporter_output(binary, fake):
     runs.append(("demo-h100x8.toml with the demo node's tasks",
                  [binary, "--nvml-lib", fake, "--stdout", "--timeout", "2s", *no_state,
                   "--procfs", os.path.join(node, "proc"), "--pod-log-dir", os.path.join(node, "pods"),
-                  "--container-log-dir", os.path.join(node, "containers")],
+                  "--container-log-dir", os.path.join(node, "containers"),
+                  "--kubelet-checkpoint", os.path.join(node, "kubelet_internal_checkpoint"),
+                  "--job-map", "jobstats:" + os.path.join(node, "gpustat"),
+                  "--cgroupfs", os.path.join(node, "cgroup")],
                  dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "demo-h100x8.toml"))))
     # XID series: a journal with an XID for GPU 0 of h100x8 and one for a bus id
     # that no GPU has, SXids and a GPU fallen off the bus, written as journald
