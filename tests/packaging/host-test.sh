@@ -36,8 +36,9 @@ trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
 say "static checks"
-check "shellcheck: maintainer scripts (sh)" \
-    shellcheck -s sh "$ROOT"/packaging/debian/postinst "$ROOT"/packaging/debian/postrm
+check "shellcheck: maintainer scripts and the Slurm examples (sh)" \
+    shellcheck -s sh "$ROOT"/packaging/debian/postinst "$ROOT"/packaging/debian/postrm \
+        "$ROOT"/packaging/examples/slurm/prolog "$ROOT"/packaging/examples/slurm/epilog
 check "shellcheck: build and test scripts" \
     shellcheck -x "$ROOT"/packaging/build-package.sh "$ROOT"/tests/packaging/*.sh
 
@@ -64,7 +65,8 @@ done
 contents=$(dpkg-deb -c "$DEB_OLD" | awk '{ print $6 }' | sed 's|^\./|/|')
 for path in "/usr/bin/$PACKAGE" /usr/lib/systemd/system/$PACKAGE.service /usr/lib/systemd/system/$PACKAGE.timer \
     "/etc/default/$PACKAGE" /usr/share/man/man1/$PACKAGE.1.gz /usr/share/doc/$PACKAGE/copyright \
-    /usr/share/doc/$PACKAGE/changelog.Debian.gz /usr/share/doc/$PACKAGE/examples/cron.d/$PACKAGE; do
+    /usr/share/doc/$PACKAGE/changelog.Debian.gz /usr/share/doc/$PACKAGE/examples/cron.d/$PACKAGE \
+    /usr/share/doc/$PACKAGE/examples/slurm/prolog /usr/share/doc/$PACKAGE/examples/slurm/epilog; do
     check "package holds $path" grep -qxF "$path" <<<"$contents"
 done
 if [ -f "$ROOT/README.md" ]; then

@@ -17,6 +17,9 @@
 #  - a shared textfile directory keeps its owner and mode; a deleted one fails
 #    the run with exit status 7 (logged), not the unit with 226/NAMESPACE;
 #  - the cron example, installed by hand, runs the exporter 15 s apart;
+#  - the Slurm hook, run as slurmd runs it, records a job's GPU, which the
+#    sandboxed timer's runs count; without NVML it exits 0 and says why in the
+#    journal;
 #  - dpkg -r stops the timer and deletes the output, dpkg -P leaves nothing.
 # Then it powers the container off.
 #
@@ -322,6 +325,26 @@ EOF
         ct test -s /var/lib/nvidia-textfile-exporter/state
     check "healthy runs use the previous run's state (state_ok 1)" \
         test "$(metric "$WORK/metrics" nvidia_gpu_collector_state_ok)" = 1
+
+    say "the Slurm hook, as slurmd runs it: a job's GPU counted by the sandboxed timer"
+    hook() {
+        ct env SLURM_JOB_ID="$1" SLURM_JOB_UID=0 SLURM_JOB_GPUS=1 \
+            FAKE_NVML_SCENARIO=/usr/local/lib/nte-test/scenario.toml \
+            /usr/bin/nvidia-textfile-exporter --nvml-lib "$2" --slurm-hook prolog
+    }
+    c_hook=$(cursor)
+    check "hook: prolog exits 0" hook 42 /usr/local/lib/nte-test/libfake_nvml.so
+    check "hook: the job's record in /run/nvidia-textfile-exporter/slurm, with its GPU's UUID" \
+        ct grep -q '"uuid":"GPU-' /run/nvidia-textfile-exporter/slurm/job_42.json
+    allocated() {
+        scrape "$WORK/metrics" &&
+            grep -q '^nvidia_gpu_task_allocated_seconds_total{gpu="1",.*slurm_job_id="42"' "$WORK/metrics"
+    }
+    check "served: the job's seconds allocated on GPU 1 (the unit reads /run)" wait_for 40 allocated
+    check "hook: without NVML it still exits 0" hook 43 /nonexistent/libnvidia-ml.so.1
+    check "hook: and says why in the journal" \
+        wait_for 5 journal_has "$c_hook" 'job 43, Prolog: NVML could not be used' -t nvidia-textfile-exporter
+    check "hook: and in the record" ct grep -q 'NVML could not be used' /run/nvidia-textfile-exporter/slurm/job_43.json
 
     say "no journal files (journald Storage=none): the xid collector reads /dev/kmsg"
     # The exporter reads the journal where /var/log/journal or /run/log/journal
