@@ -191,27 +191,29 @@ fn sram_ecc(gpu: &mut Gpu<'_>) {
     let Some(sram) = gpu.nvml.read(calls::SRAM_ECC, ()) else {
         return;
     };
-    for (counts, scope) in [(sram.volatile, "volatile"), (sram.aggregate, "aggregate")] {
-        for (count, kind) in [
-            (counts.corrected, "corrected"),
-            (counts.uncorrected_parity, "uncorrected_parity"),
-            (counts.uncorrected_sec_ded, "uncorrected_sec_ded"),
-        ] {
-            gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
-        }
+    for (count, kind, scope) in [
+        (sram.volatileCor, "corrected", "volatile"),
+        (sram.volatileUncParity, "uncorrected_parity", "volatile"),
+        (sram.volatileUncSecDed, "uncorrected_sec_ded", "volatile"),
+        (sram.aggregateCor, "corrected", "aggregate"),
+        (sram.aggregateUncParity, "uncorrected_parity", "aggregate"),
+        (sram.aggregateUncSecDed, "uncorrected_sec_ded", "aggregate"),
+    ] {
+        gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
     }
-    let at = sram.locations;
-    let locations = [
-        (at.l2, "l2"),
-        (at.sm, "sm"),
-        (at.pcie, "pcie"),
-        (at.microcontroller, "microcontroller"),
-        (at.other, "other"),
-    ];
-    for (count, location) in locations {
+    for (count, location) in [
+        (sram.aggregateUncBucketL2, "l2"),
+        (sram.aggregateUncBucketSm, "sm"),
+        (sram.aggregateUncBucketPcie, "pcie"),
+        (sram.aggregateUncBucketMcu, "microcontroller"),
+        (sram.aggregateUncBucketOther, "other"),
+    ] {
         gpu.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
-    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
+    gpu.gauge(
+        SRAM_ECC_THRESHOLD_EXCEEDED,
+        flag(sram.bThresholdExceeded != 0),
+    );
     // NVML documents the unique errors for Blackwell and newer.
     if !gpu.facts().is_blackwell_or_newer() {
         return;

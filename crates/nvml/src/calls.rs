@@ -26,9 +26,9 @@ use nvml_wrapper::{Device, GpmSample};
 use crate::fabric::FabricInfo;
 use crate::fields::{self, Field};
 use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc, SramUnique};
-use crate::raw;
 use crate::samples::{self, Point, ProcessEntry};
 use crate::unwrapped::{self, Known, RemappedRows};
+use crate::{out, raw};
 
 /// One NVML function, made through [`crate::DeviceReader`].
 pub trait Call: Copy {
@@ -155,11 +155,11 @@ calls! {
         = |d| d.violation_status(policy);
     /// Through the deprecated `*ClocksThrottleReasons` name before R535.
     CLOCKS_EVENT_REASONS: nvmlDeviceGetCurrentClocksEventReasons() -> u64 = |d| raw(d, |lib, h| {
-        unwrapped::mask(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref())), h)
+        out(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref())), h, 0)
     });
     SUPPORTED_CLOCKS_EVENT_REASONS: nvmlDeviceGetSupportedClocksEventReasons() -> u64
         = |d| raw(d, |lib, h| {
-            unwrapped::mask(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref())), h)
+            out(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref())), h, 0)
         });
     PERSISTENCE_MODE: nvmlDeviceGetPersistenceMode() -> bool = |d| d.is_in_persistent_mode();
     MIG_MODE: nvmlDeviceGetMigMode() -> MigMode = |d| d.mig_mode();
@@ -167,10 +167,10 @@ calls! {
     MIG_DEVICE: nvmlDeviceGetMigDeviceHandleByIndex(slot: u32) -> Device<'n>
         = |d| d.mig_device_by_index(slot);
     /// Of a MIG device.
-    GPU_INSTANCE_ID: nvmlDeviceGetGpuInstanceId() -> u32 = |d| raw(d, |lib, h| unwrapped::uint(symbol!(lib), h));
+    GPU_INSTANCE_ID: nvmlDeviceGetGpuInstanceId() -> u32 = |d| raw(d, |lib, h| out(symbol!(lib), h, 0));
     /// Of a MIG device.
     COMPUTE_INSTANCE_ID: nvmlDeviceGetComputeInstanceId() -> u32
-        = |d| raw(d, |lib, h| unwrapped::uint(symbol!(lib), h));
+        = |d| raw(d, |lib, h| out(symbol!(lib), h, 0));
     ECC_MODE: nvmlDeviceGetEccMode() -> EccModeState = |d| d.is_ecc_enabled();
     TOTAL_ECC_ERRORS: nvmlDeviceGetTotalEccErrors(error: MemoryError, counter: EccCounter) -> u64
         = |d| d.total_ecc_errors(error, counter);
