@@ -150,11 +150,8 @@ fn read(gpu: &mut Gpu<'_>) {
     if count == 0 {
         return;
     }
-    let nvlink5 = has_nvlink5(gpu);
-    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
-    let requests = link_batch(0..count, &ids);
-    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
-    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
+    let links: Vec<u32> = (0..count).collect();
+    let (ids, values) = read_batch(gpu, &links, &TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4]);
     let links: Vec<&[Option<f64>]> = values.chunks(ids.len()).collect();
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
@@ -181,26 +178,16 @@ fn read(gpu: &mut Gpu<'_>) {
         links.iter().map(|values| values[at]).sum()
     };
     // NVML's per-GPU total where the driver has it, else the links' sum.
-    let replay = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY));
-    let recovery = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY));
-    let crc_flit = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
-    let crc_data = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    let nvml = &mut gpu.nvml;
+    let replay = nvml.field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL);
+    let replay = replay.or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY));
+    let recovery = nvml.field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL);
+    let recovery = recovery.or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY));
+    let crc_flit = nvml.field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
+    let crc_data = nvml.field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    let successful = sum(LINK_RECOVERY_SUCCESSFUL);
     for (family, label, count) in [
-        (
-            NVLINK_RECOVERIES,
-            "successful",
-            sum(LINK_RECOVERY_SUCCESSFUL),
-        ),
+        (NVLINK_RECOVERIES, "successful", successful),
         (NVLINK_RECOVERIES, "failed", sum(LINK_RECOVERY_FAILED)),
         (NVLINK_ERRORS, "replay", replay),
         (NVLINK_ERRORS, "recovery", recovery),
@@ -276,16 +263,27 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-fn per_link(fields: &[u32], nvlink5_fields: &[u32], nvlink5: bool) -> Vec<u32> {
-    let extra = if nvlink5 { nvlink5_fields } else { &[] };
-    fields.iter().chain(extra).copied().collect()
-}
-
-fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
-    links
-        .into_iter()
-        .flat_map(|link| ids.iter().map(move |&id| Field { id, scope: link }))
-        .collect()
+/// The field ids read of each link (`fields`, then `nvlink5_fields` where the
+/// GPU has NVLink 5), and their values link after link in one batch (all
+/// `None` where it failed).
+fn read_batch(
+    gpu: &mut Gpu<'_>,
+    links: &[u32],
+    fields: &[u32],
+    nvlink5_fields: &[u32],
+) -> (Vec<u32>, Vec<Option<f64>>) {
+    let extra = if has_nvlink5(gpu) {
+        nvlink5_fields
+    } else {
+        &[]
+    };
+    let ids: Vec<u32> = fields.iter().chain(extra).copied().collect();
+    let requests: Vec<Field> = (links.iter())
+        .flat_map(|&link| ids.iter().map(move |&id| Field { id, scope: link }))
+        .collect();
+    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
+    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
+    (ids, values)
 }
 
 /// The state field, else `nvmlDeviceGetNvLinkState`.
@@ -351,16 +349,12 @@ fn read_links(gpu: &mut Gpu<'_>) {
     let Some(probed) = probe_links(gpu, last) else {
         return;
     };
-    let links: Vec<(u32, bool)> = (0..)
+    let (links, active): (Vec<u32>, Vec<bool>) = (0..)
         .zip(probed)
         .filter_map(|(link, active)| Some((link, active?)))
-        .collect();
-    let nvlink5 = has_nvlink5(gpu);
-    let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
-    let requests = link_batch(links.iter().map(|&(link, _)| link), &ids);
-    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
-    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
-    for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
+        .unzip();
+    let (ids, values) = read_batch(gpu, &links, &PER_LINK_FIELDS, &NVLINK5_FIELDS);
+    for ((link, active), values) in links.into_iter().zip(active).zip(values.chunks(ids.len())) {
         let label = || LabelValue::from(link.to_string());
         gpu.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));
         let Some(([replay, recovery, transmit, receive], nvlink5_values)) =
@@ -383,7 +377,7 @@ fn read_links(gpu: &mut Gpu<'_>) {
                 &ERROR_COUNTERS[2..]
             }
             // NVLink 5 has none of the Hopper counters: nothing to call for.
-            _ if nvlink5 => &[],
+            _ if !nvlink5_values.is_empty() => &[],
             _ => &ERROR_COUNTERS[..],
         };
         for &(counter, name) in counters {
