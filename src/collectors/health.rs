@@ -1,6 +1,8 @@
 //! Memory and SRAM health, repairs waiting for a reset, and the recovery
 //! action the driver asks for.
 
+use std::iter::zip;
+
 use nvml::calls;
 use nvml::types::field_id::{
     NVML_FI_DEV_ECC_CURRENT, NVML_FI_DEV_ECC_DBE_AGG_TOTAL, NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
@@ -150,10 +152,8 @@ fn read(gpu: &mut Gpu<'_>) {
         gpu.gauge(RETIRED_PAGES_PENDING, flag(pending));
     }
     if let Some(rows) = gpu.nvml.read(calls::REMAPPED_ROWS, ()) {
-        for (count, label) in [
-            (rows.correctable, "correctable"),
-            (rows.uncorrectable, "uncorrectable"),
-        ] {
+        let counts = [rows.correctable, rows.uncorrectable];
+        for (count, label) in zip(counts, ["correctable", "uncorrectable"]) {
             gpu.push(REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
         gpu.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
@@ -165,20 +165,15 @@ fn read(gpu: &mut Gpu<'_>) {
         gpu.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
     if let Some(b) = gpu.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
-        let banks = [
-            (b.max, "max"),
-            (b.high, "high"),
-            (b.partial, "partial"),
-            (b.low, "low"),
-            (b.none, "none"),
-        ];
-        for (count, label) in banks {
+        let banks = [b.max, b.high, b.partial, b.low, b.none];
+        for (count, label) in zip(banks, ["max", "high", "partial", "low", "none"]) {
             gpu.push(ROW_REMAPPER_BANKS.sample_with([label], f64::from(count)));
         }
     }
     if let Some(repair) = gpu.nvml.read(calls::REPAIR_STATUS, ()) {
-        for (pending, kind) in [(repair.tpc, "tpc"), (repair.channel, "channel")] {
-            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
+        let (tpc, channel) = (repair.bTpcRepairPending, repair.bChannelRepairPending);
+        for (pending, kind) in [(tpc, "tpc"), (channel, "channel")] {
+            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending != 0)));
         }
     }
     if let Some(unrepairable) = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ()) {

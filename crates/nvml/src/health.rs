@@ -10,18 +10,14 @@ use std::ffi::c_uint;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
     nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramUniqueUncorrectedErrorCounts_v1_t,
-    nvmlEccSramUniqueUncorrectedErrorEntry_v1_t, nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t,
-    nvmlReturn_t, NvmlLib,
+    nvmlEccSramUniqueUncorrectedErrorEntry_v1_t, nvmlPlatformInfo_v2_t, nvmlReturn_t, NvmlLib,
 };
 
 use super::{out, struct_version, Getter, ARGUMENT_VERSION_MISMATCH};
 
-/// Repairs waiting for the GPU's next reset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RepairStatus {
-    pub channel: bool,
-    pub tpc: bool,
-}
+/// Repairs waiting for the GPU's next reset (nonzero: pending), channel and
+/// TPC; as NVML writes them.
+pub use nvml_wrapper_sys::bindings::nvmlRepairStatus_v1_t as RepairStatus;
 
 /// Memory banks by the reserved rows they have left: all of them (`max`),
 /// `high`, `partial`, `low`, `none`; as NVML writes them.
@@ -62,19 +58,15 @@ const PLATFORM_V1: u32 = struct_version::<nvmlPlatformInfo_v2_t>(1);
 
 /// Ampere and newer, driver 580 and later.
 pub(crate) fn repair_status(
-    getter: Getter<'_, nvmlRepairStatus_v1_t>,
+    getter: Getter<'_, RepairStatus>,
     handle: nvmlDevice_t,
 ) -> Result<RepairStatus, NvmlError> {
-    let mut status = nvmlRepairStatus_v1_t {
-        version: struct_version::<nvmlRepairStatus_v1_t>(1),
+    let status = RepairStatus {
+        version: struct_version::<RepairStatus>(1),
         bChannelRepairPending: 0,
         bTpcRepairPending: 0,
     };
-    raw_call!(getter, handle, &mut status)?;
-    Ok(RepairStatus {
-        channel: status.bChannelRepairPending != 0,
-        tpc: status.bTpcRepairPending != 0,
-    })
+    out(getter, handle, status)
 }
 
 /// Ampere and newer.
