@@ -190,9 +190,8 @@ pub(crate) fn memory_unrepairable(
     // SAFETY: NVML exports this name with this signature (nvml.h, R590).
     let getter = unsafe { lib.__library.get::<UnrepairableGetter>(name.as_bytes()) }
         .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let mut status = UnrepairableMemoryStatus { unrepairable: 0 };
-    raw_call!(Ok::<_, NvmlError>(&*getter), handle, &mut status)?;
-    Ok(status.unrepairable != 0)
+    let status = UnrepairableMemoryStatus { unrepairable: 0 };
+    out(Ok(&*getter), handle, status).map(|status| status.unrepairable != 0)
 }
 
 /// Superchips (GH200, GB200), driver 545 and later. `nvmlC2cModeInfo_v1_t`
