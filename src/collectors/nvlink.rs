@@ -11,7 +11,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 use nvml::types::ErrorCounter;
-use nvml::{calls, Code};
+use nvml::{calls, Code, DeviceReader};
 use serde::{Deserialize, Serialize};
 
 use crate::collector::{flag, Collector, Gpu, Hooks};
@@ -135,17 +135,12 @@ impl LinkState {
 
 /// Links probed with `nvmlDeviceGetNvLinkState` where there is no count field.
 fn read(gpu: &mut Gpu<'_>) {
-    let (count, probed) = match link_count(gpu) {
+    let (count, probed) = match link_count(&mut gpu.nvml) {
         Some(count) => (count, Vec::new()),
-        None => {
-            let Some(probed) = probe_links(gpu, MAX_LINKS) else {
-                return;
-            };
-            if probed.iter().all(Option::is_none) {
-                return;
-            }
-            (probed.len() as u32, probed)
-        }
+        None => match probe_links(&mut gpu.nvml, MAX_LINKS) {
+            Some(probed) if probed.iter().any(Option::is_some) => (probed.len() as u32, probed),
+            _ => return,
+        },
     };
     if count == 0 {
         return;
@@ -210,10 +205,9 @@ fn read(gpu: &mut Gpu<'_>) {
     }
 }
 
-fn link_count(gpu: &mut Gpu<'_>) -> Option<u32> {
-    let count = gpu.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
-    gpu.nvml
-        .bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
+fn link_count(reader: &mut DeviceReader<'_>) -> Option<u32> {
+    let count = reader.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
+    reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
 }
 
 const NVLINK5_PROBE: Field = Field {
@@ -321,7 +315,7 @@ const PER_LINK_FIELDS: [u32; 4] = [
 
 /// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
 /// know (`None` where it failed; every link `None` when down); `None`: no NVLink.
-fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
+fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
         // A GPU without NVLink says so for link 0; past the last link NVML
@@ -330,10 +324,7 @@ fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
             Code::NotSupported => link == 0,
             code => code == Code::InvalidArgument,
         };
-        match gpu
-            .nvml
-            .read_expecting(calls::NVLINK_ACTIVE, link, expected)
-        {
+        match reader.read_expecting(calls::NVLINK_ACTIVE, link, expected) {
             Some(Ok(active)) => links.push(Some(active)),
             Some(Err(error)) if error.code() == Code::NotSupported => return None,
             Some(Err(_)) => break,
@@ -345,8 +336,8 @@ fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
 
 /// The batch, then the error counters it lacks, one call per link and counter.
 fn read_links(gpu: &mut Gpu<'_>) {
-    let last = link_count(gpu).unwrap_or(MAX_LINKS);
-    let Some(probed) = probe_links(gpu, last) else {
+    let last = link_count(&mut gpu.nvml).unwrap_or(MAX_LINKS);
+    let Some(probed) = probe_links(&mut gpu.nvml, last) else {
         return;
     };
     let (links, active): (Vec<u32>, Vec<bool>) = (0..)
