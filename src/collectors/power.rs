@@ -41,11 +41,12 @@ pub(super) static COLLECTOR: Collector = Collector {
 
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
+const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
+
 /// The second power reading, and on Blackwell and newer the power-smoothing
 /// circuitry's lifetime left (258 from driver 580.82 on, 263 before:
 /// `nvml::fields::driver_id`).
 fn by_architecture(facts: &GpuFacts) -> &'static [u32] {
-    const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
     match (draw_is_averaged(facts), facts.is_blackwell_or_newer()) {
         (true, true) => &[NVML_FI_DEV_POWER_INSTANT, LIFETIME],
         (true, false) => &[NVML_FI_DEV_POWER_INSTANT],
@@ -100,12 +101,9 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.gauge(family, milliwatts / PER_MILLI);
         }
     }
-    let lifetime = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
-    if let Some(percent) = gpu.nvml.field(lifetime) {
-        gpu.push_read(
-            POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent)),
-            percent,
-        );
+    if let Some(percent) = gpu.nvml.field(LIFETIME) {
+        let sample = POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent));
+        gpu.push_read(sample, percent);
     }
 }
 
