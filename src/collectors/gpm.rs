@@ -220,9 +220,7 @@ impl<'n> Window<'n> for GpuWindow<'n> {
                 window_seconds = Some((second_at - *first_at).as_secs_f64());
             }
         }
-        if let Some(seconds) = window_seconds {
-            gpu.gauge(GPM_WINDOW, seconds);
-        }
+        gpu.gauge(GPM_WINDOW, window_seconds);
     }
 }
 

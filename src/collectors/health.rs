@@ -148,9 +148,8 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
         }
     }
-    if let Some(pending) = gpu.nvml.read(calls::RETIRED_PAGES_PENDING, ()) {
-        gpu.gauge(RETIRED_PAGES_PENDING, flag(pending));
-    }
+    let pending = gpu.nvml.read(calls::RETIRED_PAGES_PENDING, ());
+    gpu.gauge(RETIRED_PAGES_PENDING, pending.map(flag));
     if let Some(rows) = gpu.nvml.read(calls::REMAPPED_ROWS, ()) {
         let counts = [rows.correctable, rows.uncorrectable];
         for (count, label) in zip(counts, ["correctable", "uncorrectable"]) {
@@ -176,9 +175,8 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending != 0)));
         }
     }
-    if let Some(unrepairable) = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ()) {
-        gpu.gauge(MEMORY_UNREPAIRABLE, flag(unrepairable));
-    }
+    let unrepairable = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ());
+    gpu.gauge(MEMORY_UNREPAIRABLE, unrepairable.map(flag));
     sram_ecc(gpu);
 }
 

@@ -163,9 +163,7 @@ fn read(gpu: &mut Gpu<'_>) {
         .iter()
         .map(|state| state.map(|state| u32::from(state == LinkState::Active)))
         .sum();
-    if let Some(active) = active {
-        gpu.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
-    }
+    gpu.gauge(NVLINK_LINKS_ACTIVE, active.map(f64::from));
     count_lost(gpu, &states);
     // Only when every link answered (else a false reset).
     let sum = |id: u32| -> Option<f64> {
@@ -199,9 +197,7 @@ fn read(gpu: &mut Gpu<'_>) {
         (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVLINK_TRANSMIT),
         (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVLINK_RECEIVE),
     ] {
-        if let Some(kib) = sum(id) {
-            gpu.gauge(family, kib * BYTES_PER_KIB);
-        }
+        gpu.gauge(family, sum(id).map(|kib| kib * BYTES_PER_KIB));
     }
 }
 

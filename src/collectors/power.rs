@@ -75,31 +75,28 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 }
 
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(milliwatts) = gpu.nvml.read(calls::POWER_USAGE, ()) {
-        gpu.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
-    }
+    let milliwatts = gpu.nvml.read(calls::POWER_USAGE, ());
+    gpu.gauge(POWER, milliwatts.map(|mw| f64::from(mw) / PER_MILLI));
     let energy = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
             nvml.read(calls::TOTAL_ENERGY, ())
                 .map(|millijoules| millijoules as f64)
         });
-    if let Some(millijoules) = energy {
-        gpu.gauge(ENERGY, millijoules / PER_MILLI);
-    }
-    if let Some(milliwatts) = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ()) {
-        gpu.gauge(POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
-    }
-    if let Some(milliwatts) = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ()) {
-        gpu.gauge(POWER_DEFAULT_LIMIT, f64::from(milliwatts) / PER_MILLI);
-    }
+    gpu.gauge(ENERGY, energy.map(|mj| mj / PER_MILLI));
+    let limit = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ());
+    gpu.gauge(POWER_LIMIT, limit.map(|mw| f64::from(mw) / PER_MILLI));
+    let default_limit = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ());
+    gpu.gauge(
+        POWER_DEFAULT_LIMIT,
+        default_limit.map(|mw| f64::from(mw) / PER_MILLI),
+    );
     for (field, family) in [
         (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
         (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
     ] {
-        if let Some(milliwatts) = gpu.nvml.field(field) {
-            gpu.gauge(family, milliwatts / PER_MILLI);
-        }
+        let milliwatts = gpu.nvml.field(field);
+        gpu.gauge(family, milliwatts.map(|mw| mw / PER_MILLI));
     }
     if let Some(percent) = gpu.nvml.field(LIFETIME) {
         let sample = POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent));

@@ -84,9 +84,8 @@ pub(super) const FIELDS: &[u32] = &[
 const MAX_FANS: u32 = 16;
 
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(celsius) = gpu_temperature(&mut gpu.nvml) {
-        gpu.gauge(TEMPERATURE, celsius);
-    }
+    let celsius = gpu_temperature(&mut gpu.nvml);
+    gpu.gauge(TEMPERATURE, celsius);
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
     if let Some(celsius) = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP) {
         if celsius > 0.0 {
@@ -112,9 +111,8 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
         }
     }
-    if let Some(celsius) = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ()) {
-        gpu.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
-    }
+    let margin = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ());
+    gpu.gauge(TEMPERATURE_MARGIN, margin.map(f64::from));
     for (id, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
         let field = Field { id, scope: 0 };
