@@ -42,16 +42,15 @@ pub struct Resolution {
 }
 
 pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
-    let read_uuids: Vec<&str> = reads
-        .iter()
-        .map(|r| r.uuid.as_str())
-        .filter(|u| !u.is_empty())
-        .collect();
-    let read_buses: Vec<&str> = reads
-        .iter()
-        .map(|r| r.pci_bus_id.as_str())
-        .filter(|b| !b.is_empty())
-        .collect();
+    // What this run read of one kind, where it read it.
+    let read = |of: fn(&Read) -> &str| -> Vec<&str> {
+        reads
+            .iter()
+            .map(of)
+            .filter(|text| !text.is_empty())
+            .collect()
+    };
+    let (read_uuids, read_buses) = (read(|r| &r.uuid), read(|r| &r.pci_bus_id));
     let accounted = |k: &KnownGpu| {
         read_uuids.contains(&k.uuid.as_str())
             || (!k.pci_bus_id.is_empty() && read_buses.contains(&k.pci_bus_id.as_str()))
