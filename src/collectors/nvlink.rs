@@ -146,7 +146,7 @@ fn read(gpu: &mut Gpu<'_>) {
         return;
     }
     let links: Vec<u32> = (0..count).collect();
-    let (ids, values) = read_batch(gpu, &links, &TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4]);
+    let (ids, values) = read_batch(gpu, &links, &LINK_FIELDS, &NVLINK5_FIELDS[..4]);
     let links: Vec<&[Option<f64>]> = values.chunks(ids.len()).collect();
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
@@ -244,8 +244,10 @@ fn count_lost(gpu: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     }
 }
 
-/// The state first.
-const TOTALS_LINK_FIELDS: [u32; 5] = [
+/// Read of each link: the state (by the per-GPU collector only: the per-link
+/// one probes each link), then the counters both collectors read. No CRC
+/// counts: the CRC field read 0 on H200s (driver 580).
+const LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_GET_STATE,
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
@@ -293,20 +295,12 @@ fn link_state(gpu: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkSt
     }
 }
 
-/// The CRC counters last: [`PER_LINK_FIELDS`] can replace the first two.
+/// The CRC counters last: [`LINK_FIELDS`] can replace the first two.
 const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlReplay, "replay"),
     (ErrorCounter::DlRecovery, "recovery"),
     (ErrorCounter::DlCrcFlit, "crc_flit"),
     (ErrorCounter::DlCrcData, "crc_data"),
-];
-
-/// No CRC counts: the CRC field read 0 on H200s (driver 580).
-const PER_LINK_FIELDS: [u32; 4] = [
-    NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
-    NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
 /// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
@@ -340,7 +334,7 @@ fn read_links(gpu: &mut Gpu<'_>) {
         .zip(probed)
         .filter_map(|(link, active)| Some((link, active?)))
         .unzip();
-    let (ids, values) = read_batch(gpu, &links, &PER_LINK_FIELDS, &NVLINK5_FIELDS);
+    let (ids, values) = read_batch(gpu, &links, &LINK_FIELDS[1..], &NVLINK5_FIELDS);
     for ((link, active), values) in links.into_iter().zip(active).zip(values.chunks(ids.len())) {
         let label = || LabelValue::from(link.to_string());
         gpu.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));
