@@ -127,10 +127,8 @@ fn read(gpu: &mut Gpu<'_>) {
             .read(calls::ECC_MODE, ())
             .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
     };
-    if let Some((current, pending)) = ecc {
-        gpu.gauge(ECC_ENABLED, flag(current));
-        gpu.gauge(ECC_PENDING_ENABLED, flag(pending));
-    }
+    gpu.gauge(ECC_ENABLED, ecc.map(|(current, _)| flag(current)));
+    gpu.gauge(ECC_PENDING_ENABLED, ecc.map(|(_, pending)| flag(pending)));
     // Error counters only mean something while ECC is on.
     if ecc.is_some_and(|(current, _)| current) {
         for (field, (error, error_label), (counter, counter_label)) in ECC_COUNTERS {

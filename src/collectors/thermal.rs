@@ -87,11 +87,8 @@ fn read(gpu: &mut Gpu<'_>) {
     let celsius = gpu_temperature(&mut gpu.nvml);
     gpu.gauge(TEMPERATURE, celsius);
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
-    if let Some(celsius) = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP) {
-        if celsius > 0.0 {
-            gpu.gauge(MEMORY_TEMPERATURE, celsius);
-        }
-    }
+    let memory = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP);
+    gpu.gauge(MEMORY_TEMPERATURE, memory.filter(|&celsius| celsius > 0.0));
     for (threshold, label) in THRESHOLDS {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
