@@ -42,16 +42,15 @@ pub struct Resolution {
 }
 
 pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
-    let read_uuids: Vec<&str> = reads
-        .iter()
-        .map(|r| r.uuid.as_str())
-        .filter(|u| !u.is_empty())
-        .collect();
-    let read_buses: Vec<&str> = reads
-        .iter()
-        .map(|r| r.pci_bus_id.as_str())
-        .filter(|b| !b.is_empty())
-        .collect();
+    // What this run read of one kind, where it read it.
+    let read = |of: fn(&Read) -> &str| -> Vec<&str> {
+        reads
+            .iter()
+            .map(of)
+            .filter(|text| !text.is_empty())
+            .collect()
+    };
+    let (read_uuids, read_buses) = (read(|r| &r.uuid), read(|r| &r.pci_bus_id));
     let accounted = |k: &KnownGpu| {
         read_uuids.contains(&k.uuid.as_str())
             || (!k.pci_bus_id.is_empty() && read_buses.contains(&k.pci_bus_id.as_str()))
@@ -62,7 +61,7 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
         .count();
     // Every known GPU is here: the GPU at an index is the one that was there.
     let none_left = known.iter().filter(|k| !accounted(k)).count() <= untold;
-    let identities: Vec<Identity> = reads
+    let mut identities: Vec<Identity> = reads
         .iter()
         .map(|read| {
             let found = if !read.uuid.is_empty() {
@@ -84,12 +83,10 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
             } else {
                 None
             };
+            // What this run read, else what is known.
             let pick = |mine: &str, theirs: Option<&str>| {
-                if mine.is_empty() {
-                    theirs.unwrap_or_default().to_owned()
-                } else {
-                    mine.to_owned()
-                }
+                let theirs = theirs.filter(|_| mine.is_empty());
+                theirs.unwrap_or(mine).to_owned()
             };
             Identity {
                 uuid: pick(&read.uuid, found.map(|k| k.uuid.as_str())),
@@ -99,18 +96,11 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
             }
         })
         .collect();
-    let identities: Vec<Identity> = identities
-        .iter()
-        .map(|identity| Identity {
-            unique: !identity.uuid.is_empty()
-                && identities
-                    .iter()
-                    .filter(|i| i.uuid == identity.uuid)
-                    .count()
-                    == 1,
-            ..identity.clone()
-        })
-        .collect();
+    let uuids: Vec<String> = identities.iter().map(|i| i.uuid.clone()).collect();
+    for identity in &mut identities {
+        let holders = uuids.iter().filter(|uuid| **uuid == identity.uuid).count();
+        identity.unique = !identity.uuid.is_empty() && holders == 1;
+    }
     // A GPU that cannot be told could be any: then none has left.
     let all_told = identities.iter().all(|i| !i.uuid.is_empty());
     let missing = known

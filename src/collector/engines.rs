@@ -40,9 +40,7 @@ pub fn read_engine(gpu: &mut Gpu<'_>, engine: Engine) -> bool {
         for value in integrated.rejected {
             gpu.reject(engine.ratio.family(), metrics::ratio(value as f64));
         }
-        if let Some(ratio) = integrated.ratio {
-            gpu.gauge(engine.ratio, ratio);
-        }
+        gpu.gauge(engine.ratio, integrated.ratio);
     }
     if !gpu.keeps_totals() {
         return true;

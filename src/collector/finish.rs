@@ -70,8 +70,7 @@ pub(super) fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
             }
             Entry::Occupied(slot) => {
                 let earlier = &mut kept[*slot.get()];
-                let family = earlier.family;
-                earlier.value = match family.merge() {
+                earlier.value = match earlier.family.merge() {
                     Merge::Sum => earlier.value + sample.value,
                     Merge::Max => earlier.value.max(sample.value),
                 };

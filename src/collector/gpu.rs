@@ -193,8 +193,11 @@ impl<'n> Gpu<'n> {
         Some(carry)
     }
 
-    pub fn gauge(&mut self, family: Labelled<0>, value: f64) {
-        self.push(family.sample(value));
+    /// Nothing where there is no `value` (it was not read).
+    pub fn gauge(&mut self, family: Labelled<0>, value: impl Into<Option<f64>>) {
+        if let Some(value) = value.into() {
+            self.push(family.sample(value));
+        }
     }
 
     /// Only the down state if a fatal error occurred.

@@ -70,9 +70,8 @@ fn read(gpu: &mut Gpu<'_>) {
     if links == 0.0 {
         return;
     }
-    if let Some(status) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_GET_STATUS) {
-        gpu.gauge(C2C_ACTIVE, flag(status != 0.0));
-    }
+    let status = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_GET_STATUS);
+    gpu.gauge(C2C_ACTIVE, status.map(|status| flag(status != 0.0)));
     if let Some(megabytes) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_GET_MAX_BW) {
         gpu.gauge(C2C_MAX_BANDWIDTH, megabytes * BYTES_PER_MEGABYTE);
     }

@@ -8,7 +8,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, NVML_FI_DEV_PERF_POLICY_THERMAL,
     NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS,
 };
-use nvml::types::{PerformancePolicy, PerformanceState};
+use nvml::types::PerformancePolicy;
 
 use crate::collector::{flag, Collector, Gpu, Hooks, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ};
 use crate::metrics::families;
@@ -81,8 +81,9 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.push(CLOCK.sample_with([label], f64::from(mhz) * HERTZ_PER_MEGAHERTZ));
         }
     }
+    // P0..P15 as 0..15; NVML's "unknown" state (32) is not a number.
     if let Some(Ok(state)) = gpu.nvml.read(calls::PERFORMANCE_STATE, ()) {
-        if let Some(number) = pstate_number(state) {
+        if let Some(number) = u8::try_from(state.as_c()).ok().filter(|&n| n < 16) {
             gpu.gauge(PERFORMANCE_STATE, f64::from(number));
         }
     }
@@ -117,11 +118,4 @@ fn read_event_reasons(gpu: &mut Gpu<'_>) {
             gpu.push(CLOCKS_EVENT.sample_with([label], flag(active & bit != 0)));
         }
     }
-}
-
-/// P0..P15 as 0..15; NVML's "unknown" state (32) is not a number.
-fn pstate_number(state: PerformanceState) -> Option<u8> {
-    u8::try_from(state.as_c())
-        .ok()
-        .filter(|&number| number < 16)
 }

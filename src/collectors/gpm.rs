@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use nvml::types::{GpmMetricId, GpmSample};
-use nvml::{calls, mig, Code};
+use nvml::{calls, mig, Code, DeviceReader};
 use serde::{Deserialize, Serialize};
 
 use crate::collector::{Collector, Gpu, Hooks, Settings, Window};
@@ -166,7 +166,7 @@ fn open<'n>(gpu: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<'n>
     }
     let mut firsts = Vec::with_capacity(targets.len());
     for target in targets {
-        match take(gpu, target) {
+        match take(&mut gpu.nvml, target) {
             Taken::At(at, first) => firsts.push((target, at, first)),
             Taken::Skipped => {}
             Taken::Unavailable(why) => {
@@ -192,7 +192,7 @@ impl<'n> Window<'n> for GpuWindow<'n> {
         std::thread::sleep(self.ends.saturating_duration_since(Instant::now()));
         let mut pairs = Vec::with_capacity(self.firsts.len());
         for first in &self.firsts {
-            match take(gpu, first.0) {
+            match take(&mut gpu.nvml, first.0) {
                 Taken::At(second_at, second) => pairs.push((first, second_at, second)),
                 Taken::Skipped => {}
                 Taken::Unavailable(why) => return unavailable(gpu, why),
@@ -220,9 +220,7 @@ impl<'n> Window<'n> for GpuWindow<'n> {
                 window_seconds = Some((second_at - *first_at).as_secs_f64());
             }
         }
-        if let Some(seconds) = window_seconds {
-            gpu.gauge(GPM_WINDOW, seconds);
-        }
+        gpu.gauge(GPM_WINDOW, window_seconds);
     }
 }
 
@@ -234,14 +232,12 @@ enum Taken<'n> {
     Unavailable(Unavailable),
 }
 
-fn take<'n>(gpu: &mut Gpu<'n>, gi: Option<u32>) -> Taken<'n> {
+fn take<'n>(reader: &mut DeviceReader<'n>, gi: Option<u32>) -> Taken<'n> {
     let before = Instant::now();
     let unavailable = |error: &nvml::Error| Unavailable::from_code(error.code()).is_some();
     let result = match gi {
-        None => gpu.nvml.read_expecting(calls::GPM_SAMPLE, (), unavailable),
-        Some(gi) => gpu
-            .nvml
-            .read_expecting(calls::GPM_MIG_SAMPLE, gi, unavailable),
+        None => reader.read_expecting(calls::GPM_SAMPLE, (), unavailable),
+        Some(gi) => reader.read_expecting(calls::GPM_MIG_SAMPLE, gi, unavailable),
     };
     let after = Instant::now();
     match result {

@@ -1,6 +1,8 @@
 //! Memory and SRAM health, repairs waiting for a reset, and the recovery
 //! action the driver asks for.
 
+use std::iter::zip;
+
 use nvml::calls;
 use nvml::types::field_id::{
     NVML_FI_DEV_ECC_CURRENT, NVML_FI_DEV_ECC_DBE_AGG_TOTAL, NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
@@ -125,10 +127,8 @@ fn read(gpu: &mut Gpu<'_>) {
             .read(calls::ECC_MODE, ())
             .map(|mode| (mode.currently_enabled, mode.pending_enabled)),
     };
-    if let Some((current, pending)) = ecc {
-        gpu.gauge(ECC_ENABLED, flag(current));
-        gpu.gauge(ECC_PENDING_ENABLED, flag(pending));
-    }
+    gpu.gauge(ECC_ENABLED, ecc.map(|(current, _)| flag(current)));
+    gpu.gauge(ECC_PENDING_ENABLED, ecc.map(|(_, pending)| flag(pending)));
     // Error counters only mean something while ECC is on.
     if ecc.is_some_and(|(current, _)| current) {
         for (field, (error, error_label), (counter, counter_label)) in ECC_COUNTERS {
@@ -146,14 +146,11 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
         }
     }
-    if let Some(pending) = gpu.nvml.read(calls::RETIRED_PAGES_PENDING, ()) {
-        gpu.gauge(RETIRED_PAGES_PENDING, flag(pending));
-    }
+    let pending = gpu.nvml.read(calls::RETIRED_PAGES_PENDING, ());
+    gpu.gauge(RETIRED_PAGES_PENDING, pending.map(flag));
     if let Some(rows) = gpu.nvml.read(calls::REMAPPED_ROWS, ()) {
-        for (count, label) in [
-            (rows.correctable, "correctable"),
-            (rows.uncorrectable, "uncorrectable"),
-        ] {
+        let counts = [rows.correctable, rows.uncorrectable];
+        for (count, label) in zip(counts, ["correctable", "uncorrectable"]) {
             gpu.push(REMAPPED_ROWS.sample_with([label], f64::from(count)));
         }
         gpu.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
@@ -165,25 +162,19 @@ fn read(gpu: &mut Gpu<'_>) {
         gpu.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
     if let Some(b) = gpu.nvml.read(calls::REMAPPER_HISTOGRAM, ()) {
-        let banks = [
-            (b.max, "max"),
-            (b.high, "high"),
-            (b.partial, "partial"),
-            (b.low, "low"),
-            (b.none, "none"),
-        ];
-        for (count, label) in banks {
+        let banks = [b.max, b.high, b.partial, b.low, b.none];
+        for (count, label) in zip(banks, ["max", "high", "partial", "low", "none"]) {
             gpu.push(ROW_REMAPPER_BANKS.sample_with([label], f64::from(count)));
         }
     }
     if let Some(repair) = gpu.nvml.read(calls::REPAIR_STATUS, ()) {
-        for (pending, kind) in [(repair.tpc, "tpc"), (repair.channel, "channel")] {
-            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
+        let (tpc, channel) = (repair.bTpcRepairPending, repair.bChannelRepairPending);
+        for (pending, kind) in [(tpc, "tpc"), (channel, "channel")] {
+            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending != 0)));
         }
     }
-    if let Some(unrepairable) = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ()) {
-        gpu.gauge(MEMORY_UNREPAIRABLE, flag(unrepairable));
-    }
+    let unrepairable = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ());
+    gpu.gauge(MEMORY_UNREPAIRABLE, unrepairable.map(flag));
     sram_ecc(gpu);
 }
 
@@ -191,27 +182,29 @@ fn sram_ecc(gpu: &mut Gpu<'_>) {
     let Some(sram) = gpu.nvml.read(calls::SRAM_ECC, ()) else {
         return;
     };
-    for (counts, scope) in [(sram.volatile, "volatile"), (sram.aggregate, "aggregate")] {
-        for (count, kind) in [
-            (counts.corrected, "corrected"),
-            (counts.uncorrected_parity, "uncorrected_parity"),
-            (counts.uncorrected_sec_ded, "uncorrected_sec_ded"),
-        ] {
-            gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
-        }
+    for (count, kind, scope) in [
+        (sram.volatileCor, "corrected", "volatile"),
+        (sram.volatileUncParity, "uncorrected_parity", "volatile"),
+        (sram.volatileUncSecDed, "uncorrected_sec_ded", "volatile"),
+        (sram.aggregateCor, "corrected", "aggregate"),
+        (sram.aggregateUncParity, "uncorrected_parity", "aggregate"),
+        (sram.aggregateUncSecDed, "uncorrected_sec_ded", "aggregate"),
+    ] {
+        gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
     }
-    let at = sram.locations;
-    let locations = [
-        (at.l2, "l2"),
-        (at.sm, "sm"),
-        (at.pcie, "pcie"),
-        (at.microcontroller, "microcontroller"),
-        (at.other, "other"),
-    ];
-    for (count, location) in locations {
+    for (count, location) in [
+        (sram.aggregateUncBucketL2, "l2"),
+        (sram.aggregateUncBucketSm, "sm"),
+        (sram.aggregateUncBucketPcie, "pcie"),
+        (sram.aggregateUncBucketMcu, "microcontroller"),
+        (sram.aggregateUncBucketOther, "other"),
+    ] {
         gpu.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
-    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
+    gpu.gauge(
+        SRAM_ECC_THRESHOLD_EXCEEDED,
+        flag(sram.bThresholdExceeded != 0),
+    );
     // NVML documents the unique errors for Blackwell and newer.
     if !gpu.facts().is_blackwell_or_newer() {
         return;

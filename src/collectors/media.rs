@@ -52,13 +52,10 @@ const DECODER: Engine = Engine {
 const MICROSECONDS_PER_SECOND: f64 = 1e6;
 
 fn early(gpu: &mut Gpu<'_>) {
-    let encoder = gpu.facts().has_video_encoder();
-    let engines: &[Engine] = if encoder {
-        &[ENCODER, DECODER]
-    } else {
-        &[DECODER]
-    };
-    read_engines_early(gpu, engines);
+    if gpu.facts().has_video_encoder() {
+        read_engines_early(gpu, &[ENCODER]);
+    }
+    read_engines_early(gpu, &[DECODER]);
 }
 
 fn read(gpu: &mut Gpu<'_>) {

@@ -3,7 +3,7 @@
 use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::families;
 use nvml::calls;
-use nvml::mig::{self, MigDevice};
+use nvml::mig;
 
 families! {
     FAMILIES;
@@ -28,33 +28,28 @@ pub(super) static COLLECTOR: Collector = Collector {
 };
 
 fn read(gpu: &mut Gpu<'_>) {
-    for device in mig::devices(&mut gpu.nvml) {
-        read_mig_device(gpu, &device);
-    }
-}
-
-fn read_mig_device<'n>(gpu: &mut Gpu<'n>, mig: &MigDevice<'n>) {
-    let Some(mig_uuid) = gpu.nvml.read_on(&mig.handle, calls::UUID, ()) else {
-        return;
-    };
-    // From the name: one unprivileged call, and it names a compute
-    // instance's profile too.
-    let profile = gpu
-        .nvml
-        .read_on(&mig.handle, calls::NAME, ())
-        .map(|name| profile(&name).to_owned())
-        .unwrap_or_default();
-    let gi = mig.gpu_instance_id.to_string();
-    let ci = mig.compute_instance_id.to_string();
-    gpu.push(MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));
-    if let Some(memory) = gpu.nvml.read_on(&mig.handle, calls::MEMORY_INFO, ()) {
-        for (family, bytes) in [
-            (MIG_MEMORY_USED, memory.used),
-            (MIG_MEMORY_TOTAL, memory.total),
-            (MIG_MEMORY_FREE, memory.free),
-            (MIG_MEMORY_RESERVED, memory.reserved),
-        ] {
-            gpu.push(family.sample_with([gi.clone(), ci.clone()], bytes as f64));
+    for mig in mig::devices(&mut gpu.nvml) {
+        let Some(mig_uuid) = gpu.nvml.read_on(&mig.handle, calls::UUID, ()) else {
+            continue;
+        };
+        // From the name: one unprivileged call, and it names a compute
+        // instance's profile too.
+        let name = gpu.nvml.read_on(&mig.handle, calls::NAME, ());
+        let profile = name
+            .map(|name| profile(&name).to_owned())
+            .unwrap_or_default();
+        let gi = mig.gpu_instance_id.to_string();
+        let ci = mig.compute_instance_id.to_string();
+        gpu.push(MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));
+        if let Some(memory) = gpu.nvml.read_on(&mig.handle, calls::MEMORY_INFO, ()) {
+            for (family, bytes) in [
+                (MIG_MEMORY_USED, memory.used),
+                (MIG_MEMORY_TOTAL, memory.total),
+                (MIG_MEMORY_FREE, memory.free),
+                (MIG_MEMORY_RESERVED, memory.reserved),
+            ] {
+                gpu.push(family.sample_with([gi.clone(), ci.clone()], bytes as f64));
+            }
         }
     }
 }

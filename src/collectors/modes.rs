@@ -27,9 +27,8 @@ pub(super) static COLLECTOR: Collector = Collector {
 };
 
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(on) = gpu.nvml.read(calls::PERSISTENCE_MODE, ()) {
-        gpu.gauge(PERSISTENCE_MODE, flag(on));
-    }
+    let on = gpu.nvml.read(calls::PERSISTENCE_MODE, ());
+    gpu.gauge(PERSISTENCE_MODE, on.map(flag));
     if let Some(mode) = gpu.nvml.read(calls::COMPUTE_MODE, ()) {
         let label = match mode {
             Ok(ComputeMode::Default) => "default",

@@ -11,7 +11,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 use nvml::types::ErrorCounter;
-use nvml::{calls, Code};
+use nvml::{calls, Code, DeviceReader};
 use serde::{Deserialize, Serialize};
 
 use crate::collector::{flag, Collector, Gpu, Hooks};
@@ -135,26 +135,18 @@ impl LinkState {
 
 /// Links probed with `nvmlDeviceGetNvLinkState` where there is no count field.
 fn read(gpu: &mut Gpu<'_>) {
-    let (count, probed) = match link_count(gpu) {
+    let (count, probed) = match link_count(&mut gpu.nvml) {
         Some(count) => (count, Vec::new()),
-        None => {
-            let Some(probed) = probe_links(gpu, MAX_LINKS) else {
-                return;
-            };
-            if probed.iter().all(Option::is_none) {
-                return;
-            }
-            (probed.len() as u32, probed)
-        }
+        None => match probe_links(&mut gpu.nvml, MAX_LINKS) {
+            Some(probed) if probed.iter().any(Option::is_some) => (probed.len() as u32, probed),
+            _ => return,
+        },
     };
     if count == 0 {
         return;
     }
-    let nvlink5 = has_nvlink5(gpu);
-    let ids = per_link(&TOTALS_LINK_FIELDS, &NVLINK5_FIELDS[..4], nvlink5);
-    let requests = link_batch(0..count, &ids);
-    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
-    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
+    let links: Vec<u32> = (0..count).collect();
+    let (ids, values) = read_batch(gpu, &links, &LINK_FIELDS, &NVLINK5_FIELDS[..4]);
     let links: Vec<&[Option<f64>]> = values.chunks(ids.len()).collect();
     // Probed links count only when every probe answered.
     if probed.iter().all(Option::is_some) {
@@ -171,9 +163,7 @@ fn read(gpu: &mut Gpu<'_>) {
         .iter()
         .map(|state| state.map(|state| u32::from(state == LinkState::Active)))
         .sum();
-    if let Some(active) = active {
-        gpu.gauge(NVLINK_LINKS_ACTIVE, f64::from(active));
-    }
+    gpu.gauge(NVLINK_LINKS_ACTIVE, active.map(f64::from));
     count_lost(gpu, &states);
     // Only when every link answered (else a false reset).
     let sum = |id: u32| -> Option<f64> {
@@ -181,26 +171,16 @@ fn read(gpu: &mut Gpu<'_>) {
         links.iter().map(|values| values[at]).sum()
     };
     // NVML's per-GPU total where the driver has it, else the links' sum.
-    let replay = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY));
-    let recovery = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
-        .or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY));
-    let crc_flit = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
-    let crc_data = gpu
-        .nvml
-        .field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    let nvml = &mut gpu.nvml;
+    let replay = nvml.field(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL);
+    let replay = replay.or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY));
+    let recovery = nvml.field(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL);
+    let recovery = recovery.or_else(|| sum(NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY));
+    let crc_flit = nvml.field(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
+    let crc_data = nvml.field(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+    let successful = sum(LINK_RECOVERY_SUCCESSFUL);
     for (family, label, count) in [
-        (
-            NVLINK_RECOVERIES,
-            "successful",
-            sum(LINK_RECOVERY_SUCCESSFUL),
-        ),
+        (NVLINK_RECOVERIES, "successful", successful),
         (NVLINK_RECOVERIES, "failed", sum(LINK_RECOVERY_FAILED)),
         (NVLINK_ERRORS, "replay", replay),
         (NVLINK_ERRORS, "recovery", recovery),
@@ -217,16 +197,13 @@ fn read(gpu: &mut Gpu<'_>) {
         (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVLINK_TRANSMIT),
         (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVLINK_RECEIVE),
     ] {
-        if let Some(kib) = sum(id) {
-            gpu.gauge(family, kib * BYTES_PER_KIB);
-        }
+        gpu.gauge(family, sum(id).map(|kib| kib * BYTES_PER_KIB));
     }
 }
 
-fn link_count(gpu: &mut Gpu<'_>) -> Option<u32> {
-    let count = gpu.nvml.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
-    gpu.nvml
-        .bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
+fn link_count(reader: &mut DeviceReader<'_>) -> Option<u32> {
+    let count = reader.field(NVML_FI_DEV_NVLINK_LINK_COUNT)?;
+    reader.bounded("NVML_FI_DEV_NVLINK_LINK_COUNT", count as u32, MAX_LINKS)
 }
 
 const NVLINK5_PROBE: Field = Field {
@@ -267,8 +244,10 @@ fn count_lost(gpu: &mut Gpu<'_>, states: &[Option<LinkState>]) {
     }
 }
 
-/// The state first.
-const TOTALS_LINK_FIELDS: [u32; 5] = [
+/// Read of each link: the state (by the per-GPU collector only: the per-link
+/// one probes each link), then the counters both collectors read. No CRC
+/// counts: the CRC field read 0 on H200s (driver 580).
+const LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_GET_STATE,
     NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
@@ -276,16 +255,27 @@ const TOTALS_LINK_FIELDS: [u32; 5] = [
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
 ];
 
-fn per_link(fields: &[u32], nvlink5_fields: &[u32], nvlink5: bool) -> Vec<u32> {
-    let extra = if nvlink5 { nvlink5_fields } else { &[] };
-    fields.iter().chain(extra).copied().collect()
-}
-
-fn link_batch(links: impl IntoIterator<Item = u32>, ids: &[u32]) -> Vec<Field> {
-    links
-        .into_iter()
-        .flat_map(|link| ids.iter().map(move |&id| Field { id, scope: link }))
-        .collect()
+/// The field ids read of each link (`fields`, then `nvlink5_fields` where the
+/// GPU has NVLink 5), and their values link after link in one batch (all
+/// `None` where it failed).
+fn read_batch(
+    gpu: &mut Gpu<'_>,
+    links: &[u32],
+    fields: &[u32],
+    nvlink5_fields: &[u32],
+) -> (Vec<u32>, Vec<Option<f64>>) {
+    let extra = if has_nvlink5(gpu) {
+        nvlink5_fields
+    } else {
+        &[]
+    };
+    let ids: Vec<u32> = fields.iter().chain(extra).copied().collect();
+    let requests: Vec<Field> = (links.iter())
+        .flat_map(|&link| ids.iter().map(move |&id| Field { id, scope: link }))
+        .collect();
+    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
+    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
+    (ids, values)
 }
 
 /// The state field, else `nvmlDeviceGetNvLinkState`.
@@ -305,7 +295,7 @@ fn link_state(gpu: &mut Gpu<'_>, link: u32, state: Option<f64>) -> Option<LinkSt
     }
 }
 
-/// The CRC counters last: [`PER_LINK_FIELDS`] can replace the first two.
+/// The CRC counters last: [`LINK_FIELDS`] can replace the first two.
 const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlReplay, "replay"),
     (ErrorCounter::DlRecovery, "recovery"),
@@ -313,17 +303,9 @@ const ERROR_COUNTERS: [(ErrorCounter, &str); 4] = [
     (ErrorCounter::DlCrcData, "crc_data"),
 ];
 
-/// No CRC counts: the CRC field read 0 on H200s (driver 580).
-const PER_LINK_FIELDS: [u32; 4] = [
-    NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
-    NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-];
-
 /// `nvmlDeviceGetNvLinkState` of links 0, 1, … up to the first NVML does not
 /// know (`None` where it failed; every link `None` when down); `None`: no NVLink.
-fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
+fn probe_links(reader: &mut DeviceReader<'_>, last: u32) -> Option<Vec<Option<bool>>> {
     let mut links = Vec::new();
     for link in 0..last {
         // A GPU without NVLink says so for link 0; past the last link NVML
@@ -332,10 +314,7 @@ fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
             Code::NotSupported => link == 0,
             code => code == Code::InvalidArgument,
         };
-        match gpu
-            .nvml
-            .read_expecting(calls::NVLINK_ACTIVE, link, expected)
-        {
+        match reader.read_expecting(calls::NVLINK_ACTIVE, link, expected) {
             Some(Ok(active)) => links.push(Some(active)),
             Some(Err(error)) if error.code() == Code::NotSupported => return None,
             Some(Err(_)) => break,
@@ -347,20 +326,16 @@ fn probe_links(gpu: &mut Gpu<'_>, last: u32) -> Option<Vec<Option<bool>>> {
 
 /// The batch, then the error counters it lacks, one call per link and counter.
 fn read_links(gpu: &mut Gpu<'_>) {
-    let last = link_count(gpu).unwrap_or(MAX_LINKS);
-    let Some(probed) = probe_links(gpu, last) else {
+    let last = link_count(&mut gpu.nvml).unwrap_or(MAX_LINKS);
+    let Some(probed) = probe_links(&mut gpu.nvml, last) else {
         return;
     };
-    let links: Vec<(u32, bool)> = (0..)
+    let (links, active): (Vec<u32>, Vec<bool>) = (0..)
         .zip(probed)
         .filter_map(|(link, active)| Some((link, active?)))
-        .collect();
-    let nvlink5 = has_nvlink5(gpu);
-    let ids = per_link(&PER_LINK_FIELDS, &NVLINK5_FIELDS, nvlink5);
-    let requests = link_batch(links.iter().map(|&(link, _)| link), &ids);
-    let values = gpu.nvml.read_each(calls::FIELD_VALUES, &requests);
-    let values = values.unwrap_or_else(|| vec![None; requests.len()]);
-    for (&(link, active), values) in links.iter().zip(values.chunks(ids.len())) {
+        .unzip();
+    let (ids, values) = read_batch(gpu, &links, &LINK_FIELDS[1..], &NVLINK5_FIELDS);
+    for ((link, active), values) in links.into_iter().zip(active).zip(values.chunks(ids.len())) {
         let label = || LabelValue::from(link.to_string());
         gpu.push(NVLINK_LINK_ACTIVE.sample_with([label()], flag(active)));
         let Some(([replay, recovery, transmit, receive], nvlink5_values)) =
@@ -383,7 +358,7 @@ fn read_links(gpu: &mut Gpu<'_>) {
                 &ERROR_COUNTERS[2..]
             }
             // NVLink 5 has none of the Hopper counters: nothing to call for.
-            _ if nvlink5 => &[],
+            _ if !nvlink5_values.is_empty() => &[],
             _ => &ERROR_COUNTERS[..],
         };
         for &(counter, name) in counters {

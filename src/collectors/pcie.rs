@@ -69,24 +69,18 @@ fn read(gpu: &mut Gpu<'_>) {
     {
         gpu.gauge(PCIE_MAX_WIDTH, width as f64);
     }
-    if let Some(generation) = gpu.nvml.read(calls::PCIE_GENERATION, ()) {
-        gpu.gauge(PCIE_GENERATION, f64::from(generation));
-    }
-    if let Some(width) = gpu.nvml.read(calls::PCIE_WIDTH, ()) {
-        gpu.gauge(PCIE_WIDTH, f64::from(width));
-    }
+    let generation = gpu.nvml.read(calls::PCIE_GENERATION, ());
+    gpu.gauge(PCIE_GENERATION, generation.map(f64::from));
+    let width = gpu.nvml.read(calls::PCIE_WIDTH, ());
+    gpu.gauge(PCIE_WIDTH, width.map(f64::from));
     let replays = gpu.nvml.field_or(NVML_FI_DEV_PCIE_REPLAY_COUNTER, |nvml| {
         nvml.read(calls::PCIE_REPLAY_COUNTER, ()).map(f64::from)
     });
-    if let Some(replays) = replays {
-        gpu.gauge(PCIE_REPLAYS, replays);
-    }
-    if let Some(bytes) = gpu.nvml.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES) {
-        gpu.gauge(PCIE_TRANSMIT, bytes);
-    }
-    if let Some(bytes) = gpu.nvml.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES) {
-        gpu.gauge(PCIE_RECEIVE, bytes);
-    }
+    gpu.gauge(PCIE_REPLAYS, replays);
+    let transmitted = gpu.nvml.field(NVML_FI_DEV_PCIE_COUNT_TX_BYTES);
+    gpu.gauge(PCIE_TRANSMIT, transmitted);
+    let received = gpu.nvml.field(NVML_FI_DEV_PCIE_COUNT_RX_BYTES);
+    gpu.gauge(PCIE_RECEIVE, received);
 }
 
 pub(super) const FIELDS: &[u32] = &[
@@ -101,8 +95,7 @@ fn read_throughput(gpu: &mut Gpu<'_>) {
         (PcieUtilCounter::Send, PCIE_TRANSMIT_THROUGHPUT),
         (PcieUtilCounter::Receive, PCIE_RECEIVE_THROUGHPUT),
     ] {
-        if let Some(kib) = gpu.nvml.read(calls::PCIE_THROUGHPUT, counter) {
-            gpu.gauge(family, f64::from(kib) * BYTES_PER_KIB);
-        }
+        let kib = gpu.nvml.read(calls::PCIE_THROUGHPUT, counter);
+        gpu.gauge(family, kib.map(|kib| f64::from(kib) * BYTES_PER_KIB));
     }
 }

@@ -41,11 +41,12 @@ pub(super) static COLLECTOR: Collector = Collector {
 
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
 
+const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
+
 /// The second power reading, and on Blackwell and newer the power-smoothing
 /// circuitry's lifetime left (258 from driver 580.82 on, 263 before:
 /// `nvml::fields::driver_id`).
 fn by_architecture(facts: &GpuFacts) -> &'static [u32] {
-    const LIFETIME: u32 = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
     match (draw_is_averaged(facts), facts.is_blackwell_or_newer()) {
         (true, true) => &[NVML_FI_DEV_POWER_INSTANT, LIFETIME],
         (true, false) => &[NVML_FI_DEV_POWER_INSTANT],
@@ -74,38 +75,32 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 }
 
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(milliwatts) = gpu.nvml.read(calls::POWER_USAGE, ()) {
-        gpu.gauge(POWER, f64::from(milliwatts) / PER_MILLI);
-    }
+    let milliwatts = gpu.nvml.read(calls::POWER_USAGE, ());
+    gpu.gauge(POWER, milliwatts.map(|mw| f64::from(mw) / PER_MILLI));
     let energy = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
             nvml.read(calls::TOTAL_ENERGY, ())
                 .map(|millijoules| millijoules as f64)
         });
-    if let Some(millijoules) = energy {
-        gpu.gauge(ENERGY, millijoules / PER_MILLI);
-    }
-    if let Some(milliwatts) = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ()) {
-        gpu.gauge(POWER_LIMIT, f64::from(milliwatts) / PER_MILLI);
-    }
-    if let Some(milliwatts) = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ()) {
-        gpu.gauge(POWER_DEFAULT_LIMIT, f64::from(milliwatts) / PER_MILLI);
-    }
+    gpu.gauge(ENERGY, energy.map(|mj| mj / PER_MILLI));
+    let limit = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ());
+    gpu.gauge(POWER_LIMIT, limit.map(|mw| f64::from(mw) / PER_MILLI));
+    let default_limit = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ());
+    gpu.gauge(
+        POWER_DEFAULT_LIMIT,
+        default_limit.map(|mw| f64::from(mw) / PER_MILLI),
+    );
     for (field, family) in [
         (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
         (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
     ] {
-        if let Some(milliwatts) = gpu.nvml.field(field) {
-            gpu.gauge(family, milliwatts / PER_MILLI);
-        }
+        let milliwatts = gpu.nvml.field(field);
+        gpu.gauge(family, milliwatts.map(|mw| mw / PER_MILLI));
     }
-    let lifetime = NVML_FI_PWR_SMOOTHING_HW_CIRCUITRY_PERCENT_LIFETIME_REMAINING;
-    if let Some(percent) = gpu.nvml.field(lifetime) {
-        gpu.push_read(
-            POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent)),
-            percent,
-        );
+    if let Some(percent) = gpu.nvml.field(LIFETIME) {
+        let sample = POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent));
+        gpu.push_read(sample, percent);
     }
 }
 

@@ -9,7 +9,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
 };
 use nvml::types::{TemperatureSensor, TemperatureThreshold};
-use nvml::Code;
+use nvml::{Code, DeviceReader};
 
 use crate::collector::{Collector, Gpu, Hooks};
 use crate::metrics::{self, families};
@@ -84,15 +84,11 @@ pub(super) const FIELDS: &[u32] = &[
 const MAX_FANS: u32 = 16;
 
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(celsius) = gpu_temperature(gpu) {
-        gpu.gauge(TEMPERATURE, celsius);
-    }
+    let celsius = gpu_temperature(&mut gpu.nvml);
+    gpu.gauge(TEMPERATURE, celsius);
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
-    if let Some(celsius) = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP) {
-        if celsius > 0.0 {
-            gpu.gauge(MEMORY_TEMPERATURE, celsius);
-        }
-    }
+    let memory = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP);
+    gpu.gauge(MEMORY_TEMPERATURE, memory.filter(|&celsius| celsius > 0.0));
     for (threshold, label) in THRESHOLDS {
         let key = format!("threshold.{label}");
         if let Some(Some(celsius)) =
@@ -112,9 +108,8 @@ fn read(gpu: &mut Gpu<'_>) {
             gpu.push(FAN_SPEED.sample_with([fan.to_string()], metrics::ratio(f64::from(percent))));
         }
     }
-    if let Some(celsius) = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ()) {
-        gpu.gauge(TEMPERATURE_MARGIN, f64::from(celsius));
-    }
+    let margin = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ());
+    gpu.gauge(TEMPERATURE_MARGIN, margin.map(f64::from));
     for (id, label) in MARGIN_THRESHOLDS {
         let key = format!("margin_threshold.{label}");
         let field = Field { id, scope: 0 };
@@ -133,16 +128,11 @@ fn read(gpu: &mut Gpu<'_>) {
 
 /// °C, from the deprecated `nvmlDeviceGetTemperature` where the driver lacks
 /// `nvmlDeviceGetTemperatureV` (NVML 12.5+) or its struct version.
-fn gpu_temperature(gpu: &mut Gpu<'_>) -> Option<f64> {
+fn gpu_temperature(reader: &mut DeviceReader<'_>) -> Option<f64> {
     let not_in_driver = |error: &nvml::Error| error.code() == Code::NotInDriver;
-    match gpu
-        .nvml
-        .read_expecting(calls::TEMPERATURE_V, (), not_in_driver)?
-    {
-        Ok(celsius) => Some(f64::from(celsius)),
-        Err(_) => gpu
-            .nvml
-            .read(calls::TEMPERATURE, TemperatureSensor::Gpu)
-            .map(f64::from),
-    }
+    let celsius = match reader.read_expecting(calls::TEMPERATURE_V, (), not_in_driver)? {
+        Ok(celsius) => f64::from(celsius),
+        Err(_) => f64::from(reader.read(calls::TEMPERATURE, TemperatureSensor::Gpu)?),
+    };
+    Some(celsius)
 }

@@ -62,7 +62,6 @@ fn read(gpu: &mut Gpu<'_>) {
             }
         }
     }
-    if let Some(processes) = gpu.nvml.compute_processes() {
-        gpu.gauge(PROCESSES, processes.len() as f64);
-    }
+    let processes = gpu.nvml.compute_processes();
+    gpu.gauge(PROCESSES, processes.map(|processes| processes.len() as f64));
 }

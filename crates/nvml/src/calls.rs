@@ -26,9 +26,9 @@ use nvml_wrapper::{Device, GpmSample};
 use crate::fabric::FabricInfo;
 use crate::fields::{self, Field};
 use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc, SramUnique};
-use crate::raw;
 use crate::samples::{self, Point, ProcessEntry};
 use crate::unwrapped::{self, Known, RemappedRows};
+use crate::{out, raw};
 
 /// One NVML function, made through [`crate::DeviceReader`].
 pub trait Call: Copy {
@@ -62,10 +62,11 @@ macro_rules! key {
     }};
 }
 
-/// `NAME: nvmlFunction(args) -> Answer[, each_run] = |device| how;`
+/// `NAME: nvmlFunction(args) -> Answer[, each_run] = |device| how;`, or
+/// `= raw read;` for `raw(device, |lib, handle| read(symbol!(lib), handle))`.
 macro_rules! calls {
     ($($(#[$doc:meta])* $name:ident: $symbol:ident($($arg:ident: $ty:ty),*) -> $answer:ty
-        $(, $each_run:ident)? = |$d:ident| $make:expr;)*) => {$(
+        $(, $each_run:ident)? = $(raw $read:path)? $(|$d:ident| $make:expr)?;)*) => {$(
         $(#[$doc])*
         #[allow(non_camel_case_types)]
         #[derive(Debug, Clone, Copy)]
@@ -83,7 +84,7 @@ macro_rules! calls {
 
             #[allow(unused_parens)]
             fn make<'a, 'n: 'a>(
-                $d: &Device<'n>,
+                device: &Device<'n>,
                 ($($arg),*): Self::Args<'a, 'n>,
             ) -> Result<Self::Answer<'n>, NvmlError> {
                 #[allow(unused_macros)]
@@ -95,7 +96,11 @@ macro_rules! calls {
                         concat!(stringify!($symbol), "\0")
                     };
                 }
-                $make
+                $(raw(device, |lib, handle| $read(symbol!(lib), handle)))?
+                $({
+                    let $d = device;
+                    $make
+                })?
             }
         }
     )*};
@@ -103,17 +108,15 @@ macro_rules! calls {
 
 calls! {
     /// Decoded lossily, so a hostile or corrupted string cannot hide a GPU.
-    UUID: nvmlDeviceGetUUID() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
-    NAME: nvmlDeviceGetName() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
-    SERIAL: nvmlDeviceGetSerial() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
-    VBIOS_VERSION: nvmlDeviceGetVbiosVersion() -> String = |d| raw(d, |lib, h| unwrapped::text(symbol!(lib), h));
-    BRAND: nvmlDeviceGetBrand() -> Known<Brand> = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
-    ARCHITECTURE: nvmlDeviceGetArchitecture() -> Known<DeviceArchitecture>
-        = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
+    UUID: nvmlDeviceGetUUID() -> String = raw unwrapped::text;
+    NAME: nvmlDeviceGetName() -> String = raw unwrapped::text;
+    SERIAL: nvmlDeviceGetSerial() -> String = raw unwrapped::text;
+    VBIOS_VERSION: nvmlDeviceGetVbiosVersion() -> String = raw unwrapped::text;
+    BRAND: nvmlDeviceGetBrand() -> Known<Brand> = raw unwrapped::known;
+    ARCHITECTURE: nvmlDeviceGetArchitecture() -> Known<DeviceArchitecture> = raw unwrapped::known;
     PERFORMANCE_STATE: nvmlDeviceGetPerformanceState() -> Known<PerformanceState>
-        = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
-    COMPUTE_MODE: nvmlDeviceGetComputeMode() -> Known<ComputeMode>
-        = |d| raw(d, |lib, h| unwrapped::known(symbol!(lib), h));
+        = raw unwrapped::known;
+    COMPUTE_MODE: nvmlDeviceGetComputeMode() -> Known<ComputeMode> = raw unwrapped::known;
     PCI_INFO: nvmlDeviceGetPciInfo_v3() -> PciInfo = |d| d.pci_info();
     MINOR_NUMBER: nvmlDeviceGetMinorNumber() -> u32 = |d| d.minor_number();
     /// Milliwatts.
@@ -141,10 +144,8 @@ calls! {
         = |d| d.decoder_utilization();
     ENCODER_STATS: nvmlDeviceGetEncoderStats() -> EncoderStats = |d| d.encoder_stats();
     /// Percent busy over the engine's last sampling period (driver 535+).
-    JPEG_UTILIZATION: nvmlDeviceGetJpgUtilization() -> u32
-        = |d| raw(d, |lib, h| unwrapped::engine_percent(symbol!(lib), h));
-    OFA_UTILIZATION: nvmlDeviceGetOfaUtilization() -> u32
-        = |d| raw(d, |lib, h| unwrapped::engine_percent(symbol!(lib), h));
+    JPEG_UTILIZATION: nvmlDeviceGetJpgUtilization() -> u32 = raw unwrapped::engine_percent;
+    OFA_UTILIZATION: nvmlDeviceGetOfaUtilization() -> u32 = raw unwrapped::engine_percent;
     MEMORY_INFO: nvmlDeviceGetMemoryInfo_v2() -> MemoryInfo = |d| d.memory_info();
     BAR1_MEMORY_INFO: nvmlDeviceGetBAR1MemoryInfo() -> BAR1MemoryInfo = |d| d.bar1_memory_info();
     /// MHz.
@@ -155,11 +156,11 @@ calls! {
         = |d| d.violation_status(policy);
     /// Through the deprecated `*ClocksThrottleReasons` name before R535.
     CLOCKS_EVENT_REASONS: nvmlDeviceGetCurrentClocksEventReasons() -> u64 = |d| raw(d, |lib, h| {
-        unwrapped::mask(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref())), h)
+        out(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref())), h, 0)
     });
     SUPPORTED_CLOCKS_EVENT_REASONS: nvmlDeviceGetSupportedClocksEventReasons() -> u64
         = |d| raw(d, |lib, h| {
-            unwrapped::mask(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref())), h)
+            out(symbol!(lib).or(nvml_sym(lib.nvmlDeviceGetSupportedClocksThrottleReasons.as_ref())), h, 0)
         });
     PERSISTENCE_MODE: nvmlDeviceGetPersistenceMode() -> bool = |d| d.is_in_persistent_mode();
     MIG_MODE: nvmlDeviceGetMigMode() -> MigMode = |d| d.mig_mode();
@@ -167,10 +168,11 @@ calls! {
     MIG_DEVICE: nvmlDeviceGetMigDeviceHandleByIndex(slot: u32) -> Device<'n>
         = |d| d.mig_device_by_index(slot);
     /// Of a MIG device.
-    GPU_INSTANCE_ID: nvmlDeviceGetGpuInstanceId() -> u32 = |d| raw(d, |lib, h| unwrapped::uint(symbol!(lib), h));
+    GPU_INSTANCE_ID: nvmlDeviceGetGpuInstanceId() -> u32
+        = |d| raw(d, |lib, h| out(symbol!(lib), h, 0));
     /// Of a MIG device.
     COMPUTE_INSTANCE_ID: nvmlDeviceGetComputeInstanceId() -> u32
-        = |d| raw(d, |lib, h| unwrapped::uint(symbol!(lib), h));
+        = |d| raw(d, |lib, h| out(symbol!(lib), h, 0));
     ECC_MODE: nvmlDeviceGetEccMode() -> EccModeState = |d| d.is_ecc_enabled();
     TOTAL_ECC_ERRORS: nvmlDeviceGetTotalEccErrors(error: MemoryError, counter: EccCounter) -> u64
         = |d| d.total_ecc_errors(error, counter);
@@ -179,8 +181,7 @@ calls! {
     RETIRED_PAGES_PENDING: nvmlDeviceGetRetiredPagesPendingStatus() -> bool
         = |d| d.are_pages_pending_retired();
     /// Ampere and newer.
-    REMAPPED_ROWS: nvmlDeviceGetRemappedRows() -> RemappedRows
-        = |d| raw(d, |lib, h| unwrapped::remapped_rows(symbol!(lib), h));
+    REMAPPED_ROWS: nvmlDeviceGetRemappedRows() -> RemappedRows = raw unwrapped::remapped_rows;
     MAX_PCIE_GENERATION: nvmlDeviceGetMaxPcieLinkGeneration() -> u32 = |d| d.max_pcie_link_gen();
     MAX_PCIE_WIDTH: nvmlDeviceGetMaxPcieLinkWidth() -> u32 = |d| d.max_pcie_link_width();
     PCIE_GENERATION: nvmlDeviceGetCurrPcieLinkGeneration() -> u32
@@ -191,8 +192,7 @@ calls! {
     PCIE_THROUGHPUT: nvmlDeviceGetPcieThroughput(counter: PcieUtilCounter) -> u32
         = |d| d.pcie_throughput(counter);
     /// °C, where the driver has it (NVML 12.5+) and its struct version.
-    TEMPERATURE_V: nvmlDeviceGetTemperatureV() -> i32
-        = |d| raw(d, |lib, h| unwrapped::temperature(symbol!(lib), h));
+    TEMPERATURE_V: nvmlDeviceGetTemperatureV() -> i32 = raw unwrapped::temperature;
     /// °C.
     TEMPERATURE: nvmlDeviceGetTemperature(sensor: TemperatureSensor) -> u32
         = |d| d.temperature(sensor);
@@ -200,8 +200,7 @@ calls! {
     TEMPERATURE_THRESHOLD: nvmlDeviceGetTemperatureThreshold(threshold: TemperatureThreshold)
         -> u32 = |d| d.temperature_threshold(threshold);
     /// T.Limit in °C (driver 555+).
-    MARGIN_TEMPERATURE: nvmlDeviceGetMarginTemperature() -> i32
-        = |d| raw(d, |lib, h| unwrapped::margin_temperature(symbol!(lib), h));
+    MARGIN_TEMPERATURE: nvmlDeviceGetMarginTemperature() -> i32 = raw unwrapped::margin_temperature;
     FAN_COUNT: nvmlDeviceGetNumFans() -> u32 = |d| d.num_fans();
     /// Percent of the fan's maximum.
     FAN_SPEED: nvmlDeviceGetFanSpeed_v2(fan: u32) -> u32 = |d| d.fan_speed(fan);
@@ -229,18 +228,14 @@ calls! {
         first: &'a GpmSample<'n>, second: &'a GpmSample<'n>, ids: &'a [GpmMetricId]
     ) -> Vec<Result<f64, NvmlError>>, each_run = |d| Ok(gpm_metrics_get(d.nvml(), first, second, ids)?
         .into_iter().map(|metric| metric.map(|m| m.value)).collect());
-    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairStatus
-        = |d| raw(d, |lib, h| health::repair_status(symbol!(lib), h));
+    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairStatus = raw health::repair_status;
     REMAPPER_HISTOGRAM: nvmlDeviceGetRowRemapperHistogram() -> RemapperHistogram
-        = |d| raw(d, |lib, h| health::remapper_histogram(symbol!(lib), h));
-    SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc
-        = |d| raw(d, |lib, h| health::sram_ecc(symbol!(lib), h));
+        = raw health::remapper_histogram;
+    SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc = raw health::sram_ecc;
     SRAM_UNIQUE: nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts() -> SramUnique
-        = |d| raw(d, |lib, h| health::sram_unique(symbol!(lib), h));
-    PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo
-        = |d| raw(d, |lib, h| health::platform_info(symbol!(lib), h));
-    C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool
-        = |d| raw(d, |lib, h| health::c2c_enabled(symbol!(lib), h));
+        = raw health::sram_unique;
+    PLATFORM_INFO: nvmlDeviceGetPlatformInfo() -> PlatformInfo = raw health::platform_info;
+    C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool = raw health::c2c_enabled;
     /// Newer than the bindings: looked up by its name.
     MEMORY_UNREPAIRABLE: nvmlDeviceGetUnrepairableMemoryFlag_v1() -> bool
         = |d| raw(d, |lib, h| health::memory_unrepairable(lib, symbol!(), h));

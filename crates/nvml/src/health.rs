@@ -9,58 +9,24 @@ use std::ffi::c_uint;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
-    nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t,
-    nvmlEccSramUniqueUncorrectedErrorCounts_v1_t, nvmlEccSramUniqueUncorrectedErrorEntry_v1_t,
-    nvmlPlatformInfo_v2_t, nvmlRepairStatus_v1_t, nvmlReturn_t, nvmlRowRemapperHistogramValues_t,
-    NvmlLib,
+    nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramUniqueUncorrectedErrorCounts_v1_t,
+    nvmlEccSramUniqueUncorrectedErrorEntry_v1_t, nvmlPlatformInfo_v2_t, nvmlReturn_t, NvmlLib,
 };
 
-use super::{struct_version, Getter, ARGUMENT_VERSION_MISMATCH};
+use super::{out, struct_version, Getter, ARGUMENT_VERSION_MISMATCH};
 
-/// Repairs waiting for the GPU's next reset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RepairStatus {
-    pub channel: bool,
-    pub tpc: bool,
-}
+/// Repairs waiting for the GPU's next reset (nonzero: pending), channel and
+/// TPC; as NVML writes them.
+pub use nvml_wrapper_sys::bindings::nvmlRepairStatus_v1_t as RepairStatus;
 
-/// Memory banks by the reserved rows they have left: all of them, high,
-/// partial, low, none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemapperHistogram {
-    pub max: u32,
-    pub high: u32,
-    pub partial: u32,
-    pub low: u32,
-    pub none: u32,
-}
+/// Memory banks by the reserved rows they have left: all of them (`max`),
+/// `high`, `partial`, `low`, `none`; as NVML writes them.
+pub use nvml_wrapper_sys::bindings::nvmlRowRemapperHistogramValues_t as RemapperHistogram;
 
-/// SRAM ECC error counts (`nvmlEccSramErrorStatus_v1_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SramEcc {
-    pub volatile: SramCounts,
-    pub aggregate: SramCounts,
-    /// Aggregate uncorrected errors by where they occurred.
-    pub locations: SramLocations,
-    /// The error threshold of field diagnostics is exceeded.
-    pub threshold_exceeded: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SramLocations {
-    pub l2: u64,
-    pub sm: u64,
-    pub pcie: u64,
-    pub microcontroller: u64,
-    pub other: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SramCounts {
-    pub uncorrected_parity: u64,
-    pub uncorrected_sec_ded: u64,
-    pub corrected: u64,
-}
+/// SRAM ECC error counts, volatile and aggregate, the aggregate uncorrected
+/// ones by where they occurred, and whether the error threshold of field
+/// diagnostics is exceeded; as NVML writes them.
+pub use nvml_wrapper_sys::bindings::nvmlEccSramErrorStatus_v1_t as SramEcc;
 
 /// Distinct SRAM locations with uncorrected ECC errors, by how they were
 /// detected.
@@ -92,72 +58,35 @@ const PLATFORM_V1: u32 = struct_version::<nvmlPlatformInfo_v2_t>(1);
 
 /// Ampere and newer, driver 580 and later.
 pub(crate) fn repair_status(
-    getter: Getter<'_, nvmlRepairStatus_v1_t>,
+    getter: Getter<'_, RepairStatus>,
     handle: nvmlDevice_t,
 ) -> Result<RepairStatus, NvmlError> {
-    let mut status = nvmlRepairStatus_v1_t {
-        version: struct_version::<nvmlRepairStatus_v1_t>(1),
+    let status = RepairStatus {
+        version: struct_version::<RepairStatus>(1),
         bChannelRepairPending: 0,
         bTpcRepairPending: 0,
     };
-    raw_call!(getter, handle, &mut status)?;
-    Ok(RepairStatus {
-        channel: status.bChannelRepairPending != 0,
-        tpc: status.bTpcRepairPending != 0,
-    })
+    out(getter, handle, status)
 }
 
 /// Ampere and newer.
 pub(crate) fn remapper_histogram(
-    getter: Getter<'_, nvmlRowRemapperHistogramValues_t>,
+    getter: Getter<'_, RemapperHistogram>,
     handle: nvmlDevice_t,
 ) -> Result<RemapperHistogram, NvmlError> {
-    let mut v = nvmlRowRemapperHistogramValues_t {
-        max: 0,
-        high: 0,
-        partial: 0,
-        low: 0,
-        none: 0,
-    };
-    raw_call!(getter, handle, &mut v)?;
-    Ok(RemapperHistogram {
-        max: v.max,
-        high: v.high,
-        partial: v.partial,
-        low: v.low,
-        none: v.none,
-    })
+    // SAFETY: plain integers, for which zero is a value.
+    out(getter, handle, unsafe { std::mem::zeroed() })
 }
 
 /// Ampere and newer; root only.
 pub(crate) fn sram_ecc(
-    getter: Getter<'_, nvmlEccSramErrorStatus_v1_t>,
+    getter: Getter<'_, SramEcc>,
     handle: nvmlDevice_t,
 ) -> Result<SramEcc, NvmlError> {
     // SAFETY: plain integers, for which zero is a value.
-    let mut s: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
-    s.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);
-    raw_call!(getter, handle, &mut s)?;
-    Ok(SramEcc {
-        volatile: SramCounts {
-            uncorrected_parity: s.volatileUncParity,
-            uncorrected_sec_ded: s.volatileUncSecDed,
-            corrected: s.volatileCor,
-        },
-        aggregate: SramCounts {
-            uncorrected_parity: s.aggregateUncParity,
-            uncorrected_sec_ded: s.aggregateUncSecDed,
-            corrected: s.aggregateCor,
-        },
-        locations: SramLocations {
-            l2: s.aggregateUncBucketL2,
-            sm: s.aggregateUncBucketSm,
-            pcie: s.aggregateUncBucketPcie,
-            microcontroller: s.aggregateUncBucketMcu,
-            other: s.aggregateUncBucketOther,
-        },
-        threshold_exceeded: s.bThresholdExceeded != 0,
-    })
+    let mut status: SramEcc = unsafe { std::mem::zeroed() };
+    status.version = struct_version::<SramEcc>(1);
+    out(getter, handle, status)
 }
 
 /// More locations than this are an error (INSUFFICIENT_SIZE).
@@ -261,9 +190,8 @@ pub(crate) fn memory_unrepairable(
     // SAFETY: NVML exports this name with this signature (nvml.h, R590).
     let getter = unsafe { lib.__library.get::<UnrepairableGetter>(name.as_bytes()) }
         .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let mut status = UnrepairableMemoryStatus { unrepairable: 0 };
-    raw_call!(Ok::<_, NvmlError>(&*getter), handle, &mut status)?;
-    Ok(status.unrepairable != 0)
+    let status = UnrepairableMemoryStatus { unrepairable: 0 };
+    out(Ok(&*getter), handle, status).map(|status| status.unrepairable != 0)
 }
 
 /// Superchips (GH200, GB200), driver 545 and later. `nvmlC2cModeInfo_v1_t`
@@ -272,7 +200,6 @@ pub(crate) fn c2c_enabled(
     getter: Getter<'_, nvmlC2cModeInfo_v1_t>,
     handle: nvmlDevice_t,
 ) -> Result<bool, NvmlError> {
-    let mut mode = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
-    raw_call!(getter, handle, &mut mode)?;
-    Ok(mode.isC2cEnabled != 0)
+    let mode = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
+    out(getter, handle, mode).map(|mode| mode.isC2cEnabled != 0)
 }

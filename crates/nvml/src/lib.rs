@@ -150,6 +150,11 @@ const fn struct_version<T>(version: u32) -> u32 {
 type Getter<'l, S> =
     Result<&'l unsafe extern "C" fn(nvmlDevice_t, *mut S) -> nvmlReturn_t, NvmlError>;
 
+/// `getter(handle, &mut value)`: what NVML wrote over `value`.
+fn out<S>(getter: Getter<'_, S>, handle: nvmlDevice_t, mut value: S) -> Result<S, NvmlError> {
+    raw_call!(getter, handle, &mut value).map(|()| value)
+}
+
 fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {
     // SAFETY: the handle stays valid while `device` (and so NVML) lives, and
     // goes only to NVML's own functions.

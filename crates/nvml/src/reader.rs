@@ -214,10 +214,7 @@ impl<'n> DeviceReader<'n> {
                 log::warn!("{message} (seen {count} times in this run)");
             }
         }
-        match self.fault {
-            Some(fault) => Err(fault),
-            None => Ok(self.read_errors),
-        }
+        self.fault.map_or(Ok(self.read_errors), Err)
     }
 
     /// The one door: `call` made (on `device`, else the GPU) unless the GPU

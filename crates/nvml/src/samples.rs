@@ -64,13 +64,13 @@ pub(crate) fn fetch(
     // SAFETY: nvmlSample_t is plain data; zero is a valid value.
     let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
     let samples = fetch_growing(zero, |buffer, count| {
-        let (kind, value_type) = (sampling.as_c(), &mut value_type);
+        let call = Ok::<_, NvmlError>(getter);
         raw_call!(
-            Ok::<_, NvmlError>(getter),
+            call,
             handle,
-            kind,
+            sampling.as_c(),
             last_seen,
-            value_type,
+            &mut value_type,
             count,
             buffer
         )

@@ -1,7 +1,7 @@
 //! The NVML functions nvml-wrapper does not wrap, or wraps lossily (invalid
 //! UTF-8, enum values newer than it knows, the pre-R535 clock event reasons).
 
-use std::ffi::{c_char, c_uint, c_ulonglong};
+use std::ffi::{c_char, c_uint};
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
@@ -9,7 +9,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlTemperature_v1_t,
 };
 
-use super::{struct_version, Getter};
+use super::{out, struct_version, Getter};
 
 /// A looked-up NVML function of a handle and `args`, as `symbol!(lib)` gives
 /// it (`Getter` where `args` is one out-pointer).
@@ -42,21 +42,8 @@ pub(crate) fn known<E: TryFrom<c_uint>>(
     getter: Getter<'_, c_uint>,
     handle: nvmlDevice_t,
 ) -> Result<Known<E>, NvmlError> {
-    let raw = uint(getter, handle)?;
+    let raw = out(getter, handle, 0)?;
     Ok(E::try_from(raw).map_err(|_| raw))
-}
-
-pub(crate) fn uint(getter: Getter<'_, c_uint>, handle: nvmlDevice_t) -> Result<u32, NvmlError> {
-    let mut value: c_uint = 0;
-    raw_call!(getter, handle, &mut value).map(|()| value)
-}
-
-pub(crate) fn mask(
-    getter: Getter<'_, c_ulonglong>,
-    handle: nvmlDevice_t,
-) -> Result<u64, NvmlError> {
-    let mut mask = 0;
-    raw_call!(getter, handle, &mut mask).map(|()| mask)
 }
 
 pub(crate) fn engine_percent(
@@ -71,23 +58,23 @@ pub(crate) fn margin_temperature(
     getter: Getter<'_, nvmlMarginTemperature_t>,
     handle: nvmlDevice_t,
 ) -> Result<i32, NvmlError> {
-    let mut info = nvmlMarginTemperature_t {
+    let info = nvmlMarginTemperature_t {
         version: struct_version::<nvmlMarginTemperature_t>(1),
         marginTemperature: 0,
     };
-    raw_call!(getter, handle, &mut info).map(|()| info.marginTemperature)
+    out(getter, handle, info).map(|info| info.marginTemperature)
 }
 
 pub(crate) fn temperature(
     getter: Getter<'_, nvmlTemperature_v1_t>,
     handle: nvmlDevice_t,
 ) -> Result<i32, NvmlError> {
-    let mut info = nvmlTemperature_v1_t {
+    let info = nvmlTemperature_v1_t {
         version: struct_version::<nvmlTemperature_v1_t>(1),
         sensorType: nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU,
         temperature: 0,
     };
-    raw_call!(getter, handle, &mut info).map(|()| info.temperature)
+    out(getter, handle, info).map(|info| info.temperature)
 }
 
 pub(crate) fn remapped_rows(
