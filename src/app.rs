@@ -181,6 +181,7 @@ fn snapshot_with_state(cli: &Cli, deadline: &Deadline, store: bool) -> Outcome {
                     deadline.budget.host_end,
                 ),
                 states: &mut outcome.states,
+                succeeded: Vec::new(),
             },
             nvml_read,
             &|phase| deadline.enter(phase),

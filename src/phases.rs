@@ -506,7 +506,7 @@ pub fn run_host(
     nvml_read: bool,
     enter: &dyn Fn(&'static str),
 ) {
-    for collector in collectors {
+    for collector in in_needed_order(collectors) {
         let Some(host) = collector.hooks.host else {
             continue;
         };
@@ -520,6 +520,9 @@ pub fn run_host(
         if let Err(why) = &outcome {
             log::debug!("collector {}: {why}", collector.name);
         }
+        if outcome.is_ok() {
+            run.succeeded.push(collector.name);
+        }
         let labels = [collector.name];
         run.snapshot.host.extend([
             metrics::COLLECTOR_SUCCESS.sample_with(labels, f64::from(u8::from(outcome.is_ok()))),
@@ -528,9 +531,56 @@ pub fn run_host(
     }
 }
 
+/// `collectors`, each after the ones it needs (`Hooks::needs`) where they
+/// are among them; otherwise in their order.
+fn in_needed_order(collectors: &[&'static Collector]) -> Vec<&'static Collector> {
+    let mut left = collectors.to_vec();
+    let mut ordered = Vec::with_capacity(left.len());
+    while !left.is_empty() {
+        let waits = |c: &Collector, left: &[&Collector]| {
+            c.hooks
+                .needs
+                .iter()
+                .any(|need| left.iter().any(|l| l.name == *need))
+        };
+        // A need that is never met (a cycle) does not hold the rest back.
+        let next = (0..left.len())
+            .find(|&i| !waits(left[i], &left))
+            .unwrap_or(0);
+        ordered.push(left.remove(next));
+    }
+    ordered
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step runs after the steps it needs, whatever the registry's order;
+    /// the others keep theirs.
+    #[test]
+    fn a_host_step_runs_after_the_steps_it_needs() {
+        let find = |name: &str| {
+            *crate::collectors::ALL
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap()
+        };
+        let (tasks, xid, processes) = (find("tasks"), find("xid"), find("processes"));
+        assert_eq!(tasks.hooks.needs, ["xid"]);
+        for given in [
+            [tasks, xid, processes],
+            [processes, tasks, xid],
+            [xid, processes, tasks],
+        ] {
+            let names: Vec<&str> = in_needed_order(&given).iter().map(|c| c.name).collect();
+            let at = |name| names.iter().position(|n| *n == name).unwrap();
+            assert!(at("xid") < at("tasks"), "{names:?}");
+            assert_eq!(names.len(), 3);
+        }
+        let alone: Vec<&str> = in_needed_order(&[tasks]).iter().map(|c| c.name).collect();
+        assert_eq!(alone, ["tasks"]);
+    }
 
     /// A GPU's slot after its thread reported: down keeps the identity read
     /// that came before; a settled slot (read, or down when its identity

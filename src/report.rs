@@ -1,7 +1,7 @@
 //! `--job-report <id>`: a Slurm job's totals on this node, as one JSON
 //! object for its epilog to put into the job's comment or a completion
 //! record. Per GPU (or MIG instance) the job was given or ran on: seconds
-//! allocated, busy and held, energy and peak memory, from the state's task
+//! allocated, busy and held, energy, peak memory and XIDs, from the state's task
 //! ledgers (as of the last run, at most one timer period before the epilog);
 //! where the hook recorded both edges of a whole GPU, seconds allocated and
 //! energy are the edges' own (epilog − prolog), exact.
@@ -36,6 +36,9 @@ struct Gpu {
     held_seconds: f64,
     energy_joules: f64,
     memory_peak_bytes: u64,
+    /// XIDs the GPU logged while the job held or was given it; absent where
+    /// they were not counted (the xid collector off).
+    xid_errors: Option<u64>,
     /// Seconds allocated and energy from the hook's prolog and epilog.
     exact: bool,
 }
@@ -67,6 +70,7 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
                 held_seconds: totals.held_us as f64 / 1e6,
                 energy_joules: totals.energy_mj as f64 / 1e3,
                 memory_peak_bytes: totals.memory_peak_bytes,
+                xid_errors: gpu.tasks.xids.map(|_| totals.xid_errors),
                 exact: false,
             };
             let edges = record.iter().flat_map(|r| &r.gpus);

@@ -65,6 +65,9 @@ pub(crate) struct Hooks {
     /// The host step needs nothing of NVML: it runs in a run NVML failed
     /// too, over the GPUs the state knows of this boot.
     pub(crate) host_without_nvml: bool,
+    /// The host steps whose results this one reads (the `xid` step's counts
+    /// for the tasks'): it runs after them, in any registry order.
+    pub(crate) needs: &'static [&'static str],
 }
 
 /// `None`: nothing to measure.
@@ -84,6 +87,7 @@ impl Hooks {
         read: None,
         host: None,
         host_without_nvml: false,
+        needs: &[],
     };
 
     pub(crate) const fn read(read: fn(&mut Gpu<'_>), fields: &'static [u32]) -> Hooks {
@@ -115,6 +119,11 @@ impl Hooks {
             host_without_nvml: true,
             ..self
         }
+    }
+
+    /// A host step that reads what the steps `needs` leave this run.
+    pub(crate) const fn needing(self, needs: &'static [&'static str]) -> Hooks {
+        Hooks { needs, ..self }
     }
 
     pub(crate) const fn with_early(self, early: fn(&mut Gpu<'_>)) -> Hooks {
@@ -174,6 +183,8 @@ pub struct HostRun<'a> {
     pub owners: &'a mut Owners,
     /// The state each GPU leaves, by UUID: a host step may set its part.
     pub states: &'a mut BTreeMap<String, GpuState>,
+    /// The host steps that ran this run and succeeded, so far.
+    pub succeeded: Vec<&'static str>,
 }
 
 impl Collector {

@@ -48,7 +48,8 @@ pub(super) static COLLECTOR: Collector = Collector {
     families: FAMILIES,
     hooks: Hooks::read(read, FIELDS)
         .with_early(compute::early)
-        .with_host(host),
+        .with_host(host)
+        .needing(&["xid"]),
 };
 
 /// Field values this collector takes from the batch.
@@ -113,6 +114,13 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         }
     }
     run.state.next().said = found.problems.iter().take(MAX_SAID).cloned().collect();
+    // This run's XID counts, where the xid step counted them (it runs first).
+    let xids: Option<BTreeMap<String, u64>> = run.succeeded.contains(&"xid").then(|| {
+        let counts = &run.state.next().xid;
+        let gpus = run.snapshot.devices.iter().map(|d| &d.uuid);
+        gpus.map(|uuid| (uuid.clone(), counts.xids_of(uuid)))
+            .collect()
+    });
     for device in &mut run.snapshot.devices {
         let Some(reading) = device.tasks.take() else {
             continue;
@@ -162,6 +170,8 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
             reading.window,
             &seen,
             &given,
+            xids.as_ref()
+                .and_then(|xids| xids.get(&device.uuid).copied()),
         );
         if accounted.refused && !state.tasks.refused {
             log::warn!(
@@ -384,6 +394,7 @@ mod tests {
             inputs: &crate::collector::HostInputs::default(),
             owners: &mut owners,
             states: &mut states,
+            succeeded: Vec::new(),
         };
         for step in steps {
             step(&mut run).unwrap();

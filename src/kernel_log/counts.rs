@@ -82,6 +82,14 @@ pub enum XidOf {
 }
 
 impl Counts {
+    /// The XIDs counted for the GPU `uuid`, every code.
+    pub fn xids_of(&self, uuid: &str) -> u64 {
+        let of_gpu = self.totals.0.iter().filter(
+            |(series, _)| matches!(series, Series::Xid { id: XidOf::Gpu(gpu), .. } if gpu == uuid),
+        );
+        of_gpu.map(|(_, &n)| n).sum()
+    }
+
     /// Counts the events this boot logged since the position, attributed to
     /// `gpus` (bus id → UUID), until `until`: from the cursor, else its
     /// entry's time, else recounting from the boot's start; if no read works,

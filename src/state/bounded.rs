@@ -138,6 +138,7 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
         #[serde(deserialize_with = "pids")]
         processes: Vec<(u32, u64, usize)>,
         refused: bool,
+        xids: Option<u64>,
     }
     let Read {
         at_us,
@@ -146,6 +147,7 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
         totals,
         processes,
         refused,
+        xids,
     } = Read::deserialize(d)?;
     Ok(Ledger {
         at_us,
@@ -154,6 +156,7 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
         totals,
         processes,
         refused,
+        xids,
     })
 }
 

@@ -438,6 +438,7 @@ mod tests {
                     held_us: u64::MAX,
                     allocated_us: u64::MAX,
                     memory_peak_bytes: u64::MAX,
+                    xid_errors: u64::MAX,
                     seen_us: u64::MAX,
                     measured: true,
                 };
@@ -461,6 +462,7 @@ mod tests {
             totals,
             processes,
             refused: true,
+            xids: Some(u64::MAX),
         }
     }
 

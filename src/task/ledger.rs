@@ -31,6 +31,8 @@ pub struct Totals {
     pub allocated_us: u64,
     /// The most device memory its processes held at a run, bytes.
     pub memory_peak_bytes: u64,
+    /// XIDs the GPU logged in the windows the holder held or was given it.
+    pub xid_errors: u64,
     /// When it last held the GPU or was charged, µs after boot.
     pub seen_us: u64,
     /// Its busy time is known: a window in which NVML gave the GPU's
@@ -60,6 +62,8 @@ pub struct Ledger {
     pub processes: Vec<(u32, u64, usize)>,
     /// A holder was refused for [`MAX_HOLDERS`] (said once, when it began).
     pub refused: bool,
+    /// The GPU's XIDs counted up to that run, where they were counted.
+    pub xids: Option<u64>,
 }
 
 impl Ledger {
@@ -158,6 +162,8 @@ pub struct Accounted {
 ///   shares; all of it to the only holder of a window without busy time; to
 ///   nobody (`unattributed_mj`) where no known holder used it;
 /// - held: the time since the previous run or the process's start;
+/// - XIDs: the GPU's XIDs of the window (counted this run and at the
+///   previous one), to every holder that held or was given it;
 /// - allocated: the part of the window inside each [`Given`]'s edges. The
 ///   energy between the edges of a whole GPU given to one holder alone is
 ///   that holder's (the counter's readings at the edges, else its value
@@ -179,6 +185,7 @@ pub fn account(
     window: Option<Window>,
     seen: &[Seen],
     given: &[Given],
+    xids: Option<u64>,
 ) -> Accounted {
     // A ledger written before `measured`: a holder with busy time had it.
     let upgraded = |t: &Totals| Totals {
@@ -322,6 +329,15 @@ pub fn account(
         for (holder, &held) in &held {
             charge(holder, &|t: &mut Totals| add(&mut t.held_us, held, MAX_US));
         }
+        let logged = match (previous.xids, xids) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => 0,
+        };
+        for holder in holding.iter().filter(|_| logged > 0) {
+            charge(holder, &|t: &mut Totals| {
+                t.xid_errors = t.xid_errors.saturating_add(logged)
+            });
+        }
         for &(g, from, to) in &spans {
             let allocated = to.0.saturating_sub(from.0);
             charge(&g.holder, &|t: &mut Totals| {
@@ -359,6 +375,7 @@ pub fn account(
             totals,
             processes,
             refused,
+            xids: xids.or(previous.xids),
         },
         refused,
     }
@@ -503,6 +520,7 @@ mod tests {
             refused: false,
             totals: all,
             processes,
+            xids: None,
         }
     }
 
@@ -539,7 +557,16 @@ mod tests {
     fn a_first_run_sets_the_baseline_and_counts_nothing() {
         let a = job("1");
         let seen = [process(10, Some((&a, BEFORE - S)), Some(0.6))];
-        let next = account(&Ledger::default(), NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(
+            &Ledger::default(),
+            NOW,
+            ENERGY,
+            Some(WINDOW),
+            &seen,
+            &[],
+            None,
+        )
+        .ledger;
         assert_eq!(
             next.totals,
             [(
@@ -566,7 +593,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.49)),
             process(20, Some((&b, 0)), Some(0.11)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
         let (ta, tb) = (totals_of(&next, &a), totals_of(&next, &b));
         // The owners add up to the GPU's busy time and to the energy spent.
         assert_eq!(ta.busy_us + tb.busy_us, WINDOW.busy_us);
@@ -584,17 +611,17 @@ mod tests {
         let (a, b) = (job("1"), job("2"));
         let previous = ledger(&[], &[]);
         let one = [process(10, Some((&a, 0)), None)];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[], None).ledger;
         assert_eq!(totals_of(&next, &a).energy_mj, 6_000_000);
         assert_eq!(next.unattributed_mj, 0);
         let two = [
             process(10, Some((&a, 0)), None),
             process(20, Some((&b, 0)), None),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[], None).ledger;
         assert_eq!(totals_of(&next, &a).energy_mj, 0);
         assert_eq!(next.unattributed_mj, 6_000_000);
-        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[]).ledger;
+        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None).ledger;
         assert_eq!(none.unattributed_mj, 6_000_000);
     }
 
@@ -603,7 +630,7 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), Some(0.5))];
-        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[]).ledger;
+        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[], None).ledger;
         assert_eq!(
             (totals_of(&next, &a).energy_mj, next.unattributed_mj),
             (0, 0)
@@ -621,14 +648,14 @@ mod tests {
             // pid 20 now runs for b, started after NVML last saw it busy.
             process(20, Some((&b, NOW)), Some(0.4)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         // b held the GPU from its start only.
         assert_eq!(totals_of(&next, &b).held_us, 0);
         // A share nobody can be named for is nobody's.
         let unknown = [process(30, None, Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[], None).ledger;
         assert_eq!(next.totals, previous.totals);
         assert_eq!(next.unattributed_mj, 6_000_000);
     }
@@ -643,13 +670,13 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, Some((&b, NOW - S + 1)), Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us / 2);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         assert_eq!(next.unattributed_mj, 3_000_000);
         // Started at the very sample: it may have done the work.
         let seen = [process(30, Some((&b, NOW - S)), Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
         assert_eq!(totals_of(&next, &b).busy_us, WINDOW.busy_us);
     }
 
@@ -663,7 +690,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(20, Some((&b, 0)), Some(0.1)),
         ];
-        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[]).ledger;
+        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[], None).ledger;
         assert_eq!(failed.energy_mj, previous.energy_mj);
         assert_eq!(totals_of(&failed, &a).energy_mj, 0);
         assert_eq!(failed.unattributed_mj, 0);
@@ -675,6 +702,7 @@ mod tests {
             Some(WINDOW),
             &seen,
             &[],
+            None,
         )
         .ledger;
         assert_eq!(totals_of(&later, &a).energy_mj, 6_750_000);
@@ -690,13 +718,13 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), None)];
-        let none = account(&previous, NOW, ENERGY, None, &seen, &[]).ledger;
+        let none = account(&previous, NOW, ENERGY, None, &seen, &[], None).ledger;
         assert!(!totals_of(&none, &a).measured);
         assert!(totals_of(&none, &a).held_us > 0);
-        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
         assert!(totals_of(&idle, &a).measured);
         assert_eq!(totals_of(&idle, &a).busy_us, 0);
-        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[]).ledger;
+        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[], None).ledger;
         assert!(totals_of(&after, &a).measured);
         // A ledger written before the mark: busy time means measured.
         let old = Totals {
@@ -704,7 +732,16 @@ mod tests {
             seen_us: BEFORE,
             ..Totals::default()
         };
-        let next = account(&ledger(&[(&a, old)], &[]), NOW, ENERGY, None, &[], &[]).ledger;
+        let next = account(
+            &ledger(&[(&a, old)], &[]),
+            NOW,
+            ENERGY,
+            None,
+            &[],
+            &[],
+            None,
+        )
+        .ledger;
         assert!(totals_of(&next, &a).measured);
     }
 
@@ -727,7 +764,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, None, Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
         let t = totals_of(&next, &a);
         assert_eq!(
             (t.busy_us, t.energy_mj, t.held_us),
@@ -754,7 +791,16 @@ mod tests {
     fn time_held_counts_from_the_start_of_a_process_that_began_between_runs() {
         let a = job("1");
         let seen = [process(10, Some((&a, BEFORE + 5 * S)), None)];
-        let next = account(&ledger(&[], &[]), NOW, ENERGY, Some(WINDOW), &seen, &[]).ledger;
+        let next = account(
+            &ledger(&[], &[]),
+            NOW,
+            ENERGY,
+            Some(WINDOW),
+            &seen,
+            &[],
+            None,
+        )
+        .ledger;
         assert_eq!(totals_of(&next, &a).held_us, 10 * S);
     }
 
@@ -773,7 +819,7 @@ mod tests {
             ..Totals::default()
         };
         let previous = ledger(&[(&a, kept), (&b, gone)], &[]);
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[]).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None).ledger;
         assert_eq!(next.totals, [(a, kept)]);
     }
 
@@ -798,7 +844,7 @@ mod tests {
             process(10, Some((old, 0)), Some(0.5)),
             process(20, Some((&new, 0)), Some(0.5)),
         ];
-        let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[]);
+        let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert!(accounted.refused);
         assert_eq!(accounted.ledger.totals.len(), MAX_HOLDERS);
         assert_eq!(

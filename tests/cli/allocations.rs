@@ -32,9 +32,16 @@ impl Node {
             "hook",
             "jobstats",
             "dcgm",
+            "journal",
         ] {
             fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
+        let boot = journal_entry(
+            1000,
+            "kernel",
+            "nvidia-nvlink: Nvlink Core is being initialized",
+        );
+        write_journal(&dir.path().join("journal"), "system@1.journal", &boot);
         let tree = tasks_tree();
         fs::create_dir(
             tree.dir
@@ -63,6 +70,8 @@ impl Node {
             &format!("dcgm:{}", self.path("dcgm")),
             "--cgroupfs",
             &self.path("cgroup"),
+            "--journal-dir",
+            &self.path("journal"),
         ]
         .map(String::from)
         .to_vec()
@@ -396,6 +405,14 @@ fn the_hook_makes_a_jobs_energy_exact_to_its_edges() {
         close(task_value(&second, ENERGY, "0", &job("900")), 3000.0),
         "{second}"
     );
+    // An XID of GPU 0 while the job has it.
+    let xid = "NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=python, Graphics Exception";
+    let export = journal_entry(2000, "kernel", xid);
+    write_journal(
+        &node.dir.path().join("journal"),
+        "system@2.journal",
+        &export,
+    );
     assert_eq!(
         node.hook("epilog", "900", "0", t0 + 20 * SECOND).code(),
         Some(0)
@@ -430,6 +447,7 @@ fn the_hook_makes_a_jobs_energy_exact_to_its_edges() {
     assert_eq!(gpu["uuid"], GPU0, "{report}");
     assert_eq!(gpu["energy_joules"], 4500.0, "{report}");
     assert_eq!(gpu["exact"], true, "{report}");
+    assert_eq!(gpu["xid_errors"], 1, "{report}");
     let edges = record_edges(&node, "900");
     assert!(
         close(gpu["allocated_seconds"].as_f64().unwrap(), edges),
