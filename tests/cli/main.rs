@@ -27,6 +27,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 mod allocations;
 mod attacks_44;
 mod attacks_45;
+mod attacks_46;
 mod command_line;
 mod deadline;
 mod families;
