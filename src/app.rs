@@ -51,7 +51,13 @@ pub fn main() -> ExitCode {
             .into();
     }
     if let Some(hook) = cli.slurm_hook {
-        hook::run(hook, &cli.nvml_lib, cli.timeout, &cli.slurm_hook_dir);
+        hook::run(
+            hook,
+            &cli.nvml_lib,
+            cli.timeout,
+            &cli.slurm_hook_dir,
+            &cli.cgroupfs,
+        );
         return Exit::Success.into();
     }
     if let Some(job_id) = &cli.job_report {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use nvml::{calls, DeviceReader, InFlight, Session};
 
+use crate::allocation::alive::Cgroups;
 use crate::allocation::spool::{self, GpuEdges, Record};
 use crate::allocation::Edge;
 use crate::bounded::{Threads, Unfinished};
@@ -39,7 +40,7 @@ struct Read {
 }
 
 /// Runs the hook; every failure is said, none fails the job.
-pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path) {
+pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path, cgroupfs: &Path) {
     let started = boot_us();
     let Some(job_id) = std::env::var("SLURM_JOB_ID")
         .ok()
@@ -117,7 +118,10 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path) {
             dir.display()
         ));
     }
-    spool::prune(dir, boot_us());
+    let cgroups = Cgroups::new(cgroupfs);
+    spool::prune(dir, boot_us(), !cgroups.shows_slurm(), &|task| {
+        !cgroups.runs(task)
+    });
 }
 
 /// The job's GPUs: UUIDs where `CUDA_VISIBLE_DEVICES` has them (Slurm

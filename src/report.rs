@@ -43,6 +43,32 @@ struct Gpu {
     exact: bool,
 }
 
+impl Gpu {
+    /// A GPU the state has not counted the job on.
+    fn empty(gpu: u32, uuid: String) -> Gpu {
+        Gpu {
+            gpu,
+            uuid,
+            gpu_instance_id: None,
+            allocated_seconds: 0.0,
+            busy_seconds: None,
+            held_seconds: 0.0,
+            energy_joules: 0.0,
+            memory_peak_bytes: 0,
+            xid_errors: None,
+            exact: false,
+        }
+    }
+}
+
+/// Whether another job's edges on a GPU overlap `from_us`..`to_us` (an
+/// open one from its prolog on).
+fn overlaps(other: &spool::GpuEdges, from_us: u64, to_us: u64) -> bool {
+    let start = other.prolog.map_or(0, |e| e.at_us);
+    let end = other.epilog.map_or(u64::MAX, |e| e.at_us);
+    start < to_us && from_us < end
+}
+
 /// Prints the report of `job_id` on standard output.
 pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
     if job_id.is_empty() || job_id.len() > 20 || !job_id.bytes().all(|b| b.is_ascii_digit()) {
@@ -51,7 +77,8 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
     }
     let until = Instant::now() + Duration::from_secs(2);
     let state = StateFile::open(StateDir::new(state_dir), until, false);
-    let record = spool::load(hook_dir, job_id).ok().flatten();
+    let (records, _) = spool::records(hook_dir);
+    let record = records.iter().find(|r| r.job_id == job_id);
     let mut gpus = Vec::new();
     for (uuid, gpu) in &state.previous().gpus {
         for (holder, totals) in &gpu.tasks.totals {
@@ -61,7 +88,7 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
             if job.job_id.as_deref() != Some(job_id) {
                 continue;
             }
-            let mut line = Gpu {
+            gpus.push(Gpu {
                 gpu: gpu.index,
                 uuid: uuid.clone(),
                 gpu_instance_id: holder.gpu_instance_id,
@@ -72,19 +99,47 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
                 memory_peak_bytes: totals.memory_peak_bytes,
                 xid_errors: gpu.tasks.xids.map(|_| totals.xid_errors),
                 exact: false,
-            };
-            let edges = record.iter().flat_map(|r| &r.gpus);
-            let mut edges = edges.filter(|e| e.uuid.as_deref() == Some(uuid.as_str()));
-            if let (None, Some(edges)) = (holder.gpu_instance_id, edges.next_back()) {
-                if let (Some(prolog), Some(epilog)) = (edges.prolog, edges.epilog) {
-                    line.allocated_seconds = epilog.at_us.saturating_sub(prolog.at_us) as f64 / 1e6;
-                    if let (Some(from), Some(to)) = (prolog.energy_mj, epilog.energy_mj) {
-                        line.energy_joules = to.saturating_sub(from) as f64 / 1e3;
-                        line.exact = true;
-                    }
-                }
+            });
+        }
+    }
+    // The hook's edges: exact where they are, and a GPU no run counted yet
+    // (a job shorter than the timer's period) from them alone.
+    for edges in record.iter().flat_map(|r| &r.gpus) {
+        let Some(uuid) = &edges.uuid else {
+            continue;
+        };
+        let (Some(prolog), Some(epilog)) = (edges.prolog, edges.epilog) else {
+            continue;
+        };
+        let at = match gpus
+            .iter()
+            .position(|g| g.uuid == *uuid && g.gpu_instance_id.is_none())
+        {
+            Some(at) => at,
+            None => {
+                let index = state.previous().gpus.get(uuid).map(|g| g.index);
+                let Some(index) = index.or_else(|| edges.name.parse().ok()) else {
+                    continue;
+                };
+                gpus.push(Gpu::empty(index, uuid.clone()));
+                gpus.len() - 1
             }
-            gpus.push(line);
+        };
+        let line = &mut gpus[at];
+        line.allocated_seconds = epilog.at_us.saturating_sub(prolog.at_us) as f64 / 1e6;
+        // The counter's difference is the job's only where it had the GPU
+        // alone and the counter did not start again between.
+        let shared = records
+            .iter()
+            .filter(|r| r.job_id != job_id)
+            .flat_map(|r| &r.gpus)
+            .filter(|other| other.same_gpu(edges))
+            .any(|other| overlaps(other, prolog.at_us, epilog.at_us));
+        if let (Some(from), Some(to), false) = (prolog.energy_mj, epilog.energy_mj, shared) {
+            if to >= from {
+                line.energy_joules = (to - from) as f64 / 1e3;
+                line.exact = true;
+            }
         }
     }
     let report = Report {

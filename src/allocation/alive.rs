@@ -14,26 +14,31 @@ use crate::owner::slurm::is_sluid;
 const QOS: [&str; 3] = ["", "burstable", "besteffort"];
 
 pub struct Cgroups {
-    /// `slurmstepd.scope`, and whether it names some job by SLUID (Slurm
-    /// 26.05 without `CgroupJobIdPaths=yes`) rather than `job_<id>`.
-    slurm: Option<(PathBuf, bool)>,
+    /// Each `[<node>_]slurmstepd.scope` (one per slurmd on the node).
+    slurm: Vec<PathBuf>,
+    /// One of them names a job by SLUID (Slurm 26.05 without
+    /// `CgroupJobIdPaths=yes`) rather than `job_<id>`.
+    by_sluid: bool,
     /// `kubepods.slice` (systemd driver) or `kubepods` (cgroupfs driver).
     kubepods: Option<PathBuf>,
 }
 
 impl Cgroups {
     pub fn new(root: &Path) -> Cgroups {
-        let scopes = [
-            root.join("system.slice/slurmstepd.scope"),
-            root.join("slurmstepd.scope"),
-        ];
-        let slurm = scopes
-            .into_iter()
-            .find(|scope| scope.is_dir())
-            .map(|scope| {
-                let by_sluid = names_a_sluid(&scope);
-                (scope, by_sluid)
-            });
+        let slices = [root.join("system.slice"), root.to_owned()];
+        let entries = slices
+            .iter()
+            .flat_map(|slice| std::fs::read_dir(slice).into_iter().flatten().flatten());
+        let slurm: Vec<PathBuf> = entries
+            .filter(|e| {
+                let name = e.file_name();
+                name.to_str()
+                    .is_some_and(|n| n.ends_with("slurmstepd.scope"))
+            })
+            .map(|e| e.path())
+            .filter(|scope| scope.is_dir())
+            .collect();
+        let by_sluid = slurm.iter().any(|scope| names_a_sluid(scope));
         // cgroup v2, else v1's memory hierarchy.
         let kubepods = ["", "memory"].iter().find_map(|hierarchy| {
             ["kubepods.slice", "kubepods"]
@@ -41,19 +46,31 @@ impl Cgroups {
                 .map(|top| root.join(hierarchy).join(top))
                 .find(|dir| dir.is_dir())
         });
-        Cgroups { slurm, kubepods }
+        Cgroups {
+            slurm,
+            by_sluid,
+            kubepods,
+        }
+    }
+
+    /// Whether the node shows Slurm's job control groups.
+    pub fn shows_slurm(&self) -> bool {
+        !self.slurm.is_empty()
     }
 
     /// False only where the node shows its manager's cgroups without the task's.
     pub fn runs(&self, task: &Task) -> bool {
         match task {
-            Task::Slurm { job_id, sluid } => self.slurm.as_ref().is_none_or(|(scope, by_sluid)| {
-                let by_number = scope.join(format!("job_{job_id}")).is_dir();
-                match sluid {
-                    Some(sluid) => by_number || scope.join(sluid).is_dir(),
-                    None => by_number || *by_sluid,
-                }
-            }),
+            Task::Slurm { job_id, sluid } => {
+                let has = |name: &str| self.slurm.iter().any(|scope| scope.join(name).is_dir());
+                let by_number = has(&format!("job_{job_id}"));
+                !self.shows_slurm()
+                    || by_number
+                    || match sluid {
+                        Some(sluid) => has(sluid),
+                        None => self.by_sluid,
+                    }
+            }
             Task::Pod { uid, .. } => self.kubepods.as_ref().is_none_or(|top| pod_runs(top, uid)),
         }
     }

@@ -6,6 +6,8 @@
 //! (`"-1"` without topology) to a list since. NVIDIA's device plugin names
 //! GPUs and MIG instances by UUID, a time-sliced replica with a `::<n>`
 //! suffix; entries of other resources (ids that are no UUID) are not GPUs.
+//! An init container's devices go to the pod's next container, both entries
+//! kept: a device is counted once per pod, for the last container given it.
 //! The kubelet keeps a finished pod's entries until its next allocation, so
 //! a pod counts only while its control group exists (`alive`).
 
@@ -97,6 +99,15 @@ fn parse(entries: Vec<serde_json::Value>) -> (Vec<Allocation>, Vec<String>) {
                 uid: entry.pod_uid.clone(),
                 container: Some(entry.container.clone()),
             };
+            // The kubelet gives an init container's devices to the next
+            // container of the pod and keeps both entries: one device is the
+            // pod's once, its last container's (entries are in the order
+            // given).
+            let same_pod = |a: &Allocation| {
+                a.device == device
+                    && matches!(&a.task, Task::Pod { uid, .. } if *uid == entry.pod_uid)
+            };
+            allocations.retain(|a| !same_pod(a));
             allocations.push(Allocation {
                 device,
                 task,

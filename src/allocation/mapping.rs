@@ -107,10 +107,12 @@ fn read_file(
     if jobs.len() > MAX_JOBS || !jobs.iter().all(|job| is_digits(job)) {
         return Err("not job ids".into());
     }
-    let start = Edge {
-        at_us: clock.boot_us_of(written),
+    // A file stamped after now (the clock stepped back since it was
+    // written) holds from the previous run, as one with no time.
+    let start = clock.boot_us_of(written).map(|at_us| Edge {
+        at_us,
         energy_mj: None,
-    };
+    });
     let shared = jobs.len() > 1;
     Ok(jobs
         .into_iter()
@@ -121,7 +123,7 @@ fn read_file(
                 sluid: None,
             },
             shared,
-            start: Some(start),
+            start,
             end: None,
         })
         .collect())

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounded;
 
-mod alive;
+pub mod alive;
 mod dra;
 mod file;
 mod kubelet;
@@ -146,11 +146,15 @@ pub fn read(sources: &Sources, until: Instant) -> Found {
         let clock = Clock::now();
         found.add(kubelet::read(&sources.kubelet_checkpoint));
         found.add(dra::read(&sources.dra_checkpoint));
-        found.add(spool::read(&sources.slurm_hook_dir));
+        let cgroups = alive::Cgroups::new(&sources.cgroupfs);
+        let (records, problems) = spool::records(&sources.slurm_hook_dir);
+        found.add((
+            spool::allocations(&records, !cgroups.shows_slurm()),
+            problems,
+        ));
         for map in &sources.job_maps {
             found.add(mapping::read(map, &clock));
         }
-        let cgroups = alive::Cgroups::new(&sources.cgroupfs);
         found
             .allocations
             .retain(|a| a.end.is_some() || cgroups.runs(&a.task));
@@ -176,9 +180,9 @@ impl Clock {
         }
     }
 
-    /// `wall` on the boot clock (0 before boot).
-    fn boot_us_of(&self, wall: SystemTime) -> u64 {
-        let ago = self.wall.duration_since(wall).unwrap_or_default();
-        self.boot_us.saturating_sub(ago.as_micros() as u64)
+    /// `wall` on the boot clock (0 before boot); `None` after now.
+    fn boot_us_of(&self, wall: SystemTime) -> Option<u64> {
+        let ago = self.wall.duration_since(wall).ok()?;
+        Some(self.boot_us.saturating_sub(ago.as_micros() as u64))
     }
 }

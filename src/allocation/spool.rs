@@ -6,7 +6,6 @@
 //! finished an hour ago. A record left open (no epilog) ends where another
 //! job's prolog takes its GPU, or where its job's control group is gone.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -53,6 +52,21 @@ pub struct GpuEdges {
 }
 
 impl GpuEdges {
+    /// Whether both name one GPU: by UUID where both know it, else by
+    /// Slurm's name (a prolog that could not read NVML knows only that).
+    pub fn same_gpu(&self, other: &GpuEdges) -> bool {
+        match (&self.uuid, &other.uuid) {
+            (Some(a), Some(b)) => a == b,
+            _ => {
+                let names = |g: &GpuEdges| [Some(g.name.clone()), g.uuid.clone()];
+                names(self)
+                    .iter()
+                    .flatten()
+                    .any(|a| names(other).iter().flatten().any(|b| a == b))
+            }
+        }
+    }
+
     pub fn device(&self) -> Option<Device> {
         let by_uuid = self.uuid.as_deref().and_then(Device::from_uuid);
         match by_uuid.or_else(|| Device::from_uuid(&self.name)) {
@@ -71,8 +85,8 @@ fn path(dir: &Path, job_id: &str) -> PathBuf {
     dir.join(format!("job_{job_id}.json"))
 }
 
-/// The records' allocations; a record that is not one costs only its own.
-pub fn read(dir: &Path) -> (Vec<Allocation>, Vec<String>) {
+/// The records in `dir`; a record that is not one costs only its own.
+pub fn records(dir: &Path) -> (Vec<Record>, Vec<String>) {
     let named = |why: String| format!("the Slurm hook's records in {}: {why}", dir.display());
     let (names, more) = match file::names(dir, MAX_RECORDS) {
         Ok(Some(names)) => names,
@@ -85,7 +99,7 @@ pub fn read(dir: &Path) -> (Vec<Allocation>, Vec<String>) {
             "more than {MAX_RECORDS}; the rest are not read"
         )));
     }
-    let mut allocations = Vec::new();
+    let mut records = Vec::new();
     for name in names {
         let Some(job_id) = name
             .strip_prefix("job_")
@@ -95,58 +109,68 @@ pub fn read(dir: &Path) -> (Vec<Allocation>, Vec<String>) {
         };
         match load_from(&dir.join(&name)) {
             Ok(Some(record)) if record.job_id == job_id && is_digits(job_id) => {
-                allocations.extend(allocations_of(&record))
+                records.push(record)
             }
             Ok(Some(_)) => problems.push(named(format!("{name} names another job"))),
             Ok(None) => {}
             Err(why) => problems.push(named(format!("{name}: {why}"))),
         }
     }
-    close_taken(&mut allocations);
-    (allocations, problems)
+    (records, problems)
 }
 
-fn allocations_of(record: &Record) -> Vec<Allocation> {
-    let task = Task::Slurm {
-        job_id: record.job_id.clone(),
-        sluid: record.sluid.clone(),
-    };
-    record
-        .gpus
-        .iter()
-        .filter_map(|gpu| {
-            Some(Allocation {
-                device: gpu.device()?,
+/// The records' allocations. With `close_open`, a GPU's record left open
+/// (no epilog) ends at the next prolog on that GPU (for a node whose
+/// control groups cannot tell a job gone; where they can, a job sharing
+/// its GPU stays allocated until its own epilog).
+pub fn allocations(records: &[Record], close_open: bool) -> Vec<Allocation> {
+    let mut allocations = Vec::new();
+    for record in records {
+        let task = Task::Slurm {
+            job_id: record.job_id.clone(),
+            sluid: record.sluid.clone(),
+        };
+        for gpu in &record.gpus {
+            let Some(device) = gpu.device() else {
+                continue;
+            };
+            let end = match (gpu.epilog, gpu.prolog) {
+                (None, Some(start)) if close_open => next_prolog(records, gpu, start.at_us),
+                (end, _) => end,
+            };
+            allocations.push(Allocation {
+                device,
                 task: task.clone(),
                 shared: false,
                 start: gpu.prolog,
-                end: gpu.epilog,
-            })
-        })
-        .collect()
-}
-
-/// A record left open on a GPU that a later job's prolog took ends there.
-fn close_taken(allocations: &mut [Allocation]) {
-    let mut starts: BTreeMap<&Device, Vec<Edge>> = BTreeMap::new();
-    let snapshot: Vec<(Device, Option<Edge>)> = allocations
-        .iter()
-        .map(|a| (a.device.clone(), a.start))
-        .collect();
-    for (device, start) in &snapshot {
-        if let Some(start) = start {
-            starts.entry(device).or_default().push(*start);
+                end,
+            });
         }
     }
-    for allocation in allocations.iter_mut().filter(|a| a.end.is_none()) {
-        let Some(start) = allocation.start else {
-            continue;
-        };
-        let later = starts.get(&allocation.device).into_iter().flatten();
-        allocation.end = later
-            .filter(|edge| edge.at_us > start.at_us)
-            .min_by_key(|edge| edge.at_us)
-            .copied();
+    allocations
+}
+
+/// The first prolog on `gpu` after `after_us` in `records`.
+fn next_prolog(records: &[Record], gpu: &GpuEdges, after_us: u64) -> Option<Edge> {
+    let on_gpu = records
+        .iter()
+        .flat_map(|r| &r.gpus)
+        .filter(|g| g.same_gpu(gpu));
+    on_gpu
+        .filter_map(|g| g.prolog)
+        .filter(|edge| edge.at_us > after_us)
+        .min_by_key(|edge| edge.at_us)
+}
+
+/// When the GPU's part of the record ended (its epilog, else with
+/// `close_open` the next prolog on it), if it did.
+fn ended(records: &[Record], gpu: &GpuEdges, close_open: bool) -> Option<u64> {
+    match (gpu.epilog, gpu.prolog) {
+        (Some(end), _) => Some(end.at_us),
+        (None, Some(start)) if close_open => {
+            next_prolog(records, gpu, start.at_us).map(|e| e.at_us)
+        }
+        _ => None,
     }
 }
 
@@ -182,20 +206,32 @@ pub fn store(dir: &Path, record: &Record) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes the records finished more than [`KEEP_US`] before `now_us`.
-pub fn prune(dir: &Path, now_us: u64) {
-    let Ok(Some((names, _))) = file::names(dir, MAX_RECORDS * 2) else {
-        return;
-    };
-    for name in names.iter().filter(|n| n.starts_with("job_")) {
-        let path = dir.join(name);
-        let Ok(Some(record)) = load_from(&path) else {
-            continue;
-        };
-        let ended = record.gpus.iter().map(|gpu| gpu.epilog.map(|e| e.at_us));
+/// Removes the records whose every GPU ended (see [`allocations`]) more
+/// than [`KEEP_US`] before `now_us`, and those of jobs `gone` says ended
+/// whose last edge is that old.
+pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> bool) {
+    let (records, _) = records(dir);
+    let old = |at_us: u64| at_us.saturating_add(KEEP_US) < now_us;
+    for record in &records {
+        let ended = record
+            .gpus
+            .iter()
+            .map(|gpu| ended(&records, gpu, close_open));
         let ended: Option<Vec<u64>> = ended.collect();
-        if ended.is_some_and(|at| at.iter().all(|&at| at.saturating_add(KEEP_US) < now_us)) {
-            let _ = fs::remove_file(path);
+        let last = record
+            .gpus
+            .iter()
+            .flat_map(|g| [g.prolog, g.epilog])
+            .flatten()
+            .map(|e| e.at_us)
+            .max();
+        let task = Task::Slurm {
+            job_id: record.job_id.clone(),
+            sluid: record.sluid.clone(),
+        };
+        let finished = ended.is_some_and(|at| at.into_iter().all(old));
+        if finished || (last.is_some_and(old) && gone(&task)) {
+            let _ = fs::remove_file(path(dir, &record.job_id));
         }
     }
 }

@@ -258,7 +258,14 @@ fn given(
                 }
             }
             AllocatedDevice::Instance(uuid, gi) if *uuid == device.uuid => Some(*gi),
-            AllocatedDevice::Index(index, gi) if *index == device.index => *gi,
+            // An instance the GPU does not have (a file left from another
+            // MIG layout) is no one's.
+            AllocatedDevice::Index(index, Some(gi))
+                if *index == device.index && reading.instances.iter().any(|(_, g)| g == gi) =>
+            {
+                Some(*gi)
+            }
+            AllocatedDevice::Index(index, None) if *index == device.index => None,
             _ => continue,
         };
         let task = match &allocation.task {
@@ -300,10 +307,12 @@ fn given(
 /// container's name where both know it.
 fn same_task(a: &Owner, b: &Owner) -> bool {
     match (a, b) {
-        (Owner::Slurm(a), Owner::Slurm(b)) => {
-            (a.job_id.is_some() && a.job_id == b.job_id)
-                || (a.sluid.is_some() && a.sluid == b.sluid)
-        }
+        // Two SLUIDs that differ are two jobs, whatever number a job's
+        // environment claims.
+        (Owner::Slurm(a), Owner::Slurm(b)) => match (&a.sluid, &b.sluid) {
+            (Some(x), Some(y)) => x == y,
+            _ => a.job_id.is_some() && a.job_id == b.job_id,
+        },
         (Owner::Pod(a), Owner::Pod(b)) => {
             a.uid == b.uid
                 && (a.container.is_none() || b.container.is_none() || a.container == b.container)

@@ -456,9 +456,15 @@ fn an_open_record_by_index_ends_at_the_next_prolog_by_uuid() {
 /// MPS): the first one's record is closed at the second's prolog while the
 /// first still runs (`close_taken` assumes a GPU is one job's), so the
 /// first job loses the seconds from the second's prolog to the next run.
+/// (On a node whose control groups show Slurm's jobs, as one sharing GPUs
+/// with shards does: there a job's end is its epilog or its cgroup's.)
 #[test]
 fn a_job_sharing_its_gpu_stays_allocated_until_its_epilog() {
     let node = Node::new();
+    for job in ["job_960", "job_961"] {
+        let scope = node.dir.path().join("cgroup/system.slice/slurmstepd.scope");
+        fs::create_dir_all(scope.join(job)).unwrap();
+    }
     let runs = node.runs();
     let t0 = runs.t0;
     runs.at("tasks", t0);
@@ -1107,8 +1113,8 @@ fn two_jobs_on_one_whole_gpu_share_its_energy_once() {
 
 /// DEFECT: (low) a MIG instance given by its UUID counts as such; but
 /// dcgm's `<index>.<gi>` file naming a GPU instance that does not exist
-/// (a stale file after the MIG layout changed) makes a series for it,
-/// gpu_instance_id 9 on a GPU without one.
+/// (a stale file after the MIG layout changed) made a series for it. The
+/// scenario's GPU has instances 2, 3 and 9: `0.9` is one, `0.5` is none.
 #[test]
 fn mig_allocations_name_their_instance() {
     let node = Node::new();
@@ -1118,7 +1124,8 @@ fn mig_allocations_name_their_instance() {
         "checkpoint",
         &checkpoint(&[(IDLE_POD, "notebook", instance)]),
     );
-    node.write("dcgm/0.9", "812\n");
+    node.write("dcgm/0.5", "812\n");
+    node.write("dcgm/0.9", "813\n");
     let state = tempfile::tempdir().unwrap();
     let mut args: Vec<&str> = vec!["--gpm-window", "0"];
     let more = node.args();
@@ -1140,8 +1147,10 @@ fn mig_allocations_name_their_instance() {
     let ghost = select(&samples, ALLOCATED, &job("812"));
     assert!(
         ghost.is_empty(),
-        "a GPU instance 9 that does not exist: {ghost:?}"
+        "a GPU instance 5 that does not exist: {ghost:?}"
     );
+    let real = [("gpu_instance_id", "9"), ("slurm_job_id", "813")];
+    assert_eq!(select(&samples, ALLOCATED, &real).len(), 1, "{text}");
 }
 
 /// DEFECT: a mapping file whose last write is stamped after the wall clock's
