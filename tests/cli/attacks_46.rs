@@ -653,7 +653,8 @@ fn hostile_records_cost_only_themselves() {
 fn the_hook_takes_odd_environments_in_its_stride() {
     let node = Node::new();
     let t = now_on_the_sample_grid();
-    let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+    type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+    let cases: &[Case] = &[
         (&[], None),
         (&[("SLURM_JOB_ID", "")], None),
         (&[("SLURM_JOB_ID", " 77")], None),
