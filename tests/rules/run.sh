@@ -23,6 +23,7 @@ cd "$(dirname "$0")/../.." || exit 1
 rules=packaging/prometheus/nvidia-gpu-alerts.yml
 recording=packaging/prometheus/nvidia-gpu-rules.yml
 compat=packaging/prometheus/dcgm-exporter-compat.yml
+jobstats=packaging/prometheus/jobstats-compat.yml
 cargo=${CARGO:-cargo}
 passed=0
 failed=0
@@ -73,10 +74,10 @@ build() {
     "$cargo" build --release --locked -q && "$cargo" build --locked -q -p fake-nvml
 }
 
-step "promtool check rules" promtool check rules "$recording" "$rules" "$compat"
+step "promtool check rules" promtool check rules "$recording" "$rules" "$compat" "$jobstats"
 step "promtool test rules" promtool test rules tests/rules/nvidia-gpu-rules.test.yml \
     tests/rules/nvidia-gpu-alerts.test.yml tests/rules/action-attacks.test.yml \
-    tests/rules/dcgm-exporter-compat.test.yml
+    tests/rules/dcgm-exporter-compat.test.yml tests/rules/jobstats-compat.test.yml
 exporter=${EXPORTER:-target/release/nvidia-textfile-exporter}
 fake=${FAKE_NVML:-target/debug/libfake_nvml.so}
 built=0
