@@ -87,6 +87,17 @@ pub struct Device {
     /// What the tasks' accounting needs beyond the processes; `None` when the
     /// tasks collector did not read this GPU.
     pub tasks: Option<TaskReading>,
+    /// The Slurm jobs the GPU (or a MIG instance of it) is allocated to now,
+    /// as the tasks host step found them.
+    pub slurm_jobs: Vec<SlurmJob>,
+}
+
+/// A Slurm job a GPU or MIG instance is allocated to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmJob {
+    pub gpu_instance_id: Option<u32>,
+    pub job_id: String,
+    pub uid: Option<u32>,
 }
 
 /// The GPU engine's busy and sampled time since the previous run (µs), over

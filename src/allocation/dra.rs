@@ -93,6 +93,7 @@ fn allocations_of(claim: &Value) -> Option<Vec<Allocation>> {
                     },
                     shared,
                     start: None,
+                    uid: None,
                     end: None,
                 })
             })

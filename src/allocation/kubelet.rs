@@ -113,6 +113,7 @@ fn parse(entries: Vec<serde_json::Value>) -> (Vec<Allocation>, Vec<String>) {
                 task,
                 shared,
                 start: None,
+                uid: None,
                 end: None,
             });
         }

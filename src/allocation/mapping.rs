@@ -95,6 +95,13 @@ fn read_file(
         return Ok(Vec::new());
     };
     let text = String::from_utf8(text).map_err(|_| "not text")?;
+    let uid = match format {
+        Format::Jobstats => text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|uid| uid.parse().ok()),
+        Format::Dcgm => None,
+    };
     let jobs: Vec<&str> = match format {
         // `<job id> <uid>`
         Format::Jobstats => text.split_whitespace().take(1).collect(),
@@ -125,6 +132,7 @@ fn read_file(
             shared,
             start,
             end: None,
+            uid,
         })
         .collect())
 }

@@ -121,6 +121,8 @@ pub struct Allocation {
     /// the previous run to this one.
     pub start: Option<Edge>,
     pub end: Option<Edge>,
+    /// A Slurm job's user, where the source says (the hook, jobstats' files).
+    pub uid: Option<u32>,
 }
 
 /// What the sources gave, and what could not be read.

@@ -144,6 +144,7 @@ pub fn allocations(records: &[Record], close_open: bool) -> Vec<Allocation> {
                 shared: false,
                 start: gpu.prolog,
                 end,
+                uid: record.uid,
             });
         }
     }

@@ -8,6 +8,7 @@ mod fabric;
 mod gpm;
 mod health;
 mod info;
+mod jobstats;
 mod limits;
 mod media;
 mod memory;
@@ -56,6 +57,7 @@ pub static ALL: &[&Collector] = &[
     &tasks::COLLECTOR,
     &processes::COLLECTOR,
     &xid::COLLECTOR,
+    &jobstats::COLLECTOR,
 ];
 
 /// A family declared twice is listed twice, for the tests.

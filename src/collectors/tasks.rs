@@ -20,7 +20,7 @@ use crate::owner::kubernetes::Pod;
 use crate::owner::slurm::Job;
 use crate::owner::{with_ids, Owner, Owners};
 use crate::procfs;
-use crate::snapshot::{Device, LabelValue, TaskReading};
+use crate::snapshot::{Device, LabelValue, SlurmJob, TaskReading};
 use crate::state::schema::{Damage, MAX_SAID};
 use crate::state::Problem;
 use crate::task::{account, Given, Holder, Ledger, Seen, MAX_HOLDERS};
@@ -155,7 +155,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 }
             })
             .collect();
-        let given = given(
+        let (given, jobs) = given(
             &found.allocations,
             device,
             &reading,
@@ -163,6 +163,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
             &state.tasks,
             run.owners,
         );
+        device.slurm_jobs = jobs;
         let accounted = account(
             &state.tasks,
             now_us,
@@ -238,7 +239,8 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
 }
 
 /// The tasks `allocations` give this GPU or its MIG instances, each named
-/// as the GPU's processes (or, before, the ledger) name the same task.
+/// as the GPU's processes (or, before, the ledger) name the same task; and
+/// the Slurm jobs it is allocated to now.
 fn given(
     allocations: &[Allocation],
     device: &Device,
@@ -246,8 +248,8 @@ fn given(
     seen: &[Seen],
     ledger: &Ledger,
     owners: &Owners,
-) -> Vec<Given> {
-    let mut given: Vec<Given> = Vec::new();
+) -> (Vec<Given>, Vec<SlurmJob>) {
+    let (mut given, mut jobs): (Vec<Given>, Vec<SlurmJob>) = Default::default();
     for allocation in allocations {
         let instance = match &allocation.device {
             AllocatedDevice::Uuid(uuid) if *uuid == device.uuid => None,
@@ -268,6 +270,20 @@ fn given(
             AllocatedDevice::Index(index, None) if *index == device.index => None,
             _ => continue,
         };
+        if let (Task::Slurm { job_id, .. }, None) = (&allocation.task, allocation.end) {
+            let job = SlurmJob {
+                gpu_instance_id: instance,
+                job_id: job_id.clone(),
+                uid: allocation.uid,
+            };
+            match jobs
+                .iter_mut()
+                .find(|j| j.job_id == job.job_id && j.gpu_instance_id == instance)
+            {
+                Some(known) => known.uid = known.uid.or(job.uid),
+                None => jobs.push(job),
+            }
+        }
         let task = match &allocation.task {
             Task::Slurm { job_id, sluid } => Owner::Slurm(Job {
                 job_id: Some(job_id.clone()),
@@ -299,7 +315,7 @@ fn given(
             None => given.push(next),
         }
     }
-    given
+    (given, jobs)
 }
 
 /// Whether two owners are one task: a Slurm job by its number (a process

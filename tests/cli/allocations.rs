@@ -518,3 +518,44 @@ fn the_hook_ends_in_time_beside_a_stuck_run_and_on_a_hung_nvml() {
         "{record}"
     );
 }
+
+/// The opt-in jobstats collector: each GPU's Slurm job and its user's uid as
+/// values, with jobstats' labels, from the allocations the tasks step found
+/// (jobstats' file says the uid; dcgm-exporter's does not).
+#[test]
+fn the_jobstats_collector_gives_the_job_and_its_user_as_values() {
+    let node = Node::new();
+    node.write("jobstats/1", "777 1001\n");
+    node.write("dcgm/0", "778\n");
+    let mut args = node.args();
+    args.extend(["--collector".into(), "jobstats".into()]);
+    let runs = Runs::with(&node.tree, &args);
+    let text = runs.at("tasks", runs.t0);
+    let samples = parsed(&text);
+    let job = [
+        ("gpu", "1"),
+        ("minor_number", "1"),
+        ("jobid", "777"),
+        ("userid", "1001"),
+    ];
+    assert_eq!(
+        value(&samples, "nvidia_gpu_jobstats_job_id", &job),
+        Some(777.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&samples, "nvidia_gpu_jobstats_job_uid", &job),
+        Some(1001.0)
+    );
+    let dcgm = select(
+        &samples,
+        "nvidia_gpu_jobstats_job_id",
+        &[("gpu", "0"), ("jobid", "778")],
+    );
+    assert_eq!(dcgm.len(), 1, "{text}");
+    assert_eq!(dcgm[0].0.label("userid"), None);
+    assert!(select(&samples, "nvidia_gpu_jobstats_job_uid", &[("jobid", "778")]).is_empty());
+    // Off by default.
+    let plain = Runs::with(&node.tree, &node.args()).at("tasks", runs.t0);
+    assert!(!plain.contains("nvidia_gpu_jobstats_job_id"));
+}
