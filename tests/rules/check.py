@@ -176,7 +176,8 @@ CONSTANT_LABEL = re.compile(r'"(\w+)"\s*,\s*"(\w*)"\s*,\s*""\s*,\s*""\s*\)')
 def recorded_labels(seen):
     """{record: {label: set(values)}}: the labels a recorded series can carry, from
     what its sources carry in `seen` (or earlier records), less those aggregated
-    away with `without`, plus constants set by label_replace."""
+    away with `without`, plus constants set by label_replace and the labels it
+    copies."""
     recorded = {}
     for record, expr in recording_rules().items():
         labels = {}
@@ -188,6 +189,9 @@ def recorded_labels(seen):
                 labels.pop(label.strip(), None)
         for label, value in CONSTANT_LABEL.findall(expr):
             labels.setdefault(label, set()).add(value)
+        for label, source in COPIED_LABEL.findall(expr):
+            if source in labels:
+                labels.setdefault(label, set()).update(labels[source])
         recorded[record] = labels
     return recorded
 
@@ -468,7 +472,7 @@ def exporter_output(binary, fake):
                   "--container-log-dir", os.path.join(node, "containers"),
                   "--kubelet-checkpoint", os.path.join(node, "kubelet_internal_checkpoint"),
                   "--job-map", "jobstats:" + os.path.join(node, "gpustat"),
-                  "--cgroupfs", os.path.join(node, "cgroup")],
+                  "--cgroupfs", os.path.join(node, "cgroup"), "--collector", "jobstats"],
                  dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "demo-h100x8.toml"))))
     # A MIG instance given to a pod (the kubelet's checkpoint): allocation
     # series with gpu_instance_id
