@@ -6,6 +6,7 @@
 //! answering, a hung GPU, no GPUs named) is said in the record and the
 //! journal instead. NVML gets at most a second (or `--timeout`, if
 //! shorter); a GPU that does not answer by then costs its own reading only.
+//! A job without GPUs leaves no record and says nothing.
 //! It takes no lock a run holds, so a stuck run never delays it.
 
 use std::os::unix::net::UnixDatagram;
@@ -50,13 +51,14 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path, cgroupfs: 
         return;
     };
     let names = job_gpus();
+    // A job without GPUs (most jobs on a node's CPUs) has nothing to record.
+    if names.is_empty() {
+        log::debug!("job {job_id} has no GPUs");
+        return;
+    }
     let mut problems = Vec::new();
     let until = Instant::now() + timeout.min(NVML_LIMIT);
-    let reads = if names.is_empty() {
-        Vec::new()
-    } else {
-        read_gpus(library, until, &mut problems)
-    };
+    let reads = read_gpus(library, until, &mut problems);
     let mut record = match (hook, spool::load(dir, &job_id)) {
         (Hook::Epilog, Ok(Some(record))) => record,
         (_, Err(why)) => {
@@ -103,9 +105,6 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path, cgroupfs: 
             Hook::Prolog => gpu.prolog = Some(edge),
             Hook::Epilog => gpu.epilog = Some(edge),
         }
-    }
-    if names.is_empty() {
-        problems.push("no GPUs named (SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES)".into());
     }
     for problem in &problems {
         say(&format!("job {job_id}, {hook:?}: {problem}"));

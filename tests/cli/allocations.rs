@@ -559,3 +559,27 @@ fn the_jobstats_collector_gives_the_job_and_its_user_as_values() {
     let plain = Runs::with(&node.tree, &node.args()).at("tasks", runs.t0);
     assert!(!plain.contains("nvidia_gpu_jobstats_job_id"));
 }
+
+/// A job without GPUs (a CPU job on a GPU node runs the same prolog) leaves
+/// no record and says nothing: no line in the journal per CPU job.
+#[test]
+fn the_hook_is_silent_for_a_job_without_gpus() {
+    let node = Node::new();
+    let state = tempfile::tempdir().unwrap();
+    let out = ex()
+        .run("tasks")
+        .state_dir(state.path())
+        .args([
+            "--slurm-hook",
+            "prolog",
+            "--slurm-hook-dir",
+            &node.path("hook"),
+        ])
+        .env("SLURM_JOB_ID", "992")
+        .env("CUDA_VISIBLE_DEVICES", "NoDevFiles")
+        .finish()
+        .unwrap();
+    assert_eq!(out.code(), Some(0));
+    assert_eq!(out.err(), "");
+    assert!(!node.dir.path().join("hook/job_992.json").exists());
+}
