@@ -343,7 +343,7 @@ EOF
     check "served: the job's seconds allocated on GPU 1 (the unit reads /run)" wait_for 40 allocated
     check "hook: without NVML it still exits 0" hook 43 /nonexistent/libnvidia-ml.so.1
     check "hook: and says why in the journal" \
-        wait_for 5 journal_has "$c_hook" 'job 43, Prolog: NVML could not be used' -t nvidia-textfile-exporter
+        wait_for 10 journal_has "$c_hook" 'job 43, Prolog: NVML could not be used'
     check "hook: and in the record" ct grep -q 'NVML could not be used' /run/nvidia-textfile-exporter/slurm/job_43.json
 
     say "no journal files (journald Storage=none): the xid collector reads /dev/kmsg"
