@@ -9,23 +9,23 @@ use std::time::Instant;
 use super::tasks::{task_value, tasks_tree, Runs, Tree, POD};
 use super::*;
 
-const GPU0: &str = "GPU-7a5c0000-0000-4000-8000-000000000000";
-const GPU1: &str = "GPU-7a5c0000-0000-4000-8000-000000000001";
+pub(super) const GPU0: &str = "GPU-7a5c0000-0000-4000-8000-000000000000";
+pub(super) const GPU1: &str = "GPU-7a5c0000-0000-4000-8000-000000000001";
 /// A pod with no process on any GPU.
-const IDLE_POD: &str = "0b6a7c52-1d2e-4f3a-8b9c-0d1e2f3a4b5c";
-const ALLOCATED: &str = "nvidia_gpu_task_allocated_seconds_total";
-const ENERGY: &str = "nvidia_gpu_task_energy_joules_total";
+pub(super) const IDLE_POD: &str = "0b6a7c52-1d2e-4f3a-8b9c-0d1e2f3a4b5c";
+pub(super) const ALLOCATED: &str = "nvidia_gpu_task_allocated_seconds_total";
+pub(super) const ENERGY: &str = "nvidia_gpu_task_energy_joules_total";
 const BUSY: &str = "nvidia_gpu_task_busy_seconds_total";
 
 /// Where the sources of a test live: `cgroup/`, `hook/`, `jobstats/`, `dcgm/`
 /// and the checkpoint, beside the tree of /proc.
-struct Node {
-    tree: Tree,
-    dir: tempfile::TempDir,
+pub(super) struct Node {
+    pub(super) tree: Tree,
+    pub(super) dir: tempfile::TempDir,
 }
 
 impl Node {
-    fn new() -> Node {
+    pub(super) fn new() -> Node {
         let dir = tempfile::tempdir().unwrap();
         for sub in [
             "cgroup/kubepods.slice/kubepods-besteffort.slice",
@@ -52,11 +52,11 @@ impl Node {
         Node { tree, dir }
     }
 
-    fn path(&self, sub: &str) -> String {
+    pub(super) fn path(&self, sub: &str) -> String {
         self.dir.path().join(sub).to_str().unwrap().to_owned()
     }
 
-    fn args(&self) -> Vec<String> {
+    pub(super) fn args(&self) -> Vec<String> {
         [
             "--kubelet-checkpoint",
             &self.path("checkpoint"),
@@ -77,12 +77,12 @@ impl Node {
         .to_vec()
     }
 
-    fn runs(&self) -> Runs {
+    pub(super) fn runs(&self) -> Runs {
         Runs::with(&self.tree, &self.args())
     }
 
     /// The pod's control group, as the kubelet makes it while the pod runs.
-    fn pod_runs(&self, uid: &str) {
+    pub(super) fn pod_runs(&self, uid: &str) {
         let slice = format!(
             "cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
             uid.replace('-', "_")
@@ -90,32 +90,62 @@ impl Node {
         fs::create_dir_all(self.dir.path().join(slice)).unwrap();
     }
 
-    fn write(&self, sub: &str, text: &str) {
+    pub(super) fn write(&self, sub: &str, text: &str) {
         let path = self.dir.path().join(sub);
         fs::write(&path, text).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
     }
 
-    /// The hook run as slurmd runs it, with the fake clock at `clock_us`.
-    fn hook(&self, when: &str, job: &str, gpus: &str, clock_us: u64) -> Outcome {
+    /// The hook as slurmd runs it, the fake clock at `clock_us`, `env` added.
+    pub(super) fn hook_with(&self, when: &str, env: &[(&str, &str)], clock_us: u64) -> Outcome {
         let state = tempfile::tempdir().unwrap();
         let clock = clock_us.to_string();
         let args = ["--slurm-hook", when, "--slurm-hook-dir", &self.path("hook")];
+        let mut all = vec![("FAKE_NVML_CLOCK_US", clock.as_str())];
+        all.extend_from_slice(env);
+        ex().run_args("tasks", state.path(), &args, &all)
+    }
+
+    /// The hook for `job` on `gpus` (`SLURM_JOB_GPUS`), which exits 0.
+    pub(super) fn hook(&self, when: &str, job: &str, gpus: &str, clock_us: u64) -> Outcome {
         let env = [
-            ("FAKE_NVML_CLOCK_US", clock.as_str()),
             ("SLURM_JOB_ID", job),
             ("SLURM_JOB_UID", "1000"),
             ("SLURM_JOB_GPUS", gpus),
         ];
-        ex().run_args("tasks", state.path(), &args, &env)
+        let out = self.hook_with(when, &env, clock_us);
+        assert_eq!(out.code(), Some(0), "{}", out.err());
+        out
+    }
+
+    /// The hook's record of `job`.
+    pub(super) fn record(&self, job: &str) -> serde_json::Value {
+        let path = self.dir.path().join(format!("hook/job_{job}.json"));
+        serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+    }
+
+    /// `--job-report job` on the runs' state: its status, JSON and stderr.
+    pub(super) fn report(
+        &self,
+        runs: &Runs,
+        job: &str,
+    ) -> (Option<i32>, serde_json::Value, String) {
+        let out = ex()
+            .run("tasks")
+            .state_dir(runs.state())
+            .args(["--job-report", job, "--slurm-hook-dir", &self.path("hook")])
+            .finish()
+            .unwrap();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (out.code(), json, out.err().to_string())
     }
 }
 
-fn pod(uid: &str) -> Vec<(&str, &str)> {
+pub(super) fn pod(uid: &str) -> Vec<(&str, &str)> {
     vec![("k8s_pod_uid", uid)]
 }
 
-fn job(id: &str) -> Vec<(&str, &str)> {
+pub(super) fn job(id: &str) -> Vec<(&str, &str)> {
     vec![("slurm_job_id", id)]
 }
 
