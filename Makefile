@@ -47,7 +47,7 @@ demo: build
 	FAKE_NVML_SCENARIO=$(SCENARIO) $(BIN) --nvml-lib $(FAKE_NVML) --output-dir demo --state-dir demo/state \
 		--procfs $(DEMO_NODE)/proc --pod-log-dir $(DEMO_NODE)/pods --container-log-dir $(DEMO_NODE)/containers \
 		--kubelet-checkpoint $(DEMO_NODE)/kubelet_internal_checkpoint --dra-checkpoint $(DEMO_NODE)/dra.json \
-		--job-map jobstats:$(DEMO_NODE)/gpustat --slurm-hook-dir $(DEMO_NODE)/slurm --cgroupfs $(DEMO_NODE)/cgroup; \
+		--job-map gpustat:$(DEMO_NODE)/gpustat --slurm-hook-dir $(DEMO_NODE)/slurm --cgroupfs $(DEMO_NODE)/cgroup; \
 	status=$$?; python3 -c "$$DEMO_SUMMARY" demo/nvidia_gpu.prom $$status
 
 # The demo's summary: per GPU what a person looks at first, read from the

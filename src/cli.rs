@@ -166,14 +166,14 @@ pub struct Cli {
     pub slurm_hook_dir: PathBuf,
 
     /// A directory of GPU-to-job files that another tool's prolog keeps,
-    /// read as FORMAT:DIR (repeatable): jobstats (Princeton's, files
-    /// /run/gpustat/<minor number or UUID> holding "<job id> <uid>") or dcgm
+    /// read as FORMAT:DIR (repeatable): gpustat (Princeton jobstats', files
+    /// /run/gpustat/<GPU index or UUID> holding "<job id> <uid>") or dcgm
     /// (dcgm-exporter's --hpc-job-mapping-dir, files <GPU index> holding job
     /// ids one a line).
     #[arg(
         long = "job-map",
         value_name = "FORMAT:DIR",
-        default_value = "jobstats:/run/gpustat"
+        default_value = "gpustat:/run/gpustat"
     )]
     pub job_maps: Vec<JobMap>,
 

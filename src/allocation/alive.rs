@@ -7,8 +7,17 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Task;
+use super::model::Task;
 use crate::owner::slurm::is_sluid;
+
+/// Where the kubelet puts pods: the systemd driver's slice, the cgroupfs
+/// driver's directory, in cgroup v2 or else v1's memory hierarchy.
+const KUBEPODS: [&str; 4] = [
+    "kubepods.slice",
+    "kubepods",
+    "memory/kubepods.slice",
+    "memory/kubepods",
+];
 
 /// QoS classes below which the kubelet puts a pod's cgroup.
 const QOS: [&str; 3] = ["", "burstable", "besteffort"];
@@ -39,13 +48,10 @@ impl Cgroups {
             .filter(|scope| scope.is_dir())
             .collect();
         let by_sluid = slurm.iter().any(|scope| names_a_sluid(scope));
-        // cgroup v2, else v1's memory hierarchy.
-        let kubepods = ["", "memory"].iter().find_map(|hierarchy| {
-            ["kubepods.slice", "kubepods"]
-                .iter()
-                .map(|top| root.join(hierarchy).join(top))
-                .find(|dir| dir.is_dir())
-        });
+        let kubepods = KUBEPODS
+            .iter()
+            .map(|top| root.join(top))
+            .find(|dir| dir.is_dir());
         Cgroups {
             slurm,
             by_sluid,

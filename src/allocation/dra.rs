@@ -10,14 +10,93 @@
 //! reserved for several pods is shared; one still being prepared, not yet
 //! given. An unprepared claim is removed from the file.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{file, Allocation, Device, Task};
+use super::file;
+use super::model::{Allocation, Device, Task};
 
 /// Far more than a node's claims take.
 const MAX_SIZE: u64 = 4 << 20;
+
+#[derive(Deserialize)]
+struct Checkpoint {
+    v1: Option<Claims>,
+    v2: Option<Claims>,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    /// By claim UID; each read on its own, so one that is not a claim costs
+    /// only itself.
+    #[serde(rename = "preparedClaims", default)]
+    prepared: BTreeMap<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct Claim {
+    /// `PrepareStarted` or `PrepareCompleted` (v2; v1 holds completed ones).
+    #[serde(rename = "checkpointState", default)]
+    state: Option<String>,
+    #[serde(default)]
+    status: Status,
+    #[serde(rename = "preparedDevices", default)]
+    groups: Vec<Group>,
+}
+
+#[derive(Default, Deserialize)]
+struct Status {
+    #[serde(rename = "reservedFor", default)]
+    reserved_for: Vec<Consumer>,
+}
+
+#[derive(Deserialize)]
+struct Consumer {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    uid: String,
+}
+
+#[derive(Deserialize)]
+struct Group {
+    #[serde(default)]
+    devices: Vec<Prepared>,
+}
+
+/// One of a GPU, a MIG device or (passed through to a VM, not NVML's) a
+/// vfio device.
+#[derive(Deserialize)]
+struct Prepared {
+    gpu: Option<Described>,
+    mig: Option<Mig>,
+}
+
+#[derive(Deserialize)]
+struct Described {
+    info: Uuid,
+}
+
+#[derive(Deserialize)]
+struct Uuid {
+    uuid: String,
+}
+
+/// Release 25.12 and later: `concrete`; before, `info`.
+#[derive(Deserialize)]
+struct Mig {
+    concrete: Option<Concrete>,
+    info: Option<Uuid>,
+}
+
+#[derive(Deserialize)]
+struct Concrete {
+    #[serde(rename = "migUUID")]
+    mig_uuid: String,
+}
 
 /// The checkpoint's GPU allocations; a checkpoint that is not one costs
 /// all of them, a claim that is not one only its own.
@@ -28,25 +107,21 @@ pub fn read(path: &Path) -> (Vec<Allocation>, Vec<String>) {
         Ok(None) => return Default::default(),
         Err(why) => return (Vec::new(), vec![named(why.to_string())]),
     };
-    let checkpoint: Value = match serde_json::from_slice(&text) {
+    let checkpoint: Checkpoint = match serde_json::from_slice(&text) {
         Ok(checkpoint) => checkpoint,
-        Err(e) => return (Vec::new(), vec![named(format!("not JSON ({e})"))]),
+        Err(e) => return (Vec::new(), vec![named(format!("not a checkpoint ({e})"))]),
     };
-    let (claims, v2) = match (
-        &checkpoint["v2"]["preparedClaims"],
-        &checkpoint["v1"]["preparedClaims"],
-    ) {
-        (Value::Object(claims), _) => (claims, true),
-        (Value::Null, Value::Object(claims)) => (claims, false),
-        (Value::Null, Value::Null) => return Default::default(),
-        _ => return (Vec::new(), vec![named("no prepared claims".into())]),
+    let (claims, v2) = match (checkpoint.v2, checkpoint.v1) {
+        (Some(claims), _) => (claims, true),
+        (None, Some(claims)) => (claims, false),
+        (None, None) => return Default::default(),
     };
     let (mut allocations, mut problems) = (Vec::new(), Vec::new());
-    for (uid, claim) in claims {
-        if v2 && claim["checkpointState"] != "PrepareCompleted" {
-            continue;
-        }
-        match allocations_of(claim) {
+    for (uid, claim) in claims.prepared {
+        match serde_json::from_value::<Claim>(claim)
+            .ok()
+            .and_then(|c| allocations_of(c, v2))
+        {
             Some(found) => allocations.extend(found),
             None => problems.push(named(format!("claim {uid:?} is not a prepared claim"))),
         }
@@ -54,49 +129,56 @@ pub fn read(path: &Path) -> (Vec<Allocation>, Vec<String>) {
     (allocations, problems)
 }
 
-/// A claim's devices for each pod it is reserved for.
-fn allocations_of(claim: &Value) -> Option<Vec<Allocation>> {
-    let pods: Vec<&str> = claim["status"]["reservedFor"]
-        .as_array()?
-        .iter()
-        .filter(|consumer| consumer["resource"] == "pods")
-        .map(|pod| {
-            pod["uid"]
-                .as_str()
-                .filter(|uid| crate::owner::kubernetes::is_uid(uid))
-        })
+/// A claim's devices for each pod it is reserved for (none while it is
+/// still being prepared).
+fn allocations_of(claim: Claim, v2: bool) -> Option<Vec<Allocation>> {
+    if v2 && claim.state.as_deref() != Some("PrepareCompleted") {
+        return Some(Vec::new());
+    }
+    let pods: Vec<String> = claim
+        .status
+        .reserved_for
+        .into_iter()
+        .filter(|consumer| consumer.resource == "pods")
+        .map(|pod| crate::owner::kubernetes::is_uid(&pod.uid).then_some(pod.uid))
         .collect::<Option<_>>()?;
     let mut devices = Vec::new();
-    for group in claim["preparedDevices"].as_array()? {
-        for device in group["devices"].as_array()? {
-            let uuid = match (&device["gpu"], &device["mig"]) {
-                (Value::Object(gpu), _) => &gpu["info"]["uuid"],
-                (_, Value::Object(mig)) if mig.contains_key("concrete") => {
-                    &mig["concrete"]["migUUID"]
-                }
-                (_, Value::Object(mig)) => &mig["info"]["uuid"],
-                // A GPU passed through to a VM (vfio) is not NVML's.
-                _ => continue,
-            };
-            devices.push(Device::from_uuid(uuid.as_str()?)?.0);
-        }
+    for prepared in claim.groups.into_iter().flat_map(|group| group.devices) {
+        let uuid = match (prepared.gpu, prepared.mig) {
+            (Some(gpu), _) => gpu.info.uuid,
+            (
+                _,
+                Some(Mig {
+                    concrete: Some(concrete),
+                    ..
+                }),
+            ) => concrete.mig_uuid,
+            (
+                _,
+                Some(Mig {
+                    info: Some(info), ..
+                }),
+            ) => info.uuid,
+            // A GPU passed through to a VM (vfio) is not NVML's.
+            _ => continue,
+        };
+        devices.push(Device::from_uuid(&uuid)?.0);
     }
     let shared = pods.len() > 1;
+    let allocation = |uid: &String, device: &Device| Allocation {
+        device: device.clone(),
+        task: Task::Pod {
+            uid: uid.clone(),
+            container: None,
+        },
+        shared,
+        start: None,
+        end: None,
+        uid: None,
+    };
     Some(
         pods.iter()
-            .flat_map(|uid| {
-                devices.iter().map(move |device| Allocation {
-                    device: device.clone(),
-                    task: Task::Pod {
-                        uid: (*uid).to_owned(),
-                        container: None,
-                    },
-                    shared,
-                    start: None,
-                    uid: None,
-                    end: None,
-                })
-            })
+            .flat_map(|uid| devices.iter().map(move |d| allocation(uid, d)))
             .collect(),
     )
 }

@@ -16,7 +16,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{file, Allocation, Device, Task};
+use super::file;
+use super::model::{Allocation, Device, Task};
 
 /// Far more than a node's checkpoint holds (about 300 bytes an entry).
 const MAX_SIZE: u64 = 4 << 20;

@@ -1,7 +1,7 @@
 //! The mapping directories sites already keep for other tools, read as those
 //! tools write them, one file per GPU that a job's prolog writes and its
 //! epilog removes:
-//! - `jobstats` (Princeton's jobstats, `/run/gpustat`): a file named by the
+//! - `gpustat` (Princeton's jobstats, `/run/gpustat`): a file named by the
 //!   GPU's Slurm index (`CUDA_VISIBLE_DEVICES` in the prolog), or its
 //!   `GPU-`/`MIG-` UUID, holding `<job id> <uid>`;
 //! - `dcgm` (dcgm-exporter's `--hpc-job-mapping-dir`): a file named by the
@@ -13,7 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use super::{file, is_digits, Allocation, Clock, Device, Edge, Task};
+use super::file;
+use super::model::{is_digits, Allocation, Clock, Device, Edge, Task};
 
 /// A file per GPU holds a line or two.
 const MAX_SIZE: u64 = 4096;
@@ -25,7 +26,8 @@ const MAX_JOBS: usize = 64;
 /// Which tool wrote the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    Jobstats,
+    /// Princeton jobstats' `/run/gpustat` files.
+    Gpustat,
     Dcgm,
 }
 
@@ -42,11 +44,11 @@ impl FromStr for JobMap {
     fn from_str(text: &str) -> Result<JobMap, String> {
         let (format, dir) = text
             .split_once(':')
-            .ok_or("expected FORMAT:DIR (jobstats:/run/gpustat, dcgm:DIR)")?;
+            .ok_or("expected FORMAT:DIR (gpustat:/run/gpustat, dcgm:DIR)")?;
         let format = match format {
-            "jobstats" => Format::Jobstats,
+            "gpustat" => Format::Gpustat,
             "dcgm" => Format::Dcgm,
-            other => return Err(format!("unknown format {other:?}: jobstats or dcgm")),
+            other => return Err(format!("unknown format {other:?}: gpustat or dcgm")),
         };
         if dir.is_empty() {
             return Err("the directory is empty".into());
@@ -96,7 +98,7 @@ fn read_file(
     };
     let text = String::from_utf8(text).map_err(|_| "not text")?;
     let uid = match format {
-        Format::Jobstats => text
+        Format::Gpustat => text
             .split_whitespace()
             .nth(1)
             .and_then(|uid| uid.parse().ok()),
@@ -104,7 +106,7 @@ fn read_file(
     };
     let jobs: Vec<&str> = match format {
         // `<job id> <uid>`
-        Format::Jobstats => text.split_whitespace().take(1).collect(),
+        Format::Gpustat => text.split_whitespace().take(1).collect(),
         Format::Dcgm => text
             .lines()
             .map(str::trim)

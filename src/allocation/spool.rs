@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{file, is_digits, Allocation, Device, Edge, Task};
+use super::file;
+use super::model::{is_digits, Allocation, Device, Edge, Task};
 
 /// A record of a job on 64 GPUs is about 12 KiB.
 const MAX_SIZE: u64 = 64 << 10;

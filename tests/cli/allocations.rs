@@ -65,7 +65,7 @@ impl Node {
             "--slurm-hook-dir",
             &self.path("hook"),
             "--job-map",
-            &format!("jobstats:{}", self.path("jobstats")),
+            &format!("gpustat:{}", self.path("jobstats")),
             "--job-map",
             &format!("dcgm:{}", self.path("dcgm")),
             "--cgroupfs",

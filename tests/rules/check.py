@@ -471,7 +471,7 @@ def exporter_output(binary, fake):
                   "--procfs", os.path.join(node, "proc"), "--pod-log-dir", os.path.join(node, "pods"),
                   "--container-log-dir", os.path.join(node, "containers"),
                   "--kubelet-checkpoint", os.path.join(node, "kubelet_internal_checkpoint"),
-                  "--job-map", "jobstats:" + os.path.join(node, "gpustat"),
+                  "--job-map", "gpustat:" + os.path.join(node, "gpustat"),
                   "--cgroupfs", os.path.join(node, "cgroup"), "--collector", "jobstats"],
                  dict(os.environ, FAKE_NVML_SCENARIO=os.path.join(SCENARIOS, "demo-h100x8.toml"))))
     # A MIG instance given to a pod (the kubelet's checkpoint): allocation

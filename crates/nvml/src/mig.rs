@@ -24,7 +24,15 @@ pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let Some(count) = count.flatten() else {
         return Vec::new();
     };
-    let slots = reader.bounded(MIG_DEVICE_COUNT::NAME, count, MAX_MIG_DEVICES);
+    // The count is checked (and an impossible one counted) once a run,
+    // however many collectors walk the slots.
+    let slots = match reader.mig_slots {
+        Some(slots) => slots,
+        None => {
+            let slots = reader.bounded(MIG_DEVICE_COUNT::NAME, count, MAX_MIG_DEVICES);
+            *reader.mig_slots.insert(slots)
+        }
+    };
     // An empty slot; beyond the last slot a clamped count may ask for, NVML
     // answers INVALID_ARGUMENT, which ends the walk quietly.
     let expected = |error: &NvmlError| match error {

@@ -27,6 +27,8 @@ pub struct DeviceReader<'n> {
     unsupported: BTreeSet<String>,
     /// Read once per run however many collectors ask.
     mig_mode: Option<Option<MigMode>>,
+    /// How many MIG slots to walk (the count read and bounded once a run).
+    pub(crate) mig_slots: Option<Option<u32>>,
     compute_processes: Option<Option<Vec<ProcessInfo>>>,
     /// The first of each warning is logged, the repeats summed up in
     /// [`Self::finish`].
@@ -45,6 +47,7 @@ impl<'n> DeviceReader<'n> {
             seen: Vec::new(),
             unsupported: BTreeSet::new(),
             mig_mode: None,
+            mig_slots: None,
             compute_processes: None,
         }
     }
