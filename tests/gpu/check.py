@@ -343,7 +343,11 @@ def allocations():
             taken.append(window_values(exporter.run()))
     ticking = threading.Thread(target=timer)
     ticking.start()
-    time.sleep(PERIOD + 2)
+    # The exporter has run before the job starts (its first run only sets
+    # the baseline: nothing is counted without a previous run).
+    while not taken:
+        time.sleep(0.2)
+    time.sleep(2)
     os.makedirs(JOB_CGROUP, exist_ok=True)
     before = energy_mj()
     prolog = hook("prolog", hook_dir)
