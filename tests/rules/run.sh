@@ -77,7 +77,8 @@ build() {
 step "promtool check rules" promtool check rules "$recording" "$rules" "$compat" "$jobstats"
 step "promtool test rules" promtool test rules tests/rules/nvidia-gpu-rules.test.yml \
     tests/rules/nvidia-gpu-alerts.test.yml tests/rules/action-attacks.test.yml \
-    tests/rules/dcgm-exporter-compat.test.yml tests/rules/jobstats-compat.test.yml
+    tests/rules/dcgm-exporter-compat.test.yml tests/rules/jobstats-compat.test.yml \
+    tests/rules/attacks-47.test.yml
 exporter=${EXPORTER:-target/release/nvidia-textfile-exporter}
 fake=${FAKE_NVML:-target/debug/libfake_nvml.so}
 built=0
