@@ -1,10 +1,10 @@
-//! The file primitives `publish`, `state` and `logging` share, none knowing
-//! which directory it works in.
+//! The file primitives `publish`, `state`, `allocation` and `logging` share,
+//! none knowing which directory it works in.
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -28,6 +28,26 @@ pub enum FileError {
     /// What failed (`open`, `rename temporary file onto`, …), on which path, why.
     #[error("cannot {0} {}: {2}", .1.display())]
     Io(&'static str, PathBuf, io::Error),
+}
+
+/// Why a user other than the running one and root could have written a
+/// file or directory: its owner, or a mode that lets others write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foreign {
+    Owner(u32),
+    Writable(u32),
+}
+
+/// [`Foreign`], if the file or directory with `metadata` is not the running
+/// user's or root's alone.
+pub fn foreign(metadata: &fs::Metadata) -> Option<Foreign> {
+    let euid = rustix::process::geteuid().as_raw();
+    let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
+    if uid != euid && uid != 0 {
+        Some(Foreign::Owner(uid))
+    } else {
+        (mode & 0o022 != 0).then_some(Foreign::Writable(mode))
+    }
 }
 
 /// The error of `action` on `path`, as a closure for `map_err`.

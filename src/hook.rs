@@ -19,11 +19,11 @@ use crate::allocation::alive::Cgroups;
 use crate::allocation::spool::{self, GpuEdges, Record};
 use crate::allocation::Edge;
 use crate::bounded::{Threads, Unfinished};
-use crate::owner::slurm::is_sluid;
+use crate::owner::slurm::{is_job_number, is_sluid};
 use crate::procfs::boot_us;
 
 /// Which end of the job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
     Prolog,
     Epilog,
@@ -45,7 +45,7 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path, cgroupfs: 
     let started = boot_us();
     let Some(job_id) = std::env::var("SLURM_JOB_ID")
         .ok()
-        .filter(|id| is_job_id(id))
+        .filter(|id| is_job_number(id))
     else {
         say("SLURM_JOB_ID is not a job number; nothing recorded");
         return;
@@ -144,11 +144,7 @@ fn job_gpus() -> Vec<String> {
         numbers if numbers.is_empty() => visible,
         numbers => numbers,
     };
-    numbers.into_iter().filter(|n| is_job_id(n)).collect()
-}
-
-fn is_job_id(text: &str) -> bool {
-    !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit())
+    numbers.into_iter().filter(|n| is_job_number(n)).collect()
 }
 
 /// Whether `name` (a UUID or an index) is the GPU `read`.

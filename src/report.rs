@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::allocation::spool;
 use crate::exit::Exit;
+use crate::owner::slurm::is_job_number;
 use crate::owner::Owner;
 use crate::state::{StateDir, StateFile};
 
@@ -71,7 +72,7 @@ fn overlaps(other: &spool::GpuEdges, from_us: u64, to_us: u64) -> bool {
 
 /// Prints the report of `job_id` on standard output.
 pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
-    if job_id.is_empty() || job_id.len() > 20 || !job_id.bytes().all(|b| b.is_ascii_digit()) {
+    if !is_job_number(job_id) {
         log::error!("--job-report: {job_id:?} is not a Slurm job number");
         return Exit::Usage;
     }

@@ -4,11 +4,10 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use crate::fsutil::open_regular;
+use crate::fsutil::{self, open_regular, Foreign};
 
 /// Why a source's file was not read.
 #[derive(Debug, thiserror::Error)]
@@ -30,14 +29,10 @@ pub enum Refused {
 /// Whether a file or directory with `metadata` is root's (or the running
 /// user's) alone.
 pub fn trusted(metadata: &fs::Metadata) -> Result<(), Refused> {
-    let euid = rustix::process::geteuid().as_raw();
-    let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
-    if uid != 0 && uid != euid {
-        Err(Refused::Owner(uid))
-    } else if mode & 0o022 != 0 {
-        Err(Refused::Writable(mode))
-    } else {
-        Ok(())
+    match fsutil::foreign(metadata) {
+        Some(Foreign::Owner(uid)) => Err(Refused::Owner(uid)),
+        Some(Foreign::Writable(mode)) => Err(Refused::Writable(mode)),
+        None => Ok(()),
     }
 }
 

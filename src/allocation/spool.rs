@@ -52,6 +52,16 @@ pub struct GpuEdges {
     pub epilog: Option<Edge>,
 }
 
+impl Record {
+    /// The job it records.
+    fn task(&self) -> Task {
+        Task::Slurm {
+            job_id: self.job_id.clone(),
+            sluid: self.sluid.clone(),
+        }
+    }
+}
+
 impl GpuEdges {
     /// Whether both name one GPU: by UUID where both know it, else by
     /// Slurm's name (a prolog that could not read NVML knows only that).
@@ -127,18 +137,12 @@ pub fn records(dir: &Path) -> (Vec<Record>, Vec<String>) {
 pub fn allocations(records: &[Record], close_open: bool) -> Vec<Allocation> {
     let mut allocations = Vec::new();
     for record in records {
-        let task = Task::Slurm {
-            job_id: record.job_id.clone(),
-            sluid: record.sluid.clone(),
-        };
+        let task = record.task();
         for gpu in &record.gpus {
             let Some(device) = gpu.device() else {
                 continue;
             };
-            let end = match (gpu.epilog, gpu.prolog) {
-                (None, Some(start)) if close_open => next_prolog(records, gpu, start.at_us),
-                (end, _) => end,
-            };
+            let end = end_of(records, gpu, close_open);
             allocations.push(Allocation {
                 device,
                 task: task.clone(),
@@ -164,15 +168,12 @@ fn next_prolog(records: &[Record], gpu: &GpuEdges, after_us: u64) -> Option<Edge
         .min_by_key(|edge| edge.at_us)
 }
 
-/// When the GPU's part of the record ended (its epilog, else with
-/// `close_open` the next prolog on it), if it did.
-fn ended(records: &[Record], gpu: &GpuEdges, close_open: bool) -> Option<u64> {
+/// Where the GPU's part of the record ends: its epilog, else with
+/// `close_open` the next prolog on the GPU, if either is known.
+fn end_of(records: &[Record], gpu: &GpuEdges, close_open: bool) -> Option<Edge> {
     match (gpu.epilog, gpu.prolog) {
-        (Some(end), _) => Some(end.at_us),
-        (None, Some(start)) if close_open => {
-            next_prolog(records, gpu, start.at_us).map(|e| e.at_us)
-        }
-        _ => None,
+        (None, Some(start)) if close_open => next_prolog(records, gpu, start.at_us),
+        (end, _) => end,
     }
 }
 
@@ -218,7 +219,7 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
         let ended = record
             .gpus
             .iter()
-            .map(|gpu| ended(&records, gpu, close_open));
+            .map(|gpu| end_of(&records, gpu, close_open).map(|e| e.at_us));
         let ended: Option<Vec<u64>> = ended.collect();
         let last = record
             .gpus
@@ -227,10 +228,7 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
             .flatten()
             .map(|e| e.at_us)
             .max();
-        let task = Task::Slurm {
-            job_id: record.job_id.clone(),
-            sluid: record.sluid.clone(),
-        };
+        let task = record.task();
         let finished = ended.is_some_and(|at| at.into_iter().all(old));
         if finished || (last.is_some_and(old) && gone(&task)) {
             let _ = fs::remove_file(path(dir, &record.job_id));

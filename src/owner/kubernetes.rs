@@ -47,9 +47,7 @@ impl Kubernetes {
         }
         Claim::User
     }
-}
 
-impl Kubernetes {
     /// The kubelet's names, read once a run.
     pub(super) fn names(&self, node: &Node) -> &Names {
         self.names.get_or_init(|| read_names(node))

@@ -48,8 +48,12 @@ impl Slurm {
 /// The number of a `job_<id>` component.
 fn job_number(component: &str) -> Option<String> {
     let id = component.strip_prefix("job_")?;
-    let digits = !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit());
-    digits.then(|| id.to_owned())
+    is_job_number(id).then(|| id.to_owned())
+}
+
+/// Whether `text` is a Slurm job's number: decimal digits, at most 20.
+pub(crate) fn is_job_number(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Whether `text` is a SLUID as Slurm prints it: `s` and 13 characters of

@@ -4,14 +4,14 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::codec::{parse, render};
 use super::problem::{Distrust, Problem};
 use super::schema::{State, MAX_SIZE};
-use crate::fsutil::{self, io_error, FileError};
+use crate::fsutil::{self, io_error, FileError, Foreign};
 
 const FILE_NAME: &str = "state";
 const LOCK_NAME: &str = ".state.lock";
@@ -21,12 +21,10 @@ const TEMP_PREFIX: &str = ".state.";
 /// Why a user other than the running one and root could have written it.
 fn distrust(metadata: &fs::Metadata) -> Option<Distrust> {
     let euid = rustix::process::geteuid().as_raw();
-    let (uid, mode) = (metadata.uid(), metadata.mode() & 0o7777);
-    if uid != euid && uid != 0 {
-        Some(Distrust::Owner(uid, euid))
-    } else {
-        (mode & 0o022 != 0).then_some(Distrust::Writable(mode))
-    }
+    fsutil::foreign(metadata).map(|foreign| match foreign {
+        Foreign::Owner(uid) => Distrust::Owner(uid, euid),
+        Foreign::Writable(mode) => Distrust::Writable(mode),
+    })
 }
 
 /// The state directory.
