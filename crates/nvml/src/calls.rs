@@ -6,27 +6,20 @@
 
 use std::fmt::Debug;
 
-use nvml_wrapper::enum_wrappers::device::{
-    Brand, Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy,
-    PerformanceState, RetirementCause, Sampling, TemperatureSensor, TemperatureThreshold,
-};
-use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::enums::device::DeviceArchitecture;
-use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::struct_wrappers::device::{
-    BAR1MemoryInfo, MemoryInfo, PciInfo, ProcessInfo, Utilization, ViolationTime,
+    BAR1MemoryInfo, MemoryInfo, PciInfo, Utilization, ViolationTime,
 };
 use nvml_wrapper::structs::device::{
-    EccModeState, EncoderStats, MigMode, PowerManagementConstraints, RetiredPage, UtilizationInfo,
+    EccModeState, EncoderStats, PowerManagementConstraints, RetiredPage, UtilizationInfo,
 };
-use nvml_wrapper::{Device, GpmSample};
 
 use crate::fabric::FabricInfo;
 use crate::fields::{self, Field};
 use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc, SramUnique};
 use crate::samples::{self, Point, ProcessEntry};
+use crate::types::*;
 use crate::unwrapped::{self, Known, RemappedRows};
 use crate::{out, raw};
 

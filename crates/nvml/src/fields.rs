@@ -9,7 +9,6 @@ use nvml_wrapper_sys::bindings::{
     self as sys, nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_t, nvmlValue_t,
 };
 
-use super::unwrapped::getter;
 use crate::record;
 
 /// The id in the bindings' numbering; the scope a link.

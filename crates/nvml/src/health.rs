@@ -13,7 +13,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlEccSramUniqueUncorrectedErrorEntry_v1_t, nvmlPlatformInfo_v2_t, nvmlReturn_t, NvmlLib,
 };
 
-use super::{out, struct_version, Getter, ARGUMENT_VERSION_MISMATCH};
+use super::unwrapped::c_text;
+use super::{out, struct_version, ARGUMENT_VERSION_MISMATCH};
 
 /// Repairs waiting for the GPU's next reset (nonzero: pending), channel and
 /// TPC; as NVML writes them.
@@ -58,7 +59,7 @@ const PLATFORM_V1: u32 = struct_version::<nvmlPlatformInfo_v2_t>(1);
 
 /// Ampere and newer, driver 580 and later.
 pub(crate) fn repair_status(
-    getter: Getter<'_, RepairStatus>,
+    getter: getter!(*mut RepairStatus),
     handle: nvmlDevice_t,
 ) -> Result<RepairStatus, NvmlError> {
     let status = RepairStatus {
@@ -71,7 +72,7 @@ pub(crate) fn repair_status(
 
 /// Ampere and newer.
 pub(crate) fn remapper_histogram(
-    getter: Getter<'_, RemapperHistogram>,
+    getter: getter!(*mut RemapperHistogram),
     handle: nvmlDevice_t,
 ) -> Result<RemapperHistogram, NvmlError> {
     // SAFETY: plain integers, for which zero is a value.
@@ -80,7 +81,7 @@ pub(crate) fn remapper_histogram(
 
 /// Ampere and newer; root only.
 pub(crate) fn sram_ecc(
-    getter: Getter<'_, SramEcc>,
+    getter: getter!(*mut SramEcc),
     handle: nvmlDevice_t,
 ) -> Result<SramEcc, NvmlError> {
     // SAFETY: plain integers, for which zero is a value.
@@ -96,14 +97,12 @@ const SRAM_UNIQUE_MAX: u32 = 4096;
 /// Asks the count first, then the entries; errors that arrive between the
 /// two calls (INSUFFICIENT_SIZE) make it ask once more.
 pub(crate) fn sram_unique(
-    getter: Getter<'_, nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>,
+    getter: getter!(*mut nvmlEccSramUniqueUncorrectedErrorCounts_v1_t),
     handle: nvmlDevice_t,
 ) -> Result<SramUnique, NvmlError> {
     let getter = getter?;
-    // Sets `count` to the locations NVML has, whatever it answers.
-    let ask = |entries: &mut Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t>,
-               count: &mut u32|
-     -> Result<(), NvmlError> {
+    let mut entries: Vec<nvmlEccSramUniqueUncorrectedErrorEntry_v1_t> = Vec::new();
+    for _ in 0..3 {
         let mut counts = nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
             version: struct_version::<nvmlEccSramUniqueUncorrectedErrorCounts_v1_t>(1),
             entryCount: entries.len() as c_uint,
@@ -113,13 +112,10 @@ pub(crate) fn sram_unique(
                 entries.as_mut_ptr()
             },
         };
-        let answer = raw_call!(Ok::<_, NvmlError>(getter), handle, &mut counts);
-        *count = counts.entryCount.min(SRAM_UNIQUE_MAX);
-        answer
-    };
-    let (mut entries, mut count) = (Vec::new(), 0);
-    for _ in 0..3 {
-        match ask(&mut entries, &mut count) {
+        let answer = raw_call!(getter, handle, &mut counts);
+        // The locations NVML has, whatever it answers.
+        let count = counts.entryCount.min(SRAM_UNIQUE_MAX);
+        match answer {
             Ok(()) if count as usize <= entries.len() => {
                 entries.truncate(count as usize);
                 let parity = entries.iter().filter(|e| e.isParity != 0).count() as u32;
@@ -141,7 +137,7 @@ pub(crate) fn sram_unique(
 /// Blackwell and newer: struct version 2, else 1 where the driver answers
 /// ARGUMENT_VERSION_MISMATCH.
 pub(crate) fn platform_info(
-    getter: Getter<'_, nvmlPlatformInfo_v2_t>,
+    getter: getter!(*mut nvmlPlatformInfo_v2_t),
     handle: nvmlDevice_t,
 ) -> Result<PlatformInfo, NvmlError> {
     let getter = getter?;
@@ -149,17 +145,15 @@ pub(crate) fn platform_info(
         // SAFETY: plain integers and bytes, for which zero is a value.
         let mut info: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
         info.version = version;
-        raw_call!(Ok::<_, NvmlError>(getter), handle, &mut info).map(|()| info)
+        raw_call!(getter, handle, &mut info).map(|()| info)
     };
     let (info, v2) = match ask(PLATFORM_V2) {
         Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) => (ask(PLATFORM_V1)?, false),
         answer => (answer?, true),
     };
-    let serial = info.chassisSerialNumber;
-    let serial = serial.split(|&byte| byte == 0).next().unwrap_or_default();
     Ok(PlatformInfo {
         chassis_serial: if v2 {
-            String::from_utf8_lossy(serial).into_owned()
+            c_text(&info.chassisSerialNumber)
         } else {
             String::new()
         },
@@ -197,7 +191,7 @@ pub(crate) fn memory_unrepairable(
 /// Superchips (GH200, GB200), driver 545 and later. `nvmlC2cModeInfo_v1_t`
 /// has no version field, though nvml.h defines a version word for it.
 pub(crate) fn c2c_enabled(
-    getter: Getter<'_, nvmlC2cModeInfo_v1_t>,
+    getter: getter!(*mut nvmlC2cModeInfo_v1_t),
     handle: nvmlDevice_t,
 ) -> Result<bool, NvmlError> {
     let mode = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };

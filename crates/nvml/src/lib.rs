@@ -2,17 +2,30 @@
 //! it; it knows nothing of the exporter (no metrics, state or output). Every
 //! device call is declared once ([`calls`]) and made through [`DeviceReader`].
 
-/// `lib.nvmlName(args)` or `lookup, args` (a `Result<&F, NvmlError>`).
+/// `lib.nvmlName(args)`, or `function, args` for one looked up already.
 macro_rules! raw_call {
     ($lib:ident . $name:ident ($($arg:expr),* $(,)?)) => {
-        raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref()) $(, $arg)*)
+        raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref())? $(, $arg)*)
     };
     ($function:expr $(, $arg:expr)* $(,)?) => {{
-        let function = $function?;
+        let function = $function;
         // SAFETY: every call site passes what the function expects: a live handle
         // of the NVML in use, and pointers to what it writes (a buffer, its length).
         nvml_wrapper::error::nvml_try(unsafe { function($($arg),*) })
     }};
+}
+
+/// A looked-up NVML function of a handle and `args`, as `symbol!(lib)` gives
+/// it.
+macro_rules! getter {
+    ($($arg:ty),*) => {
+        Result<
+            &unsafe extern "C" fn(
+                nvml_wrapper_sys::bindings::nvmlDevice_t, $($arg),*
+            ) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
+            nvml_wrapper::error::NvmlError,
+        >
+    };
 }
 
 pub mod calls;
@@ -33,7 +46,7 @@ use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, NvmlError};
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t, NvmlLib};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
 pub use error::{Code, Error, Failure};
 pub use inflight::{InFlight, Scope};
@@ -146,13 +159,9 @@ const fn struct_version<T>(version: u32) -> u32 {
     std::mem::size_of::<T>() as u32 | (version << 24)
 }
 
-/// A looked-up NVML function of a handle and one out-pointer.
-type Getter<'l, S> =
-    Result<&'l unsafe extern "C" fn(nvmlDevice_t, *mut S) -> nvmlReturn_t, NvmlError>;
-
 /// `getter(handle, &mut value)`: what NVML wrote over `value`.
-fn out<S>(getter: Getter<'_, S>, handle: nvmlDevice_t, mut value: S) -> Result<S, NvmlError> {
-    raw_call!(getter, handle, &mut value).map(|()| value)
+fn out<S>(getter: getter!(*mut S), handle: nvmlDevice_t, mut value: S) -> Result<S, NvmlError> {
+    raw_call!(getter?, handle, &mut value).map(|()| value)
 }
 
 fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> T) -> T {

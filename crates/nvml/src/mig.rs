@@ -20,19 +20,16 @@ pub struct MigDevice<'n> {
 /// slot count clamped to [`MAX_MIG_DEVICES`] (both counted).
 pub fn devices<'n>(reader: &mut DeviceReader<'n>) -> Vec<MigDevice<'n>> {
     let enabled = reader.mig_mode().is_some_and(|mode| mode.current == 1);
-    let count = enabled.then(|| reader.read(MIG_DEVICE_COUNT, ()));
-    let Some(count) = count.flatten() else {
+    let Some(count) = enabled.then(|| reader.read(MIG_DEVICE_COUNT, ())).flatten() else {
         return Vec::new();
     };
     // The count is checked (and an impossible one counted) once a run,
     // however many collectors walk the slots.
     let slots = match reader.mig_slots {
         Some(slots) => slots,
-        None => {
-            let slots = reader.bounded(MIG_DEVICE_COUNT::NAME, count, MAX_MIG_DEVICES);
-            *reader.mig_slots.insert(slots)
-        }
+        None => reader.bounded(MIG_DEVICE_COUNT::NAME, count, MAX_MIG_DEVICES),
     };
+    reader.mig_slots = Some(slots);
     // An empty slot; beyond the last slot a clamped count may ask for, NVML
     // answers INVALID_ARGUMENT, which ends the walk quietly.
     let expected = |error: &NvmlError| match error {

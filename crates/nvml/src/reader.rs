@@ -22,7 +22,7 @@ pub struct DeviceReader<'n> {
     /// Set by the first device-fatal error; from then on nothing is read.
     fault: Option<Failure>,
     /// An entry's error is handled when it is taken.
-    prefetched: Vec<(u32, Option<Result<f64, NvmlError>>)>,
+    prefetched: Vec<(u32, Option<Result<f64, Error>>)>,
     /// Calls that answered NOT_SUPPORTED: not made again.
     unsupported: BTreeSet<String>,
     /// Read once per run however many collectors ask.
@@ -89,12 +89,9 @@ impl<'n> DeviceReader<'n> {
     where
         C: for<'x> Call<Answer<'x> = Vec<Result<f64, NvmlError>>>,
     {
-        let answers = self.read(call, args)?;
-        Some(answers.into_iter().map(|a| self.entry::<C>(a)).collect())
-    }
-
-    fn entry<C: Call>(&mut self, answer: Result<f64, NvmlError>) -> Option<f64> {
-        answer.map_err(|e| self.note(&Error::new(C::NAME, e))).ok()
+        let answers = self.read(call, args)?.into_iter();
+        let mut note = |e| self.note(&Error::new(C::NAME, e));
+        Some(answers.map(|a| a.map_err(&mut note).ok()).collect())
     }
 
     pub fn assume_unsupported(&mut self, calls: BTreeSet<String>) {
@@ -135,20 +132,16 @@ impl<'n> DeviceReader<'n> {
     /// For the collectors to take with [`Self::field`].
     pub fn prefetch(&mut self, ids: &[u32]) {
         let requests: Vec<Field> = ids.iter().map(|&id| Field { id, scope: 0 }).collect();
-        let values: Vec<_> = match self.read(FIELD_VALUES, &requests) {
-            Some(values) => values.into_iter().map(Some).collect(),
-            None => ids.iter().map(|_| None).collect(),
-        };
+        let values = self.read(FIELD_VALUES, &requests).unwrap_or_default();
+        let error = |e| Error::new(FIELD_VALUES::NAME, e);
+        let values = values.into_iter().map(|v| Some(v.map_err(error)));
         self.prefetched = ids.iter().copied().zip(values).collect();
     }
 
-    /// The value for every caller, the error once (so it is counted once).
-    fn take_field(&mut self, id: u32) -> Option<Result<f64, NvmlError>> {
-        let entry = &mut self
-            .prefetched
-            .iter_mut()
-            .find(|(field, _)| *field == id)?
-            .1;
+    /// The value for every caller, the error once (so it is counted once);
+    /// `None` where the prefetch failed or the error was taken.
+    fn take_field(&mut self, id: u32) -> Option<Result<f64, Error>> {
+        let (_, entry) = self.prefetched.iter_mut().find(|(field, _)| *field == id)?;
         match entry {
             Some(Ok(value)) => Some(Ok(*value)),
             _ => entry.take(),
@@ -156,8 +149,7 @@ impl<'n> DeviceReader<'n> {
     }
 
     pub fn field(&mut self, id: u32) -> Option<f64> {
-        let value = self.take_field(id)?;
-        self.entry::<FIELD_VALUES>(value)
+        self.take_field(id)?.map_err(|e| self.note(&e)).ok()
     }
 
     /// A reading that fails both ways counts as one error (the fallback's).
@@ -166,10 +158,7 @@ impl<'n> DeviceReader<'n> {
         id: u32,
         fallback: impl FnOnce(&mut Self) -> Option<f64>,
     ) -> Option<f64> {
-        match self
-            .take_field(id)
-            .map(|value| value.map_err(|e| Error::new(FIELD_VALUES::NAME, e)))
-        {
+        match self.take_field(id) {
             Some(Ok(value)) => return Some(value),
             Some(Err(error)) if !error.is_unsupported() && !error.is_device_fatal() => {
                 log::debug!(
@@ -237,16 +226,12 @@ impl<'n> DeviceReader<'n> {
         let answer = match &key {
             Some(key) if self.unsupported.contains(key) => Err(NvmlError::NotSupported),
             _ => {
-                self.inflight.enter(Scope::Gpu(self.index), C::NAME);
+                let (index, call) = (self.index, C::NAME);
+                self.inflight.enter(Scope::Gpu(index), call);
                 let started = Instant::now();
                 let answer = C::make(device.unwrap_or(self.device), args);
                 self.inflight.leave();
-                log::trace!(
-                    "GPU {}: {} took {:?}",
-                    self.index,
-                    C::NAME,
-                    started.elapsed()
-                );
+                log::trace!("GPU {index}: {call} took {:?}", started.elapsed());
                 answer
             }
         };

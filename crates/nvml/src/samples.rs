@@ -10,7 +10,6 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::fields;
-use super::unwrapped::getter;
 
 /// Timestamp (µs) and percent.
 pub type Point = (u64, u64);
@@ -64,9 +63,8 @@ pub(crate) fn fetch(
     // SAFETY: nvmlSample_t is plain data; zero is a valid value.
     let zero: nvmlSample_t = unsafe { std::mem::zeroed() };
     let samples = fetch_growing(zero, |buffer, count| {
-        let call = Ok::<_, NvmlError>(getter);
         raw_call!(
-            call,
+            getter,
             handle,
             sampling.as_c(),
             last_seen,
@@ -90,7 +88,7 @@ pub(crate) fn processes(
     // SAFETY: plain data; zero is a valid value.
     let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
     let entries = fetch_growing(zero, |buffer, count| {
-        raw_call!(Ok::<_, NvmlError>(getter), handle, buffer, count, last_seen)
+        raw_call!(getter, handle, buffer, count, last_seen)
     })?;
     Ok(entries
         .iter()

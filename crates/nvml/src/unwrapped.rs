@@ -9,21 +9,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlTemperature_v1_t,
 };
 
-use super::{out, struct_version, Getter};
-
-/// A looked-up NVML function of a handle and `args`, as `symbol!(lib)` gives
-/// it (`Getter` where `args` is one out-pointer).
-macro_rules! getter {
-    ($($arg:ty),*) => {
-        Result<
-            &unsafe extern "C" fn(
-                nvml_wrapper_sys::bindings::nvmlDevice_t, $($arg),*
-            ) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
-            nvml_wrapper::error::NvmlError,
-        >
-    };
-}
-pub(crate) use getter;
+use super::{out, struct_version};
 
 /// A value newer than nvml-wrapper knows is `Err(raw)`.
 pub type Known<E> = Result<E, c_uint>;
@@ -39,7 +25,7 @@ pub struct RemappedRows {
 }
 
 pub(crate) fn known<E: TryFrom<c_uint>>(
-    getter: Getter<'_, c_uint>,
+    getter: getter!(*mut c_uint),
     handle: nvmlDevice_t,
 ) -> Result<Known<E>, NvmlError> {
     let raw = out(getter, handle, 0)?;
@@ -51,11 +37,11 @@ pub(crate) fn engine_percent(
     handle: nvmlDevice_t,
 ) -> Result<u32, NvmlError> {
     let (mut percent, mut period_us): (c_uint, c_uint) = (0, 0);
-    raw_call!(getter, handle, &mut percent, &mut period_us).map(|()| percent)
+    raw_call!(getter?, handle, &mut percent, &mut period_us).map(|()| percent)
 }
 
 pub(crate) fn margin_temperature(
-    getter: Getter<'_, nvmlMarginTemperature_t>,
+    getter: getter!(*mut nvmlMarginTemperature_t),
     handle: nvmlDevice_t,
 ) -> Result<i32, NvmlError> {
     let info = nvmlMarginTemperature_t {
@@ -66,7 +52,7 @@ pub(crate) fn margin_temperature(
 }
 
 pub(crate) fn temperature(
-    getter: Getter<'_, nvmlTemperature_v1_t>,
+    getter: getter!(*mut nvmlTemperature_v1_t),
     handle: nvmlDevice_t,
 ) -> Result<i32, NvmlError> {
     let info = nvmlTemperature_v1_t {
@@ -82,7 +68,7 @@ pub(crate) fn remapped_rows(
     handle: nvmlDevice_t,
 ) -> Result<RemappedRows, NvmlError> {
     let [mut a, mut b, mut c, mut d]: [c_uint; 4] = [0; 4];
-    raw_call!(getter, handle, &mut a, &mut b, &mut c, &mut d)?;
+    raw_call!(getter?, handle, &mut a, &mut b, &mut c, &mut d)?;
     Ok(RemappedRows {
         correctable: a,
         uncorrectable: b,
@@ -100,9 +86,14 @@ pub(crate) fn text(
     handle: nvmlDevice_t,
 ) -> Result<String, NvmlError> {
     let mut buffer = [0u8; STRING_BUFFER as usize];
-    raw_call!(getter, handle, buffer.as_mut_ptr().cast(), STRING_BUFFER)?;
-    let text = buffer.split(|&byte| byte == 0).next().unwrap_or_default();
-    Ok(String::from_utf8_lossy(text).into_owned())
+    raw_call!(getter?, handle, buffer.as_mut_ptr().cast(), STRING_BUFFER)?;
+    Ok(c_text(&buffer))
+}
+
+/// The bytes before the first NUL, invalid UTF-8 decoded lossily.
+pub(crate) fn c_text(bytes: &[u8]) -> String {
+    let text = bytes.split(|&byte| byte == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(text).into_owned()
 }
 
 #[cfg(test)]
