@@ -2,7 +2,7 @@
 //! the call that hung.
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::thread::{self, ThreadId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,30 +27,22 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    pub fn enter(&self, scope: Scope, call: &'static str) {
+    /// `make()`, the thread's call, named `call` (of `scope`) while it runs.
+    pub fn during<T>(&self, scope: Scope, call: &'static str, make: impl FnOnce() -> T) -> T {
         let me = thread::current().id();
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        match calls.iter_mut().find(|(thread, _, _)| *thread == me) {
-            Some(entry) => *entry = (me, scope, call),
-            None => calls.push((me, scope, call)),
-        }
-    }
-
-    pub fn leave(&self) {
-        let me = thread::current().id();
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        calls.retain(|(thread, _, _)| *thread != me);
+        self.held().push((me, scope, call));
+        let answer = make();
+        self.held().retain(|(thread, _, _)| *thread != me);
+        answer
     }
 
     pub fn call_of(&self, scope: Scope) -> Option<&'static str> {
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        calls.iter().find(|c| c.1 == scope).map(|c| c.2)
+        self.held().iter().find(|c| c.1 == scope).map(|c| c.2)
     }
 
     /// E.g. `nvmlDeviceGetPowerUsage (GPU 1)`, by scope.
     pub fn describe(&self) -> String {
-        let held = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        let mut calls: Vec<(Scope, &str)> = held.iter().map(|c| (c.1, c.2)).collect();
+        let mut calls: Vec<(Scope, &str)> = self.held().iter().map(|c| (c.1, c.2)).collect();
         if calls.is_empty() {
             return "no NVML call (the run was still starting or finishing)".into();
         }
@@ -58,29 +50,45 @@ impl InFlight {
         let described: Vec<String> = calls.iter().map(|(s, c)| format!("{c} ({s})")).collect();
         described.join(", ")
     }
+
+    /// A thread that panicked holding the lock left the list whole.
+    fn held(&self) -> MutexGuard<'_, Vec<(ThreadId, Scope, &'static str)>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Barrier;
 
     #[test]
     fn describes_calls_not_yet_left_by_any_thread() {
         let inflight = InFlight::default();
+        // Two threads inside their calls until the checks are done.
+        let (inside, done) = (Barrier::new(3), Barrier::new(3));
+        let hold = |call| {
+            inflight.during(Scope::Gpu(1), call, || {
+                inside.wait();
+                done.wait();
+            })
+        };
         thread::scope(|s| {
-            s.spawn(|| inflight.enter(Scope::Gpu(1), "nvmlDeviceGetPowerUsage"));
-            s.spawn(|| inflight.enter(Scope::Gpu(1), "nvmlDeviceGetName"));
+            s.spawn(|| hold("nvmlDeviceGetPowerUsage"));
+            s.spawn(|| hold("nvmlDeviceGetName"));
+            inside.wait();
+            inflight.during(Scope::Host, "nvmlInit_v2", || ());
+            inflight.during(Scope::Gpu(0), "nvmlDeviceGetUUID", || {
+                assert_eq!(
+                    inflight.describe(),
+                    "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetName (GPU 1), nvmlDeviceGetPowerUsage (GPU 1)"
+                );
+                assert_eq!(inflight.call_of(Scope::Gpu(0)), Some("nvmlDeviceGetUUID"));
+            });
+            assert!(!inflight.describe().contains("GPU 0"));
+            assert_eq!(inflight.call_of(Scope::Gpu(0)), None);
+            done.wait();
         });
-        inflight.enter(Scope::Host, "nvmlInit_v2");
-        inflight.leave();
-        inflight.enter(Scope::Gpu(0), "nvmlDeviceGetUUID");
-        assert_eq!(
-            inflight.describe(),
-            "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetName (GPU 1), nvmlDeviceGetPowerUsage (GPU 1)"
-        );
-        assert_eq!(inflight.call_of(Scope::Gpu(0)), Some("nvmlDeviceGetUUID"));
-        inflight.leave();
-        assert!(!inflight.describe().contains("GPU 0"));
-        assert_eq!(inflight.call_of(Scope::Gpu(0)), None);
+        assert_eq!(inflight.call_of(Scope::Gpu(1)), None);
     }
 }

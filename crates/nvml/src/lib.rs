@@ -5,7 +5,8 @@
 /// `lib.nvmlName(args)`, or `function, args` for one looked up already.
 macro_rules! raw_call {
     ($lib:ident . $name:ident ($($arg:expr),* $(,)?)) => {
-        raw_call!(nvml_wrapper::error::nvml_sym($lib.$name.as_ref())? $(, $arg)*)
+        nvml_wrapper::error::nvml_sym($lib.$name.as_ref())
+            .and_then(|function| raw_call!(function $(, $arg)*))
     };
     ($function:expr $(, $arg:expr)* $(,)?) => {{
         let function = $function;
@@ -98,9 +99,7 @@ fn host<T>(
     call: &'static str,
     read: impl FnOnce() -> Result<T, NvmlError>,
 ) -> Result<T, InitError> {
-    inflight.enter(Scope::Host, call);
-    let answer = read();
-    inflight.leave();
+    let answer = inflight.during(Scope::Host, call, read);
     answer.map_err(|e| InitError::from_nvml(call, &e))
 }
 
@@ -141,13 +140,13 @@ impl Session {
     }
 
     pub fn handle(&self, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'_>, Failure> {
-        inflight.enter(Scope::Gpu(index), HANDLE);
-        let handle = self.nvml.device_by_index(index);
-        inflight.leave();
-        handle.map_err(|e| {
-            log::warn!("GPU {index}: {HANDLE}: {e}; reporting it down");
-            Failure::of(&e)
-        })
+        let handle = || self.nvml.device_by_index(index);
+        inflight
+            .during(Scope::Gpu(index), HANDLE, handle)
+            .map_err(|e| {
+                log::warn!("GPU {index}: {HANDLE}: {e}; reporting it down");
+                Failure::of(&e)
+            })
     }
 }
 
@@ -173,14 +172,17 @@ fn raw<T>(device: &NvmlDevice<'_>, read: impl FnOnce(&NvmlLib, nvmlDevice_t) -> 
 /// `nvmlInit_v2` on a handle of our own, so that the watchdog can name it,
 /// then nvml-wrapper's init (it reads the driver version).
 fn init(library: &Path, inflight: &InFlight) -> Result<Nvml, InitError> {
-    inflight.enter(Scope::Host, INIT);
-    // SAFETY: loading a library runs its initialisers; this is the library the
-    // user named as NVML, which the wrapper loads the same way below.
-    let lib = unsafe { NvmlLib::new(library.as_os_str()) }
-        .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
-    host(inflight, INIT, || raw_call!(lib.nvmlInit_v2()))?;
-    // Loaded and initialised until the process ends: dropping would only dlclose.
-    std::mem::forget(lib);
+    inflight.during(Scope::Host, INIT, || {
+        // SAFETY: loading a library runs its initialisers; this is the library
+        // the user named as NVML, which the wrapper loads the same way below.
+        let lib = unsafe { NvmlLib::new(library.as_os_str()) }
+            .map_err(|e| InitError::from_nvml("dlopen", &NvmlError::from(e)))?;
+        raw_call!(lib.nvmlInit_v2()).map_err(|e| InitError::from_nvml(INIT, &e))?;
+        // Loaded and initialised until the process ends: dropping would only
+        // dlclose.
+        std::mem::forget(lib);
+        Ok(())
+    })?;
     host(inflight, DRIVER_VERSION, || {
         Nvml::builder().lib_path(library.as_os_str()).init()
     })

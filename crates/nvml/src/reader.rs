@@ -227,10 +227,9 @@ impl<'n> DeviceReader<'n> {
             Some(key) if self.unsupported.contains(key) => Err(NvmlError::NotSupported),
             _ => {
                 let (index, call) = (self.index, C::NAME);
-                self.inflight.enter(Scope::Gpu(index), call);
+                let make = || C::make(device.unwrap_or(self.device), args);
                 let started = Instant::now();
-                let answer = C::make(device.unwrap_or(self.device), args);
-                self.inflight.leave();
+                let answer = self.inflight.during(Scope::Gpu(index), call, make);
                 log::trace!("GPU {index}: {call} took {:?}", started.elapsed());
                 answer
             }
