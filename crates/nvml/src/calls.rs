@@ -1,8 +1,8 @@
 //! Every NVML device call: one line gives the function's name (what the
 //! watchdog, the logs and the remembered NOT_SUPPORTED say), its arguments,
 //! its answer and how it is made; raw calls look up the named symbol with
-//! `symbol!(lib)` (`symbol!()`: its name for a lookup by name), so a line
-//! cannot name one function and call another.
+//! `symbol!(lib)` (`Self::NAME` for a lookup by name), so a line cannot name
+//! one function and call another.
 
 use std::fmt::Debug;
 
@@ -26,33 +26,33 @@ use crate::{out, raw};
 /// One NVML function, made through [`crate::DeviceReader`].
 pub trait Call: Copy {
     const NAME: &'static str;
-    type Args<'a, 'n: 'a>;
+    /// Whether a NOT_SUPPORTED is remembered: not for a call asked anew each
+    /// run (`each_run`).
+    const REMEMBERED: bool;
+    type Args<'a, 'n: 'a>: Debug;
     type Answer<'n>;
-    /// The name and arguments a NOT_SUPPORTED is remembered under; `None`
-    /// for a call asked anew each run (`each_run`).
-    fn key<'a, 'n: 'a>(args: &Self::Args<'a, 'n>) -> Option<String>;
     fn make<'a, 'n: 'a>(
         device: &Device<'n>,
         args: Self::Args<'a, 'n>,
     ) -> Result<Self::Answer<'n>, NvmlError>;
-}
 
-/// E.g. `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
-fn unsupported_key<A: Debug>(name: &str, args: &A) -> String {
-    match format!("{args:?}") {
-        unit if unit == "()" => name.to_owned(),
-        args => format!("{name}({args})"),
+    /// The name and arguments a NOT_SUPPORTED is remembered under, e.g.
+    /// `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo(Video)`.
+    fn key<'a, 'n: 'a>(args: &Self::Args<'a, 'n>) -> Option<String> {
+        Self::REMEMBERED.then(|| match format!("{args:?}") {
+            unit if unit == "()" => Self::NAME.to_owned(),
+            args => format!("{}({args})", Self::NAME),
+        })
     }
 }
 
-macro_rules! key {
-    ($name:expr, $args:expr) => {
-        Some(unsupported_key($name, $args))
+macro_rules! remembered {
+    () => {
+        true
     };
-    ($name:expr, $args:expr, each_run) => {{
-        let _ = $args;
-        None
-    }};
+    (each_run) => {
+        false
+    };
 }
 
 /// `NAME: nvmlFunction(args) -> Answer[, each_run] = |device| how;`, or
@@ -67,13 +67,10 @@ macro_rules! calls {
 
         impl Call for $name {
             const NAME: &'static str = stringify!($symbol);
+            const REMEMBERED: bool = remembered!($($each_run)?);
             #[allow(unused_parens)]
             type Args<'a, 'n: 'a> = ($($ty),*);
             type Answer<'n> = $answer;
-
-            fn key<'a, 'n: 'a>(args: &Self::Args<'a, 'n>) -> Option<String> {
-                key!(Self::NAME, args $(, $each_run)?)
-            }
 
             #[allow(unused_parens)]
             fn make<'a, 'n: 'a>(
@@ -84,9 +81,6 @@ macro_rules! calls {
                 macro_rules! symbol {
                     ($lib:ident) => {
                         nvml_sym($lib.$symbol.as_ref())
-                    };
-                    () => {
-                        concat!(stringify!($symbol), "\0")
                     };
                 }
                 $(raw(device, |lib, handle| $read(symbol!(lib), handle)))?
@@ -231,5 +225,5 @@ calls! {
     C2C_ENABLED: nvmlDeviceGetC2cModeInfoV() -> bool = raw health::c2c_enabled;
     /// Newer than the bindings: looked up by its name.
     MEMORY_UNREPAIRABLE: nvmlDeviceGetUnrepairableMemoryFlag_v1() -> bool
-        = |d| raw(d, |lib, h| health::memory_unrepairable(lib, symbol!(), h));
+        = |d| raw(d, |lib, h| health::memory_unrepairable(lib, Self::NAME, h));
 }

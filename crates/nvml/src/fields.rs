@@ -40,12 +40,11 @@ pub(crate) fn fetch(
     }
     let mut values: Vec<nvmlFieldValue_t> = fields
         .iter()
-        .map(|field| {
+        .map(|field| nvmlFieldValue_t {
+            fieldId: driver_id(scheme, field.id),
+            scopeId: field.scope,
             // SAFETY: nvmlFieldValue_t is plain old data; all-zero is valid.
-            let mut value: nvmlFieldValue_t = unsafe { mem::zeroed() };
-            value.fieldId = driver_id(scheme, field.id);
-            value.scopeId = field.scope;
-            value
+            ..unsafe { mem::zeroed() }
         })
         .collect();
     let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;

@@ -140,13 +140,12 @@ impl Session {
     }
 
     pub fn handle(&self, index: u32, inflight: &InFlight) -> Result<NvmlDevice<'_>, Failure> {
-        let handle = || self.nvml.device_by_index(index);
-        inflight
-            .during(Scope::Gpu(index), HANDLE, handle)
-            .map_err(|e| {
-                log::warn!("GPU {index}: {HANDLE}: {e}; reporting it down");
-                Failure::of(&e)
-            })
+        let lookup = || self.nvml.device_by_index(index);
+        let handle = inflight.during(Scope::Gpu(index), HANDLE, lookup);
+        handle.map_err(|e| {
+            log::warn!("GPU {index}: {HANDLE}: {e}; reporting it down");
+            Failure::of(&e)
+        })
     }
 }
 

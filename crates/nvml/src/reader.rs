@@ -6,12 +6,10 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::struct_wrappers::device::ProcessInfo;
-use nvml_wrapper::structs::device::MigMode;
-use nvml_wrapper::Device as NvmlDevice;
 
 use super::calls::{Call, COMPUTE_PROCESSES, FIELD_VALUES, MIG_MODE};
 use super::fields::Field;
+use super::types::{Device as NvmlDevice, MigMode, ProcessInfo};
 use super::{Error, Failure, InFlight, Scope};
 
 pub struct DeviceReader<'n> {

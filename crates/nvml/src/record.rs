@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlFieldValue_t, nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND, nvmlReturn_t,
+    nvmlDevice_t, nvmlFieldValue_t,
+    nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND as FUNCTION_NOT_FOUND, nvmlReturn_t,
 };
 
 /// Called with the device, the entries (as sent where the call failed) and
@@ -28,9 +29,7 @@ pub(crate) fn answered(
     code: &Result<nvmlReturn_t, NvmlError>,
 ) {
     if let Some(recorder) = FIELD_VALUES.get() {
-        let code = *code
-            .as_ref()
-            .unwrap_or(&nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND);
+        let code = *code.as_ref().unwrap_or(&FUNCTION_NOT_FOUND);
         recorder(device, values, code);
     }
 }

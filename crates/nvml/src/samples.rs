@@ -73,10 +73,8 @@ pub(crate) fn fetch(
             buffer
         )
     })?;
-    Ok(samples
-        .iter()
-        .map(|sample| (sample.timeStamp, percent(value_type, sample)))
-        .collect())
+    let point = |sample: &nvmlSample_t| (sample.timeStamp, percent(value_type, sample));
+    Ok(samples.iter().map(point).collect())
 }
 
 pub(crate) fn processes(
@@ -90,10 +88,8 @@ pub(crate) fn processes(
     let entries = fetch_growing(zero, |buffer, count| {
         raw_call!(getter, handle, buffer, count, last_seen)
     })?;
-    Ok(entries
-        .iter()
-        .map(|e| (e.pid, e.timeStamp, u64::from(e.smUtil)))
-        .collect())
+    let entry = |e: &nvmlProcessUtilizationSample_t| (e.pid, e.timeStamp, u64::from(e.smUtil));
+    Ok(entries.iter().map(entry).collect())
 }
 
 /// A negative or non-finite value becomes an impossible one, to be rejected.
