@@ -199,10 +199,8 @@ impl<'n> DeviceReader<'n> {
 
     /// How many reads failed, or why the GPU is down.
     pub fn finish(self) -> Result<u32, Failure> {
-        for (message, count) in &self.seen {
-            if *count > 1 {
-                log::warn!("{message} (seen {count} times in this run)");
-            }
+        for (message, count) in self.seen.iter().filter(|(_, count)| *count > 1) {
+            log::warn!("{message} (seen {count} times in this run)");
         }
         self.fault.map_or(Ok(self.read_errors), Err)
     }
