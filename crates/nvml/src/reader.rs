@@ -137,7 +137,8 @@ impl<'n> DeviceReader<'n> {
     }
 
     /// The value for every caller, the error once (so it is counted once);
-    /// `None` where the prefetch failed or the error was taken.
+    /// `None` where it was not prefetched (or the prefetch failed) or its error
+    /// was taken.
     fn take_field(&mut self, id: u32) -> Option<Result<f64, Error>> {
         let (_, entry) = self.prefetched.iter_mut().find(|(field, _)| *field == id)?;
         match entry {
