@@ -98,9 +98,8 @@ fn read_violations(gpu: &mut Gpu<'_>) {
             nvml.read(calls::VIOLATION_STATUS, policy)
                 .map(|time| time.violation_time as f64)
         });
-        if let Some(nanoseconds) = nanoseconds {
-            gpu.push(VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
-        }
+        let seconds = nanoseconds.map(|ns| ns / NANOSECONDS_PER_SECOND);
+        gpu.gauge_with(VIOLATION, [label], seconds);
     }
 }
 

@@ -36,7 +36,10 @@ pub(super) static COLLECTOR: Collector = Collector {
     default: true,
     help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit, the power-smoothing circuitry's lifetime left.",
     families: FAMILIES,
-    hooks: Hooks::read(read, FIELDS).with_fields_for(by_architecture),
+    hooks: Hooks {
+        fields_for: Some(by_architecture),
+        ..Hooks::read(read, FIELDS)
+    },
 };
 
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
@@ -75,8 +78,9 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 }
 
 fn read(gpu: &mut Gpu<'_>) {
+    let watts = |milliwatts: u32| f64::from(milliwatts) / PER_MILLI;
     let milliwatts = gpu.nvml.read(calls::POWER_USAGE, ());
-    gpu.gauge(POWER, milliwatts.map(|mw| f64::from(mw) / PER_MILLI));
+    gpu.gauge(POWER, milliwatts.map(watts));
     let energy = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
@@ -85,12 +89,9 @@ fn read(gpu: &mut Gpu<'_>) {
         });
     gpu.gauge(ENERGY, energy.map(|mj| mj / PER_MILLI));
     let limit = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ());
-    gpu.gauge(POWER_LIMIT, limit.map(|mw| f64::from(mw) / PER_MILLI));
+    gpu.gauge(POWER_LIMIT, limit.map(watts));
     let default_limit = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ());
-    gpu.gauge(
-        POWER_DEFAULT_LIMIT,
-        default_limit.map(|mw| f64::from(mw) / PER_MILLI),
-    );
+    gpu.gauge(POWER_DEFAULT_LIMIT, default_limit.map(watts));
     for (field, family) in [
         (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
         (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
