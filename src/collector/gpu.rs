@@ -87,14 +87,10 @@ impl<'n> Gpu<'n> {
             return self.processes.push(process);
         };
         self.merged += 1;
-        earlier.memory_bytes = match (earlier.memory_bytes, process.memory_bytes) {
-            (Some(a), Some(b)) => Some(a.saturating_add(b)),
-            (a, b) => a.or(b),
-        };
-        earlier.sm_ratio = match (earlier.sm_ratio, process.sm_ratio) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        let bytes = earlier.memory_bytes.into_iter().chain(process.memory_bytes);
+        earlier.memory_bytes = bytes.reduce(u64::saturating_add);
+        let ratios = earlier.sm_ratio.into_iter().chain(process.sm_ratio);
+        earlier.sm_ratio = ratios.reduce(f64::max);
         earlier.sm_seen_us = earlier.sm_seen_us.max(process.sm_seen_us);
         earlier.listed |= process.listed;
     }

@@ -197,10 +197,8 @@ fn sram_ecc(gpu: &mut Gpu<'_>) {
     ] {
         gpu.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
-    gpu.gauge(
-        SRAM_ECC_THRESHOLD_EXCEEDED,
-        flag(sram.bThresholdExceeded != 0),
-    );
+    let exceeded = sram.bThresholdExceeded != 0;
+    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(exceeded));
     // NVML documents the unique errors for Blackwell and newer.
     if !gpu.facts().is_blackwell_or_newer() {
         return;
@@ -219,9 +217,7 @@ fn recovery_action(gpu: &mut Gpu<'_>) {
         return;
     };
     if !gpu.state_set(RECOVERY_ACTION, &RECOVERY_ACTIONS, value) {
-        log::debug!(
-            "{}: recovery action {value} is newer than this exporter",
-            RECOVERY_ACTION.family().name
-        );
+        let name = RECOVERY_ACTION.family().name;
+        log::debug!("{name}: recovery action {value} is newer than this exporter");
     }
 }

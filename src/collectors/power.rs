@@ -84,21 +84,17 @@ fn read(gpu: &mut Gpu<'_>) {
     let energy = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
-            nvml.read(calls::TOTAL_ENERGY, ())
-                .map(|millijoules| millijoules as f64)
+            nvml.read(calls::TOTAL_ENERGY, ()).map(|mj| mj as f64)
         });
     gpu.gauge(ENERGY, energy.map(|mj| mj / PER_MILLI));
     let limit = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ());
     gpu.gauge(POWER_LIMIT, limit.map(watts));
     let default_limit = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ());
     gpu.gauge(POWER_DEFAULT_LIMIT, default_limit.map(watts));
-    for (field, family) in [
-        (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
-        (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
-    ] {
-        let milliwatts = gpu.nvml.field(field);
-        gpu.gauge(family, milliwatts.map(|mw| mw / PER_MILLI));
-    }
+    let instant = gpu.nvml.field(NVML_FI_DEV_POWER_INSTANT);
+    gpu.gauge(POWER_INSTANT, instant.map(|mw| mw / PER_MILLI));
+    let average = gpu.nvml.field(NVML_FI_DEV_POWER_AVERAGE);
+    gpu.gauge(POWER_AVERAGE, average.map(|mw| mw / PER_MILLI));
     if let Some(percent) = gpu.nvml.field(LIFETIME) {
         let sample = POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent));
         gpu.push_read(sample, percent);
