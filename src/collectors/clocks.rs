@@ -108,12 +108,9 @@ fn read_event_reasons(gpu: &mut Gpu<'_>) {
     let Some(active) = gpu.nvml.read(calls::CLOCKS_EVENT_REASONS, ()) else {
         return;
     };
-    let supported = gpu
-        .nvml
-        .read(calls::SUPPORTED_CLOCKS_EVENT_REASONS, ())
-        .unwrap_or(u64::MAX);
+    let supported = gpu.nvml.read(calls::SUPPORTED_CLOCKS_EVENT_REASONS, ());
     for (bit, label) in EVENT_REASONS {
-        if supported & bit != 0 {
+        if supported.unwrap_or(u64::MAX) & bit != 0 {
             gpu.push(CLOCKS_EVENT.sample_with([label], flag(active & bit != 0)));
         }
     }

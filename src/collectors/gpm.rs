@@ -199,10 +199,8 @@ impl<'n> Window<'n> for GpuWindow<'n> {
             if second_at - *first_at < MIN_WINDOW {
                 return unavailable(gpu, Unavailable::WindowTooShort);
             }
-            let read = gpu
-                .nvml
-                .read_each(calls::GPM_METRICS, (first, &second, &ids));
-            let Some(values) = read else {
+            let samples = (first, &second, &ids[..]);
+            let Some(values) = gpu.nvml.read_each(calls::GPM_METRICS, samples) else {
                 continue;
             };
             let mut any = false;

@@ -62,7 +62,7 @@ fn read(gpu: &mut Gpu<'_>) {
     let generation = gpu.read_fixed(MAX_GENERATION, calls::MAX_PCIE_GENERATION, (), i64::from);
     gpu.gauge(PCIE_MAX_GENERATION, generation.flatten().map(|g| g as f64));
     let width = gpu.read_fixed(MAX_WIDTH, calls::MAX_PCIE_WIDTH, (), i64::from);
-    gpu.gauge(PCIE_MAX_WIDTH, width.flatten().map(|width| width as f64));
+    gpu.gauge(PCIE_MAX_WIDTH, width.flatten().map(|w| w as f64));
     let generation = gpu.nvml.read(calls::PCIE_GENERATION, ());
     gpu.gauge(PCIE_GENERATION, generation.map(f64::from));
     let width = gpu.nvml.read(calls::PCIE_WIDTH, ());
