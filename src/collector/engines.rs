@@ -48,12 +48,8 @@ pub fn read_engine(gpu: &mut Gpu<'_>, engine: Engine) -> bool {
     if carry != Carry::default() {
         gpu.next_state().carries.insert(engine.stream, carry);
     }
-    for (family, value) in [
-        (BUSY, carry.busy_seconds()),
-        (SAMPLED, carry.sampled_seconds()),
-    ] {
-        gpu.push(family.sample_with([engine.label], value));
-    }
+    gpu.push(BUSY.sample_with([engine.label], carry.busy_seconds()));
+    gpu.push(SAMPLED.sample_with([engine.label], carry.sampled_seconds()));
     true
 }
 

@@ -59,9 +59,9 @@ pub(super) fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
         let labels = sample.labels.iter().map(|l| (l.name, l.value.clone()));
         (sample.family.name, labels.collect::<Vec<_>>())
     };
-    let mut first = HashMap::with_capacity(samples.len());
-    let mut kept: Vec<Sample> = Vec::with_capacity(samples.len());
     let total = samples.len();
+    let mut first = HashMap::with_capacity(total);
+    let mut kept: Vec<Sample> = Vec::with_capacity(total);
     for sample in samples.drain(..) {
         match first.entry(key(&sample)) {
             Entry::Vacant(slot) => {
@@ -77,9 +77,8 @@ pub(super) fn merge_duplicates(samples: &mut Vec<Sample>) -> usize {
             }
         }
     }
-    let merged = total - kept.len();
     *samples = kept;
-    merged
+    total - samples.len()
 }
 
 #[cfg(test)]

@@ -10,10 +10,35 @@ use crate::facts::GpuFacts;
 use crate::identity::Identity;
 use crate::metrics::{self, Family, Labelled};
 use crate::samples::{self, Carry};
-use crate::snapshot::{BusyWindow, Device, Process, Sample, TaskReading};
+use crate::snapshot::{BusyWindow, Device, LabelValue, Process, Sample, TaskReading};
 use crate::state::schema::{GpuState, Stream, Unsupported};
 
 use super::finish::{down, identified, merge_duplicates, Finished};
+use super::units::flag;
+
+/// A reading fixed while the driver is loaded, by the name the state keeps
+/// it under (written to disk: a name never changes).
+#[derive(Debug, Clone, Copy)]
+pub struct Fixed(pub &'static str);
+
+/// What the state keeps of a fixed reading: a number, or the labels of an
+/// `_info` series.
+pub trait Kept: Clone {
+    /// The state's fixed readings of this kind, by name.
+    fn kept(state: &mut GpuState) -> &mut BTreeMap<String, Option<Self>>;
+}
+
+impl Kept for i64 {
+    fn kept(state: &mut GpuState) -> &mut BTreeMap<String, Option<Self>> {
+        &mut state.fixed
+    }
+}
+
+impl Kept for Vec<String> {
+    fn kept(state: &mut GpuState) -> &mut BTreeMap<String, Option<Self>> {
+        &mut state.fixed_labels
+    }
+}
 
 /// One GPU as its collectors see it; fields of the next state a run does
 /// not set keep what they held (see `state`).
@@ -62,14 +87,10 @@ impl<'n> Gpu<'n> {
             return self.processes.push(process);
         };
         self.merged += 1;
-        earlier.memory_bytes = match (earlier.memory_bytes, process.memory_bytes) {
-            (Some(a), Some(b)) => Some(a.saturating_add(b)),
-            (a, b) => a.or(b),
-        };
-        earlier.sm_ratio = match (earlier.sm_ratio, process.sm_ratio) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        let bytes = earlier.memory_bytes.into_iter().chain(process.memory_bytes);
+        earlier.memory_bytes = bytes.reduce(u64::saturating_add);
+        let ratios = earlier.sm_ratio.into_iter().chain(process.sm_ratio);
+        earlier.sm_ratio = ratios.reduce(f64::max);
         earlier.sm_seen_us = earlier.sm_seen_us.max(process.sm_seen_us);
         earlier.listed |= process.listed;
     }
@@ -117,35 +138,32 @@ impl<'n> Gpu<'n> {
         self.keeps_totals
     }
 
-    /// A reading fixed while the driver is loaded, kept in the state under
-    /// `name`. `Some(None)`: not supported (kept too); `None`: failed (made
+    /// A reading fixed while the driver is loaded: the value kept under its
+    /// name in the next state or the previous one, else read, and kept in the
+    /// next. `Some(None)`: not supported (kept too); `None`: failed (made
     /// again next run) or down.
-    pub fn read_fixed<C: Call>(
+    pub fn read_fixed<C: Call, V: Kept>(
         &mut self,
-        name: &str,
+        Fixed(name): Fixed,
         call: C,
         args: C::Args<'_, 'n>,
-        to_kept: fn(C::Answer<'n>) -> i64,
-    ) -> Option<Option<i64>> {
-        let (previous, next) = (&self.previous.fixed, &mut self.next.fixed);
-        remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
-    }
-
-    /// [`Self::read_fixed`] of a reading kept as the labels of an `_info` series.
-    pub fn read_fixed_labels<C: Call>(
-        &mut self,
-        name: &str,
-        call: C,
-        args: C::Args<'_, 'n>,
-        to_kept: fn(C::Answer<'n>) -> Vec<String>,
-    ) -> Option<Option<Vec<String>>> {
-        let (previous, next) = (&self.previous.fixed_labels, &mut self.next.fixed_labels);
-        remembered(&mut self.nvml, previous, next, name, call, args, to_kept)
+        to_kept: fn(C::Answer<'n>) -> V,
+    ) -> Option<Option<V>> {
+        let next = V::kept(&mut self.next);
+        let value = match next.get(name).or(V::kept(&mut self.previous).get(name)) {
+            Some(value) => value.clone(),
+            None => (self.nvml)
+                .read_expecting(call, args, nvml::Error::is_unsupported)?
+                .ok()
+                .map(to_kept),
+        };
+        next.insert(name.to_owned(), value.clone());
+        Some(value)
     }
 
     /// Labels kept in a shape no run writes (a damaged state): counted, and
     /// not kept, so that the next run reads them again.
-    pub fn damaged_fixed_labels(&mut self, name: &str) {
+    pub fn damaged_fixed_labels(&mut self, Fixed(name): Fixed) {
         let index = self.index();
         self.nvml.count_error(format!(
             "GPU {index}: the state's {name} labels are damaged; read again next run"
@@ -195,9 +213,33 @@ impl<'n> Gpu<'n> {
 
     /// Nothing where there is no `value` (it was not read).
     pub fn gauge(&mut self, family: Labelled<0>, value: impl Into<Option<f64>>) {
+        self.gauge_with(family, [] as [&str; 0], value);
+    }
+
+    /// [`Self::gauge`] of a family with labels.
+    pub fn gauge_with<const N: usize, V: Into<LabelValue>>(
+        &mut self,
+        family: Labelled<N>,
+        labels: [V; N],
+        value: impl Into<Option<f64>>,
+    ) {
         if let Some(value) = value.into() {
-            self.push(family.sample(value));
+            self.push(family.sample_with(labels, value));
         }
+    }
+
+    /// A state set of `value`, an index into `states`: 1 for the state it
+    /// names, 0 for the others, and `unknown` 1 for another value. Whether it
+    /// named one.
+    pub fn state_set(&mut self, family: Labelled<1>, states: &[&'static str], value: f64) -> bool {
+        let current = (0..states.len()).position(|index| value == index as f64);
+        for (index, state) in states.iter().enumerate() {
+            self.push(family.sample_with([*state], flag(current == Some(index))));
+        }
+        if current.is_none() {
+            self.push(family.sample_with(["unknown"], 1.0));
+        }
+        current.is_some()
     }
 
     /// Only the down state if a fatal error occurred.
@@ -231,26 +273,4 @@ impl<'n> Gpu<'n> {
             state: Some(self.next),
         }
     }
-}
-
-/// The value of `name` kept in `next` or `previous`, else read and kept in
-/// `next` (see [`Gpu::read_fixed`]).
-fn remembered<'n, C: Call, V: Clone>(
-    nvml: &mut DeviceReader<'n>,
-    previous: &BTreeMap<String, Option<V>>,
-    next: &mut BTreeMap<String, Option<V>>,
-    name: &str,
-    call: C,
-    args: C::Args<'_, 'n>,
-    to_kept: fn(C::Answer<'n>) -> V,
-) -> Option<Option<V>> {
-    let value = match next.get(name).or(previous.get(name)) {
-        Some(value) => value.clone(),
-        None => nvml
-            .read_expecting(call, args, nvml::Error::is_unsupported)?
-            .ok()
-            .map(to_kept),
-    };
-    next.insert(name.to_owned(), value.clone());
-    Some(value)
 }

@@ -10,7 +10,7 @@ mod units;
 
 pub use engines::{point, read_engine, read_engines_early, Engine, BUSY, SAMPLED, SHARED};
 pub use finish::{down, Finished};
-pub use gpu::Gpu;
+pub use gpu::{Fixed, Gpu};
 pub use units::{flag, CLOCK_DOMAINS, HERTZ_PER_MEGAHERTZ, PER_MILLI};
 
 use std::collections::BTreeMap;
@@ -98,13 +98,6 @@ impl Hooks {
         }
     }
 
-    pub(crate) const fn open(open: OpenHook) -> Hooks {
-        Hooks {
-            open: Some(open),
-            ..Hooks::NONE
-        }
-    }
-
     pub(crate) const fn with_host(self, host: HostHook) -> Hooks {
         Hooks {
             host: Some(host),
@@ -129,13 +122,6 @@ impl Hooks {
     pub(crate) const fn with_early(self, early: fn(&mut Gpu<'_>)) -> Hooks {
         Hooks {
             early: Some(early),
-            ..self
-        }
-    }
-
-    pub(crate) const fn with_fields_for(self, pick: fn(&GpuFacts) -> &'static [u32]) -> Hooks {
-        Hooks {
-            fields_for: Some(pick),
             ..self
         }
     }

@@ -9,7 +9,7 @@ use nvml::types::field_id::{
     NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_POWER_STATE,
 };
 
-use crate::collector::{flag, Collector, Gpu, Hooks};
+use crate::collector::{flag, Collector, Fixed, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {
@@ -36,6 +36,8 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, FIELDS),
 };
 
+const ENABLED: Fixed = Fixed("c2c.enabled");
+
 /// NVML's MBps.
 const BYTES_PER_MEGABYTE: f64 = 1e6;
 
@@ -59,9 +61,8 @@ pub(super) const FIELDS: &[u32] = &[
 ];
 
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(Some(on)) = gpu.read_fixed("c2c.enabled", calls::C2C_ENABLED, (), i64::from) {
-        gpu.gauge(C2C_ENABLED, on as f64);
-    }
+    let on = gpu.read_fixed(ENABLED, calls::C2C_ENABLED, (), i64::from);
+    gpu.gauge(C2C_ENABLED, on.flatten().map(|on| on as f64));
     // A GPU without C2C answers NOT_SUPPORTED, or a count of 0.
     let Some(links) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_COUNT) else {
         return;
@@ -76,16 +77,10 @@ fn read(gpu: &mut Gpu<'_>) {
         gpu.gauge(C2C_MAX_BANDWIDTH, megabytes * BYTES_PER_MEGABYTE);
     }
     for (field, kind) in ERRORS {
-        if let Some(count) = gpu.nvml.field(field) {
-            gpu.push(C2C_ERRORS.sample_with([kind], count));
-        }
+        let count = gpu.nvml.field(field);
+        gpu.gauge_with(C2C_ERRORS, [kind], count);
     }
     if let Some(state) = gpu.nvml.field(NVML_FI_DEV_C2C_LINK_POWER_STATE) {
-        for (value, label) in POWER_STATES.iter().enumerate() {
-            gpu.push(C2C_POWER_STATE.sample_with([*label], flag(state == value as f64)));
-        }
-        if !(0..POWER_STATES.len()).any(|value| state == value as f64) {
-            gpu.push(C2C_POWER_STATE.sample_with(["unknown"], 1.0));
-        }
+        gpu.state_set(C2C_POWER_STATE, &POWER_STATES, state);
     }
 }

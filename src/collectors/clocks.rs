@@ -98,9 +98,8 @@ fn read_violations(gpu: &mut Gpu<'_>) {
             nvml.read(calls::VIOLATION_STATUS, policy)
                 .map(|time| time.violation_time as f64)
         });
-        if let Some(nanoseconds) = nanoseconds {
-            gpu.push(VIOLATION.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
-        }
+        let seconds = nanoseconds.map(|ns| ns / NANOSECONDS_PER_SECOND);
+        gpu.gauge_with(VIOLATION, [label], seconds);
     }
 }
 
@@ -109,12 +108,9 @@ fn read_event_reasons(gpu: &mut Gpu<'_>) {
     let Some(active) = gpu.nvml.read(calls::CLOCKS_EVENT_REASONS, ()) else {
         return;
     };
-    let supported = gpu
-        .nvml
-        .read(calls::SUPPORTED_CLOCKS_EVENT_REASONS, ())
-        .unwrap_or(u64::MAX);
+    let supported = gpu.nvml.read(calls::SUPPORTED_CLOCKS_EVENT_REASONS, ());
     for (bit, label) in EVENT_REASONS {
-        if supported & bit != 0 {
+        if supported.unwrap_or(u64::MAX) & bit != 0 {
             gpu.push(CLOCKS_EVENT.sample_with([label], flag(active & bit != 0)));
         }
     }

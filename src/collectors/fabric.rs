@@ -1,7 +1,7 @@
 //! The NVLink fabric of NVSwitch systems. Nothing on a GPU on no fabric (read
 //! once per driver).
 
-use crate::collector::{flag, Collector, Gpu, Hooks};
+use crate::collector::{flag, Collector, Fixed, Gpu, Hooks};
 use crate::metrics::families;
 use nvml::calls;
 use nvml::fabric::{Condition, FabricState, Summary};
@@ -28,11 +28,12 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, &[]),
 };
 
-const KEY: &str = "fabric";
+/// Whether the GPU is on a fabric.
+const ON_FABRIC: Fixed = Fixed("fabric");
 
 fn read(gpu: &mut Gpu<'_>) {
     // `Some(None)` is a GPU on no fabric.
-    if gpu.read_fixed(KEY, calls::FABRIC_INFO, (), |_| 1) != Some(Some(1)) {
+    if gpu.read_fixed(ON_FABRIC, calls::FABRIC_INFO, (), |_| 1) != Some(Some(1)) {
         return;
     }
     let Some(info) = gpu.nvml.read(calls::FABRIC_INFO, ()) else {
@@ -45,9 +46,8 @@ fn read(gpu: &mut Gpu<'_>) {
     gpu.push(FABRIC_INFO.sample_with([info.cluster_uuid, info.clique_id.to_string()], 1.0));
     if let Some(mask) = info.health_mask {
         for condition in Condition::ALL {
-            if let Some(holds) = condition.holds(mask) {
-                gpu.push(FABRIC_HEALTH.sample_with([condition.label()], flag(holds)));
-            }
+            let holds = condition.holds(mask).map(flag);
+            gpu.gauge_with(FABRIC_HEALTH, [condition.label()], holds);
         }
     }
     if let Some(summary) = info.summary {

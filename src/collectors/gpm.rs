@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use nvml::types::{GpmMetricId, GpmSample};
-use nvml::{calls, mig, Code, DeviceReader};
+use nvml::{calls, mig, Code};
 use serde::{Deserialize, Serialize};
 
 use crate::collector::{Collector, Gpu, Hooks, Settings, Window};
@@ -47,7 +47,10 @@ pub(super) static COLLECTOR: Collector = Collector {
     default: true,
     help: "SM activity and occupancy, tensor and other pipes, DRAM bandwidth over --gpm-window (GPM, Hopper and newer).",
     families: FAMILIES,
-    hooks: Hooks::open(open),
+    hooks: Hooks {
+        open: Some(open),
+        ..Hooks::NONE
+    },
 };
 
 // `ALL` is the test's.
@@ -133,10 +136,12 @@ impl Report {
 /// The most GPU instances one GPU has (7 on H100/H200).
 const MAX_GPU_INSTANCES: usize = 8;
 
+/// A sample of the GPU (`None`) or of a GPU instance, taken at the midpoint
+/// of its call.
+type Taken<'n> = (Option<u32>, Instant, GpmSample<'n>);
+
 struct GpuWindow<'n> {
-    /// The GPU (`None`) and each GPU instance: the first sample and the
-    /// midpoint of its call.
-    firsts: Vec<(Option<u32>, Instant, GpmSample<'n>)>,
+    firsts: Vec<Taken<'n>>,
     ends: Instant,
 }
 
@@ -164,17 +169,7 @@ fn open<'n>(gpu: &mut Gpu<'n>, settings: &Settings) -> Option<Box<dyn Window<'n>
             targets.push(gi);
         }
     }
-    let mut firsts = Vec::with_capacity(targets.len());
-    for target in targets {
-        match take(&mut gpu.nvml, target) {
-            Taken::At(at, first) => firsts.push((target, at, first)),
-            Taken::Skipped => {}
-            Taken::Unavailable(why) => {
-                unavailable(gpu, why);
-                return None;
-            }
-        }
-    }
+    let firsts = take_each(gpu, targets)?;
     let ends = latest.min(firsts.first()?.1 + settings.gpm_window);
     Some(Box::new(GpuWindow { firsts, ends }))
 }
@@ -190,31 +185,28 @@ impl<'n> Window<'n> for GpuWindow<'n> {
 
     fn close(self: Box<Self>, gpu: &mut Gpu<'n>) {
         std::thread::sleep(self.ends.saturating_duration_since(Instant::now()));
-        let mut pairs = Vec::with_capacity(self.firsts.len());
-        for first in &self.firsts {
-            match take(&mut gpu.nvml, first.0) {
-                Taken::At(second_at, second) => pairs.push((first, second_at, second)),
-                Taken::Skipped => {}
-                Taken::Unavailable(why) => return unavailable(gpu, why),
-            }
-        }
+        let Some(seconds) = take_each(gpu, self.firsts.iter().map(|first| first.0)) else {
+            return;
+        };
         let ids = METRICS.map(|(id, _)| id);
         let mut window_seconds = None;
-        for ((target, first_at, first), second_at, second) in pairs {
+        for (target, second_at, second) in seconds {
+            let Some((_, first_at, first)) = self.firsts.iter().find(|first| first.0 == target)
+            else {
+                continue;
+            };
             // A window cut short reads zeros: better nothing than a false idle.
             if second_at - *first_at < MIN_WINDOW {
                 return unavailable(gpu, Unavailable::WindowTooShort);
             }
-            let read = gpu
-                .nvml
-                .read_each(calls::GPM_METRICS, (first, &second, &ids));
-            let Some(values) = read else {
+            let samples = (first, &second, &ids[..]);
+            let Some(values) = gpu.nvml.read_each(calls::GPM_METRICS, samples) else {
                 continue;
             };
             let mut any = false;
             for ((_, report), value) in METRICS.iter().zip(values) {
                 let Some(percent) = value else { continue };
-                any |= gpu.push_read(report.sample(*target, metrics::ratio(percent)), percent);
+                any |= gpu.push_read(report.sample(target, metrics::ratio(percent)), percent);
             }
             if any && window_seconds.is_none() {
                 window_seconds = Some((second_at - *first_at).as_secs_f64());
@@ -224,29 +216,33 @@ impl<'n> Window<'n> for GpuWindow<'n> {
     }
 }
 
-enum Taken<'n> {
-    /// The sample, taken at the midpoint of the call.
-    At(Instant, GpmSample<'n>),
-    /// Not supported, a counted error, or the GPU down.
-    Skipped,
-    Unavailable(Unavailable),
-}
-
-fn take<'n>(reader: &mut DeviceReader<'n>, gi: Option<u32>) -> Taken<'n> {
-    let before = Instant::now();
-    let unavailable = |error: &nvml::Error| Unavailable::from_code(error.code()).is_some();
-    let result = match gi {
-        None => reader.read_expecting(calls::GPM_SAMPLE, (), unavailable),
-        Some(gi) => reader.read_expecting(calls::GPM_MIG_SAMPLE, gi, unavailable),
-    };
-    let after = Instant::now();
-    match result {
-        None => Taken::Skipped,
-        Some(Ok(sample)) => Taken::At(before + (after - before) / 2, sample),
-        Some(Err(error)) => {
-            Unavailable::from_code(error.code()).map_or(Taken::Skipped, Taken::Unavailable)
+/// A sample of each target but those not supported, failed (counted) or of
+/// a GPU down; `None` once GPM is unavailable (said).
+fn take_each<'n>(
+    gpu: &mut Gpu<'n>,
+    targets: impl IntoIterator<Item = Option<u32>>,
+) -> Option<Vec<Taken<'n>>> {
+    let expected = |error: &nvml::Error| Unavailable::from_code(error.code()).is_some();
+    let mut taken = Vec::new();
+    for target in targets {
+        let (before, nvml) = (Instant::now(), &mut gpu.nvml);
+        let read = match target {
+            None => nvml.read_expecting(calls::GPM_SAMPLE, (), expected),
+            Some(gi) => nvml.read_expecting(calls::GPM_MIG_SAMPLE, gi, expected),
+        };
+        let at = before + before.elapsed() / 2;
+        match read {
+            Some(Ok(sample)) => taken.push((target, at, sample)),
+            Some(Err(error)) => {
+                if let Some(why) = Unavailable::from_code(error.code()) {
+                    unavailable(gpu, why);
+                    return None;
+                }
+            }
+            None => {}
         }
     }
+    Some(taken)
 }
 
 /// Why GPM was unavailable in the previous run, its label: said once.
@@ -261,17 +257,13 @@ impl Part for Said {
 fn unavailable(gpu: &mut Gpu<'_>, why: Unavailable) {
     let Said(said) = gpu.previous_state().part().unwrap_or(Said(None));
     if said.as_deref() != Some(why.label()) {
-        let message = format!(
-            "GPU {}: GPM metrics ({}) left out: {}",
-            gpu.index(),
-            why.label(),
-            why.hint()
-        );
-        if why == Unavailable::Paused {
-            log::info!("{message}");
+        let level = if why == Unavailable::Paused {
+            log::Level::Info
         } else {
-            log::warn!("{message}");
-        }
+            log::Level::Warn
+        };
+        let (index, label, hint) = (gpu.index(), why.label(), why.hint());
+        log::log!(level, "GPU {index}: GPM metrics ({label}) left out: {hint}");
     }
     gpu.push(GPM_UNAVAILABLE.sample_with([why.label()], 1.0));
     gpu.next_state()

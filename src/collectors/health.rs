@@ -136,15 +136,12 @@ fn read(gpu: &mut Gpu<'_>) {
                 nvml.read(calls::TOTAL_ECC_ERRORS, (error, counter))
                     .map(|count| count as f64)
             });
-            if let Some(count) = count {
-                gpu.push(ECC_ERRORS.sample_with([error_label, counter_label], count));
-            }
+            gpu.gauge_with(ECC_ERRORS, [error_label, counter_label], count);
         }
     }
     for (cause, label) in RETIREMENT_CAUSES {
-        if let Some(pages) = gpu.nvml.read(calls::RETIRED_PAGES, cause) {
-            gpu.push(RETIRED_PAGES.sample_with([label], pages.len() as f64));
-        }
+        let pages = gpu.nvml.read(calls::RETIRED_PAGES, cause);
+        gpu.gauge_with(RETIRED_PAGES, [label], pages.map(|p| p.len() as f64));
     }
     let pending = gpu.nvml.read(calls::RETIRED_PAGES_PENDING, ());
     gpu.gauge(RETIRED_PAGES_PENDING, pending.map(flag));
@@ -155,9 +152,8 @@ fn read(gpu: &mut Gpu<'_>) {
         }
         gpu.gauge(REMAPPED_ROWS_PENDING, flag(rows.pending));
         for (field, cause) in FI_REMAPPED_ROWS_INACTIVE {
-            if let Some(count) = gpu.nvml.field(field) {
-                gpu.push(REMAPPED_ROWS_INACTIVE.sample_with([cause], count));
-            }
+            let count = gpu.nvml.field(field);
+            gpu.gauge_with(REMAPPED_ROWS_INACTIVE, [cause], count);
         }
         gpu.gauge(REMAPPED_ROWS_FAILURE, flag(rows.failure));
     }
@@ -201,10 +197,8 @@ fn sram_ecc(gpu: &mut Gpu<'_>) {
     ] {
         gpu.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
-    gpu.gauge(
-        SRAM_ECC_THRESHOLD_EXCEEDED,
-        flag(sram.bThresholdExceeded != 0),
-    );
+    let exceeded = sram.bThresholdExceeded != 0;
+    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(exceeded));
     // NVML documents the unique errors for Blackwell and newer.
     if !gpu.facts().is_blackwell_or_newer() {
         return;
@@ -222,16 +216,8 @@ fn recovery_action(gpu: &mut Gpu<'_>) {
     let Some(value) = gpu.nvml.field(FI_GPU_RECOVERY_ACTION) else {
         return;
     };
-    let known = value >= 0.0 && value.fract() == 0.0 && value < RECOVERY_ACTIONS.len() as f64;
-    let current = known.then_some(value as usize);
-    for (index, action) in RECOVERY_ACTIONS.iter().enumerate() {
-        gpu.push(RECOVERY_ACTION.sample_with([*action], flag(current == Some(index))));
-    }
-    if current.is_none() {
-        log::debug!(
-            "{}: recovery action {value} is newer than this exporter",
-            RECOVERY_ACTION.family().name
-        );
-        gpu.push(RECOVERY_ACTION.sample_with(["unknown"], 1.0));
+    if !gpu.state_set(RECOVERY_ACTION, &RECOVERY_ACTIONS, value) {
+        let name = RECOVERY_ACTION.family().name;
+        log::debug!("{name}: recovery action {value} is newer than this exporter");
     }
 }

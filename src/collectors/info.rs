@@ -12,8 +12,7 @@ pub(crate) fn read(gpu: &mut Gpu<'_>) -> identity::Read {
     let uuid = gpu.nvml.read(calls::UUID, ());
     let name = gpu.nvml.read(calls::NAME, ());
     let pci = gpu.nvml.read(calls::PCI_INFO, ());
-    let pci_device_id = pci.as_ref().map(|pci| pci.pci_device_id);
-    let pci_bus_id = pci.map(|pci| pci.bus_id);
+    let (pci_device_id, pci_bus_id) = pci.map(|pci| (pci.pci_device_id, pci.bus_id)).unzip();
     let serial = gpu.nvml.read(calls::SERIAL, ());
     let vbios = gpu.nvml.read(calls::VBIOS_VERSION, ());
     let brand = gpu.nvml.read(calls::BRAND, ());

@@ -85,10 +85,8 @@ fn read_encoder(gpu: &mut Gpu<'_>) {
     if let Some(stats) = gpu.nvml.read(calls::ENCODER_STATS, ()) {
         gpu.gauge(ENCODER_SESSIONS, f64::from(stats.session_count));
         gpu.gauge(ENCODER_FPS, f64::from(stats.average_fps));
-        gpu.gauge(
-            ENCODER_LATENCY,
-            f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND,
-        );
+        let latency = f64::from(stats.average_latency) / MICROSECONDS_PER_SECOND;
+        gpu.gauge(ENCODER_LATENCY, latency);
     }
 }
 

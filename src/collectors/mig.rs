@@ -35,9 +35,7 @@ fn read(gpu: &mut Gpu<'_>) {
         // From the name: one unprivileged call, and it names a compute
         // instance's profile too.
         let name = gpu.nvml.read_on(&mig.handle, calls::NAME, ());
-        let profile = name
-            .map(|name| profile(&name).to_owned())
-            .unwrap_or_default();
+        let profile = name.as_deref().map_or("", profile).to_owned();
         let gi = mig.gpu_instance_id.to_string();
         let ci = mig.compute_instance_id.to_string();
         gpu.push(MIG_INFO.sample_with([gi.clone(), ci.clone(), mig_uuid, profile], 1.0));

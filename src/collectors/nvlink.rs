@@ -14,7 +14,7 @@ use nvml::types::ErrorCounter;
 use nvml::{calls, Code, DeviceReader};
 use serde::{Deserialize, Serialize};
 
-use crate::collector::{flag, Collector, Gpu, Hooks};
+use crate::collector::{flag, Collector, Fixed, Gpu, Hooks};
 use crate::metrics::{families, Labelled};
 use crate::snapshot::LabelValue;
 use crate::state::schema::Part;
@@ -189,9 +189,7 @@ fn read(gpu: &mut Gpu<'_>) {
         (NVLINK_ERRORS, "effective", sum(EFFECTIVE_ERRORS)),
         (NVLINK_ERRORS, "symbol", sum(SYMBOL_ERRORS)),
     ] {
-        if let Some(count) = count {
-            gpu.push(family.sample_with([label], count));
-        }
+        gpu.gauge_with(family, [label], count);
     }
     for (id, family) in [
         (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVLINK_TRANSMIT),
@@ -211,8 +209,11 @@ const NVLINK5_PROBE: Field = Field {
     scope: 0,
 };
 
+/// Whether the GPU answers [`NVLINK5_PROBE`].
+const NVLINK5: Fixed = Fixed("nvlink5");
+
 fn has_nvlink5(gpu: &mut Gpu<'_>) -> bool {
-    gpu.read_fixed("nvlink5", calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
+    gpu.read_fixed(NVLINK5, calls::FIELD, NVLINK5_PROBE, |_| 1) == Some(Some(1))
 }
 
 /// The links seen active under this driver, one bit per link: a link seen
@@ -344,11 +345,9 @@ fn read_links(gpu: &mut Gpu<'_>) {
             continue;
         };
         for (&(family, kind), value) in NVLINK5_SERIES.iter().zip(nvlink5_values) {
-            let Some(mut value) = *value else { continue };
-            if family.family() == NVLINK_LINK_BIT_ERROR.family() {
-                value = ber(value);
-            }
-            gpu.push(family.sample_with([label(), kind.into()], value));
+            let is_ber = family.family() == NVLINK_LINK_BIT_ERROR.family();
+            let value = value.map(|value| if is_ber { ber(value) } else { value });
+            gpu.gauge_with(family, [label(), kind.into()], value);
         }
         let counters = match (replay, recovery) {
             (Some(replay), Some(recovery)) => {
@@ -362,17 +361,15 @@ fn read_links(gpu: &mut Gpu<'_>) {
             _ => &ERROR_COUNTERS[..],
         };
         for &(counter, name) in counters {
-            if let Some(count) = gpu.nvml.read(calls::NVLINK_ERROR_COUNTER, (link, counter)) {
-                gpu.push(NVLINK_LINK_ERRORS.sample_with([label(), name.into()], count as f64));
-            }
+            let count = gpu.nvml.read(calls::NVLINK_ERROR_COUNTER, (link, counter));
+            let count = count.map(|count| count as f64);
+            gpu.gauge_with(NVLINK_LINK_ERRORS, [label(), name.into()], count);
         }
         for (value, family) in [
             (transmit, NVLINK_LINK_TRANSMIT),
             (receive, NVLINK_LINK_RECEIVE),
         ] {
-            if let Some(kib) = value {
-                gpu.push(family.sample_with([label()], kib * BYTES_PER_KIB));
-            }
+            gpu.gauge_with(family, [label()], value.map(|kib| kib * BYTES_PER_KIB));
         }
     }
 }

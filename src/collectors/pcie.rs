@@ -8,7 +8,7 @@ use nvml::types::field_id::{
 };
 use nvml::types::PcieUtilCounter;
 
-use crate::collector::{Collector, Gpu, Hooks};
+use crate::collector::{Collector, Fixed, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {
@@ -55,20 +55,14 @@ pub(super) static THROUGHPUT: Collector = Collector {
 
 const BYTES_PER_KIB: f64 = 1024.0;
 
+const MAX_GENERATION: Fixed = Fixed("pcie.max_generation");
+const MAX_WIDTH: Fixed = Fixed("pcie.max_width");
+
 fn read(gpu: &mut Gpu<'_>) {
-    if let Some(Some(generation)) = gpu.read_fixed(
-        "pcie.max_generation",
-        calls::MAX_PCIE_GENERATION,
-        (),
-        i64::from,
-    ) {
-        gpu.gauge(PCIE_MAX_GENERATION, generation as f64);
-    }
-    if let Some(Some(width)) =
-        gpu.read_fixed("pcie.max_width", calls::MAX_PCIE_WIDTH, (), i64::from)
-    {
-        gpu.gauge(PCIE_MAX_WIDTH, width as f64);
-    }
+    let generation = gpu.read_fixed(MAX_GENERATION, calls::MAX_PCIE_GENERATION, (), i64::from);
+    gpu.gauge(PCIE_MAX_GENERATION, generation.flatten().map(|g| g as f64));
+    let width = gpu.read_fixed(MAX_WIDTH, calls::MAX_PCIE_WIDTH, (), i64::from);
+    gpu.gauge(PCIE_MAX_WIDTH, width.flatten().map(|w| w as f64));
     let generation = gpu.nvml.read(calls::PCIE_GENERATION, ());
     gpu.gauge(PCIE_GENERATION, generation.map(f64::from));
     let width = gpu.nvml.read(calls::PCIE_WIDTH, ());

@@ -58,8 +58,7 @@ pub(super) const FIELDS: &[u32] = &{
 
 fn read(gpu: &mut Gpu<'_>) {
     for (field, kind) in KINDS {
-        if let Some(count) = gpu.nvml.field(field) {
-            gpu.push(PCIE_ERRORS.sample_with([kind], count));
-        }
+        let count = gpu.nvml.field(field);
+        gpu.gauge_with(PCIE_ERRORS, [kind], count);
     }
 }

@@ -4,7 +4,7 @@
 
 use nvml::calls;
 
-use crate::collector::{Collector, Gpu, Hooks};
+use crate::collector::{Collector, Fixed, Gpu, Hooks};
 use crate::metrics::families;
 
 families! {
@@ -21,11 +21,13 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, &[]),
 };
 
+const PLATFORM: Fixed = Fixed("platform");
+
 fn read(gpu: &mut Gpu<'_>) {
     if !gpu.facts().is_blackwell_or_newer() {
         return;
     }
-    let read = gpu.read_fixed_labels("platform", calls::PLATFORM_INFO, (), |info| {
+    let read = gpu.read_fixed(PLATFORM, calls::PLATFORM_INFO, (), |info| {
         vec![
             info.chassis_serial,
             info.slot.to_string(),
@@ -36,7 +38,7 @@ fn read(gpu: &mut Gpu<'_>) {
     });
     match read.flatten().map(<[String; 5]>::try_from) {
         Some(Ok(labels)) => gpu.push(PLATFORM_INFO.sample_with(labels, 1.0)),
-        Some(Err(_)) => gpu.damaged_fixed_labels("platform"),
+        Some(Err(_)) => gpu.damaged_fixed_labels(PLATFORM),
         None => {}
     }
 }

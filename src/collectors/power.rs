@@ -36,7 +36,10 @@ pub(super) static COLLECTOR: Collector = Collector {
     default: true,
     help: "Power draw and, by architecture, the instantaneous power or the driver's 1 s average (whichever the draw is not), energy counter, enforced and default power limit, the power-smoothing circuitry's lifetime left.",
     families: FAMILIES,
-    hooks: Hooks::read(read, FIELDS).with_fields_for(by_architecture),
+    hooks: Hooks {
+        fields_for: Some(by_architecture),
+        ..Hooks::read(read, FIELDS)
+    },
 };
 
 pub(super) const FIELDS: &[u32] = &[NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION];
@@ -75,29 +78,23 @@ fn draw_is_averaged(facts: &GpuFacts) -> bool {
 }
 
 fn read(gpu: &mut Gpu<'_>) {
+    let watts = |milliwatts: u32| f64::from(milliwatts) / PER_MILLI;
     let milliwatts = gpu.nvml.read(calls::POWER_USAGE, ());
-    gpu.gauge(POWER, milliwatts.map(|mw| f64::from(mw) / PER_MILLI));
+    gpu.gauge(POWER, milliwatts.map(watts));
     let energy = gpu
         .nvml
         .field_or(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, |nvml| {
-            nvml.read(calls::TOTAL_ENERGY, ())
-                .map(|millijoules| millijoules as f64)
+            nvml.read(calls::TOTAL_ENERGY, ()).map(|mj| mj as f64)
         });
     gpu.gauge(ENERGY, energy.map(|mj| mj / PER_MILLI));
     let limit = gpu.nvml.read(calls::ENFORCED_POWER_LIMIT, ());
-    gpu.gauge(POWER_LIMIT, limit.map(|mw| f64::from(mw) / PER_MILLI));
+    gpu.gauge(POWER_LIMIT, limit.map(watts));
     let default_limit = gpu.nvml.read(calls::DEFAULT_POWER_LIMIT, ());
-    gpu.gauge(
-        POWER_DEFAULT_LIMIT,
-        default_limit.map(|mw| f64::from(mw) / PER_MILLI),
-    );
-    for (field, family) in [
-        (NVML_FI_DEV_POWER_INSTANT, POWER_INSTANT),
-        (NVML_FI_DEV_POWER_AVERAGE, POWER_AVERAGE),
-    ] {
-        let milliwatts = gpu.nvml.field(field);
-        gpu.gauge(family, milliwatts.map(|mw| mw / PER_MILLI));
-    }
+    gpu.gauge(POWER_DEFAULT_LIMIT, default_limit.map(watts));
+    let instant = gpu.nvml.field(NVML_FI_DEV_POWER_INSTANT);
+    gpu.gauge(POWER_INSTANT, instant.map(|mw| mw / PER_MILLI));
+    let average = gpu.nvml.field(NVML_FI_DEV_POWER_AVERAGE);
+    gpu.gauge(POWER_AVERAGE, average.map(|mw| mw / PER_MILLI));
     if let Some(percent) = gpu.nvml.field(LIFETIME) {
         let sample = POWER_SMOOTHING_LIFETIME.sample(metrics::ratio(percent));
         gpu.push_read(sample, percent);

@@ -11,7 +11,7 @@ use nvml::types::field_id::{
 use nvml::types::{TemperatureSensor, TemperatureThreshold};
 use nvml::{Code, DeviceReader};
 
-use crate::collector::{Collector, Gpu, Hooks};
+use crate::collector::{Collector, Fixed, Gpu, Hooks};
 use crate::metrics::{self, families};
 use nvml::fields::Field;
 
@@ -41,18 +41,32 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, FIELDS),
 };
 
-const THRESHOLDS: [(TemperatureThreshold, &str); 4] = [
-    (TemperatureThreshold::Slowdown, "slowdown"),
-    (TemperatureThreshold::Shutdown, "shutdown"),
-    (TemperatureThreshold::GpuMax, "gpu_max"),
-    (TemperatureThreshold::MemoryMax, "memory_max"),
-];
+/// Read once per driver.
+const THRESHOLDS: [(TemperatureThreshold, &str, Fixed); 4] = {
+    use TemperatureThreshold::*;
+    [
+        (Slowdown, "slowdown", Fixed("threshold.slowdown")),
+        (Shutdown, "shutdown", Fixed("threshold.shutdown")),
+        (GpuMax, "gpu_max", Fixed("threshold.gpu_max")),
+        (MemoryMax, "memory_max", Fixed("threshold.memory_max")),
+    ]
+};
 
 /// Margins at which the GPU acts (T.Limit scale, read once per driver).
-const MARGIN_THRESHOLDS: [(u32, &str); 2] = [
-    (NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, "shutdown"),
-    (NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "slowdown"),
+const MARGIN_THRESHOLDS: [(u32, &str, Fixed); 2] = [
+    (
+        NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT,
+        "shutdown",
+        Fixed("margin_threshold.shutdown"),
+    ),
+    (
+        NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
+        "slowdown",
+        Fixed("margin_threshold.slowdown"),
+    ),
 ];
+
+const FAN_COUNT: Fixed = Fixed("fan_count");
 
 /// Clock event times in ns.
 const SLOWDOWNS: [(u32, &str); 3] = [
@@ -89,16 +103,14 @@ fn read(gpu: &mut Gpu<'_>) {
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
     let memory = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP);
     gpu.gauge(MEMORY_TEMPERATURE, memory.filter(|&celsius| celsius > 0.0));
-    for (threshold, label) in THRESHOLDS {
-        let key = format!("threshold.{label}");
-        if let Some(Some(celsius)) =
-            gpu.read_fixed(&key, calls::TEMPERATURE_THRESHOLD, threshold, i64::from)
-        {
+    for (threshold, label, fixed) in THRESHOLDS {
+        let celsius = gpu.read_fixed(fixed, calls::TEMPERATURE_THRESHOLD, threshold, i64::from);
+        if let Some(Some(celsius)) = celsius {
             gpu.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     let fans = gpu
-        .read_fixed("fan_count", calls::FAN_COUNT, (), i64::from)
+        .read_fixed(FAN_COUNT, calls::FAN_COUNT, (), i64::from)
         .flatten()
         .and_then(|count| u32::try_from(count).ok())
         .and_then(|count| gpu.nvml.bounded(calls::FAN_COUNT::NAME, count, MAX_FANS))
@@ -110,19 +122,17 @@ fn read(gpu: &mut Gpu<'_>) {
     }
     let margin = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ());
     gpu.gauge(TEMPERATURE_MARGIN, margin.map(f64::from));
-    for (id, label) in MARGIN_THRESHOLDS {
-        let key = format!("margin_threshold.{label}");
+    for (id, label, fixed) in MARGIN_THRESHOLDS {
         let field = Field { id, scope: 0 };
         // Whole degrees: NVML answers these offsets as integers.
         let whole = |celsius: f64| celsius.round() as i64;
-        if let Some(Some(celsius)) = gpu.read_fixed(&key, calls::FIELD, field, whole) {
+        if let Some(Some(celsius)) = gpu.read_fixed(fixed, calls::FIELD, field, whole) {
             gpu.push(TEMPERATURE_MARGIN_THRESHOLD.sample_with([label], celsius as f64));
         }
     }
     for (field, label) in SLOWDOWNS {
-        if let Some(nanoseconds) = gpu.nvml.field(field) {
-            gpu.push(SLOWDOWN.sample_with([label], nanoseconds / NANOSECONDS_PER_SECOND));
-        }
+        let seconds = gpu.nvml.field(field).map(|ns| ns / NANOSECONDS_PER_SECOND);
+        gpu.gauge_with(SLOWDOWN, [label], seconds);
     }
 }
 
