@@ -97,10 +97,9 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path, cgroupfs: 
             }
         };
         let gpu = &mut record.gpus[at];
-        gpu.uuid = gpu
-            .uuid
-            .take()
-            .or_else(|| read.and_then(|r| r.uuid.clone()));
+        if gpu.uuid.is_none() {
+            gpu.uuid = read.and_then(|r| r.uuid.clone());
+        }
         match hook {
             Hook::Prolog => gpu.prolog = Some(edge),
             Hook::Epilog => gpu.epilog = Some(edge),
@@ -180,16 +179,12 @@ fn read_gpus(library: &Path, until: Instant, problems: &mut Vec<String>) -> Vec<
                     return;
                 };
                 let mut reader = DeviceReader::new(&handle, index, inflight);
-                let uuid = reader.read(calls::UUID, ());
-                let energy_mj = reader.read(calls::TOTAL_ENERGY, ());
-                let at_us = boot_us();
-                let read = Read {
-                    uuid,
+                let _ = told.send(Told::Gpu(Read {
+                    uuid: reader.read(calls::UUID, ()),
                     index,
-                    energy_mj,
-                    at_us,
-                };
-                let _ = told.send(Told::Gpu(read));
+                    energy_mj: reader.read(calls::TOTAL_ENERGY, ()),
+                    at_us: boot_us(),
+                }));
             });
         }
     });

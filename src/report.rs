@@ -25,8 +25,9 @@ struct Report {
     gpus: Vec<Gpu>,
 }
 
-/// One GPU's or MIG instance's part of it.
-#[derive(Debug, Serialize)]
+/// One GPU's or MIG instance's part of it (by default, one the state has
+/// not counted the job on).
+#[derive(Debug, Default, Serialize)]
 struct Gpu {
     gpu: u32,
     uuid: String,
@@ -42,24 +43,6 @@ struct Gpu {
     xid_errors: Option<u64>,
     /// Seconds allocated and energy from the hook's prolog and epilog.
     exact: bool,
-}
-
-impl Gpu {
-    /// A GPU the state has not counted the job on.
-    fn empty(gpu: u32, uuid: String) -> Gpu {
-        Gpu {
-            gpu,
-            uuid,
-            gpu_instance_id: None,
-            allocated_seconds: 0.0,
-            busy_seconds: None,
-            held_seconds: 0.0,
-            energy_joules: 0.0,
-            memory_peak_bytes: 0,
-            xid_errors: None,
-            exact: false,
-        }
-    }
 }
 
 /// Whether another job's edges on a GPU overlap `from_us`..`to_us` (an
@@ -122,7 +105,11 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
                 let Some(index) = index.or_else(|| edges.name.parse().ok()) else {
                     continue;
                 };
-                gpus.push(Gpu::empty(index, uuid.clone()));
+                gpus.push(Gpu {
+                    gpu: index,
+                    uuid: uuid.clone(),
+                    ..Gpu::default()
+                });
                 gpus.len() - 1
             }
         };

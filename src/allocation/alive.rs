@@ -88,10 +88,9 @@ fn names_a_sluid(scope: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(scope) else {
         return true;
     };
-    let names = entries.flatten().map(|e| e.file_name());
-    names
-        .into_iter()
-        .any(|name| name.to_str().is_some_and(is_sluid))
+    entries
+        .flatten()
+        .any(|e| e.file_name().to_str().is_some_and(is_sluid))
 }
 
 fn pod_runs(top: &Path, uid: &str) -> bool {

@@ -118,7 +118,7 @@ pub fn records(dir: &Path) -> (Vec<Record>, Vec<String>) {
         else {
             continue;
         };
-        match load_from(&dir.join(&name)) {
+        match file::json::<Record>(&dir.join(&name), MAX_SIZE, "record") {
             Ok(Some(record)) if record.job_id == job_id && is_digits(job_id) => {
                 records.push(record)
             }
@@ -135,60 +135,40 @@ pub fn records(dir: &Path) -> (Vec<Record>, Vec<String>) {
 /// control groups cannot tell a job gone; where they can, a job sharing
 /// its GPU stays allocated until its own epilog).
 pub fn allocations(records: &[Record], close_open: bool) -> Vec<Allocation> {
-    let mut allocations = Vec::new();
-    for record in records {
-        let task = record.task();
-        for gpu in &record.gpus {
-            let Some(device) = gpu.device() else {
-                continue;
-            };
-            let end = end_of(records, gpu, close_open);
-            allocations.push(Allocation {
-                device,
-                task: task.clone(),
-                shared: false,
-                start: gpu.prolog,
-                end,
-                uid: record.uid,
-            });
-        }
-    }
-    allocations
-}
-
-/// The first prolog on `gpu` after `after_us` in `records`.
-fn next_prolog(records: &[Record], gpu: &GpuEdges, after_us: u64) -> Option<Edge> {
-    let on_gpu = records
+    let allocation = |record: &Record, gpu: &GpuEdges| {
+        Some(Allocation {
+            device: gpu.device()?,
+            task: record.task(),
+            shared: false,
+            start: gpu.prolog,
+            end: end_of(records, gpu, close_open),
+            uid: record.uid,
+        })
+    };
+    records
         .iter()
-        .flat_map(|r| &r.gpus)
-        .filter(|g| g.same_gpu(gpu));
-    on_gpu
-        .filter_map(|g| g.prolog)
-        .filter(|edge| edge.at_us > after_us)
-        .min_by_key(|edge| edge.at_us)
+        .flat_map(|r| r.gpus.iter().filter_map(move |g| allocation(r, g)))
+        .collect()
 }
 
 /// Where the GPU's part of the record ends: its epilog, else with
-/// `close_open` the next prolog on the GPU, if either is known.
+/// `close_open` the first prolog on the GPU after its own, if either is known.
 fn end_of(records: &[Record], gpu: &GpuEdges, close_open: bool) -> Option<Edge> {
     match (gpu.epilog, gpu.prolog) {
-        (None, Some(start)) if close_open => next_prolog(records, gpu, start.at_us),
+        (None, Some(start)) if close_open => records
+            .iter()
+            .flat_map(|r| &r.gpus)
+            .filter(|g| g.same_gpu(gpu))
+            .filter_map(|g| g.prolog)
+            .filter(|edge| edge.at_us > start.at_us)
+            .min_by_key(|edge| edge.at_us),
         (end, _) => end,
     }
 }
 
-fn load_from(path: &Path) -> Result<Option<Record>, String> {
-    let Some((text, _)) = file::read(path, MAX_SIZE).map_err(|e| e.to_string())? else {
-        return Ok(None);
-    };
-    serde_json::from_slice(&text)
-        .map(Some)
-        .map_err(|e| format!("not a record ({e})"))
-}
-
 /// The job's record, if there is one to add to.
 pub fn load(dir: &Path, job_id: &str) -> Result<Option<Record>, String> {
-    load_from(&path(dir, job_id))
+    file::json(&path(dir, job_id), MAX_SIZE, "record")
 }
 
 /// Replaces the job's record atomically, making the directory (0755) if
@@ -228,9 +208,8 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
             .flatten()
             .map(|e| e.at_us)
             .max();
-        let task = record.task();
         let finished = ended.is_some_and(|at| at.into_iter().all(old));
-        if finished || (last.is_some_and(old) && gone(&task)) {
+        if finished || (last.is_some_and(old) && gone(&record.task())) {
             let _ = fs::remove_file(path(dir, &record.job_id));
         }
     }
