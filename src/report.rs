@@ -66,10 +66,7 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
     let mut gpus = Vec::new();
     for (uuid, gpu) in &state.previous().gpus {
         for (holder, totals) in &gpu.tasks.totals {
-            let Owner::Slurm(job) = &holder.task else {
-                continue;
-            };
-            if job.job_id.as_deref() != Some(job_id) {
+            if !matches!(&holder.task, Owner::Slurm(job) if job.job_id.as_deref() == Some(job_id)) {
                 continue;
             }
             gpus.push(Gpu {
@@ -89,10 +86,8 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
     // The hook's edges: exact where they are, and a GPU no run counted yet
     // (a job shorter than the timer's period) from them alone.
     for edges in record.iter().flat_map(|r| &r.gpus) {
-        let Some(uuid) = &edges.uuid else {
-            continue;
-        };
-        let (Some(prolog), Some(epilog)) = (edges.prolog, edges.epilog) else {
+        let (Some(uuid), Some(prolog), Some(epilog)) = (&edges.uuid, edges.prolog, edges.epilog)
+        else {
             continue;
         };
         let at = match gpus

@@ -196,11 +196,6 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
     let (records, _) = records(dir);
     let old = |at_us: u64| at_us.saturating_add(KEEP_US) < now_us;
     for record in &records {
-        let ended = record
-            .gpus
-            .iter()
-            .map(|gpu| end_of(&records, gpu, close_open).map(|e| e.at_us));
-        let ended: Option<Vec<u64>> = ended.collect();
         let last = record
             .gpus
             .iter()
@@ -208,7 +203,8 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
             .flatten()
             .map(|e| e.at_us)
             .max();
-        let finished = ended.is_some_and(|at| at.into_iter().all(old));
+        let ended = |gpu| end_of(&records, gpu, close_open).is_some_and(|end| old(end.at_us));
+        let finished = record.gpus.iter().all(ended);
         if finished || (last.is_some_and(old) && gone(&record.task())) {
             let _ = fs::remove_file(path(dir, &record.job_id));
         }

@@ -149,11 +149,10 @@ fn hex(text: &str, min: usize, max: usize) -> Option<(u32, &str)> {
         .bytes()
         .take_while(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
         .count();
-    (min..=max).contains(&digits).then_some(())?;
-    Some((
-        u32::from_str_radix(&text[..digits], 16).ok()?,
-        &text[digits..],
-    ))
+    let number = u32::from_str_radix(&text[..digits], 16).ok()?;
+    (min..=max)
+        .contains(&digits)
+        .then_some((number, &text[digits..]))
 }
 
 /// The `%d` number `text` starts with, of at least `min` digits.
