@@ -4,7 +4,7 @@
 use std::io;
 use std::process::ExitStatus;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The most bytes of journalctl's output one run reads (about 160,000 lines).
 pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
@@ -12,8 +12,7 @@ pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
 /// Where a read goes on from: after the journal entry of `cursor`; without
 /// one, after the entries at or before `monotonic` µs since boot; without
 /// either, at the boot's start. /dev/kmsg: after the record `kmsg_seq`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Position {
     pub cursor: Option<String>,
     pub monotonic: Option<u64>,
