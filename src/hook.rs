@@ -17,7 +17,7 @@ use nvml::{calls, DeviceReader, InFlight, Session};
 
 use crate::allocation::alive::Cgroups;
 use crate::allocation::spool::{self, GpuEdges, Record};
-use crate::allocation::Edge;
+use crate::allocation::{Device, Edge};
 use crate::bounded::{Threads, Unfinished};
 use crate::owner::slurm::{is_job_number, is_sluid};
 use crate::procfs::boot_us;
@@ -133,9 +133,7 @@ fn job_gpus() -> Vec<String> {
         items.take(64).map(str::to_owned).collect()
     };
     let visible = list("CUDA_VISIBLE_DEVICES");
-    let uuids = visible
-        .iter()
-        .all(|d| crate::allocation::Device::from_uuid(d).is_some());
+    let uuids = visible.iter().all(|d| Device::from_uuid(d).is_some());
     if !visible.is_empty() && uuids {
         return visible;
     }

@@ -47,13 +47,11 @@ impl<C: Default + Extend<T>, T> AtMost<C, T> {
                 None => return Ok(read),
             }
         }
-        match skip(&mut access)?.is_some() {
-            true => Err(E::custom(format_args!(
-                "more than {} {}",
-                self.max, self.what
-            ))),
-            false => Ok(read),
+        if skip(&mut access)?.is_some() {
+            let (max, what) = (self.max, self.what);
+            return Err(E::custom(format_args!("more than {max} {what}")));
         }
+        Ok(read)
     }
 }
 
