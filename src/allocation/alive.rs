@@ -69,13 +69,9 @@ impl Cgroups {
         match task {
             Task::Slurm { job_id, sluid } => {
                 let has = |name: &str| self.slurm.iter().any(|scope| scope.join(name).is_dir());
-                let by_number = has(&format!("job_{job_id}"));
                 !self.shows_slurm()
-                    || by_number
-                    || match sluid {
-                        Some(sluid) => has(sluid),
-                        None => self.by_sluid,
-                    }
+                    || has(&format!("job_{job_id}"))
+                    || sluid.as_deref().map_or(self.by_sluid, has)
             }
             Task::Pod { uid, .. } => self.kubepods.as_ref().is_none_or(|top| pod_runs(top, uid)),
         }

@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 use super::file;
 use super::model::{Allocation, Device, Task};
+use crate::owner::kubernetes::{is_name, is_uid};
 
 /// Far more than a node's checkpoint holds (about 300 bytes an entry).
 const MAX_SIZE: u64 = 4 << 20;
@@ -76,9 +77,7 @@ fn parse(entries: Vec<serde_json::Value>) -> (Vec<Allocation>, Vec<String>) {
                 continue;
             }
         };
-        if !crate::owner::kubernetes::is_uid(&entry.pod_uid)
-            || !crate::owner::kubernetes::is_name(&entry.container)
-        {
+        if !is_uid(&entry.pod_uid) || !is_name(&entry.container) {
             problems.push(format!("entry {n} names no pod's container"));
             continue;
         }

@@ -129,10 +129,9 @@ impl Counts {
         let mut first_error = None;
         for (mut attempt, now) in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let at = &mut attempt.position;
             let mut refused = 0;
             let mut on_event = |e| refused += u64::from(!count(into, e, gpus));
-            match source.read(at, boot_id, until, &mut on_event) {
+            match source.read(&mut attempt.position, boot_id, until, &mut on_event) {
                 Err(e) if !matches!(e, Error::Deadline | Error::Bound | Error::Lost(_)) => {
                     first_error.get_or_insert(e);
                 }
