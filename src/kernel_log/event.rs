@@ -180,10 +180,8 @@ impl BusId {
         let mut parts = text.trim().split('.').next()?.rsplit(':');
         let (device, bus) = (hex(parts.next(), 2)?, hex(parts.next(), 2)?);
         let domain = hex(Some(parts.next().unwrap_or("0")), 8)?;
-        parts
-            .next()
-            .is_none()
-            .then(|| BusId::new(domain, bus, device))
+        let whole = parts.next().is_none();
+        whole.then(|| BusId::new(domain, bus, device))
     }
 
     pub fn into_string(self) -> String {
