@@ -133,8 +133,7 @@ fn job_gpus() -> Vec<String> {
         items.take(64).map(str::to_owned).collect()
     };
     let visible = list("CUDA_VISIBLE_DEVICES");
-    let uuids = visible.iter().all(|d| Device::from_uuid(d).is_some());
-    if !visible.is_empty() && uuids {
+    if !visible.is_empty() && visible.iter().all(|d| Device::from_uuid(d).is_some()) {
         return visible;
     }
     let numbers = match list("SLURM_JOB_GPUS") {
