@@ -162,9 +162,8 @@ fn allocations_of(claim: Claim, v2: bool) -> Option<Vec<Allocation>> {
         end: None,
         uid: None,
     };
-    Some(
-        pods.iter()
-            .flat_map(|uid| devices.iter().map(move |d| allocation(uid, d)))
-            .collect(),
-    )
+    let each_pod = pods
+        .iter()
+        .flat_map(|uid| devices.iter().map(move |d| allocation(uid, d)));
+    Some(each_pod.collect())
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use super::file;
-use super::model::{is_digits, Allocation, Clock, Device, Edge, Task};
+use super::model::{is_digits, number, Allocation, Clock, Device, Edge, Task};
 
 /// A file per GPU holds a line or two.
 const MAX_SIZE: u64 = 4096;
@@ -137,7 +137,6 @@ fn device(name: &str) -> Option<Device> {
     if let Some((device, false)) = Device::from_uuid(name) {
         return Some(device);
     }
-    let number = |text: &str| is_digits(text).then(|| text.parse().ok()).flatten();
     match name.split_once('.') {
         Some((gpu, instance)) => Some(Device::Index(number(gpu)?, Some(number(instance)?))),
         None => Some(Device::Index(number(name)?, None)),

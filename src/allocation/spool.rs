@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::file;
-use super::model::{is_digits, Allocation, Device, Edge, Task};
+use super::model::{is_digits, number, Allocation, Device, Edge, Task};
 
 /// A record of a job on 64 GPUs is about 12 KiB.
 const MAX_SIZE: u64 = 64 << 10;
@@ -69,11 +69,10 @@ impl GpuEdges {
         match (&self.uuid, &other.uuid) {
             (Some(a), Some(b)) => a == b,
             _ => {
-                let names = |g: &GpuEdges| [Some(g.name.clone()), g.uuid.clone()];
+                let names = |g: &GpuEdges| [Some(g.name.clone()), g.uuid.clone()].into_iter();
                 names(self)
-                    .iter()
                     .flatten()
-                    .any(|a| names(other).iter().flatten().any(|b| a == b))
+                    .any(|a| names(other).flatten().any(|b| a == b))
             }
         }
     }
@@ -82,12 +81,7 @@ impl GpuEdges {
         let by_uuid = self.uuid.as_deref().and_then(Device::from_uuid);
         match by_uuid.or_else(|| Device::from_uuid(&self.name)) {
             Some((device, _)) => Some(device),
-            None if is_digits(&self.name) => self
-                .name
-                .parse()
-                .ok()
-                .map(|index| Device::Index(index, None)),
-            None => None,
+            None => Some(Device::Index(number(&self.name)?, None)),
         }
     }
 }
