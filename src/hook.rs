@@ -17,7 +17,7 @@ use nvml::{calls, DeviceReader, InFlight, Session};
 
 use crate::allocation::alive::Cgroups;
 use crate::allocation::spool::{self, GpuEdges, Record};
-use crate::allocation::Edge;
+use crate::allocation::{Device, Edge};
 use crate::bounded::{Threads, Unfinished};
 use crate::owner::slurm::{is_job_number, is_sluid};
 use crate::procfs::boot_us;
@@ -97,10 +97,9 @@ pub fn run(hook: Hook, library: &Path, timeout: Duration, dir: &Path, cgroupfs: 
             }
         };
         let gpu = &mut record.gpus[at];
-        gpu.uuid = gpu
-            .uuid
-            .take()
-            .or_else(|| read.and_then(|r| r.uuid.clone()));
+        if gpu.uuid.is_none() {
+            gpu.uuid = read.and_then(|r| r.uuid.clone());
+        }
         match hook {
             Hook::Prolog => gpu.prolog = Some(edge),
             Hook::Epilog => gpu.epilog = Some(edge),
@@ -134,10 +133,7 @@ fn job_gpus() -> Vec<String> {
         items.take(64).map(str::to_owned).collect()
     };
     let visible = list("CUDA_VISIBLE_DEVICES");
-    let uuids = visible
-        .iter()
-        .all(|d| crate::allocation::Device::from_uuid(d).is_some());
-    if !visible.is_empty() && uuids {
+    if !visible.is_empty() && visible.iter().all(|d| Device::from_uuid(d).is_some()) {
         return visible;
     }
     let numbers = match list("SLURM_JOB_GPUS") {
@@ -180,16 +176,12 @@ fn read_gpus(library: &Path, until: Instant, problems: &mut Vec<String>) -> Vec<
                     return;
                 };
                 let mut reader = DeviceReader::new(&handle, index, inflight);
-                let uuid = reader.read(calls::UUID, ());
-                let energy_mj = reader.read(calls::TOTAL_ENERGY, ());
-                let at_us = boot_us();
-                let read = Read {
-                    uuid,
+                let _ = told.send(Told::Gpu(Read {
+                    uuid: reader.read(calls::UUID, ()),
                     index,
-                    energy_mj,
-                    at_us,
-                };
-                let _ = told.send(Told::Gpu(read));
+                    energy_mj: reader.read(calls::TOTAL_ENERGY, ()),
+                    at_us: boot_us(),
+                }));
             });
         }
     });

@@ -25,8 +25,9 @@ struct Report {
     gpus: Vec<Gpu>,
 }
 
-/// One GPU's or MIG instance's part of it.
-#[derive(Debug, Serialize)]
+/// One GPU's or MIG instance's part of it (by default, one the state has
+/// not counted the job on).
+#[derive(Debug, Default, Serialize)]
 struct Gpu {
     gpu: u32,
     uuid: String,
@@ -42,24 +43,6 @@ struct Gpu {
     xid_errors: Option<u64>,
     /// Seconds allocated and energy from the hook's prolog and epilog.
     exact: bool,
-}
-
-impl Gpu {
-    /// A GPU the state has not counted the job on.
-    fn empty(gpu: u32, uuid: String) -> Gpu {
-        Gpu {
-            gpu,
-            uuid,
-            gpu_instance_id: None,
-            allocated_seconds: 0.0,
-            busy_seconds: None,
-            held_seconds: 0.0,
-            energy_joules: 0.0,
-            memory_peak_bytes: 0,
-            xid_errors: None,
-            exact: false,
-        }
-    }
 }
 
 /// Whether another job's edges on a GPU overlap `from_us`..`to_us` (an
@@ -83,10 +66,7 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
     let mut gpus = Vec::new();
     for (uuid, gpu) in &state.previous().gpus {
         for (holder, totals) in &gpu.tasks.totals {
-            let Owner::Slurm(job) = &holder.task else {
-                continue;
-            };
-            if job.job_id.as_deref() != Some(job_id) {
+            if !matches!(&holder.task, Owner::Slurm(job) if job.job_id.as_deref() == Some(job_id)) {
                 continue;
             }
             gpus.push(Gpu {
@@ -106,10 +86,8 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
     // The hook's edges: exact where they are, and a GPU no run counted yet
     // (a job shorter than the timer's period) from them alone.
     for edges in record.iter().flat_map(|r| &r.gpus) {
-        let Some(uuid) = &edges.uuid else {
-            continue;
-        };
-        let (Some(prolog), Some(epilog)) = (edges.prolog, edges.epilog) else {
+        let (Some(uuid), Some(prolog), Some(epilog)) = (&edges.uuid, edges.prolog, edges.epilog)
+        else {
             continue;
         };
         let at = match gpus
@@ -122,7 +100,11 @@ pub fn print(job_id: &str, state_dir: &Path, hook_dir: &Path) -> Exit {
                 let Some(index) = index.or_else(|| edges.name.parse().ok()) else {
                     continue;
                 };
-                gpus.push(Gpu::empty(index, uuid.clone()));
+                gpus.push(Gpu {
+                    gpu: index,
+                    uuid: uuid.clone(),
+                    ..Gpu::default()
+                });
                 gpus.len() - 1
             }
         };

@@ -69,13 +69,9 @@ impl Cgroups {
         match task {
             Task::Slurm { job_id, sluid } => {
                 let has = |name: &str| self.slurm.iter().any(|scope| scope.join(name).is_dir());
-                let by_number = has(&format!("job_{job_id}"));
                 !self.shows_slurm()
-                    || by_number
-                    || match sluid {
-                        Some(sluid) => has(sluid),
-                        None => self.by_sluid,
-                    }
+                    || has(&format!("job_{job_id}"))
+                    || sluid.as_deref().map_or(self.by_sluid, has)
             }
             Task::Pod { uid, .. } => self.kubepods.as_ref().is_none_or(|top| pod_runs(top, uid)),
         }
@@ -88,10 +84,9 @@ fn names_a_sluid(scope: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(scope) else {
         return true;
     };
-    let names = entries.flatten().map(|e| e.file_name());
-    names
-        .into_iter()
-        .any(|name| name.to_str().is_some_and(is_sluid))
+    entries
+        .flatten()
+        .any(|e| e.file_name().to_str().is_some_and(is_sluid))
 }
 
 fn pod_runs(top: &Path, uid: &str) -> bool {

@@ -102,14 +102,10 @@ struct Concrete {
 /// all of them, a claim that is not one only its own.
 pub fn read(path: &Path) -> (Vec<Allocation>, Vec<String>) {
     let named = |why: String| format!("the DRA driver's checkpoint {}: {why}", path.display());
-    let text = match file::read(path, MAX_SIZE) {
-        Ok(Some((text, _))) => text,
+    let checkpoint: Checkpoint = match file::json(path, MAX_SIZE, "checkpoint") {
+        Ok(Some(checkpoint)) => checkpoint,
         Ok(None) => return Default::default(),
-        Err(why) => return (Vec::new(), vec![named(why.to_string())]),
-    };
-    let checkpoint: Checkpoint = match serde_json::from_slice(&text) {
-        Ok(checkpoint) => checkpoint,
-        Err(e) => return (Vec::new(), vec![named(format!("not a checkpoint ({e})"))]),
+        Err(why) => return (Vec::new(), vec![named(why)]),
     };
     let (claims, v2) = match (checkpoint.v2, checkpoint.v1) {
         (Some(claims), _) => (claims, true),
@@ -144,23 +140,13 @@ fn allocations_of(claim: Claim, v2: bool) -> Option<Vec<Allocation>> {
         .collect::<Option<_>>()?;
     let mut devices = Vec::new();
     for prepared in claim.groups.into_iter().flat_map(|group| group.devices) {
-        let uuid = match (prepared.gpu, prepared.mig) {
-            (Some(gpu), _) => gpu.info.uuid,
-            (
-                _,
-                Some(Mig {
-                    concrete: Some(concrete),
-                    ..
-                }),
-            ) => concrete.mig_uuid,
-            (
-                _,
-                Some(Mig {
-                    info: Some(info), ..
-                }),
-            ) => info.uuid,
-            // A GPU passed through to a VM (vfio) is not NVML's.
-            _ => continue,
+        let mig = prepared.mig.and_then(|mig| match (mig.concrete, mig.info) {
+            (Some(concrete), _) => Some(concrete.mig_uuid),
+            (None, info) => info.map(|info| info.uuid),
+        });
+        // A GPU passed through to a VM (vfio) is not NVML's.
+        let Some(uuid) = prepared.gpu.map(|gpu| gpu.info.uuid).or(mig) else {
+            continue;
         };
         devices.push(Device::from_uuid(&uuid)?.0);
     }
@@ -176,9 +162,8 @@ fn allocations_of(claim: Claim, v2: bool) -> Option<Vec<Allocation>> {
         end: None,
         uid: None,
     };
-    Some(
-        pods.iter()
-            .flat_map(|uid| devices.iter().map(move |d| allocation(uid, d)))
-            .collect(),
-    )
+    let each_pod = pods
+        .iter()
+        .flat_map(|uid| devices.iter().map(move |d| allocation(uid, d)));
+    Some(each_pod.collect())
 }

@@ -7,6 +7,8 @@ use std::io::Read;
 use std::path::Path;
 use std::time::SystemTime;
 
+use serde::de::DeserializeOwned;
+
 use crate::fsutil::{self, open_regular, Foreign};
 
 /// Why a source's file was not read.
@@ -57,6 +59,17 @@ pub fn read(path: &Path, max: u64) -> Result<Option<(Vec<u8>, SystemTime)>, Refu
         return Err(Refused::TooLarge(max));
     }
     Ok(Some((text, metadata.modified()?)))
+}
+
+/// The JSON value of `path` (read as [`read`] reads it); `Ok(None)` where it
+/// does not exist, and one that is not a `T` is "not a `what`".
+pub fn json<T: DeserializeOwned>(path: &Path, max: u64, what: &str) -> Result<Option<T>, String> {
+    let Some((text, _)) = read(path, max).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| format!("not a {what} ({e})"))
 }
 
 /// The names in directory `dir`, if it is trusted: at most `max` of them (in

@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 use super::file;
 use super::model::{Allocation, Device, Task};
+use crate::owner::kubernetes::{is_name, is_uid};
 
 /// Far more than a node's checkpoint holds (about 300 bytes an entry).
 const MAX_SIZE: u64 = 4 << 20;
@@ -56,18 +57,13 @@ enum DeviceIds {
 /// all of them, an entry that is not one only its own.
 pub fn read(path: &Path) -> (Vec<Allocation>, Vec<String>) {
     let named = |why: String| format!("the kubelet's checkpoint {}: {why}", path.display());
-    let text = match file::read(path, MAX_SIZE) {
-        Ok(Some((text, _))) => text,
-        Ok(None) => return Default::default(),
-        Err(why) => return (Vec::new(), vec![named(why.to_string())]),
-    };
-    match serde_json::from_slice::<Checkpoint>(&text) {
-        Ok(checkpoint) => {
-            let entries = checkpoint.data.entries.unwrap_or_default();
-            let (allocations, problems) = parse(entries);
+    match file::json::<Checkpoint>(path, MAX_SIZE, "checkpoint") {
+        Ok(Some(checkpoint)) => {
+            let (allocations, problems) = parse(checkpoint.data.entries.unwrap_or_default());
             (allocations, problems.into_iter().map(named).collect())
         }
-        Err(e) => (Vec::new(), vec![named(format!("not a checkpoint ({e})"))]),
+        Ok(None) => Default::default(),
+        Err(why) => (Vec::new(), vec![named(why)]),
     }
 }
 
@@ -81,9 +77,7 @@ fn parse(entries: Vec<serde_json::Value>) -> (Vec<Allocation>, Vec<String>) {
                 continue;
             }
         };
-        if !crate::owner::kubernetes::is_uid(&entry.pod_uid)
-            || !crate::owner::kubernetes::is_name(&entry.container)
-        {
+        if !is_uid(&entry.pod_uid) || !is_name(&entry.container) {
             problems.push(format!("entry {n} names no pod's container"));
             continue;
         }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use super::file;
-use super::model::{is_digits, Allocation, Clock, Device, Edge, Task};
+use super::model::{is_digits, number, Allocation, Clock, Device, Edge, Task};
 
 /// A file per GPU holds a line or two.
 const MAX_SIZE: u64 = 4096;
@@ -97,22 +97,14 @@ fn read_file(
         return Ok(Vec::new());
     };
     let text = String::from_utf8(text).map_err(|_| "not text")?;
-    let uid = match format {
-        Format::Gpustat => text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|uid| uid.parse().ok()),
-        Format::Dcgm => None,
-    };
-    let jobs: Vec<&str> = match format {
+    let mut words = text.split_whitespace();
+    let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let (jobs, uid): (Vec<&str>, _) = match format {
         // `<job id> <uid>`
-        Format::Gpustat => text.split_whitespace().take(1).collect(),
-        Format::Dcgm => text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect(),
+        Format::Gpustat => (words.next().into_iter().collect(), words.next()),
+        Format::Dcgm => (lines.collect(), None),
     };
+    let uid = uid.and_then(|uid| uid.parse().ok());
     if jobs.len() > MAX_JOBS || !jobs.iter().all(|job| is_digits(job)) {
         return Err("not job ids".into());
     }
@@ -145,7 +137,6 @@ fn device(name: &str) -> Option<Device> {
     if let Some((device, false)) = Device::from_uuid(name) {
         return Some(device);
     }
-    let number = |text: &str| is_digits(text).then(|| text.parse().ok()).flatten();
     match name.split_once('.') {
         Some((gpu, instance)) => Some(Device::Index(number(gpu)?, Some(number(instance)?))),
         None => Some(Device::Index(number(name)?, None)),

@@ -53,6 +53,11 @@ pub fn is_digits(text: &str) -> bool {
     !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// `text` as a number, if it is one of decimal digits ([`is_digits`]).
+pub fn number(text: &str) -> Option<u32> {
+    is_digits(text).then(|| text.parse().ok())?
+}
+
 /// Whom a device was given.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Task {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::file;
-use super::model::{is_digits, Allocation, Device, Edge, Task};
+use super::model::{is_digits, number, Allocation, Device, Edge, Task};
 
 /// A record of a job on 64 GPUs is about 12 KiB.
 const MAX_SIZE: u64 = 64 << 10;
@@ -69,11 +69,10 @@ impl GpuEdges {
         match (&self.uuid, &other.uuid) {
             (Some(a), Some(b)) => a == b,
             _ => {
-                let names = |g: &GpuEdges| [Some(g.name.clone()), g.uuid.clone()];
+                let names = |g: &GpuEdges| [Some(g.name.clone()), g.uuid.clone()].into_iter();
                 names(self)
-                    .iter()
                     .flatten()
-                    .any(|a| names(other).iter().flatten().any(|b| a == b))
+                    .any(|a| names(other).flatten().any(|b| a == b))
             }
         }
     }
@@ -82,12 +81,7 @@ impl GpuEdges {
         let by_uuid = self.uuid.as_deref().and_then(Device::from_uuid);
         match by_uuid.or_else(|| Device::from_uuid(&self.name)) {
             Some((device, _)) => Some(device),
-            None if is_digits(&self.name) => self
-                .name
-                .parse()
-                .ok()
-                .map(|index| Device::Index(index, None)),
-            None => None,
+            None => Some(Device::Index(number(&self.name)?, None)),
         }
     }
 }
@@ -118,7 +112,7 @@ pub fn records(dir: &Path) -> (Vec<Record>, Vec<String>) {
         else {
             continue;
         };
-        match load_from(&dir.join(&name)) {
+        match file::json::<Record>(&dir.join(&name), MAX_SIZE, "record") {
             Ok(Some(record)) if record.job_id == job_id && is_digits(job_id) => {
                 records.push(record)
             }
@@ -135,60 +129,40 @@ pub fn records(dir: &Path) -> (Vec<Record>, Vec<String>) {
 /// control groups cannot tell a job gone; where they can, a job sharing
 /// its GPU stays allocated until its own epilog).
 pub fn allocations(records: &[Record], close_open: bool) -> Vec<Allocation> {
-    let mut allocations = Vec::new();
-    for record in records {
-        let task = record.task();
-        for gpu in &record.gpus {
-            let Some(device) = gpu.device() else {
-                continue;
-            };
-            let end = end_of(records, gpu, close_open);
-            allocations.push(Allocation {
-                device,
-                task: task.clone(),
-                shared: false,
-                start: gpu.prolog,
-                end,
-                uid: record.uid,
-            });
-        }
-    }
-    allocations
-}
-
-/// The first prolog on `gpu` after `after_us` in `records`.
-fn next_prolog(records: &[Record], gpu: &GpuEdges, after_us: u64) -> Option<Edge> {
-    let on_gpu = records
+    let allocation = |record: &Record, gpu: &GpuEdges| {
+        Some(Allocation {
+            device: gpu.device()?,
+            task: record.task(),
+            shared: false,
+            start: gpu.prolog,
+            end: end_of(records, gpu, close_open),
+            uid: record.uid,
+        })
+    };
+    records
         .iter()
-        .flat_map(|r| &r.gpus)
-        .filter(|g| g.same_gpu(gpu));
-    on_gpu
-        .filter_map(|g| g.prolog)
-        .filter(|edge| edge.at_us > after_us)
-        .min_by_key(|edge| edge.at_us)
+        .flat_map(|r| r.gpus.iter().filter_map(move |g| allocation(r, g)))
+        .collect()
 }
 
 /// Where the GPU's part of the record ends: its epilog, else with
-/// `close_open` the next prolog on the GPU, if either is known.
+/// `close_open` the first prolog on the GPU after its own, if either is known.
 fn end_of(records: &[Record], gpu: &GpuEdges, close_open: bool) -> Option<Edge> {
     match (gpu.epilog, gpu.prolog) {
-        (None, Some(start)) if close_open => next_prolog(records, gpu, start.at_us),
+        (None, Some(start)) if close_open => records
+            .iter()
+            .flat_map(|r| &r.gpus)
+            .filter(|g| g.same_gpu(gpu))
+            .filter_map(|g| g.prolog)
+            .filter(|edge| edge.at_us > start.at_us)
+            .min_by_key(|edge| edge.at_us),
         (end, _) => end,
     }
 }
 
-fn load_from(path: &Path) -> Result<Option<Record>, String> {
-    let Some((text, _)) = file::read(path, MAX_SIZE).map_err(|e| e.to_string())? else {
-        return Ok(None);
-    };
-    serde_json::from_slice(&text)
-        .map(Some)
-        .map_err(|e| format!("not a record ({e})"))
-}
-
 /// The job's record, if there is one to add to.
 pub fn load(dir: &Path, job_id: &str) -> Result<Option<Record>, String> {
-    load_from(&path(dir, job_id))
+    file::json(&path(dir, job_id), MAX_SIZE, "record")
 }
 
 /// Replaces the job's record atomically, making the directory (0755) if
@@ -216,11 +190,6 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
     let (records, _) = records(dir);
     let old = |at_us: u64| at_us.saturating_add(KEEP_US) < now_us;
     for record in &records {
-        let ended = record
-            .gpus
-            .iter()
-            .map(|gpu| end_of(&records, gpu, close_open).map(|e| e.at_us));
-        let ended: Option<Vec<u64>> = ended.collect();
         let last = record
             .gpus
             .iter()
@@ -228,9 +197,9 @@ pub fn prune(dir: &Path, now_us: u64, close_open: bool, gone: &dyn Fn(&Task) -> 
             .flatten()
             .map(|e| e.at_us)
             .max();
-        let task = record.task();
-        let finished = ended.is_some_and(|at| at.into_iter().all(old));
-        if finished || (last.is_some_and(old) && gone(&task)) {
+        let ended = |gpu| end_of(&records, gpu, close_open).is_some_and(|end| old(end.at_us));
+        let finished = record.gpus.iter().all(ended);
+        if finished || (last.is_some_and(old) && gone(&record.task())) {
             let _ = fs::remove_file(path(dir, &record.job_id));
         }
     }

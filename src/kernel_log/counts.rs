@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::event::{BusId, Error, Event, Position};
 use super::source::Source;
@@ -20,8 +20,8 @@ pub const MAX_SERIES: usize = 64 * 64;
 const MAX_COUNT: u64 = 1 << 32;
 
 /// The position in the kernel log, kept whatever happens to the totals.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+/// Written by serde; the state reads it within its bounds (`state::bounded`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     /// `journal` or `kmsg`, the position's source; empty before a boot's first read.
     pub source: String,
@@ -36,19 +36,12 @@ pub struct Counts {
 }
 
 /// The count of each series, stored as a list of `[series, count]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "Vec<(Series, u64)>", into = "Vec<(Series, u64)>")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Totals(pub BTreeMap<Series, u64>);
 
-impl From<Vec<(Series, u64)>> for Totals {
-    fn from(records: Vec<(Series, u64)>) -> Self {
-        Totals(records.into_iter().collect())
-    }
-}
-
-impl From<Totals> for Vec<(Series, u64)> {
-    fn from(totals: Totals) -> Self {
-        totals.0.into_iter().collect()
+impl Serialize for Totals {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(&self.0)
     }
 }
 
@@ -136,10 +129,9 @@ impl Counts {
         let mut first_error = None;
         for (mut attempt, now) in tries {
             let into = attempt.recount.as_mut().unwrap_or(&mut attempt.totals);
-            let at = &mut attempt.position;
             let mut refused = 0;
             let mut on_event = |e| refused += u64::from(!count(into, e, gpus));
-            match source.read(at, boot_id, until, &mut on_event) {
+            match source.read(&mut attempt.position, boot_id, until, &mut on_event) {
                 Err(e) if !matches!(e, Error::Deadline | Error::Bound | Error::Lost(_)) => {
                     first_error.get_or_insert(e);
                 }

@@ -4,7 +4,7 @@
 use std::io;
 use std::process::ExitStatus;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The most bytes of journalctl's output one run reads (about 160,000 lines).
 pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
@@ -12,8 +12,7 @@ pub const MAX_BYTES_PER_RUN: u64 = 64 << 20;
 /// Where a read goes on from: after the journal entry of `cursor`; without
 /// one, after the entries at or before `monotonic` µs since boot; without
 /// either, at the boot's start. /dev/kmsg: after the record `kmsg_seq`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Position {
     pub cursor: Option<String>,
     pub monotonic: Option<u64>,
@@ -149,11 +148,10 @@ fn hex(text: &str, min: usize, max: usize) -> Option<(u32, &str)> {
         .bytes()
         .take_while(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
         .count();
-    (min..=max).contains(&digits).then_some(())?;
-    Some((
-        u32::from_str_radix(&text[..digits], 16).ok()?,
-        &text[digits..],
-    ))
+    let number = u32::from_str_radix(&text[..digits], 16).ok()?;
+    (min..=max)
+        .contains(&digits)
+        .then_some((number, &text[digits..]))
 }
 
 /// The `%d` number `text` starts with, of at least `min` digits.
@@ -182,10 +180,8 @@ impl BusId {
         let mut parts = text.trim().split('.').next()?.rsplit(':');
         let (device, bus) = (hex(parts.next(), 2)?, hex(parts.next(), 2)?);
         let domain = hex(Some(parts.next().unwrap_or("0")), 8)?;
-        parts
-            .next()
-            .is_none()
-            .then(|| BusId::new(domain, bus, device))
+        let whole = parts.next().is_none();
+        whole.then(|| BusId::new(domain, bus, device))
     }
 
     pub fn into_string(self) -> String {

@@ -2,7 +2,7 @@
 //! without blocking, one record per read, after the last sequence number read.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
@@ -30,16 +30,15 @@ pub(super) fn read(
     let mut buffer = vec![0u8; 1 << 14];
     let mut lost = 0;
     while Instant::now() < until {
-        let n = match file.read(&mut buffer) {
+        match file.read(&mut buffer) {
             Ok(0) => return lost_or_done(lost),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return lost_or_done(lost),
-            // Records were overwritten while reading: the next read says how many.
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => continue,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(n) => lost += take(&buffer[..n], at, on_line),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return lost_or_done(lost),
+            // Records were overwritten while reading (the next read says how
+            // many), or a signal came.
+            Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::Interrupted) => {}
             Err(e) => return Err(Error::Io(format!("read {KMSG}"), e)),
-        };
-        lost += take(&buffer[..n], at, on_line);
+        }
     }
     Err(Error::Deadline)
 }

@@ -9,5 +9,5 @@ mod journal;
 mod kmsg;
 mod source;
 
-pub use counts::{Counts, Series, XidOf, MAX_SERIES};
-pub use event::BusId;
+pub use counts::{Counts, Series, Totals, XidOf, MAX_SERIES};
+pub use event::{BusId, Position};

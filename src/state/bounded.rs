@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use crate::kernel_log::{self, Counts, MAX_SERIES};
+use crate::kernel_log::{self, Counts, Position, MAX_SERIES};
 use crate::task::ledger::{Holder, Ledger, Totals, MAX_HOLDERS, MAX_PROCESSES};
 
 /// A collection of at most `max` elements (a map's entries, a repeated key
@@ -47,13 +47,11 @@ impl<C: Default + Extend<T>, T> AtMost<C, T> {
                 None => return Ok(read),
             }
         }
-        match skip(&mut access)?.is_some() {
-            true => Err(E::custom(format_args!(
-                "more than {} {}",
-                self.max, self.what
-            ))),
-            false => Ok(read),
+        if skip(&mut access)?.is_some() {
+            let (max, what) = (self.max, self.what);
+            return Err(E::custom(format_args!("more than {max} {what}")));
         }
+        Ok(read)
     }
 }
 
@@ -140,23 +138,15 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
         refused: bool,
         xids: Option<u64>,
     }
-    let Read {
-        at_us,
-        energy_mj,
-        unattributed_mj,
-        totals,
-        processes,
-        refused,
-        xids,
-    } = Read::deserialize(d)?;
+    let read = Read::deserialize(d)?;
     Ok(Ledger {
-        at_us,
-        energy_mj,
-        unattributed_mj,
-        totals,
-        processes,
-        refused,
-        xids,
+        at_us: read.at_us,
+        energy_mj: read.energy_mj,
+        unattributed_mj: read.unattributed_mj,
+        totals: read.totals,
+        processes: read.processes,
+        refused: read.refused,
+        xids: read.xids,
     })
 }
 
@@ -164,24 +154,18 @@ pub(super) fn ledger<'de, D: Deserializer<'de>>(d: D) -> Result<Ledger, D::Error
 /// and in a recount. `kernel_log` owns [`Counts`] and its serde form, whose
 /// position is flattened into it; serde would buffer the whole object (the
 /// series too) to read a flattened field, so this reads the position's
-/// fields as the fields they are in the file. Every field of [`Counts`] is
-/// set (a field added there does not compile until it is read here; one of
-/// its position, written but not read here, fails the tests).
+/// fields as the fields they are in the file. Every field of [`Counts`] and
+/// of its position is set without `..` (a field added there does not compile
+/// until it is read here; one written but not read here fails the tests).
 pub(super) fn xid<'de, D: Deserializer<'de>>(d: D) -> Result<Counts, D::Error> {
     type Series = BTreeMap<kernel_log::Series, u64>;
     fn series<'de, D: Deserializer<'de>>(d: D) -> Result<Series, D::Error> {
         seq(d, MAX_SERIES, "XID series")
     }
-    fn recount<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Series>, D::Error> {
-        /// A recount's series, bounded as the totals are.
-        struct Recount(Series);
-        impl<'de> Deserialize<'de> for Recount {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                series(d).map(Recount)
-            }
-        }
-        Ok(Option::<Recount>::deserialize(d)?.map(|r| r.0))
-    }
+    /// A recount's series, bounded as the totals are.
+    #[derive(Deserialize)]
+    #[serde(transparent)]
+    struct Recount(#[serde(deserialize_with = "series")] Series);
     #[derive(Default, Deserialize)]
     #[serde(default)]
     #[cfg_attr(test, serde(deny_unknown_fields))]
@@ -193,28 +177,20 @@ pub(super) fn xid<'de, D: Deserializer<'de>>(d: D) -> Result<Counts, D::Error> {
         kmsg_seq: Option<u64>,
         #[serde(deserialize_with = "series")]
         totals: Series,
-        #[serde(deserialize_with = "recount")]
-        recount: Option<Series>,
+        recount: Option<Recount>,
     }
     let read = Read::deserialize(d)?;
-    let mut counts = Counts::default();
-    let Counts {
-        source,
-        unavailable,
-        position,
-        totals,
-        recount,
-    } = &mut counts;
-    *source = read.source;
-    *unavailable = read.unavailable;
-    position.cursor = read.cursor;
-    position.monotonic = read.monotonic;
-    position.kmsg_seq = read.kmsg_seq;
-    totals.0 = read.totals;
-    if let Some(series) = read.recount {
-        recount.get_or_insert_default().0 = series;
-    }
-    Ok(counts)
+    Ok(Counts {
+        source: read.source,
+        unavailable: read.unavailable,
+        position: Position {
+            cursor: read.cursor,
+            monotonic: read.monotonic,
+            kmsg_seq: read.kmsg_seq,
+        },
+        totals: kernel_log::Totals(read.totals),
+        recount: read.recount.map(|recount| kernel_log::Totals(recount.0)),
+    })
 }
 
 #[cfg(test)]

@@ -173,19 +173,14 @@ impl GpuState {
     /// [`MAX_PART_BYTES`] is not kept (logged).
     pub fn set_part<P: Part>(&mut self, part: &P) {
         let value = serde_json::value::to_raw_value(part).ok();
-        match value.filter(|value| value.get().len() <= MAX_PART_BYTES) {
-            Some(value) => {
-                let across_drivers = P::ACROSS_DRIVERS;
-                self.parts.insert(
-                    P::NAME.to_owned(),
-                    Kept {
-                        across_drivers,
-                        value,
-                    },
-                );
-            }
-            None => log::warn!("the state part {} is too large to keep", P::NAME),
-        }
+        let Some(value) = value.filter(|value| value.get().len() <= MAX_PART_BYTES) else {
+            return log::warn!("the state part {} is too large to keep", P::NAME);
+        };
+        let kept = Kept {
+            across_drivers: P::ACROSS_DRIVERS,
+            value,
+        };
+        self.parts.insert(P::NAME.to_owned(), kept);
     }
 }
 

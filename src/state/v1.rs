@@ -167,15 +167,10 @@ fn xid_record(counts: &mut Counts, key: &str, value: &str) -> Result<(), Damage>
                 Some(series) => (counts.recount.get_or_insert_default(), series),
                 None => (&mut counts.totals, key),
             };
-            let Some((what, Ok(code))) = series
-                .rsplit_once('.')
-                .map(|(what, code)| (what, code.parse::<u32>()))
-            else {
-                return Ok(());
-            };
-            let id = match what.split_once('.') {
-                Some(("gpu", uuid)) => XidOf::Gpu(uuid.to_owned()),
-                Some(("bus", bus)) => XidOf::Bus(bus.to_owned()),
+            let (what, code) = series.rsplit_once('.').unwrap_or_default();
+            let (id, code) = match (what.split_once('.'), code.parse()) {
+                (Some(("gpu", uuid)), Ok(code)) => (XidOf::Gpu(uuid.to_owned()), code),
+                (Some(("bus", bus)), Ok(code)) => (XidOf::Bus(bus.to_owned()), code),
                 _ => return Ok(()),
             };
             let not_a_number = |_| Damage::XidCount(key.to_owned(), value.to_owned());
