@@ -8,7 +8,7 @@ use nvml::types::{Sampling, UsedGpuMemory};
 
 use crate::collector::Gpu;
 use crate::metrics;
-use crate::samples::{self, Carry, EarlyProcesses};
+use crate::samples::{self, Carry, EarlyProcesses, Integrated};
 use crate::snapshot::{BusyWindow, Process};
 use crate::state::schema::Stream;
 
@@ -146,14 +146,11 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
             gpu.next_state().carries.insert(Stream::Processes, carry);
         }
     };
-    let Some(integrated) = integrated else {
+    let claimed = |i: &Integrated| i.intervals.iter().any(|i| i.claimed_us > 0);
+    let Some(integrated) = integrated.filter(claimed) else {
         consume(gpu);
         return None;
     };
-    if integrated.intervals.iter().all(|i| i.claimed_us == 0) {
-        consume(gpu);
-        return None;
-    }
     let since = integrated.intervals.first()?.start_us;
     let before = previous.unwrap_or_default();
     let window = BusyWindow {
@@ -174,22 +171,14 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
         }
         _ => shares_since(gpu, since),
     };
-    match shares {
-        Some(Some(shares)) => {
-            consume(gpu);
-            Some((window, shares))
-        }
-        // NVML keeps no means per process: the window is spent.
-        Some(None) => {
-            consume(gpu);
-            None
-        }
+    let Some(shares) = shares else {
         // The read failed (counted): the window is left to the next run.
-        None => {
-            gpu.fetched.shares_failed = true;
-            None
-        }
-    }
+        gpu.fetched.shares_failed = true;
+        return None;
+    };
+    // Where NVML keeps no means per process, the window is spent too.
+    consume(gpu);
+    shares.map(|shares| (window, shares))
 }
 
 /// The processes' means since `since`; `Some(None)` where NVML keeps none

@@ -85,25 +85,19 @@ pub fn read(
     let (started, missing) = identify(
         &reports, &mut slots, starts, &states, totals, settings, inflight,
     );
-    receive(
-        &reports,
-        &mut slots,
-        settings.budget.gpus_end,
-        Slot::settled,
-    );
-    let mut timed_out = false;
-    let mut devices = Vec::with_capacity(slots.len() + missing.len());
-    for ((index, slot), start) in (0..).zip(slots).zip(started) {
-        let (device, timeout) = slot.into_device(index, start, settings, inflight, opened_at);
-        timed_out |= timeout;
-        devices.push(device);
-    }
+    let gpus_end = settings.budget.gpus_end;
+    receive(&reports, &mut slots, gpus_end, Slot::settled);
+    let (mut devices, timeouts): (Vec<Finished>, Vec<bool>) = (0..)
+        .zip(slots)
+        .zip(started)
+        .map(|((index, slot), start)| slot.into_device(index, start, settings, inflight, opened_at))
+        .unzip();
     devices.extend(missing.into_iter().map(|gone| departed(gone, &states)));
     Ok(Reading {
         host: vec![driver_info(&session.versions)],
         driver_version: session.versions.driver.clone(),
         devices,
-        timed_out,
+        timed_out: timeouts.contains(&true),
     })
 }
 
@@ -183,7 +177,6 @@ impl Slot {
             }
             Slot::Reading(took) => {
                 // The phase the deadline cut keeps all the run's time (`timing::cut`).
-                let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
                 let cut = micros(timing::cut(opened, settings.budget.gpus_end));
                 match took {
                     None => state.reads_us = cut,
@@ -410,10 +403,8 @@ fn open<'n>(
     start: Start,
     settings: &Settings,
 ) -> Result<Opened<'n>, Box<Finished>> {
-    let mut reader = match reader {
-        Ok(reader) => reader,
-        Err(why) => return Err(Box::new(down(index, &start.identity, why, None).into())),
-    };
+    let unopened = |why| Box::new(Finished::from(down(index, &start.identity, why, None)));
+    let mut reader = reader.map_err(unopened)?;
     reader.resume(start.state, start.keeps_totals);
     let windows: Vec<_> = settings
         .collectors
@@ -470,7 +461,7 @@ impl Opened<'_> {
             read(reader);
         }
         let ended = Instant::now();
-        reader.next_state().reads_us = u64::try_from((ended - started).as_micros()).ok();
+        reader.next_state().reads_us = micros(ended - started);
         self.reads = Some((started, ended));
         ended - started
     }
@@ -483,8 +474,7 @@ impl Opened<'_> {
             window.close(&mut self.reader);
         }
         let closed = Instant::now();
-        self.reader.next_state().closing_us =
-            ended.and_then(|ended| u64::try_from((closed - ended).as_micros()).ok());
+        self.reader.next_state().closing_us = ended.and_then(|ended| micros(closed - ended));
         if let (true, Some((started, ended))) = (had_windows, self.reads) {
             log::debug!(
                 "GPU {}: point readings taken from {} ms to {} ms before the windows closed",
@@ -495,6 +485,11 @@ impl Opened<'_> {
         }
         self.reader.finish(&self.identity)
     }
+}
+
+/// `duration` in whole µs, as the state keeps it.
+fn micros(duration: Duration) -> Option<u64> {
+    u64::try_from(duration.as_micros()).ok()
 }
 
 /// Runs every collector's host step in registry order (only those that
@@ -516,12 +511,10 @@ pub fn run_host(
         enter(collector.name);
         let started = Instant::now();
         let outcome = host(run);
-        // The step logs its own failures (once, not every run).
-        if let Err(why) = &outcome {
-            log::debug!("collector {}: {why}", collector.name);
-        }
-        if outcome.is_ok() {
-            run.succeeded.push(collector.name);
+        match &outcome {
+            Ok(()) => run.succeeded.push(collector.name),
+            // The step logs its own failures (once, not every run).
+            Err(why) => log::debug!("collector {}: {why}", collector.name),
         }
         let labels = [collector.name];
         run.snapshot.host.extend([
@@ -544,9 +537,7 @@ fn in_needed_order(collectors: &[&'static Collector]) -> Vec<&'static Collector>
                 .any(|need| left.iter().any(|l| l.name == *need))
         };
         // A need that is never met (a cycle) does not hold the rest back.
-        let next = (0..left.len())
-            .find(|&i| !waits(left[i], &left))
-            .unwrap_or(0);
+        let next = left.iter().position(|c| !waits(c, &left)).unwrap_or(0);
         ordered.push(left.remove(next));
     }
     ordered

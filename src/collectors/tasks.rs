@@ -5,12 +5,10 @@
 //! process's task and advances the GPU's [`Ledger`] ([`account`], pure).
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvml::calls;
-use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
-
 use nvml::mig;
+use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
 
 use crate::allocation::{self, Allocation, Device as AllocatedDevice, Task};
 use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
@@ -20,7 +18,8 @@ use crate::owner::kubernetes::Pod;
 use crate::owner::slurm::Job;
 use crate::owner::{with_ids, Owner, Owners};
 use crate::procfs;
-use crate::snapshot::{Device, LabelValue, SlurmJob, TaskReading};
+use crate::samples;
+use crate::snapshot::{Device, SlurmJob, TaskReading};
 use crate::state::schema::{Damage, MAX_SAID};
 use crate::state::Problem;
 use crate::task::{account, Given, Holder, Ledger, Seen, MAX_HOLDERS};
@@ -99,9 +98,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     // Boot time, not the wall clock: a clock step moves no count. NVML's
     // sample times are the wall clock's.
     let now_us = procfs::boot_us();
-    let wall_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+    let wall_us = samples::now_us();
     let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
     let (mut refused, mut damaged) = (false, None);
     let found = allocation::read(&run.inputs.allocations, run.until);
@@ -122,10 +119,8 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
             .collect()
     });
     for device in &mut run.snapshot.devices {
-        let Some(reading) = device.tasks.take() else {
-            continue;
-        };
-        let Some(state) = run.states.get_mut(&device.uuid) else {
+        let (Some(reading), Some(state)) = (device.tasks.take(), run.states.get_mut(&device.uuid))
+        else {
             continue;
         };
         if let Some(implausible) = state.tasks.implausible() {
@@ -194,37 +189,27 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 totals.memory_peak_bytes = totals.memory_peak_bytes.max(bytes);
             }
         }
+        let samples = &mut device.samples;
+        let seconds = |us: u64| us as f64 / 1e6;
         for (holder, totals) in &state.tasks.totals {
-            let instance = holder
-                .gpu_instance_id
-                .map(|id| LabelValue::Owned(id.to_string()));
+            let instance = holder.gpu_instance_id.map(|id| id.to_string().into());
             let labels = with_ids([instance], Some(&holder.task));
             if totals.measured {
-                let busy = totals.busy_us as f64 / 1e6;
-                device
-                    .samples
-                    .push(TASK_BUSY.sample_some(labels.clone(), busy));
+                samples.push(TASK_BUSY.sample_some(labels.clone(), seconds(totals.busy_us)));
             }
             if totals.allocated_us > 0 || given.iter().any(|g| g.holder == *holder) {
-                let allocated = totals.allocated_us as f64 / 1e6;
-                device
-                    .samples
-                    .push(TASK_ALLOCATED.sample_some(labels.clone(), allocated));
+                let allocated = seconds(totals.allocated_us);
+                samples.push(TASK_ALLOCATED.sample_some(labels.clone(), allocated));
             }
-            device.samples.extend([
+            samples.extend([
                 TASK_ENERGY.sample_some(labels.clone(), totals.energy_mj as f64 / 1e3),
-                TASK_HELD.sample_some(labels.clone(), totals.held_us as f64 / 1e6),
+                TASK_HELD.sample_some(labels.clone(), seconds(totals.held_us)),
             ]);
             if let Some(&bytes) = memory.get(holder) {
-                device
-                    .samples
-                    .push(TASK_MEMORY.sample_some(labels, bytes as f64));
+                samples.push(TASK_MEMORY.sample_some(labels, bytes as f64));
             }
         }
-        let unattributed = state.tasks.unattributed_mj as f64 / 1e3;
-        device
-            .samples
-            .push(UNATTRIBUTED_ENERGY.sample(unattributed));
+        samples.push(UNATTRIBUTED_ENERGY.sample(state.tasks.unattributed_mj as f64 / 1e3));
     }
     if refused {
         run.state.bounded(Problem::TooManyTasks(MAX_HOLDERS));
@@ -271,17 +256,14 @@ fn given(
             _ => continue,
         };
         if let (Task::Slurm { job_id, .. }, None) = (&allocation.task, allocation.end) {
-            let job = SlurmJob {
-                gpu_instance_id: instance,
-                job_id: job_id.clone(),
-                uid: allocation.uid,
-            };
-            match jobs
-                .iter_mut()
-                .find(|j| j.job_id == job.job_id && j.gpu_instance_id == instance)
-            {
-                Some(known) => known.uid = known.uid.or(job.uid),
-                None => jobs.push(job),
+            let same = |j: &&mut SlurmJob| j.job_id == *job_id && j.gpu_instance_id == instance;
+            match jobs.iter_mut().find(same) {
+                Some(known) => known.uid = known.uid.or(allocation.uid),
+                None => jobs.push(SlurmJob {
+                    gpu_instance_id: instance,
+                    job_id: job_id.clone(),
+                    uid: allocation.uid,
+                }),
             }
         }
         let task = match &allocation.task {
@@ -301,12 +283,11 @@ fn given(
             .find(|h| h.gpu_instance_id == instance && same_task(&h.task, &holder.task))
             .cloned()
             .unwrap_or_else(|| named(holder, ledger));
-        let whole = instance.is_none() && !allocation.shared;
         let next = Given {
             holder,
             start: allocation.start,
             end: allocation.end,
-            whole,
+            whole: instance.is_none() && !allocation.shared,
         };
         // One allocation per holder: the one whose edges are known.
         match given.iter_mut().find(|g| g.holder == next.holder) {

@@ -120,6 +120,22 @@ fn add(total: &mut u64, more: u64, bound: u64) {
     *total = total.saturating_add(more).min(bound);
 }
 
+/// What adds `more` to the total `field` picks, stopping at `bound`.
+fn adding(field: fn(&mut Totals) -> &mut u64, more: u64, bound: u64) -> impl Fn(&mut Totals) {
+    move |totals| add(field(totals), more, bound)
+}
+
+/// `of` by `share` parts of `all`: at most `of` where `share` is part of `all`.
+fn part(of: u64, share: u64, all: u64) -> u64 {
+    (u128::from(of) * u128::from(share) / u128::from(all)) as u64
+}
+
+/// `first` plus every one of `more`, stopping at `u64::MAX`.
+fn sum<'a>(first: u64, more: impl IntoIterator<Item = &'a u64>) -> u64 {
+    more.into_iter()
+        .fold(first, |all, &s| all.saturating_add(s))
+}
+
 /// A process of this run as the host step knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
@@ -234,33 +250,17 @@ pub fn account(
     }
     let (since_us, spans) = (previous.at_us, spans(given, previous.at_us, now_us));
     let alone = alone(&spans);
-    let holding: Vec<&Holder> = {
-        let mut holding: Vec<&Holder> = seen
-            .iter()
-            .filter(|p| p.listed)
-            .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
-            .chain(spans.iter().map(|(g, _, _)| &g.holder))
-            .collect();
-        holding.sort();
-        holding.dedup();
-        holding
-    };
+    let mut holding: Vec<&Holder> = seen
+        .iter()
+        .filter(|p| p.listed)
+        .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
+        .chain(spans.iter().map(|(g, _, _)| &g.holder))
+        .collect();
+    holding.sort();
+    holding.dedup();
     let mut unattributed_mj = previous.unattributed_mj.min(MAX_MJ);
     if counting {
-        let all = shares
-            .values()
-            .fold(unknown, |all, &s| all.saturating_add(s));
-        // At most `of`: `share` is part of `all`.
-        let part =
-            |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
-        let held: BTreeMap<&Holder, u64> = holding
-            .iter()
-            .filter(|holder| {
-                seen.iter()
-                    .any(|p| p.listed && p.now.as_ref().is_some_and(|(h, _)| h == **holder))
-            })
-            .map(|&holder| (holder, held_since(holder, seen, since_us, now_us)))
-            .collect();
+        let all = sum(unknown, shares.values());
         if let Some(window) = window.filter(|_| all > 0) {
             let unread = unread_busy(window);
             for (holder, &share) in &shares {
@@ -270,12 +270,10 @@ pub fn account(
                     .processes
                     .iter()
                     .any(|&(_, _, at)| previous.totals.get(at).is_some_and(|(h, _)| h == holder));
-                let busy = part(window.busy_us, share).saturating_add(if held_then {
-                    part(unread, share)
-                } else {
-                    0
-                });
-                charge(holder, &|t: &mut Totals| add(&mut t.busy_us, busy, MAX_US));
+                let unread = if held_then { unread } else { 0 };
+                let busy =
+                    part(window.busy_us, share, all).saturating_add(part(unread, share, all));
+                charge(holder, &adding(|t| &mut t.busy_us, busy, MAX_US));
             }
         }
         let counter = match (previous.energy_mj, energy_mj) {
@@ -294,55 +292,49 @@ pub fn account(
                 .at(to)
                 .saturating_sub(counter.at(from))
                 .min(spent - given_mj);
-            if charge(&g.holder, &|t: &mut Totals| {
-                add(&mut t.energy_mj, mj, MAX_MJ)
-            }) {
+            if charge(&g.holder, &adding(|t| &mut t.energy_mj, mj, MAX_MJ)) {
                 given_mj += mj;
             }
         }
         // The rest by the other holders' shares.
         let rest = spent - given_mj;
-        let others: BTreeMap<&Holder, u64> = shares
+        let others: Vec<(&Holder, &u64)> = shares
             .iter()
             .filter(|(holder, _)| !alone.contains(holder))
-            .map(|(holder, &share)| (holder, share))
             .collect();
-        let all_others = others
-            .values()
-            .fold(unknown, |all, &s| all.saturating_add(s));
+        let all_others = sum(unknown, others.iter().map(|&(_, share)| share));
         let idle: Vec<&&Holder> = holding.iter().filter(|h| !alone.contains(h)).collect();
         if all_others > 0 {
-            for (holder, &share) in &others {
-                let part = (u128::from(rest) * u128::from(share) / u128::from(all_others)) as u64;
-                if charge(holder, &|t: &mut Totals| {
-                    add(&mut t.energy_mj, part, MAX_MJ)
-                }) {
+            for &(holder, &share) in &others {
+                let part = part(rest, share, all_others);
+                if charge(holder, &adding(|t| &mut t.energy_mj, part, MAX_MJ)) {
                     given_mj = given_mj.saturating_add(part);
                 }
             }
         } else if let ([only], true) = (&idle[..], alone.is_empty()) {
-            if charge(only, &|t: &mut Totals| add(&mut t.energy_mj, rest, MAX_MJ)) {
+            if charge(only, &adding(|t| &mut t.energy_mj, rest, MAX_MJ)) {
                 given_mj = spent;
             }
         }
         add(&mut unattributed_mj, spent.saturating_sub(given_mj), MAX_MJ);
-        for (holder, &held) in &held {
-            charge(holder, &|t: &mut Totals| add(&mut t.held_us, held, MAX_US));
+        for &holder in &holding {
+            if let Some(held) = held_since(holder, seen, since_us, now_us) {
+                charge(holder, &adding(|t| &mut t.held_us, held, MAX_US));
+            }
         }
         let logged = match (previous.xids, xids) {
             (Some(before), Some(now)) => now.saturating_sub(before),
             _ => 0,
         };
         for holder in holding.iter().filter(|_| logged > 0) {
-            charge(holder, &|t: &mut Totals| {
-                t.xid_errors = t.xid_errors.saturating_add(logged)
-            });
+            charge(holder, &adding(|t| &mut t.xid_errors, logged, u64::MAX));
         }
         for &(g, from, to) in &spans {
             let allocated = to.0.saturating_sub(from.0);
-            charge(&g.holder, &|t: &mut Totals| {
-                add(&mut t.allocated_us, allocated, MAX_US)
-            });
+            charge(
+                &g.holder,
+                &adding(|t| &mut t.allocated_us, allocated, MAX_US),
+            );
         }
     } else {
         for holder in &holding {
@@ -434,23 +426,22 @@ impl Counter {
             Some(mj) if (e0..=e1).contains(&mj) => mj,
             _ if at_us <= t0 => e0,
             _ if at_us >= t1 => e1,
-            _ => e0 + (u128::from(e1 - e0) * u128::from(at_us - t0) / u128::from(t1 - t0)) as u64,
+            _ => e0 + part(e1 - e0, at_us - t0, t1 - t0),
         }
     }
 }
 
 /// The time `holder` held the GPU since the previous run (at `since_us`)
-/// or its earliest listed process's start.
-fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> u64 {
+/// or its earliest listed process's start; `None` where it lists none.
+fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> Option<u64> {
     let start = seen
         .iter()
         .filter(|p| p.listed)
         .filter_map(|p| p.now.as_ref())
         .filter(|(h, _)| h == holder)
         .map(|&(_, start)| start)
-        .min()
-        .unwrap_or(0);
-    now_us.saturating_sub(start.max(since_us))
+        .min()?;
+    Some(now_us.saturating_sub(start.max(since_us)))
 }
 
 /// The busy time of the window's time NVML's buffer no longer held (no GPM
@@ -460,9 +451,7 @@ fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> u64
 /// more than that.
 fn unread_busy(window: Window) -> u64 {
     let unread = window.unread_us.min(window.length_us.saturating_mul(2));
-    let busy =
-        u128::from(window.busy_us) * u128::from(unread) / u128::from(window.length_us.max(1));
-    busy as u64
+    part(window.busy_us, unread, window.length_us.max(1))
 }
 
 #[cfg(test)]
