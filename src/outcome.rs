@@ -4,13 +4,13 @@
 //! counts) adds for the GPUs the state knows of this boot.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::collector::Finished;
 use crate::exit::Exit;
 use crate::metrics;
 use crate::phases::Reading;
 use crate::reason::Reason;
+use crate::samples;
 use crate::snapshot::{Device, Sample, Snapshot, Status};
 use crate::state::schema::GpuState;
 use crate::state::StateFile;
@@ -148,9 +148,8 @@ fn stopped_because(stopped: Stopped, budget: &Budget) -> (Reason, Exit) {
 /// The collector samples of every file; `error`: why the run failed, if it did.
 fn collector_samples(error: Option<Reason>, budget: &Budget) -> Vec<Sample> {
     // When the snapshot was taken: the end of reading, or the failure.
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
+    // In whole ms, as Prometheus' timestamps are.
+    let timestamp = (samples::now_us() / 1000) as f64 / 1000.0;
     let mut samples = vec![
         metrics::COLLECTOR_UP.sample(if error.is_some() { 0.0 } else { 1.0 }),
         metrics::COLLECTOR_DURATION.sample(budget.started.elapsed().as_secs_f64()),

@@ -159,39 +159,29 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
             run.owners,
         );
         device.slurm_jobs = jobs;
-        let accounted = account(
-            &state.tasks,
-            now_us,
-            reading.energy_mj,
-            reading.window,
-            &seen,
-            &given,
-            xids.as_ref()
-                .and_then(|xids| xids.get(&device.uuid).copied()),
-        );
-        if accounted.refused && !state.tasks.refused {
+        let xids = xids
+            .as_ref()
+            .and_then(|xids| xids.get(&device.uuid).copied());
+        let (energy_mj, window) = (reading.energy_mj, reading.window);
+        let next = account(&state.tasks, now_us, energy_mj, window, &seen, &given, xids);
+        if next.refused && !state.tasks.refused {
             log::warn!(
                 "GPU {}: {}",
                 device.index,
                 Problem::TooManyTasks(MAX_HOLDERS)
             );
         }
-        refused |= accounted.refused;
-        state.tasks = accounted.ledger;
+        refused |= next.refused;
+        state.tasks = next;
         let mut memory: BTreeMap<&Holder, u64> = BTreeMap::new();
         for (process, seen) in device.processes.iter().zip(&seen) {
             if let (Some((holder, _)), Some(bytes)) = (&seen.now, process.memory_bytes) {
                 *memory.entry(holder).or_default() += bytes;
             }
         }
-        for (holder, totals) in &mut state.tasks.totals {
-            if let Some(&bytes) = memory.get(holder) {
-                totals.memory_peak_bytes = totals.memory_peak_bytes.max(bytes);
-            }
-        }
         let samples = &mut device.samples;
         let seconds = |us: u64| us as f64 / 1e6;
-        for (holder, totals) in &state.tasks.totals {
+        for (holder, totals) in &mut state.tasks.totals {
             let instance = holder.gpu_instance_id.map(|id| id.to_string().into());
             let labels = with_ids([instance], Some(&holder.task));
             if totals.measured {
@@ -206,6 +196,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
                 TASK_HELD.sample_some(labels.clone(), seconds(totals.held_us)),
             ]);
             if let Some(&bytes) = memory.get(holder) {
+                totals.memory_peak_bytes = totals.memory_peak_bytes.max(bytes);
                 samples.push(TASK_MEMORY.sample_some(labels, bytes as f64));
             }
         }

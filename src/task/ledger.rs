@@ -162,14 +162,6 @@ pub struct Given {
     pub whole: bool,
 }
 
-/// What [`account`] gives: the next ledger, and whether a holder was not
-/// counted for [`MAX_HOLDERS`].
-#[derive(Debug, PartialEq)]
-pub struct Accounted {
-    pub ledger: Ledger,
-    pub refused: bool,
-}
-
 /// Advances `previous` to the run at `now_us`:
 /// - busy: each holder's share of the window's busy time;
 /// - energy: the energy since the baseline (the counter at the last run
@@ -193,7 +185,8 @@ pub struct Accounted {
 /// where `previous` has no run, or the energy counter went back (a driver
 /// reload): those only set the baseline. A window with shares marks its
 /// holders [`Totals::measured`]. Totals stop at their bounds; holders gone
-/// for [`LINGER_US`] are dropped.
+/// for [`LINGER_US`] are dropped. The next ledger's `refused`: a holder
+/// was not counted this run for [`MAX_HOLDERS`].
 pub fn account(
     previous: &Ledger,
     now_us: u64,
@@ -202,7 +195,7 @@ pub fn account(
     seen: &[Seen],
     given: &[Given],
     xids: Option<u64>,
-) -> Accounted {
+) -> Ledger {
     // A ledger written before `measured`: a holder with busy time had it.
     let upgraded = |t: &Totals| Totals {
         measured: t.measured || t.busy_us > 0,
@@ -359,17 +352,14 @@ pub fn account(
         })
         .take(MAX_PROCESSES)
         .collect();
-    Accounted {
-        ledger: Ledger {
-            at_us: now_us,
-            energy_mj: energy_mj.or(previous.energy_mj),
-            unattributed_mj,
-            totals,
-            processes,
-            refused,
-            xids: xids.or(previous.xids),
-        },
+    Ledger {
+        at_us: now_us,
+        energy_mj: energy_mj.or(previous.energy_mj),
+        unattributed_mj,
+        totals,
+        processes,
         refused,
+        xids: xids.or(previous.xids),
     }
 }
 
@@ -554,8 +544,7 @@ mod tests {
             &seen,
             &[],
             None,
-        )
-        .ledger;
+        );
         assert_eq!(
             next.totals,
             [(
@@ -582,7 +571,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.49)),
             process(20, Some((&b, 0)), Some(0.11)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         let (ta, tb) = (totals_of(&next, &a), totals_of(&next, &b));
         // The owners add up to the GPU's busy time and to the energy spent.
         assert_eq!(ta.busy_us + tb.busy_us, WINDOW.busy_us);
@@ -600,17 +589,17 @@ mod tests {
         let (a, b) = (job("1"), job("2"));
         let previous = ledger(&[], &[]);
         let one = [process(10, Some((&a, 0)), None)];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[], None);
         assert_eq!(totals_of(&next, &a).energy_mj, 6_000_000);
         assert_eq!(next.unattributed_mj, 0);
         let two = [
             process(10, Some((&a, 0)), None),
             process(20, Some((&b, 0)), None),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[], None);
         assert_eq!(totals_of(&next, &a).energy_mj, 0);
         assert_eq!(next.unattributed_mj, 6_000_000);
-        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None).ledger;
+        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None);
         assert_eq!(none.unattributed_mj, 6_000_000);
     }
 
@@ -619,7 +608,7 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), Some(0.5))];
-        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[], None);
         assert_eq!(
             (totals_of(&next, &a).energy_mj, next.unattributed_mj),
             (0, 0)
@@ -637,14 +626,14 @@ mod tests {
             // pid 20 now runs for b, started after NVML last saw it busy.
             process(20, Some((&b, NOW)), Some(0.4)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         // b held the GPU from its start only.
         assert_eq!(totals_of(&next, &b).held_us, 0);
         // A share nobody can be named for is nobody's.
         let unknown = [process(30, None, Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[], None);
         assert_eq!(next.totals, previous.totals);
         assert_eq!(next.unattributed_mj, 6_000_000);
     }
@@ -659,13 +648,13 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, Some((&b, NOW - S + 1)), Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us / 2);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         assert_eq!(next.unattributed_mj, 3_000_000);
         // Started at the very sample: it may have done the work.
         let seen = [process(30, Some((&b, NOW - S)), Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert_eq!(totals_of(&next, &b).busy_us, WINDOW.busy_us);
     }
 
@@ -679,7 +668,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(20, Some((&b, 0)), Some(0.1)),
         ];
-        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[], None).ledger;
+        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[], None);
         assert_eq!(failed.energy_mj, previous.energy_mj);
         assert_eq!(totals_of(&failed, &a).energy_mj, 0);
         assert_eq!(failed.unattributed_mj, 0);
@@ -692,8 +681,7 @@ mod tests {
             &seen,
             &[],
             None,
-        )
-        .ledger;
+        );
         assert_eq!(totals_of(&later, &a).energy_mj, 6_750_000);
         assert_eq!(totals_of(&later, &b).energy_mj, 2_250_000);
         assert_eq!(later.unattributed_mj, 0);
@@ -707,13 +695,13 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), None)];
-        let none = account(&previous, NOW, ENERGY, None, &seen, &[], None).ledger;
+        let none = account(&previous, NOW, ENERGY, None, &seen, &[], None);
         assert!(!totals_of(&none, &a).measured);
         assert!(totals_of(&none, &a).held_us > 0);
-        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert!(totals_of(&idle, &a).measured);
         assert_eq!(totals_of(&idle, &a).busy_us, 0);
-        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[], None).ledger;
+        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[], None);
         assert!(totals_of(&after, &a).measured);
         // A ledger written before the mark: busy time means measured.
         let old = Totals {
@@ -729,8 +717,7 @@ mod tests {
             &[],
             &[],
             None,
-        )
-        .ledger;
+        );
         assert!(totals_of(&next, &a).measured);
     }
 
@@ -753,7 +740,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, None, Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         let t = totals_of(&next, &a);
         assert_eq!(
             (t.busy_us, t.energy_mj, t.held_us),
@@ -788,8 +775,7 @@ mod tests {
             &seen,
             &[],
             None,
-        )
-        .ledger;
+        );
         assert_eq!(totals_of(&next, &a).held_us, 10 * S);
     }
 
@@ -808,7 +794,7 @@ mod tests {
             ..Totals::default()
         };
         let previous = ledger(&[(&a, kept), (&b, gone)], &[]);
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None);
         assert_eq!(next.totals, [(a, kept)]);
     }
 
@@ -835,18 +821,10 @@ mod tests {
         ];
         let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert!(accounted.refused);
-        assert_eq!(accounted.ledger.totals.len(), MAX_HOLDERS);
-        assert_eq!(
-            totals_of(&accounted.ledger, old).busy_us,
-            WINDOW.busy_us / 2
-        );
+        assert_eq!(accounted.totals.len(), MAX_HOLDERS);
+        assert_eq!(totals_of(&accounted, old).busy_us, WINDOW.busy_us / 2);
         // The refused share is not given to anyone else.
-        let given: u64 = accounted
-            .ledger
-            .totals
-            .iter()
-            .map(|(_, t)| t.energy_mj)
-            .sum();
+        let given: u64 = accounted.totals.iter().map(|(_, t)| t.energy_mj).sum();
         assert_eq!(given, 3_000_000);
     }
 }
