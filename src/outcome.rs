@@ -35,10 +35,7 @@ impl Outcome {
     pub fn of(collected: Result<Reading, Stopped>, budget: &Budget) -> Outcome {
         let reading = match collected {
             Ok(reading) => reading,
-            Err(stopped) => {
-                let (reason, exit) = stopped_because(stopped, budget);
-                return Outcome::failed(reason, exit, budget);
-            }
+            Err(stopped) => return stopped_because(stopped, budget),
         };
         let down = reading
             .devices
@@ -114,9 +111,9 @@ impl Outcome {
     }
 }
 
-/// Logs why NVML gave no reading; the reason and the exit status.
-fn stopped_because(stopped: Stopped, budget: &Budget) -> (Reason, Exit) {
-    match stopped {
+/// Logs why NVML gave no reading; the run failed for that reason.
+fn stopped_because(stopped: Stopped, budget: &Budget) -> Outcome {
+    let (reason, exit) = match stopped {
         Stopped::Nvml(error) => {
             let (reason, detail) = (Reason::from(error.failure), error.detail);
             log::error!(
@@ -142,7 +139,8 @@ fn stopped_because(stopped: Stopped, budget: &Budget) -> (Reason, Exit) {
             log::error!("the NVML thread ended without a result (see the panic above)");
             (Reason::ExporterBug, Exit::NvmlUnavailable)
         }
-    }
+    };
+    Outcome::failed(reason, exit, budget)
 }
 
 /// The collector samples of every file; `error`: why the run failed, if it did.

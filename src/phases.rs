@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nvml::types::Device as NvmlDevice;
-use nvml::{DeviceReader, InFlight, InitError, Scope, Session, Versions};
+use nvml::{DeviceReader, InFlight, InitError, Scope, Session};
 
 use crate::bounded::{Threads, Waiting};
 use crate::collector::{down, Collector, Finished, Gpu, HostRun, Settings, Window};
@@ -93,9 +93,12 @@ pub fn read(
         .map(|((index, slot), start)| slot.into_device(index, start, settings, inflight, opened_at))
         .unzip();
     devices.extend(missing.into_iter().map(|gone| departed(gone, &states)));
+    // A version NVML cannot tell is an empty label.
+    let versions = &session.versions;
+    let labels = [&versions.driver, &versions.cuda, &versions.nvml].map(Clone::clone);
     Ok(Reading {
-        host: vec![driver_info(&session.versions)],
-        driver_version: session.versions.driver.clone(),
+        host: vec![metrics::DRIVER_INFO.sample_with(labels, 1.0)],
+        driver_version: versions.driver.clone(),
         devices,
         timed_out: timeouts.contains(&true),
     })
@@ -272,10 +275,9 @@ fn spawn_readers(
     };
     for group in groups.into_iter().filter(|group| !group.is_empty()) {
         let indices: Vec<u32> = group.iter().map(|(index, _)| *index).collect();
-        let name = if settings.parallel {
-            format!("gpu{}", indices[0])
-        } else {
-            "gpus".to_owned()
+        let name = match settings.parallel {
+            true => format!("gpu{}", indices[0]),
+            false => "gpus".to_owned(),
         };
         let (settings, inflight) = (settings.clone(), Arc::clone(inflight));
         let panicked = indices.clone();
@@ -341,8 +343,12 @@ fn read_group(
         windows_end,
         &estimates,
     );
-    for (gpu, end_by) in ready.iter_mut().zip(&plan.windows_end_by) {
-        gpu.end_windows_by(*end_by);
+    // The windows shortened to end by their plan's latest end.
+    for (gpu, &latest) in ready.iter_mut().zip(&plan.windows_end_by) {
+        gpu.windows
+            .iter_mut()
+            .for_each(|window| window.end_by(latest));
+        gpu.windows_end = gpu.windows.iter().map(|w| w.ends()).min();
     }
     if let Some(start) = plan.reads_start {
         thread::sleep(start.saturating_duration_since(Instant::now()));
@@ -354,12 +360,6 @@ fn read_group(
         let _ = report.send((index, Slot::Reading(Some(took))));
         let _ = report.send((index, Slot::Read(Box::new(gpu.close()))));
     }
-}
-
-/// `nvidia_gpu_driver_info` (a version NVML cannot tell is an empty label).
-fn driver_info(versions: &Versions) -> Sample {
-    let labels = [&versions.driver, &versions.cuda, &versions.nvml].map(Clone::clone);
-    metrics::DRIVER_INFO.sample_with(labels, 1.0)
 }
 
 /// The GPUs' previous state as this driver may use it (after a driver
@@ -434,14 +434,6 @@ fn open<'n>(
 }
 
 impl Opened<'_> {
-    /// Shortens the windows to end by `latest` (see `timing::schedule`).
-    fn end_windows_by(&mut self, latest: Instant) {
-        for window in &mut self.windows {
-            window.end_by(latest);
-        }
-        self.windows_end = self.windows.iter().map(|w| w.ends()).min();
-    }
-
     /// Phase 2b: the batched field read and every `read`; how long they took.
     fn read(&mut self, collectors: &[&'static Collector]) -> Duration {
         let started = Instant::now();
@@ -530,14 +522,11 @@ fn in_needed_order(collectors: &[&'static Collector]) -> Vec<&'static Collector>
     let mut left = collectors.to_vec();
     let mut ordered = Vec::with_capacity(left.len());
     while !left.is_empty() {
-        let waits = |c: &Collector, left: &[&Collector]| {
-            c.hooks
-                .needs
-                .iter()
-                .any(|need| left.iter().any(|l| l.name == *need))
-        };
+        let waiting = |need: &&str| left.iter().any(|l| l.name == *need);
         // A need that is never met (a cycle) does not hold the rest back.
-        let next = left.iter().position(|c| !waits(c, &left)).unwrap_or(0);
+        let next = (left.iter())
+            .position(|c| !c.hooks.needs.iter().any(waiting))
+            .unwrap_or(0);
         ordered.push(left.remove(next));
     }
     ordered

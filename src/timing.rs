@@ -169,11 +169,9 @@ pub fn gpm_window(
         Some(WindowRequest::Longest) => chosen,
         None => DEFAULT_WINDOW.min(chosen),
     };
-    Ok(if window >= MIN_WINDOW {
-        window
-    } else {
-        Duration::ZERO
-    })
+    Ok(Some(window)
+        .filter(|w| *w >= MIN_WINDOW)
+        .unwrap_or_default())
 }
 
 /// The time kept, out of `reading`, for reads past their estimate: a tenth, at most 1 s.

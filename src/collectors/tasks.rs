@@ -112,12 +112,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     }
     run.state.next().said = found.problems.iter().take(MAX_SAID).cloned().collect();
     // This run's XID counts, where the xid step counted them (it runs first).
-    let xids: Option<BTreeMap<String, u64>> = run.succeeded.contains(&"xid").then(|| {
-        let counts = &run.state.next().xid;
-        let gpus = run.snapshot.devices.iter().map(|d| &d.uuid);
-        gpus.map(|uuid| (uuid.clone(), counts.xids_of(uuid)))
-            .collect()
-    });
+    let xids_counted = run.succeeded.contains(&"xid");
     for device in &mut run.snapshot.devices {
         let (Some(reading), Some(state)) = (device.tasks.take(), run.states.get_mut(&device.uuid))
         else {
@@ -159,9 +154,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
             run.owners,
         );
         device.slurm_jobs = jobs;
-        let xids = xids
-            .as_ref()
-            .and_then(|xids| xids.get(&device.uuid).copied());
+        let xids = xids_counted.then(|| run.state.next().xid.xids_of(&device.uuid));
         let (energy_mj, window) = (reading.energy_mj, reading.window);
         let next = account(&state.tasks, now_us, energy_mj, window, &seen, &given, xids);
         if next.refused && !state.tasks.refused {
