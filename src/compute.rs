@@ -16,10 +16,9 @@ use crate::state::schema::Stream;
 /// previous run, once per run whichever collectors ask (processes, tasks);
 /// the window, where NVML gave shares over one.
 pub fn list(gpu: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> {
-    if let Some((window, complete)) = gpu.process_window {
-        if complete || !shares_when_idle {
-            return window;
-        }
+    match gpu.process_window {
+        Some((window, complete)) if complete || !shares_when_idle => return window,
+        _ => {}
     }
     gpu.process_window = Some((None, true));
     let listed = gpu.nvml.compute_processes()?;

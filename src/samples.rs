@@ -198,7 +198,7 @@ impl Fetched {
         reader: &mut DeviceReader<'_>,
         sampling: Sampling,
         last_seen: u64,
-    ) -> Option<Result<Vec<Point>, nvml::Error>> {
+    ) -> Answered {
         let position = self
             .answers
             .iter()
@@ -229,12 +229,12 @@ impl Fetched {
     }
 }
 
-/// `Err` only where not supported; other errors counted.
-fn fetch(
-    reader: &mut DeviceReader<'_>,
-    sampling: Sampling,
-    last_seen: u64,
-) -> Option<Result<Vec<Point>, nvml::Error>> {
+/// A read of a sample buffer: `None` where it failed (counted), `Err` only
+/// where NVML keeps no samples of it.
+type Answered = Option<Result<Vec<Point>, nvml::Error>>;
+
+/// Reads `sampling`'s buffer since `last_seen` ([`Answered`]).
+fn fetch(reader: &mut DeviceReader<'_>, sampling: Sampling, last_seen: u64) -> Answered {
     reader.read_expecting(
         calls::SAMPLES,
         (sampling, last_seen),

@@ -69,12 +69,10 @@ pub struct Ledger {
 impl Ledger {
     /// Within the bounds, each process naming a holder it has.
     pub fn is_bounded(&self) -> bool {
-        self.totals.len() <= MAX_HOLDERS
+        let holders = self.totals.len();
+        holders <= MAX_HOLDERS
             && self.processes.len() <= MAX_PROCESSES
-            && self
-                .processes
-                .iter()
-                .all(|&(_, _, at)| at < self.totals.len())
+            && self.processes.iter().all(|&(_, _, at)| at < holders)
     }
 
     /// The first total past its bound: one no GPU reaches (the ledger is
@@ -386,14 +384,14 @@ fn spans(given: &[Given], since_us: u64, now_us: u64) -> Vec<Span<'_>> {
 /// The holders given the whole GPU whose spans no other holder's overlaps.
 fn alone<'g>(spans: &[Span<'g>]) -> Vec<&'g Holder> {
     let overlaps = |a: &Span<'_>, b: &Span<'_>| a.1 .0 < b.2 .0 && b.1 .0 < a.2 .0;
+    let shared = |a: &Span<'_>| {
+        spans
+            .iter()
+            .any(|b| b.0.holder != a.0.holder && overlaps(a, b))
+    };
     let mut alone: Vec<&Holder> = spans
         .iter()
-        .filter(|a| a.0.whole)
-        .filter(|a| {
-            !spans
-                .iter()
-                .any(|b| b.0.holder != a.0.holder && overlaps(a, b))
-        })
+        .filter(|a| a.0.whole && !shared(a))
         .map(|a| &a.0.holder)
         .collect();
     alone.dedup();
