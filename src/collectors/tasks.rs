@@ -100,7 +100,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let now_us = procfs::boot_us();
     let wall_us = samples::now_us();
     let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
-    let (mut refused, mut damaged) = (false, None);
+    let (too_many, mut refused, mut damaged) = (Problem::TooManyTasks(MAX_HOLDERS), false, None);
     let found = allocation::read(&run.inputs.allocations, run.until);
     // Each problem logged when it begins, not every run while it lasts.
     let said = &run.state.previous().said;
@@ -158,11 +158,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         let (energy_mj, window) = (reading.energy_mj, reading.window);
         let next = account(&state.tasks, now_us, energy_mj, window, &seen, &given, xids);
         if next.refused && !state.tasks.refused {
-            log::warn!(
-                "GPU {}: {}",
-                device.index,
-                Problem::TooManyTasks(MAX_HOLDERS)
-            );
+            log::warn!("GPU {}: {too_many}", device.index);
         }
         refused |= next.refused;
         state.tasks = next;
@@ -196,7 +192,7 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
         samples.push(UNATTRIBUTED_ENERGY.sample(state.tasks.unattributed_mj as f64 / 1e3));
     }
     if refused {
-        run.state.bounded(Problem::TooManyTasks(MAX_HOLDERS));
+        run.state.bounded(too_many);
     }
     if let Some(uuid) = damaged {
         run.state.bounded(Problem::Corrupt(Damage::Tasks(uuid)));
