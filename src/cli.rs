@@ -342,14 +342,11 @@ pub enum BadValue {
 }
 
 fn parse_output_file(name: &str) -> Result<String, BadValue> {
-    if name.contains('/') {
-        Err(BadValue::Path)
-    } else if name.starts_with('.') {
-        Err(BadValue::Hidden)
-    } else if name.len() <= ".prom".len() || !name.ends_with(".prom") {
-        Err(BadValue::NotProm)
-    } else {
-        Ok(name.to_owned())
+    match name {
+        _ if name.contains('/') => Err(BadValue::Path),
+        _ if name.starts_with('.') => Err(BadValue::Hidden),
+        _ if name.len() <= ".prom".len() || !name.ends_with(".prom") => Err(BadValue::NotProm),
+        _ => Ok(name.to_owned()),
     }
 }
 

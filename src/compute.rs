@@ -158,12 +158,10 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
         unread_us: integrated.unread_us,
     };
     let early = gpu.fetched.processes.take().flatten();
-    if !fetch {
-        consume(gpu);
-        return Some((window, Vec::new()));
-    }
     let end = carry.last_us;
     let shares = match early {
+        // Shares not wanted: the window is spent without them.
+        _ if !fetch => Some(Some(Vec::new())),
         Some(EarlyProcesses { split, entries }) if since < split && split < end => {
             let joined = |later| combine((ratios(entries), split - since), (later, end - split));
             shares_since(gpu, split).map(|later| later.map(joined))

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::collector::Finished;
 use crate::exit::Exit;
 use crate::metrics;
 use crate::phases::Reading;
@@ -37,10 +36,8 @@ impl Outcome {
             Ok(reading) => reading,
             Err(stopped) => return stopped_because(stopped, budget),
         };
-        let down = reading
-            .devices
-            .iter()
-            .any(|d| d.device.status != Status::Up);
+        let mut finished = reading.devices;
+        let down = finished.iter().any(|f| f.device.status != Status::Up);
         let exit = match (reading.timed_out, down) {
             (true, _) => Exit::Timeout,
             (false, true) => Exit::DeviceDown,
@@ -48,14 +45,11 @@ impl Outcome {
         };
         let mut host = collector_samples(None, budget);
         host.extend(reading.host);
-        let mut states = BTreeMap::new();
-        let mut devices = Vec::with_capacity(reading.devices.len());
-        for Finished { device, state } in reading.devices {
-            if let Some(state) = state.filter(|_| !device.uuid.is_empty()) {
-                states.insert(device.uuid.clone(), state);
-            }
-            devices.push(device);
-        }
+        let states = (finished.iter_mut())
+            .filter(|f| !f.device.uuid.is_empty())
+            .filter_map(|f| Some((f.device.uuid.clone(), f.state.take()?)))
+            .collect();
+        let devices = finished.into_iter().map(|f| f.device).collect();
         Outcome {
             snapshot: Snapshot { host, devices },
             states,
