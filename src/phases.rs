@@ -493,13 +493,11 @@ pub fn run_host(
     nvml_read: bool,
     enter: &dyn Fn(&'static str),
 ) {
-    for collector in in_needed_order(collectors) {
+    let runnable = |c: &&Collector| nvml_read || c.hooks.host_without_nvml;
+    for collector in in_needed_order(collectors).into_iter().filter(runnable) {
         let Some(host) = collector.hooks.host else {
             continue;
         };
-        if !nvml_read && !collector.hooks.host_without_nvml {
-            continue;
-        }
         enter(collector.name);
         let started = Instant::now();
         let outcome = host(run);
