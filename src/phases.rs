@@ -345,9 +345,9 @@ fn read_group(
     );
     // The windows shortened to end by their plan's latest end.
     for (gpu, &latest) in ready.iter_mut().zip(&plan.windows_end_by) {
-        gpu.windows
-            .iter_mut()
-            .for_each(|window| window.end_by(latest));
+        for window in &mut gpu.windows {
+            window.end_by(latest);
+        }
         gpu.windows_end = gpu.windows.iter().map(|w| w.ends()).min();
     }
     if let Some(start) = plan.reads_start {

@@ -100,7 +100,8 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let now_us = procfs::boot_us();
     let wall_us = samples::now_us();
     let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
-    let (too_many, mut refused, mut damaged) = (Problem::TooManyTasks(MAX_HOLDERS), false, None);
+    let too_many = Problem::TooManyTasks(MAX_HOLDERS);
+    let (mut refused, mut damaged) = (false, None);
     let found = allocation::read(&run.inputs.allocations, run.until);
     // Each problem logged when it begins, not every run while it lasts.
     let said = &run.state.previous().said;
