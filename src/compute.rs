@@ -8,7 +8,7 @@ use nvml::types::{Sampling, UsedGpuMemory};
 
 use crate::collector::Gpu;
 use crate::metrics;
-use crate::samples::{self, Carry, EarlyProcesses};
+use crate::samples::{self, Carry, EarlyProcesses, Integrated};
 use crate::snapshot::{BusyWindow, Process};
 use crate::state::schema::Stream;
 
@@ -16,10 +16,9 @@ use crate::state::schema::Stream;
 /// previous run, once per run whichever collectors ask (processes, tasks);
 /// the window, where NVML gave shares over one.
 pub fn list(gpu: &mut Gpu<'_>, shares_when_idle: bool) -> Option<BusyWindow> {
-    if let Some((window, complete)) = gpu.process_window {
-        if complete || !shares_when_idle {
-            return window;
-        }
+    match gpu.process_window {
+        Some((window, complete)) if complete || !shares_when_idle => return window,
+        _ => {}
     }
     gpu.process_window = Some((None, true));
     let listed = gpu.nvml.compute_processes()?;
@@ -146,14 +145,11 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
             gpu.next_state().carries.insert(Stream::Processes, carry);
         }
     };
-    let Some(integrated) = integrated else {
+    let claimed = |i: &Integrated| i.intervals.iter().any(|i| i.claimed_us > 0);
+    let Some(integrated) = integrated.filter(claimed) else {
         consume(gpu);
         return None;
     };
-    if integrated.intervals.iter().all(|i| i.claimed_us == 0) {
-        consume(gpu);
-        return None;
-    }
     let since = integrated.intervals.first()?.start_us;
     let before = previous.unwrap_or_default();
     let window = BusyWindow {
@@ -162,34 +158,24 @@ fn utilization(gpu: &mut Gpu<'_>, fetch: bool) -> Option<(BusyWindow, Vec<Share>
         unread_us: integrated.unread_us,
     };
     let early = gpu.fetched.processes.take().flatten();
-    if !fetch {
-        consume(gpu);
-        return Some((window, Vec::new()));
-    }
     let end = carry.last_us;
     let shares = match early {
+        // Shares not wanted: the window is spent without them.
+        _ if !fetch => Some(Some(Vec::new())),
         Some(EarlyProcesses { split, entries }) if since < split && split < end => {
             let joined = |later| combine((ratios(entries), split - since), (later, end - split));
             shares_since(gpu, split).map(|later| later.map(joined))
         }
         _ => shares_since(gpu, since),
     };
-    match shares {
-        Some(Some(shares)) => {
-            consume(gpu);
-            Some((window, shares))
-        }
-        // NVML keeps no means per process: the window is spent.
-        Some(None) => {
-            consume(gpu);
-            None
-        }
+    let Some(shares) = shares else {
         // The read failed (counted): the window is left to the next run.
-        None => {
-            gpu.fetched.shares_failed = true;
-            None
-        }
-    }
+        gpu.fetched.shares_failed = true;
+        return None;
+    };
+    // Where NVML keeps no means per process, the window is spent too.
+    consume(gpu);
+    shares.map(|shares| (window, shares))
 }
 
 /// The processes' means since `since`; `Some(None)` where NVML keeps none

@@ -32,11 +32,8 @@ impl GpuFacts {
     /// By the PCI device id where NVML gave it (whatever the name says), else
     /// by a whole word of the product name (`A10` is no `A100`).
     pub fn chip(&self) -> Chip {
-        let named = |names: &[&str]| {
-            self.name
-                .split(|c: char| !c.is_ascii_alphanumeric())
-                .any(|word| names.contains(&word))
-        };
+        let words = || self.name.split(|c: char| !c.is_ascii_alphanumeric());
+        let named = |names: &[&str]| words().any(|word| names.contains(&word));
         match self.pci_device_id.map(|id| id >> 16) {
             Some(0x2080..=0x20FF) => Chip::Ga100,
             Some(0x2300..=0x237F) => Chip::Gh100,

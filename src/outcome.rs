@@ -4,13 +4,12 @@
 //! counts) adds for the GPUs the state knows of this boot.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::collector::Finished;
 use crate::exit::Exit;
 use crate::metrics;
 use crate::phases::Reading;
 use crate::reason::Reason;
+use crate::samples;
 use crate::snapshot::{Device, Sample, Snapshot, Status};
 use crate::state::schema::GpuState;
 use crate::state::StateFile;
@@ -35,15 +34,10 @@ impl Outcome {
     pub fn of(collected: Result<Reading, Stopped>, budget: &Budget) -> Outcome {
         let reading = match collected {
             Ok(reading) => reading,
-            Err(stopped) => {
-                let (reason, exit) = stopped_because(stopped, budget);
-                return Outcome::failed(reason, exit, budget);
-            }
+            Err(stopped) => return stopped_because(stopped, budget),
         };
-        let down = reading
-            .devices
-            .iter()
-            .any(|d| d.device.status != Status::Up);
+        let mut finished = reading.devices;
+        let down = finished.iter().any(|f| f.device.status != Status::Up);
         let exit = match (reading.timed_out, down) {
             (true, _) => Exit::Timeout,
             (false, true) => Exit::DeviceDown,
@@ -51,14 +45,11 @@ impl Outcome {
         };
         let mut host = collector_samples(None, budget);
         host.extend(reading.host);
-        let mut states = BTreeMap::new();
-        let mut devices = Vec::with_capacity(reading.devices.len());
-        for Finished { device, state } in reading.devices {
-            if let Some(state) = state.filter(|_| !device.uuid.is_empty()) {
-                states.insert(device.uuid.clone(), state);
-            }
-            devices.push(device);
-        }
+        let states = (finished.iter_mut())
+            .filter(|f| !f.device.uuid.is_empty())
+            .filter_map(|f| Some((f.device.uuid.clone(), f.state.take()?)))
+            .collect();
+        let devices = finished.into_iter().map(|f| f.device).collect();
         Outcome {
             snapshot: Snapshot { host, devices },
             states,
@@ -114,9 +105,9 @@ impl Outcome {
     }
 }
 
-/// Logs why NVML gave no reading; the reason and the exit status.
-fn stopped_because(stopped: Stopped, budget: &Budget) -> (Reason, Exit) {
-    match stopped {
+/// Logs why NVML gave no reading; the run failed for that reason.
+fn stopped_because(stopped: Stopped, budget: &Budget) -> Outcome {
+    let (reason, exit) = match stopped {
         Stopped::Nvml(error) => {
             let (reason, detail) = (Reason::from(error.failure), error.detail);
             log::error!(
@@ -142,15 +133,15 @@ fn stopped_because(stopped: Stopped, budget: &Budget) -> (Reason, Exit) {
             log::error!("the NVML thread ended without a result (see the panic above)");
             (Reason::ExporterBug, Exit::NvmlUnavailable)
         }
-    }
+    };
+    Outcome::failed(reason, exit, budget)
 }
 
 /// The collector samples of every file; `error`: why the run failed, if it did.
 fn collector_samples(error: Option<Reason>, budget: &Budget) -> Vec<Sample> {
     // When the snapshot was taken: the end of reading, or the failure.
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |since| since.as_millis() as f64 / 1000.0);
+    // In whole ms, as Prometheus' timestamps are.
+    let timestamp = (samples::now_us() / 1000) as f64 / 1000.0;
     let mut samples = vec![
         metrics::COLLECTOR_UP.sample(if error.is_some() { 0.0 } else { 1.0 }),
         metrics::COLLECTOR_DURATION.sample(budget.started.elapsed().as_secs_f64()),

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nvml::types::Device as NvmlDevice;
-use nvml::{DeviceReader, InFlight, InitError, Scope, Session, Versions};
+use nvml::{DeviceReader, InFlight, InitError, Scope, Session};
 
 use crate::bounded::{Threads, Waiting};
 use crate::collector::{down, Collector, Finished, Gpu, HostRun, Settings, Window};
@@ -85,25 +85,22 @@ pub fn read(
     let (started, missing) = identify(
         &reports, &mut slots, starts, &states, totals, settings, inflight,
     );
-    receive(
-        &reports,
-        &mut slots,
-        settings.budget.gpus_end,
-        Slot::settled,
-    );
-    let mut timed_out = false;
-    let mut devices = Vec::with_capacity(slots.len() + missing.len());
-    for ((index, slot), start) in (0..).zip(slots).zip(started) {
-        let (device, timeout) = slot.into_device(index, start, settings, inflight, opened_at);
-        timed_out |= timeout;
-        devices.push(device);
-    }
+    let gpus_end = settings.budget.gpus_end;
+    receive(&reports, &mut slots, gpus_end, Slot::settled);
+    let (mut devices, timeouts): (Vec<Finished>, Vec<bool>) = (0..)
+        .zip(slots)
+        .zip(started)
+        .map(|((index, slot), start)| slot.into_device(index, start, settings, inflight, opened_at))
+        .unzip();
     devices.extend(missing.into_iter().map(|gone| departed(gone, &states)));
+    // A version NVML cannot tell is an empty label.
+    let versions = &session.versions;
+    let labels = [&versions.driver, &versions.cuda, &versions.nvml].map(Clone::clone);
     Ok(Reading {
-        host: vec![driver_info(&session.versions)],
-        driver_version: session.versions.driver.clone(),
+        host: vec![metrics::DRIVER_INFO.sample_with(labels, 1.0)],
+        driver_version: versions.driver.clone(),
         devices,
-        timed_out,
+        timed_out: timeouts.contains(&true),
     })
 }
 
@@ -183,7 +180,6 @@ impl Slot {
             }
             Slot::Reading(took) => {
                 // The phase the deadline cut keeps all the run's time (`timing::cut`).
-                let micros = |took: Duration| u64::try_from(took.as_micros()).ok();
                 let cut = micros(timing::cut(opened, settings.budget.gpus_end));
                 match took {
                     None => state.reads_us = cut,
@@ -279,10 +275,9 @@ fn spawn_readers(
     };
     for group in groups.into_iter().filter(|group| !group.is_empty()) {
         let indices: Vec<u32> = group.iter().map(|(index, _)| *index).collect();
-        let name = if settings.parallel {
-            format!("gpu{}", indices[0])
-        } else {
-            "gpus".to_owned()
+        let name = match settings.parallel {
+            true => format!("gpu{}", indices[0]),
+            false => "gpus".to_owned(),
         };
         let (settings, inflight) = (settings.clone(), Arc::clone(inflight));
         let panicked = indices.clone();
@@ -348,8 +343,12 @@ fn read_group(
         windows_end,
         &estimates,
     );
-    for (gpu, end_by) in ready.iter_mut().zip(&plan.windows_end_by) {
-        gpu.end_windows_by(*end_by);
+    // The windows shortened to end by their plan's latest end.
+    for (gpu, &latest) in ready.iter_mut().zip(&plan.windows_end_by) {
+        for window in &mut gpu.windows {
+            window.end_by(latest);
+        }
+        gpu.windows_end = gpu.windows.iter().map(|w| w.ends()).min();
     }
     if let Some(start) = plan.reads_start {
         thread::sleep(start.saturating_duration_since(Instant::now()));
@@ -361,12 +360,6 @@ fn read_group(
         let _ = report.send((index, Slot::Reading(Some(took))));
         let _ = report.send((index, Slot::Read(Box::new(gpu.close()))));
     }
-}
-
-/// `nvidia_gpu_driver_info` (a version NVML cannot tell is an empty label).
-fn driver_info(versions: &Versions) -> Sample {
-    let labels = [&versions.driver, &versions.cuda, &versions.nvml].map(Clone::clone);
-    metrics::DRIVER_INFO.sample_with(labels, 1.0)
 }
 
 /// The GPUs' previous state as this driver may use it (after a driver
@@ -410,10 +403,8 @@ fn open<'n>(
     start: Start,
     settings: &Settings,
 ) -> Result<Opened<'n>, Box<Finished>> {
-    let mut reader = match reader {
-        Ok(reader) => reader,
-        Err(why) => return Err(Box::new(down(index, &start.identity, why, None).into())),
-    };
+    let unopened = |why| Box::new(Finished::from(down(index, &start.identity, why, None)));
+    let mut reader = reader.map_err(unopened)?;
     reader.resume(start.state, start.keeps_totals);
     let windows: Vec<_> = settings
         .collectors
@@ -443,14 +434,6 @@ fn open<'n>(
 }
 
 impl Opened<'_> {
-    /// Shortens the windows to end by `latest` (see `timing::schedule`).
-    fn end_windows_by(&mut self, latest: Instant) {
-        for window in &mut self.windows {
-            window.end_by(latest);
-        }
-        self.windows_end = self.windows.iter().map(|w| w.ends()).min();
-    }
-
     /// Phase 2b: the batched field read and every `read`; how long they took.
     fn read(&mut self, collectors: &[&'static Collector]) -> Duration {
         let started = Instant::now();
@@ -470,7 +453,7 @@ impl Opened<'_> {
             read(reader);
         }
         let ended = Instant::now();
-        reader.next_state().reads_us = u64::try_from((ended - started).as_micros()).ok();
+        reader.next_state().reads_us = micros(ended - started);
         self.reads = Some((started, ended));
         ended - started
     }
@@ -483,8 +466,7 @@ impl Opened<'_> {
             window.close(&mut self.reader);
         }
         let closed = Instant::now();
-        self.reader.next_state().closing_us =
-            ended.and_then(|ended| u64::try_from((closed - ended).as_micros()).ok());
+        self.reader.next_state().closing_us = ended.and_then(|ended| micros(closed - ended));
         if let (true, Some((started, ended))) = (had_windows, self.reads) {
             log::debug!(
                 "GPU {}: point readings taken from {} ms to {} ms before the windows closed",
@@ -497,6 +479,11 @@ impl Opened<'_> {
     }
 }
 
+/// `duration` in whole µs, as the state keeps it.
+fn micros(duration: Duration) -> Option<u64> {
+    u64::try_from(duration.as_micros()).ok()
+}
+
 /// Runs every collector's host step in registry order (only those that
 /// need nothing of NVML where `nvml_read` is false), each with its
 /// `nvidia_gpu_collector_success` and `_step_duration_seconds` samples.
@@ -506,22 +493,18 @@ pub fn run_host(
     nvml_read: bool,
     enter: &dyn Fn(&'static str),
 ) {
-    for collector in in_needed_order(collectors) {
+    let runnable = |c: &&Collector| nvml_read || c.hooks.host_without_nvml;
+    for collector in in_needed_order(collectors).into_iter().filter(runnable) {
         let Some(host) = collector.hooks.host else {
             continue;
         };
-        if !nvml_read && !collector.hooks.host_without_nvml {
-            continue;
-        }
         enter(collector.name);
         let started = Instant::now();
         let outcome = host(run);
-        // The step logs its own failures (once, not every run).
-        if let Err(why) = &outcome {
-            log::debug!("collector {}: {why}", collector.name);
-        }
-        if outcome.is_ok() {
-            run.succeeded.push(collector.name);
+        match &outcome {
+            Ok(()) => run.succeeded.push(collector.name),
+            // The step logs its own failures (once, not every run).
+            Err(why) => log::debug!("collector {}: {why}", collector.name),
         }
         let labels = [collector.name];
         run.snapshot.host.extend([
@@ -537,15 +520,10 @@ fn in_needed_order(collectors: &[&'static Collector]) -> Vec<&'static Collector>
     let mut left = collectors.to_vec();
     let mut ordered = Vec::with_capacity(left.len());
     while !left.is_empty() {
-        let waits = |c: &Collector, left: &[&Collector]| {
-            c.hooks
-                .needs
-                .iter()
-                .any(|need| left.iter().any(|l| l.name == *need))
-        };
+        let waiting = |need: &&str| left.iter().any(|l| l.name == *need);
         // A need that is never met (a cycle) does not hold the rest back.
-        let next = (0..left.len())
-            .find(|&i| !waits(left[i], &left))
+        let next = (left.iter())
+            .position(|c| !c.hooks.needs.iter().any(waiting))
             .unwrap_or(0);
         ordered.push(left.remove(next));
     }

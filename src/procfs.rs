@@ -61,16 +61,13 @@ impl Procfs {
         }
         let dir = self.root.join(pid.to_string());
         let until = self.until.min(Instant::now() + READ_LIMIT);
-        match bounded::call("proc", until, move || read_proc(pid, &dir)) {
-            Ok(read) => read,
-            Err(_) => {
-                log::warn!(
-                    "/proc/{pid} did not answer in time; this run's processes are left without owners"
-                );
-                self.gave_up.set(true);
-                unread
-            }
-        }
+        bounded::call("proc", until, move || read_proc(pid, &dir)).unwrap_or_else(|_| {
+            log::warn!(
+                "/proc/{pid} did not answer in time; this run's processes are left without owners"
+            );
+            self.gave_up.set(true);
+            unread
+        })
     }
 
     /// The environment of `pid`, read on a thread of its own until the
@@ -82,14 +79,14 @@ impl Procfs {
             return None;
         }
         let path = self.root.join(pid.to_string()).join("environ");
-        match bounded::call("environ", self.until, move || fs::read(path)) {
-            Ok(read) => read.ok(),
-            Err(_) => {
-                log::warn!("a process's environment did not answer in time; owners named by it are left out");
-                self.environ_gave_up.set(true);
-                None
-            }
-        }
+        let read = bounded::call("environ", self.until, move || fs::read(path));
+        read.map(Result::ok).unwrap_or_else(|_| {
+            log::warn!(
+                "a process's environment did not answer in time; owners named by it are left out"
+            );
+            self.environ_gave_up.set(true);
+            None
+        })
     }
 }
 

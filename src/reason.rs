@@ -105,24 +105,19 @@ constants! {
 
 impl From<nvml::Failure> for Reason {
     fn from(failure: nvml::Failure) -> Reason {
-        use nvml::Failure as F;
-        match failure {
-            F::LibraryNotFound => Reason::LibraryNotFound,
-            F::DriverNotLoaded => Reason::DriverNotLoaded,
-            F::NoPermission => Reason::NoPermission,
-            F::DriverLibraryMismatch => Reason::DriverLibraryMismatch,
-            F::MissingSymbol => Reason::MissingSymbol,
-            F::GpuLost => Reason::GpuLost,
-            F::ResetRequired => Reason::ResetRequired,
-            F::Uninitialized => Reason::Uninitialized,
-            F::DriverTimeout => Reason::DriverTimeout,
-            F::IrqIssue => Reason::IrqIssue,
-            F::InsufficientPower => Reason::InsufficientPower,
-            F::CorruptedInforom => Reason::CorruptedInforom,
-            F::OutOfMemory => Reason::OutOfMemory,
-            F::OperatingSystem => Reason::OperatingSystem,
-            F::Unknown => Reason::Unknown,
+        // Each failure is the reason of the same name (the match is exhaustive).
+        macro_rules! same_name {
+            ($($name:ident)*) => {
+                match failure {
+                    $(nvml::Failure::$name => Reason::$name,)*
+                }
+            };
         }
+        same_name!(
+            LibraryNotFound DriverNotLoaded NoPermission DriverLibraryMismatch MissingSymbol GpuLost
+            ResetRequired Uninitialized DriverTimeout IrqIssue InsufficientPower CorruptedInforom
+            OutOfMemory OperatingSystem Unknown
+        )
     }
 }
 

@@ -27,16 +27,10 @@ pub fn render(snapshot: &Snapshot) -> String {
     let device_samples = devices.flat_map(|(device, identity)| {
         (device.samples.iter()).map(move |sample| (Some(identity.as_str()), sample))
     });
-    for (identity, sample) in snapshot
-        .host
-        .iter()
-        .map(|s| (None, s))
-        .chain(device_samples)
-    {
-        families
-            .entry(sample.family.name)
-            .or_default()
-            .push((identity, sample));
+    let host_samples = snapshot.host.iter().map(|sample| (None, sample));
+    for (identity, sample) in host_samples.chain(device_samples) {
+        let family = families.entry(sample.family.name).or_default();
+        family.push((identity, sample));
     }
 
     let sample_count: usize = families.values().map(Vec::len).sum();

@@ -44,20 +44,16 @@ fn contiguous(gap: u64, period: u64) -> bool {
     gap <= period.saturating_add(period / 2)
 }
 
-/// The sample period: the median of the positive gaps between `timestamps`
-/// (one odd gap cannot shrink it), else `known`.
-fn period_of(timestamps: impl Iterator<Item = u64>, known: u64) -> u64 {
-    let timestamps: Vec<u64> = timestamps.collect();
-    let mut gaps: Vec<u64> = timestamps
+/// The sample period: the median of the positive gaps between the
+/// `samples`' timestamps (one odd gap cannot shrink it), else `known`.
+fn period_of(samples: &[Point], known: u64) -> u64 {
+    let mut gaps: Vec<u64> = samples
         .windows(2)
-        .map(|pair| pair[1].saturating_sub(pair[0]))
+        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
         .filter(|&gap| gap > 0)
         .collect();
-    if gaps.is_empty() {
-        return known;
-    }
     gaps.sort_unstable();
-    gaps[gaps.len() / 2]
+    gaps.get(gaps.len() / 2).copied().unwrap_or(known)
 }
 
 /// `samples` in NVML's order. `anchored`: NVML returned only samples newer
@@ -75,7 +71,7 @@ pub fn integrate(carry: Carry, samples: &[Point], anchored: bool) -> Integrated 
         .filter(|&(ts, _)| stepped || !anchored || ts > carry.last_us)
         .collect();
     // The period comes from every fresh timestamp, dropped samples included.
-    let period = period_of(fresh.iter().map(|&(ts, _)| ts), carry.period_us);
+    let period = period_of(&fresh, carry.period_us);
     let mut previous = (anchored && !stepped && carry.last_us > 0).then_some(carry.last_us);
     let (mut busy, mut sampled, mut unread) = (0u64, 0u64, 0u64);
     let mut rejected = Vec::new();
@@ -198,7 +194,7 @@ impl Fetched {
         reader: &mut DeviceReader<'_>,
         sampling: Sampling,
         last_seen: u64,
-    ) -> Option<Result<Vec<Point>, nvml::Error>> {
+    ) -> Answered {
         let position = self
             .answers
             .iter()
@@ -229,12 +225,12 @@ impl Fetched {
     }
 }
 
-/// `Err` only where not supported; other errors counted.
-fn fetch(
-    reader: &mut DeviceReader<'_>,
-    sampling: Sampling,
-    last_seen: u64,
-) -> Option<Result<Vec<Point>, nvml::Error>> {
+/// A read of a sample buffer: `None` where it failed (counted), `Err` only
+/// where NVML keeps no samples of it.
+type Answered = Option<Result<Vec<Point>, nvml::Error>>;
+
+/// Reads `sampling`'s buffer since `last_seen` ([`Answered`]).
+fn fetch(reader: &mut DeviceReader<'_>, sampling: Sampling, last_seen: u64) -> Answered {
     reader.read_expecting(
         calls::SAMPLES,
         (sampling, last_seen),

@@ -46,12 +46,7 @@ impl<const N: usize> Labelled<N> {
             .labels
             .iter()
             .zip(values)
-            .filter_map(|(&name, value)| {
-                Some(Label {
-                    name,
-                    value: value?,
-                })
-            })
+            .filter_map(|(&name, value)| value.map(|value| Label { name, value }))
             .collect();
         Sample {
             family: self.family(),

@@ -113,15 +113,12 @@ impl std::str::FromStr for WindowRequest {
         if text == "auto" {
             return Ok(WindowRequest::Longest);
         }
-        let window = humantime::parse_duration(text).map_err(WindowError::Unreadable)?;
-        if !window.is_zero() && window < MIN_WINDOW {
-            return Err(WindowError::TooShort);
+        match humantime::parse_duration(text).map_err(WindowError::Unreadable)? {
+            window if !window.is_zero() && window < MIN_WINDOW => Err(WindowError::TooShort),
+            // No run holds a window longer than the longest timeout, GPM on or off.
+            window if window > MAX_TIMEOUT => Err(WindowError::TooLong),
+            window => Ok(WindowRequest::Exactly(window)),
         }
-        // No run holds a window longer than the longest timeout, GPM on or off.
-        if window > MAX_TIMEOUT {
-            return Err(WindowError::TooLong);
-        }
-        Ok(WindowRequest::Exactly(window))
     }
 }
 

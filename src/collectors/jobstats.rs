@@ -9,7 +9,7 @@
 
 use crate::collector::{Collector, Hooks, HostError, HostRun};
 use crate::metrics::{families, INFO};
-use crate::snapshot::{Device, LabelValue};
+use crate::snapshot::Device;
 
 families! {
     FAMILIES;
@@ -30,28 +30,21 @@ pub(super) static COLLECTOR: Collector = Collector {
 fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     for device in &mut run.snapshot.devices {
         let minor = minor_number(device);
-        let jobs = std::mem::take(&mut device.slurm_jobs);
-        for job in &jobs {
+        let samples = &mut device.samples;
+        for job in &device.slurm_jobs {
             let Ok(number) = job.job_id.parse::<f64>() else {
                 continue;
             };
+            let id = |id: Option<u32>| id.map(|id| id.to_string().into());
             let labels = || {
-                [
-                    job.gpu_instance_id
-                        .map(|gi| LabelValue::Owned(gi.to_string())),
-                    minor.clone().map(LabelValue::Owned),
-                    Some(LabelValue::Owned(job.job_id.clone())),
-                    job.uid.map(|uid| LabelValue::Owned(uid.to_string())),
-                ]
+                let (job_id, minor) = (job.job_id.clone().into(), minor.clone().map(Into::into));
+                [id(job.gpu_instance_id), minor, Some(job_id), id(job.uid)]
             };
-            device.samples.push(JOB_ID.sample_some(labels(), number));
+            samples.push(JOB_ID.sample_some(labels(), number));
             if let Some(uid) = job.uid {
-                device
-                    .samples
-                    .push(JOB_UID.sample_some(labels(), f64::from(uid)));
+                samples.push(JOB_UID.sample_some(labels(), f64::from(uid)));
             }
         }
-        device.slurm_jobs = jobs;
     }
     Ok(())
 }

@@ -41,7 +41,7 @@ fn attribute(devices: &mut [Device], owners: &mut Owners) {
     for device in devices {
         for process in &device.processes {
             let known = owners.of(process.pid);
-            let id = |id: Option<u32>| id.map(|id| LabelValue::Owned(id.to_string()));
+            let id = |id: Option<u32>| id.map(|id| id.to_string().into());
             let comm = known.proc.comm.clone().map(LabelValue::Owned);
             let ids = [
                 id(Some(process.pid)),
@@ -50,14 +50,12 @@ fn attribute(devices: &mut [Device], owners: &mut Owners) {
                 comm,
             ];
             let labels = with_ids(ids, known.owner.as_ref());
+            let samples = &mut device.samples;
             if let Some(bytes) = process.memory_bytes {
-                let sample = PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64);
-                device.samples.push(sample);
+                samples.push(PROCESS_MEMORY_USED.sample_some(labels.clone(), bytes as f64));
             }
             if let Some(ratio) = process.sm_ratio {
-                device
-                    .samples
-                    .push(PROCESS_UTILIZATION.sample_some(labels, ratio));
+                samples.push(PROCESS_UTILIZATION.sample_some(labels, ratio));
             }
         }
     }

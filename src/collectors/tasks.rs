@@ -5,12 +5,10 @@
 //! process's task and advances the GPU's [`Ledger`] ([`account`], pure).
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvml::calls;
-use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
-
 use nvml::mig;
+use nvml::types::field_id::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION;
 
 use crate::allocation::{self, Allocation, Device as AllocatedDevice, Task};
 use crate::collector::{Collector, Gpu, Hooks, HostError, HostRun};
@@ -20,7 +18,8 @@ use crate::owner::kubernetes::Pod;
 use crate::owner::slurm::Job;
 use crate::owner::{with_ids, Owner, Owners};
 use crate::procfs;
-use crate::snapshot::{Device, LabelValue, SlurmJob, TaskReading};
+use crate::samples;
+use crate::snapshot::{Device, SlurmJob, TaskReading};
 use crate::state::schema::{Damage, MAX_SAID};
 use crate::state::Problem;
 use crate::task::{account, Given, Holder, Ledger, Seen, MAX_HOLDERS};
@@ -99,10 +98,9 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     // Boot time, not the wall clock: a clock step moves no count. NVML's
     // sample times are the wall clock's.
     let now_us = procfs::boot_us();
-    let wall_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+    let wall_us = samples::now_us();
     let to_boot = |wall: u64| wall.saturating_sub(wall_us.saturating_sub(now_us));
+    let too_many = Problem::TooManyTasks(MAX_HOLDERS);
     let (mut refused, mut damaged) = (false, None);
     let found = allocation::read(&run.inputs.allocations, run.until);
     // Each problem logged when it begins, not every run while it lasts.
@@ -115,17 +113,10 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
     }
     run.state.next().said = found.problems.iter().take(MAX_SAID).cloned().collect();
     // This run's XID counts, where the xid step counted them (it runs first).
-    let xids: Option<BTreeMap<String, u64>> = run.succeeded.contains(&"xid").then(|| {
-        let counts = &run.state.next().xid;
-        let gpus = run.snapshot.devices.iter().map(|d| &d.uuid);
-        gpus.map(|uuid| (uuid.clone(), counts.xids_of(uuid)))
-            .collect()
-    });
+    let xids_counted = run.succeeded.contains(&"xid");
     for device in &mut run.snapshot.devices {
-        let Some(reading) = device.tasks.take() else {
-            continue;
-        };
-        let Some(state) = run.states.get_mut(&device.uuid) else {
+        let (Some(reading), Some(state)) = (device.tasks.take(), run.states.get_mut(&device.uuid))
+        else {
             continue;
         };
         if let Some(implausible) = state.tasks.implausible() {
@@ -164,70 +155,45 @@ fn host(run: &mut HostRun<'_>) -> Result<(), HostError> {
             run.owners,
         );
         device.slurm_jobs = jobs;
-        let accounted = account(
-            &state.tasks,
-            now_us,
-            reading.energy_mj,
-            reading.window,
-            &seen,
-            &given,
-            xids.as_ref()
-                .and_then(|xids| xids.get(&device.uuid).copied()),
-        );
-        if accounted.refused && !state.tasks.refused {
-            log::warn!(
-                "GPU {}: {}",
-                device.index,
-                Problem::TooManyTasks(MAX_HOLDERS)
-            );
+        let xids = xids_counted.then(|| run.state.next().xid.xids_of(&device.uuid));
+        let (energy_mj, window) = (reading.energy_mj, reading.window);
+        let next = account(&state.tasks, now_us, energy_mj, window, &seen, &given, xids);
+        if next.refused && !state.tasks.refused {
+            log::warn!("GPU {}: {too_many}", device.index);
         }
-        refused |= accounted.refused;
-        state.tasks = accounted.ledger;
+        refused |= next.refused;
+        state.tasks = next;
         let mut memory: BTreeMap<&Holder, u64> = BTreeMap::new();
         for (process, seen) in device.processes.iter().zip(&seen) {
             if let (Some((holder, _)), Some(bytes)) = (&seen.now, process.memory_bytes) {
                 *memory.entry(holder).or_default() += bytes;
             }
         }
+        let samples = &mut device.samples;
+        let seconds = |us: u64| us as f64 / 1e6;
         for (holder, totals) in &mut state.tasks.totals {
-            if let Some(&bytes) = memory.get(holder) {
-                totals.memory_peak_bytes = totals.memory_peak_bytes.max(bytes);
-            }
-        }
-        for (holder, totals) in &state.tasks.totals {
-            let instance = holder
-                .gpu_instance_id
-                .map(|id| LabelValue::Owned(id.to_string()));
+            let instance = holder.gpu_instance_id.map(|id| id.to_string().into());
             let labels = with_ids([instance], Some(&holder.task));
             if totals.measured {
-                let busy = totals.busy_us as f64 / 1e6;
-                device
-                    .samples
-                    .push(TASK_BUSY.sample_some(labels.clone(), busy));
+                samples.push(TASK_BUSY.sample_some(labels.clone(), seconds(totals.busy_us)));
             }
             if totals.allocated_us > 0 || given.iter().any(|g| g.holder == *holder) {
-                let allocated = totals.allocated_us as f64 / 1e6;
-                device
-                    .samples
-                    .push(TASK_ALLOCATED.sample_some(labels.clone(), allocated));
+                let allocated = seconds(totals.allocated_us);
+                samples.push(TASK_ALLOCATED.sample_some(labels.clone(), allocated));
             }
-            device.samples.extend([
+            samples.extend([
                 TASK_ENERGY.sample_some(labels.clone(), totals.energy_mj as f64 / 1e3),
-                TASK_HELD.sample_some(labels.clone(), totals.held_us as f64 / 1e6),
+                TASK_HELD.sample_some(labels.clone(), seconds(totals.held_us)),
             ]);
             if let Some(&bytes) = memory.get(holder) {
-                device
-                    .samples
-                    .push(TASK_MEMORY.sample_some(labels, bytes as f64));
+                totals.memory_peak_bytes = totals.memory_peak_bytes.max(bytes);
+                samples.push(TASK_MEMORY.sample_some(labels, bytes as f64));
             }
         }
-        let unattributed = state.tasks.unattributed_mj as f64 / 1e3;
-        device
-            .samples
-            .push(UNATTRIBUTED_ENERGY.sample(unattributed));
+        samples.push(UNATTRIBUTED_ENERGY.sample(state.tasks.unattributed_mj as f64 / 1e3));
     }
     if refused {
-        run.state.bounded(Problem::TooManyTasks(MAX_HOLDERS));
+        run.state.bounded(too_many);
     }
     if let Some(uuid) = damaged {
         run.state.bounded(Problem::Corrupt(Damage::Tasks(uuid)));
@@ -271,17 +237,14 @@ fn given(
             _ => continue,
         };
         if let (Task::Slurm { job_id, .. }, None) = (&allocation.task, allocation.end) {
-            let job = SlurmJob {
-                gpu_instance_id: instance,
-                job_id: job_id.clone(),
-                uid: allocation.uid,
-            };
-            match jobs
-                .iter_mut()
-                .find(|j| j.job_id == job.job_id && j.gpu_instance_id == instance)
-            {
-                Some(known) => known.uid = known.uid.or(job.uid),
-                None => jobs.push(job),
+            let same = |j: &&mut SlurmJob| j.job_id == *job_id && j.gpu_instance_id == instance;
+            match jobs.iter_mut().find(same) {
+                Some(known) => known.uid = known.uid.or(allocation.uid),
+                None => jobs.push(SlurmJob {
+                    gpu_instance_id: instance,
+                    job_id: job_id.clone(),
+                    uid: allocation.uid,
+                }),
             }
         }
         let task = match &allocation.task {
@@ -301,12 +264,11 @@ fn given(
             .find(|h| h.gpu_instance_id == instance && same_task(&h.task, &holder.task))
             .cloned()
             .unwrap_or_else(|| named(holder, ledger));
-        let whole = instance.is_none() && !allocation.shared;
         let next = Given {
             holder,
             start: allocation.start,
             end: allocation.end,
-            whole,
+            whole: instance.is_none() && !allocation.shared,
         };
         // One allocation per holder: the one whose edges are known.
         match given.iter_mut().find(|g| g.holder == next.holder) {

@@ -57,12 +57,8 @@ pub fn collect(run: &mut HostRun<'_>) -> Result<(), HostError> {
     let gpus = devices
         .filter_map(|d| Some((BusId::parse(&d.pci_bus_id)?, d.uuid.clone())))
         .collect();
-    let refused = counts.update(
-        run.inputs.journal_dir.as_deref(),
-        &gpus,
-        &boot_id,
-        run.until,
-    );
+    let journal = run.inputs.journal_dir.as_deref();
+    let refused = counts.update(journal, &gpus, &boot_id, run.until);
     add_samples(counts, run.snapshot);
     if let refused @ 1.. = refused? {
         let beyond = Uncounted::Beyond(refused);

@@ -131,13 +131,10 @@ fn pod_uid(component: &str) -> Option<String> {
 /// Whether `text` is a pod UID as the kubelet writes it: a lower-case UUID
 /// (8-4-4-4-12), or a static pod's 32 hex digits (the hash of its manifest).
 pub(crate) fn is_uid(text: &str) -> bool {
-    let hex = |g: &str| {
-        g.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
+    let hex = |g: &&str| g.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let groups: Vec<&str> = text.split('-').collect();
     let uuid = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]);
-    (uuid || (text.len() == 32 && groups.len() == 1)) && groups.iter().all(|g| hex(g))
+    (uuid || (text.len() == 32 && groups.len() == 1)) && groups.iter().all(hex)
 }
 
 /// Whether `text` can be a Kubernetes name (DNS subdomain: lower-case

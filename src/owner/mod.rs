@@ -133,17 +133,15 @@ impl Owners {
     /// Owners from `/proc` below `procfs` and the kubelet's log directories,
     /// read until `until`.
     pub fn new(procfs: &Path, pod_logs: &Path, container_logs: &Path, until: Instant) -> Owners {
-        let node = Node {
-            procfs: Procfs::new(procfs, until),
-            pod_logs: pod_logs.to_owned(),
-            container_logs: container_logs.to_owned(),
-            until,
-        };
-        let (managers, known) = Default::default();
         Owners {
-            node,
-            managers,
-            known,
+            node: Node {
+                procfs: Procfs::new(procfs, until),
+                pod_logs: pod_logs.to_owned(),
+                container_logs: container_logs.to_owned(),
+                until,
+            },
+            managers: Managers::default(),
+            known: HashMap::new(),
         }
     }
 
@@ -180,11 +178,9 @@ fn owner(process: &Proc, node: &Node, managers: &Managers) -> Option<Owner> {
         let path: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
         managers.claim(&path, process, node)
     };
-    let ids = cgroup.lines().map(|line| {
-        line.split_once(':')
-            .and_then(|(id, _)| id.parse::<u32>().ok())
-    });
-    let ids: Option<Vec<u32>> = ids.collect();
+    let ids: Option<Vec<u32>> = (cgroup.lines())
+        .map(|line| line.split_once(':')?.0.parse().ok())
+        .collect();
     let unified = cgroup.lines().find_map(|line| line.strip_prefix("0::"));
     let claimed = if !ids.is_some_and(|ids| ids.windows(2).all(|w| w[0] > w[1])) {
         Claim::User

@@ -49,12 +49,9 @@ struct Users {
 impl Users {
     /// The user's name, or else the uid as text.
     fn name(&self, uid: u32, until: Instant) -> String {
-        if let Some(name) = self.names.borrow().get(&uid) {
-            return name.clone();
-        }
-        let name = self.bounded_lookup(uid, until).unwrap_or_else(|| uid.to_string());
-        self.names.borrow_mut().insert(uid, name.clone());
-        name
+        let lookup = || self.bounded_lookup(uid, until).unwrap_or_else(|| uid.to_string());
+        let mut names = self.names.borrow_mut();
+        names.entry(uid).or_insert_with(lookup).clone()
     }
 
     /// getpwuid_r(3) on a thread of its own, waited for until `until`.

@@ -73,10 +73,8 @@ fn job_id(environ: &[u8], sluid: &str) -> Option<String> {
     if var(b"SLURM_JOB_SLUID=")? != sluid.as_bytes() {
         return None;
     }
-    job_number(&format!(
-        "job_{}",
-        String::from_utf8_lossy(var(b"SLURM_JOB_ID=")?)
-    ))
+    let id = String::from_utf8_lossy(var(b"SLURM_JOB_ID=")?);
+    is_job_number(&id).then(|| id.into_owned())
 }
 
 #[cfg(test)]

@@ -69,12 +69,10 @@ pub struct Ledger {
 impl Ledger {
     /// Within the bounds, each process naming a holder it has.
     pub fn is_bounded(&self) -> bool {
-        self.totals.len() <= MAX_HOLDERS
+        let holders = self.totals.len();
+        holders <= MAX_HOLDERS
             && self.processes.len() <= MAX_PROCESSES
-            && self
-                .processes
-                .iter()
-                .all(|&(_, _, at)| at < self.totals.len())
+            && self.processes.iter().all(|&(_, _, at)| at < holders)
     }
 
     /// The first total past its bound: one no GPU reaches (the ledger is
@@ -120,6 +118,22 @@ fn add(total: &mut u64, more: u64, bound: u64) {
     *total = total.saturating_add(more).min(bound);
 }
 
+/// What adds `more` to the total `field` picks, stopping at `bound`.
+fn adding(field: fn(&mut Totals) -> &mut u64, more: u64, bound: u64) -> impl Fn(&mut Totals) {
+    move |totals| add(field(totals), more, bound)
+}
+
+/// `of` by `share` parts of `all`: at most `of` where `share` is part of `all`.
+fn part(of: u64, share: u64, all: u64) -> u64 {
+    (u128::from(of) * u128::from(share) / u128::from(all)) as u64
+}
+
+/// `first` plus every one of `more`, stopping at `u64::MAX`.
+fn sum<'a>(first: u64, more: impl IntoIterator<Item = &'a u64>) -> u64 {
+    more.into_iter()
+        .fold(first, |all, &s| all.saturating_add(s))
+}
+
 /// A process of this run as the host step knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
@@ -146,14 +160,6 @@ pub struct Given {
     pub whole: bool,
 }
 
-/// What [`account`] gives: the next ledger, and whether a holder was not
-/// counted for [`MAX_HOLDERS`].
-#[derive(Debug, PartialEq)]
-pub struct Accounted {
-    pub ledger: Ledger,
-    pub refused: bool,
-}
-
 /// Advances `previous` to the run at `now_us`:
 /// - busy: each holder's share of the window's busy time;
 /// - energy: the energy since the baseline (the counter at the last run
@@ -177,7 +183,8 @@ pub struct Accounted {
 /// where `previous` has no run, or the energy counter went back (a driver
 /// reload): those only set the baseline. A window with shares marks its
 /// holders [`Totals::measured`]. Totals stop at their bounds; holders gone
-/// for [`LINGER_US`] are dropped.
+/// for [`LINGER_US`] are dropped. The next ledger's `refused`: a holder
+/// was not counted this run for [`MAX_HOLDERS`].
 pub fn account(
     previous: &Ledger,
     now_us: u64,
@@ -186,7 +193,7 @@ pub fn account(
     seen: &[Seen],
     given: &[Given],
     xids: Option<u64>,
-) -> Accounted {
+) -> Ledger {
     // A ledger written before `measured`: a holder with busy time had it.
     let upgraded = |t: &Totals| Totals {
         measured: t.measured || t.busy_us > 0,
@@ -234,33 +241,17 @@ pub fn account(
     }
     let (since_us, spans) = (previous.at_us, spans(given, previous.at_us, now_us));
     let alone = alone(&spans);
-    let holding: Vec<&Holder> = {
-        let mut holding: Vec<&Holder> = seen
-            .iter()
-            .filter(|p| p.listed)
-            .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
-            .chain(spans.iter().map(|(g, _, _)| &g.holder))
-            .collect();
-        holding.sort();
-        holding.dedup();
-        holding
-    };
+    let mut holding: Vec<&Holder> = seen
+        .iter()
+        .filter(|p| p.listed)
+        .filter_map(|p| p.now.as_ref().map(|(holder, _)| holder))
+        .chain(spans.iter().map(|(g, _, _)| &g.holder))
+        .collect();
+    holding.sort();
+    holding.dedup();
     let mut unattributed_mj = previous.unattributed_mj.min(MAX_MJ);
     if counting {
-        let all = shares
-            .values()
-            .fold(unknown, |all, &s| all.saturating_add(s));
-        // At most `of`: `share` is part of `all`.
-        let part =
-            |of: u64, share: u64| (u128::from(of) * u128::from(share) / u128::from(all)) as u64;
-        let held: BTreeMap<&Holder, u64> = holding
-            .iter()
-            .filter(|holder| {
-                seen.iter()
-                    .any(|p| p.listed && p.now.as_ref().is_some_and(|(h, _)| h == **holder))
-            })
-            .map(|&holder| (holder, held_since(holder, seen, since_us, now_us)))
-            .collect();
+        let all = sum(unknown, shares.values());
         if let Some(window) = window.filter(|_| all > 0) {
             let unread = unread_busy(window);
             for (holder, &share) in &shares {
@@ -270,12 +261,10 @@ pub fn account(
                     .processes
                     .iter()
                     .any(|&(_, _, at)| previous.totals.get(at).is_some_and(|(h, _)| h == holder));
-                let busy = part(window.busy_us, share).saturating_add(if held_then {
-                    part(unread, share)
-                } else {
-                    0
-                });
-                charge(holder, &|t: &mut Totals| add(&mut t.busy_us, busy, MAX_US));
+                let unread = if held_then { unread } else { 0 };
+                let busy =
+                    part(window.busy_us, share, all).saturating_add(part(unread, share, all));
+                charge(holder, &adding(|t| &mut t.busy_us, busy, MAX_US));
             }
         }
         let counter = match (previous.energy_mj, energy_mj) {
@@ -294,55 +283,49 @@ pub fn account(
                 .at(to)
                 .saturating_sub(counter.at(from))
                 .min(spent - given_mj);
-            if charge(&g.holder, &|t: &mut Totals| {
-                add(&mut t.energy_mj, mj, MAX_MJ)
-            }) {
+            if charge(&g.holder, &adding(|t| &mut t.energy_mj, mj, MAX_MJ)) {
                 given_mj += mj;
             }
         }
         // The rest by the other holders' shares.
         let rest = spent - given_mj;
-        let others: BTreeMap<&Holder, u64> = shares
+        let others: Vec<(&Holder, &u64)> = shares
             .iter()
             .filter(|(holder, _)| !alone.contains(holder))
-            .map(|(holder, &share)| (holder, share))
             .collect();
-        let all_others = others
-            .values()
-            .fold(unknown, |all, &s| all.saturating_add(s));
+        let all_others = sum(unknown, others.iter().map(|&(_, share)| share));
         let idle: Vec<&&Holder> = holding.iter().filter(|h| !alone.contains(h)).collect();
         if all_others > 0 {
-            for (holder, &share) in &others {
-                let part = (u128::from(rest) * u128::from(share) / u128::from(all_others)) as u64;
-                if charge(holder, &|t: &mut Totals| {
-                    add(&mut t.energy_mj, part, MAX_MJ)
-                }) {
+            for &(holder, &share) in &others {
+                let part = part(rest, share, all_others);
+                if charge(holder, &adding(|t| &mut t.energy_mj, part, MAX_MJ)) {
                     given_mj = given_mj.saturating_add(part);
                 }
             }
         } else if let ([only], true) = (&idle[..], alone.is_empty()) {
-            if charge(only, &|t: &mut Totals| add(&mut t.energy_mj, rest, MAX_MJ)) {
+            if charge(only, &adding(|t| &mut t.energy_mj, rest, MAX_MJ)) {
                 given_mj = spent;
             }
         }
         add(&mut unattributed_mj, spent.saturating_sub(given_mj), MAX_MJ);
-        for (holder, &held) in &held {
-            charge(holder, &|t: &mut Totals| add(&mut t.held_us, held, MAX_US));
+        for &holder in &holding {
+            if let Some(held) = held_since(holder, seen, since_us, now_us) {
+                charge(holder, &adding(|t| &mut t.held_us, held, MAX_US));
+            }
         }
         let logged = match (previous.xids, xids) {
             (Some(before), Some(now)) => now.saturating_sub(before),
             _ => 0,
         };
         for holder in holding.iter().filter(|_| logged > 0) {
-            charge(holder, &|t: &mut Totals| {
-                t.xid_errors = t.xid_errors.saturating_add(logged)
-            });
+            charge(holder, &adding(|t| &mut t.xid_errors, logged, u64::MAX));
         }
         for &(g, from, to) in &spans {
             let allocated = to.0.saturating_sub(from.0);
-            charge(&g.holder, &|t: &mut Totals| {
-                add(&mut t.allocated_us, allocated, MAX_US)
-            });
+            charge(
+                &g.holder,
+                &adding(|t| &mut t.allocated_us, allocated, MAX_US),
+            );
         }
     } else {
         for holder in &holding {
@@ -367,17 +350,14 @@ pub fn account(
         })
         .take(MAX_PROCESSES)
         .collect();
-    Accounted {
-        ledger: Ledger {
-            at_us: now_us,
-            energy_mj: energy_mj.or(previous.energy_mj),
-            unattributed_mj,
-            totals,
-            processes,
-            refused,
-            xids: xids.or(previous.xids),
-        },
+    Ledger {
+        at_us: now_us,
+        energy_mj: energy_mj.or(previous.energy_mj),
+        unattributed_mj,
+        totals,
+        processes,
         refused,
+        xids: xids.or(previous.xids),
     }
 }
 
@@ -404,14 +384,14 @@ fn spans(given: &[Given], since_us: u64, now_us: u64) -> Vec<Span<'_>> {
 /// The holders given the whole GPU whose spans no other holder's overlaps.
 fn alone<'g>(spans: &[Span<'g>]) -> Vec<&'g Holder> {
     let overlaps = |a: &Span<'_>, b: &Span<'_>| a.1 .0 < b.2 .0 && b.1 .0 < a.2 .0;
+    let shared = |a: &Span<'_>| {
+        spans
+            .iter()
+            .any(|b| b.0.holder != a.0.holder && overlaps(a, b))
+    };
     let mut alone: Vec<&Holder> = spans
         .iter()
-        .filter(|a| a.0.whole)
-        .filter(|a| {
-            !spans
-                .iter()
-                .any(|b| b.0.holder != a.0.holder && overlaps(a, b))
-        })
+        .filter(|a| a.0.whole && !shared(a))
         .map(|a| &a.0.holder)
         .collect();
     alone.dedup();
@@ -434,23 +414,22 @@ impl Counter {
             Some(mj) if (e0..=e1).contains(&mj) => mj,
             _ if at_us <= t0 => e0,
             _ if at_us >= t1 => e1,
-            _ => e0 + (u128::from(e1 - e0) * u128::from(at_us - t0) / u128::from(t1 - t0)) as u64,
+            _ => e0 + part(e1 - e0, at_us - t0, t1 - t0),
         }
     }
 }
 
 /// The time `holder` held the GPU since the previous run (at `since_us`)
-/// or its earliest listed process's start.
-fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> u64 {
+/// or its earliest listed process's start; `None` where it lists none.
+fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> Option<u64> {
     let start = seen
         .iter()
         .filter(|p| p.listed)
         .filter_map(|p| p.now.as_ref())
         .filter(|(h, _)| h == holder)
         .map(|&(_, start)| start)
-        .min()
-        .unwrap_or(0);
-    now_us.saturating_sub(start.max(since_us))
+        .min()?;
+    Some(now_us.saturating_sub(start.max(since_us)))
 }
 
 /// The busy time of the window's time NVML's buffer no longer held (no GPM
@@ -460,9 +439,7 @@ fn held_since(holder: &Holder, seen: &[Seen], since_us: u64, now_us: u64) -> u64
 /// more than that.
 fn unread_busy(window: Window) -> u64 {
     let unread = window.unread_us.min(window.length_us.saturating_mul(2));
-    let busy =
-        u128::from(window.busy_us) * u128::from(unread) / u128::from(window.length_us.max(1));
-    busy as u64
+    part(window.busy_us, unread, window.length_us.max(1))
 }
 
 #[cfg(test)]
@@ -565,8 +542,7 @@ mod tests {
             &seen,
             &[],
             None,
-        )
-        .ledger;
+        );
         assert_eq!(
             next.totals,
             [(
@@ -593,7 +569,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.49)),
             process(20, Some((&b, 0)), Some(0.11)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         let (ta, tb) = (totals_of(&next, &a), totals_of(&next, &b));
         // The owners add up to the GPU's busy time and to the energy spent.
         assert_eq!(ta.busy_us + tb.busy_us, WINDOW.busy_us);
@@ -611,17 +587,17 @@ mod tests {
         let (a, b) = (job("1"), job("2"));
         let previous = ledger(&[], &[]);
         let one = [process(10, Some((&a, 0)), None)];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &one, &[], None);
         assert_eq!(totals_of(&next, &a).energy_mj, 6_000_000);
         assert_eq!(next.unattributed_mj, 0);
         let two = [
             process(10, Some((&a, 0)), None),
             process(20, Some((&b, 0)), None),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &two, &[], None);
         assert_eq!(totals_of(&next, &a).energy_mj, 0);
         assert_eq!(next.unattributed_mj, 6_000_000);
-        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None).ledger;
+        let none = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None);
         assert_eq!(none.unattributed_mj, 6_000_000);
     }
 
@@ -630,7 +606,7 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), Some(0.5))];
-        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, Some(10), Some(WINDOW), &seen, &[], None);
         assert_eq!(
             (totals_of(&next, &a).energy_mj, next.unattributed_mj),
             (0, 0)
@@ -648,14 +624,14 @@ mod tests {
             // pid 20 now runs for b, started after NVML last saw it busy.
             process(20, Some((&b, NOW)), Some(0.4)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         // b held the GPU from its start only.
         assert_eq!(totals_of(&next, &b).held_us, 0);
         // A share nobody can be named for is nobody's.
         let unknown = [process(30, None, Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &unknown, &[], None);
         assert_eq!(next.totals, previous.totals);
         assert_eq!(next.unattributed_mj, 6_000_000);
     }
@@ -670,13 +646,13 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, Some((&b, NOW - S + 1)), Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert_eq!(totals_of(&next, &a).busy_us, WINDOW.busy_us / 2);
         assert_eq!(totals_of(&next, &b).busy_us, 0);
         assert_eq!(next.unattributed_mj, 3_000_000);
         // Started at the very sample: it may have done the work.
         let seen = [process(30, Some((&b, NOW - S)), Some(0.3))];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert_eq!(totals_of(&next, &b).busy_us, WINDOW.busy_us);
     }
 
@@ -690,7 +666,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(20, Some((&b, 0)), Some(0.1)),
         ];
-        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[], None).ledger;
+        let failed = account(&previous, NOW, None, Some(WINDOW), &seen, &[], None);
         assert_eq!(failed.energy_mj, previous.energy_mj);
         assert_eq!(totals_of(&failed, &a).energy_mj, 0);
         assert_eq!(failed.unattributed_mj, 0);
@@ -703,8 +679,7 @@ mod tests {
             &seen,
             &[],
             None,
-        )
-        .ledger;
+        );
         assert_eq!(totals_of(&later, &a).energy_mj, 6_750_000);
         assert_eq!(totals_of(&later, &b).energy_mj, 2_250_000);
         assert_eq!(later.unattributed_mj, 0);
@@ -718,13 +693,13 @@ mod tests {
         let a = job("1");
         let previous = ledger(&[], &[(10, 0, &a)]);
         let seen = [process(10, Some((&a, 0)), None)];
-        let none = account(&previous, NOW, ENERGY, None, &seen, &[], None).ledger;
+        let none = account(&previous, NOW, ENERGY, None, &seen, &[], None);
         assert!(!totals_of(&none, &a).measured);
         assert!(totals_of(&none, &a).held_us > 0);
-        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let idle = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert!(totals_of(&idle, &a).measured);
         assert_eq!(totals_of(&idle, &a).busy_us, 0);
-        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[], None).ledger;
+        let after = account(&idle, NOW + 15 * S, ENERGY, None, &seen, &[], None);
         assert!(totals_of(&after, &a).measured);
         // A ledger written before the mark: busy time means measured.
         let old = Totals {
@@ -740,8 +715,7 @@ mod tests {
             &[],
             &[],
             None,
-        )
-        .ledger;
+        );
         assert!(totals_of(&next, &a).measured);
     }
 
@@ -764,7 +738,7 @@ mod tests {
             process(10, Some((&a, 0)), Some(0.3)),
             process(30, None, Some(0.3)),
         ];
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         let t = totals_of(&next, &a);
         assert_eq!(
             (t.busy_us, t.energy_mj, t.held_us),
@@ -799,8 +773,7 @@ mod tests {
             &seen,
             &[],
             None,
-        )
-        .ledger;
+        );
         assert_eq!(totals_of(&next, &a).held_us, 10 * S);
     }
 
@@ -819,7 +792,7 @@ mod tests {
             ..Totals::default()
         };
         let previous = ledger(&[(&a, kept), (&b, gone)], &[]);
-        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None).ledger;
+        let next = account(&previous, NOW, ENERGY, Some(WINDOW), &[], &[], None);
         assert_eq!(next.totals, [(a, kept)]);
     }
 
@@ -846,18 +819,10 @@ mod tests {
         ];
         let accounted = account(&previous, NOW, ENERGY, Some(WINDOW), &seen, &[], None);
         assert!(accounted.refused);
-        assert_eq!(accounted.ledger.totals.len(), MAX_HOLDERS);
-        assert_eq!(
-            totals_of(&accounted.ledger, old).busy_us,
-            WINDOW.busy_us / 2
-        );
+        assert_eq!(accounted.totals.len(), MAX_HOLDERS);
+        assert_eq!(totals_of(&accounted, old).busy_us, WINDOW.busy_us / 2);
         // The refused share is not given to anyone else.
-        let given: u64 = accounted
-            .ledger
-            .totals
-            .iter()
-            .map(|(_, t)| t.energy_mj)
-            .sum();
+        let given: u64 = accounted.totals.iter().map(|(_, t)| t.energy_mj).sum();
         assert_eq!(given, 3_000_000);
     }
 }
