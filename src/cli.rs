@@ -187,7 +187,8 @@ pub struct Cli {
     /// --slurm-hook-dir, so that its seconds allocated and energy are exact
     /// to its start and end, then exit 0 whatever failed (said in the
     /// journal). NVML gets at most a second.
-    #[arg(long, value_name = "WHEN", conflicts_with_all = ["stdout", "job_report"])]
+    #[arg(long, value_name = "WHEN", value_parser = hook_parser(),
+          conflicts_with_all = ["stdout", "job_report"])]
     pub slurm_hook: Option<Hook>,
 
     /// Print a Slurm job's totals on this node from the state and the hook's
@@ -226,6 +227,14 @@ fn collector_parser() -> impl TypedValueParser<Value = &'static Collector> {
             .find(|c| c.name == name)
             .copied()
             .expect("the parser accepts only registered names")
+    })
+}
+
+/// Accepts prolog or epilog.
+fn hook_parser() -> impl TypedValueParser<Value = Hook> {
+    PossibleValuesParser::new(["prolog", "epilog"]).map(|when| match when.as_str() {
+        "prolog" => Hook::Prolog,
+        _ => Hook::Epilog,
     })
 }
 

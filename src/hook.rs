@@ -23,7 +23,7 @@ use crate::owner::slurm::{is_job_number, is_sluid};
 use crate::procfs::boot_us;
 
 /// Which end of the job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
     Prolog,
     Epilog,
