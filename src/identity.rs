@@ -76,7 +76,10 @@ pub fn resolve(reads: &[Read], known: &[KnownGpu]) -> Resolution {
                     .iter()
                     .filter(|k| k.index == read.index && !accounted(k));
                 // Two GPUs known at one index: which one cannot be told.
-                at_index.next().filter(|_| at_index.next().is_none())
+                match (at_index.next(), at_index.next()) {
+                    (Some(only), None) => Some(only),
+                    _ => None,
+                }
             } else {
                 None
             };

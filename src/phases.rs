@@ -275,9 +275,10 @@ fn spawn_readers(
     };
     for group in groups.into_iter().filter(|group| !group.is_empty()) {
         let indices: Vec<u32> = group.iter().map(|(index, _)| *index).collect();
-        let name = match settings.parallel {
-            true => format!("gpu{}", indices[0]),
-            false => "gpus".to_owned(),
+        let name = if settings.parallel {
+            format!("gpu{}", indices[0])
+        } else {
+            "gpus".to_owned()
         };
         let (settings, inflight) = (settings.clone(), Arc::clone(inflight));
         let panicked = indices.clone();

@@ -261,9 +261,9 @@ pub fn account(
                     .processes
                     .iter()
                     .any(|&(_, _, at)| previous.totals.get(at).is_some_and(|(h, _)| h == holder));
-                let unread = if held_then { unread } else { 0 };
+                let estimated = if held_then { unread } else { 0 };
                 let busy =
-                    part(window.busy_us, share, all).saturating_add(part(unread, share, all));
+                    part(window.busy_us, share, all).saturating_add(part(estimated, share, all));
                 charge(holder, &adding(|t| &mut t.busy_us, busy, MAX_US));
             }
         }
@@ -297,9 +297,9 @@ pub fn account(
         let idle: Vec<&&Holder> = holding.iter().filter(|h| !alone.contains(h)).collect();
         if all_others > 0 {
             for &(holder, &share) in &others {
-                let part = part(rest, share, all_others);
-                if charge(holder, &adding(|t| &mut t.energy_mj, part, MAX_MJ)) {
-                    given_mj = given_mj.saturating_add(part);
+                let mj = part(rest, share, all_others);
+                if charge(holder, &adding(|t| &mut t.energy_mj, mj, MAX_MJ)) {
+                    given_mj = given_mj.saturating_add(mj);
                 }
             }
         } else if let ([only], true) = (&idle[..], alone.is_empty()) {
@@ -318,7 +318,9 @@ pub fn account(
             _ => 0,
         };
         for holder in holding.iter().filter(|_| logged > 0) {
-            charge(holder, &adding(|t| &mut t.xid_errors, logged, u64::MAX));
+            charge(holder, &|t: &mut Totals| {
+                t.xid_errors = t.xid_errors.saturating_add(logged);
+            });
         }
         for &(g, from, to) in &spans {
             let allocated = to.0.saturating_sub(from.0);
