@@ -23,18 +23,18 @@ pub struct Fixed(pub &'static str);
 
 /// What the state keeps of a fixed reading: a number, or the labels of an
 /// `_info` series.
-pub trait Kept: Clone {
+pub trait FixedValue: Clone {
     /// The state's fixed readings of this kind, by name.
     fn kept(state: &mut GpuState) -> &mut BTreeMap<String, Option<Self>>;
 }
 
-impl Kept for i64 {
+impl FixedValue for i64 {
     fn kept(state: &mut GpuState) -> &mut BTreeMap<String, Option<Self>> {
         &mut state.fixed
     }
 }
 
-impl Kept for Vec<String> {
+impl FixedValue for Vec<String> {
     fn kept(state: &mut GpuState) -> &mut BTreeMap<String, Option<Self>> {
         &mut state.fixed_labels
     }
@@ -142,7 +142,7 @@ impl<'n> Gpu<'n> {
     /// name in the next state or the previous one, else read, and kept in the
     /// next. `Some(None)`: not supported (kept too); `None`: failed (made
     /// again next run) or down.
-    pub fn read_fixed<C: Call, V: Kept>(
+    pub fn read_fixed<C: Call, V: FixedValue>(
         &mut self,
         Fixed(name): Fixed,
         call: C,

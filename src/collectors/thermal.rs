@@ -41,28 +41,33 @@ pub(super) static COLLECTOR: Collector = Collector {
     hooks: Hooks::read(read, FIELDS),
 };
 
+/// A threshold's label, and the name it is kept under: `<kind>.<label>`.
+macro_rules! kept {
+    ($kind:literal, $label:literal) => {
+        ($label, Fixed(concat!($kind, ".", $label)))
+    };
+}
+
 /// Read once per driver.
-const THRESHOLDS: [(TemperatureThreshold, &str, Fixed); 4] = {
+const THRESHOLDS: [(TemperatureThreshold, (&str, Fixed)); 4] = {
     use TemperatureThreshold::*;
     [
-        (Slowdown, "slowdown", Fixed("threshold.slowdown")),
-        (Shutdown, "shutdown", Fixed("threshold.shutdown")),
-        (GpuMax, "gpu_max", Fixed("threshold.gpu_max")),
-        (MemoryMax, "memory_max", Fixed("threshold.memory_max")),
+        (Slowdown, kept!("threshold", "slowdown")),
+        (Shutdown, kept!("threshold", "shutdown")),
+        (GpuMax, kept!("threshold", "gpu_max")),
+        (MemoryMax, kept!("threshold", "memory_max")),
     ]
 };
 
 /// Margins at which the GPU acts (T.Limit scale, read once per driver).
-const MARGIN_THRESHOLDS: [(u32, &str, Fixed); 2] = [
+const MARGIN_THRESHOLDS: [(u32, (&str, Fixed)); 2] = [
     (
         NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT,
-        "shutdown",
-        Fixed("margin_threshold.shutdown"),
+        kept!("margin_threshold", "shutdown"),
     ),
     (
         NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
-        "slowdown",
-        Fixed("margin_threshold.slowdown"),
+        kept!("margin_threshold", "slowdown"),
     ),
 ];
 
@@ -103,7 +108,7 @@ fn read(gpu: &mut Gpu<'_>) {
     // NVML reports 0 for GPUs without an HBM sensor; 0 °C is not a reading.
     let memory = gpu.nvml.field(NVML_FI_DEV_MEMORY_TEMP);
     gpu.gauge(MEMORY_TEMPERATURE, memory.filter(|&celsius| celsius > 0.0));
-    for (threshold, label, fixed) in THRESHOLDS {
+    for (threshold, (label, fixed)) in THRESHOLDS {
         let celsius = gpu.read_fixed(fixed, calls::TEMPERATURE_THRESHOLD, threshold, i64::from);
         if let Some(Some(celsius)) = celsius {
             gpu.push(TEMPERATURE_THRESHOLD.sample_with([label], celsius as f64));
@@ -122,7 +127,7 @@ fn read(gpu: &mut Gpu<'_>) {
     }
     let margin = gpu.nvml.read(calls::MARGIN_TEMPERATURE, ());
     gpu.gauge(TEMPERATURE_MARGIN, margin.map(f64::from));
-    for (id, label, fixed) in MARGIN_THRESHOLDS {
+    for (id, (label, fixed)) in MARGIN_THRESHOLDS {
         let field = Field { id, scope: 0 };
         // Whole degrees: NVML answers these offsets as integers.
         let whole = |celsius: f64| celsius.round() as i64;

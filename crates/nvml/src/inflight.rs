@@ -78,16 +78,19 @@ mod tests {
             s.spawn(|| hold("nvmlDeviceGetName"));
             inside.wait();
             inflight.during(Scope::Host, "nvmlInit_v2", || ());
-            inflight.during(Scope::Gpu(0), "nvmlDeviceGetUUID", || {
-                assert_eq!(
-                    inflight.describe(),
-                    "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetName (GPU 1), nvmlDeviceGetPowerUsage (GPU 1)"
-                );
-                assert_eq!(inflight.call_of(Scope::Gpu(0)), Some("nvmlDeviceGetUUID"));
+            let during = inflight.during(Scope::Gpu(0), "nvmlDeviceGetUUID", || {
+                (inflight.describe(), inflight.call_of(Scope::Gpu(0)))
             });
-            assert!(!inflight.describe().contains("GPU 0"));
-            assert_eq!(inflight.call_of(Scope::Gpu(0)), None);
+            let after = (inflight.describe(), inflight.call_of(Scope::Gpu(0)));
+            // Checked once the threads are let go, so a failure cannot hang them.
             done.wait();
+            assert_eq!(
+                during.0,
+                "nvmlDeviceGetUUID (GPU 0), nvmlDeviceGetName (GPU 1), nvmlDeviceGetPowerUsage (GPU 1)"
+            );
+            assert_eq!(during.1, Some("nvmlDeviceGetUUID"));
+            assert!(!after.0.contains("GPU 0"));
+            assert_eq!(after.1, None);
         });
         assert_eq!(inflight.call_of(Scope::Gpu(1)), None);
     }
