@@ -164,9 +164,8 @@ fn read(gpu: &mut Gpu<'_>) {
         }
     }
     if let Some(repair) = gpu.nvml.read(calls::REPAIR_STATUS, ()) {
-        let (tpc, channel) = (repair.bTpcRepairPending, repair.bChannelRepairPending);
-        for (pending, kind) in [(tpc, "tpc"), (channel, "channel")] {
-            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending != 0)));
+        for (pending, kind) in [(repair.tpc, "tpc"), (repair.channel, "channel")] {
+            gpu.push(REPAIR_PENDING.sample_with([kind], flag(pending)));
         }
     }
     let unrepairable = gpu.nvml.read(calls::MEMORY_UNREPAIRABLE, ());
@@ -178,27 +177,26 @@ fn sram_ecc(gpu: &mut Gpu<'_>) {
     let Some(sram) = gpu.nvml.read(calls::SRAM_ECC, ()) else {
         return;
     };
-    for (count, kind, scope) in [
-        (sram.volatileCor, "corrected", "volatile"),
-        (sram.volatileUncParity, "uncorrected_parity", "volatile"),
-        (sram.volatileUncSecDed, "uncorrected_sec_ded", "volatile"),
-        (sram.aggregateCor, "corrected", "aggregate"),
-        (sram.aggregateUncParity, "uncorrected_parity", "aggregate"),
-        (sram.aggregateUncSecDed, "uncorrected_sec_ded", "aggregate"),
-    ] {
-        gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
+    for (errors, scope) in [(sram.volatile, "volatile"), (sram.aggregate, "aggregate")] {
+        for (count, kind) in [
+            (errors.corrected, "corrected"),
+            (errors.uncorrected_parity, "uncorrected_parity"),
+            (errors.uncorrected_sec_ded, "uncorrected_sec_ded"),
+        ] {
+            gpu.push(SRAM_ECC_ERRORS.sample_with([kind, scope], count as f64));
+        }
     }
+    let at = sram.locations;
     for (count, location) in [
-        (sram.aggregateUncBucketL2, "l2"),
-        (sram.aggregateUncBucketSm, "sm"),
-        (sram.aggregateUncBucketPcie, "pcie"),
-        (sram.aggregateUncBucketMcu, "microcontroller"),
-        (sram.aggregateUncBucketOther, "other"),
+        (at.l2, "l2"),
+        (at.sm, "sm"),
+        (at.pcie, "pcie"),
+        (at.microcontroller, "microcontroller"),
+        (at.other, "other"),
     ] {
         gpu.push(SRAM_ECC_LOCATION_ERRORS.sample_with([location], count as f64));
     }
-    let exceeded = sram.bThresholdExceeded != 0;
-    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(exceeded));
+    gpu.gauge(SRAM_ECC_THRESHOLD_EXCEEDED, flag(sram.threshold_exceeded));
     // NVML documents the unique errors for Blackwell and newer.
     if !gpu.facts().is_blackwell_or_newer() {
         return;

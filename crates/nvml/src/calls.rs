@@ -17,7 +17,7 @@ use nvml_wrapper::structs::device::{
 
 use crate::fabric::FabricInfo;
 use crate::fields::{self, Field};
-use crate::health::{self, PlatformInfo, RemapperHistogram, RepairStatus, SramEcc, SramUnique};
+use crate::health::{self, PlatformInfo, RemapperHistogram, RepairsPending, SramEcc, SramUnique};
 use crate::samples::{self, Point, ProcessEntry};
 use crate::types::*;
 use crate::unwrapped::{self, Known, RemappedRows};
@@ -215,7 +215,7 @@ calls! {
         first: &'a GpmSample<'n>, second: &'a GpmSample<'n>, ids: &'a [GpmMetricId]
     ) -> Vec<Result<f64, NvmlError>>, each_run = |d| Ok(gpm_metrics_get(d.nvml(), first, second, ids)?
         .into_iter().map(|metric| metric.map(|m| m.value)).collect());
-    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairStatus = raw health::repair_status;
+    REPAIR_STATUS: nvmlDeviceGetRepairStatus() -> RepairsPending = raw health::repair_status;
     REMAPPER_HISTOGRAM: nvmlDeviceGetRowRemapperHistogram() -> RemapperHistogram
         = raw health::remapper_histogram;
     SRAM_ECC: nvmlDeviceGetSramEccErrorStatus() -> SramEcc = raw health::sram_ecc;

@@ -16,18 +16,47 @@ use nvml_wrapper_sys::bindings::{
 use super::unwrapped::c_text;
 use super::{out, struct_version, ARGUMENT_VERSION_MISMATCH};
 
-/// Repairs waiting for the GPU's next reset (nonzero: pending), channel and
-/// TPC; as NVML writes them.
-pub use nvml_wrapper_sys::bindings::nvmlRepairStatus_v1_t as RepairStatus;
+use nvml_wrapper_sys::bindings::{nvmlEccSramErrorStatus_v1_t, nvmlRepairStatus_v1_t};
+
+/// Repairs waiting for the GPU's next reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairsPending {
+    pub tpc: bool,
+    pub channel: bool,
+}
 
 /// Memory banks by the reserved rows they have left: all of them (`max`),
 /// `high`, `partial`, `low`, `none`; as NVML writes them.
 pub use nvml_wrapper_sys::bindings::nvmlRowRemapperHistogramValues_t as RemapperHistogram;
 
-/// SRAM ECC error counts, volatile and aggregate, the aggregate uncorrected
-/// ones by where they occurred, and whether the error threshold of field
-/// diagnostics is exceeded; as NVML writes them.
-pub use nvml_wrapper_sys::bindings::nvmlEccSramErrorStatus_v1_t as SramEcc;
+/// SRAM ECC errors since the driver loaded (`volatile`) and over the GPU's
+/// lifetime (`aggregate`), the lifetime's uncorrected ones by where they
+/// occurred, and whether the error threshold of field diagnostics is exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SramEcc {
+    pub volatile: SramErrors,
+    pub aggregate: SramErrors,
+    pub locations: SramLocations,
+    pub threshold_exceeded: bool,
+}
+
+/// SRAM ECC errors by type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SramErrors {
+    pub corrected: u64,
+    pub uncorrected_parity: u64,
+    pub uncorrected_sec_ded: u64,
+}
+
+/// Uncorrected SRAM ECC errors by where they occurred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SramLocations {
+    pub l2: u64,
+    pub sm: u64,
+    pub pcie: u64,
+    pub microcontroller: u64,
+    pub other: u64,
+}
 
 /// Distinct SRAM locations with uncorrected ECC errors, by how they were
 /// detected.
@@ -59,15 +88,19 @@ const PLATFORM_V1: u32 = struct_version::<nvmlPlatformInfo_v2_t>(1);
 
 /// Ampere and newer, driver 580 and later.
 pub(crate) fn repair_status(
-    getter: getter!(*mut RepairStatus),
+    getter: getter!(*mut nvmlRepairStatus_v1_t),
     handle: nvmlDevice_t,
-) -> Result<RepairStatus, NvmlError> {
-    let status = RepairStatus {
-        version: struct_version::<RepairStatus>(1),
+) -> Result<RepairsPending, NvmlError> {
+    let status = nvmlRepairStatus_v1_t {
+        version: struct_version::<nvmlRepairStatus_v1_t>(1),
         bChannelRepairPending: 0,
         bTpcRepairPending: 0,
     };
-    out(getter, handle, status)
+    let status = out(getter, handle, status)?;
+    Ok(RepairsPending {
+        tpc: status.bTpcRepairPending != 0,
+        channel: status.bChannelRepairPending != 0,
+    })
 }
 
 /// Ampere and newer.
@@ -81,13 +114,33 @@ pub(crate) fn remapper_histogram(
 
 /// Ampere and newer; root only.
 pub(crate) fn sram_ecc(
-    getter: getter!(*mut SramEcc),
+    getter: getter!(*mut nvmlEccSramErrorStatus_v1_t),
     handle: nvmlDevice_t,
 ) -> Result<SramEcc, NvmlError> {
     // SAFETY: plain integers, for which zero is a value.
-    let mut status: SramEcc = unsafe { std::mem::zeroed() };
-    status.version = struct_version::<SramEcc>(1);
-    out(getter, handle, status)
+    let mut status: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
+    status.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);
+    let s = out(getter, handle, status)?;
+    Ok(SramEcc {
+        volatile: SramErrors {
+            corrected: s.volatileCor,
+            uncorrected_parity: s.volatileUncParity,
+            uncorrected_sec_ded: s.volatileUncSecDed,
+        },
+        aggregate: SramErrors {
+            corrected: s.aggregateCor,
+            uncorrected_parity: s.aggregateUncParity,
+            uncorrected_sec_ded: s.aggregateUncSecDed,
+        },
+        locations: SramLocations {
+            l2: s.aggregateUncBucketL2,
+            sm: s.aggregateUncBucketSm,
+            pcie: s.aggregateUncBucketPcie,
+            microcontroller: s.aggregateUncBucketMcu,
+            other: s.aggregateUncBucketOther,
+        },
+        threshold_exceeded: s.bThresholdExceeded != 0,
+    })
 }
 
 /// More locations than this are an error (INSUFFICIENT_SIZE).
